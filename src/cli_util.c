@@ -1,0 +1,64 @@
+/* Helpers shared by the subcommands (see cli.h). */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "meshinfer/common.h"
+
+void cli_no_positional(const char *cmd, int optind_, int argc, char **argv)
+{
+    if (optind_ < argc)
+        mi_fatal("%s: unexpected argument '%s' (see meshinfer %s --help)", cmd, argv[optind_], cmd);
+}
+
+char *cli_read_text(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        mi_fatal("%s: cannot open text file (no such file or not readable)", path);
+    size_t cap = 1 << 16, n = 0;
+    char *buf = mi_malloc(cap, "text file");
+    size_t r;
+    while ((r = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += r;
+        if (n + 1 == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb)
+                mi_fatal("%s: out of memory reading the file", path);
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad)
+        mi_fatal("%s: read error", path);
+    buf[n] = '\0';
+    if (strlen(buf) != n)
+        mi_fatal("%s: contains a NUL byte (not a text file)", path);
+    *len = n;
+    return buf;
+}
+
+void cli_json_string(FILE *f, const char *s, size_t n)
+{
+    fputc('"', f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        switch (c) {
+        case '"': fputs("\\\"", f); break;
+        case '\\': fputs("\\\\", f); break;
+        case '\n': fputs("\\n", f); break;
+        case '\r': fputs("\\r", f); break;
+        case '\t': fputs("\\t", f); break;
+        default:
+            if (c < 0x20)
+                fprintf(f, "\\u%04x", c);
+            else
+                fputc(c, f);
+        }
+    }
+    fputc('"', f);
+}

@@ -1,0 +1,149 @@
+/* `meshinfer generate`: prompt in, streamed text out. */
+#define _POSIX_C_SOURCE 200809L
+#include <getopt.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "meshinfer/common.h"
+#include "meshinfer/sampler.h"
+#include "session.h"
+
+static void help(void)
+{
+    printf("usage: meshinfer generate --model MODEL.h5 [-p PROMPT] [-n N] [options]\n\n"
+           "Generates up to N tokens after PROMPT (BOS is prepended) and streams the text.\n"
+           "  -m, --model FILE        HDF5 model (from `convert` or `synth`)\n"
+           "  -p, --prompt TEXT       prompt (default \"Once upon a time\")\n"
+           "  -n, --steps N           tokens to generate (default: up to 256, within the context)\n"
+           "  -t, --temperature T     0 = greedy (default 0)\n"
+           "      --top-p P           nucleus sampling mass in (0,1] (default 0.9; 1 disables)\n"
+           "  -s, --seed S            sampling seed (default 42)\n"
+           "      --ignore-eos        keep going after BOS/EOS\n"
+           "      --threads N         BLAS threads for prefill (default 1)\n"
+           "      --json              print one JSON object instead of streaming text\n"
+           "Timing (TTFT, TPOT, tokens/s) goes to stderr, or into the JSON.\n");
+}
+
+int cmd_generate(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},  {"prompt", required_argument, 0, 'p'},
+        {"steps", required_argument, 0, 'n'},  {"temperature", required_argument, 0, 't'},
+        {"top-p", required_argument, 0, 'P'},  {"seed", required_argument, 0, 's'},
+        {"ignore-eos", no_argument, 0, 'E'},   {"threads", required_argument, 0, 'T'},
+        {"json", no_argument, 0, 'j'},         {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    const char *model = NULL, *prompt = "Once upon a time";
+    long steps = -1;
+    double temperature = 0.0, topp = 0.9;
+    uint64_t seed = 42;
+    int ignore_eos = 0, threads = 1, json = 0, o;
+    while ((o = getopt_long(argc, argv, "m:p:n:t:s:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'm': model = optarg; break;
+        case 'p': prompt = optarg; break;
+        case 'n': steps = mi_parse_long("--steps", optarg, 1, 1 << 20); break;
+        case 't': temperature = mi_parse_double("--temperature", optarg, 0.0, 100.0); break;
+        case 'P': topp = mi_parse_double("--top-p", optarg, 1e-6, 1.0); break;
+        case 's': seed = mi_parse_u64("--seed", optarg); break;
+        case 'E': ignore_eos = 1; break;
+        case 'T': threads = (int)mi_parse_long("--threads", optarg, 1, 256); break;
+        case 'j': json = 1; break;
+        case 'h': help(); return 0;
+        default: return 2;
+        }
+    }
+    cli_no_positional("generate", optind, argc, argv);
+    if (!model)
+        mi_fatal("generate: --model is required (see meshinfer generate --help)");
+
+    int rank, size;
+    session_mpi_init(&argc, &argv, &rank, &size);
+    mi_session ss;
+    session_open(&ss, "generate", model, 128, threads);
+    const mi_config *c = &ss.model.cfg;
+    int n_prompt;
+    int *prompt_ids = session_encode_prompt(&ss, prompt, &n_prompt);
+    int room = c->seq_len - n_prompt;
+    if (steps < 0)
+        steps = room < 256 ? room : 256;
+    else if (steps > room)
+        mi_fatal("generate: prompt (%d tokens) + %ld new tokens exceeds the context of %d; use -n %d or less",
+                 n_prompt, steps, c->seq_len, room);
+
+    mi_sampler smp;
+    mi_sampler_init(&smp, c->vocab_size, (float)temperature, (float)topp, seed);
+    int *out = mi_malloc((size_t)steps * sizeof(int), "generated tokens");
+    size_t text_cap = 1024, text_len = 0;
+    char *text = mi_malloc(text_cap, "generated text");
+    if (!json) {
+        fputs(prompt, stdout);
+        fflush(stdout);
+    }
+    double t0 = mi_now();
+    float *logits = session_prefill(&ss, prompt_ids, n_prompt, 0);
+    int next = mi_sample(&smp, logits);
+    double t_first = mi_now();
+    int n_out = 0, prev = prompt_ids[n_prompt - 1];
+    const char *stop = "length";
+    for (;;) {
+        if (!ignore_eos && (next == MI_TOK_BOS || next == MI_TOK_EOS)) {
+            stop = "eos";
+            break;
+        }
+        out[n_out++] = next;
+        int len;
+        const char *piece = mi_tokenizer_decode(&ss.tok, prev, next, &len);
+        if (text_len + (size_t)len + 1 > text_cap) {
+            text_cap = 2 * (text_len + (size_t)len + 1);
+            char *nt = realloc(text, text_cap);
+            if (!nt)
+                mi_fatal("out of memory");
+            text = nt;
+        }
+        memcpy(text + text_len, piece, (size_t)len);
+        text_len += (size_t)len;
+        if (!json) {
+            fwrite(piece, 1, (size_t)len, stdout);
+            fflush(stdout);
+        }
+        if (n_out >= steps)
+            break;
+        prev = next;
+        logits = mi_forward(&ss.model, &ss.s, &next, 1, n_prompt + n_out - 1, 0);
+        next = mi_sample(&smp, logits);
+    }
+    double t_end = mi_now();
+    double ttft = t_first - t0;
+    int n_decode = n_out - 1; /* forward passes after the first token */
+    double tpot = n_decode > 0 ? (t_end - t_first) / n_decode : 0.0;
+    if (json) {
+        printf("{\"model\": ");
+        cli_json_string(stdout, model, strlen(model));
+        printf(", \"synthetic_weights\": %s, \"ranks\": %d, \"prompt_tokens\": %d, \"generated_tokens\": %d, "
+               "\"stop\": \"%s\", \"ttft_ms\": %.3f, \"tpot_ms\": %.4f, \"decode_tokens_per_s\": %.2f, "
+               "\"load_s\": %.3f, \"text\": ",
+               c->synthetic ? "true" : "false", size, n_prompt, n_out, stop, ttft * 1e3, tpot * 1e3,
+               tpot > 0 ? 1.0 / tpot : 0.0, ss.load_seconds);
+        cli_json_string(stdout, text, text_len);
+        printf(", \"tokens\": [");
+        for (int i = 0; i < n_out; i++)
+            printf(i ? ", %d" : "%d", out[i]);
+        printf("]}\n");
+    } else {
+        printf("\n");
+        fprintf(stderr, "generate: %d prompt + %d new tokens, TTFT %.1f ms, TPOT %.2f ms, %.1f tokens/s%s\n",
+                n_prompt, n_out, ttft * 1e3, tpot * 1e3, tpot > 0 ? 1.0 / tpot : 0.0,
+                c->synthetic ? " (synthetic weights)" : "");
+    }
+    free(text);
+    free(out);
+    free(prompt_ids);
+    mi_sampler_free(&smp);
+    session_close(&ss);
+    MPI_Finalize();
+    return 0;
+}

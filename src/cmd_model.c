@@ -1,0 +1,213 @@
+/* Model-file commands: convert, synth, info, tokenize. None needs MPI. */
+#define _POSIX_C_SOURCE 200809L
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "meshinfer/checkpoint.h"
+#include "meshinfer/common.h"
+#include "meshinfer/model_file.h"
+#include "meshinfer/synth.h"
+#include "meshinfer/tokenizer.h"
+
+static void on_signal(int sig)
+{
+    mi_model_writer_cleanup_on_signal();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void cleanup_on_signals(void)
+{
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGHUP, on_signal);
+}
+
+int cmd_convert(int argc, char **argv)
+{
+    static const struct option opts[] = {{"checkpoint", required_argument, 0, 'c'},
+                                         {"tokenizer", required_argument, 0, 't'},
+                                         {"out", required_argument, 0, 'o'},
+                                         {"name", required_argument, 0, 'n'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *ckpt = NULL, *tok = NULL, *out = NULL, *name = NULL;
+    int o;
+    while ((o = getopt_long(argc, argv, "c:t:o:n:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'c': ckpt = optarg; break;
+        case 't': tok = optarg; break;
+        case 'o': out = optarg; break;
+        case 'n': name = optarg; break;
+        case 'h':
+            printf("usage: meshinfer convert --checkpoint FILE.bin --tokenizer tokenizer.bin --out MODEL.h5 "
+                   "[--name NAME]\n\n"
+                   "Converts a llama2.c checkpoint (legacy or v1 format, fp32) and its tokenizer into one\n"
+                   "HDF5 model file (config as attributes, tokenizer inside, one dataset per tensor, each\n"
+                   "rank's shard a contiguous row range). The output appears only when complete.\n");
+            return 0;
+        default: return 2;
+        }
+    }
+    cli_no_positional("convert", optind, argc, argv);
+    if (!ckpt || !tok || !out)
+        mi_fatal("convert: --checkpoint, --tokenizer and --out are required (see meshinfer convert --help)");
+    if (!name) {
+        const char *b = strrchr(ckpt, '/');
+        b = b ? b + 1 : ckpt;
+        static char nb[64];
+        snprintf(nb, sizeof nb, "%s", b);
+        char *dot = strrchr(nb, '.');
+        if (dot)
+            *dot = '\0';
+        name = nb;
+    }
+    cleanup_on_signals();
+    char err[MI_ERRLEN];
+    double t0 = mi_now();
+    if (mi_convert(ckpt, tok, out, name, err))
+        mi_fatal("%s", err);
+    mi_config c;
+    mi_model_file *mf = mi_model_open(out, &c, err);
+    if (!mf)
+        mi_fatal("converted file does not verify: %s", err);
+    mi_model_close(mf);
+    printf("wrote %s: %s, dim %d, hidden_dim %d, %d layers, %d heads (%d KV), vocab %d, seq_len %d, "
+           "%zu parameters (%.1f s)\n",
+           out, c.name, c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len,
+           mi_model_params(&c), mi_now() - t0);
+    return 0;
+}
+
+int cmd_synth(int argc, char **argv)
+{
+    static const struct option opts[] = {{"shape", required_argument, 0, 's'},
+                                         {"seed", required_argument, 0, 'S'},
+                                         {"out", required_argument, 0, 'o'},
+                                         {"layers", required_argument, 0, 'l'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *shape = NULL, *out = NULL;
+    uint64_t seed = 1;
+    int layers = 0;
+    int o;
+    while ((o = getopt_long(argc, argv, "s:S:o:l:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 's': shape = optarg; break;
+        case 'S': seed = mi_parse_u64("--seed", optarg); break;
+        case 'o': out = optarg; break;
+        case 'l': layers = (int)mi_parse_long("--layers", optarg, 1, 1024); break;
+        case 'h':
+            printf("usage: meshinfer synth --shape SHAPE --out MODEL.h5 [--seed S] [--layers N]\n\n"
+                   "Writes a model with seeded synthetic weights in the shape of a real model, for speed\n"
+                   "and scale work. The file is marked synthetic; outputs from it say \"synthetic weights\".\n"
+                   "Shapes: %s\n--layers overrides the layer count (smaller test models).\n",
+                   mi_config_shape_names());
+            return 0;
+        default: return 2;
+        }
+    }
+    cli_no_positional("synth", optind, argc, argv);
+    if (!shape || !out)
+        mi_fatal("synth: --shape and --out are required (see meshinfer synth --help)");
+    mi_config c;
+    if (mi_config_from_shape(shape, &c))
+        mi_fatal("synth: unknown shape '%s' (known: %s)", shape, mi_config_shape_names());
+    if (layers)
+        c.n_layers = layers;
+    cleanup_on_signals();
+    char err[MI_ERRLEN];
+    double t0 = mi_now();
+    if (mi_synth_write(&c, seed, out, 1, err))
+        mi_fatal("%s", err);
+    printf("wrote %s: synthetic weights, shape %s, seed %llu, %zu parameters (%.1f s)\n", out, c.name,
+           (unsigned long long)seed, mi_model_params(&c), mi_now() - t0);
+    return 0;
+}
+
+int cmd_info(int argc, char **argv)
+{
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *model = NULL;
+    int o;
+    while ((o = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'm': model = optarg; break;
+        case 'h':
+            printf("usage: meshinfer info --model MODEL.h5\n\nPrints the model's config as JSON.\n");
+            return 0;
+        default: return 2;
+        }
+    }
+    cli_no_positional("info", optind, argc, argv);
+    if (!model)
+        mi_fatal("info: --model is required");
+    char err[MI_ERRLEN];
+    mi_config c;
+    mi_model_file *mf = mi_model_open(model, &c, err);
+    if (!mf)
+        mi_fatal("%s", err);
+    mi_model_close(mf);
+    printf("{\"name\": \"%s\", \"synthetic\": %s, \"dim\": %d, \"hidden_dim\": %d, \"n_layers\": %d, "
+           "\"n_heads\": %d, \"n_kv_heads\": %d, \"head_dim\": %d, \"vocab_size\": %d, \"seq_len\": %d, "
+           "\"rope_theta\": %g, \"norm_eps\": %g, \"shared_classifier\": %s, \"params\": %zu}\n",
+           c.name, c.synthetic ? "true" : "false", c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads,
+           c.head_dim, c.vocab_size, c.seq_len, (double)c.rope_theta, (double)c.norm_eps,
+           c.shared_classifier ? "true" : "false", mi_model_params(&c));
+    return 0;
+}
+
+int cmd_tokenize(int argc, char **argv)
+{
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"tokenizer-bin", required_argument, 0, 'b'},
+                                         {"prompt", required_argument, 0, 'p'},
+                                         {"no-bos", no_argument, 0, 'B'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *model = NULL, *bin = NULL, *prompt = NULL;
+    int bos = 1, o;
+    while ((o = getopt_long(argc, argv, "m:b:p:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'm': model = optarg; break;
+        case 'b': bin = optarg; break;
+        case 'p': prompt = optarg; break;
+        case 'B': bos = 0; break;
+        case 'h':
+            printf("usage: meshinfer tokenize (--model MODEL.h5 | --tokenizer-bin tokenizer.bin) "
+                   "-p TEXT [--no-bos]\n\nPrints the token ids of TEXT, space-separated (BOS first).\n");
+            return 0;
+        default: return 2;
+        }
+    }
+    cli_no_positional("tokenize", optind, argc, argv);
+    if ((!model) == (!bin) || !prompt)
+        mi_fatal("tokenize: give -p TEXT and exactly one of --model or --tokenizer-bin");
+    char err[MI_ERRLEN];
+    mi_tokenizer tok;
+    if (model) {
+        mi_config c;
+        mi_model_file *mf = mi_model_open(model, &c, err);
+        if (!mf || mi_model_read_tokenizer(mf, &tok, err))
+            mi_fatal("%s", err);
+        mi_model_close(mf);
+    } else if (mi_tokenizer_load_bin(&tok, bin, 32000, err)) {
+        mi_fatal("%s", err);
+    }
+    int *ids = mi_malloc((strlen(prompt) + 3) * sizeof(int), "token ids");
+    int n = mi_tokenizer_encode(&tok, prompt, bos, ids, err);
+    if (n < 0)
+        mi_fatal("%s", err);
+    for (int i = 0; i < n; i++)
+        printf(i ? " %d" : "%d", ids[i]);
+    printf("\n");
+    free(ids);
+    mi_tokenizer_free(&tok);
+    return 0;
+}

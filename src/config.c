@@ -1,0 +1,100 @@
+/* Model configuration checks and known shapes (see config.h). */
+#include "meshinfer/config.h"
+
+#include <string.h>
+
+#include "meshinfer/common.h"
+
+int mi_config_validate(const mi_config *c, char *err)
+{
+    struct { const char *name; int v; int hi; } f[] = {
+        {"dim", c->dim, 1 << 16},          {"hidden_dim", c->hidden_dim, 1 << 18},
+        {"n_layers", c->n_layers, 1024},   {"n_heads", c->n_heads, 1024},
+        {"n_kv_heads", c->n_kv_heads, 1024}, {"head_dim", c->head_dim, 4096},
+        {"vocab_size", c->vocab_size, 1 << 20}, {"seq_len", c->seq_len, 1 << 20},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].v <= 0 || f[i].v > f[i].hi)
+            return mi_set_error(err, "config: %s = %d is outside [1, %d]", f[i].name, f[i].v, f[i].hi);
+    if (c->n_heads % c->n_kv_heads != 0)
+        return mi_set_error(err, "config: n_heads = %d is not a multiple of n_kv_heads = %d",
+                            c->n_heads, c->n_kv_heads);
+    if (c->n_heads * c->head_dim != c->dim)
+        return mi_set_error(err, "config: n_heads * head_dim = %d * %d does not equal dim = %d",
+                            c->n_heads, c->head_dim, c->dim);
+    if (c->head_dim % 2 != 0)
+        return mi_set_error(err, "config: head_dim = %d must be even for RoPE", c->head_dim);
+    if (!(c->rope_theta > 0.0f))
+        return mi_set_error(err, "config: rope_theta = %g must be positive", (double)c->rope_theta);
+    if (!(c->norm_eps > 0.0f && c->norm_eps < 1.0f))
+        return mi_set_error(err, "config: norm_eps = %g must be in (0, 1)", (double)c->norm_eps);
+    if (c->vocab_size < 259)
+        return mi_set_error(err, "config: vocab_size = %d is too small for byte fallback (needs >= 259)",
+                            c->vocab_size);
+    return 0;
+}
+
+size_t mi_layer_params(const mi_config *c)
+{
+    size_t d = (size_t)c->dim, kv = (size_t)mi_kv_dim(c), h = (size_t)c->hidden_dim;
+    return 2 * d + d * d /* wq */ + 2 * kv * d /* wk, wv */ + d * d /* wo */ + 3 * h * d;
+}
+
+size_t mi_model_params(const mi_config *c)
+{
+    size_t d = (size_t)c->dim, v = (size_t)c->vocab_size;
+    return v * d + (size_t)c->n_layers * mi_layer_params(c) + d + (c->shared_classifier ? 0 : v * d);
+}
+
+size_t mi_decode_weight_elems(const mi_config *c)
+{
+    return (size_t)c->n_layers * mi_layer_params(c) + (size_t)c->vocab_size * (size_t)c->dim;
+}
+
+size_t mi_kv_cache_bytes(const mi_config *c, int n_pos)
+{
+    return 2 * sizeof(float) * (size_t)c->n_layers * (size_t)n_pos * (size_t)mi_kv_dim(c);
+}
+
+static const struct {
+    const char *name;
+    int dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len, shared;
+} shapes[] = {
+    /* llama2.c TinyStories checkpoints */
+    {"stories15M", 288, 768, 6, 6, 6, 32000, 256, 1},
+    {"stories42M", 512, 1376, 8, 8, 8, 32000, 1024, 1},
+    {"stories110M", 768, 2048, 12, 12, 12, 32000, 1024, 1},
+    /* TinyLlama-1.1B, the seeds' model: grouped-query attention, 4 KV heads */
+    {"tinyllama-1.1b", 2048, 5632, 22, 32, 4, 32000, 2048, 0},
+    /* small GQA model that keeps MPI tests fast */
+    {"tiny-gqa", 128, 320, 4, 8, 2, 512, 128, 0},
+};
+
+int mi_config_from_shape(const char *shape, mi_config *c)
+{
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        if (strcmp(shapes[i].name, shape) != 0)
+            continue;
+        memset(c, 0, sizeof *c);
+        c->dim = shapes[i].dim;
+        c->hidden_dim = shapes[i].hidden_dim;
+        c->n_layers = shapes[i].n_layers;
+        c->n_heads = shapes[i].n_heads;
+        c->n_kv_heads = shapes[i].n_kv_heads;
+        c->head_dim = c->dim / c->n_heads;
+        c->vocab_size = shapes[i].vocab_size;
+        c->seq_len = shapes[i].seq_len;
+        c->rope_theta = 10000.0f;
+        c->norm_eps = 1e-5f;
+        c->shared_classifier = shapes[i].shared;
+        c->synthetic = 1;
+        strncpy(c->name, shapes[i].name, sizeof c->name - 1);
+        return 0;
+    }
+    return -1;
+}
+
+const char *mi_config_shape_names(void)
+{
+    return "stories15M, stories42M, stories110M, tinyllama-1.1b, tiny-gqa";
+}

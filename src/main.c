@@ -1,0 +1,49 @@
+/* meshinfer: run Llama-architecture language models split across devices.
+ * This file only dispatches to the subcommands in cmd_*.c. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "meshinfer/common.h"
+
+static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+    const char *help;
+} commands[] = {
+    {"generate", cmd_generate, "generate text from a prompt (streams tokens)"},
+    {"perplexity", cmd_perplexity, "mean NLL and perplexity of a text file"},
+    {"bench", cmd_bench, "TTFT, TPOT, decode tokens/s and weight bandwidth vs STREAM triad"},
+    {"convert", cmd_convert, "llama2.c checkpoint + tokenizer.bin -> HDF5 model file"},
+    {"synth", cmd_synth, "write a seeded synthetic model of a real model's shape"},
+    {"info", cmd_info, "print a model file's config"},
+    {"tokenize", cmd_tokenize, "print the token ids of a text"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: meshinfer <command> [options]   (meshinfer <command> --help for details)\n\n"
+               "Runs transformer language models split across MPI ranks (one rank per device).\n"
+               "Commands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].help);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "meshinfer: error: unknown command '%s' (try meshinfer --help)\n", argv[1]);
+    return 2;
+}

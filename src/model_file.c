@@ -1,0 +1,513 @@
+/* HDF5 model file reading and writing (see model_file.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "meshinfer/model_file.h"
+
+#include <hdf5.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "meshinfer/common.h"
+
+struct mi_model_file {
+    hid_t file;
+    mi_config cfg;
+    char path[4096];
+};
+
+struct mi_model_writer {
+    hid_t file;
+    char path[4096];
+    char tmp[4200];
+};
+
+/* The writer whose temp file a signal handler must delete. */
+static volatile sig_atomic_t g_have_tmp = 0;
+static char g_tmp_path[4200];
+
+void mi_model_writer_cleanup_on_signal(void)
+{
+    if (g_have_tmp)
+        unlink(g_tmp_path);
+}
+
+static void quiet_hdf5(void)
+{
+    /* HDF5 prints a multi-line error stack by default; we report one line. */
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+void mi_model_layer_name(char *buf, size_t n, int layer, const char *tensor)
+{
+    snprintf(buf, n, "layers/%03d/%s", layer, tensor);
+}
+
+/* ---------------------------------------------------------------- reading */
+
+static int read_int_attr(hid_t loc, const char *name, int *v, const char *path, char *err)
+{
+    if (H5Aexists(loc, name) <= 0)
+        return mi_set_error(err, "%s: not a meshinfer model (attribute '%s' missing)", path, name);
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    herr_t r = a < 0 ? -1 : H5Aread(a, H5T_NATIVE_INT, v);
+    if (a >= 0)
+        H5Aclose(a);
+    return r < 0 ? mi_set_error(err, "%s: cannot read attribute '%s'", path, name) : 0;
+}
+
+static int read_float_attr(hid_t loc, const char *name, float *v, const char *path, char *err)
+{
+    if (H5Aexists(loc, name) <= 0)
+        return mi_set_error(err, "%s: not a meshinfer model (attribute '%s' missing)", path, name);
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    herr_t r = a < 0 ? -1 : H5Aread(a, H5T_NATIVE_FLOAT, v);
+    if (a >= 0)
+        H5Aclose(a);
+    return r < 0 ? mi_set_error(err, "%s: cannot read attribute '%s'", path, name) : 0;
+}
+
+/* Check that dataset `name` exists with the given dims; returns 0 or -1. */
+static int check_dataset(hid_t file, const char *name, int rank, hsize_t d0, hsize_t d1,
+                         hid_t want_class, const char *path, char *err)
+{
+    if (H5Lexists(file, "layers", H5P_DEFAULT) < 0)
+        return mi_set_error(err, "%s: cannot read file structure", path);
+    /* H5Lexists on "a/b/c" fails if "a/b" is missing, so test each prefix. */
+    char part[256];
+    const char *p = name;
+    while ((p = strchr(p, '/')) != NULL) {
+        size_t n = (size_t)(p - name);
+        memcpy(part, name, n);
+        part[n] = '\0';
+        if (H5Lexists(file, part, H5P_DEFAULT) <= 0)
+            return mi_set_error(err, "%s: tensor '%s' is missing", path, name);
+        p++;
+    }
+    if (H5Lexists(file, name, H5P_DEFAULT) <= 0)
+        return mi_set_error(err, "%s: tensor '%s' is missing", path, name);
+    hid_t d = H5Dopen2(file, name, H5P_DEFAULT);
+    if (d < 0)
+        return mi_set_error(err, "%s: cannot open tensor '%s'", path, name);
+    hid_t s = H5Dget_space(d), t = H5Dget_type(d);
+    int r = H5Sget_simple_extent_ndims(s);
+    hsize_t dims[2] = {0, 0};
+    if (r >= 1 && r <= 2)
+        H5Sget_simple_extent_dims(s, dims, NULL);
+    H5T_class_t cls = H5Tget_class(t);
+    size_t tsize = H5Tget_size(t);
+    H5Tclose(t);
+    H5Sclose(s);
+    H5Dclose(d);
+    if (r != rank || dims[0] != d0 || (rank == 2 && dims[1] != d1)) {
+        if (rank == 1)
+            return mi_set_error(err, "%s: tensor '%s' has shape [%llu%s%llu], expected [%llu]", path, name,
+                                (unsigned long long)dims[0], r == 2 ? ", " : "",
+                                r == 2 ? (unsigned long long)dims[1] : 0ULL, (unsigned long long)d0);
+        return mi_set_error(err, "%s: tensor '%s' has shape [%llu, %llu] (rank %d), expected [%llu, %llu]", path,
+                            name, (unsigned long long)dims[0], (unsigned long long)dims[1], r,
+                            (unsigned long long)d0, (unsigned long long)d1);
+    }
+    if (want_class == H5T_NATIVE_FLOAT && (cls != H5T_FLOAT || tsize != 4))
+        return mi_set_error(err, "%s: tensor '%s' is not float32", path, name);
+    return 0;
+}
+
+static int check_all_tensors(mi_model_file *mf, char *err)
+{
+    const mi_config *c = &mf->cfg;
+    hsize_t d = (hsize_t)c->dim, v = (hsize_t)c->vocab_size, h = (hsize_t)c->hidden_dim;
+    hsize_t q = (hsize_t)c->n_heads * (hsize_t)c->head_dim, kv = (hsize_t)mi_kv_dim(c);
+    hid_t F = H5T_NATIVE_FLOAT;
+    if (check_dataset(mf->file, "tok_embeddings", 2, v, d, F, mf->path, err) ||
+        check_dataset(mf->file, "norm", 1, d, 0, F, mf->path, err))
+        return -1;
+    if (!c->shared_classifier && check_dataset(mf->file, "classifier", 2, v, d, F, mf->path, err))
+        return -1;
+    struct { const char *n; int rank; hsize_t d0, d1; } t[] = {
+        {"attention_norm", 1, d, 0}, {"wq", 2, q, d},    {"wk", 2, kv, d}, {"wv", 2, kv, d},
+        {"wo_t", 2, q, d},           {"ffn_norm", 1, d, 0}, {"w1", 2, h, d},  {"w3", 2, h, d},
+        {"w2_t", 2, h, d},
+    };
+    char name[128];
+    for (int l = 0; l < c->n_layers; l++)
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+            mi_model_layer_name(name, sizeof name, l, t[i].n);
+            if (check_dataset(mf->file, name, t[i].rank, t[i].d0, t[i].d1, F, mf->path, err))
+                return -1;
+        }
+    return 0;
+}
+
+mi_model_file *mi_model_open(const char *path, mi_config *cfg, char *err)
+{
+    quiet_hdf5();
+    FILE *probe = fopen(path, "rb");
+    if (!probe) {
+        mi_set_error(err, "%s: cannot open model file (no such file or not readable)", path);
+        return NULL;
+    }
+    fclose(probe);
+    if (H5Fis_hdf5(path) <= 0) {
+        mi_set_error(err, "%s: not an HDF5 file, or truncated/corrupt (use `meshinfer convert` to make one)",
+                     path);
+        return NULL;
+    }
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) {
+        mi_set_error(err, "%s: cannot open HDF5 file (truncated or corrupt)", path);
+        return NULL;
+    }
+    mi_model_file *mf = mi_calloc(1, sizeof *mf, "model file");
+    mf->file = f;
+    snprintf(mf->path, sizeof mf->path, "%s", path);
+    mi_config *c = &mf->cfg;
+    int version = 0;
+    if (read_int_attr(f, "format_version", &version, path, err))
+        goto fail;
+    if (version != MI_FORMAT_VERSION) {
+        mi_set_error(err, "%s: format_version %d is not supported (this build reads %d)", path, version,
+                     MI_FORMAT_VERSION);
+        goto fail;
+    }
+    if (read_int_attr(f, "dim", &c->dim, path, err) || read_int_attr(f, "hidden_dim", &c->hidden_dim, path, err) ||
+        read_int_attr(f, "n_layers", &c->n_layers, path, err) ||
+        read_int_attr(f, "n_heads", &c->n_heads, path, err) ||
+        read_int_attr(f, "n_kv_heads", &c->n_kv_heads, path, err) ||
+        read_int_attr(f, "head_dim", &c->head_dim, path, err) ||
+        read_int_attr(f, "vocab_size", &c->vocab_size, path, err) ||
+        read_int_attr(f, "seq_len", &c->seq_len, path, err) ||
+        read_float_attr(f, "rope_theta", &c->rope_theta, path, err) ||
+        read_float_attr(f, "norm_eps", &c->norm_eps, path, err) ||
+        read_int_attr(f, "shared_classifier", &c->shared_classifier, path, err) ||
+        read_int_attr(f, "synthetic", &c->synthetic, path, err))
+        goto fail;
+    if (H5Aexists(f, "name") > 0) {
+        hid_t a = H5Aopen(f, "name", H5P_DEFAULT);
+        hid_t t = H5Tcopy(H5T_C_S1);
+        H5Tset_size(t, sizeof c->name);
+        H5Aread(a, t, c->name);
+        c->name[sizeof c->name - 1] = '\0';
+        H5Tclose(t);
+        H5Aclose(a);
+    }
+    char cerr[MI_ERRLEN];
+    if (mi_config_validate(c, cerr)) {
+        mi_set_error(err, "%s: %s", path, cerr);
+        goto fail;
+    }
+    if (check_all_tensors(mf, err))
+        goto fail;
+    *cfg = *c;
+    return mf;
+fail:
+    H5Fclose(f);
+    free(mf);
+    return NULL;
+}
+
+void mi_model_close(mi_model_file *mf)
+{
+    if (!mf)
+        return;
+    H5Fclose(mf->file);
+    free(mf);
+}
+
+int mi_model_read_rows(mi_model_file *mf, const char *name, size_t row0, size_t nrows, float *out, char *err)
+{
+    hid_t d = H5Dopen2(mf->file, name, H5P_DEFAULT);
+    if (d < 0)
+        return mi_set_error(err, "%s: tensor '%s' is missing", mf->path, name);
+    hid_t fs = H5Dget_space(d);
+    int rank = H5Sget_simple_extent_ndims(fs);
+    hsize_t dims[2] = {0, 1};
+    H5Sget_simple_extent_dims(fs, dims, NULL);
+    int rc = 0;
+    if (row0 + nrows > dims[0]) {
+        rc = mi_set_error(err, "%s: rows [%zu, %zu) of '%s' are outside its %llu rows", mf->path, row0,
+                          row0 + nrows, name, (unsigned long long)dims[0]);
+    } else if (nrows > 0) {
+        hsize_t start[2] = {row0, 0}, count[2] = {nrows, rank == 2 ? dims[1] : 1};
+        H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
+        hid_t ms = H5Screate_simple(rank, count, NULL);
+        if (H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, out) < 0)
+            rc = mi_set_error(err, "%s: reading tensor '%s' failed (file truncated or corrupt)", mf->path, name);
+        H5Sclose(ms);
+    }
+    H5Sclose(fs);
+    H5Dclose(d);
+    return rc;
+}
+
+int mi_model_read_t(mi_model_file *mf, const char *name, size_t row0, size_t nrows, float *out, char *err)
+{
+    hid_t d = H5Dopen2(mf->file, name, H5P_DEFAULT);
+    if (d < 0)
+        return mi_set_error(err, "%s: tensor '%s' is missing", mf->path, name);
+    hid_t fs = H5Dget_space(d);
+    hsize_t dims[2] = {0, 0};
+    H5Sget_simple_extent_dims(fs, dims, NULL);
+    H5Sclose(fs);
+    H5Dclose(d);
+    size_t n = (size_t)dims[1];
+    float *tmp = mi_malloc(nrows * n * sizeof(float), "transposed tensor staging");
+    int rc = mi_model_read_rows(mf, name, row0, nrows, tmp, err);
+    if (rc == 0)
+        for (size_t i = 0; i < nrows; i++)
+            for (size_t j = 0; j < n; j++)
+                out[j * nrows + i] = tmp[i * n + j];
+    free(tmp);
+    return rc;
+}
+
+int mi_model_read_tokenizer(mi_model_file *mf, mi_tokenizer *tok, char *err)
+{
+    const mi_config *c = &mf->cfg;
+    if (H5Lexists(mf->file, "tokenizer", H5P_DEFAULT) <= 0)
+        return mi_set_error(err, "%s: the model has no /tokenizer group", mf->path);
+    size_t V = (size_t)c->vocab_size;
+    if (check_dataset(mf->file, "tokenizer/scores", 1, V, 0, H5T_NATIVE_FLOAT, mf->path, err) ||
+        check_dataset(mf->file, "tokenizer/offsets", 1, V + 1, 0, 0, mf->path, err))
+        return -1;
+    float *scores = mi_malloc(V * sizeof(float), "tokenizer scores");
+    int64_t *off = mi_malloc((V + 1) * sizeof(int64_t), "tokenizer offsets");
+    unsigned char *bytes = NULL;
+    const char **pieces = NULL;
+    int *lens = NULL;
+    int rc = -1;
+    hid_t d = H5Dopen2(mf->file, "tokenizer/scores", H5P_DEFAULT);
+    herr_t r1 = H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, scores);
+    H5Dclose(d);
+    d = H5Dopen2(mf->file, "tokenizer/offsets", H5P_DEFAULT);
+    herr_t r2 = H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, off);
+    H5Dclose(d);
+    if (r1 < 0 || r2 < 0) {
+        mi_set_error(err, "%s: reading the tokenizer failed (file truncated or corrupt)", mf->path);
+        goto out;
+    }
+    if (off[0] != 0 || off[V] < 0 || off[V] > (int64_t)1 << 30) {
+        mi_set_error(err, "%s: tokenizer offsets are corrupt", mf->path);
+        goto out;
+    }
+    if (check_dataset(mf->file, "tokenizer/bytes", 1, (hsize_t)off[V], 0, 0, mf->path, err))
+        goto out;
+    bytes = mi_malloc((size_t)off[V] + 1, "tokenizer bytes");
+    d = H5Dopen2(mf->file, "tokenizer/bytes", H5P_DEFAULT);
+    r1 = H5Dread(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes);
+    H5Dclose(d);
+    if (r1 < 0) {
+        mi_set_error(err, "%s: reading the tokenizer failed (file truncated or corrupt)", mf->path);
+        goto out;
+    }
+    pieces = mi_malloc(V * sizeof *pieces, "tokenizer pieces");
+    lens = mi_malloc(V * sizeof *lens, "tokenizer lengths");
+    for (size_t i = 0; i < V; i++) {
+        if (off[i + 1] < off[i] || off[i + 1] - off[i] > 4096) {
+            mi_set_error(err, "%s: tokenizer offsets are corrupt at id %zu", mf->path, i);
+            goto out;
+        }
+        pieces[i] = (const char *)bytes + off[i];
+        lens[i] = (int)(off[i + 1] - off[i]);
+    }
+    char terr[MI_ERRLEN];
+    if (mi_tokenizer_init(tok, (int)V, pieces, lens, scores, terr)) {
+        mi_set_error(err, "%s: %s", mf->path, terr);
+        goto out;
+    }
+    rc = 0;
+out:
+    free(scores);
+    free(off);
+    free(bytes);
+    free(pieces);
+    free(lens);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- writing */
+
+static int write_int_attr(hid_t loc, const char *name, int v)
+{
+    hid_t s = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(loc, name, H5T_STD_I32LE, s, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t r = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_INT, &v);
+    if (a >= 0)
+        H5Aclose(a);
+    H5Sclose(s);
+    return r < 0 ? -1 : 0;
+}
+
+static int write_float_attr(hid_t loc, const char *name, float v)
+{
+    hid_t s = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(loc, name, H5T_IEEE_F32LE, s, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t r = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_FLOAT, &v);
+    if (a >= 0)
+        H5Aclose(a);
+    H5Sclose(s);
+    return r < 0 ? -1 : 0;
+}
+
+static int write_str_attr(hid_t loc, const char *name, const char *v)
+{
+    hid_t s = H5Screate(H5S_SCALAR);
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, strlen(v) + 1);
+    hid_t a = H5Acreate2(loc, name, t, s, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t r = a < 0 ? -1 : H5Awrite(a, t, v);
+    if (a >= 0)
+        H5Aclose(a);
+    H5Tclose(t);
+    H5Sclose(s);
+    return r < 0 ? -1 : 0;
+}
+
+mi_model_writer *mi_model_writer_create(const char *path, const mi_config *c, char *err)
+{
+    quiet_hdf5();
+    char cerr[MI_ERRLEN];
+    if (mi_config_validate(c, cerr)) {
+        mi_set_error(err, "%s", cerr);
+        return NULL;
+    }
+    mi_model_writer *w = mi_calloc(1, sizeof *w, "model writer");
+    snprintf(w->path, sizeof w->path, "%s", path);
+    snprintf(w->tmp, sizeof w->tmp, "%s.partial.%ld", path, (long)getpid());
+    snprintf(g_tmp_path, sizeof g_tmp_path, "%s", w->tmp);
+    g_have_tmp = 1;
+    w->file = H5Fcreate(w->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (w->file < 0) {
+        g_have_tmp = 0;
+        mi_set_error(err, "%s: cannot create output file (directory missing or not writable)", path);
+        free(w);
+        return NULL;
+    }
+    hid_t f = w->file;
+    int bad = write_int_attr(f, "format_version", MI_FORMAT_VERSION) | write_int_attr(f, "dim", c->dim) |
+              write_int_attr(f, "hidden_dim", c->hidden_dim) | write_int_attr(f, "n_layers", c->n_layers) |
+              write_int_attr(f, "n_heads", c->n_heads) | write_int_attr(f, "n_kv_heads", c->n_kv_heads) |
+              write_int_attr(f, "head_dim", c->head_dim) | write_int_attr(f, "vocab_size", c->vocab_size) |
+              write_int_attr(f, "seq_len", c->seq_len) | write_float_attr(f, "rope_theta", c->rope_theta) |
+              write_float_attr(f, "norm_eps", c->norm_eps) |
+              write_int_attr(f, "shared_classifier", c->shared_classifier) |
+              write_int_attr(f, "synthetic", c->synthetic) | write_str_attr(f, "name", c->name);
+    hid_t g = H5Gcreate2(f, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (g < 0)
+        bad = 1;
+    for (int l = 0; l < c->n_layers && !bad; l++) {
+        char name[64];
+        snprintf(name, sizeof name, "%03d", l);
+        hid_t lg = H5Gcreate2(g, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        if (lg < 0)
+            bad = 1;
+        else
+            H5Gclose(lg);
+    }
+    if (g >= 0)
+        H5Gclose(g);
+    if (bad) {
+        mi_set_error(err, "%s: writing the model header failed", path);
+        mi_model_writer_abort(w);
+        return NULL;
+    }
+    return w;
+}
+
+int mi_model_writer_put(mi_model_writer *w, const char *name, const float *data, size_t rows, size_t cols,
+                        int transpose, char *err)
+{
+    const float *src = data;
+    float *tmp = NULL;
+    hsize_t dims[2] = {rows, cols};
+    if (transpose) {
+        tmp = mi_malloc(rows * cols * sizeof(float), "transpose buffer");
+        for (size_t i = 0; i < rows; i++)
+            for (size_t j = 0; j < cols; j++)
+                tmp[j * rows + i] = data[i * cols + j];
+        src = tmp;
+        dims[0] = cols;
+        dims[1] = rows;
+    }
+    int rank = cols == 1 && !transpose ? 1 : 2;
+    hid_t s = H5Screate_simple(rank, dims, NULL);
+    hid_t d = H5Dcreate2(w->file, name, H5T_IEEE_F32LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t r = d < 0 ? -1 : H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, src);
+    if (d >= 0)
+        H5Dclose(d);
+    H5Sclose(s);
+    free(tmp);
+    if (r < 0)
+        return mi_set_error(err, "%s: writing tensor '%s' failed (disk full?)", w->path, name);
+    return 0;
+}
+
+int mi_model_writer_put_tokenizer(mi_model_writer *w, const mi_tokenizer *tok, char *err)
+{
+    size_t V = (size_t)tok->vocab_size;
+    int64_t *off = mi_malloc((V + 1) * sizeof(int64_t), "tokenizer offsets");
+    off[0] = 0;
+    for (size_t i = 0; i < V; i++)
+        off[i + 1] = off[i] + tok->piece_len[i];
+    unsigned char *bytes = mi_malloc((size_t)off[V] + 1, "tokenizer bytes");
+    for (size_t i = 0; i < V; i++)
+        memcpy(bytes + off[i], tok->pieces[i], (size_t)tok->piece_len[i]);
+    int bad = 0;
+    hid_t g = H5Gcreate2(w->file, "tokenizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    bad |= g < 0;
+    if (!bad) {
+        bad |= write_int_attr(g, "max_token_length", tok->max_token_length);
+        bad |= write_int_attr(g, "bos_id", MI_TOK_BOS);
+        bad |= write_int_attr(g, "eos_id", MI_TOK_EOS);
+        bad |= write_int_attr(g, "byte_fallback_first_id", MI_TOK_BYTE0);
+        hsize_t n = V;
+        hid_t s = H5Screate_simple(1, &n, NULL);
+        hid_t d = H5Dcreate2(g, "scores", H5T_IEEE_F32LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        bad |= d < 0 || H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, tok->scores) < 0;
+        if (d >= 0) H5Dclose(d);
+        H5Sclose(s);
+        n = V + 1;
+        s = H5Screate_simple(1, &n, NULL);
+        d = H5Dcreate2(g, "offsets", H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        bad |= d < 0 || H5Dwrite(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, off) < 0;
+        if (d >= 0) H5Dclose(d);
+        H5Sclose(s);
+        n = (hsize_t)off[V];
+        s = H5Screate_simple(1, &n, NULL);
+        d = H5Dcreate2(g, "bytes", H5T_STD_U8LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        bad |= d < 0 || H5Dwrite(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes) < 0;
+        if (d >= 0) H5Dclose(d);
+        H5Sclose(s);
+        H5Gclose(g);
+    }
+    free(off);
+    free(bytes);
+    return bad ? mi_set_error(err, "%s: writing the tokenizer failed", w->path) : 0;
+}
+
+int mi_model_writer_commit(mi_model_writer *w, char *err)
+{
+    int rc = 0;
+    if (H5Fflush(w->file, H5F_SCOPE_GLOBAL) < 0 || H5Fclose(w->file) < 0) {
+        rc = mi_set_error(err, "%s: finishing the output file failed (disk full?)", w->path);
+        unlink(w->tmp);
+    } else if (rename(w->tmp, w->path) != 0) {
+        rc = mi_set_error(err, "%s: cannot move the finished file into place", w->path);
+        unlink(w->tmp);
+    }
+    g_have_tmp = 0;
+    free(w);
+    return rc;
+}
+
+void mi_model_writer_abort(mi_model_writer *w)
+{
+    if (!w)
+        return;
+    H5Fclose(w->file);
+    unlink(w->tmp);
+    g_have_tmp = 0;
+    free(w);
+}

@@ -1,0 +1,123 @@
+/* Synthetic model generation (see synth.h). */
+#include "meshinfer/synth.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "meshinfer/common.h"
+#include "meshinfer/model_file.h"
+#include "meshinfer/sampler.h"
+
+int mi_tokenizer_synthetic(mi_tokenizer *t, int vocab_size, char *err)
+{
+    char **pieces = mi_calloc((size_t)vocab_size, sizeof(char *), "synthetic vocabulary");
+    int *lens = mi_calloc((size_t)vocab_size, sizeof(int), "synthetic vocabulary");
+    float *scores = mi_calloc((size_t)vocab_size, sizeof(float), "synthetic vocabulary");
+    static const char *special[3] = {"<unk>", "\n<s>\n", "\n</s>\n"};
+    for (int i = 0; i < vocab_size; i++) {
+        char buf[32];
+        int n;
+        if (i < 3) {
+            n = snprintf(buf, sizeof buf, "%s", special[i]);
+        } else if (i < MI_TOK_FIRST_PIECE) {
+            buf[0] = (char)(i - MI_TOK_BYTE0);
+            n = 1;
+        } else {
+            /* distinct lowercase pieces; odd ones start with a space */
+            int k = i - MI_TOK_FIRST_PIECE, v = k / 2;
+            n = 0;
+            if (k % 2)
+                buf[n++] = ' ';
+            do {
+                buf[n++] = (char)('a' + v % 26);
+                v /= 26;
+            } while (v > 0);
+            buf[n] = '\0';
+            scores[i] = -(float)k;
+        }
+        pieces[i] = mi_malloc((size_t)n + 1, "synthetic piece");
+        memcpy(pieces[i], buf, (size_t)n);
+        pieces[i][n] = '\0';
+        lens[i] = n;
+    }
+    int rc = mi_tokenizer_init(t, vocab_size, (const char *const *)pieces, lens, scores, err);
+    for (int i = 0; i < vocab_size; i++)
+        free(pieces[i]);
+    free(pieces);
+    free(lens);
+    free(scores);
+    return rc;
+}
+
+static uint64_t name_seed(uint64_t seed, const char *name)
+{
+    uint64_t h = 1469598103934665603ull ^ seed;
+    for (const char *p = name; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ull;
+    return h ? h : 1;
+}
+
+static void fill(float *p, size_t n, uint64_t seed, const char *name, int is_norm)
+{
+    if (is_norm) {
+        for (size_t i = 0; i < n; i++)
+            p[i] = 1.0f;
+        return;
+    }
+    uint64_t st = name_seed(seed, name);
+    const float a = 0.02f * 1.7320508f; /* uniform(-a, a) has std 0.02 */
+    for (size_t i = 0; i < n; i++)
+        p[i] = (2.0f * mi_rand_f32(&st) - 1.0f) * a;
+}
+
+int mi_synth_write(const mi_config *c, uint64_t seed, const char *path, int progress, char *err)
+{
+    mi_model_writer *w = mi_model_writer_create(path, c, err);
+    if (!w)
+        return -1;
+    size_t d = (size_t)c->dim, V = (size_t)c->vocab_size, kv = (size_t)mi_kv_dim(c), hid = (size_t)c->hidden_dim;
+    size_t q = (size_t)c->n_heads * (size_t)c->head_dim;
+    size_t biggest = V * d > hid * d ? V * d : hid * d;
+    float *buf = mi_malloc(biggest * sizeof(float), "synthetic tensor");
+    int rc = 0;
+#define PUT(nm, rows, cols, norm)                                     \
+    if (!rc) {                                                        \
+        fill(buf, (size_t)(rows) * (cols), seed, nm, norm);           \
+        rc = mi_model_writer_put(w, nm, buf, rows, cols, 0, err);     \
+    }
+    PUT("tok_embeddings", V, d, 0);
+    PUT("norm", d, 1, 1);
+    if (!c->shared_classifier)
+        PUT("classifier", V, d, 0);
+    for (int l = 0; l < c->n_layers && !rc; l++) {
+        char nm[128];
+        struct { const char *t; size_t rows; int norm; } ts[] = {
+            {"attention_norm", d, 1}, {"wq", q, 0},  {"wk", kv, 0}, {"wv", kv, 0}, {"wo_t", q, 0},
+            {"ffn_norm", d, 1},       {"w1", hid, 0}, {"w3", hid, 0}, {"w2_t", hid, 0},
+        };
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+            mi_model_layer_name(nm, sizeof nm, l, ts[i].t);
+            PUT(nm, ts[i].rows, ts[i].norm ? 1 : d, ts[i].norm);
+        }
+        if (progress)
+            fprintf(stderr, "\rsynth: layer %d/%d written", l + 1, c->n_layers);
+    }
+#undef PUT
+    if (progress)
+        fputc('\n', stderr);
+    free(buf);
+    mi_tokenizer tok;
+    if (!rc) {
+        rc = mi_tokenizer_synthetic(&tok, c->vocab_size, err);
+        if (!rc) {
+            rc = mi_model_writer_put_tokenizer(w, &tok, err);
+            mi_tokenizer_free(&tok);
+        }
+    }
+    if (rc) {
+        mi_model_writer_abort(w);
+        return -1;
+    }
+    return mi_model_writer_commit(w, err);
+}
