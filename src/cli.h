@@ -15,6 +15,10 @@ int cmd_bench(int argc, char **argv);
  * rejected unknown options with its own message. */
 void cli_no_positional(const char *cmd, int optind_, int argc, char **argv);
 
+/* Report an option getopt_long rejected (optstring must start with ':' so a
+ * missing value is told apart); never returns. */
+void cli_bad_option(const char *cmd, int code, char **argv);
+
 /* Read a whole file into a NUL-terminated buffer; mi_fatal on failure or if
  * the file holds a NUL byte. *len receives the length. */
 char *cli_read_text(const char *path, size_t *len);

@@ -1,5 +1,6 @@
 /* Helpers shared by the subcommands (see cli.h). */
 #define _POSIX_C_SOURCE 200809L
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,16 @@ void cli_no_positional(const char *cmd, int optind_, int argc, char **argv)
 {
     if (optind_ < argc)
         mi_fatal("%s: unexpected argument '%s' (see meshinfer %s --help)", cmd, argv[optind_], cmd);
+}
+
+void cli_bad_option(const char *cmd, int code, char **argv)
+{
+    const char *arg = optind > 0 ? argv[optind - 1] : "?";
+    if (code == ':')
+        mi_fatal("%s: option '%s' needs a value (see meshinfer %s --help)", cmd, arg, cmd);
+    if (optopt && optopt != '?')
+        mi_fatal("%s: unknown option '-%c' (see meshinfer %s --help)", cmd, optopt, cmd);
+    mi_fatal("%s: unknown option '%s' (see meshinfer %s --help)", cmd, arg, cmd);
 }
 
 char *cli_read_text(const char *path, size_t *len)

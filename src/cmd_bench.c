@@ -68,7 +68,7 @@ int cmd_bench(int argc, char **argv)
     const char *model = NULL, *prompt = "Once upon a time";
     long steps = 0, stream_mb = 128;
     int repeat = 3, threads = 1, json = 0, baseline = 1, o;
-    while ((o = getopt_long(argc, argv, "m:n:p:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":m:n:p:h", opts, NULL)) != -1) {
         switch (o) {
         case 'm': model = optarg; break;
         case 'n': steps = mi_parse_long("--steps", optarg, 2, 1 << 20); break;
@@ -79,7 +79,7 @@ int cmd_bench(int argc, char **argv)
         case 'T': threads = (int)mi_parse_long("--threads", optarg, 1, 256); break;
         case 'j': json = 1; break;
         case 'h': help(); return 0;
-        default: return 2;
+        default: cli_bad_option("bench", o, argv);
         }
     }
     cli_no_positional("bench", optind, argc, argv);

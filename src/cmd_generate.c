@@ -41,7 +41,7 @@ int cmd_generate(int argc, char **argv)
     double temperature = 0.0, topp = 0.9;
     uint64_t seed = 42;
     int ignore_eos = 0, threads = 1, json = 0, o;
-    while ((o = getopt_long(argc, argv, "m:p:n:t:s:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":m:p:n:t:s:h", opts, NULL)) != -1) {
         switch (o) {
         case 'm': model = optarg; break;
         case 'p': prompt = optarg; break;
@@ -53,7 +53,7 @@ int cmd_generate(int argc, char **argv)
         case 'T': threads = (int)mi_parse_long("--threads", optarg, 1, 256); break;
         case 'j': json = 1; break;
         case 'h': help(); return 0;
-        default: return 2;
+        default: cli_bad_option("generate", o, argv);
         }
     }
     cli_no_positional("generate", optind, argc, argv);

@@ -37,7 +37,7 @@ int cmd_convert(int argc, char **argv)
                                          {0, 0, 0, 0}};
     const char *ckpt = NULL, *tok = NULL, *out = NULL, *name = NULL;
     int o;
-    while ((o = getopt_long(argc, argv, "c:t:o:n:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":c:t:o:n:h", opts, NULL)) != -1) {
         switch (o) {
         case 'c': ckpt = optarg; break;
         case 't': tok = optarg; break;
@@ -50,7 +50,7 @@ int cmd_convert(int argc, char **argv)
                    "HDF5 model file (config as attributes, tokenizer inside, one dataset per tensor, each\n"
                    "rank's shard a contiguous row range). The output appears only when complete.\n");
             return 0;
-        default: return 2;
+        default: cli_bad_option("convert", o, argv);
         }
     }
     cli_no_positional("convert", optind, argc, argv);
@@ -95,7 +95,7 @@ int cmd_synth(int argc, char **argv)
     uint64_t seed = 1;
     int layers = 0;
     int o;
-    while ((o = getopt_long(argc, argv, "s:S:o:l:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":s:S:o:l:h", opts, NULL)) != -1) {
         switch (o) {
         case 's': shape = optarg; break;
         case 'S': seed = mi_parse_u64("--seed", optarg); break;
@@ -108,7 +108,7 @@ int cmd_synth(int argc, char **argv)
                    "Shapes: %s\n--layers overrides the layer count (smaller test models).\n",
                    mi_config_shape_names());
             return 0;
-        default: return 2;
+        default: cli_bad_option("synth", o, argv);
         }
     }
     cli_no_positional("synth", optind, argc, argv);
@@ -136,13 +136,13 @@ int cmd_info(int argc, char **argv)
                                          {0, 0, 0, 0}};
     const char *model = NULL;
     int o;
-    while ((o = getopt_long(argc, argv, "m:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":m:h", opts, NULL)) != -1) {
         switch (o) {
         case 'm': model = optarg; break;
         case 'h':
             printf("usage: meshinfer info --model MODEL.h5\n\nPrints the model's config as JSON.\n");
             return 0;
-        default: return 2;
+        default: cli_bad_option("info", o, argv);
         }
     }
     cli_no_positional("info", optind, argc, argv);
@@ -173,7 +173,7 @@ int cmd_tokenize(int argc, char **argv)
                                          {0, 0, 0, 0}};
     const char *model = NULL, *bin = NULL, *prompt = NULL;
     int bos = 1, o;
-    while ((o = getopt_long(argc, argv, "m:b:p:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":m:b:p:h", opts, NULL)) != -1) {
         switch (o) {
         case 'm': model = optarg; break;
         case 'b': bin = optarg; break;
@@ -183,7 +183,7 @@ int cmd_tokenize(int argc, char **argv)
             printf("usage: meshinfer tokenize (--model MODEL.h5 | --tokenizer-bin tokenizer.bin) "
                    "-p TEXT [--no-bos]\n\nPrints the token ids of TEXT, space-separated (BOS first).\n");
             return 0;
-        default: return 2;
+        default: cli_bad_option("tokenize", o, argv);
         }
     }
     cli_no_positional("tokenize", optind, argc, argv);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "meshinfer/common.h"
@@ -22,13 +23,13 @@ static void help(void)
            "A progress line is printed to stderr while long files are scored.\n");
 }
 
-static int *encode_text(mi_session *ss, const char *text, size_t len, int *n_out)
+static int *encode_text(mi_session *ss, const char *path, const char *text, size_t len, int *n_out)
 {
     char err[MI_ERRLEN];
     int *ids = mi_malloc((len + 3) * sizeof(int), "text tokens");
     *n_out = mi_tokenizer_encode(&ss->tok, text, 0, ids, err);
     if (*n_out < 0)
-        mi_fatal("%s", err);
+        mi_fatal("%s: %s", path, err);
     return ids;
 }
 
@@ -44,7 +45,7 @@ int cmd_perplexity(int argc, char **argv)
     const char *model = NULL, *path = NULL;
     long max_tokens = 0;
     int threads = 1, json = 0, o;
-    while ((o = getopt_long(argc, argv, "m:f:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":m:f:h", opts, NULL)) != -1) {
         switch (o) {
         case 'm': model = optarg; break;
         case 'f': path = optarg; break;
@@ -52,7 +53,7 @@ int cmd_perplexity(int argc, char **argv)
         case 'T': threads = (int)mi_parse_long("--threads", optarg, 1, 256); break;
         case 'j': json = 1; break;
         case 'h': help(); return 0;
-        default: return 2;
+        default: cli_bad_option("perplexity", o, argv);
         }
     }
     cli_no_positional("perplexity", optind, argc, argv);
@@ -69,7 +70,7 @@ int cmd_perplexity(int argc, char **argv)
     session_open(&ss, "perplexity", model, 128, threads);
     const mi_config *c = &ss.model.cfg;
     int n_text;
-    int *ids = encode_text(&ss, text, len, &n_text);
+    int *ids = encode_text(&ss, path, text, len, &n_text);
     free(text);
     if (max_tokens > 0 && n_text > max_tokens)
         n_text = (int)max_tokens;
@@ -82,6 +83,7 @@ int cmd_perplexity(int argc, char **argv)
     long scored = 0;
     double t0 = mi_now();
     int n_windows = (n_text + W - 2) / (W - 1);
+    int tty = isatty(fileno(stderr));
     for (int w = 0, start = 0; start < n_text; w++, start += W - 1) {
         int m = n_text - start < W - 1 ? n_text - start : W - 1;
         win[0] = MI_TOK_BOS;
@@ -106,11 +108,14 @@ int cmd_perplexity(int argc, char **argv)
             }
         }
         mi_model_reset(&ss.model);
-        if (n_windows > 1 && !json)
-            fprintf(stderr, "\rperplexity: %ld/%d tokens (%.0f%%), perplexity so far %.3f, %.0f tokens/s   ",
-                    scored, n_text, 100.0 * scored / n_text, exp(nll / scored), scored / (mi_now() - t0));
+        /* progress: redrawn in place on a terminal, every tenth of the way in a log */
+        int step = n_windows / 10 > 0 ? n_windows / 10 : 1;
+        if (n_windows > 1 && (tty || (w + 1) % step == 0 || w + 1 == n_windows))
+            fprintf(stderr, "%sperplexity: %ld/%d tokens (%.0f%%), perplexity so far %.3f, %.0f tokens/s%s",
+                    tty ? "\r" : "", scored, n_text, 100.0 * scored / n_text, exp(nll / scored),
+                    scored / (mi_now() - t0), tty ? "   " : "\n");
     }
-    if (n_windows > 1 && !json)
+    if (n_windows > 1 && tty)
         fputc('\n', stderr);
     double mean = nll / (double)scored, ppl = exp(mean);
     if (json) {

@@ -56,8 +56,10 @@ int mi_model_load(mi_model *m, mi_model_file *mf, const mi_config *c, const mi_l
         mi_layer *L = &m->layers[l];
         const mi_layer_spec *s = &specs[l];
         if (s->kv0 < 0 || s->n_kv < 0 || s->kv0 + s->n_kv > c->n_kv_heads || s->q0 < 0 || s->n_q < 0 ||
-            s->q0 + s->n_q > c->n_heads || s->f0 < 0 || s->nf < 0 || s->f0 + s->nf > c->hidden_dim)
+            s->q0 + s->n_q > c->n_heads || s->f0 < 0 || s->nf < 0 || s->f0 + s->nf > c->hidden_dim) {
+            mi_model_free(m);
             return mi_set_error(err, "layer %d: shard ranges are outside the model", l);
+        }
         L->spec = *s;
         if (s->n_kv > 0) {
             L->attention_norm = load_rows(m, mf, l, "attention_norm", 0, d, 1, 0, &rc, err);

@@ -47,11 +47,26 @@ void mi_model_layer_name(char *buf, size_t n, int layer, const char *tensor)
 
 /* ---------------------------------------------------------------- reading */
 
+/* 1 if attribute a holds exactly one element: H5Aread writes every element,
+ * so reading an array attribute into one int would overrun it. */
+static int attr_is_single(hid_t a)
+{
+    hid_t s = H5Aget_space(a);
+    hssize_t n = s < 0 ? -1 : H5Sget_simple_extent_npoints(s);
+    if (s >= 0)
+        H5Sclose(s);
+    return n == 1;
+}
+
 static int read_int_attr(hid_t loc, const char *name, int *v, const char *path, char *err)
 {
     if (H5Aexists(loc, name) <= 0)
         return mi_set_error(err, "%s: not a meshinfer model (attribute '%s' missing)", path, name);
     hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    if (a >= 0 && !attr_is_single(a)) {
+        H5Aclose(a);
+        return mi_set_error(err, "%s: attribute '%s' is not a single value (corrupt file)", path, name);
+    }
     herr_t r = a < 0 ? -1 : H5Aread(a, H5T_NATIVE_INT, v);
     if (a >= 0)
         H5Aclose(a);
@@ -63,6 +78,10 @@ static int read_float_attr(hid_t loc, const char *name, float *v, const char *pa
     if (H5Aexists(loc, name) <= 0)
         return mi_set_error(err, "%s: not a meshinfer model (attribute '%s' missing)", path, name);
     hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    if (a >= 0 && !attr_is_single(a)) {
+        H5Aclose(a);
+        return mi_set_error(err, "%s: attribute '%s' is not a single value (corrupt file)", path, name);
+    }
     herr_t r = a < 0 ? -1 : H5Aread(a, H5T_NATIVE_FLOAT, v);
     if (a >= 0)
         H5Aclose(a);
@@ -102,12 +121,17 @@ static int check_dataset(hid_t file, const char *name, int rank, hsize_t d0, hsi
     H5Sclose(s);
     H5Dclose(d);
     if (r != rank || dims[0] != d0 || (rank == 2 && dims[1] != d1)) {
+        char got[64];
+        if (r == 2)
+            snprintf(got, sizeof got, "[%llu, %llu]", (unsigned long long)dims[0], (unsigned long long)dims[1]);
+        else if (r == 1)
+            snprintf(got, sizeof got, "[%llu]", (unsigned long long)dims[0]);
+        else
+            snprintf(got, sizeof got, "rank %d", r);
         if (rank == 1)
-            return mi_set_error(err, "%s: tensor '%s' has shape [%llu%s%llu], expected [%llu]", path, name,
-                                (unsigned long long)dims[0], r == 2 ? ", " : "",
-                                r == 2 ? (unsigned long long)dims[1] : 0ULL, (unsigned long long)d0);
-        return mi_set_error(err, "%s: tensor '%s' has shape [%llu, %llu] (rank %d), expected [%llu, %llu]", path,
-                            name, (unsigned long long)dims[0], (unsigned long long)dims[1], r,
+            return mi_set_error(err, "%s: tensor '%s' has shape %s, expected [%llu]", path, name, got,
+                                (unsigned long long)d0);
+        return mi_set_error(err, "%s: tensor '%s' has shape %s, expected [%llu, %llu]", path, name, got,
                             (unsigned long long)d0, (unsigned long long)d1);
     }
     if (want_class == H5T_NATIVE_FLOAT && (cls != H5T_FLOAT || tsize != 4))
@@ -188,7 +212,8 @@ mi_model_file *mi_model_open(const char *path, mi_config *cfg, char *err)
         hid_t a = H5Aopen(f, "name", H5P_DEFAULT);
         hid_t t = H5Tcopy(H5T_C_S1);
         H5Tset_size(t, sizeof c->name);
-        H5Aread(a, t, c->name);
+        if (a >= 0 && attr_is_single(a))
+            H5Aread(a, t, c->name);
         c->name[sizeof c->name - 1] = '\0';
         H5Tclose(t);
         H5Aclose(a);

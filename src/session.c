@@ -48,7 +48,7 @@ int *session_encode_prompt(mi_session *ss, const char *prompt, int *n)
     int *ids = mi_malloc((strlen(prompt) + 3) * sizeof(int), "prompt tokens");
     *n = mi_tokenizer_encode(&ss->tok, prompt, 1, ids, err);
     if (*n < 0)
-        mi_fatal("%s", err);
+        mi_fatal("prompt: %s", err);
     int ctx = ss->model.cfg.seq_len;
     if (*n >= ctx)
         mi_fatal("prompt is %d tokens (with BOS) but the model's context is %d tokens; "

@@ -454,11 +454,11 @@ int mi_tokenizer_encode(const mi_tokenizer *t, const char *text, int bos, int *o
     for (size_t i = 0; i < n;) {
         const int len = utf8_seq_len(u + i, n - i);
         if (len == 0)
-            return mi_set_error(err, "prompt is not valid UTF-8 (byte offset %zu)", i);
+            return mi_set_error(err, "text is not valid UTF-8 (byte offset %zu)", i);
         i += (size_t)len;
     }
     if (n > (size_t)INT32_MAX / 4)
-        return mi_set_error(err, "prompt too long (%zu bytes)", n);
+        return mi_set_error(err, "text too long (%zu bytes)", n);
 
     int n_out = 0;
     if (bos)

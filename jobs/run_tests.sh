@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Second command of the README: install what is missing, build, and run the
+# whole test suite with ctest (the suite fetches the real model and the npm
+# reference material itself on first use).
+#
+# usage: jobs/run_tests.sh [extra ctest arguments, e.g. -R unit_]
+set -euo pipefail
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+    sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'
+    exit 0
+fi
+root="$(cd "$(dirname "$0")/.." && pwd)"
+"$root/jobs/build.sh"
+cd "$root/build"
+ctest --output-on-failure "$@"

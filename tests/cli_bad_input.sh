@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Bad input must give exactly one "meshinfer: error: ..." line on stderr that
+# names the problem, a non-zero exit (1 or 2, never a crash signal), and leave
+# no partial output file behind.
+# usage: cli_bad_input.sh MESHINFER MODEL.h5 CHECKPOINT.bin TOKENIZER.bin
+set -u
+bin=$1 model=$2 ckpt=$3 tokbin=$4
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+
+# expect_error "description" "regex the error line must match" command...
+expect_error() {
+    local what=$1 re=$2; shift 2
+    "$@" > "$tmp/out" 2> "$tmp/err" < /dev/null
+    local rc=$? lines
+    lines=$(grep -c . "$tmp/err")
+    if [[ $rc -ne 1 && $rc -ne 2 ]]; then
+        echo "FAIL: $what: exit $rc (want 1 or 2)"; sed 's/^/    /' "$tmp/err"; fail=$((fail+1)); return
+    fi
+    if [[ $lines -ne 1 ]] || ! grep -q '^meshinfer: error: ' "$tmp/err"; then
+        echo "FAIL: $what: want exactly one 'meshinfer: error:' line, got:"; sed 's/^/    /' "$tmp/err"
+        fail=$((fail+1)); return
+    fi
+    if ! grep -Eq -- "$re" "$tmp/err"; then
+        echo "FAIL: $what: error line does not match /$re/:"; sed 's/^/    /' "$tmp/err"; fail=$((fail+1)); return
+    fi
+    echo "ok: $what -> $(cat "$tmp/err")"; pass=$((pass+1))
+}
+
+# --- files
+head -c 1000000 /dev/urandom > "$tmp/random.h5"
+head -c "$(( $(stat -c %s "$model") / 2 ))" "$model" > "$tmp/half.h5"
+head -c 1000000 "$ckpt" > "$tmp/trunc.bin"
+head -c 100000 "$tokbin" > "$tmp/trunc_tok.bin"
+{ printf '\x20\x01\x00\x00\x00\x03\x00\x00'; head -c 2000 /dev/urandom; } > "$tmp/garbage.bin"
+cp "$ckpt" "$tmp/padded.bin"; printf 'xxxx' >> "$tmp/padded.bin"
+printf 'caf\xc3\x28 au lait\n' > "$tmp/bad_utf8.txt"
+printf 'abc\0def' > "$tmp/nul.txt"
+: > "$tmp/empty.txt"
+long=$(for i in $(seq 400); do printf 'word '; done)
+
+expect_error "no command"               "no command given"       "$bin"
+expect_error "unknown command"          "unknown command 'frobnicate'" "$bin" frobnicate
+expect_error "missing --model"          "--model is required"    "$bin" generate
+expect_error "model file missing"       "no-such.h5.*cannot open" "$bin" generate -m "$tmp/no-such.h5"
+expect_error "model is random bytes"    "not an HDF5 file"       "$bin" generate -m "$tmp/random.h5"
+expect_error "model truncated"          "truncated|corrupt"      "$bin" generate -m "$tmp/half.h5"
+expect_error "model is a .bin checkpoint" "not an HDF5 file"     "$bin" generate -m "$ckpt"
+expect_error "unknown option"           "unknown option '--frob'" "$bin" generate -m "$model" --frob
+expect_error "option without value"     "needs a value"          "$bin" generate -m
+expect_error "non-numeric -n"           "'12x' is not an integer" "$bin" generate -m "$model" -n 12x
+expect_error "negative -n"              "outside"                "$bin" generate -m "$model" -n -3
+expect_error "non-numeric temperature"  "'hot' is not a number"  "$bin" generate -m "$model" -t hot
+expect_error "top-p above 1"            "outside"                "$bin" generate -m "$model" --top-p 1.5
+expect_error "seed not a number"        "--seed needs a non-negative integer" "$bin" generate -m "$model" -s -1
+expect_error "stray argument"           "unexpected argument 'extra'" "$bin" generate -m "$model" extra
+expect_error "empty prompt"             "prompt is empty"        "$bin" generate -m "$model" -p ""
+expect_error "invalid UTF-8 prompt"     "not valid UTF-8"        "$bin" generate -m "$model" -p $'ab\xff\xfe'
+expect_error "prompt past the context"  "context is 256 tokens"  "$bin" generate -m "$model" -p "$long"
+expect_error "prompt + steps past context" "exceeds the context" "$bin" generate -m "$model" -p "Hello" -n 300
+expect_error "perplexity: missing text" "cannot open text file"  "$bin" perplexity -m "$model" --text "$tmp/none.txt"
+expect_error "perplexity: empty text"   "empty"                  "$bin" perplexity -m "$model" --text "$tmp/empty.txt"
+expect_error "perplexity: invalid UTF-8" "not valid UTF-8"       "$bin" perplexity -m "$model" --text "$tmp/bad_utf8.txt"
+expect_error "perplexity: NUL byte"     "NUL byte"               "$bin" perplexity -m "$model" --text "$tmp/nul.txt"
+expect_error "bench: too few steps"     "outside|no decode steps" "$bin" bench -m "$model" --steps 1
+expect_error "bench: steps past context" "exceeds the model's context" "$bin" bench -m "$model" --steps 5000
+expect_error "synth: unknown shape"     "unknown shape 'gpt5'"   "$bin" synth --shape gpt5 --out "$tmp/s.h5"
+expect_error "convert: missing args"    "required"               "$bin" convert --checkpoint "$ckpt"
+expect_error "convert: missing checkpoint" "cannot open checkpoint" \
+    "$bin" convert --checkpoint "$tmp/none.bin" --tokenizer "$tokbin" --out "$tmp/o1.h5"
+expect_error "convert: truncated checkpoint" "truncated" \
+    "$bin" convert --checkpoint "$tmp/trunc.bin" --tokenizer "$tokbin" --out "$tmp/o2.h5"
+expect_error "convert: trailing data"   "trailing data" \
+    "$bin" convert --checkpoint "$tmp/padded.bin" --tokenizer "$tokbin" --out "$tmp/o3.h5"
+expect_error "convert: garbage header"  "corrupt header|not a llama2.c" \
+    "$bin" convert --checkpoint "$tmp/garbage.bin" --tokenizer "$tokbin" --out "$tmp/o4.h5"
+expect_error "convert: truncated tokenizer" "trunc" \
+    "$bin" convert --checkpoint "$ckpt" --tokenizer "$tmp/trunc_tok.bin" --out "$tmp/o5.h5"
+expect_error "convert: output dir missing" "cannot create output file" \
+    "$bin" convert --checkpoint "$ckpt" --tokenizer "$tokbin" --out "$tmp/nodir/o6.h5"
+
+left=$(find "$tmp" -name 'o*.h5*' -o -name 's.h5*' -o -name '*.partial.*' | wc -l)
+if [[ $left -eq 0 ]]; then echo "ok: no partial output files left"; pass=$((pass+1));
+else echo "FAIL: partial output files left:"; find "$tmp" -name '*.h5*'; fail=$((fail+1)); fi
+
+# Interrupting convert must remove the temporary file: stop it with SIGINT
+# while it writes (a slow pipe is not needed: retry a few times if it finished first).
+for try in 1 2 3 4 5; do
+    "$bin" synth --shape stories110M --out "$tmp/big.h5" >/dev/null 2>&1 &
+    pid=$!; sleep 0.5; kill -INT $pid 2>/dev/null; wait $pid; rc=$?
+    [[ $rc -ne 0 ]] && break
+    rm -f "$tmp/big.h5"
+done
+if [[ $rc -ne 0 && -z "$(find "$tmp" -name 'big.h5*')" ]]; then
+    echo "ok: interrupted synth left nothing behind (exit $rc)"; pass=$((pass+1))
+else
+    echo "FAIL: interrupted synth: exit $rc, left: $(find "$tmp" -name 'big.h5*')"; fail=$((fail+1))
+fi
+echo "$pass passed, $fail failed"
+((fail == 0))

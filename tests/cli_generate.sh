@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Greedy generation with the real stories15M model must print exactly the
+# known continuation of the reference prompt (../shared/notes/model.md).
+# usage: cli_generate.sh MESHINFER MODEL.h5
+set -u
+bin=$1 model=$2
+prompt="Once upon a time, there was a little girl named Lily"
+want=". She loved to play outside in the sunshine. One day, she saw a big, red ball in the sky. It was the sun! She thought it was so pretty."
+fail=0
+out=$("$bin" generate -m "$model" -p "$prompt" -n 38 2>/dev/null) || { echo "FAIL: generate exited $?"; exit 1; }
+if [[ "$out" != "$prompt$want" ]]; then
+    echo "FAIL: streamed text differs"; echo " got: $out"; echo "want: $prompt$want"; fail=1
+else
+    echo "ok: streamed text is the known continuation"
+fi
+json=$("$bin" generate -m "$model" -p "$prompt" -n 38 --json 2>/dev/null)
+node_check=$(printf '%s' "$json" | node -e '
+  let s = ""; process.stdin.on("data", d => s += d).on("end", () => {
+    const j = JSON.parse(s);
+    process.stdout.write([j.text, j.generated_tokens, j.tokens.length, j.prompt_tokens, j.synthetic_weights].join("|"));
+  });')
+if [[ "$node_check" != "$want|38|38|14|false" ]]; then
+    echo "FAIL: --json output: $node_check"; fail=1
+else
+    echo "ok: --json parses and holds the same text, 38 tokens, 14 prompt tokens"
+fi
+if ((fail)); then echo "0 passed, 1 failed"; exit 1; fi
+echo "2 passed, 0 failed"

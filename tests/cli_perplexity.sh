@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# perplexity: the model's own sampled text scores low; English prose (Moby
+# Dick, out of distribution for a TinyStories model) scores finite and high.
+# usage: cli_perplexity.sh MESHINFER MODEL.h5 MOBY_DICK.txt
+set -u
+bin=$1 model=$2 moby=$3
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+"$bin" generate -m "$model" -p "Once upon a time" -t 1.0 --top-p 1 -s 7 -n 240 > "$tmp/own.txt" 2>/dev/null ||
+    { echo "FAIL: sampling text"; exit 1; }
+get() { node -e 'const j = JSON.parse(require("fs").readFileSync(0, "utf8")); console.log(j[process.argv[1]])' "$1"; }
+own=$("$bin" perplexity -m "$model" --text "$tmp/own.txt" --json 2>/dev/null)
+mob=$("$bin" perplexity -m "$model" --text "$moby" --max-tokens 3000 --json 2>/dev/null)
+p_own=$(printf '%s' "$own" | get perplexity); n_own=$(printf '%s' "$own" | get tokens)
+p_mob=$(printf '%s' "$mob" | get perplexity); n_mob=$(printf '%s' "$mob" | get tokens)
+echo "own sampled text: $n_own tokens, perplexity $p_own; Moby Dick: $n_mob tokens, perplexity $p_mob"
+pass=0 fail=0
+check() { if awk "BEGIN{exit !($1)}"; then echo "ok: $2"; pass=$((pass+1)); else echo "FAIL: $2"; fail=$((fail+1)); fi; }
+check "$p_own > 1 && $p_own < 5" "own text perplexity $p_own in (1, 5)"
+check "$n_own > 200" "own text scored $n_own tokens"
+check "$p_mob > 50 && $p_mob < 5000" "Moby Dick perplexity $p_mob is finite and far above own text"
+check "$n_mob == 3000" "--max-tokens 3000 scores exactly 3000 tokens"
+echo "$pass passed, $fail failed"
+((fail == 0))

@@ -1,0 +1,978 @@
+/* CUnit tests for the HDF5 model file (src/model_file.c) and shard loading
+ * (mi_model_load).
+ *
+ * Usage: test_model_file   (no arguments; scratch files go to a mkdtemp
+ * directory under $TMPDIR or /tmp and are removed at the end).
+ *
+ * A "tiny-gqa" synthetic model (dim 128, hidden 320, 4 layers, 8 heads,
+ * 2 KV heads, vocab 512, seq 128) written by mi_synth_write is the fixture;
+ * broken variants are made with the model writer or the HDF5 C API. */
+#define _POSIX_C_SOURCE 200809L
+
+#include "meshinfer/common.h"
+#include "meshinfer/config.h"
+#include "meshinfer/model.h"
+#include "meshinfer/model_file.h"
+#include "meshinfer/synth.h"
+#include "meshinfer/tokenizer.h"
+
+#include <CUnit/Basic.h>
+#include <CUnit/CUnit.h>
+#include <hdf5.h>
+
+#include <dirent.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SEED 20240601ull
+
+static char g_dir[4096];
+static char g_model[4200];
+static mi_config g_cfg; /* what mi_config_from_shape("tiny-gqa") gives */
+
+/* ------------------------------------------------------------ helpers */
+
+static void path_in_dir(char *buf, size_t n, const char *name)
+{
+    snprintf(buf, n, "%s/%s", g_dir, name);
+}
+
+static int file_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static long file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* 1 if any entry of dir contains ".partial." in its name. */
+static int dir_has_partial(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int found = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strstr(e->d_name, ".partial."))
+            found = 1;
+    closedir(d);
+    return found;
+}
+
+/* Copy the first `limit` bytes of src (all of it when limit < 0) to dst. */
+static int copy_file(const char *src, const char *dst, long limit)
+{
+    FILE *in = fopen(src, "rb");
+    if (!in)
+        return -1;
+    FILE *out = fopen(dst, "wb");
+    if (!out) {
+        fclose(in);
+        return -1;
+    }
+    char buf[65536];
+    long left = limit;
+    int rc = 0;
+    for (;;) {
+        size_t want = sizeof buf;
+        if (limit >= 0 && (size_t)left < want)
+            want = (size_t)left;
+        if (want == 0)
+            break;
+        size_t got = fread(buf, 1, want, in);
+        if (got == 0)
+            break;
+        if (fwrite(buf, 1, got, out) != got) {
+            rc = -1;
+            break;
+        }
+        left -= (long)got;
+    }
+    fclose(in);
+    if (fclose(out) != 0)
+        rc = -1;
+    return rc;
+}
+
+/* Overwrite an existing scalar int attribute of the root group. */
+static int set_root_int_attr(const char *path, const char *name, int v)
+{
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    if (f < 0)
+        return -1;
+    hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+    herr_t r = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_INT, &v);
+    if (a >= 0)
+        H5Aclose(a);
+    H5Fclose(f);
+    return r < 0 ? -1 : 0;
+}
+
+/* Replace root attribute `name` by a 1-D int array of n elements. */
+static int set_root_int_array_attr(const char *path, const char *name, int n)
+{
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    if (f < 0)
+        return -1;
+    int rc = 0;
+    if (H5Aexists(f, name) > 0 && H5Adelete(f, name) < 0)
+        rc = -1;
+    int *v = calloc((size_t)n, sizeof(int));
+    for (int i = 0; i < n; i++)
+        v[i] = 1;
+    hsize_t dims = (hsize_t)n;
+    hid_t s = H5Screate_simple(1, &dims, NULL);
+    hid_t a = H5Acreate2(f, name, H5T_STD_I32LE, s, H5P_DEFAULT, H5P_DEFAULT);
+    if (a < 0 || H5Awrite(a, H5T_NATIVE_INT, v) < 0)
+        rc = -1;
+    if (a >= 0)
+        H5Aclose(a);
+    H5Sclose(s);
+    free(v);
+    H5Fclose(f);
+    return rc;
+}
+
+/* Replace dataset `name` by a float64 dataset of the same shape. */
+static int make_dataset_double(const char *path, const char *name)
+{
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    if (f < 0)
+        return -1;
+    int rc = -1;
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    if (d >= 0) {
+        hid_t s = H5Dget_space(d);
+        H5Dclose(d);
+        if (H5Ldelete(f, name, H5P_DEFAULT) >= 0) {
+            hid_t d2 = H5Dcreate2(f, name, H5T_IEEE_F64LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+            if (d2 >= 0) {
+                rc = 0;
+                H5Dclose(d2);
+            }
+        }
+        H5Sclose(s);
+    }
+    H5Fclose(f);
+    return rc;
+}
+
+/* Write a complete model of config c with the model writer (constant
+ * weights), except: tensor `skip` is left out, and tensor `bad` gets
+ * bad_rows rows instead of its proper count. Returns 0 or -1. */
+static int write_variant(const char *path, const mi_config *c, const char *skip, const char *bad,
+                         size_t bad_rows, char *err)
+{
+    mi_model_writer *w = mi_model_writer_create(path, c, err);
+    if (!w)
+        return -1;
+    size_t d = (size_t)c->dim, V = (size_t)c->vocab_size, kv = (size_t)mi_kv_dim(c), h = (size_t)c->hidden_dim;
+    size_t q = (size_t)c->n_heads * (size_t)c->head_dim;
+    size_t cap = (V > h ? V : h) + 64;
+    float *buf = malloc(cap * d * sizeof(float));
+    for (size_t i = 0; i < cap * d; i++)
+        buf[i] = 0.01f;
+    struct { char name[64]; size_t rows, cols; } t[256];
+    int n = 0;
+    snprintf(t[n].name, 64, "tok_embeddings"); t[n].rows = V; t[n].cols = d; n++;
+    snprintf(t[n].name, 64, "norm"); t[n].rows = d; t[n].cols = 1; n++;
+    if (!c->shared_classifier) {
+        snprintf(t[n].name, 64, "classifier"); t[n].rows = V; t[n].cols = d; n++;
+    }
+    static const char *ln[] = {"attention_norm", "wq", "wk", "wv", "wo_t", "ffn_norm", "w1", "w3", "w2_t"};
+    for (int l = 0; l < c->n_layers; l++)
+        for (int i = 0; i < 9; i++) {
+            mi_model_layer_name(t[n].name, 64, l, ln[i]);
+            size_t rows = i == 0 || i == 5 ? d : i == 1 || i == 4 ? q : i == 2 || i == 3 ? kv : h;
+            t[n].rows = rows;
+            t[n].cols = i == 0 || i == 5 ? 1 : d;
+            n++;
+        }
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        if (skip && strcmp(t[i].name, skip) == 0)
+            continue;
+        size_t rows = bad && strcmp(t[i].name, bad) == 0 ? bad_rows : t[i].rows;
+        rc = mi_model_writer_put(w, t[i].name, buf, rows, t[i].cols, 0, err);
+    }
+    free(buf);
+    mi_tokenizer tok;
+    if (rc == 0 && (rc = mi_tokenizer_synthetic(&tok, c->vocab_size, err)) == 0) {
+        rc = mi_model_writer_put_tokenizer(w, &tok, err);
+        mi_tokenizer_free(&tok);
+    }
+    if (rc) {
+        mi_model_writer_abort(w);
+        return -1;
+    }
+    return mi_model_writer_commit(w, err);
+}
+
+static float *read_full(mi_model_file *mf, const char *name, size_t rows, size_t cols)
+{
+    char err[MI_ERRLEN];
+    float *p = malloc(rows * cols * sizeof(float));
+    if (mi_model_read_rows(mf, name, 0, rows, p, err) != 0) {
+        fprintf(stderr, "read_full(%s): %s\n", name, err);
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* Expect mi_model_open(path) to fail with an error containing both keys. */
+static void expect_open_fails(const char *path, const char *key1, const char *key2)
+{
+    char err[MI_ERRLEN] = "";
+    mi_config cfg;
+    mi_model_file *mf = mi_model_open(path, &cfg, err);
+    CU_ASSERT_PTR_NULL(mf);
+    if (mf)
+        mi_model_close(mf);
+    CU_ASSERT(strlen(err) > 0);
+    if (key1 && !strstr(err, key1)) {
+        fprintf(stderr, "\n  error '%s' lacks '%s'\n", err, key1);
+        CU_FAIL("error message lacks the expected key word");
+    }
+    if (key2 && !strstr(err, key2)) {
+        fprintf(stderr, "\n  error '%s' lacks '%s'\n", err, key2);
+        CU_FAIL("error message lacks the expected key word");
+    }
+    /* one line */
+    CU_ASSERT_PTR_NULL(strchr(err, '\n'));
+}
+
+/* ------------------------------------------------------------ suite setup */
+
+static int rm_tree(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    struct dirent *e;
+    char p[8192];
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
+            rm_tree(p);
+        else
+            unlink(p);
+    }
+    closedir(d);
+    return rmdir(dir);
+}
+
+static int suite_init(void)
+{
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !*tmp)
+        tmp = "/tmp";
+    snprintf(g_dir, sizeof g_dir, "%s/test_model_file.XXXXXX", tmp);
+    if (!mkdtemp(g_dir))
+        return -1;
+    if (mi_config_from_shape("tiny-gqa", &g_cfg) != 0)
+        return -1;
+    path_in_dir(g_model, sizeof g_model, "tiny.h5");
+    char err[MI_ERRLEN];
+    if (mi_synth_write(&g_cfg, SEED, g_model, 0, err) != 0) {
+        fprintf(stderr, "synth: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+static int suite_clean(void)
+{
+    return rm_tree(g_dir) == 0 ? 0 : -1;
+}
+
+/* ------------------------------------------------------------ tests */
+
+static void test_shape_is_tiny_gqa(void)
+{
+    /* the fixture's shape as documented, so the expectations below hold */
+    CU_ASSERT_EQUAL(g_cfg.dim, 128);
+    CU_ASSERT_EQUAL(g_cfg.hidden_dim, 320);
+    CU_ASSERT_EQUAL(g_cfg.n_layers, 4);
+    CU_ASSERT_EQUAL(g_cfg.n_heads, 8);
+    CU_ASSERT_EQUAL(g_cfg.n_kv_heads, 2);
+    CU_ASSERT_EQUAL(g_cfg.head_dim, 16);
+    CU_ASSERT_EQUAL(g_cfg.vocab_size, 512);
+    CU_ASSERT_EQUAL(g_cfg.seq_len, 128);
+    CU_ASSERT_EQUAL(g_cfg.shared_classifier, 0);
+    CU_ASSERT_EQUAL(g_cfg.synthetic, 1);
+    CU_ASSERT_STRING_EQUAL(g_cfg.name, "tiny-gqa");
+    CU_ASSERT(file_exists(g_model));
+    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+}
+
+static void test_layer_name(void)
+{
+    char b[64];
+    mi_model_layer_name(b, sizeof b, 3, "wq");
+    CU_ASSERT_STRING_EQUAL(b, "layers/003/wq");
+    mi_model_layer_name(b, sizeof b, 121, "w2_t");
+    CU_ASSERT_STRING_EQUAL(b, "layers/121/w2_t");
+}
+
+static void test_open_config(void)
+{
+    char err[MI_ERRLEN] = "";
+    mi_config c;
+    memset(&c, 0xAB, sizeof c);
+    mi_model_file *mf = mi_model_open(g_model, &c, err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mf);
+    CU_ASSERT_EQUAL(c.dim, g_cfg.dim);
+    CU_ASSERT_EQUAL(c.hidden_dim, g_cfg.hidden_dim);
+    CU_ASSERT_EQUAL(c.n_layers, g_cfg.n_layers);
+    CU_ASSERT_EQUAL(c.n_heads, g_cfg.n_heads);
+    CU_ASSERT_EQUAL(c.n_kv_heads, g_cfg.n_kv_heads);
+    CU_ASSERT_EQUAL(c.head_dim, g_cfg.head_dim);
+    CU_ASSERT_EQUAL(c.vocab_size, g_cfg.vocab_size);
+    CU_ASSERT_EQUAL(c.seq_len, g_cfg.seq_len);
+    CU_ASSERT_EQUAL(c.rope_theta, g_cfg.rope_theta);
+    CU_ASSERT_EQUAL(c.norm_eps, g_cfg.norm_eps);
+    CU_ASSERT_EQUAL(c.shared_classifier, 0);
+    CU_ASSERT_EQUAL(c.synthetic, 1);
+    CU_ASSERT_STRING_EQUAL(c.name, "tiny-gqa");
+    mi_model_close(mf);
+    mi_model_close(NULL); /* safe */
+}
+
+static void test_read_rows(void)
+{
+    char err[MI_ERRLEN] = "";
+    mi_config c;
+    mi_model_file *mf = mi_model_open(g_model, &c, err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mf);
+    size_t d = (size_t)c.dim, q = (size_t)c.n_heads * (size_t)c.head_dim;
+    float *full = read_full(mf, "layers/001/wq", q, d);
+    float *full0 = read_full(mf, "layers/000/wq", q, d);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(full);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(full0);
+    /* synthetic weights: uniform(-a, a), a = 0.02*sqrt(3); seeded per tensor name */
+    const float a = 0.02f * 1.7320508f;
+    int in_range = 1, nonzero = 0, differs = 0;
+    for (size_t i = 0; i < q * d; i++) {
+        if (!(fabsf(full[i]) <= a))
+            in_range = 0;
+        if (full[i] != 0.0f)
+            nonzero++;
+        if (full[i] != full0[i])
+            differs++;
+    }
+    CU_ASSERT(in_range);
+    CU_ASSERT(nonzero > (int)(q * d) - 10);
+    CU_ASSERT(differs > (int)(q * d) / 2);
+
+    const size_t r0 = 37, n = 21;
+    float *part = malloc((n + 1) * d * sizeof(float));
+    part[n * d] = -777.0f; /* sentinel after the requested rows */
+    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "layers/001/wq", r0, n, part, err), 0);
+    CU_ASSERT_EQUAL(memcmp(part, full + r0 * d, n * d * sizeof(float)), 0);
+    CU_ASSERT_EQUAL(part[n * d], -777.0f);
+
+    /* last row, and a zero-row read that must not touch out */
+    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "layers/001/wq", q - 1, 1, part, err), 0);
+    CU_ASSERT_EQUAL(memcmp(part, full + (q - 1) * d, d * sizeof(float)), 0);
+    part[0] = 5.0f;
+    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "layers/001/wq", 3, 0, part, err), 0);
+    CU_ASSERT_EQUAL(part[0], 5.0f);
+
+    /* out of range: error names the tensor, out untouched */
+    err[0] = '\0';
+    part[0] = 6.0f;
+    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "layers/001/wq", q - 2, 3, part, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "outside"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "layers/001/wq"));
+    CU_ASSERT_EQUAL(part[0], 6.0f);
+
+    /* missing tensor */
+    err[0] = '\0';
+    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "layers/001/nope", 0, 1, part, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "missing"));
+
+    /* 1-D: norm is all 1.0, also a sub-range */
+    float *norm = malloc((d + 1) * sizeof(float));
+    norm[d] = -5.0f;
+    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "norm", 0, d, norm, err), 0);
+    int ones = 0;
+    for (size_t i = 0; i < d; i++)
+        ones += norm[i] == 1.0f;
+    CU_ASSERT_EQUAL(ones, (int)d);
+    CU_ASSERT_EQUAL(norm[d], -5.0f);
+    for (size_t i = 0; i < d; i++)
+        norm[i] = 0.0f;
+    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "layers/002/ffn_norm", 10, 5, norm, err), 0);
+    CU_ASSERT(norm[0] == 1.0f && norm[4] == 1.0f);
+    CU_ASSERT_EQUAL(norm[5], 0.0f);
+    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "norm", d - 1, 2, norm, err), -1);
+
+    free(norm);
+    free(part);
+    free(full);
+    free(full0);
+    mi_model_close(mf);
+}
+
+static void test_read_t(void)
+{
+    char err[MI_ERRLEN] = "";
+    mi_config c;
+    mi_model_file *mf = mi_model_open(g_model, &c, err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mf);
+    size_t d = (size_t)c.dim, q = (size_t)c.n_heads * (size_t)c.head_dim, h = (size_t)c.hidden_dim;
+
+    /* wo_t: [q, d]; rows [r0, r0+n) come back as out[d][n] */
+    float *full = read_full(mf, "layers/002/wo_t", q, d);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(full);
+    size_t r0 = 32, n = 48;
+    float *out = malloc(n * d * sizeof(float));
+    CU_ASSERT_EQUAL(mi_model_read_t(mf, "layers/002/wo_t", r0, n, out, err), 0);
+    int bad = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < d; j++)
+            if (out[j * n + i] != full[(r0 + i) * d + j])
+                bad++;
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(out[0 * n + 1], full[(r0 + 1) * d + 0]);
+    CU_ASSERT_EQUAL(out[5 * n + 0], full[r0 * d + 5]);
+    free(out);
+    free(full);
+
+    /* w2_t: [h, d]; FFN units [100, 160) */
+    full = read_full(mf, "layers/003/w2_t", h, d);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(full);
+    r0 = 100;
+    n = 60;
+    out = malloc(n * d * sizeof(float));
+    CU_ASSERT_EQUAL(mi_model_read_t(mf, "layers/003/w2_t", r0, n, out, err), 0);
+    bad = 0;
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < d; j++)
+            if (out[j * n + i] != full[(r0 + i) * d + j])
+                bad++;
+    CU_ASSERT_EQUAL(bad, 0);
+
+    /* out of range and missing tensor fail */
+    err[0] = '\0';
+    CU_ASSERT_EQUAL(mi_model_read_t(mf, "layers/003/w2_t", h - 10, 11, out, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "outside"));
+    err[0] = '\0';
+    CU_ASSERT_EQUAL(mi_model_read_t(mf, "layers/009/w2_t", 0, 1, out, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "missing"));
+    free(out);
+    free(full);
+    mi_model_close(mf);
+}
+
+static void test_read_tokenizer(void)
+{
+    char err[MI_ERRLEN] = "";
+    mi_config c;
+    mi_model_file *mf = mi_model_open(g_model, &c, err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mf);
+    mi_tokenizer tok, ref;
+    int rc = mi_model_read_tokenizer(mf, &tok, err);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    CU_ASSERT_EQUAL_FATAL(mi_tokenizer_synthetic(&ref, c.vocab_size, err), 0);
+    CU_ASSERT_EQUAL(tok.vocab_size, 512);
+    CU_ASSERT_EQUAL(tok.max_token_length, ref.max_token_length);
+    int mism = 0;
+    for (int i = 0; i < tok.vocab_size; i++) {
+        if (tok.piece_len[i] != ref.piece_len[i] ||
+            memcmp(tok.pieces[i], ref.pieces[i], (size_t)ref.piece_len[i]) != 0 || tok.scores[i] != ref.scores[i])
+            mism++;
+    }
+    CU_ASSERT_EQUAL(mism, 0);
+    CU_ASSERT_STRING_EQUAL(tok.pieces[0], "<unk>");
+    CU_ASSERT_EQUAL(tok.piece_len[MI_TOK_BYTE0 + 'A'], 1);
+    CU_ASSERT_EQUAL(tok.pieces[MI_TOK_BYTE0 + 'A'][0], 'A');
+    /* the stored tokenizer encodes like the reference */
+    int ids1[64], ids2[64];
+    int n1 = mi_tokenizer_encode(&tok, "ab ba zz", 1, ids1, err);
+    int n2 = mi_tokenizer_encode(&ref, "ab ba zz", 1, ids2, err);
+    CU_ASSERT(n1 > 1);
+    CU_ASSERT_EQUAL(n1, n2);
+    if (n1 == n2 && n1 > 0)
+        CU_ASSERT_EQUAL(memcmp(ids1, ids2, (size_t)n1 * sizeof(int)), 0);
+    CU_ASSERT_EQUAL(ids1[0], MI_TOK_BOS);
+    mi_tokenizer_free(&tok);
+    mi_tokenizer_free(&ref);
+    mi_model_close(mf);
+}
+
+static size_t spec_floats(const mi_config *c, const mi_layer_spec *s)
+{
+    size_t d = (size_t)c->dim, hd = (size_t)c->head_dim, g = (size_t)mi_kv_group(c);
+    size_t n = 0;
+    if (s->n_kv > 0)
+        n += d + (size_t)s->n_kv * g * hd * d + 2 * (size_t)s->n_kv * hd * d;
+    n += (size_t)s->n_q * hd * d;
+    if (s->nf > 0)
+        n += d + 3 * (size_t)s->nf * d;
+    return n;
+}
+
+static void test_partial_load(void)
+{
+    char err[MI_ERRLEN] = "";
+    mi_config c;
+    mi_model_file *mf = mi_model_open(g_model, &c, err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mf);
+    const int L = c.n_layers;
+    size_t d = (size_t)c.dim, hd = (size_t)c.head_dim, g = (size_t)mi_kv_group(&c), h = (size_t)c.hidden_dim;
+    size_t q = (size_t)c.n_heads * hd;
+
+    mi_layer_spec *full_spec = malloc((size_t)L * sizeof *full_spec);
+    mi_layer_spec *part_spec = malloc((size_t)L * sizeof *part_spec);
+    for (int l = 0; l < L; l++) {
+        full_spec[l] = mi_layer_spec_full(&c);
+        part_spec[l] = (mi_layer_spec){.kv0 = 1, .n_kv = 1, .q0 = 4, .n_q = 4, .f0 = 100, .nf = 60};
+    }
+    CU_ASSERT_EQUAL(full_spec[0].n_kv, 2);
+    CU_ASSERT_EQUAL(full_spec[0].n_q, 8);
+    CU_ASSERT_EQUAL(full_spec[0].nf, 320);
+
+    mi_model full, part;
+    int rc_full = mi_model_load(&full, mf, &c, full_spec, 1, err);
+    CU_ASSERT_EQUAL_FATAL(rc_full, 0);
+    int rc_part = mi_model_load(&part, mf, &c, part_spec, 0, err);
+    CU_ASSERT_EQUAL_FATAL(rc_part, 0);
+
+    /* full: every parameter once (classifier separate in tiny-gqa) */
+    CU_ASSERT_EQUAL(full.weight_bytes, mi_model_params(&c) * sizeof(float));
+    CU_ASSERT_EQUAL(full.kv_bytes, mi_kv_cache_bytes(&c, c.seq_len));
+    CU_ASSERT_PTR_NOT_NULL(full.tok_embeddings);
+    CU_ASSERT_PTR_NOT_NULL(full.classifier);
+    CU_ASSERT(full.classifier != full.tok_embeddings);
+
+    /* partial: exactly the shard bytes, no embeddings */
+    size_t per_layer = d                      /* attention_norm */
+                       + 1 * g * hd * d       /* wq rows of KV head 1's 4 query heads */
+                       + 2 * 1 * hd * d       /* wk, wv of KV head 1 */
+                       + 4 * hd * d           /* wo columns of query heads 4..7 */
+                       + d                    /* ffn_norm */
+                       + 3 * 60 * d;          /* w1, w3, w2 of 60 units */
+    CU_ASSERT_EQUAL(per_layer, spec_floats(&c, &part_spec[0]));
+    CU_ASSERT_EQUAL(per_layer * (size_t)L * sizeof(float), (size_t)700416);
+    CU_ASSERT_EQUAL(part.weight_bytes, per_layer * (size_t)L * sizeof(float));
+    CU_ASSERT_EQUAL(part.kv_bytes, (size_t)L * 2 * 1 * (size_t)c.seq_len * hd * sizeof(float));
+    CU_ASSERT_EQUAL(part.has_embeddings, 0);
+    CU_ASSERT_PTR_NULL(part.tok_embeddings);
+    CU_ASSERT_PTR_NULL(part.norm);
+    CU_ASSERT_PTR_NULL(part.classifier);
+
+    for (int l = 0; l < L; l++) {
+        const mi_layer *F = &full.layers[l], *P = &part.layers[l];
+        CU_ASSERT_EQUAL(P->spec.kv0, 1);
+        CU_ASSERT_EQUAL(P->spec.nf, 60);
+        /* wq: rows [kv0*g*hd, +n_kv*g*hd) = [64, 128) */
+        CU_ASSERT_EQUAL(memcmp(P->wq, F->wq + 1 * g * hd * d, g * hd * d * sizeof(float)), 0);
+        CU_ASSERT_EQUAL(memcmp(P->wk, F->wk + 1 * hd * d, hd * d * sizeof(float)), 0);
+        CU_ASSERT_EQUAL(memcmp(P->wv, F->wv + 1 * hd * d, hd * d * sizeof(float)), 0);
+        CU_ASSERT_EQUAL(memcmp(P->attention_norm, F->attention_norm, d * sizeof(float)), 0);
+        CU_ASSERT_EQUAL(memcmp(P->w1, F->w1 + 100 * d, 60 * d * sizeof(float)), 0);
+        CU_ASSERT_EQUAL(memcmp(P->w3, F->w3 + 100 * d, 60 * d * sizeof(float)), 0);
+        /* wo: [d, n_q*hd] column block of the full [d, q] */
+        int bad = 0;
+        size_t nq = 4 * hd;
+        for (size_t j = 0; j < d; j++)
+            for (size_t i = 0; i < nq; i++)
+                if (P->wo[j * nq + i] != F->wo[j * q + 4 * hd + i])
+                    bad++;
+        /* w2: [d, nf] column block of the full [d, h] */
+        for (size_t j = 0; j < d; j++)
+            for (size_t i = 0; i < 60; i++)
+                if (P->w2[j * 60 + i] != F->w2[j * h + 100 + i])
+                    bad++;
+        CU_ASSERT_EQUAL(bad, 0);
+    }
+    /* full wq of layer 1 equals the file's rows */
+    float *wq = read_full(mf, "layers/001/wq", q, d);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(wq);
+    CU_ASSERT_EQUAL(memcmp(full.layers[1].wq, wq, q * d * sizeof(float)), 0);
+    CU_ASSERT_EQUAL(memcmp(part.layers[1].wq, wq + 64 * d, 64 * d * sizeof(float)), 0);
+    free(wq);
+
+    /* a layer holding nothing has no weights and no cache */
+    mi_model empty;
+    for (int l = 0; l < L; l++)
+        part_spec[l] = (mi_layer_spec){0, 0, 0, 0, 0, 0};
+    part_spec[2] = (mi_layer_spec){.kv0 = 0, .n_kv = 0, .q0 = 0, .n_q = 0, .f0 = 0, .nf = 1};
+    CU_ASSERT_EQUAL_FATAL(mi_model_load(&empty, mf, &c, part_spec, 0, err), 0);
+    CU_ASSERT_EQUAL(empty.weight_bytes, (d + 3 * d) * sizeof(float));
+    CU_ASSERT_EQUAL(empty.kv_bytes, 0);
+    CU_ASSERT_PTR_NULL(empty.layers[0].wq);
+    CU_ASSERT_PTR_NULL(empty.layers[0].k_cache);
+    CU_ASSERT_PTR_NOT_NULL(empty.layers[2].w1);
+    mi_model_free(&empty);
+
+    mi_model_free(&full);
+    mi_model_free(&part);
+    free(full_spec);
+    free(part_spec);
+    mi_model_close(mf);
+}
+
+static void test_bad_spec(void)
+{
+    char err[MI_ERRLEN] = "";
+    mi_config c;
+    mi_model_file *mf = mi_model_open(g_model, &c, err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mf);
+    mi_layer_spec *spec = malloc((size_t)c.n_layers * sizeof *spec);
+    for (int l = 0; l < c.n_layers; l++)
+        spec[l] = mi_layer_spec_full(&c);
+    spec[0].kv0 = 1; /* kv0 + n_kv = 3 > n_kv_heads = 2 */
+    mi_model m;
+    err[0] = '\0';
+    CU_ASSERT_EQUAL(mi_model_load(&m, mf, &c, spec, 0, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "layer 0"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "outside"));
+    free(spec);
+    mi_model_close(mf);
+}
+
+/* ---- bad files ---- */
+
+static void test_missing_file(void)
+{
+    char p[4300];
+    path_in_dir(p, sizeof p, "does-not-exist.h5");
+    expect_open_fails(p, "no such file", "does-not-exist.h5");
+}
+
+static void test_random_bytes(void)
+{
+    char p[4300];
+    path_in_dir(p, sizeof p, "random.h5");
+    FILE *f = fopen(p, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    for (int i = 0; i < 100000; i++) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        fputc((int)(s & 0xff), f);
+    }
+    fclose(f);
+    expect_open_fails(p, "not an HDF5 file", "corrupt");
+    /* an empty file too */
+    path_in_dir(p, sizeof p, "empty.h5");
+    f = fopen(p, "wb");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fclose(f);
+    expect_open_fails(p, "not an HDF5 file", NULL);
+}
+
+static void test_truncated(void)
+{
+    char p[4300];
+    path_in_dir(p, sizeof p, "half.h5");
+    long full = file_size(g_model);
+    CU_ASSERT_FATAL(full > 100000);
+    CU_ASSERT_EQUAL_FATAL(copy_file(g_model, p, full / 2), 0);
+    CU_ASSERT_EQUAL(file_size(p), full / 2);
+    expect_open_fails(p, "truncated", NULL);
+    /* only the last few bytes missing */
+    CU_ASSERT_EQUAL_FATAL(copy_file(g_model, p, full - 16), 0);
+    expect_open_fails(p, "truncated", NULL);
+}
+
+static void test_wrong_format_version(void)
+{
+    char p[4300];
+    path_in_dir(p, sizeof p, "v2.h5");
+    CU_ASSERT_EQUAL_FATAL(copy_file(g_model, p, -1), 0);
+    /* the unmodified copy opens */
+    char err[MI_ERRLEN];
+    mi_config c;
+    mi_model_file *mf = mi_model_open(p, &c, err);
+    CU_ASSERT_PTR_NOT_NULL(mf);
+    mi_model_close(mf);
+    CU_ASSERT_EQUAL_FATAL(set_root_int_attr(p, "format_version", 2), 0);
+    expect_open_fails(p, "format_version 2", "not supported");
+}
+
+static void test_attr_not_scalar(void)
+{
+    /* a corrupt file whose format_version / dim attribute is an array must be
+     * rejected, not read past the int it is stored into */
+    char p[4300];
+    path_in_dir(p, sizeof p, "arr.h5");
+    CU_ASSERT_EQUAL_FATAL(copy_file(g_model, p, -1), 0);
+    CU_ASSERT_EQUAL_FATAL(set_root_int_array_attr(p, "format_version", 64), 0);
+    expect_open_fails(p, "format_version", NULL);
+    CU_ASSERT_EQUAL_FATAL(copy_file(g_model, p, -1), 0);
+    CU_ASSERT_EQUAL_FATAL(set_root_int_array_attr(p, "dim", 64), 0);
+    expect_open_fails(p, "'dim'", NULL);
+}
+
+static void test_missing_attr(void)
+{
+    char p[4300];
+    path_in_dir(p, sizeof p, "noattr.h5");
+    CU_ASSERT_EQUAL_FATAL(copy_file(g_model, p, -1), 0);
+    hid_t f = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+    CU_ASSERT_FATAL(f >= 0);
+    CU_ASSERT(H5Adelete(f, "seq_len") >= 0);
+    H5Fclose(f);
+    expect_open_fails(p, "missing", "seq_len");
+}
+
+static void test_bad_heads(void)
+{
+    char p[4300];
+    path_in_dir(p, sizeof p, "heads.h5");
+    CU_ASSERT_EQUAL_FATAL(copy_file(g_model, p, -1), 0);
+    CU_ASSERT_EQUAL_FATAL(set_root_int_attr(p, "n_kv_heads", 3), 0);
+    expect_open_fails(p, "n_kv_heads", "multiple");
+    /* n_heads * head_dim != dim */
+    CU_ASSERT_EQUAL_FATAL(copy_file(g_model, p, -1), 0);
+    CU_ASSERT_EQUAL_FATAL(set_root_int_attr(p, "head_dim", 8), 0);
+    expect_open_fails(p, "head_dim", "dim = 128");
+    /* zero layers */
+    CU_ASSERT_EQUAL_FATAL(copy_file(g_model, p, -1), 0);
+    CU_ASSERT_EQUAL_FATAL(set_root_int_attr(p, "n_layers", 0), 0);
+    expect_open_fails(p, "n_layers", NULL);
+}
+
+static void test_writer_variant_ok(void)
+{
+    /* control: the helper's unmodified output opens, so the failures below
+     * come from the one change each makes */
+    char p[4300], err[MI_ERRLEN] = "";
+    path_in_dir(p, sizeof p, "variant-ok.h5");
+    CU_ASSERT_EQUAL_FATAL(write_variant(p, &g_cfg, NULL, NULL, 0, err), 0);
+    mi_config c;
+    mi_model_file *mf = mi_model_open(p, &c, err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mf);
+    float v[3];
+    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "layers/003/w3", 319, 1, v, err), 0);
+    CU_ASSERT_EQUAL(v[0], 0.01f);
+    mi_model_close(mf);
+}
+
+static void test_wrong_shape(void)
+{
+    char p[4300], err[MI_ERRLEN] = "";
+    path_in_dir(p, sizeof p, "shape.h5");
+    /* wk of layer 2 with 3 head rows (48) instead of 2*16 = 32 */
+    CU_ASSERT_EQUAL_FATAL(write_variant(p, &g_cfg, NULL, "layers/002/wk", 48, err), 0);
+    expect_open_fails(p, "shape", "layers/002/wk");
+    expect_open_fails(p, "[48, 128]", "expected [32, 128]");
+    /* a 1-D tensor of the wrong length */
+    CU_ASSERT_EQUAL_FATAL(write_variant(p, &g_cfg, NULL, "norm", 127, err), 0);
+    expect_open_fails(p, "shape [127]", "expected [128]");
+    /* classifier with one row too many */
+    CU_ASSERT_EQUAL_FATAL(write_variant(p, &g_cfg, NULL, "classifier", 513, err), 0);
+    expect_open_fails(p, "shape", "classifier");
+}
+
+static void test_wrong_dtype(void)
+{
+    char p[4300];
+    path_in_dir(p, sizeof p, "f64.h5");
+    CU_ASSERT_EQUAL_FATAL(copy_file(g_model, p, -1), 0);
+    CU_ASSERT_EQUAL_FATAL(make_dataset_double(p, "layers/001/w1"), 0);
+    expect_open_fails(p, "float32", "layers/001/w1");
+}
+
+static void test_missing_tensor(void)
+{
+    char p[4300], err[MI_ERRLEN] = "";
+    path_in_dir(p, sizeof p, "missing.h5");
+    CU_ASSERT_EQUAL_FATAL(write_variant(p, &g_cfg, "layers/003/w3", NULL, 0, err), 0);
+    expect_open_fails(p, "missing", "layers/003/w3");
+    CU_ASSERT_EQUAL_FATAL(write_variant(p, &g_cfg, "classifier", NULL, 0, err), 0);
+    expect_open_fails(p, "missing", "classifier");
+    CU_ASSERT_EQUAL_FATAL(write_variant(p, &g_cfg, "tok_embeddings", NULL, 0, err), 0);
+    expect_open_fails(p, "missing", "tok_embeddings");
+    /* a shared-classifier model does not need /classifier */
+    mi_config c = g_cfg;
+    c.shared_classifier = 1;
+    CU_ASSERT_EQUAL_FATAL(write_variant(p, &c, "classifier", NULL, 0, err), 0);
+    mi_config got;
+    mi_model_file *mf = mi_model_open(p, &got, err);
+    CU_ASSERT_PTR_NOT_NULL(mf);
+    CU_ASSERT_EQUAL(got.shared_classifier, 1);
+    mi_model_close(mf);
+}
+
+static void test_no_tokenizer(void)
+{
+    /* a model without /tokenizer opens, but reading the tokenizer fails */
+    char p[4300], err[MI_ERRLEN] = "";
+    path_in_dir(p, sizeof p, "notok.h5");
+    CU_ASSERT_EQUAL_FATAL(copy_file(g_model, p, -1), 0);
+    hid_t f = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+    CU_ASSERT_FATAL(f >= 0);
+    CU_ASSERT(H5Ldelete(f, "tokenizer", H5P_DEFAULT) >= 0);
+    H5Fclose(f);
+    mi_config c;
+    mi_model_file *mf = mi_model_open(p, &c, err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mf);
+    mi_tokenizer tok;
+    err[0] = '\0';
+    CU_ASSERT_EQUAL(mi_model_read_tokenizer(mf, &tok, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "tokenizer"));
+    mi_model_close(mf);
+}
+
+/* ---- writer ---- */
+
+static void test_writer_abort(void)
+{
+    char p[4300], err[MI_ERRLEN] = "";
+    path_in_dir(p, sizeof p, "aborted.h5");
+    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+    mi_model_writer *w = mi_model_writer_create(p, &g_cfg, err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+    /* the temporary exists while writing, the target does not */
+    CU_ASSERT(dir_has_partial(g_dir));
+    CU_ASSERT_FALSE(file_exists(p));
+    float x[128];
+    for (int i = 0; i < 128; i++)
+        x[i] = 1.0f;
+    CU_ASSERT_EQUAL(mi_model_writer_put(w, "norm", x, 128, 1, 0, err), 0);
+    mi_model_writer_abort(w);
+    CU_ASSERT_FALSE(file_exists(p));
+    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+    mi_model_writer_abort(NULL); /* safe */
+
+    /* the signal-handler cleanup removes the temporary of the open writer */
+    w = mi_model_writer_create(p, &g_cfg, err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+    CU_ASSERT(dir_has_partial(g_dir));
+    mi_model_writer_cleanup_on_signal();
+    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+    mi_model_writer_abort(w);
+    CU_ASSERT_FALSE(file_exists(p));
+    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+}
+
+static void test_writer_commit(void)
+{
+    char p[4300], err[MI_ERRLEN] = "";
+    path_in_dir(p, sizeof p, "committed.h5");
+    CU_ASSERT_EQUAL_FATAL(write_variant(p, &g_cfg, NULL, NULL, 0, err), 0);
+    CU_ASSERT(file_exists(p));
+    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+    /* transpose flag: [rows, cols] data stored as [cols, rows] */
+    char p2[4300];
+    path_in_dir(p2, sizeof p2, "transposed.h5");
+    mi_model_writer *w = mi_model_writer_create(p2, &g_cfg, err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+    float a[6] = {1, 2, 3, 4, 5, 6}; /* [2, 3] */
+    CU_ASSERT_EQUAL(mi_model_writer_put(w, "t", a, 2, 3, 1, err), 0);
+    CU_ASSERT_EQUAL(mi_model_writer_commit(w, err), 0);
+    hid_t f = H5Fopen(p2, H5F_ACC_RDONLY, H5P_DEFAULT);
+    CU_ASSERT_FATAL(f >= 0);
+    hid_t d = H5Dopen2(f, "t", H5P_DEFAULT);
+    hid_t s = H5Dget_space(d);
+    hsize_t dims[2] = {0, 0};
+    CU_ASSERT_EQUAL(H5Sget_simple_extent_ndims(s), 2);
+    H5Sget_simple_extent_dims(s, dims, NULL);
+    CU_ASSERT(dims[0] == 3 && dims[1] == 2);
+    float b[6] = {0};
+    CU_ASSERT(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, b) >= 0);
+    const float want[6] = {1, 4, 2, 5, 3, 6};
+    CU_ASSERT_EQUAL(memcmp(b, want, sizeof want), 0);
+    H5Sclose(s);
+    H5Dclose(d);
+    H5Fclose(f);
+    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+}
+
+static void test_writer_bad_dir(void)
+{
+    char p[4300], err[MI_ERRLEN] = "";
+    path_in_dir(p, sizeof p, "no/such/dir/model.h5");
+    mi_model_writer *w = mi_model_writer_create(p, &g_cfg, err);
+    CU_ASSERT_PTR_NULL(w);
+    if (w)
+        mi_model_writer_abort(w);
+    CU_ASSERT(strlen(err) > 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "cannot create"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "model.h5"));
+    CU_ASSERT_FALSE(file_exists(p));
+    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+}
+
+static void test_writer_bad_config(void)
+{
+    char p[4300], err[MI_ERRLEN] = "";
+    path_in_dir(p, sizeof p, "badcfg.h5");
+    mi_config c = g_cfg;
+    c.n_kv_heads = 3;
+    mi_model_writer *w = mi_model_writer_create(p, &c, err);
+    CU_ASSERT_PTR_NULL(w);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "n_kv_heads"));
+    CU_ASSERT_FALSE(file_exists(p));
+    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+}
+
+/* ------------------------------------------------------------ main */
+
+int main(void)
+{
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 2;
+    CU_pSuite s = CU_add_suite("model_file", suite_init, suite_clean);
+    if (!s) {
+        CU_cleanup_registry();
+        return 2;
+    }
+    struct { const char *name; CU_TestFunc fn; } tests[] = {
+        {"fixture shape is tiny-gqa", test_shape_is_tiny_gqa},
+        {"layer dataset names", test_layer_name},
+        {"open returns the written config", test_open_config},
+        {"read_rows: row range equals full read; norm is 1", test_read_rows},
+        {"read_t: transposed row block", test_read_t},
+        {"read_tokenizer equals the synthetic vocabulary", test_read_tokenizer},
+        {"partial load: exact shard bytes and rows", test_partial_load},
+        {"load rejects shard ranges outside the model", test_bad_spec},
+        {"bad file: missing path", test_missing_file},
+        {"bad file: random bytes / empty", test_random_bytes},
+        {"bad file: truncated", test_truncated},
+        {"bad file: wrong format_version", test_wrong_format_version},
+        {"bad file: non-scalar attribute", test_attr_not_scalar},
+        {"bad file: missing attribute", test_missing_attr},
+        {"bad file: invalid head config", test_bad_heads},
+        {"writer helper control model opens", test_writer_variant_ok},
+        {"bad file: tensor of wrong shape", test_wrong_shape},
+        {"bad file: tensor not float32", test_wrong_dtype},
+        {"bad file: missing tensor", test_missing_tensor},
+        {"model without tokenizer", test_no_tokenizer},
+        {"writer abort leaves nothing", test_writer_abort},
+        {"writer commit and transpose", test_writer_commit},
+        {"writer in missing directory fails", test_writer_bad_dir},
+        {"writer rejects invalid config", test_writer_bad_config},
+    };
+    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
+        if (!CU_add_test(s, tests[i].name, tests[i].fn)) {
+            CU_cleanup_registry();
+            return 2;
+        }
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned fails = CU_get_number_of_failures();
+    /* a failed suite init/cleanup is a failure too */
+    unsigned suite_fails = CU_get_number_of_suites_failed();
+    CU_cleanup_registry();
+    return fails != 0 || suite_fails != 0;
+}
