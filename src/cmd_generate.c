@@ -135,6 +135,7 @@ int cmd_generate(int argc, char **argv)
         printf("]}\n");
     } else {
         printf("\n");
+        fflush(stdout);
         fprintf(stderr, "generate: %d prompt + %d new tokens, TTFT %.1f ms, TPOT %.2f ms, %.1f tokens/s%s\n",
                 n_prompt, n_out, ttft * 1e3, tpot * 1e3, tpot > 0 ? 1.0 / tpot : 0.0,
                 c->synthetic ? " (synthetic weights)" : "");
