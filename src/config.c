@@ -10,7 +10,7 @@ int mi_config_validate(const mi_config *c, char *err)
     struct { const char *name; int v; int hi; } f[] = {
         {"dim", c->dim, 1 << 16},          {"hidden_dim", c->hidden_dim, 1 << 18},
         {"n_layers", c->n_layers, 1024},   {"n_heads", c->n_heads, 1024},
-        {"n_kv_heads", c->n_kv_heads, 1024}, {"head_dim", c->head_dim, 4096},
+        {"n_kv_heads", c->n_kv_heads, 128}, {"head_dim", c->head_dim, 4096},
         {"vocab_size", c->vocab_size, 1 << 20}, {"seq_len", c->seq_len, 1 << 20},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)

@@ -65,7 +65,8 @@ void mi_proj_block(const mi_model *m, int l, const float *heads, int T, float *y
 {
     const mi_config *c = &m->cfg;
     const mi_layer *L = &m->layers[l];
-    int n_in = L->spec.n_q * c->head_dim;
+    int n_in = L->spec.proj == MI_PROJ_FULL ? c->n_heads * c->head_dim
+                                            : L->spec.n_kv * mi_kv_group(c) * c->head_dim;
     if (add)
         mi_matmul_add(y, heads, L->wo, T, n_in, c->dim);
     else
@@ -90,7 +91,7 @@ void mi_logits(const mi_model *m, mi_scratch *s, const float *x, int T, float *l
 {
     const mi_config *c = &m->cfg;
     mi_rmsnorm(s->xn, x, m->norm, T, c->dim, c->norm_eps);
-    mi_matmul(logits, s->xn, m->classifier, T, c->dim, c->vocab_size);
+    mi_matmul(logits, s->xn, m->classifier, T, c->dim, m->cls_nv);
 }
 
 float *mi_forward(mi_model *m, mi_scratch *s, const int *tokens, int T, int pos0, int all_logits)

@@ -552,9 +552,9 @@ static void load_full(mi_model *m, const char *path)
     mi_model_file *mf = mi_model_open(path, &c, err);
     CU_ASSERT_PTR_NOT_NULL_FATAL(mf);
     mi_layer_spec *spec = malloc((size_t)c.n_layers * sizeof *spec);
-    for (int l = 0; l < c.n_layers; l++)
-        spec[l] = mi_layer_spec_full(&c);
-    int rc = mi_model_load(m, mf, &c, spec, 1, err);
+    mi_shard_spec full = mi_shard_spec_full(&c, spec);
+    mi_weight_source src = mi_weight_source_file(mf);
+    int rc = mi_model_load(m, &src, &c, &full, err);
     if (rc)
         fprintf(stderr, "\n  %s\n", err);
     free(spec);

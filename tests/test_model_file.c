@@ -521,7 +521,8 @@ static size_t spec_floats(const mi_config *c, const mi_layer_spec *s)
     size_t n = 0;
     if (s->n_kv > 0)
         n += d + (size_t)s->n_kv * g * hd * d + 2 * (size_t)s->n_kv * hd * d;
-    n += (size_t)s->n_q * hd * d;
+    if (s->proj == MI_PROJ_HEADS)
+        n += (size_t)s->n_kv * g * hd * d;
     if (s->nf > 0)
         n += d + 3 * (size_t)s->nf * d;
     return n;
@@ -539,18 +540,21 @@ static void test_partial_load(void)
 
     mi_layer_spec *full_spec = malloc((size_t)L * sizeof *full_spec);
     mi_layer_spec *part_spec = malloc((size_t)L * sizeof *part_spec);
-    for (int l = 0; l < L; l++) {
-        full_spec[l] = mi_layer_spec_full(&c);
-        part_spec[l] = (mi_layer_spec){.kv0 = 1, .n_kv = 1, .q0 = 4, .n_q = 4, .f0 = 100, .nf = 60};
-    }
+    /* KV head 1 (query heads 4..7) with its wo columns, FFN units [100, 160) */
+    mi_layer_spec one = {.n_kv = 1, .kv = {1}, .proj = MI_PROJ_HEADS, .f0 = 100, .nf = 60};
+    mi_shard_spec full_shard = mi_shard_spec_full(&c, full_spec);
+    for (int l = 0; l < L; l++)
+        part_spec[l] = one;
+    mi_shard_spec part_shard = {part_spec, 0, 0, 0};
     CU_ASSERT_EQUAL(full_spec[0].n_kv, 2);
-    CU_ASSERT_EQUAL(full_spec[0].n_q, 8);
+    CU_ASSERT_EQUAL(full_spec[0].proj, MI_PROJ_FULL);
     CU_ASSERT_EQUAL(full_spec[0].nf, 320);
 
     mi_model full, part;
-    int rc_full = mi_model_load(&full, mf, &c, full_spec, 1, err);
+    mi_weight_source src = mi_weight_source_file(mf);
+    int rc_full = mi_model_load(&full, &src, &c, &full_shard, err);
     CU_ASSERT_EQUAL_FATAL(rc_full, 0);
-    int rc_part = mi_model_load(&part, mf, &c, part_spec, 0, err);
+    int rc_part = mi_model_load(&part, &src, &c, &part_shard, err);
     CU_ASSERT_EQUAL_FATAL(rc_part, 0);
 
     /* full: every parameter once (classifier separate in tiny-gqa) */
@@ -570,6 +574,9 @@ static void test_partial_load(void)
     CU_ASSERT_EQUAL(per_layer, spec_floats(&c, &part_spec[0]));
     CU_ASSERT_EQUAL(per_layer * (size_t)L * sizeof(float), (size_t)700416);
     CU_ASSERT_EQUAL(part.weight_bytes, per_layer * (size_t)L * sizeof(float));
+    CU_ASSERT_EQUAL(part.weight_bytes, mi_shard_weight_bytes(&c, &part_shard));
+    CU_ASSERT_EQUAL(full.weight_bytes, mi_shard_weight_bytes(&c, &full_shard));
+    CU_ASSERT_EQUAL(part.kv_bytes, mi_shard_kv_bytes(&c, &part_shard));
     CU_ASSERT_EQUAL(part.kv_bytes, (size_t)L * 2 * 1 * (size_t)c.seq_len * hd * sizeof(float));
     CU_ASSERT_EQUAL(part.has_embeddings, 0);
     CU_ASSERT_PTR_NULL(part.tok_embeddings);
@@ -578,7 +585,7 @@ static void test_partial_load(void)
 
     for (int l = 0; l < L; l++) {
         const mi_layer *F = &full.layers[l], *P = &part.layers[l];
-        CU_ASSERT_EQUAL(P->spec.kv0, 1);
+        CU_ASSERT_EQUAL(P->spec.kv[0], 1);
         CU_ASSERT_EQUAL(P->spec.nf, 60);
         /* wq: rows [kv0*g*hd, +n_kv*g*hd) = [64, 128) */
         CU_ASSERT_EQUAL(memcmp(P->wq, F->wq + 1 * g * hd * d, g * hd * d * sizeof(float)), 0);
@@ -611,9 +618,9 @@ static void test_partial_load(void)
     /* a layer holding nothing has no weights and no cache */
     mi_model empty;
     for (int l = 0; l < L; l++)
-        part_spec[l] = (mi_layer_spec){0, 0, 0, 0, 0, 0};
-    part_spec[2] = (mi_layer_spec){.kv0 = 0, .n_kv = 0, .q0 = 0, .n_q = 0, .f0 = 0, .nf = 1};
-    CU_ASSERT_EQUAL_FATAL(mi_model_load(&empty, mf, &c, part_spec, 0, err), 0);
+        part_spec[l] = (mi_layer_spec){.n_kv = 0};
+    part_spec[2] = (mi_layer_spec){.n_kv = 0, .proj = MI_PROJ_NONE, .f0 = 0, .nf = 1};
+    CU_ASSERT_EQUAL_FATAL(mi_model_load(&empty, &src, &c, &part_shard, err), 0);
     CU_ASSERT_EQUAL(empty.weight_bytes, (d + 3 * d) * sizeof(float));
     CU_ASSERT_EQUAL(empty.kv_bytes, 0);
     CU_ASSERT_PTR_NULL(empty.layers[0].wq);
@@ -635,12 +642,12 @@ static void test_bad_spec(void)
     mi_model_file *mf = mi_model_open(g_model, &c, err);
     CU_ASSERT_PTR_NOT_NULL_FATAL(mf);
     mi_layer_spec *spec = malloc((size_t)c.n_layers * sizeof *spec);
-    for (int l = 0; l < c.n_layers; l++)
-        spec[l] = mi_layer_spec_full(&c);
-    spec[0].kv0 = 1; /* kv0 + n_kv = 3 > n_kv_heads = 2 */
+    mi_shard_spec shard = mi_shard_spec_full(&c, spec);
+    spec[0].kv[1] = 2; /* KV head 2 does not exist: n_kv_heads = 2 */
     mi_model m;
     err[0] = '\0';
-    CU_ASSERT_EQUAL(mi_model_load(&m, mf, &c, spec, 0, err), -1);
+    mi_weight_source src = mi_weight_source_file(mf);
+    CU_ASSERT_EQUAL(mi_model_load(&m, &src, &c, &shard, err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "layer 0"));
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "outside"));
     free(spec);

@@ -28,15 +28,18 @@ void mi_scratch_free(mi_scratch *s);
  * positions pos0 .. pos0+T-1, attend. heads_out: [T, n_kv*group*head_dim]. */
 void mi_attn_block(mi_model *m, int l, mi_scratch *s, const float *xn, int T, int pos0, float *heads_out);
 
-/* Output projection with this device's wo columns: y[T, dim] (+)= heads @ wo^T,
- * heads: [T, n_q*head_dim] for query heads [q0, q0+n_q). add: accumulate into y. */
+/* Output projection with this device's wo: y[T, dim] (+)= heads @ wo^T, where
+ * heads is [T, n_heads*head_dim] (MI_PROJ_FULL, all heads gathered) or
+ * [T, n_kv*group*head_dim] (MI_PROJ_HEADS, this device's own heads, giving a
+ * partial sum to be reduced). add: accumulate into y. */
 void mi_proj_block(const mi_model *m, int l, const float *heads, int T, float *y, int add);
 
 /* FFN (SwiGLU) over this device's units [f0, f0+nf): y[T, dim] (+)= w2 (silu(w1 xn) * w3 xn).
  * xn: [T, dim] already normalised with ffn_norm. */
 void mi_ffn_block(const mi_model *m, int l, mi_scratch *s, const float *xn, int T, float *y, int add);
 
-/* Final RMSNorm and classifier of T positions of x: logits [T, vocab_size]. */
+/* Final RMSNorm and this device's classifier rows for T positions of x:
+ * logits [T, cls_nv] (the whole vocabulary on a single device). */
 void mi_logits(const mi_model *m, mi_scratch *s, const float *x, int T, float *logits);
 
 /* Whole forward pass on one device holding every block: tokens[T] at

@@ -13,20 +13,38 @@
 #include "meshinfer/kernels.h"
 #include "meshinfer/model_file.h"
 
-/* What one device holds of one layer. Empty ranges (n == 0) mean "none". */
+#define MI_MAX_KV_HEADS 128
+
+/* How much of the output projection wo a device holds. */
+typedef enum {
+    MI_PROJ_NONE = 0,
+    MI_PROJ_FULL = 1,  /* all of wo: head outputs are gathered here (seed 000) */
+    MI_PROJ_HEADS = 2, /* the wo columns of this device's own heads (tensor parallelism) */
+} mi_proj_kind;
+
+/* What one device holds of one layer. KV heads need not be contiguous
+ * (round-robin and greedy placements scatter them). */
 typedef struct {
-    int kv0, n_kv;   /* attention: KV heads [kv0, kv0+n_kv) and their query heads */
-    int q0, n_q;     /* output projection: wo columns of query heads [q0, q0+n_q) */
-    int f0, nf;      /* FFN: units [f0, f0+nf) of hidden_dim */
+    int n_kv;                           /* KV heads held, with their query heads */
+    unsigned char kv[MI_MAX_KV_HEADS];  /* their ids, ascending */
+    int proj;                           /* mi_proj_kind */
+    int f0, nf;                         /* FFN units [f0, f0+nf) of hidden_dim */
 } mi_layer_spec;
+
+/* What one device holds of the whole model. */
+typedef struct {
+    mi_layer_spec *layers;  /* [n_layers] */
+    int embeddings;         /* token embeddings and final norm (the controller) */
+    int cls_v0, cls_nv;     /* classifier rows [cls_v0, cls_v0+cls_nv) of vocab_size */
+} mi_shard_spec;
 
 typedef struct {
     mi_layer_spec spec;
-    float *attention_norm;  /* [dim], held with attention */
-    float *wq;              /* [n_kv*group*head_dim, dim] */
+    float *attention_norm;  /* [dim], held with attention or a full projection */
+    float *wq;              /* [n_kv*group*head_dim, dim], held heads stacked in kv order */
     float *wk, *wv;         /* [n_kv*head_dim, dim] */
     float *k_cache, *v_cache; /* [n_kv][seq_len][head_dim] */
-    float *wo;              /* [dim, n_q*head_dim]: a column block of wo */
+    float *wo;              /* [dim, n_in]: n_in = n_heads*head_dim (FULL) or n_kv*group*head_dim (HEADS) */
     float *ffn_norm;        /* [dim], held with the FFN */
     float *w1, *w3;         /* [nf, dim] */
     float *w2;              /* [dim, nf]: a column block of w2 */
@@ -34,25 +52,52 @@ typedef struct {
 
 typedef struct {
     mi_config cfg;
-    int has_embeddings;     /* token embeddings, final norm and classifier (the controller) */
-    float *tok_embeddings;  /* [vocab_size, dim] */
-    float *norm;            /* [dim] */
-    float *classifier;      /* [vocab_size, dim]; aliases tok_embeddings when shared */
+    int has_embeddings;
+    float *tok_embeddings;  /* [vocab_size, dim] or NULL */
+    float *norm;            /* [dim] final RMSNorm, held with embeddings or a classifier slice */
+    int cls_v0, cls_nv;
+    float *classifier;      /* [cls_nv, dim]; may alias rows of tok_embeddings when tied */
+    int cls_alias;          /* classifier points into tok_embeddings */
     mi_layer *layers;       /* [n_layers] */
     mi_rope_table rope;
     size_t weight_bytes;    /* bytes of weights held (what this device must store) */
     size_t kv_bytes;        /* bytes of KV cache allocated */
 } mi_model;
 
-/* Spec for holding everything (single device). */
+/* Where shard bytes come from. The loader asks for tensor row ranges in a
+ * fixed order (the same on every rank for a given spec), so the same routine
+ * serves reading from the HDF5 file and receiving a shard from rank 0
+ * (--weights scatter). fetch returns 0 or -1 with err set. When discard is
+ * set the loader frees every piece right after fetching it (rank 0 streaming
+ * another rank's shard). */
+typedef struct {
+    int (*fetch)(void *ctx, const char *name, size_t row0, size_t nrows, size_t row_len, float *out, char *err);
+    void *ctx;
+    int discard;
+} mi_weight_source;
+
+/* A source reading hyperslabs from an open model file. */
+mi_weight_source mi_weight_source_file(mi_model_file *mf);
+
+/* Spec for holding one whole layer (single device or layer-wise pipeline). */
 mi_layer_spec mi_layer_spec_full(const mi_config *c);
 
-/* Load the parts listed in specs[n_layers] (and the embeddings/classifier when
- * with_embeddings) from an open model file, reading only those hyperslabs, and
+/* Spec for holding everything: all layers, embeddings and the classifier.
+ * layers must hold n_layers entries. */
+mi_shard_spec mi_shard_spec_full(const mi_config *c, mi_layer_spec *layers);
+
+/* Bytes of weights a spec holds (what mi_model_load will allocate for
+ * weights), excluding the KV cache. */
+size_t mi_shard_weight_bytes(const mi_config *c, const mi_shard_spec *spec);
+
+/* KV-cache bytes a spec needs for seq_len positions. */
+size_t mi_shard_kv_bytes(const mi_config *c, const mi_shard_spec *spec);
+
+/* Load the parts listed in spec from src (reading only those row ranges) and
  * allocate the KV cache of the held KV heads for seq_len positions.
- * Returns 0, or -1 with err set (read failure, invalid ranges). */
-int mi_model_load(mi_model *m, mi_model_file *mf, const mi_config *cfg, const mi_layer_spec *specs,
-                  int with_embeddings, char *err);
+ * Returns 0, or -1 with err set (read failure, ids or ranges outside the model). */
+int mi_model_load(mi_model *m, const mi_weight_source *src, const mi_config *cfg, const mi_shard_spec *spec,
+                  char *err);
 
 /* Convenience: open path and load everything. mi_fatal on error. Also loads
  * the tokenizer into tok when tok != NULL. */
