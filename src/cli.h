@@ -19,9 +19,9 @@ void cli_no_positional(const char *cmd, int optind_, int argc, char **argv);
  * missing value is told apart); never returns. */
 void cli_bad_option(const char *cmd, int code, char **argv);
 
-/* Read a whole file into a NUL-terminated buffer; mi_fatal on failure or if
- * the file holds a NUL byte. *len receives the length. */
-char *cli_read_text(const char *path, size_t *len);
+/* Read a whole text file into a NUL-terminated buffer. Returns NULL with err
+ * set when it cannot be read, is empty, or holds a NUL byte. */
+char *cli_read_text_err(const char *path, size_t *len, char *err);
 
 /* JSON string escaping of n bytes to stream f (with surrounding quotes). */
 #include <stdio.h>

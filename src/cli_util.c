@@ -24,11 +24,13 @@ void cli_bad_option(const char *cmd, int code, char **argv)
     mi_fatal("%s: unknown option '%s' (see meshinfer %s --help)", cmd, arg, cmd);
 }
 
-char *cli_read_text(const char *path, size_t *len)
+char *cli_read_text_err(const char *path, size_t *len, char *err)
 {
     FILE *f = fopen(path, "rb");
-    if (!f)
-        mi_fatal("%s: cannot open text file (no such file or not readable)", path);
+    if (!f) {
+        mi_set_error(err, "%s: cannot open text file (no such file or not readable)", path);
+        return NULL;
+    }
     size_t cap = 1 << 16, n = 0;
     char *buf = mi_malloc(cap, "text file");
     size_t r;
@@ -44,11 +46,17 @@ char *cli_read_text(const char *path, size_t *len)
     }
     int bad = ferror(f);
     fclose(f);
-    if (bad)
-        mi_fatal("%s: read error", path);
     buf[n] = '\0';
-    if (strlen(buf) != n)
-        mi_fatal("%s: contains a NUL byte (not a text file)", path);
+    if (bad)
+        mi_set_error(err, "%s: read error (a directory?)", path);
+    else if (strlen(buf) != n)
+        mi_set_error(err, "%s: contains a NUL byte (not a text file)", path);
+    else if (n == 0)
+        mi_set_error(err, "%s: text file is empty", path);
+    if (bad || strlen(buf) != n || n == 0) {
+        free(buf);
+        return NULL;
+    }
     *len = n;
     return buf;
 }

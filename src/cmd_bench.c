@@ -1,5 +1,6 @@
-/* `meshinfer bench`: prefill and decode speed against the machine's memory
- * bandwidth, both measured in the same run. */
+/* `meshinfer bench`: prefill and decode speed, against baselines measured in
+ * the same run: the STREAM triad bandwidth, OpenBLAS sgemv in place of our
+ * decode kernel (one rank), and a single-device pass (several ranks). */
 #define _POSIX_C_SOURCE 200809L
 #include <getopt.h>
 #include <mpi.h>
@@ -16,16 +17,18 @@
 
 static void help(void)
 {
-    printf("usage: meshinfer bench --model MODEL.h5 [--steps N] [--prompt TEXT] [--json]\n\n"
+    printf("usage: [mpirun -np N ...] meshinfer bench --model MODEL.h5 [--steps N] [--prompt TEXT] [--json]\n\n"
            "Greedy decoding of N positions (llama2.c convention: prompt included; default\n"
            "min(256, seq_len)), reporting TTFT, TPOT, decode tokens/s and the effective weight\n"
-           "bandwidth (weight bytes read per token x tokens/s), next to the STREAM triad bandwidth\n"
-           "and a decode pass with OpenBLAS sgemv, both measured in this run as baselines.\n"
-           "  --repeat R       decode passes per kernel, best is reported (default 3)\n"
+           "bandwidth (weight bytes read per token x tokens/s), next to baselines measured in this\n"
+           "run: the STREAM triad bandwidth; with one rank, a decode pass with OpenBLAS sgemv; with\n"
+           "several ranks, a single-device pass on rank 0 (speedup = single / distributed time).\n"
+           "  --repeat R       decode passes per configuration, best is reported (default 3)\n"
            "  --stream-mb MB   size of each STREAM array (default 128)\n"
-           "  --no-baseline    skip the sgemv baseline pass\n"
-           "  --threads N      BLAS threads (default 1)\n"
-           "  --json           print one JSON object\n");
+           "  --no-baseline    skip the sgemv / single-device baseline\n"
+           "  --threads N      BLAS threads per rank (default 1)\n"
+           "  --json           print one JSON object (with per-rank metrics)\n"
+           "%s", SESSION_HELP);
 }
 
 typedef struct {
@@ -33,18 +36,43 @@ typedef struct {
     int n_decode;
 } pass_result;
 
-static pass_result run_pass(mi_session *ss, const int *prompt, int n_prompt, int steps)
+typedef float *(*fwd_fn)(void *ctx, const int *tokens, int T, int pos0);
+
+static float *fwd_dist(void *ctx, const int *tokens, int T, int pos0)
+{
+    return mi_runtime_forward(ctx, tokens, T, pos0, 0);
+}
+
+typedef struct {
+    mi_model m;
+    mi_scratch s;
+} single;
+
+static float *fwd_single(void *ctx, const int *tokens, int T, int pos0)
+{
+    single *sg = ctx;
+    float *l = NULL;
+    for (int i = 0; i < T; i += sg->s.max_T) {
+        int n = T - i < sg->s.max_T ? T - i : sg->s.max_T;
+        l = mi_forward(&sg->m, &sg->s, tokens + i, n, pos0 + i, 0);
+    }
+    return l;
+}
+
+static pass_result run_pass(fwd_fn f, void *ctx, int vocab, const int *prompt, int n_prompt, int steps, int chunk)
 {
     pass_result r = {0};
-    mi_model_reset(&ss->model);
     double t0 = mi_now();
-    float *logits = session_prefill(ss, prompt, n_prompt, 0);
-    int next = mi_argmax(logits, ss->model.cfg.vocab_size);
+    float *logits = NULL;
+    for (int i = 0; i < n_prompt; i += chunk) {
+        int T = n_prompt - i < chunk ? n_prompt - i : chunk;
+        logits = f(ctx, prompt + i, T, i);
+    }
+    int next = mi_argmax(logits, vocab);
     double t1 = mi_now();
-    int pos = n_prompt;
-    for (; pos < steps; pos++) {
-        logits = mi_forward(&ss->model, &ss->s, &next, 1, pos, 0);
-        next = mi_argmax(logits, ss->model.cfg.vocab_size);
+    for (int pos = n_prompt; pos < steps; pos++) {
+        logits = f(ctx, &next, 1, pos);
+        next = mi_argmax(logits, vocab);
     }
     double t2 = mi_now();
     r.ttft = t1 - t0;
@@ -64,10 +92,13 @@ int cmd_bench(int argc, char **argv)
                                          {"threads", required_argument, 0, 'T'},
                                          {"json", no_argument, 0, 'j'},
                                          {"help", no_argument, 0, 'h'},
+                                         SESSION_LONG_OPTS,
                                          {0, 0, 0, 0}};
     const char *model = NULL, *prompt = "Once upon a time";
     long steps = 0, stream_mb = 128;
     int repeat = 3, threads = 1, json = 0, baseline = 1, o;
+    session_opts so;
+    session_opts_init(&so);
     while ((o = getopt_long(argc, argv, ":m:n:p:h", opts, NULL)) != -1) {
         switch (o) {
         case 'm': model = optarg; break;
@@ -79,7 +110,9 @@ int cmd_bench(int argc, char **argv)
         case 'T': threads = (int)mi_parse_long("--threads", optarg, 1, 256); break;
         case 'j': json = 1; break;
         case 'h': help(); return 0;
-        default: cli_bad_option("bench", o, argv);
+        default:
+            if (!session_opt(&so, o, optarg))
+                cli_bad_option("bench", o, argv);
         }
     }
     cli_no_positional("bench", optind, argc, argv);
@@ -88,39 +121,72 @@ int cmd_bench(int argc, char **argv)
     int rank, size;
     session_mpi_init(&argc, &argv, &rank, &size);
     mi_session ss;
-    session_open(&ss, "bench", model, 128, threads);
-    const mi_config *c = &ss.model.cfg;
+    const int chunk = 64;
+    session_open(&ss, "bench", model, &so, chunk, threads);
+    const mi_config *c = &ss.cfg;
     int n_prompt;
     int *ids = session_encode_prompt(&ss, prompt, &n_prompt);
+    char msg[MI_ERRLEN] = "";
+    int bad = 0;
     if (steps == 0)
         steps = c->seq_len < 256 ? c->seq_len : 256;
     if (steps > c->seq_len)
-        mi_fatal("bench: --steps %ld exceeds the model's context of %d", steps, c->seq_len);
-    if (steps <= n_prompt)
-        mi_fatal("bench: --steps %ld leaves no decode steps after the %d-token prompt", steps, n_prompt);
+        bad = snprintf(msg, sizeof msg, "bench: --steps %ld exceeds the model's context of %d", steps, c->seq_len);
+    else if (rank == 0 && steps <= n_prompt)
+        bad = snprintf(msg, sizeof msg, "bench: --steps %ld leaves no decode steps after the %d-token prompt", steps,
+                       n_prompt);
+    mi_check_all(bad, msg);
 
+    if (rank != 0) {
+        mi_runtime_serve(ss.rt);
+        if (json)
+            session_metrics_json(&ss, stdout);
+        else
+            session_metrics_table(&ss);
+        session_close(&ss, &so);
+        MPI_Finalize();
+        return 0;
+    }
     if (!json)
         fprintf(stderr, "bench: measuring STREAM triad (%ld MB arrays)...\n", stream_mb);
     double triad = mi_stream_triad_gbs((size_t)stream_mb * 1000000 / sizeof(float), 5);
     double bytes_per_token = (double)mi_decode_weight_elems(c) * sizeof(float);
 
-    pass_result best = {1e30, 1e30, 0}, blas = {1e30, 1e30, 0};
-    for (int k = 0; k < 1 + baseline; k++) {
-        mi_use_blas_matvec(k == 1);
-        pass_result *b = k ? &blas : &best;
+    pass_result best = {1e30, 1e30, 0}, base = {1e30, 1e30, 0};
+    for (int r = 0; r < repeat; r++) {
+        if (!json)
+            fprintf(stderr, "bench: decode pass %d/%d (%ld positions, %d rank%s)...\n", r + 1, repeat, steps, size,
+                    size > 1 ? "s" : "");
+        mi_runtime_reset(ss.rt);
+        if (r == repeat - 1)
+            mi_runtime_reset_metrics(ss.rt); /* report the last pass only */
+        pass_result p = run_pass(fwd_dist, ss.rt, c->vocab_size, ids, n_prompt, (int)steps, chunk);
+        if (p.tpot < best.tpot)
+            best = p;
+    }
+    mi_runtime_stop(ss.rt);
+    const char *base_kind = size > 1 ? "single-device" : "sgemv";
+    if (baseline) {
+        single sg;
+        mi_model_load_path(&sg.m, model, NULL);
+        mi_scratch_init(&sg.s, c, chunk);
+        if (size == 1)
+            mi_use_blas_matvec(1);
         for (int r = 0; r < repeat; r++) {
             if (!json)
-                fprintf(stderr, "bench: %s decode pass %d/%d (%ld positions)...\n", k ? "sgemv baseline" : "meshinfer",
-                        r + 1, repeat, steps);
-            pass_result p = run_pass(&ss, ids, n_prompt, (int)steps);
-            if (p.tpot < b->tpot)
-                *b = p;
+                fprintf(stderr, "bench: %s baseline pass %d/%d...\n", base_kind, r + 1, repeat);
+            mi_model_reset(&sg.m);
+            pass_result p = run_pass(fwd_single, &sg, c->vocab_size, ids, n_prompt, (int)steps, chunk);
+            if (p.tpot < base.tpot)
+                base = p;
         }
+        mi_use_blas_matvec(0);
+        mi_scratch_free(&sg.s);
+        mi_model_free(&sg.m);
     }
-    mi_use_blas_matvec(0);
     double tps = 1.0 / best.tpot, gbs = bytes_per_token * tps / 1e9;
     double roof_tps = triad * 1e9 / bytes_per_token;
-    double blas_tps = baseline ? 1.0 / blas.tpot : 0.0;
+    double base_tps = baseline ? 1.0 / base.tpot : 0.0;
     if (json) {
         printf("{\"model\": ");
         cli_json_string(stdout, model, strlen(model));
@@ -128,14 +194,18 @@ int cmd_bench(int argc, char **argv)
                "\"fp32\", \"prompt_tokens\": %d, \"steps\": %ld, \"decode_tokens\": %d, \"ttft_ms\": %.3f, "
                "\"tpot_ms\": %.4f, \"decode_tokens_per_s\": %.2f, \"weight_bytes_per_token\": %.0f, "
                "\"effective_gbs\": %.3f, \"stream_triad_gbs\": %.3f, \"fraction_of_triad\": %.4f, "
-               "\"triad_ceiling_tokens_per_s\": %.2f, \"sgemv_baseline_tokens_per_s\": %.2f, "
-               "\"speedup_vs_sgemv\": %.4f}\n",
+               "\"triad_ceiling_tokens_per_s\": %.2f, \"baseline\": \"%s\", \"baseline_tokens_per_s\": %.2f, "
+               "\"speedup_vs_baseline\": %.4f, ",
                c->name, c->synthetic ? "true" : "false", size, threads, n_prompt, steps, best.n_decode,
                best.ttft * 1e3, best.tpot * 1e3, tps, bytes_per_token, gbs, triad, gbs / triad, roof_tps,
-               blas_tps, baseline ? tps / blas_tps : 0.0);
+               baseline ? base_kind : "none", base_tps, baseline ? tps / base_tps : 0.0);
+        session_metrics_json(&ss, stdout);
+        printf("}\n");
     } else {
         printf("model            %s (%s)%s\n", model, c->name, c->synthetic ? "  [synthetic weights]" : "");
-        printf("positions        %ld (prompt %d, decode %d), fp32, %d thread(s)\n", steps, n_prompt,
+        printf("ranks            %d, planner %s (predicted %.3f ms/token, %.0f bytes/token moved)\n", size,
+               mi_planner_name(ss.plan.planner), ss.pred.token_s * 1e3, ss.pred.bytes_per_token);
+        printf("positions        %ld (prompt %d, decode %d), fp32, %d thread(s) per rank\n", steps, n_prompt,
                best.n_decode, threads);
         printf("TTFT             %.2f ms\n", best.ttft * 1e3);
         printf("TPOT             %.3f ms\n", best.tpot * 1e3);
@@ -144,10 +214,12 @@ int cmd_bench(int argc, char **argv)
         printf("effective BW     %.2f GB/s = %.0f%% of STREAM triad %.2f GB/s (ceiling %.1f tokens/s)\n", gbs,
                100.0 * gbs / triad, triad, roof_tps);
         if (baseline)
-            printf("sgemv baseline   %.1f tokens/s (meshinfer kernel %.2fx)\n", blas_tps, tps / blas_tps);
+            printf("%-16s %.1f tokens/s (this run %.2fx)\n", size > 1 ? "1-device base" : "sgemv baseline", base_tps,
+                   tps / base_tps);
+        session_metrics_table(&ss);
     }
     free(ids);
-    session_close(&ss);
+    session_close(&ss, &so);
     MPI_Finalize();
     return 0;
 }

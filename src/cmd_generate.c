@@ -13,7 +13,7 @@
 
 static void help(void)
 {
-    printf("usage: meshinfer generate --model MODEL.h5 [-p PROMPT] [-n N] [options]\n\n"
+    printf("usage: [mpirun -np N ...] meshinfer generate --model MODEL.h5 [-p PROMPT] [-n N] [options]\n\n"
            "Generates up to N tokens after PROMPT (BOS is prepended) and streams the text.\n"
            "  -m, --model FILE        HDF5 model (from `convert` or `synth`)\n"
            "  -p, --prompt TEXT       prompt (default \"Once upon a time\")\n"
@@ -22,9 +22,12 @@ static void help(void)
            "      --top-p P           nucleus sampling mass in (0,1] (default 0.9; 1 disables)\n"
            "  -s, --seed S            sampling seed (default 42)\n"
            "      --ignore-eos        keep going after BOS/EOS\n"
-           "      --threads N         BLAS threads for prefill (default 1)\n"
-           "      --json              print one JSON object instead of streaming text\n"
-           "Timing (TTFT, TPOT, tokens/s) goes to stderr, or into the JSON.\n");
+           "      --threads N         BLAS threads per rank for prefill (default 1)\n"
+           "      --json              print one JSON object (text, tokens, timing, per-rank metrics)\n"
+           "      --metrics           print per-rank time, bytes and memory to stderr\n"
+           "%s"
+           "Timing (TTFT, TPOT, tokens/s) goes to stderr, or into the JSON.\n",
+           SESSION_HELP);
 }
 
 int cmd_generate(int argc, char **argv)
@@ -34,13 +37,16 @@ int cmd_generate(int argc, char **argv)
         {"steps", required_argument, 0, 'n'},  {"temperature", required_argument, 0, 't'},
         {"top-p", required_argument, 0, 'P'},  {"seed", required_argument, 0, 's'},
         {"ignore-eos", no_argument, 0, 'E'},   {"threads", required_argument, 0, 'T'},
-        {"json", no_argument, 0, 'j'},         {"help", no_argument, 0, 'h'},
+        {"json", no_argument, 0, 'j'},         {"metrics", no_argument, 0, 'M'},
+        {"help", no_argument, 0, 'h'},         SESSION_LONG_OPTS,
         {0, 0, 0, 0}};
     const char *model = NULL, *prompt = "Once upon a time";
     long steps = -1;
     double temperature = 0.0, topp = 0.9;
     uint64_t seed = 42;
-    int ignore_eos = 0, threads = 1, json = 0, o;
+    int ignore_eos = 0, threads = 1, json = 0, metrics = 0, o;
+    session_opts so;
+    session_opts_init(&so);
     while ((o = getopt_long(argc, argv, ":m:p:n:t:s:h", opts, NULL)) != -1) {
         switch (o) {
         case 'm': model = optarg; break;
@@ -52,8 +58,11 @@ int cmd_generate(int argc, char **argv)
         case 'E': ignore_eos = 1; break;
         case 'T': threads = (int)mi_parse_long("--threads", optarg, 1, 256); break;
         case 'j': json = 1; break;
+        case 'M': metrics = 1; break;
         case 'h': help(); return 0;
-        default: cli_bad_option("generate", o, argv);
+        default:
+            if (!session_opt(&so, o, optarg))
+                cli_bad_option("generate", o, argv);
         }
     }
     cli_no_positional("generate", optind, argc, argv);
@@ -63,88 +72,105 @@ int cmd_generate(int argc, char **argv)
     int rank, size;
     session_mpi_init(&argc, &argv, &rank, &size);
     mi_session ss;
-    session_open(&ss, "generate", model, 128, threads);
-    const mi_config *c = &ss.model.cfg;
+    session_open(&ss, "generate", model, &so, 64, threads);
+    const mi_config *c = &ss.cfg;
     int n_prompt;
     int *prompt_ids = session_encode_prompt(&ss, prompt, &n_prompt);
-    int room = c->seq_len - n_prompt;
-    if (steps < 0)
-        steps = room < 256 ? room : 256;
-    else if (steps > room)
-        mi_fatal("generate: prompt (%d tokens) + %ld new tokens exceeds the context of %d; use -n %d or less",
-                 n_prompt, steps, c->seq_len, room);
-
-    mi_sampler smp;
-    mi_sampler_init(&smp, c->vocab_size, (float)temperature, (float)topp, seed);
-    int *out = mi_malloc((size_t)steps * sizeof(int), "generated tokens");
-    size_t text_cap = 1024, text_len = 0;
-    char *text = mi_malloc(text_cap, "generated text");
-    if (!json) {
-        fputs(prompt, stdout);
-        fflush(stdout);
+    char msg[MI_ERRLEN] = "";
+    int room = c->seq_len - n_prompt, bad = 0;
+    if (rank == 0) {
+        if (steps < 0)
+            steps = room < 256 ? room : 256;
+        else if (steps > room)
+            bad = snprintf(msg, sizeof msg,
+                           "generate: prompt (%d tokens) + %ld new tokens exceeds the context of %d; use -n %d or less",
+                           n_prompt, steps, c->seq_len, room) > 0;
     }
-    double t0 = mi_now();
-    float *logits = session_prefill(&ss, prompt_ids, n_prompt, 0);
-    int next = mi_sample(&smp, logits);
-    double t_first = mi_now();
-    int n_out = 0, prev = prompt_ids[n_prompt - 1];
-    const char *stop = "length";
-    for (;;) {
-        if (!ignore_eos && (next == MI_TOK_BOS || next == MI_TOK_EOS)) {
-            stop = "eos";
-            break;
-        }
-        out[n_out++] = next;
-        int len;
-        const char *piece = mi_tokenizer_decode(&ss.tok, prev, next, &len);
-        if (text_len + (size_t)len + 1 > text_cap) {
-            text_cap = 2 * (text_len + (size_t)len + 1);
-            char *nt = realloc(text, text_cap);
-            if (!nt)
-                mi_fatal("out of memory");
-            text = nt;
-        }
-        memcpy(text + text_len, piece, (size_t)len);
-        text_len += (size_t)len;
+    mi_check_all(bad, msg);
+
+    if (rank != 0) {
+        mi_runtime_serve(ss.rt);
+    } else {
+        mi_sampler smp;
+        mi_sampler_init(&smp, c->vocab_size, (float)temperature, (float)topp, seed);
+        int *out = mi_malloc((size_t)steps * sizeof(int), "generated tokens");
+        size_t text_cap = 1024, text_len = 0;
+        char *text = mi_malloc(text_cap, "generated text");
         if (!json) {
-            fwrite(piece, 1, (size_t)len, stdout);
+            fputs(prompt, stdout);
             fflush(stdout);
         }
-        if (n_out >= steps)
-            break;
-        prev = next;
-        logits = mi_forward(&ss.model, &ss.s, &next, 1, n_prompt + n_out - 1, 0);
-        next = mi_sample(&smp, logits);
+        double t0 = mi_now();
+        float *logits = mi_runtime_prefill(ss.rt, prompt_ids, n_prompt, 0);
+        int next = mi_sample(&smp, logits);
+        double t_first = mi_now();
+        int n_out = 0, prev = prompt_ids[n_prompt - 1];
+        const char *stop = "length";
+        for (;;) {
+            if (!ignore_eos && (next == MI_TOK_BOS || next == MI_TOK_EOS)) {
+                stop = "eos";
+                break;
+            }
+            out[n_out++] = next;
+            int len;
+            const char *piece = mi_tokenizer_decode(&ss.tok, prev, next, &len);
+            if (text_len + (size_t)len + 1 > text_cap) {
+                text_cap = 2 * (text_len + (size_t)len + 1);
+                char *nt = realloc(text, text_cap);
+                if (!nt)
+                    mi_fatal("out of memory");
+                text = nt;
+            }
+            memcpy(text + text_len, piece, (size_t)len);
+            text_len += (size_t)len;
+            if (!json) {
+                fwrite(piece, 1, (size_t)len, stdout);
+                fflush(stdout);
+            }
+            if (n_out >= steps)
+                break;
+            prev = next;
+            logits = mi_runtime_forward(ss.rt, &next, 1, n_prompt + n_out - 1, 0);
+            next = mi_sample(&smp, logits);
+        }
+        double t_end = mi_now();
+        mi_runtime_stop(ss.rt);
+        double ttft = t_first - t0;
+        int n_decode = n_out - 1; /* forward passes after the first token */
+        double tpot = n_decode > 0 ? (t_end - t_first) / n_decode : 0.0;
+        if (json) {
+            printf("{\"model\": ");
+            cli_json_string(stdout, model, strlen(model));
+            printf(", \"synthetic_weights\": %s, \"ranks\": %d, \"prompt_tokens\": %d, \"generated_tokens\": %d, "
+                   "\"stop\": \"%s\", \"ttft_ms\": %.3f, \"tpot_ms\": %.4f, \"decode_tokens_per_s\": %.2f, "
+                   "\"load_s\": %.3f, \"text\": ",
+                   c->synthetic ? "true" : "false", size, n_prompt, n_out, stop, ttft * 1e3, tpot * 1e3,
+                   tpot > 0 ? 1.0 / tpot : 0.0, ss.load_seconds);
+            cli_json_string(stdout, text, text_len);
+            printf(", \"tokens\": [");
+            for (int i = 0; i < n_out; i++)
+                printf(i ? ", %d" : "%d", out[i]);
+            printf("], ");
+        } else {
+            printf("\n");
+            fflush(stdout);
+            fprintf(stderr, "generate: %d prompt + %d new tokens on %d rank%s (%s), TTFT %.1f ms, TPOT %.2f ms, "
+                            "%.1f tokens/s%s\n",
+                    n_prompt, n_out, size, size > 1 ? "s" : "", mi_planner_name(ss.plan.planner), ttft * 1e3,
+                    tpot * 1e3, tpot > 0 ? 1.0 / tpot : 0.0, c->synthetic ? " (synthetic weights)" : "");
+        }
+        free(text);
+        free(out);
+        free(prompt_ids);
+        mi_sampler_free(&smp);
     }
-    double t_end = mi_now();
-    double ttft = t_first - t0;
-    int n_decode = n_out - 1; /* forward passes after the first token */
-    double tpot = n_decode > 0 ? (t_end - t_first) / n_decode : 0.0;
-    if (json) {
-        printf("{\"model\": ");
-        cli_json_string(stdout, model, strlen(model));
-        printf(", \"synthetic_weights\": %s, \"ranks\": %d, \"prompt_tokens\": %d, \"generated_tokens\": %d, "
-               "\"stop\": \"%s\", \"ttft_ms\": %.3f, \"tpot_ms\": %.4f, \"decode_tokens_per_s\": %.2f, "
-               "\"load_s\": %.3f, \"text\": ",
-               c->synthetic ? "true" : "false", size, n_prompt, n_out, stop, ttft * 1e3, tpot * 1e3,
-               tpot > 0 ? 1.0 / tpot : 0.0, ss.load_seconds);
-        cli_json_string(stdout, text, text_len);
-        printf(", \"tokens\": [");
-        for (int i = 0; i < n_out; i++)
-            printf(i ? ", %d" : "%d", out[i]);
-        printf("]}\n");
-    } else {
-        printf("\n");
-        fflush(stdout);
-        fprintf(stderr, "generate: %d prompt + %d new tokens, TTFT %.1f ms, TPOT %.2f ms, %.1f tokens/s%s\n",
-                n_prompt, n_out, ttft * 1e3, tpot * 1e3, tpot > 0 ? 1.0 / tpot : 0.0,
-                c->synthetic ? " (synthetic weights)" : "");
-    }
-    free(text);
-    free(out);
-    free(prompt_ids);
-    mi_sampler_free(&smp);
-    session_close(&ss);
+    if (json)
+        session_metrics_json(&ss, stdout);
+    if (rank == 0 && json)
+        printf("}\n");
+    if (metrics)
+        session_metrics_table(&ss);
+    session_close(&ss, &so);
     MPI_Finalize();
     return 0;
 }

@@ -1,12 +1,67 @@
 /* Shared set-up of the model-running commands (see session.h). */
+#define _POSIX_C_SOURCE 200809L
 #include "session.h"
 
 #include <mpi.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "meshinfer/common.h"
+#include "meshinfer/model_file.h"
+
+const char *SESSION_HELP =
+    "Distribution (one rank per device; run under mpirun for several):\n"
+    "      --planner NAME      layerwise | roundrobin | random | greedy | tp (default greedy)\n"
+    "      --cluster FILE      devices' memory budgets and speeds, links (JSON; default: equal devices\n"
+    "                          sharing this machine's free memory)\n"
+    "      --plan-file FILE    use a saved plan (from `meshinfer plan --out`)\n"
+    "      --plan-seed S       seed of the random planner (default 1)\n"
+    "      --controller-works yes|no  rank 0 also holds layer shards (default: yes for tp, else no)\n"
+    "      --weights file|scatter  every rank reads its shard from the model file (default), or\n"
+    "                          rank 0 reads all and sends each worker its shard\n"
+    "      --trace FILE        write a Chrome trace-event JSON (one track per rank; open in Perfetto)\n";
+
+void session_opts_init(session_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->planner = "greedy";
+    o->plan_seed = 1;
+    o->controller_works = -1;
+}
+
+int session_opt(session_opts *o, int code, const char *arg)
+{
+    switch (code) {
+    case 1000: {
+        mi_planner p;
+        if (mi_planner_parse(arg, &p))
+            mi_fatal("--planner: unknown planner '%s' (layerwise, roundrobin, random, greedy, tp)", arg);
+        o->planner = arg;
+        return 1;
+    }
+    case 1001: o->cluster = arg; return 1;
+    case 1002: o->plan_file = arg; return 1;
+    case 1003: o->trace = arg; return 1;
+    case 1004: o->plan_seed = mi_parse_u64("--plan-seed", arg); return 1;
+    case 1005:
+        if (!strcmp(arg, "yes"))
+            o->controller_works = 1;
+        else if (!strcmp(arg, "no"))
+            o->controller_works = 0;
+        else
+            mi_fatal("--controller-works: '%s' is not yes or no", arg);
+        return 1;
+    case 1006:
+        if (!strcmp(arg, "scatter"))
+            o->scatter = 1;
+        else if (!strcmp(arg, "file"))
+            o->scatter = 0;
+        else
+            mi_fatal("--weights: '%s' is not file or scatter", arg);
+        return 1;
+    default: return 0;
+    }
+}
 
 void session_mpi_init(int *argc, char ***argv, int *rank, int *size)
 {
@@ -15,53 +70,184 @@ void session_mpi_init(int *argc, char ***argv, int *rank, int *size)
     MPI_Comm_size(MPI_COMM_WORLD, size);
 }
 
-void session_open(mi_session *ss, const char *cmd, const char *path, int chunk, int threads)
+static double mem_available(void)
 {
-    MPI_Comm_rank(MPI_COMM_WORLD, &ss->rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &ss->size);
-    if (ss->size > 1)
-        mi_fatal("%s: running on %d ranks, but distributed execution (plans) is not built yet; "
-                 "run with one rank", cmd, ss->size);
-    mi_set_blas_threads(threads);
-    double t0 = mi_now();
-    mi_model_load_path(&ss->model, path, &ss->tok);
-    ss->load_seconds = mi_now() - t0;
-    if (ss->model.cfg.synthetic)
-        fprintf(stderr, "meshinfer: %s: %s has synthetic weights (seeded random): text and perplexity are "
-                        "meaningless, speed figures are valid\n", cmd, path);
-    int T = chunk < ss->model.cfg.seq_len ? chunk : ss->model.cfg.seq_len;
-    mi_scratch_init(&ss->s, &ss->model.cfg, T);
+    FILE *f = fopen("/proc/meminfo", "r");
+    double kb = 0;
+    char line[256];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lf kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb > 0 ? kb * 1024.0 : 4e9;
 }
 
-void session_close(mi_session *ss)
+/* Rank 0's part of the set-up; returns 0 or -1 with err set. */
+static int controller_setup(mi_session *ss, const char *path, const session_opts *o, char *err)
 {
-    mi_scratch_free(&ss->s);
-    mi_tokenizer_free(&ss->tok);
-    mi_model_free(&ss->model);
+    mi_model_file *mf = mi_model_open(path, &ss->cfg, err);
+    if (!mf)
+        return -1;
+    int rc = mi_model_read_tokenizer(mf, &ss->tok, err);
+    mi_model_close(mf);
+    if (rc)
+        return -1;
+    mi_cluster cl;
+    if (o->cluster) {
+        if (mi_cluster_load(o->cluster, &cl, err))
+            return -1;
+        if (cl.n_devices != ss->size) {
+            mi_set_error(err, "cluster file %s lists %d devices but the job has %d ranks (one rank per device)",
+                         o->cluster, cl.n_devices, ss->size);
+            mi_cluster_free(&cl);
+            return -1;
+        }
+    } else {
+        mi_cluster_default(&cl, ss->size, mem_available() / ss->size);
+    }
+    if (o->plan_file) {
+        rc = mi_plan_load_json(o->plan_file, &ss->cfg, &ss->plan, err);
+        if (!rc && ss->plan.n_ranks != ss->size) {
+            rc = mi_set_error(err, "plan file %s is for %d ranks but the job has %d", o->plan_file, ss->plan.n_ranks,
+                              ss->size);
+            mi_plan_free(&ss->plan);
+        }
+        if (!rc && mi_plan_validate(&ss->plan, &cl, err)) {
+            rc = -1;
+            mi_plan_free(&ss->plan);
+        }
+    } else {
+        mi_plan_options po = {MI_PLANNER_GREEDY, o->plan_seed, o->controller_works};
+        mi_planner_parse(o->planner, &po.planner);
+        rc = mi_plan_make(&ss->cfg, &cl, &po, &ss->plan, err);
+    }
+    if (!rc) {
+        ss->plan_ms = ss->plan.plan_seconds * 1e3;
+        mi_schedule_build(&ss->plan, &ss->sched);
+        mi_plan_predict(&ss->plan, &ss->sched, &cl, ss->cfg.seq_len / 2, &ss->pred);
+    }
+    mi_cluster_free(&cl);
+    return rc;
+}
+
+void session_open(mi_session *ss, const char *cmd, const char *path, const session_opts *o, int chunk, int threads)
+{
+    memset(ss, 0, sizeof *ss);
+    MPI_Comm_rank(MPI_COMM_WORLD, &ss->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &ss->size);
+    mi_set_blas_threads(threads);
+    double t0 = mi_now();
+    char err[MI_ERRLEN] = "";
+    int failed = 0;
+    if (ss->rank == 0 && ss->size > MI_MAX_RANKS)
+        failed = mi_set_error(err, "%d ranks is more than the %d meshinfer supports", ss->size, MI_MAX_RANKS);
+    else if (ss->rank == 0)
+        failed = controller_setup(ss, path, o, err) != 0;
+    mi_check_all(failed, err);
+    /* ship the config and the plan to the workers */
+    MPI_Bcast(&ss->cfg, (int)sizeof ss->cfg, MPI_BYTE, 0, MPI_COMM_WORLD);
+    size_t n = 0;
+    int *buf = ss->rank == 0 ? mi_plan_serialize(&ss->plan, &n) : NULL;
+    long nl = (long)n;
+    MPI_Bcast(&nl, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+    if (ss->rank != 0)
+        buf = mi_malloc((size_t)nl * sizeof(int), "plan buffer");
+    MPI_Bcast(buf, (int)nl, MPI_INT, 0, MPI_COMM_WORLD);
+    mi_plan plan;
+    failed = mi_plan_deserialize(buf, (size_t)nl, &ss->cfg, &plan, err) != 0;
+    free(buf);
+    mi_check_all(failed, err);
+    mi_runtime_options ro = {path, o->scatter, chunk, o->trace != NULL};
+    ss->rt = mi_runtime_create(&plan, &ro);
+    mi_plan_free(&plan);
+    ss->load_seconds = mi_now() - t0;
+    if (ss->rank == 0 && ss->cfg.synthetic)
+        fprintf(stderr, "meshinfer: %s: %s has synthetic weights (seeded random): text and perplexity are "
+                        "meaningless, speed figures are valid\n", cmd, path);
+}
+
+void session_close(mi_session *ss, const session_opts *o)
+{
+    if (o->trace && mi_runtime_write_trace(ss->rt, o->trace) != 0)
+        mi_warn("cannot write trace file %s", o->trace);
+    mi_runtime_free(ss->rt);
+    if (ss->rank == 0) {
+        mi_tokenizer_free(&ss->tok);
+        mi_schedule_free(&ss->sched);
+        mi_plan_free(&ss->plan);
+    }
 }
 
 int *session_encode_prompt(mi_session *ss, const char *prompt, int *n)
 {
-    if (!prompt || !*prompt)
-        mi_fatal("prompt is empty (give some text with -p)");
-    char err[MI_ERRLEN];
-    int *ids = mi_malloc((strlen(prompt) + 3) * sizeof(int), "prompt tokens");
-    *n = mi_tokenizer_encode(&ss->tok, prompt, 1, ids, err);
-    if (*n < 0)
-        mi_fatal("prompt: %s", err);
-    int ctx = ss->model.cfg.seq_len;
-    if (*n >= ctx)
-        mi_fatal("prompt is %d tokens (with BOS) but the model's context is %d tokens; "
-                 "shorten it to at most %d tokens", *n, ctx, ctx - 1);
+    char err[MI_ERRLEN] = "", msg[MI_ERRLEN + 16] = "";
+    int failed = 0, *ids = NULL;
+    *n = 0;
+    if (ss->rank == 0) {
+        if (!prompt || !*prompt) {
+            failed = 1;
+            snprintf(msg, sizeof msg, "prompt is empty (give some text with -p)");
+        } else {
+            ids = mi_malloc((strlen(prompt) + 3) * sizeof(int), "prompt tokens");
+            *n = mi_tokenizer_encode(&ss->tok, prompt, 1, ids, err);
+            int ctx = ss->cfg.seq_len;
+            if (*n < 0) {
+                failed = 1;
+                snprintf(msg, sizeof msg, "prompt: %s", err);
+            } else if (*n >= ctx) {
+                failed = 1;
+                snprintf(msg, sizeof msg,
+                         "prompt is %d tokens (with BOS) but the model's context is %d tokens; shorten it to at "
+                         "most %d tokens", *n, ctx, ctx - 1);
+            }
+        }
+    }
+    mi_check_all(failed, msg);
     return ids;
 }
 
-float *session_prefill(mi_session *ss, const int *tokens, int n, int pos0)
+void session_metrics_json(mi_session *ss, FILE *f)
 {
-    float *logits = NULL;
-    for (int i = 0; i < n; i += ss->s.max_T) {
-        int T = n - i < ss->s.max_T ? n - i : ss->s.max_T;
-        logits = mi_forward(&ss->model, &ss->s, tokens + i, T, pos0 + i, 0);
+    mi_rank_metrics *all = ss->rank == 0 ? mi_calloc((size_t)ss->size, sizeof *all, "metrics") : NULL;
+    mi_runtime_metrics(ss->rt, all);
+    if (ss->rank != 0)
+        return;
+    fprintf(f, "\"plan\": {\"planner\": \"%s\", \"controller_works\": %s, \"plan_ms\": %.3f, "
+               "\"predicted_token_ms\": %.4f, \"predicted_bytes_per_token\": %.0f}, \"ranks\": [",
+            mi_planner_name(ss->plan.planner), ss->plan.controller_works ? "true" : "false", ss->plan_ms,
+            ss->pred.token_s * 1e3, ss->pred.bytes_per_token);
+    for (int r = 0; r < ss->size; r++) {
+        const mi_rank_metrics *m = &all[r];
+        double fw = m->forwards > 0 ? (double)m->forwards : 1.0;
+        fprintf(f, "%s{\"rank\": %d, \"weight_bytes\": %.0f, \"kv_cache_bytes\": %.0f, \"rss_growth_bytes\": %.0f, "
+                   "\"predicted_weight_bytes\": %zu, \"forwards\": %ld, \"positions\": %ld, "
+                   "\"bytes_sent\": %.0f, \"bytes_recv\": %.0f, \"bytes_sent_per_forward\": %.1f, "
+                   "\"bytes_recv_per_forward\": %.1f, \"seconds\": {\"attention\": %.6f, \"projection\": %.6f, "
+                   "\"ffn\": %.6f, \"logits\": %.6f, \"communication\": %.6f, \"idle\": %.6f}}",
+                r ? ", " : "", r, m->weight_bytes, m->kv_bytes, m->rss_weights, ss->pred.weight_bytes[r],
+                m->forwards, m->positions, m->bytes_sent, m->bytes_recv, m->bytes_sent / fw, m->bytes_recv / fw,
+                m->attn, m->proj, m->ffn, m->logits, m->comm, m->idle);
     }
-    return logits;
+    fprintf(f, "]");
+    free(all);
+}
+
+void session_metrics_table(mi_session *ss)
+{
+    mi_rank_metrics *all = ss->rank == 0 ? mi_calloc((size_t)ss->size, sizeof *all, "metrics") : NULL;
+    mi_runtime_metrics(ss->rt, all);
+    if (ss->rank != 0)
+        return;
+    fprintf(stderr, "plan %s: predicted %.3f ms/token, %.0f bytes moved per token (planned in %.3f ms)\n",
+            mi_planner_name(ss->plan.planner), ss->pred.token_s * 1e3, ss->pred.bytes_per_token, ss->plan_ms);
+    fprintf(stderr, "rank  weights_MB  kv_MB  sent_B/fwd  recv_B/fwd   attn_s   proj_s    ffn_s  logits_s   comm_s   idle_s\n");
+    for (int r = 0; r < ss->size; r++) {
+        const mi_rank_metrics *m = &all[r];
+        double fw = m->forwards > 0 ? (double)m->forwards : 1.0;
+        fprintf(stderr, "%4d  %10.2f  %5.1f  %10.0f  %10.0f  %7.4f  %7.4f  %7.4f  %8.4f  %7.4f  %7.4f\n", r,
+                m->weight_bytes / 1e6, m->kv_bytes / 1e6, m->bytes_sent / fw, m->bytes_recv / fw, m->attn, m->proj,
+                m->ffn, m->logits, m->comm, m->idle);
+    }
+    free(all);
 }

@@ -1,35 +1,71 @@
-/* What generate, perplexity and bench share: MPI start-up, loading the model
- * and tokenizer, prompt checks, and a forward call (internal header). */
+/* What generate, perplexity and bench share: MPI start-up, the distributed
+ * options, making or loading the plan, starting the runtime, prompt checks
+ * and the metrics report (internal header). */
 #ifndef MESHINFER_SESSION_H
 #define MESHINFER_SESSION_H
 
-#include "meshinfer/forward.h"
-#include "meshinfer/model.h"
+#include <getopt.h>
+#include <stdio.h>
+
+#include "meshinfer/plan.h"
+#include "meshinfer/runtime.h"
 #include "meshinfer/tokenizer.h"
 
 typedef struct {
+    const char *planner;     /* default "greedy" */
+    const char *cluster;     /* cluster file, NULL: equal devices */
+    const char *plan_file;   /* saved plan to use instead of a planner */
+    const char *trace;       /* Chrome trace output */
+    uint64_t plan_seed;
+    int controller_works;    /* -1 default, 0 no, 1 yes */
+    int scatter;             /* --weights scatter */
+} session_opts;
+
+/* getopt_long entries for the options above (codes >= 1000), to append to a
+ * command's table, and their --help text. */
+#define SESSION_LONG_OPTS                                                         \
+    {"planner", required_argument, 0, 1000}, {"cluster", required_argument, 0, 1001}, \
+    {"plan-file", required_argument, 0, 1002}, {"trace", required_argument, 0, 1003}, \
+    {"plan-seed", required_argument, 0, 1004}, {"controller-works", required_argument, 0, 1005}, \
+    {"weights", required_argument, 0, 1006}
+extern const char *SESSION_HELP;
+
+void session_opts_init(session_opts *o);
+/* Returns 1 if code was one of the session options (and applies it). */
+int session_opt(session_opts *o, int code, const char *arg);
+
+typedef struct {
     int rank, size;
-    mi_model model;
-    mi_tokenizer tok;
-    mi_scratch s;
+    mi_config cfg;
+    mi_runtime *rt;
+    mi_tokenizer tok;       /* rank 0 */
     double load_seconds;
+    double plan_ms;
+    mi_prediction pred;     /* rank 0: the cost model's view of the plan */
+    mi_schedule sched;      /* rank 0 */
+    mi_plan plan;           /* rank 0 */
 } mi_session;
 
-/* MPI_Init (works as a singleton without mpirun). */
 void session_mpi_init(int *argc, char ***argv, int *rank, int *size);
 
-/* Load model + tokenizer; scratch for chunk positions at once. threads sets
- * BLAS threads (0: leave default). Prints "synthetic weights" on stderr for
- * synthetic models. mi_fatal on any error. */
-void session_open(mi_session *ss, const char *cmd, const char *path, int chunk, int threads);
-void session_close(mi_session *ss);
+/* Collective: rank 0 opens the model and makes (or loads) the plan; every rank
+ * loads its shard. chunk: positions per forward pass. One error line and exit
+ * 1 on every rank for any failure. */
+void session_open(mi_session *ss, const char *cmd, const char *path, const session_opts *o, int chunk, int threads);
 
-/* Encode a prompt with BOS; mi_fatal for an empty prompt, invalid UTF-8, or a
- * prompt that leaves no room in the context. Returns ids (caller frees). */
+/* Collective: stop workers (rank 0 releases them; workers return from
+ * serving here), write the trace if asked, free. */
+void session_close(mi_session *ss, const session_opts *o);
+
+/* Rank 0: encode a prompt with BOS; mi_fatal for an empty prompt, invalid
+ * UTF-8, or a prompt that leaves no room in the context. */
 int *session_encode_prompt(mi_session *ss, const char *prompt, int *n);
 
-/* Run tokens[n] at positions pos0.. in chunks of the scratch size; returns
- * logits of the last position. */
-float *session_prefill(mi_session *ss, const int *tokens, int n, int pos0);
+/* Collective: gather every rank's metrics and, on rank 0, print them as a
+ * JSON array (key "ranks") to f, per forward pass averages included. */
+void session_metrics_json(mi_session *ss, FILE *f);
+
+/* Collective: per-rank metrics as a human-readable table on rank 0's stderr. */
+void session_metrics_table(mi_session *ss);
 
 #endif

@@ -1,0 +1,203 @@
+/* Placement plans: pure data saying which rank holds which shard of every
+ * layer, the planners that produce them, the schedule of compute and
+ * communication steps a plan implies, and the cost model that predicts memory,
+ * bytes moved and time. No MPI here: planners are unit-tested and reusable by
+ * a simulator.
+ *
+ * Units: bytes, seconds, bytes/second. Rank 0 is the controller (embeddings,
+ * final norm, sampling, the token loop); seed 000 "Splitting by heads". */
+#ifndef MESHINFER_PLAN_H
+#define MESHINFER_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "meshinfer/config.h"
+#include "meshinfer/model.h"
+
+#define MI_MAX_RANKS 256
+
+/* ------------------------------------------------------------- cluster */
+
+typedef struct {
+    char name[64];
+    double mem_bytes;  /* budget for weights + KV cache on this device */
+    double speed;      /* relative compute speed; 1.0 = reference device */
+} mi_device;
+
+/* The devices of a job (device i runs rank i) and their links. */
+typedef struct {
+    int n_devices;
+    mi_device *dev;       /* [n_devices] */
+    double latency_s;     /* one-way per-message link latency */
+    double bandwidth;     /* link bandwidth, bytes/s */
+    double mem_bw;        /* weight bytes/s streamed by a speed-1.0 device while decoding */
+    double *rtt_s;        /* optional [n_devices * n_devices] measured round-trip times, NULL if unmeasured */
+} mi_cluster;
+
+/* Default cluster of n equal devices with mem_each bytes each, links of
+ * shared memory (20 us, 5 GB/s) and 20 GB/s weight streaming. */
+void mi_cluster_default(mi_cluster *cl, int n, double mem_each);
+
+/* Parse a cluster file (JSON, see hostfiles/cluster-5pi.json):
+ *   {"link": {"latency_ms": 5, "bandwidth_mbit": 300},
+ *    "mem_bandwidth_gbs": 4,
+ *    "devices": [{"name": "pi0", "mem_mb": 3500, "speed": 1.0}, ...]}
+ * "link" and "mem_bandwidth_gbs" are optional (defaults as above); each device
+ * needs mem_mb > 0; speed defaults to 1. Returns 0, or -1 with one line in err
+ * naming the field (malformed JSON with its position, missing or non-numeric
+ * field, non-positive value). */
+int mi_cluster_parse(const char *json, mi_cluster *cl, char *err);
+
+/* Read and parse a cluster file; also -1 when it cannot be read. */
+int mi_cluster_load(const char *path, mi_cluster *cl, char *err);
+
+/* Use measured round-trip times (seconds, [n*n], copied) plus a safety
+ * margin (0.15 = 15%, seed 000 "WiFi needs margins") for the link latency
+ * model: latency(i,j) = rtt(i,j) * (1 + margin) / 2. */
+void mi_cluster_set_rtt(mi_cluster *cl, const double *rtt_s, double margin);
+
+/* One-way latency between two devices (from measured RTTs when present). */
+double mi_cluster_latency(const mi_cluster *cl, int a, int b);
+
+void mi_cluster_free(mi_cluster *cl);
+
+/* ---------------------------------------------------------------- plan */
+
+typedef enum {
+    MI_PLANNER_LAYERWISE = 0, /* contiguous blocks of whole layers per worker (pipeline baseline) */
+    MI_PLANNER_ROUNDROBIN,    /* heads, projection, FFN dealt to workers in turn */
+    MI_PLANNER_RANDOM,        /* every unit on a random worker (seeded) */
+    MI_PLANNER_GREEDY,        /* seed 000: FFN and projection first, then heads, balancing time under budgets */
+    MI_PLANNER_TP,            /* tensor parallel: every layer's heads and FFN split over all workers */
+} mi_planner;
+
+/* A contiguous slice [v0, v0+n) of FFN units or vocabulary rows on one rank. */
+typedef struct {
+    int rank, v0, n;
+} mi_slice;
+
+typedef struct {
+    int kv_rank[MI_MAX_KV_HEADS]; /* rank holding each KV head and its query heads */
+    int proj_rank;                /* >= 0: holds all of wo and gathers the head outputs;
+                                     -1: wo split with the heads, partial outputs reduced */
+    int n_ffn;                    /* FFN slices; 1 = the whole FFN on one rank */
+    mi_slice *ffn;                /* [n_ffn], ascending, covering [0, hidden_dim) */
+} mi_layer_plan;
+
+typedef struct {
+    mi_config cfg;
+    int n_ranks;
+    mi_planner planner;
+    int controller_works;   /* rank 0 also holds layer shards */
+    mi_layer_plan *layers;  /* [n_layers] */
+    int n_cls;              /* classifier slices over the vocabulary */
+    mi_slice *cls;          /* [n_cls], ascending, covering [0, vocab_size) */
+    double plan_seconds;    /* time the planner took */
+} mi_plan;
+
+typedef struct {
+    mi_planner planner;
+    uint64_t seed;          /* for MI_PLANNER_RANDOM */
+    int controller_works;   /* -1: planner's default (tp: yes, others: no) */
+} mi_plan_options;
+
+/* Planner names as on the command line: layerwise roundrobin random greedy tp. */
+const char *mi_planner_name(mi_planner p);
+/* Returns 0 and sets *p, or -1 for an unknown name. */
+int mi_planner_parse(const char *name, mi_planner *p);
+
+/* Make a plan of model c for the cluster's devices (n_ranks = n_devices).
+ * Returns 0, or -1 with err naming the problem: no workers, or a plan that
+ * cannot fit the memory budgets (the device and the shortfall in bytes). */
+int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, mi_plan *plan, char *err);
+
+/* Check structure (ranks in range, slices covering their ranges, one slice
+ * per rank per layer) and, when cl != NULL, the memory budgets. Returns 0 or
+ * -1 with one line in err. */
+int mi_plan_validate(const mi_plan *plan, const mi_cluster *cl, char *err);
+
+void mi_plan_free(mi_plan *plan);
+
+/* What `rank` holds: fills spec (spec->layers must hold n_layers entries). */
+void mi_plan_shard(const mi_plan *plan, int rank, mi_shard_spec *spec);
+
+/* Bytes of weights and of KV cache (seq_len positions) that `rank` holds. */
+void mi_plan_rank_memory(const mi_plan *plan, int rank, size_t *weight_bytes, size_t *kv_bytes);
+
+/* Flatten a plan to ints (for MPI_Bcast) and back. The buffer from
+ * serialize is malloc'ed; deserialize returns -1 with err if it is malformed
+ * or does not match c. */
+int *mi_plan_serialize(const mi_plan *plan, size_t *n_ints);
+int mi_plan_deserialize(const int *buf, size_t n_ints, const mi_config *c, mi_plan *plan, char *err);
+
+/* Plans as JSON files (researchers' custom placements):
+ *   {"planner": "greedy", "n_ranks": 5, "controller_works": false,
+ *    "model": {"n_layers": 22, "n_kv_heads": 4, "hidden_dim": 5632, "vocab_size": 32000},
+ *    "layers": [{"kv_rank": [1,2,3,4], "proj_rank": 1, "ffn": [[2, 0, 5632]]}, ...],
+ *    "classifier": [[0, 0, 32000]]}
+ * Loading checks the model block against c ("plan has 4 KV heads per layer
+ * but the model has 6") and validates the structure. Returns 0 or -1 with err. */
+int mi_plan_save_json(const mi_plan *plan, const char *path, char *err);
+int mi_plan_load_json(const char *path, const mi_config *c, mi_plan *plan, char *err);
+
+/* ------------------------------------------------------------ schedule */
+
+/* The steps one forward pass executes, in order, the same list on every
+ * rank (each rank runs the steps it is a member of). Built from the plan by
+ * following which ranks hold the current residual stream. */
+typedef enum {
+    MI_STEP_BCAST,        /* root sends the residual (dim floats per position) to the other members */
+    MI_STEP_ATTN,         /* members compute attention of their KV heads */
+    MI_STEP_GATHER,       /* head outputs put into the root's window (RMA), root = projection rank */
+    MI_STEP_PROJ,         /* root: residual += wo @ heads */
+    MI_STEP_PROJ_PARTIAL, /* members: partial projection of their own heads, then allreduce */
+    MI_STEP_FFN,          /* root (only member): residual += FFN(residual) */
+    MI_STEP_FFN_PARTIAL,  /* members: partial FFN of their slices, then allreduce */
+    MI_STEP_LOGITS,       /* members compute logits of their vocabulary rows, gathered at rank 0 */
+} mi_step_kind;
+
+typedef struct {
+    mi_step_kind kind;
+    int layer;            /* -1 for LOGITS */
+    int root;             /* sending/receiving/compute rank where it applies, else -1 */
+    int n_members;
+    int members[MI_MAX_RANKS]; /* ascending; includes root */
+} mi_step;
+
+typedef struct {
+    int n_steps;
+    mi_step *steps;
+} mi_schedule;
+
+/* Build the schedule of a plan. Returns 0 or -1 (out of memory). */
+int mi_schedule_build(const mi_plan *plan, mi_schedule *s);
+void mi_schedule_free(mi_schedule *s);
+
+/* Payload floats one member contributes/receives per position in a step:
+ * BCAST: dim to each non-root; GATHER: n_kv*group*head_dim from each non-root;
+ * PROJ_PARTIAL/FFN_PARTIAL allreduce: dim; LOGITS: the member's vocabulary rows. */
+size_t mi_step_floats(const mi_plan *plan, const mi_step *st, int member);
+
+/* Bytes each rank sends and receives per position in one forward pass,
+ * by the conventions in mi_step_floats (allreduce counted as reduce to the
+ * lowest member and broadcast back). sent/recv: [n_ranks], may be NULL.
+ * Returns the total bytes moved per position. */
+double mi_plan_bytes(const mi_plan *plan, const mi_schedule *s, double *sent, double *recv);
+
+/* ---------------------------------------------------------- cost model */
+
+typedef struct {
+    double token_s;                /* predicted time of one decode step */
+    double busy_s[MI_MAX_RANKS];   /* compute time per rank per token */
+    double bytes_per_token;        /* total payload moved */
+    size_t weight_bytes[MI_MAX_RANKS];
+    size_t kv_bytes[MI_MAX_RANKS];
+} mi_prediction;
+
+/* Predict one decode step at context position ctx (KV read cost) by walking
+ * the schedule: compute = bytes read / (mem_bw * speed), each message =
+ * latency + bytes / bandwidth, collectives in log2(members) rounds. */
+void mi_plan_predict(const mi_plan *plan, const mi_schedule *s, const mi_cluster *cl, int ctx, mi_prediction *p);
+
+#endif

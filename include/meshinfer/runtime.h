@@ -1,0 +1,80 @@
+/* The MPI runtime that carries out a plan (seed 000, "Splitting by heads"):
+ * every rank loads only its shard, builds the communicators and RMA windows
+ * the plan's schedule needs, and runs the schedule's steps for every forward
+ * pass. Rank 0 (the controller) drives the token loop; the other ranks serve
+ * forward passes until told to stop.
+ *
+ * All functions here are collective over MPI_COMM_WORLD unless noted. */
+#ifndef MESHINFER_RUNTIME_H
+#define MESHINFER_RUNTIME_H
+
+#include <stdio.h>
+
+#include "meshinfer/forward.h"
+#include "meshinfer/plan.h"
+
+/* Per-rank counters, accumulated over forward passes. Times in seconds. */
+typedef struct {
+    double attn, proj, ffn, logits; /* compute */
+    double comm;                    /* inside MPI calls of the schedule (transfer and waiting for peers) */
+    double idle;                    /* outside forward passes: workers waiting for the next token */
+    double bytes_sent, bytes_recv;  /* payload bytes, conventions of mi_step_floats */
+    long forwards, positions;       /* forward passes and positions processed */
+    double weight_bytes, kv_bytes;  /* held by this rank */
+    double rss_weights;             /* resident memory growth while loading the shard */
+} mi_rank_metrics;
+
+typedef struct mi_runtime mi_runtime;
+
+typedef struct {
+    const char *model_path;  /* HDF5 model; with scatter only rank 0 opens it */
+    int scatter;             /* rank 0 reads every shard and sends it (devices without a copy) */
+    int max_T;               /* positions per forward pass (prefill chunk) */
+    int trace;               /* record per-step events for a Chrome trace */
+} mi_runtime_options;
+
+/* Load this rank's shard of plan (identical on all ranks), build
+ * communicators and windows. On any rank's failure, the lowest failing rank
+ * prints one error line and every rank exits with status 1. */
+mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_runtime_options *opt);
+
+/* Rank 0 only: run tokens[T] at positions pos0.. (T <= max_T). Returns the
+ * logits of the last position ([vocab_size]), or of all T positions
+ * ([T, vocab_size]) when all_logits. */
+float *mi_runtime_forward(mi_runtime *rt, const int *tokens, int T, int pos0, int all_logits);
+
+/* Rank 0 only: run n tokens in chunks of max_T; returns last logits. */
+float *mi_runtime_prefill(mi_runtime *rt, const int *tokens, int n, int pos0);
+
+/* Rank 0 only: clear every rank's KV cache (a new sequence). */
+void mi_runtime_reset(mi_runtime *rt);
+
+/* Workers: serve forward passes until rank 0 calls mi_runtime_stop. */
+void mi_runtime_serve(mi_runtime *rt);
+
+/* Rank 0 only: release the workers from mi_runtime_serve. */
+void mi_runtime_stop(mi_runtime *rt);
+
+/* Collective: this rank's counters, and on rank 0 everyone's ([n_ranks], else NULL). */
+const mi_rank_metrics *mi_runtime_metrics(mi_runtime *rt, mi_rank_metrics *all);
+
+/* Rank 0 only: zero every rank's counters and trace (e.g. after warm-up). */
+void mi_runtime_reset_metrics(mi_runtime *rt);
+
+/* Collective: gather trace events at rank 0 and write a Chrome trace-event
+ * JSON file (one track per rank; opens in Perfetto / chrome://tracing).
+ * Returns 0, or -1 on rank 0 if the file cannot be written. */
+int mi_runtime_write_trace(mi_runtime *rt, const char *path);
+
+const mi_config *mi_runtime_config(const mi_runtime *rt);
+const mi_plan *mi_runtime_plan(const mi_runtime *rt);
+mi_model *mi_runtime_model(mi_runtime *rt);
+
+void mi_runtime_free(mi_runtime *rt);
+
+/* Collective error check: every rank passes whether it failed and its
+ * message; if any failed, the lowest failing rank prints
+ * "meshinfer: error: <msg>" and all ranks finalize MPI and exit(1). */
+void mi_check_all(int failed, const char *msg);
+
+#endif

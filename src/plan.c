@@ -1,0 +1,520 @@
+/* Planners, plan validation, shards and serialization (see plan.h). */
+#include "meshinfer/plan.h"
+
+#include <float.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "meshinfer/common.h"
+#include "meshinfer/sampler.h"
+
+static const char *planner_names[] = {"layerwise", "roundrobin", "random", "greedy", "tp"};
+
+const char *mi_planner_name(mi_planner p)
+{
+    return (unsigned)p < 5 ? planner_names[p] : "?";
+}
+
+int mi_planner_parse(const char *name, mi_planner *p)
+{
+    for (int i = 0; i < 5; i++)
+        if (!strcmp(name, planner_names[i])) {
+            *p = (mi_planner)i;
+            return 0;
+        }
+    return -1;
+}
+
+void mi_plan_free(mi_plan *plan)
+{
+    if (plan->layers)
+        for (int l = 0; l < plan->cfg.n_layers; l++)
+            free(plan->layers[l].ffn);
+    free(plan->layers);
+    free(plan->cls);
+    memset(plan, 0, sizeof *plan);
+}
+
+/* ------------------------------------------------------- unit sizes */
+
+/* Bytes of weights of one KV-head group (its query heads' wq rows, wk, wv rows)
+ * and of its KV cache for seq_len positions. */
+static double head_weight_bytes(const mi_config *c)
+{
+    double d = c->dim, hd = c->head_dim, g = mi_kv_group(c);
+    return 4.0 * (g * hd * d + 2.0 * hd * d);
+}
+static double head_kv_bytes(const mi_config *c, int n_pos)
+{
+    return 4.0 * 2.0 * (double)n_pos * c->head_dim;
+}
+static double proj_bytes(const mi_config *c) { return 4.0 * c->dim * (double)c->n_heads * c->head_dim; }
+static double ffn_bytes(const mi_config *c, int nf) { return 4.0 * 3.0 * (double)nf * c->dim + 4.0 * c->dim; }
+
+void mi_plan_shard(const mi_plan *plan, int rank, mi_shard_spec *spec)
+{
+    const mi_config *c = &plan->cfg;
+    for (int l = 0; l < c->n_layers; l++) {
+        const mi_layer_plan *lp = &plan->layers[l];
+        mi_layer_spec *s = &spec->layers[l];
+        memset(s, 0, sizeof *s);
+        for (int k = 0; k < c->n_kv_heads; k++)
+            if (lp->kv_rank[k] == rank)
+                s->kv[s->n_kv++] = (unsigned char)k;
+        if (lp->proj_rank == rank)
+            s->proj = MI_PROJ_FULL;
+        else if (lp->proj_rank < 0 && s->n_kv > 0)
+            s->proj = MI_PROJ_HEADS;
+        for (int i = 0; i < lp->n_ffn; i++)
+            if (lp->ffn[i].rank == rank) {
+                s->f0 = lp->ffn[i].v0;
+                s->nf = lp->ffn[i].n;
+            }
+    }
+    spec->embeddings = rank == 0;
+    spec->cls_v0 = spec->cls_nv = 0;
+    for (int i = 0; i < plan->n_cls; i++)
+        if (plan->cls[i].rank == rank) {
+            spec->cls_v0 = plan->cls[i].v0;
+            spec->cls_nv = plan->cls[i].n;
+        }
+}
+
+void mi_plan_rank_memory(const mi_plan *plan, int rank, size_t *weight_bytes, size_t *kv_bytes)
+{
+    mi_layer_spec *layers = mi_malloc((size_t)plan->cfg.n_layers * sizeof *layers, "layer specs");
+    mi_shard_spec spec = {layers, 0, 0, 0};
+    mi_plan_shard(plan, rank, &spec);
+    if (weight_bytes)
+        *weight_bytes = mi_shard_weight_bytes(&plan->cfg, &spec);
+    if (kv_bytes)
+        *kv_bytes = mi_shard_kv_bytes(&plan->cfg, &spec);
+    free(layers);
+}
+
+/* ------------------------------------------------------- validation */
+
+static int check_slices(const mi_slice *s, int n, int total, int n_ranks, const char *what, int layer, char *err)
+{
+    char where[32] = "";
+    if (layer >= 0)
+        snprintf(where, sizeof where, "layer %d: ", layer);
+    if (n < 1)
+        return mi_set_error(err, "plan: %s%s has no slices", where, what);
+    int next = 0;
+    unsigned char seen[MI_MAX_RANKS] = {0};
+    for (int i = 0; i < n; i++) {
+        if (s[i].rank < 0 || s[i].rank >= n_ranks)
+            return mi_set_error(err, "plan: %s%s slice on rank %d, but the job has %d ranks", where, what,
+                                s[i].rank, n_ranks);
+        if (s[i].v0 != next || s[i].n < 1)
+            return mi_set_error(err, "plan: %s%s slices must cover [0, %d) in order without gaps (slice %d starts "
+                                     "at %d, expected %d)", where, what, total, i, s[i].v0, next);
+        if (seen[s[i].rank]++)
+            return mi_set_error(err, "plan: %s%s has two slices on rank %d", where, what, s[i].rank);
+        next += s[i].n;
+    }
+    if (next != total)
+        return mi_set_error(err, "plan: %s%s slices cover [0, %d) but the model has %d", where, what, next, total);
+    return 0;
+}
+
+int mi_plan_validate(const mi_plan *plan, const mi_cluster *cl, char *err)
+{
+    const mi_config *c = &plan->cfg;
+    int n = plan->n_ranks;
+    if (n < 1 || n > MI_MAX_RANKS)
+        return mi_set_error(err, "plan: %d ranks is outside [1, %d]", n, MI_MAX_RANKS);
+    for (int l = 0; l < c->n_layers; l++) {
+        const mi_layer_plan *lp = &plan->layers[l];
+        for (int k = 0; k < c->n_kv_heads; k++)
+            if (lp->kv_rank[k] < 0 || lp->kv_rank[k] >= n)
+                return mi_set_error(err, "plan: layer %d: KV head %d on rank %d, but the job has %d ranks", l, k,
+                                    lp->kv_rank[k], n);
+        if (lp->proj_rank < -1 || lp->proj_rank >= n)
+            return mi_set_error(err, "plan: layer %d: projection on rank %d, but the job has %d ranks", l,
+                                lp->proj_rank, n);
+        if (check_slices(lp->ffn, lp->n_ffn, c->hidden_dim, n, "FFN", l, err))
+            return -1;
+    }
+    if (check_slices(plan->cls, plan->n_cls, c->vocab_size, n, "classifier", -1, err))
+        return -1;
+    if (!cl)
+        return 0;
+    if (cl->n_devices != n)
+        return mi_set_error(err, "cluster lists %d devices but the plan has %d ranks", cl->n_devices, n);
+    for (int r = 0; r < n; r++) {
+        size_t w, kv;
+        mi_plan_rank_memory(plan, r, &w, &kv);
+        double need = (double)w + (double)kv;
+        if (need > cl->dev[r].mem_bytes)
+            return mi_set_error(err, "plan does not fit: device %s (rank %d) needs %.0f bytes (weights %zu + KV "
+                                     "cache %zu) but its budget is %.0f bytes: short by %.0f bytes",
+                                cl->dev[r].name, r, need, w, kv, cl->dev[r].mem_bytes, need - cl->dev[r].mem_bytes);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------- planners */
+
+typedef struct {
+    const mi_config *c;
+    const mi_cluster *cl;
+    int n_workers;
+    int workers[MI_MAX_RANKS];
+    double busy[MI_MAX_RANKS]; /* predicted compute seconds per token */
+    double mem[MI_MAX_RANKS];  /* bytes placed */
+} placer;
+
+static double unit_time(const placer *p, int rank, double bytes)
+{
+    return bytes / (p->cl->mem_bw * p->cl->dev[rank].speed);
+}
+
+static void alloc_layers(mi_plan *plan)
+{
+    const mi_config *c = &plan->cfg;
+    plan->layers = mi_calloc((size_t)c->n_layers, sizeof(mi_layer_plan), "plan layers");
+}
+
+static void set_single_ffn(mi_plan *plan, int l, int rank)
+{
+    mi_layer_plan *lp = &plan->layers[l];
+    lp->n_ffn = 1;
+    lp->ffn = mi_malloc(sizeof(mi_slice), "plan FFN slices");
+    lp->ffn[0] = (mi_slice){rank, 0, plan->cfg.hidden_dim};
+}
+
+/* Split [0, total) over ranks in proportion to their speed; every rank gets
+ * at least one unit when total allows (ranks beyond total get none). */
+static int split_by_speed(const placer *p, int total, const int *ranks, int n, mi_slice *out)
+{
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += p->cl->dev[ranks[i]].speed;
+    int m = 0, next = 0;
+    double acc = 0;
+    for (int i = 0; i < n && next < total; i++) {
+        acc += p->cl->dev[ranks[i]].speed;
+        int end = i == n - 1 ? total : (int)(acc / sum * total + 0.5);
+        int left = n - 1 - i; /* keep one unit for each later rank when possible */
+        if (end > total - left && total - left > next)
+            end = total - left;
+        if (end <= next)
+            end = next + 1;
+        if (end > total)
+            end = total;
+        out[m++] = (mi_slice){ranks[i], next, end - next};
+        next = end;
+    }
+    return m;
+}
+
+static void plan_layerwise(mi_plan *plan, placer *p)
+{
+    const mi_config *c = p->c;
+    double sum = 0;
+    for (int i = 0; i < p->n_workers; i++)
+        sum += p->cl->dev[p->workers[i]].speed;
+    /* layer l goes to the worker whose share of the speed covers its midpoint */
+    for (int l = 0; l < c->n_layers; l++) {
+        double mid = (l + 0.5) / c->n_layers * sum, acc = 0;
+        int w = p->workers[p->n_workers - 1];
+        for (int i = 0; i < p->n_workers; i++) {
+            acc += p->cl->dev[p->workers[i]].speed;
+            if (mid < acc) {
+                w = p->workers[i];
+                break;
+            }
+        }
+        mi_layer_plan *lp = &plan->layers[l];
+        for (int k = 0; k < c->n_kv_heads; k++)
+            lp->kv_rank[k] = w;
+        lp->proj_rank = w;
+        set_single_ffn(plan, l, w);
+    }
+}
+
+static void plan_roundrobin(mi_plan *plan, placer *p)
+{
+    const mi_config *c = p->c;
+    int t = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        mi_layer_plan *lp = &plan->layers[l];
+        for (int k = 0; k < c->n_kv_heads; k++)
+            lp->kv_rank[k] = p->workers[t++ % p->n_workers];
+        lp->proj_rank = p->workers[t++ % p->n_workers];
+        set_single_ffn(plan, l, p->workers[t++ % p->n_workers]);
+    }
+}
+
+static void plan_random(mi_plan *plan, placer *p, uint64_t seed)
+{
+    const mi_config *c = p->c;
+    uint64_t st = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int l = 0; l < c->n_layers; l++) {
+        mi_layer_plan *lp = &plan->layers[l];
+        for (int k = 0; k < c->n_kv_heads; k++)
+            lp->kv_rank[k] = p->workers[(int)(mi_rand_f32(&st) * p->n_workers) % p->n_workers];
+        lp->proj_rank = p->workers[(int)(mi_rand_f32(&st) * p->n_workers) % p->n_workers];
+        set_single_ffn(plan, l, p->workers[(int)(mi_rand_f32(&st) * p->n_workers) % p->n_workers]);
+    }
+}
+
+/* The worker that can take `bytes` and minimises busy + time (+ extra[w]);
+ * -1 if none has room. */
+static int best_fit(const placer *p, double bytes, double work_bytes, const double *extra)
+{
+    int best = -1;
+    double best_cost = DBL_MAX;
+    for (int i = 0; i < p->n_workers; i++) {
+        int w = p->workers[i];
+        if (p->mem[w] + bytes > p->cl->dev[w].mem_bytes)
+            continue;
+        double cost = p->busy[w] + unit_time(p, w, work_bytes) + (extra ? extra[w] : 0.0);
+        if (cost < best_cost - 1e-15) {
+            best_cost = cost;
+            best = w;
+        }
+    }
+    return best;
+}
+
+static int no_room(const placer *p, const char *what, int l, double bytes, char *err)
+{
+    int most = p->workers[0];
+    for (int i = 1; i < p->n_workers; i++) {
+        int w = p->workers[i];
+        if (p->cl->dev[w].mem_bytes - p->mem[w] > p->cl->dev[most].mem_bytes - p->mem[most])
+            most = w;
+    }
+    double free_b = p->cl->dev[most].mem_bytes - p->mem[most];
+    return mi_set_error(err, "plan does not fit: layer %d %s needs %.0f bytes, but the device with the most free "
+                             "memory, %s (rank %d), has %.0f bytes free: short by %.0f bytes",
+                        l, what, bytes, p->cl->dev[most].name, most, free_b, bytes - free_b);
+}
+
+/* Seed 000's greedy placement: FFN and projection first (the big blocks,
+ * balanced by predicted time), then the heads of each layer spread so that the
+ * layer's attention finishes soonest; memory budgets are hard constraints. */
+static int plan_greedy(mi_plan *plan, placer *p, char *err)
+{
+    const mi_config *c = p->c;
+    double extra[MI_MAX_RANKS];
+    double fb = ffn_bytes(c, c->hidden_dim), pb = proj_bytes(c);
+    for (int l = 0; l < c->n_layers; l++) {
+        int f = best_fit(p, fb, fb, NULL);
+        if (f < 0)
+            return no_room(p, "FFN", l, fb, err);
+        set_single_ffn(plan, l, f);
+        p->mem[f] += fb;
+        p->busy[f] += unit_time(p, f, fb);
+        /* keeping wo with the FFN saves sending Z across a link */
+        for (int i = 0; i < p->n_workers; i++)
+            extra[p->workers[i]] = p->workers[i] == f ? 0.0 : mi_cluster_latency(p->cl, p->workers[i], f);
+        int r = best_fit(p, pb, pb, extra);
+        if (r < 0)
+            return no_room(p, "output projection", l, pb, err);
+        plan->layers[l].proj_rank = r;
+        p->mem[r] += pb;
+        p->busy[r] += unit_time(p, r, pb);
+    }
+    double hw = head_weight_bytes(c), hkv = head_kv_bytes(c, c->seq_len);
+    double hwork = hw + head_kv_bytes(c, c->seq_len / 2); /* mean KV read over a full context */
+    for (int l = 0; l < c->n_layers; l++) {
+        double layer_att[MI_MAX_RANKS] = {0};
+        for (int k = 0; k < c->n_kv_heads; k++) {
+            int best = -1;
+            double best_key = DBL_MAX, best_tie = DBL_MAX;
+            for (int i = 0; i < p->n_workers; i++) {
+                int w = p->workers[i];
+                if (p->mem[w] + hw + hkv > p->cl->dev[w].mem_bytes)
+                    continue;
+                double t = unit_time(p, w, hwork);
+                double key = layer_att[w] + t, tie = p->busy[w] + t;
+                if (key < best_key - 1e-12 || (key < best_key + 1e-12 && tie < best_tie)) {
+                    best = w;
+                    best_key = key;
+                    best_tie = tie;
+                }
+            }
+            if (best < 0)
+                return no_room(p, "KV head", l, hw + hkv, err);
+            plan->layers[l].kv_rank[k] = best;
+            layer_att[best] += unit_time(p, best, hwork);
+            p->busy[best] += unit_time(p, best, hwork);
+            p->mem[best] += hw + hkv;
+        }
+    }
+    return 0;
+}
+
+static void plan_tp(mi_plan *plan, placer *p)
+{
+    const mi_config *c = p->c;
+    mi_slice tmp[MI_MAX_RANKS];
+    int nw = p->n_workers;
+    for (int l = 0; l < c->n_layers; l++) {
+        mi_layer_plan *lp = &plan->layers[l];
+        /* contiguous KV-head groups, in proportion to speed */
+        int m = split_by_speed(p, c->n_kv_heads, p->workers, nw, tmp);
+        for (int i = 0; i < m; i++)
+            for (int k = tmp[i].v0; k < tmp[i].v0 + tmp[i].n; k++)
+                lp->kv_rank[k] = tmp[i].rank;
+        lp->proj_rank = nw > 1 ? -1 : p->workers[0];
+        lp->n_ffn = split_by_speed(p, c->hidden_dim, p->workers, nw, tmp);
+        lp->ffn = mi_malloc((size_t)lp->n_ffn * sizeof(mi_slice), "plan FFN slices");
+        memcpy(lp->ffn, tmp, (size_t)lp->n_ffn * sizeof(mi_slice));
+    }
+    plan->n_cls = split_by_speed(p, c->vocab_size, p->workers, nw, tmp);
+    plan->cls = mi_malloc((size_t)plan->n_cls * sizeof(mi_slice), "plan classifier slices");
+    memcpy(plan->cls, tmp, (size_t)plan->n_cls * sizeof(mi_slice));
+}
+
+int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, mi_plan *plan, char *err)
+{
+    double t0 = mi_now();
+    memset(plan, 0, sizeof *plan);
+    int n = cl->n_devices;
+    if (n < 1 || n > MI_MAX_RANKS)
+        return mi_set_error(err, "plan: %d ranks is outside [1, %d]", n, MI_MAX_RANKS);
+    plan->cfg = *c;
+    plan->n_ranks = n;
+    plan->planner = opt->planner;
+    int cw = opt->controller_works;
+    if (cw < 0)
+        cw = opt->planner == MI_PLANNER_TP;
+    if (n == 1)
+        cw = 1;
+    plan->controller_works = cw;
+    placer p;
+    memset(&p, 0, sizeof p);
+    p.c = c;
+    p.cl = cl;
+    for (int r = cw ? 0 : 1; r < n; r++)
+        p.workers[p.n_workers++] = r;
+    /* the controller always holds the embeddings and final norm */
+    p.mem[0] = 4.0 * ((double)c->vocab_size * c->dim + c->dim);
+    alloc_layers(plan);
+    int rc = 0;
+    switch (opt->planner) {
+    case MI_PLANNER_LAYERWISE: plan_layerwise(plan, &p); break;
+    case MI_PLANNER_ROUNDROBIN: plan_roundrobin(plan, &p); break;
+    case MI_PLANNER_RANDOM: plan_random(plan, &p, opt->seed); break;
+    case MI_PLANNER_GREEDY:
+        if (!c->shared_classifier)
+            p.mem[0] += 4.0 * (double)c->vocab_size * c->dim;
+        rc = plan_greedy(plan, &p, err);
+        break;
+    case MI_PLANNER_TP: plan_tp(plan, &p); break;
+    default: rc = mi_set_error(err, "plan: unknown planner %d", (int)opt->planner);
+    }
+    if (rc == 0 && !plan->cls) {
+        plan->n_cls = 1;
+        plan->cls = mi_malloc(sizeof(mi_slice), "plan classifier slices");
+        plan->cls[0] = (mi_slice){0, 0, c->vocab_size};
+    }
+    plan->plan_seconds = mi_now() - t0;
+    if (rc == 0)
+        rc = mi_plan_validate(plan, cl, err);
+    if (rc)
+        mi_plan_free(plan);
+    return rc;
+}
+
+/* ------------------------------------------------------- serialization */
+
+int *mi_plan_serialize(const mi_plan *plan, size_t *n_ints)
+{
+    const mi_config *c = &plan->cfg;
+    size_t n = 6 + (size_t)plan->n_cls * 3;
+    for (int l = 0; l < c->n_layers; l++)
+        n += (size_t)c->n_kv_heads + 2 + 3 * (size_t)plan->layers[l].n_ffn;
+    int *b = mi_malloc(n * sizeof(int), "plan buffer"), *q = b;
+    *q++ = plan->n_ranks;
+    *q++ = c->n_layers;
+    *q++ = c->n_kv_heads;
+    *q++ = (int)plan->planner;
+    *q++ = plan->controller_works;
+    *q++ = plan->n_cls;
+    for (int i = 0; i < plan->n_cls; i++) {
+        *q++ = plan->cls[i].rank;
+        *q++ = plan->cls[i].v0;
+        *q++ = plan->cls[i].n;
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        const mi_layer_plan *lp = &plan->layers[l];
+        for (int k = 0; k < c->n_kv_heads; k++)
+            *q++ = lp->kv_rank[k];
+        *q++ = lp->proj_rank;
+        *q++ = lp->n_ffn;
+        for (int i = 0; i < lp->n_ffn; i++) {
+            *q++ = lp->ffn[i].rank;
+            *q++ = lp->ffn[i].v0;
+            *q++ = lp->ffn[i].n;
+        }
+    }
+    *n_ints = n;
+    return b;
+}
+
+int mi_plan_deserialize(const int *b, size_t n, const mi_config *c, mi_plan *plan, char *err)
+{
+    memset(plan, 0, sizeof *plan);
+    size_t i = 0;
+#define NEXT(v)                                                   \
+    do {                                                          \
+        if (i >= n)                                               \
+            goto bad;                                             \
+        (v) = b[i++];                                             \
+    } while (0)
+    int n_layers, n_kv, planner;
+    plan->cfg = *c;
+    NEXT(plan->n_ranks);
+    NEXT(n_layers);
+    NEXT(n_kv);
+    if (n_layers != c->n_layers || n_kv != c->n_kv_heads) {
+        return mi_set_error(err, "plan is for %d layers and %d KV heads but the model has %d and %d", n_layers, n_kv,
+                            c->n_layers, c->n_kv_heads);
+    }
+    NEXT(planner);
+    plan->planner = (mi_planner)planner;
+    NEXT(plan->controller_works);
+    NEXT(plan->n_cls);
+    if (plan->n_cls < 1 || plan->n_cls > MI_MAX_RANKS)
+        goto bad;
+    plan->cls = mi_malloc((size_t)plan->n_cls * sizeof(mi_slice), "plan classifier slices");
+    for (int s = 0; s < plan->n_cls; s++) {
+        NEXT(plan->cls[s].rank);
+        NEXT(plan->cls[s].v0);
+        NEXT(plan->cls[s].n);
+    }
+    alloc_layers(plan);
+    for (int l = 0; l < c->n_layers; l++) {
+        mi_layer_plan *lp = &plan->layers[l];
+        for (int k = 0; k < c->n_kv_heads; k++)
+            NEXT(lp->kv_rank[k]);
+        NEXT(lp->proj_rank);
+        NEXT(lp->n_ffn);
+        if (lp->n_ffn < 1 || lp->n_ffn > MI_MAX_RANKS)
+            goto bad;
+        lp->ffn = mi_malloc((size_t)lp->n_ffn * sizeof(mi_slice), "plan FFN slices");
+        for (int s = 0; s < lp->n_ffn; s++) {
+            NEXT(lp->ffn[s].rank);
+            NEXT(lp->ffn[s].v0);
+            NEXT(lp->ffn[s].n);
+        }
+    }
+#undef NEXT
+    if (i != n)
+        goto bad;
+    if (mi_plan_validate(plan, NULL, err)) {
+        mi_plan_free(plan);
+        return -1;
+    }
+    return 0;
+bad:
+    mi_plan_free(plan);
+    return mi_set_error(err, "plan: malformed plan data");
+}

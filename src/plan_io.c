@@ -1,0 +1,501 @@
+/* Placement plans as JSON files (see plan.h), read and written with cJSON.
+ *
+ *   {
+ *     "planner": "greedy",
+ *     "n_ranks": 5,
+ *     "controller_works": false,
+ *     "model": {"n_layers": 22, "n_kv_heads": 4, "hidden_dim": 5632, "vocab_size": 32000},
+ *     "layers": [
+ *       {"kv_rank": [1, 2, 3, 4], "proj_rank": 1, "ffn": [[2, 0, 5632]]},
+ *       ...                                       one entry per layer
+ *     ],
+ *     "classifier": [[0, 0, 32000]]
+ *   }
+ *
+ * ffn and classifier entries are [rank, start, count] slices. On loading,
+ * every key is checked (unknown keys are rejected so typos are caught; an
+ * optional "description" string is the one free-form key), the model block
+ * must match the model, each value must be an integer in range, and the
+ * assembled plan must pass mi_plan_validate (coverage, one slice per rank...).
+ * "controller_works" is optional (default false); everything else is required.
+ *
+ * Saving writes PATH.partial.<pid> and renames it over PATH, so readers never
+ * see a half-written plan; the temporary file is removed on failure. Save
+ * does not validate: it writes what it is given, and load checks it. */
+#define _POSIX_C_SOURCE 200809L
+#include "meshinfer/plan.h"
+
+#include "meshinfer/common.h"
+
+#include <cjson/cJSON.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define MAX_FILE_BYTES (256L << 20)
+
+/* --------------------------------------------------------------- save */
+
+static cJSON *slices_json(const mi_slice *s, int n)
+{
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; arr && i < n; i++) {
+        int t[3] = {s[i].rank, s[i].v0, s[i].n};
+        cJSON *triple = cJSON_CreateIntArray(t, 3);
+        if (!triple || !cJSON_AddItemToArray(arr, triple)) {
+            cJSON_Delete(triple);
+            cJSON_Delete(arr);
+            return NULL;
+        }
+    }
+    return arr;
+}
+
+static cJSON *plan_json(const mi_plan *plan, const char *planner_name)
+{
+    const mi_config *c = &plan->cfg;
+    cJSON *doc = cJSON_CreateObject();
+    if (!doc)
+        return NULL;
+    int ok = cJSON_AddStringToObject(doc, "planner", planner_name) != NULL &&
+             cJSON_AddNumberToObject(doc, "n_ranks", plan->n_ranks) != NULL &&
+             cJSON_AddBoolToObject(doc, "controller_works", plan->controller_works != 0) != NULL;
+    cJSON *model = ok ? cJSON_AddObjectToObject(doc, "model") : NULL;
+    ok = model && cJSON_AddNumberToObject(model, "n_layers", c->n_layers) &&
+         cJSON_AddNumberToObject(model, "n_kv_heads", c->n_kv_heads) &&
+         cJSON_AddNumberToObject(model, "hidden_dim", c->hidden_dim) &&
+         cJSON_AddNumberToObject(model, "vocab_size", c->vocab_size);
+    cJSON *layers = ok ? cJSON_AddArrayToObject(doc, "layers") : NULL;
+    ok = layers != NULL;
+    for (int l = 0; ok && l < c->n_layers; l++) {
+        const mi_layer_plan *lp = &plan->layers[l];
+        cJSON *lj = cJSON_CreateObject();
+        ok = lj && cJSON_AddItemToArray(layers, lj);
+        if (!ok) {
+            cJSON_Delete(lj);
+            break;
+        }
+        cJSON *kv = cJSON_CreateIntArray(lp->kv_rank, c->n_kv_heads);
+        ok = kv && cJSON_AddItemToObject(lj, "kv_rank", kv);
+        if (!ok) {
+            cJSON_Delete(kv);
+            break;
+        }
+        ok = cJSON_AddNumberToObject(lj, "proj_rank", lp->proj_rank) != NULL;
+        cJSON *ffn = ok ? slices_json(lp->ffn, lp->n_ffn) : NULL;
+        ok = ffn && cJSON_AddItemToObject(lj, "ffn", ffn);
+        if (!ok)
+            cJSON_Delete(ffn);
+    }
+    cJSON *cls = ok ? slices_json(plan->cls, plan->n_cls) : NULL;
+    ok = cls && cJSON_AddItemToObject(doc, "classifier", cls);
+    if (!ok) {
+        cJSON_Delete(cls);
+        cJSON_Delete(doc);
+        return NULL;
+    }
+    return doc;
+}
+
+/* Print one value compactly; 0 or -1 (out of memory / write error). */
+static int put_value(FILE *f, const cJSON *v)
+{
+    char *s = cJSON_PrintUnformatted(v);
+    if (!s)
+        return -1;
+    int r = fputs(s, f) < 0 ? -1 : 0;
+    cJSON_free(s);
+    return r;
+}
+
+/* Write doc as an object with one key per line and one layer per line, so
+ * plans stay readable and easy to edit by hand. */
+static int write_doc(FILE *f, const cJSON *doc)
+{
+    if (fputs("{\n", f) < 0)
+        return -1;
+    for (const cJSON *it = doc->child; it; it = it->next) {
+        if (fprintf(f, "  \"%s\": ", it->string) < 0)
+            return -1;
+        if (strcmp(it->string, "layers") == 0) {
+            if (fputs("[\n", f) < 0)
+                return -1;
+            for (const cJSON *l = it->child; l; l = l->next) {
+                if (fputs("    ", f) < 0 || put_value(f, l) || fputs(l->next ? ",\n" : "\n", f) < 0)
+                    return -1;
+            }
+            if (fputs("  ]", f) < 0)
+                return -1;
+        } else if (put_value(f, it)) {
+            return -1;
+        }
+        if (fputs(it->next ? ",\n" : "\n", f) < 0)
+            return -1;
+    }
+    return fputs("}\n", f) < 0 ? -1 : 0;
+}
+
+int mi_plan_save_json(const mi_plan *plan, const char *path, char *err)
+{
+    const mi_config *c = &plan->cfg;
+    if (c->n_layers < 1 || !plan->layers || c->n_kv_heads < 1 || c->n_kv_heads > MI_MAX_KV_HEADS ||
+        plan->n_cls < 0 || (plan->n_cls > 0 && !plan->cls))
+        return mi_set_error(err, "%s: cannot save an empty or malformed plan", path);
+    for (int l = 0; l < c->n_layers; l++)
+        if (plan->layers[l].n_ffn < 0 || (plan->layers[l].n_ffn > 0 && !plan->layers[l].ffn))
+            return mi_set_error(err, "%s: cannot save a plan with malformed FFN slices in layer %d", path, l);
+    const char *pname = mi_planner_name(plan->planner);
+    mi_planner back;
+    if (!pname || mi_planner_parse(pname, &back) != 0 || back != plan->planner)
+        return mi_set_error(err, "%s: cannot save a plan with unknown planner %d", path, (int)plan->planner);
+
+    cJSON *doc = plan_json(plan, pname);
+    if (!doc)
+        return mi_set_error(err, "%s: out of memory building the plan JSON", path);
+
+    char tmp[4200];
+    int tn = snprintf(tmp, sizeof tmp, "%s.partial.%ld", path, (long)getpid());
+    if (tn < 0 || (size_t)tn >= sizeof tmp) {
+        cJSON_Delete(doc);
+        return mi_set_error(err, "%s: path too long", path);
+    }
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        int e = errno;
+        cJSON_Delete(doc);
+        return mi_set_error(err, "cannot create plan file %s: %s", path, strerror(e));
+    }
+    int bad = write_doc(f, doc);
+    cJSON_Delete(doc);
+    if (!bad && fflush(f) != 0)
+        bad = 1;
+    if (!bad && fsync(fileno(f)) != 0 && errno != EINVAL && errno != EROFS)
+        bad = 1;
+    int e = errno;
+    if (fclose(f) != 0 && !bad) {
+        bad = 1;
+        e = errno;
+    }
+    if (bad) {
+        unlink(tmp);
+        return mi_set_error(err, "cannot write plan file %s: %s", path, strerror(e));
+    }
+    if (rename(tmp, path) != 0) {
+        e = errno;
+        unlink(tmp);
+        return mi_set_error(err, "cannot write plan file %s (rename failed: %s)", path, strerror(e));
+    }
+    return 0;
+}
+
+/* --------------------------------------------------------------- load */
+
+static void free_partial(mi_plan *plan)
+{
+    if (plan->layers)
+        for (int l = 0; l < plan->cfg.n_layers; l++)
+            free(plan->layers[l].ffn);
+    free(plan->layers);
+    free(plan->cls);
+    memset(plan, 0, sizeof *plan);
+}
+
+/* Read a whole file; returns a NUL-terminated malloc'ed buffer or NULL with err. */
+static char *read_file(const char *path, size_t *len_out, char *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        mi_set_error(err, "cannot open plan file %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    int bad = buf == NULL, too_big = 0;
+    while (!bad) {
+        if (len + 1 >= cap) {
+            if (cap >= (size_t)MAX_FILE_BYTES) {
+                too_big = 1;
+                break;
+            }
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) {
+                bad = 1;
+                break;
+            }
+            buf = nb;
+            cap *= 2;
+        }
+        size_t got = fread(buf + len, 1, cap - 1 - len, f);
+        len += got;
+        if (got == 0) {
+            if (ferror(f))
+                bad = 1;
+            break;
+        }
+    }
+    fclose(f);
+    if (bad || too_big) {
+        free(buf);
+        if (too_big)
+            mi_set_error(err, "plan file %s: larger than %ld MB", path, MAX_FILE_BYTES >> 20);
+        else
+            mi_set_error(err, "cannot read plan file %s", path);
+        return NULL;
+    }
+    buf[len] = '\0';
+    const char *nul = memchr(buf, '\0', len);
+    if (nul) {
+        mi_set_error(err, "plan file %s: NUL byte at byte %zu (not a text file?)", path, (size_t)(nul - buf));
+        free(buf);
+        return NULL;
+    }
+    *len_out = len;
+    return buf;
+}
+
+/* 1 when v is a JSON number holding an integer that fits an int. */
+static int as_int(const cJSON *v, int *out)
+{
+    if (!cJSON_IsNumber(v))
+        return 0;
+    double d = v->valuedouble;
+    if (!isfinite(d) || d != floor(d) || d < INT_MIN || d > INT_MAX)
+        return 0;
+    *out = (int)d;
+    return 1;
+}
+
+static int check_keys(const cJSON *obj, const char *const *allowed, const char *prefix, const char *where,
+                      char *err)
+{
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        const char *k = it->string ? it->string : "";
+        int ok = 0;
+        for (int i = 0; allowed[i]; i++)
+            if (strcmp(allowed[i], k) == 0)
+                ok = 1;
+        if (!ok)
+            return mi_set_error(err, "%s: unknown key '%s' in %s", prefix, k, where);
+        for (const cJSON *p = obj->child; p != it; p = p->next)
+            if (p->string && strcmp(p->string, k) == 0)
+                return mi_set_error(err, "%s: duplicate key '%s' in %s", prefix, k, where);
+    }
+    return 0;
+}
+
+/* Parse an array of [rank, start, count] triples (what: "layers[3].ffn" or
+ * "classifier") over [0, total) into a malloc'ed array. */
+static int parse_slices(const cJSON *arr, const char *what, const char *unit, int total, int n_ranks,
+                        mi_slice **out, int *n_out, const char *prefix, char *err)
+{
+    int n = cJSON_IsArray(arr) ? cJSON_GetArraySize(arr) : 0;
+    if (n <= 0)
+        return mi_set_error(err, "%s: '%s' must be a non-empty list of [rank, start, count] triples", prefix, what);
+    if (n > total)
+        return mi_set_error(err, "%s: '%s' has %d slices but there are only %d %s", prefix, what, n, total, unit);
+    mi_slice *s = mi_malloc((size_t)n * sizeof *s, "plan slices");
+    int i = 0;
+    for (const cJSON *t = arr->child; t; t = t->next, i++) {
+        int v[3];
+        if (!cJSON_IsArray(t) || cJSON_GetArraySize(t) != 3 || !as_int(cJSON_GetArrayItem(t, 0), &v[0]) ||
+            !as_int(cJSON_GetArrayItem(t, 1), &v[1]) || !as_int(cJSON_GetArrayItem(t, 2), &v[2])) {
+            free(s);
+            return mi_set_error(err, "%s: %s[%d] must be a [rank, start, count] triple of integers", prefix, what,
+                                i);
+        }
+        if (v[0] < 0 || v[0] >= n_ranks) {
+            free(s);
+            return mi_set_error(err, "%s: %s[%d] has rank %d outside 0..%d (n_ranks %d)", prefix, what, i, v[0],
+                                n_ranks - 1, n_ranks);
+        }
+        if (v[1] < 0 || v[2] < 1 || (long long)v[1] + v[2] > total) {
+            free(s);
+            return mi_set_error(err, "%s: %s[%d] = [%d, %d, %d] is not a non-empty range within %d %s", prefix,
+                                what, i, v[0], v[1], v[2], total, unit);
+        }
+        s[i] = (mi_slice){.rank = v[0], .v0 = v[1], .n = v[2]};
+    }
+    *out = s;
+    *n_out = n;
+    return 0;
+}
+
+static int model_int(const cJSON *model, const char *key, int *out, const char *prefix, char *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(model, key);
+    if (!v)
+        return mi_set_error(err, "%s: model.%s is missing", prefix, key);
+    if (!as_int(v, out))
+        return mi_set_error(err, "%s: model.%s must be an integer", prefix, key);
+    return 0;
+}
+
+static int build_plan(const cJSON *root, const mi_config *c, mi_plan *plan, const char *prefix, char *err)
+{
+    static const char *const top_keys[] = {"description", "planner", "n_ranks", "controller_works",
+                                           "model",       "layers",  "classifier", NULL};
+    static const char *const model_keys[] = {"n_layers", "n_kv_heads", "hidden_dim", "vocab_size", NULL};
+    static const char *const layer_keys[] = {"kv_rank", "proj_rank", "ffn", NULL};
+
+    if (!cJSON_IsObject(root))
+        return mi_set_error(err, "%s: the top level must be a JSON object", prefix);
+    if (check_keys(root, top_keys, prefix, "the top level", err))
+        return -1;
+
+    const cJSON *desc = cJSON_GetObjectItemCaseSensitive(root, "description");
+    if (desc && !cJSON_IsString(desc))
+        return mi_set_error(err, "%s: 'description' must be a string", prefix);
+
+    /* planner */
+    const cJSON *pj = cJSON_GetObjectItemCaseSensitive(root, "planner");
+    if (!pj)
+        return mi_set_error(err, "%s: 'planner' is missing", prefix);
+    if (!cJSON_IsString(pj) || mi_planner_parse(pj->valuestring, &plan->planner) != 0)
+        return mi_set_error(err, "%s: 'planner' must be one of layerwise, roundrobin, random, greedy, tp", prefix);
+
+    /* n_ranks, controller_works */
+    const cJSON *nr = cJSON_GetObjectItemCaseSensitive(root, "n_ranks");
+    if (!nr)
+        return mi_set_error(err, "%s: 'n_ranks' is missing", prefix);
+    if (!as_int(nr, &plan->n_ranks) || plan->n_ranks < 1 || plan->n_ranks > MI_MAX_RANKS)
+        return mi_set_error(err, "%s: 'n_ranks' must be an integer in 1..%d", prefix, MI_MAX_RANKS);
+    const cJSON *cw = cJSON_GetObjectItemCaseSensitive(root, "controller_works");
+    if (cw && !cJSON_IsBool(cw))
+        return mi_set_error(err, "%s: 'controller_works' must be true or false", prefix);
+    plan->controller_works = cw ? cJSON_IsTrue(cw) : 0;
+
+    /* model block */
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    if (!model)
+        return mi_set_error(err, "%s: 'model' is missing", prefix);
+    if (!cJSON_IsObject(model))
+        return mi_set_error(err, "%s: 'model' must be an object with n_layers, n_kv_heads, hidden_dim, vocab_size",
+                            prefix);
+    if (check_keys(model, model_keys, prefix, "model", err))
+        return -1;
+    int nl, nkv, hd, vs;
+    if (model_int(model, "n_layers", &nl, prefix, err) || model_int(model, "n_kv_heads", &nkv, prefix, err) ||
+        model_int(model, "hidden_dim", &hd, prefix, err) || model_int(model, "vocab_size", &vs, prefix, err))
+        return -1;
+    if (nl != c->n_layers)
+        return mi_set_error(err, "%s: plan has %d layers but the model has %d", prefix, nl, c->n_layers);
+    if (nkv != c->n_kv_heads)
+        return mi_set_error(err, "%s: plan has %d KV heads per layer but the model has %d", prefix, nkv,
+                            c->n_kv_heads);
+    if (hd != c->hidden_dim)
+        return mi_set_error(err, "%s: plan has FFN hidden_dim %d but the model has %d", prefix, hd, c->hidden_dim);
+    if (vs != c->vocab_size)
+        return mi_set_error(err, "%s: plan has vocab_size %d but the model has %d", prefix, vs, c->vocab_size);
+
+    /* layers */
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(root, "layers");
+    if (!layers)
+        return mi_set_error(err, "%s: 'layers' is missing", prefix);
+    if (!cJSON_IsArray(layers))
+        return mi_set_error(err, "%s: 'layers' must be a list with one object per layer", prefix);
+    int n_layers_json = cJSON_GetArraySize(layers);
+    if (n_layers_json != c->n_layers)
+        return mi_set_error(err, "%s: 'layers' has %d entries but the model has %d layers", prefix, n_layers_json,
+                            c->n_layers);
+    plan->layers = mi_calloc((size_t)c->n_layers, sizeof *plan->layers, "plan layers");
+    int l = 0;
+    for (const cJSON *lj = layers->child; lj; lj = lj->next, l++) {
+        mi_layer_plan *lp = &plan->layers[l];
+        char where[48];
+        snprintf(where, sizeof where, "layers[%d]", l);
+        if (!cJSON_IsObject(lj))
+            return mi_set_error(err, "%s: %s must be an object with kv_rank, proj_rank and ffn", prefix, where);
+        if (check_keys(lj, layer_keys, prefix, where, err))
+            return -1;
+
+        const cJSON *kv = cJSON_GetObjectItemCaseSensitive(lj, "kv_rank");
+        if (!cJSON_IsArray(kv))
+            return mi_set_error(err, "%s: %s.kv_rank must be a list of %d ranks (one per KV head)", prefix, where,
+                                c->n_kv_heads);
+        int nk = cJSON_GetArraySize(kv);
+        if (nk != c->n_kv_heads)
+            return mi_set_error(err, "%s: %s.kv_rank has %d entries but the model has %d KV heads", prefix, where,
+                                nk, c->n_kv_heads);
+        int h = 0;
+        for (const cJSON *r = kv->child; r; r = r->next, h++) {
+            if (!as_int(r, &lp->kv_rank[h]))
+                return mi_set_error(err, "%s: %s.kv_rank[%d] must be an integer rank", prefix, where, h);
+            if (lp->kv_rank[h] < 0 || lp->kv_rank[h] >= plan->n_ranks)
+                return mi_set_error(err, "%s: %s.kv_rank[%d] = %d is outside 0..%d (n_ranks %d)", prefix, where, h,
+                                    lp->kv_rank[h], plan->n_ranks - 1, plan->n_ranks);
+        }
+
+        const cJSON *pr = cJSON_GetObjectItemCaseSensitive(lj, "proj_rank");
+        if (!pr || !as_int(pr, &lp->proj_rank) || lp->proj_rank < -1)
+            return mi_set_error(err, "%s: %s.proj_rank must be an integer >= -1 (-1: split with the heads)", prefix,
+                                where);
+        if (lp->proj_rank >= plan->n_ranks)
+            return mi_set_error(err, "%s: %s.proj_rank = %d is outside -1..%d (n_ranks %d)", prefix, where,
+                                lp->proj_rank, plan->n_ranks - 1, plan->n_ranks);
+
+        char what[64];
+        snprintf(what, sizeof what, "%s.ffn", where);
+        if (parse_slices(cJSON_GetObjectItemCaseSensitive(lj, "ffn"), what, "FFN units (hidden_dim)", c->hidden_dim,
+                         plan->n_ranks, &lp->ffn, &lp->n_ffn, prefix, err))
+            return -1;
+    }
+
+    /* classifier */
+    if (parse_slices(cJSON_GetObjectItemCaseSensitive(root, "classifier"), "classifier", "vocabulary rows",
+                     c->vocab_size, plan->n_ranks, &plan->cls, &plan->n_cls, prefix, err))
+        return -1;
+    return 0;
+}
+
+int mi_plan_load_json(const char *path, const mi_config *c, mi_plan *plan, char *err)
+{
+    memset(plan, 0, sizeof *plan);
+    if (c->n_layers < 1 || c->n_kv_heads < 1 || c->n_kv_heads > MI_MAX_KV_HEADS || c->hidden_dim < 1 ||
+        c->vocab_size < 1)
+        return mi_set_error(err, "plan file %s: the model configuration is invalid", path);
+    size_t len = 0;
+    char *buf = read_file(path, &len, err);
+    if (!buf)
+        return -1;
+    char prefix[4200];
+    snprintf(prefix, sizeof prefix, "plan file %s", path);
+
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(buf, len + 1, &end, 1);
+    if (!root) {
+        size_t pos = end && end >= buf ? (size_t)(end - buf) : 0;
+        int line = 1, col = 1;
+        for (size_t i = 0; i < pos && buf[i]; i++) {
+            if (buf[i] == '\n') {
+                line++;
+                col = 1;
+            } else {
+                col++;
+            }
+        }
+        free(buf);
+        return mi_set_error(err, "%s: JSON syntax error at byte %zu (line %d, column %d)", prefix, pos, line, col);
+    }
+    free(buf);
+
+    plan->cfg = *c;
+    plan->plan_seconds = 0;
+    int rc = build_plan(root, c, plan, prefix, err);
+    cJSON_Delete(root);
+    if (rc == 0) {
+        char verr[MI_ERRLEN];
+        verr[0] = '\0';
+        if (mi_plan_validate(plan, NULL, verr) != 0)
+            rc = mi_set_error(err, "%s: %s", prefix, verr[0] ? verr : "invalid plan");
+    }
+    if (rc != 0) {
+        free_partial(plan);
+        return -1;
+    }
+    return 0;
+}

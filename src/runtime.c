@@ -1,0 +1,644 @@
+/* Distributed execution of a plan's schedule (see runtime.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "meshinfer/runtime.h"
+
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "meshinfer/common.h"
+#include "meshinfer/kernels.h"
+#include "meshinfer/model_file.h"
+
+enum { CMD_FORWARD = 1, CMD_RESET = 2, CMD_STOP = 3, CMD_RESET_METRICS = 4 };
+
+typedef struct {
+    short step, layer;
+    double t0, t1;
+} trace_event;
+
+typedef struct {
+    MPI_Comm comm;     /* MPI_COMM_NULL when not a member or alone */
+    int my_idx;        /* index of this rank among the members, -1 if not a member */
+    int root_idx;      /* index of the root among the members */
+    MPI_Win win;       /* GATHER steps */
+    float *gbuf;       /* GATHER root: [max_T, n_heads*head_dim] */
+} step_rt;
+
+struct mi_runtime {
+    int rank, size;
+    mi_plan plan;
+    mi_schedule sched;
+    mi_model model;
+    mi_scratch s;
+    step_rt *st;
+    int max_T;
+    float *x, *xn, *heads, *tmp, *logits_local, *logits_all, *logits_recv;
+    int *recv_counts, *recv_displs;
+    mi_rank_metrics m;
+    int trace;
+    trace_event *ev;
+    size_t n_ev, cap_ev;
+    double t_origin, idle_since;
+};
+
+void mi_check_all(int failed, const char *msg)
+{
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int mine = failed ? rank : size, first = size;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == size)
+        return;
+    if (rank == first) {
+        fprintf(stderr, "meshinfer: error: %s%s\n", msg, size > 1 && rank > 0 ? " (on a worker rank)" : "");
+        fflush(stderr);
+    }
+    MPI_Finalize();
+    exit(1);
+}
+
+static void record(mi_runtime *rt, int step, int layer, double t0, double t1)
+{
+    if (!rt->trace)
+        return;
+    if (rt->n_ev == rt->cap_ev) {
+        if (rt->cap_ev >= (size_t)4 << 20)
+            return; /* bounded: keep the first 4M events */
+        rt->cap_ev = rt->cap_ev ? 2 * rt->cap_ev : 4096;
+        trace_event *ne = realloc(rt->ev, rt->cap_ev * sizeof *ne);
+        if (!ne)
+            mi_fatal("out of memory recording the trace");
+        rt->ev = ne;
+    }
+    rt->ev[rt->n_ev++] = (trace_event){(short)step, (short)layer, t0 - rt->t_origin, t1 - rt->t_origin};
+}
+
+/* ------------------------------------------------------------ scatter */
+
+typedef struct {
+    mi_model_file *mf;
+    int dest;
+} send_ctx;
+
+static int fetch_and_send(void *ctx, const char *name, size_t row0, size_t nrows, size_t row_len, float *out,
+                          char *err)
+{
+    send_ctx *sc = ctx;
+    if (mi_model_read_rows(sc->mf, name, row0, nrows, out, err))
+        mi_fatal("%s", err); /* the receiver is blocked in MPI_Recv: abort the job */
+    size_t n = nrows * row_len;
+    for (size_t off = 0; off < n; off += (size_t)1 << 28) {
+        size_t k = n - off < ((size_t)1 << 28) ? n - off : ((size_t)1 << 28);
+        MPI_Send(out + off, (int)k, MPI_FLOAT, sc->dest, 7, MPI_COMM_WORLD);
+    }
+    return 0;
+}
+
+static int fetch_recv(void *ctx, const char *name, size_t row0, size_t nrows, size_t row_len, float *out,
+                      char *err)
+{
+    (void)ctx, (void)name, (void)row0, (void)err;
+    size_t n = nrows * row_len;
+    for (size_t off = 0; off < n; off += (size_t)1 << 28) {
+        size_t k = n - off < ((size_t)1 << 28) ? n - off : ((size_t)1 << 28);
+        MPI_Recv(out + off, (int)k, MPI_FLOAT, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+    return 0;
+}
+
+static void load_shard(mi_runtime *rt, const mi_runtime_options *opt)
+{
+    const mi_config *c = &rt->plan.cfg;
+    char err[MI_ERRLEN] = "";
+    mi_layer_spec *layers = mi_malloc((size_t)c->n_layers * sizeof *layers, "layer specs");
+    mi_shard_spec spec = {layers, 0, 0, 0};
+    size_t rss0 = mi_rss_bytes();
+    int rc = 0;
+    if (!opt->scatter) {
+        mi_config fc;
+        mi_model_file *mf = mi_model_open(opt->model_path, &fc, err);
+        if (!mf) {
+            rc = -1;
+        } else {
+            mi_plan_shard(&rt->plan, rt->rank, &spec);
+            mi_weight_source src = mi_weight_source_file(mf);
+            rc = mi_model_load(&rt->model, &src, c, &spec, err);
+            mi_model_close(mf);
+        }
+        mi_check_all(rc != 0, err);
+    } else if (rt->rank == 0) {
+        mi_config fc;
+        mi_model_file *mf = mi_model_open(opt->model_path, &fc, err);
+        if (!mf)
+            mi_fatal("%s", err);
+        for (int r = 1; r < rt->size; r++) {
+            mi_plan_shard(&rt->plan, r, &spec);
+            send_ctx sc = {mf, r};
+            mi_weight_source src = {fetch_and_send, &sc, 1};
+            mi_model other;
+            if (mi_model_load(&other, &src, c, &spec, err))
+                mi_fatal("%s", err);
+            mi_model_free(&other);
+        }
+        mi_plan_shard(&rt->plan, 0, &spec);
+        mi_weight_source src = mi_weight_source_file(mf);
+        if (mi_model_load(&rt->model, &src, c, &spec, err))
+            mi_fatal("%s", err);
+        mi_model_close(mf);
+    } else {
+        mi_plan_shard(&rt->plan, rt->rank, &spec);
+        mi_weight_source src = {fetch_recv, NULL, 0};
+        if (mi_model_load(&rt->model, &src, c, &spec, err))
+            mi_fatal("%s", err);
+    }
+    size_t rss1 = mi_rss_bytes();
+    rt->m.rss_weights = rss1 > rss0 ? (double)(rss1 - rss0) : 0.0;
+    rt->m.weight_bytes = (double)rt->model.weight_bytes;
+    rt->m.kv_bytes = (double)rt->model.kv_bytes;
+    free(layers);
+}
+
+/* ------------------------------------------------------------ set-up */
+
+static int member_index(const mi_step *st, int rank)
+{
+    for (int i = 0; i < st->n_members; i++)
+        if (st->members[i] == rank)
+            return i;
+    return -1;
+}
+
+static void build_comms(mi_runtime *rt)
+{
+    const mi_config *c = &rt->plan.cfg;
+    MPI_Group world;
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    rt->st = mi_calloc((size_t)rt->sched.n_steps, sizeof(step_rt), "step table");
+    /* One communicator per distinct member set, created in schedule order by
+     * its members only (MPI_Comm_create_group), so no rank waits on a set it
+     * is not part of; the set's first index is the tag that keeps them apart. */
+    for (int i = 0; i < rt->sched.n_steps; i++) {
+        const mi_step *st = &rt->sched.steps[i];
+        step_rt *sr = &rt->st[i];
+        sr->comm = MPI_COMM_NULL;
+        sr->win = MPI_WIN_NULL;
+        sr->my_idx = member_index(st, rt->rank);
+        sr->root_idx = st->root >= 0 ? member_index(st, st->root) : 0;
+        if (sr->my_idx < 0 || st->n_members < 2)
+            continue;
+        int first = i;
+        for (int j = 0; j < i; j++)
+            if (rt->sched.steps[j].n_members == st->n_members &&
+                !memcmp(rt->sched.steps[j].members, st->members, (size_t)st->n_members * sizeof(int))) {
+                first = j;
+                break;
+            }
+        if (first < i) {
+            sr->comm = rt->st[first].comm;
+            continue;
+        }
+        MPI_Group g;
+        MPI_Group_incl(world, st->n_members, st->members, &g);
+        MPI_Comm_create_group(MPI_COMM_WORLD, g, i, &sr->comm);
+        MPI_Group_free(&g);
+    }
+    MPI_Group_free(&world);
+    /* RMA windows of the head-output gathers: the projection rank exposes a
+     * [max_T, n_heads*head_dim] buffer, head ranks expose nothing. */
+    size_t gsize = (size_t)rt->max_T * c->n_heads * c->head_dim;
+    for (int i = 0; i < rt->sched.n_steps; i++) {
+        const mi_step *st = &rt->sched.steps[i];
+        step_rt *sr = &rt->st[i];
+        if (st->kind != MI_STEP_GATHER || sr->my_idx < 0)
+            continue;
+        if (st->root == rt->rank)
+            sr->gbuf = mi_calloc(gsize, sizeof(float), "head gather buffer");
+        if (sr->comm != MPI_COMM_NULL)
+            MPI_Win_create(sr->gbuf, sr->gbuf ? (MPI_Aint)(gsize * sizeof(float)) : 0, sizeof(float), MPI_INFO_NULL,
+                           sr->comm, &sr->win);
+    }
+}
+
+mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_runtime_options *opt)
+{
+    mi_runtime *rt = mi_calloc(1, sizeof *rt, "runtime");
+    MPI_Comm_rank(MPI_COMM_WORLD, &rt->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &rt->size);
+    if (plan->n_ranks != rt->size)
+        mi_fatal("plan is for %d ranks but the job has %d", plan->n_ranks, rt->size);
+    /* deep copy so the caller may free its plan */
+    size_t n;
+    int *buf = mi_plan_serialize(plan, &n);
+    char err[MI_ERRLEN];
+    if (mi_plan_deserialize(buf, n, &plan->cfg, &rt->plan, err))
+        mi_fatal("%s", err);
+    free(buf);
+    rt->max_T = opt->max_T < plan->cfg.seq_len ? opt->max_T : plan->cfg.seq_len;
+    rt->trace = opt->trace;
+    mi_schedule_build(&rt->plan, &rt->sched);
+    load_shard(rt, opt);
+    const mi_config *c = &rt->plan.cfg;
+    mi_scratch_init(&rt->s, c, rt->max_T);
+    size_t T = (size_t)rt->max_T, d = (size_t)c->dim;
+    rt->x = mi_calloc(T * d, sizeof(float), "residual");
+    rt->xn = mi_calloc(T * d, sizeof(float), "activations");
+    rt->heads = mi_calloc(T * (size_t)c->n_heads * c->head_dim, sizeof(float), "head outputs");
+    rt->tmp = mi_calloc(T * d, sizeof(float), "partial sums");
+    rt->logits_local = mi_calloc(T * (size_t)(rt->model.cls_nv ? rt->model.cls_nv : 1), sizeof(float), "logits");
+    if (rt->rank == 0) {
+        rt->logits_all = mi_calloc(T * (size_t)c->vocab_size, sizeof(float), "logits");
+        rt->logits_recv = mi_calloc(T * (size_t)c->vocab_size, sizeof(float), "logits");
+        rt->recv_counts = mi_calloc((size_t)rt->size, sizeof(int), "counts");
+        rt->recv_displs = mi_calloc((size_t)rt->size, sizeof(int), "displacements");
+    }
+    build_comms(rt);
+    MPI_Barrier(MPI_COMM_WORLD);
+    rt->t_origin = mi_now();
+    rt->idle_since = rt->t_origin;
+    return rt;
+}
+
+/* ------------------------------------------------------------ steps */
+
+static void put_heads(mi_runtime *rt, const mi_step *st, step_rt *sr, int T)
+{
+    const mi_config *c = &rt->plan.cfg;
+    const mi_layer *L = &rt->model.layers[st->layer];
+    int g = mi_kv_group(c), hd = c->head_dim, nk = L->spec.n_kv;
+    int w = g * hd, local = nk * w, full = c->n_heads * hd;
+    for (int i = 0; i < nk; i++) {
+        int k = L->spec.kv[i];
+        if (st->root == rt->rank) {
+            for (int t = 0; t < T; t++)
+                memcpy(sr->gbuf + (size_t)t * full + (size_t)k * w, rt->heads + (size_t)t * local + (size_t)i * w,
+                       (size_t)w * sizeof(float));
+            continue;
+        }
+        if (T == 1) {
+            MPI_Put(rt->heads + (size_t)i * w, w, MPI_FLOAT, sr->root_idx, (MPI_Aint)k * w, w, MPI_FLOAT, sr->win);
+        } else {
+            MPI_Datatype ot, tt;
+            MPI_Type_vector(T, w, local, MPI_FLOAT, &ot);
+            MPI_Type_vector(T, w, full, MPI_FLOAT, &tt);
+            MPI_Type_commit(&ot);
+            MPI_Type_commit(&tt);
+            MPI_Put(rt->heads + (size_t)i * w, 1, ot, sr->root_idx, (MPI_Aint)k * w, 1, tt, sr->win);
+            MPI_Type_free(&ot);
+            MPI_Type_free(&tt);
+        }
+        rt->m.bytes_sent += 4.0 * w * T;
+    }
+    if (st->root == rt->rank)
+        for (int j = 0; j < st->n_members; j++)
+            if (st->members[j] != rt->rank)
+                rt->m.bytes_recv += 4.0 * T * (double)mi_step_floats(&rt->plan, st, st->members[j]);
+}
+
+/* Residual x += sum over members of tmp (allreduce), keeping every member's
+ * copy identical. */
+static void allreduce_add(mi_runtime *rt, const mi_step *st, step_rt *sr, int T, double *comm_t)
+{
+    const mi_config *c = &rt->plan.cfg;
+    int n = T * c->dim;
+    if (sr->comm != MPI_COMM_NULL) {
+        double t0 = mi_now();
+        MPI_Allreduce(MPI_IN_PLACE, rt->tmp, n, MPI_FLOAT, MPI_SUM, sr->comm);
+        *comm_t += mi_now() - t0;
+        double b = 4.0 * n;
+        if (st->root == rt->rank) {
+            rt->m.bytes_recv += b * (st->n_members - 1);
+            rt->m.bytes_sent += b * (st->n_members - 1);
+        } else {
+            rt->m.bytes_recv += b;
+            rt->m.bytes_sent += b;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        rt->x[i] += rt->tmp[i];
+}
+
+static void run_step(mi_runtime *rt, int i, int T, int pos0, int T_logits)
+{
+    const mi_step *st = &rt->sched.steps[i];
+    step_rt *sr = &rt->st[i];
+    if (sr->my_idx < 0)
+        return;
+    const mi_config *c = &rt->plan.cfg;
+    mi_model *m = &rt->model;
+    double t0 = mi_now(), comm = 0;
+    double *bucket = NULL;
+    switch (st->kind) {
+    case MI_STEP_BCAST: {
+        int n = T * c->dim;
+        MPI_Bcast(rt->x, n, MPI_FLOAT, sr->root_idx, sr->comm);
+        comm = mi_now() - t0;
+        if (st->root == rt->rank)
+            rt->m.bytes_sent += 4.0 * n * (st->n_members - 1);
+        else
+            rt->m.bytes_recv += 4.0 * n;
+        break;
+    }
+    case MI_STEP_ATTN:
+        mi_rmsnorm(rt->xn, rt->x, m->layers[st->layer].attention_norm, T, c->dim, c->norm_eps);
+        mi_attn_block(m, st->layer, &rt->s, rt->xn, T, pos0, rt->heads);
+        bucket = &rt->m.attn;
+        break;
+    case MI_STEP_GATHER:
+        if (sr->win != MPI_WIN_NULL)
+            MPI_Win_fence(MPI_MODE_NOPRECEDE, sr->win);
+        put_heads(rt, st, sr, T);
+        if (sr->win != MPI_WIN_NULL)
+            MPI_Win_fence(MPI_MODE_NOSUCCEED, sr->win);
+        comm = mi_now() - t0;
+        break;
+    case MI_STEP_PROJ:
+        /* the schedule puts every PROJ right after its GATHER, whose window holds the heads */
+        mi_proj_block(m, st->layer, rt->st[i - 1].gbuf, T, rt->x, 1);
+        bucket = &rt->m.proj;
+        break;
+    case MI_STEP_PROJ_PARTIAL:
+        mi_proj_block(m, st->layer, rt->heads, T, rt->tmp, 0);
+        rt->m.proj += mi_now() - t0;
+        allreduce_add(rt, st, sr, T, &comm);
+        break;
+    case MI_STEP_FFN:
+        mi_rmsnorm(rt->xn, rt->x, m->layers[st->layer].ffn_norm, T, c->dim, c->norm_eps);
+        mi_ffn_block(m, st->layer, &rt->s, rt->xn, T, rt->x, 1);
+        bucket = &rt->m.ffn;
+        break;
+    case MI_STEP_FFN_PARTIAL:
+        mi_rmsnorm(rt->xn, rt->x, m->layers[st->layer].ffn_norm, T, c->dim, c->norm_eps);
+        mi_ffn_block(m, st->layer, &rt->s, rt->xn, T, rt->tmp, 0);
+        rt->m.ffn += mi_now() - t0;
+        allreduce_add(rt, st, sr, T, &comm);
+        break;
+    case MI_STEP_LOGITS: {
+        int rows = m->cls_nv;
+        if (rows > 0)
+            mi_logits(m, &rt->s, rt->x + (size_t)(T - T_logits) * c->dim, T_logits, rt->logits_local);
+        rt->m.logits += mi_now() - t0;
+        double tc = mi_now();
+        int count = rows * T_logits;
+        if (sr->comm == MPI_COMM_NULL) {
+            memcpy(rt->logits_all, rt->logits_local, (size_t)count * sizeof(float));
+        } else {
+            float *dst = rt->rank == 0 ? rt->logits_recv : NULL;
+            if (rt->rank == 0) {
+                int off = 0;
+                for (int j = 0; j < st->n_members; j++) {
+                    rt->recv_counts[j] = (int)mi_step_floats(&rt->plan, st, st->members[j]) * T_logits;
+                    rt->recv_displs[j] = off;
+                    off += rt->recv_counts[j];
+                }
+            }
+            MPI_Gatherv(rt->logits_local, count, MPI_FLOAT, dst, rt->recv_counts, rt->recv_displs, MPI_FLOAT,
+                        sr->root_idx, sr->comm);
+            if (rt->rank == 0) {
+                /* member-major [member][t][rows] -> [t][vocab] */
+                for (int j = 0; j < st->n_members; j++) {
+                    int r = st->members[j], v0 = 0, nr = 0;
+                    for (int k = 0; k < rt->plan.n_cls; k++)
+                        if (rt->plan.cls[k].rank == r) {
+                            v0 = rt->plan.cls[k].v0;
+                            nr = rt->plan.cls[k].n;
+                        }
+                    for (int t = 0; t < T_logits; t++)
+                        memcpy(rt->logits_all + (size_t)t * c->vocab_size + v0,
+                               rt->logits_recv + rt->recv_displs[j] + (size_t)t * nr, (size_t)nr * sizeof(float));
+                    if (r != 0)
+                        rt->m.bytes_recv += 4.0 * nr * T_logits;
+                }
+            } else {
+                rt->m.bytes_sent += 4.0 * count;
+            }
+        }
+        comm = mi_now() - tc;
+        break;
+    }
+    }
+    double t1 = mi_now();
+    if (bucket)
+        *bucket += t1 - t0;
+    rt->m.comm += comm;
+    record(rt, st->kind, st->layer, t0, t1);
+}
+
+static void run_forward(mi_runtime *rt, int T, int pos0, int T_logits)
+{
+    for (int i = 0; i < rt->sched.n_steps; i++)
+        run_step(rt, i, T, pos0, T_logits);
+    rt->m.forwards++;
+    rt->m.positions += T;
+}
+
+static void reset_metrics_local(mi_runtime *rt);
+
+static void send_cmd(mi_runtime *rt, int cmd, int T, int pos0, int T_logits)
+{
+    int hdr[4] = {cmd, T, pos0, T_logits};
+    if (rt->size > 1)
+        MPI_Bcast(hdr, 4, MPI_INT, 0, MPI_COMM_WORLD);
+}
+
+float *mi_runtime_forward(mi_runtime *rt, const int *tokens, int T, int pos0, int all_logits)
+{
+    const mi_config *c = &rt->plan.cfg;
+    if (T < 1 || T > rt->max_T || pos0 < 0 || pos0 + T > c->seq_len)
+        mi_fatal("forward of %d positions at %d is outside the context (%d) or chunk (%d)", T, pos0, c->seq_len,
+                 rt->max_T);
+    double t0 = mi_now();
+    rt->m.idle += t0 - rt->idle_since;
+    int T_logits = all_logits ? T : 1;
+    send_cmd(rt, CMD_FORWARD, T, pos0, T_logits);
+    size_t d = (size_t)c->dim;
+    for (int t = 0; t < T; t++)
+        memcpy(rt->x + t * d, rt->model.tok_embeddings + (size_t)tokens[t] * d, d * sizeof(float));
+    run_forward(rt, T, pos0, T_logits);
+    rt->idle_since = mi_now();
+    record(rt, 100, -1, t0, rt->idle_since);
+    return rt->logits_all;
+}
+
+float *mi_runtime_prefill(mi_runtime *rt, const int *tokens, int n, int pos0)
+{
+    float *logits = NULL;
+    for (int i = 0; i < n; i += rt->max_T) {
+        int T = n - i < rt->max_T ? n - i : rt->max_T;
+        logits = mi_runtime_forward(rt, tokens + i, T, pos0 + i, 0);
+    }
+    return logits;
+}
+
+void mi_runtime_reset(mi_runtime *rt)
+{
+    send_cmd(rt, CMD_RESET, 0, 0, 0);
+    mi_model_reset(&rt->model);
+}
+
+void mi_runtime_stop(mi_runtime *rt)
+{
+    send_cmd(rt, CMD_STOP, 0, 0, 0);
+}
+
+void mi_runtime_serve(mi_runtime *rt)
+{
+    for (;;) {
+        int hdr[4];
+        double t0 = mi_now();
+        MPI_Bcast(hdr, 4, MPI_INT, 0, MPI_COMM_WORLD);
+        double t1 = mi_now();
+        rt->m.idle += t1 - t0;
+        record(rt, 101, -1, t0, t1);
+        if (hdr[0] == CMD_STOP)
+            break;
+        if (hdr[0] == CMD_RESET)
+            mi_model_reset(&rt->model);
+        else if (hdr[0] == CMD_RESET_METRICS)
+            reset_metrics_local(rt);
+        else if (hdr[0] == CMD_FORWARD)
+            run_forward(rt, hdr[1], hdr[2], hdr[3]);
+    }
+}
+
+const mi_rank_metrics *mi_runtime_metrics(mi_runtime *rt, mi_rank_metrics *all)
+{
+    int n = (int)(sizeof(mi_rank_metrics) / sizeof(double));
+    (void)n;
+    MPI_Gather(&rt->m, (int)sizeof(mi_rank_metrics), MPI_BYTE, all, (int)sizeof(mi_rank_metrics), MPI_BYTE, 0,
+               MPI_COMM_WORLD);
+    return &rt->m;
+}
+
+static void reset_metrics_local(mi_runtime *rt)
+{
+    double w = rt->m.weight_bytes, kv = rt->m.kv_bytes, rss = rt->m.rss_weights;
+    memset(&rt->m, 0, sizeof rt->m);
+    rt->m.weight_bytes = w;
+    rt->m.kv_bytes = kv;
+    rt->m.rss_weights = rss;
+    rt->n_ev = 0;
+    rt->idle_since = mi_now();
+}
+
+void mi_runtime_reset_metrics(mi_runtime *rt)
+{
+    send_cmd(rt, CMD_RESET_METRICS, 0, 0, 0);
+    reset_metrics_local(rt);
+}
+
+static const char *step_name(int k)
+{
+    switch (k) {
+    case MI_STEP_BCAST: return "bcast residual";
+    case MI_STEP_ATTN: return "attention";
+    case MI_STEP_GATHER: return "gather heads (RMA)";
+    case MI_STEP_PROJ: return "projection";
+    case MI_STEP_PROJ_PARTIAL: return "projection partial + allreduce";
+    case MI_STEP_FFN: return "FFN";
+    case MI_STEP_FFN_PARTIAL: return "FFN partial + allreduce";
+    case MI_STEP_LOGITS: return "logits";
+    case 100: return "forward";
+    case 101: return "idle";
+    default: return "?";
+    }
+}
+
+int mi_runtime_write_trace(mi_runtime *rt, const char *path)
+{
+    int n = (int)rt->n_ev;
+    int *counts = NULL, *displs = NULL;
+    if (rt->rank == 0) {
+        counts = mi_calloc((size_t)rt->size, sizeof(int), "trace counts");
+        displs = mi_calloc((size_t)rt->size, sizeof(int), "trace displacements");
+    }
+    MPI_Gather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    int total = 0;
+    if (rt->rank == 0)
+        for (int r = 0; r < rt->size; r++) {
+            displs[r] = total * (int)sizeof(trace_event);
+            total += counts[r];
+            counts[r] *= (int)sizeof(trace_event);
+        }
+    trace_event *all = rt->rank == 0 ? mi_malloc((size_t)total * sizeof(trace_event) + 1, "trace") : NULL;
+    MPI_Gatherv(rt->ev, n * (int)sizeof(trace_event), MPI_BYTE, all, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD);
+    int rc = 0;
+    if (rt->rank == 0) {
+        char tmp[4200];
+        snprintf(tmp, sizeof tmp, "%s.partial", path);
+        FILE *f = fopen(tmp, "w");
+        if (!f) {
+            rc = -1;
+        } else {
+            fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+            for (int r = 0; r < rt->size; r++)
+                fprintf(f, "{\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": 0, \"tid\": %d, \"args\": {\"name\": "
+                           "\"rank %d%s\"}},\n", r, r, r == 0 ? " (controller)" : "");
+            int r = 0, left = rt->size > 0 ? counts[0] / (int)sizeof(trace_event) : 0;
+            for (int e = 0; e < total; e++) {
+                while (left == 0 && r + 1 < rt->size) {
+                    r++;
+                    left = counts[r] / (int)sizeof(trace_event);
+                }
+                left--;
+                const trace_event *ev = &all[e];
+                fprintf(f, "{\"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"name\": \"%s\", \"cat\": \"%s\", "
+                           "\"ts\": %.3f, \"dur\": %.3f, \"args\": {\"layer\": %d}}%s\n",
+                        r, step_name(ev->step), ev->step >= 100 ? "token" : "step", ev->t0 * 1e6,
+                        (ev->t1 - ev->t0) * 1e6, ev->layer, e + 1 < total ? "," : "");
+            }
+            fprintf(f, "]}\n");
+            if (fclose(f) != 0 || rename(tmp, path) != 0) {
+                remove(tmp);
+                rc = -1;
+            }
+        }
+        free(all);
+        free(counts);
+        free(displs);
+    }
+    return rc;
+}
+
+const mi_config *mi_runtime_config(const mi_runtime *rt) { return &rt->plan.cfg; }
+const mi_plan *mi_runtime_plan(const mi_runtime *rt) { return &rt->plan; }
+mi_model *mi_runtime_model(mi_runtime *rt) { return &rt->model; }
+
+void mi_runtime_free(mi_runtime *rt)
+{
+    if (!rt)
+        return;
+    for (int i = 0; i < rt->sched.n_steps; i++) {
+        step_rt *sr = &rt->st[i];
+        if (sr->win != MPI_WIN_NULL)
+            MPI_Win_free(&sr->win);
+        free(sr->gbuf);
+    }
+    /* communicators are shared between steps with the same members: free each once */
+    for (int i = 0; i < rt->sched.n_steps; i++) {
+        MPI_Comm cm = rt->st[i].comm;
+        if (cm == MPI_COMM_NULL)
+            continue;
+        for (int j = i; j < rt->sched.n_steps; j++)
+            if (rt->st[j].comm == cm)
+                rt->st[j].comm = MPI_COMM_NULL;
+        MPI_Comm_free(&cm);
+    }
+    free(rt->st);
+    mi_schedule_free(&rt->sched);
+    mi_plan_free(&rt->plan);
+    mi_model_free(&rt->model);
+    mi_scratch_free(&rt->s);
+    free(rt->x);
+    free(rt->xn);
+    free(rt->heads);
+    free(rt->tmp);
+    free(rt->logits_local);
+    free(rt->logits_all);
+    free(rt->logits_recv);
+    free(rt->recv_counts);
+    free(rt->recv_displs);
+    free(rt->ev);
+    free(rt);
+}

@@ -1,0 +1,288 @@
+/* The step schedule of a plan and its cost model (see plan.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "meshinfer/common.h"
+#include "meshinfer/plan.h"
+
+typedef struct {
+    unsigned char has[MI_MAX_RANKS];
+} rankset;
+
+static void set_clear(rankset *s) { memset(s, 0, sizeof *s); }
+
+static mi_step *push(mi_schedule *s, int *cap, mi_step_kind kind, int layer, int root)
+{
+    if (s->n_steps == *cap) {
+        *cap = *cap ? 2 * *cap : 64;
+        mi_step *ns = realloc(s->steps, (size_t)*cap * sizeof *ns);
+        if (!ns)
+            mi_fatal("out of memory building the schedule");
+        s->steps = ns;
+    }
+    mi_step *st = &s->steps[s->n_steps++];
+    memset(st, 0, sizeof *st);
+    st->kind = kind;
+    st->layer = layer;
+    st->root = root;
+    return st;
+}
+
+static void set_members(mi_step *st, const rankset *m, int n_ranks)
+{
+    st->n_members = 0;
+    for (int r = 0; r < n_ranks; r++)
+        if (m->has[r])
+            st->members[st->n_members++] = r;
+}
+
+static int lowest(const rankset *s, int n)
+{
+    for (int r = 0; r < n; r++)
+        if (s->has[r])
+            return r;
+    return -1;
+}
+
+/* Make sure every rank in `need` holds the current residual: one broadcast
+ * from a holder to the ranks that lack it. */
+static void ensure(mi_schedule *s, int *cap, rankset *holders, const rankset *need, int n, int layer)
+{
+    rankset missing;
+    set_clear(&missing);
+    int any = 0;
+    for (int r = 0; r < n; r++)
+        if (need->has[r] && !holders->has[r]) {
+            missing.has[r] = 1;
+            any = 1;
+        }
+    if (!any)
+        return;
+    int root = lowest(holders, n);
+    missing.has[root] = 1;
+    mi_step *st = push(s, cap, MI_STEP_BCAST, layer, root);
+    set_members(st, &missing, n);
+    for (int r = 0; r < n; r++)
+        holders->has[r] |= missing.has[r];
+}
+
+int mi_schedule_build(const mi_plan *plan, mi_schedule *s)
+{
+    const mi_config *c = &plan->cfg;
+    int n = plan->n_ranks, cap = 0;
+    memset(s, 0, sizeof *s);
+    rankset holders, need, heads;
+    set_clear(&holders);
+    holders.has[0] = 1; /* the controller embeds the tokens */
+    for (int l = 0; l < c->n_layers; l++) {
+        const mi_layer_plan *lp = &plan->layers[l];
+        set_clear(&heads);
+        for (int k = 0; k < c->n_kv_heads; k++)
+            heads.has[lp->kv_rank[k]] = 1;
+        need = heads;
+        if (lp->proj_rank >= 0)
+            need.has[lp->proj_rank] = 1;
+        ensure(s, &cap, &holders, &need, n, l);
+        mi_step *st = push(s, &cap, MI_STEP_ATTN, l, -1);
+        set_members(st, &heads, n);
+        if (lp->proj_rank >= 0) {
+            rankset g = heads;
+            g.has[lp->proj_rank] = 1;
+            st = push(s, &cap, MI_STEP_GATHER, l, lp->proj_rank);
+            set_members(st, &g, n);
+            st = push(s, &cap, MI_STEP_PROJ, l, lp->proj_rank);
+            st->n_members = 1;
+            st->members[0] = lp->proj_rank;
+            set_clear(&holders);
+            holders.has[lp->proj_rank] = 1;
+        } else {
+            st = push(s, &cap, MI_STEP_PROJ_PARTIAL, l, lowest(&heads, n));
+            set_members(st, &heads, n);
+            holders = heads;
+        }
+        rankset f;
+        set_clear(&f);
+        for (int i = 0; i < lp->n_ffn; i++)
+            f.has[lp->ffn[i].rank] = 1;
+        ensure(s, &cap, &holders, &f, n, l);
+        st = push(s, &cap, lp->n_ffn == 1 ? MI_STEP_FFN : MI_STEP_FFN_PARTIAL, l, lowest(&f, n));
+        set_members(st, &f, n);
+        holders = f;
+    }
+    rankset cls;
+    set_clear(&cls);
+    for (int i = 0; i < plan->n_cls; i++)
+        cls.has[plan->cls[i].rank] = 1;
+    ensure(s, &cap, &holders, &cls, n, -1);
+    cls.has[0] = 1; /* logits are gathered at the controller */
+    mi_step *st = push(s, &cap, MI_STEP_LOGITS, -1, 0);
+    set_members(st, &cls, n);
+    return 0;
+}
+
+void mi_schedule_free(mi_schedule *s)
+{
+    free(s->steps);
+    memset(s, 0, sizeof *s);
+}
+
+static int count_kv(const mi_plan *plan, int l, int rank)
+{
+    int n = 0;
+    for (int k = 0; k < plan->cfg.n_kv_heads; k++)
+        n += plan->layers[l].kv_rank[k] == rank;
+    return n;
+}
+
+static int cls_rows(const mi_plan *plan, int rank)
+{
+    for (int i = 0; i < plan->n_cls; i++)
+        if (plan->cls[i].rank == rank)
+            return plan->cls[i].n;
+    return 0;
+}
+
+size_t mi_step_floats(const mi_plan *plan, const mi_step *st, int member)
+{
+    const mi_config *c = &plan->cfg;
+    switch (st->kind) {
+    case MI_STEP_BCAST:
+    case MI_STEP_PROJ_PARTIAL:
+    case MI_STEP_FFN_PARTIAL: return (size_t)c->dim;
+    case MI_STEP_GATHER: return (size_t)count_kv(plan, st->layer, member) * mi_kv_group(c) * c->head_dim;
+    case MI_STEP_LOGITS: return (size_t)cls_rows(plan, member);
+    default: return 0;
+    }
+}
+
+double mi_plan_bytes(const mi_plan *plan, const mi_schedule *s, double *sent, double *recv)
+{
+    int n = plan->n_ranks;
+    if (sent)
+        memset(sent, 0, (size_t)n * sizeof(double));
+    if (recv)
+        memset(recv, 0, (size_t)n * sizeof(double));
+    double total = 0;
+    for (int i = 0; i < s->n_steps; i++) {
+        const mi_step *st = &s->steps[i];
+        if (st->n_members < 2)
+            continue;
+        int root = st->root >= 0 ? st->root : st->members[0];
+        for (int j = 0; j < st->n_members; j++) {
+            int m = st->members[j];
+            if (m == root)
+                continue;
+            double b = 4.0 * (double)mi_step_floats(plan, st, m);
+            int reduce = st->kind == MI_STEP_PROJ_PARTIAL || st->kind == MI_STEP_FFN_PARTIAL;
+            int to_root = st->kind == MI_STEP_GATHER || st->kind == MI_STEP_LOGITS || reduce;
+            int from_root = st->kind == MI_STEP_BCAST || reduce;
+            if (to_root) {
+                if (sent) sent[m] += b;
+                if (recv) recv[root] += b;
+                total += b;
+            }
+            if (from_root) {
+                if (sent) sent[root] += b;
+                if (recv) recv[m] += b;
+                total += b;
+            }
+        }
+    }
+    return total;
+}
+
+void mi_plan_predict(const mi_plan *plan, const mi_schedule *s, const mi_cluster *cl, int ctx, mi_prediction *p)
+{
+    const mi_config *c = &plan->cfg;
+    int n = plan->n_ranks;
+    memset(p, 0, sizeof *p);
+    double ready[MI_MAX_RANKS] = {0};
+    double d = c->dim, hd = c->head_dim, g = mi_kv_group(c);
+#define COMPUTE(r, bytes)                                                        \
+    do {                                                                         \
+        double t_ = (bytes) / (cl->mem_bw * cl->dev[(r)].speed);                 \
+        ready[(r)] += t_;                                                        \
+        p->busy_s[(r)] += t_;                                                    \
+    } while (0)
+    for (int i = 0; i < s->n_steps; i++) {
+        const mi_step *st = &s->steps[i];
+        int root = st->root >= 0 ? st->root : (st->n_members ? st->members[0] : 0);
+        double start = 0, lat = 0, maxb = 0;
+        for (int j = 0; j < st->n_members; j++) {
+            int m = st->members[j];
+            if (ready[m] > start)
+                start = ready[m];
+            if (m != root) {
+                double l = mi_cluster_latency(cl, root, m);
+                if (l > lat)
+                    lat = l;
+                double b = 4.0 * (double)mi_step_floats(plan, st, m);
+                if (b > maxb)
+                    maxb = b;
+            }
+        }
+        double rounds = st->n_members > 1 ? ceil(log2((double)st->n_members)) : 0;
+        double msg = lat + maxb / cl->bandwidth;
+        switch (st->kind) {
+        case MI_STEP_BCAST:
+            for (int j = 0; j < st->n_members; j++)
+                ready[st->members[j]] = start + rounds * msg;
+            break;
+        case MI_STEP_GATHER:
+        case MI_STEP_LOGITS:
+            if (st->kind == MI_STEP_LOGITS)
+                for (int j = 0; j < st->n_members; j++) {
+                    int m = st->members[j];
+                    double rows = (double)mi_step_floats(plan, st, m);
+                    if (rows > 0)
+                        COMPUTE(m, 4.0 * rows * d);
+                    if (ready[m] > start)
+                        start = ready[m];
+                }
+            for (int j = 0; j < st->n_members; j++)
+                ready[st->members[j]] = start + (st->n_members > 1 ? msg : 0);
+            break;
+        case MI_STEP_ATTN:
+            for (int j = 0; j < st->n_members; j++) {
+                int m = st->members[j], nk = count_kv(plan, st->layer, m);
+                COMPUTE(m, nk * 4.0 * (g * hd * d + 2 * hd * d + 2.0 * ctx * hd));
+            }
+            break;
+        case MI_STEP_PROJ: COMPUTE(root, 4.0 * d * c->n_heads * hd); break;
+        case MI_STEP_PROJ_PARTIAL:
+        case MI_STEP_FFN_PARTIAL: {
+            double end = 0;
+            for (int j = 0; j < st->n_members; j++) {
+                int m = st->members[j];
+                double bytes;
+                if (st->kind == MI_STEP_PROJ_PARTIAL) {
+                    bytes = 4.0 * d * count_kv(plan, st->layer, m) * g * hd;
+                } else {
+                    bytes = 0;
+                    const mi_layer_plan *lp = &plan->layers[st->layer];
+                    for (int k = 0; k < lp->n_ffn; k++)
+                        if (lp->ffn[k].rank == m)
+                            bytes = 4.0 * 3.0 * lp->ffn[k].n * d;
+                }
+                COMPUTE(m, bytes);
+                if (ready[m] > end)
+                    end = ready[m];
+            }
+            for (int j = 0; j < st->n_members; j++)
+                ready[st->members[j]] = end + 2 * rounds * msg;
+            break;
+        }
+        case MI_STEP_FFN: COMPUTE(root, 4.0 * 3.0 * d * c->hidden_dim); break;
+        }
+    }
+#undef COMPUTE
+    double end = 0;
+    for (int r = 0; r < n; r++)
+        if (ready[r] > end)
+            end = ready[r];
+    p->token_s = end;
+    p->bytes_per_token = mi_plan_bytes(plan, s, NULL, NULL);
+    for (int r = 0; r < n && r < MI_MAX_RANKS; r++)
+        mi_plan_rank_memory(plan, r, &p->weight_bytes[r], &p->kv_bytes[r]);
+}
