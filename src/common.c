@@ -111,8 +111,11 @@ void *mi_calloc(size_t n, size_t size, const char *what)
 {
     if (size && n > SIZE_MAX / size)
         mi_fatal("allocation size overflow for %s", what);
-    void *p = mi_malloc(n * size, what);
-    memset(p, 0, n * size);
+    /* calloc, not malloc + memset: large zeroed blocks (the KV cache) then
+     * stay untouched pages until used, so memory grows with the context */
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (!p)
+        mi_fatal("out of memory allocating %zu bytes for %s", n * size, what);
     return p;
 }
 

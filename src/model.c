@@ -1,6 +1,7 @@
 /* Loading a model, or one device's shard of it (see model.h). */
 #include "meshinfer/model.h"
 
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,10 @@ static float *transpose(float *a, size_t rows, size_t cols)
 int mi_model_load(mi_model *m, const mi_weight_source *src, const mi_config *c, const mi_shard_spec *spec,
                   char *err)
 {
+    /* Devices are memory-bound: give every weight block (and transpose
+     * staging) its own mapping, returned to the system on free, instead of
+     * glibc's adaptive threshold keeping freed blocks in the heap. */
+    mallopt(M_MMAP_THRESHOLD, 32 * 1024);
     memset(m, 0, sizeof *m);
     m->cfg = *c;
     m->layers = mi_calloc((size_t)c->n_layers, sizeof(mi_layer), "layer table");

@@ -114,11 +114,14 @@ static void load_shard(mi_runtime *rt, const mi_runtime_options *opt)
     char err[MI_ERRLEN] = "";
     mi_layer_spec *layers = mi_malloc((size_t)c->n_layers * sizeof *layers, "layer specs");
     mi_shard_spec spec = {layers, 0, 0, 0};
+    /* resident growth is measured from after the file is open, so the HDF5
+     * library's own caches do not count as weights */
     size_t rss0 = mi_rss_bytes();
     int rc = 0;
     if (!opt->scatter) {
         mi_config fc;
         mi_model_file *mf = mi_model_open(opt->model_path, &fc, err);
+        rss0 = mi_rss_bytes();
         if (!mf) {
             rc = -1;
         } else {
@@ -133,6 +136,7 @@ static void load_shard(mi_runtime *rt, const mi_runtime_options *opt)
         mi_model_file *mf = mi_model_open(opt->model_path, &fc, err);
         if (!mf)
             mi_fatal("%s", err);
+        rss0 = mi_rss_bytes();
         for (int r = 1; r < rt->size; r++) {
             mi_plan_shard(&rt->plan, r, &spec);
             send_ctx sc = {mf, r};

@@ -1,0 +1,171 @@
+/* `meshinfer plan`: make a placement plan and show its predicted memory,
+ * bytes moved and time, without running the model (no MPI needed). */
+#define _POSIX_C_SOURCE 200809L
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "meshinfer/common.h"
+#include "meshinfer/model_file.h"
+#include "meshinfer/plan.h"
+
+static void help(void)
+{
+    printf("usage: meshinfer plan (--model MODEL.h5 | --shape SHAPE) (--ranks N | --cluster FILE) [options]\n\n"
+           "Makes a placement plan and prints, per layer, which rank holds each KV-head group, the\n"
+           "output projection and the FFN; per device, the predicted weight and KV-cache memory\n"
+           "against its budget and the predicted compute time per token; and the predicted time\n"
+           "and bytes moved per decoded token. Nothing is loaded or run.\n"
+           "  --planner NAME        layerwise | roundrobin | random | greedy | tp | all (default greedy)\n"
+           "  --ranks N             N equal devices (default memory: 4000 MB each)\n"
+           "  --cluster FILE        devices and links (JSON, see hostfiles/)\n"
+           "  --mem-mb MB           memory of each device with --ranks\n"
+           "  --plan-seed S         seed of the random planner (default 1)\n"
+           "  --controller-works yes|no   rank 0 also holds layer shards\n"
+           "  --ctx N               context position for the attention cost (default seq_len/2)\n"
+           "  --out FILE            save the plan as JSON (use with --plan-file)\n"
+           "  --json                print the prediction as JSON\n");
+}
+
+static void print_plan(const mi_plan *p, const mi_cluster *cl, const mi_prediction *pr, int verbose)
+{
+    const mi_config *c = &p->cfg;
+    printf("plan %s for %s (%d layers, %d KV heads x %d query heads, hidden %d) on %d ranks%s\n",
+           mi_planner_name(p->planner), c->name, c->n_layers, c->n_kv_heads, mi_kv_group(c), c->hidden_dim,
+           p->n_ranks, c->synthetic ? " [synthetic weights]" : "");
+    if (verbose) {
+        for (int l = 0; l < c->n_layers; l++) {
+            const mi_layer_plan *lp = &p->layers[l];
+            printf("  layer %2d  heads [", l);
+            for (int k = 0; k < c->n_kv_heads; k++)
+                printf(k ? " %d" : "%d", lp->kv_rank[k]);
+            if (lp->proj_rank >= 0)
+                printf("]  proj %d  ffn", lp->proj_rank);
+            else
+                printf("]  proj split  ffn");
+            for (int i = 0; i < lp->n_ffn; i++)
+                printf(" %d[%d+%d]", lp->ffn[i].rank, lp->ffn[i].v0, lp->ffn[i].n);
+            printf("\n");
+        }
+        printf("  classifier");
+        for (int i = 0; i < p->n_cls; i++)
+            printf(" %d[%d+%d]", p->cls[i].rank, p->cls[i].v0, p->cls[i].n);
+        printf("\n");
+    }
+    printf("  rank  device            weights_MB    kv_MB   budget_MB   use  busy_ms/token\n");
+    for (int r = 0; r < p->n_ranks; r++) {
+        double need = (double)pr->weight_bytes[r] + (double)pr->kv_bytes[r];
+        printf("  %4d  %-16s  %10.2f  %7.2f  %10.0f  %3.0f%%  %8.3f\n", r, cl->dev[r].name,
+               pr->weight_bytes[r] / 1e6, pr->kv_bytes[r] / 1e6, cl->dev[r].mem_bytes / 1e6,
+               100.0 * need / cl->dev[r].mem_bytes, pr->busy_s[r] * 1e3);
+    }
+    printf("  predicted %.3f ms/token (%.1f tokens/s), %.0f bytes moved per token, planned in %.3f ms\n",
+           pr->token_s * 1e3, 1.0 / pr->token_s, pr->bytes_per_token, p->plan_seconds * 1e3);
+}
+
+static void print_json(const mi_plan *p, const mi_prediction *pr, int first)
+{
+    printf("%s{\"planner\": \"%s\", \"ranks\": %d, \"plan_ms\": %.4f, \"predicted_token_ms\": %.4f, "
+           "\"predicted_bytes_per_token\": %.0f, \"devices\": [", first ? "" : ",\n ", mi_planner_name(p->planner),
+           p->n_ranks, p->plan_seconds * 1e3, pr->token_s * 1e3, pr->bytes_per_token);
+    for (int r = 0; r < p->n_ranks; r++)
+        printf("%s{\"rank\": %d, \"weight_bytes\": %zu, \"kv_cache_bytes\": %zu, \"busy_ms\": %.4f}", r ? ", " : "",
+               r, pr->weight_bytes[r], pr->kv_bytes[r], pr->busy_s[r] * 1e3);
+    printf("]}");
+}
+
+int cmd_plan(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"model", required_argument, 0, 'm'},     {"shape", required_argument, 0, 's'},
+        {"ranks", required_argument, 0, 'n'},     {"cluster", required_argument, 0, 'c'},
+        {"planner", required_argument, 0, 'p'},   {"mem-mb", required_argument, 0, 'M'},
+        {"plan-seed", required_argument, 0, 'S'}, {"controller-works", required_argument, 0, 'w'},
+        {"ctx", required_argument, 0, 'x'},       {"out", required_argument, 0, 'o'},
+        {"json", no_argument, 0, 'j'},            {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    const char *model = NULL, *shape = NULL, *cluster = NULL, *planner = "greedy", *out = NULL;
+    int ranks = 0, ctx = -1, json = 0, cw = -1, o;
+    double mem_mb = 4000;
+    uint64_t seed = 1;
+    while ((o = getopt_long(argc, argv, ":m:s:n:c:p:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'm': model = optarg; break;
+        case 's': shape = optarg; break;
+        case 'n': ranks = (int)mi_parse_long("--ranks", optarg, 1, MI_MAX_RANKS); break;
+        case 'c': cluster = optarg; break;
+        case 'p': planner = optarg; break;
+        case 'M': mem_mb = mi_parse_double("--mem-mb", optarg, 1e-3, 1e9); break;
+        case 'S': seed = mi_parse_u64("--plan-seed", optarg); break;
+        case 'w':
+            if (strcmp(optarg, "yes") && strcmp(optarg, "no"))
+                mi_fatal("--controller-works: '%s' is not yes or no", optarg);
+            cw = !strcmp(optarg, "yes");
+            break;
+        case 'x': ctx = (int)mi_parse_long("--ctx", optarg, 0, 1 << 24); break;
+        case 'o': out = optarg; break;
+        case 'j': json = 1; break;
+        case 'h': help(); return 0;
+        default: cli_bad_option("plan", o, argv);
+        }
+    }
+    cli_no_positional("plan", optind, argc, argv);
+    if ((!model) == (!shape))
+        mi_fatal("plan: give exactly one of --model or --shape (see meshinfer plan --help)");
+    if ((!ranks) == (!cluster))
+        mi_fatal("plan: give exactly one of --ranks or --cluster (see meshinfer plan --help)");
+    char err[MI_ERRLEN];
+    mi_config c;
+    if (model) {
+        mi_model_file *mf = mi_model_open(model, &c, err);
+        if (!mf)
+            mi_fatal("%s", err);
+        mi_model_close(mf);
+    } else if (mi_config_from_shape(shape, &c)) {
+        mi_fatal("plan: unknown shape '%s' (known: %s)", shape, mi_config_shape_names());
+    }
+    mi_cluster cl;
+    if (cluster) {
+        if (mi_cluster_load(cluster, &cl, err))
+            mi_fatal("%s", err);
+    } else {
+        mi_cluster_default(&cl, ranks, mem_mb * 1e6);
+    }
+    if (ctx < 0)
+        ctx = c.seq_len / 2;
+    int all = !strcmp(planner, "all");
+    mi_planner which;
+    if (!all && mi_planner_parse(planner, &which))
+        mi_fatal("plan: unknown planner '%s' (layerwise, roundrobin, random, greedy, tp, all)", planner);
+    if (all && out)
+        mi_fatal("plan: --out needs one planner, not 'all'");
+    if (json)
+        printf("{\"model\": \"%s\", \"synthetic_weights\": %s, \"plans\": [", c.name, c.synthetic ? "true" : "false");
+    for (int i = 0; i < 5; i++) {
+        mi_planner pl = all ? (mi_planner)i : which;
+        if (!all && i > 0)
+            break;
+        mi_plan_options po = {pl, seed, cw};
+        mi_plan p;
+        if (mi_plan_make(&c, &cl, &po, &p, err))
+            mi_fatal("%s: %s", mi_planner_name(pl), err);
+        mi_schedule s;
+        mi_schedule_build(&p, &s);
+        mi_prediction pr;
+        mi_plan_predict(&p, &s, &cl, ctx, &pr);
+        if (json)
+            print_json(&p, &pr, i == 0);
+        else
+            print_plan(&p, &cl, &pr, !all);
+        if (out && mi_plan_save_json(&p, out, err))
+            mi_fatal("%s", err);
+        mi_schedule_free(&s);
+        mi_plan_free(&p);
+    }
+    if (json)
+        printf("]}\n");
+    mi_cluster_free(&cl);
+    return 0;
+}
