@@ -54,12 +54,36 @@ static void print_plan(const mi_plan *p, const mi_cluster *cl, const mi_predicti
             printf(" %d[%d+%d]", p->cls[i].rank, p->cls[i].v0, p->cls[i].n);
         printf("\n");
     }
-    printf("  rank  device            weights_MB    kv_MB   budget_MB   use  busy_ms/token\n");
+    printf("  rank  device            weights_MB    kv_MB   budget_MB   use  busy_ms/token  holds\n");
     for (int r = 0; r < p->n_ranks; r++) {
         double need = (double)pr->weight_bytes[r] + (double)pr->kv_bytes[r];
-        printf("  %4d  %-16s  %10.2f  %7.2f  %10.0f  %3.0f%%  %8.3f\n", r, cl->dev[r].name,
+        int heads = 0, proj = 0, ffn = 0, cls = 0;
+        for (int l = 0; l < c->n_layers; l++) {
+            const mi_layer_plan *lp = &p->layers[l];
+            for (int k = 0; k < c->n_kv_heads; k++)
+                heads += lp->kv_rank[k] == r;
+            proj += lp->proj_rank == r;
+            for (int i = 0; i < lp->n_ffn; i++)
+                ffn += lp->ffn[i].rank == r;
+        }
+        for (int i = 0; i < p->n_cls; i++)
+            cls += p->cls[i].rank == r;
+        char holds[128];
+        int n = snprintf(holds, sizeof holds, "%s", r == 0 ? "embeddings " : "");
+        if (heads)
+            n += snprintf(holds + n, sizeof holds - (size_t)n, "%d KV heads ", heads);
+        if (proj)
+            n += snprintf(holds + n, sizeof holds - (size_t)n, "%d wo ", proj);
+        if (ffn)
+            n += snprintf(holds + n, sizeof holds - (size_t)n, "%d FFN%s ", ffn,
+                          p->layers[0].n_ffn > 1 ? " slices" : "");
+        if (cls)
+            n += snprintf(holds + n, sizeof holds - (size_t)n, "classifier");
+        if (n == 0)
+            snprintf(holds, sizeof holds, "idle (more ranks than units)");
+        printf("  %4d  %-16s  %10.2f  %7.2f  %10.0f  %3.0f%%  %8.3f       %s\n", r, cl->dev[r].name,
                pr->weight_bytes[r] / 1e6, pr->kv_bytes[r] / 1e6, cl->dev[r].mem_bytes / 1e6,
-               100.0 * need / cl->dev[r].mem_bytes, pr->busy_s[r] * 1e3);
+               100.0 * need / cl->dev[r].mem_bytes, pr->busy_s[r] * 1e3, holds);
     }
     printf("  predicted %.3f ms/token (%.1f tokens/s), %.0f bytes moved per token, planned in %.3f ms\n",
            pr->token_s * 1e3, 1.0 / pr->token_s, pr->bytes_per_token, p->plan_seconds * 1e3);

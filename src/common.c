@@ -19,12 +19,18 @@ void mi_fatal(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "meshinfer: error: %s\n", msg);
-    fflush(stderr);
-    fflush(stdout);
     int init = 0, fin = 0;
     MPI_Initialized(&init);
     MPI_Finalized(&fin);
+    /* Before MPI_Init every rank of an mpirun job sees the same bad option:
+     * let only the first say so, from the launcher's environment. */
+    const char *launcher_rank = getenv("OMPI_COMM_WORLD_RANK");
+    if (!launcher_rank)
+        launcher_rank = getenv("PMI_RANK");
+    if (init || !launcher_rank || atoi(launcher_rank) == 0)
+        fprintf(stderr, "meshinfer: error: %s\n", msg);
+    fflush(stderr);
+    fflush(stdout);
     if (init && !fin) {
         int size = 1;
         MPI_Comm_size(MPI_COMM_WORLD, &size);

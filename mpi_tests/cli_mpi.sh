@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# meshinfer under mpirun, as a user runs it: every planner on 2, 3 and 5 ranks
+# prints the single-device greedy continuation; shared memory and TCP give the
+# same text; --weights scatter works; the trace has one track per rank; fresh
+# processes hold about their shard in memory; bad distributed input fails on
+# every rank with one error line and no hang.
+# usage: cli_mpi.sh MESHINFER MODEL.h5 HOSTFILES_DIR
+set -u
+bin=$1 model=$2 hosts=$3
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { echo "ok: $*"; pass=$((pass+1)); }
+bad() { echo "FAIL: $*"; fail=$((fail+1)); }
+run() { timeout 120 mpirun --allow-run-as-root -q --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 "$@"; }
+
+prompt="Once upon a time, there was a little girl named Lily"
+want="$prompt. She loved to play outside in the sunshine. One day, she saw a big, red ball in the sky. It was the sun! She thought it was so pretty."
+for np in 2 3 5; do
+    for p in layerwise roundrobin random greedy tp; do
+        out=$(run -np $np --mca btl self,vader "$bin" generate -m "$model" -p "$prompt" -n 38 --planner $p 2>"$tmp/err")
+        if [[ "$out" == "$want" ]]; then ok "$p on $np ranks (shared memory): known continuation"
+        else bad "$p on $np ranks: got '$out' ($(tail -1 "$tmp/err"))"; fi
+    done
+done
+out=$(run -np 3 --mca btl self,tcp --mca btl_tcp_if_include lo --mca osc pt2pt "$bin" generate -m "$model" \
+      -p "$prompt" -n 38 --planner greedy 2>"$tmp/err")
+[[ "$out" == "$want" ]] && ok "greedy on 3 ranks over TCP (osc pt2pt): same text" || bad "TCP run: '$out' $(cat "$tmp/err")"
+out=$(run -np 3 "$bin" generate -m "$model" -p "$prompt" -n 38 --planner roundrobin --weights scatter 2>"$tmp/err")
+[[ "$out" == "$want" ]] && ok "--weights scatter: same text" || bad "scatter: '$out' $(cat "$tmp/err")"
+
+# trace: valid Chrome trace JSON with one named track per rank
+run -np 4 "$bin" generate -m "$model" -n 10 --planner greedy --trace "$tmp/trace.json" >/dev/null 2>&1
+tracks=$(node -e 'const t = JSON.parse(require("fs").readFileSync(process.argv[1]));
+  const names = t.traceEvents.filter(e => e.ph === "M").map(e => e.args.name);
+  const x = t.traceEvents.filter(e => e.ph === "X" && e.dur >= 0);
+  console.log(names.length + " " + new Set(x.map(e => e.tid)).size)' "$tmp/trace.json" 2>&1)
+[[ "$tracks" == "4 4" ]] && ok "trace: 4 named tracks with events" || bad "trace tracks: $tracks"
+
+# memory: a fresh process holds about its shard (resident growth within 10%)
+for p in layerwise tp; do
+    run -np 3 "$bin" generate -m "$model" -n 5 --planner $p --json > "$tmp/m.json" 2>/dev/null
+    res=$(node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1]));
+      for (const r of j.ranks) if (r.weight_bytes >= 8e6)
+        console.log(r.rank, r.weight_bytes, r.rss_growth_bytes, r.predicted_weight_bytes,
+                    Math.abs(r.rss_growth_bytes - r.weight_bytes) <= 0.1 * r.weight_bytes &&
+                    r.weight_bytes === r.predicted_weight_bytes ? "ok" : "BAD")' "$tmp/m.json")
+    if [[ -n "$res" ]] && ! grep -q BAD <<<"$res"; then ok "$p: resident weights within 10% of each shard: $(tr '\n' ';' <<<"$res")"
+    else bad "$p memory: $res"; fi
+done
+
+# bad input: one error line (mpirun -q adds nothing), non-zero exit, no hang
+expect_error() {
+    local what=$1 re=$2; shift 2
+    run "$@" >/dev/null 2>"$tmp/err"; local rc=$?
+    if [[ $rc -eq 0 || $rc -eq 124 ]]; then bad "$what: exit $rc (124 = hang)"; cat "$tmp/err"; return; fi
+    if [[ $(grep -c . "$tmp/err") -ne 1 ]] || ! grep -Eq -- "^meshinfer: error: .*($re)" "$tmp/err"; then
+        bad "$what: want one error line matching /$re/, got:"; sed 's/^/    /' "$tmp/err"; return; fi
+    ok "$what -> $(cat "$tmp/err")"
+}
+printf '{"devices": [{"mem_mb": 4000}, {"mem_mb": 4000}]}' > "$tmp/two.json"
+printf '{"devices": [{"mem_mb": 4000}, {"mem_mb": 4000},]}' > "$tmp/syntax.json"
+printf '{"devices": [{"mem_mb": 4000, "name": "big"}, {"mem_mb": 12, "name": "tiny"}, {"mem_mb": 12, "name": "tiny2"}]}' > "$tmp/small.json"
+printf '{"devices": [{"mem_mb": 4000}, {"mem_mb": "lots"}]}' > "$tmp/type.json"
+"$bin" synth --shape tiny-gqa --out "$tmp/gqa.h5" >/dev/null 2>&1
+"$bin" plan -m "$tmp/gqa.h5" --ranks 2 --out "$tmp/gqa-plan.json" >/dev/null
+"$bin" plan -m "$model" --ranks 3 --out "$tmp/plan3.json" >/dev/null
+expect_error "cluster file lists 2 devices, job has 3" "lists 2 devices but the job has 3" \
+    -np 3 "$bin" generate -m "$model" --cluster "$tmp/two.json"
+expect_error "malformed cluster file" "syntax error at byte" -np 2 "$bin" generate -m "$model" --cluster "$tmp/syntax.json"
+expect_error "non-numeric memory budget" "mem_mb" -np 2 "$bin" generate -m "$model" --cluster "$tmp/type.json"
+expect_error "budgets too small" "tiny.*short by [0-9]+ bytes" -np 3 "$bin" generate -m "$model" --cluster "$tmp/small.json"
+expect_error "budgets too small (layerwise)" "device tiny.*short by [0-9]+ bytes" \
+    -np 3 "$bin" generate -m "$model" --cluster "$tmp/small.json" --planner layerwise
+expect_error "plan for another model" "layers|KV heads" -np 2 "$bin" generate -m "$model" --plan-file "$tmp/gqa-plan.json"
+expect_error "plan for another rank count" "for 3 ranks but the job has 2" \
+    -np 2 "$bin" generate -m "$model" --plan-file "$tmp/plan3.json"
+expect_error "model missing on every rank" "cannot open model file" -np 3 "$bin" generate -m "$tmp/none.h5"
+expect_error "model missing, --weights scatter" "cannot open model file" \
+    -np 3 "$bin" generate -m "$tmp/none.h5" --weights scatter
+expect_error "unknown planner" "unknown planner 'best'" -np 2 "$bin" generate -m "$model" --planner best
+expect_error "prompt past the context on 3 ranks" "context is 256 tokens" \
+    -np 3 "$bin" generate -m "$model" -p "$(for i in $(seq 300); do printf 'word '; done)"
+expect_error "steps past the context on 3 ranks" "exceeds the context" -np 3 "$bin" generate -m "$model" -n 1000
+echo "$pass passed, $fail failed"
+((fail == 0))
