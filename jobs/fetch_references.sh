@@ -7,7 +7,7 @@
 # usage: jobs/fetch_references.sh [--help]
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
+    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
 root="$(cd "$(dirname "$0")/.." && pwd)"

@@ -5,7 +5,7 @@
 # usage: jobs/quickstart.sh [PROMPT]
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//'
+    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
 root="$(cd "$(dirname "$0")/.." && pwd)"

@@ -6,7 +6,7 @@
 # usage: jobs/run_tests.sh [extra ctest arguments, e.g. -R unit_]
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'
+    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
 root="$(cd "$(dirname "$0")/.." && pwd)"

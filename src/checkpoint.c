@@ -20,6 +20,8 @@
 int mi_checkpoint_open(mi_checkpoint *ck, const char *path, char *err)
 {
     memset(ck, 0, sizeof *ck);
+    if (mi_check_input_file(path, "checkpoint", err))
+        return -1;
     int fd = open(path, O_RDONLY);
     if (fd < 0)
         return mi_set_error(err, "%s: cannot open checkpoint (no such file or not readable)", path);

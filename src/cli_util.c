@@ -19,6 +19,8 @@ void cli_bad_option(const char *cmd, int code, char **argv)
     const char *arg = optind > 0 ? argv[optind - 1] : "?";
     if (code == ':')
         mi_fatal("%s: option '%s' needs a value (see meshinfer %s --help)", cmd, arg, cmd);
+    if (!strncmp(arg, "--", 2) && strchr(arg, '='))
+        mi_fatal("%s: option '%s' is unknown or takes no value (see meshinfer %s --help)", cmd, arg, cmd);
     if (optopt && optopt != '?')
         mi_fatal("%s: unknown option '-%c' (see meshinfer %s --help)", cmd, optopt, cmd);
     mi_fatal("%s: unknown option '%s' (see meshinfer %s --help)", cmd, arg, cmd);
@@ -26,9 +28,11 @@ void cli_bad_option(const char *cmd, int code, char **argv)
 
 char *cli_read_text_err(const char *path, size_t *len, char *err)
 {
+    if (mi_check_input_file(path, "text file", err))
+        return NULL;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        mi_set_error(err, "%s: cannot open text file (no such file or not readable)", path);
+        mi_set_error(err, "%s: cannot open text file", path);
         return NULL;
     }
     size_t cap = 1 << 16, n = 0;
@@ -61,11 +65,42 @@ char *cli_read_text_err(const char *path, size_t *len, char *err)
     return buf;
 }
 
+/* Length of a valid UTF-8 sequence at s (at most n bytes), 0 if invalid. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+    if (s[0] < 0x80)
+        return 1;
+    size_t len = s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC2 && s[0] < 0xE0 ? 2 : 0;
+    if (len == 0 || len > n)
+        return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+    unsigned cp = len == 2 ? (s[0] & 0x1Fu) << 6 | (s[1] & 0x3Fu)
+                : len == 3 ? (s[0] & 0x0Fu) << 12 | (s[1] & 0x3Fu) << 6 | (s[2] & 0x3Fu)
+                           : (s[0] & 0x07u) << 18 | (s[1] & 0x3Fu) << 12 | (s[2] & 0x3Fu) << 6 | (s[3] & 0x3Fu);
+    if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+        return 0;
+    return len;
+}
+
 void cli_json_string(FILE *f, const char *s, size_t n)
 {
     fputc('"', f);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
+        if (c >= 0x80) {
+            /* a sampled byte-fallback token can leave half a character: the
+             * JSON must still parse, so invalid bytes become U+FFFD */
+            size_t k = utf8_len((const unsigned char *)s + i, n - i);
+            if (k == 0) {
+                fputs("\\ufffd", f);
+            } else {
+                fwrite(s + i, 1, k, f);
+                i += k - 1;
+            }
+            continue;
+        }
         switch (c) {
         case '"': fputs("\\\"", f); break;
         case '\\': fputs("\\\\", f); break;

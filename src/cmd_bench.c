@@ -190,7 +190,7 @@ int cmd_bench(int argc, char **argv)
     if (json) {
         printf("{\"model\": ");
         cli_json_string(stdout, model, strlen(model));
-        printf(", \"name\": \"%s\", \"synthetic_weights\": %s, \"ranks\": %d, \"threads\": %d, \"precision\": "
+        printf(", \"name\": \"%s\", \"synthetic_weights\": %s, \"n_ranks\": %d, \"threads\": %d, \"precision\": "
                "\"fp32\", \"prompt_tokens\": %d, \"steps\": %ld, \"decode_tokens\": %d, \"ttft_ms\": %.3f, "
                "\"tpot_ms\": %.4f, \"decode_tokens_per_s\": %.2f, \"weight_bytes_per_token\": %.0f, "
                "\"effective_gbs\": %.3f, \"stream_triad_gbs\": %.3f, \"fraction_of_triad\": %.4f, "

@@ -102,6 +102,7 @@ int cmd_generate(int argc, char **argv)
         }
         double t0 = mi_now();
         float *logits = mi_runtime_prefill(ss.rt, prompt_ids, n_prompt, 0);
+        session_check_logits(logits, c->vocab_size, n_prompt - 1);
         int next = mi_sample(&smp, logits);
         double t_first = mi_now();
         int n_out = 0, prev = prompt_ids[n_prompt - 1];
@@ -131,6 +132,7 @@ int cmd_generate(int argc, char **argv)
                 break;
             prev = next;
             logits = mi_runtime_forward(ss.rt, &next, 1, n_prompt + n_out - 1, 0);
+            session_check_logits(logits, c->vocab_size, n_prompt + n_out - 1);
             next = mi_sample(&smp, logits);
         }
         double t_end = mi_now();
@@ -141,7 +143,7 @@ int cmd_generate(int argc, char **argv)
         if (json) {
             printf("{\"model\": ");
             cli_json_string(stdout, model, strlen(model));
-            printf(", \"synthetic_weights\": %s, \"ranks\": %d, \"prompt_tokens\": %d, \"generated_tokens\": %d, "
+            printf(", \"synthetic_weights\": %s, \"n_ranks\": %d, \"prompt_tokens\": %d, \"generated_tokens\": %d, "
                    "\"stop\": \"%s\", \"ttft_ms\": %.3f, \"tpot_ms\": %.4f, \"decode_tokens_per_s\": %.2f, "
                    "\"load_s\": %.3f, \"text\": ",
                    c->synthetic ? "true" : "false", size, n_prompt, n_out, stop, ttft * 1e3, tpot * 1e3,
@@ -154,10 +156,12 @@ int cmd_generate(int argc, char **argv)
         } else {
             printf("\n");
             fflush(stdout);
-            fprintf(stderr, "generate: %d prompt + %d new tokens on %d rank%s (%s), TTFT %.1f ms, TPOT %.2f ms, "
-                            "%.1f tokens/s%s\n",
-                    n_prompt, n_out, size, size > 1 ? "s" : "", mi_planner_name(ss.plan.planner), ttft * 1e3,
-                    tpot * 1e3, tpot > 0 ? 1.0 / tpot : 0.0, c->synthetic ? " (synthetic weights)" : "");
+            char tp[64] = "TPOT n/a (one token)";
+            if (n_decode > 0)
+                snprintf(tp, sizeof tp, "TPOT %.2f ms, %.1f tokens/s", tpot * 1e3, 1.0 / tpot);
+            fprintf(stderr, "generate: %d prompt + %d new tokens on %d rank%s (%s), TTFT %.1f ms, %s%s\n", n_prompt,
+                    n_out, size, size > 1 ? "s" : "", mi_planner_name(ss.plan.planner), ttft * 1e3, tp,
+                    c->synthetic ? " (synthetic weights)" : "");
         }
         free(text);
         free(out);

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "meshinfer/checkpoint.h"
@@ -22,9 +24,22 @@ static void on_signal(int sig)
 
 static void cleanup_on_signals(void)
 {
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    signal(SIGHUP, on_signal);
+    int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (int i = 0; i < 3; i++) {
+        struct sigaction old;
+        /* a signal ignored at start (nohup, background jobs) stays ignored */
+        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+            continue;
+        signal(sigs[i], on_signal);
+    }
+}
+
+/* Refuse to write the output over one of the inputs. */
+static void check_not_input(const char *out, const char *in)
+{
+    struct stat a, b;
+    if (stat(out, &a) == 0 && stat(in, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+        mi_fatal("%s: output is the same file as the input %s; refusing to overwrite it", out, in);
 }
 
 int cmd_convert(int argc, char **argv)
@@ -66,6 +81,8 @@ int cmd_convert(int argc, char **argv)
             *dot = '\0';
         name = nb;
     }
+    check_not_input(out, ckpt);
+    check_not_input(out, tok);
     cleanup_on_signals();
     char err[MI_ERRLEN];
     double t0 = mi_now();
@@ -122,7 +139,7 @@ int cmd_synth(int argc, char **argv)
     cleanup_on_signals();
     char err[MI_ERRLEN];
     double t0 = mi_now();
-    if (mi_synth_write(&c, seed, out, 1, err))
+    if (mi_synth_write(&c, seed, out, isatty(fileno(stderr)) ? 2 : 1, err))
         mi_fatal("%s", err);
     printf("wrote %s: synthetic weights, shape %s, seed %llu, %zu parameters (%.1f s)\n", out, c.name,
            (unsigned long long)seed, mi_model_params(&c), mi_now() - t0);
@@ -132,6 +149,7 @@ int cmd_synth(int argc, char **argv)
 int cmd_info(int argc, char **argv)
 {
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"json", no_argument, 0, 'j'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *model = NULL;
@@ -139,8 +157,10 @@ int cmd_info(int argc, char **argv)
     while ((o = getopt_long(argc, argv, ":m:h", opts, NULL)) != -1) {
         switch (o) {
         case 'm': model = optarg; break;
+        case 'j': break; /* the output is always JSON */
         case 'h':
-            printf("usage: meshinfer info --model MODEL.h5\n\nPrints the model's config as JSON.\n");
+            printf("usage: meshinfer info --model MODEL.h5 [--json]\n\nPrints the model's config as JSON "
+                   "(\"synthetic\": true marks synthetic weights).\n");
             return 0;
         default: cli_bad_option("info", o, argv);
         }
@@ -154,10 +174,12 @@ int cmd_info(int argc, char **argv)
     if (!mf)
         mi_fatal("%s", err);
     mi_model_close(mf);
-    printf("{\"name\": \"%s\", \"synthetic\": %s, \"dim\": %d, \"hidden_dim\": %d, \"n_layers\": %d, "
+    printf("{\"name\": ");
+    cli_json_string(stdout, c.name, strlen(c.name));
+    printf(", \"synthetic\": %s, \"dim\": %d, \"hidden_dim\": %d, \"n_layers\": %d, "
            "\"n_heads\": %d, \"n_kv_heads\": %d, \"head_dim\": %d, \"vocab_size\": %d, \"seq_len\": %d, "
            "\"rope_theta\": %g, \"norm_eps\": %g, \"shared_classifier\": %s, \"params\": %zu}\n",
-           c.name, c.synthetic ? "true" : "false", c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads,
+           c.synthetic ? "true" : "false", c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads,
            c.head_dim, c.vocab_size, c.seq_len, (double)c.rope_theta, (double)c.norm_eps,
            c.shared_classifier ? "true" : "false", mi_model_params(&c));
     return 0;

@@ -117,6 +117,7 @@ int cmd_perplexity(int argc, char **argv)
             for (int i = 0; i < T_total - 1; i += chunk) {
                 int T = T_total - 1 - i < chunk ? T_total - 1 - i : chunk;
                 float *lg = mi_runtime_forward(ss.rt, win + i, T, i, 1);
+                session_check_logits(lg, T * c->vocab_size, start + i);
                 for (int t = 0; t < T; t++) {
                     nll += nll_of(lg + (size_t)t * c->vocab_size, c->vocab_size, win[i + t + 1]);
                     scored++;
@@ -138,7 +139,7 @@ int cmd_perplexity(int argc, char **argv)
             cli_json_string(stdout, model, strlen(model));
             printf(", \"text\": ");
             cli_json_string(stdout, path, strlen(path));
-            printf(", \"synthetic_weights\": %s, \"ranks\": %d, \"tokens\": %ld, \"windows\": %d, "
+            printf(", \"synthetic_weights\": %s, \"n_ranks\": %d, \"tokens\": %ld, \"windows\": %d, "
                    "\"window_tokens\": %d, \"mean_nll\": %.6f, \"perplexity\": %.6f, \"seconds\": %.3f, ",
                    c->synthetic ? "true" : "false", size, scored, n_windows, W, mean, ppl, mi_now() - t0);
         } else {

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 void mi_fatal(const char *fmt, ...)
@@ -64,10 +65,44 @@ int mi_set_error(char *err, const char *fmt, ...)
     return -1;
 }
 
+/* Plain decimal only: no leading blanks or '+', no hex, so "5 ", " 5" and
+ * "0x10" are all rejected alike. */
+static int plain_number(const char *s, int allow_sign, int allow_point)
+{
+    const char *p = s;
+    if (allow_sign && *p == '-')
+        p++;
+    if (!(*p >= '0' && *p <= '9') && !(allow_point && *p == '.'))
+        return 0;
+    for (; *p; p++)
+        if (*p == 'x' || *p == 'X' || *p == ' ' || *p == '\t')
+            return 0;
+    return 1;
+}
+
+int mi_check_input_file(const char *path, const char *what, char *err)
+{
+    struct stat st;
+    if (!path || !*path)
+        return mi_set_error(err, "%s path is empty", what);
+    if (stat(path, &st) != 0)
+        return mi_set_error(err, "%s: cannot open %s (%s)", path, what,
+                            errno == ENOENT ? "no such file" : strerror(errno));
+    if (S_ISDIR(st.st_mode))
+        return mi_set_error(err, "%s: %s is a directory, not a regular file", path, what);
+    if (!S_ISREG(st.st_mode))
+        return mi_set_error(err, "%s: %s is not a regular file (a FIFO, socket or device)", path, what);
+    if (access(path, R_OK) != 0)
+        return mi_set_error(err, "%s: cannot read %s (%s)", path, what, strerror(errno));
+    return 0;
+}
+
 long mi_parse_long(const char *opt, const char *s, long lo, long hi)
 {
     if (!s || !*s)
         mi_fatal("option %s needs an integer value", opt);
+    if (!plain_number(s, 1, 0))
+        mi_fatal("option %s: '%s' is not an integer", opt, s);
     char *end = NULL;
     errno = 0;
     long v = strtol(s, &end, 10);
@@ -82,6 +117,8 @@ double mi_parse_double(const char *opt, const char *s, double lo, double hi)
 {
     if (!s || !*s)
         mi_fatal("option %s needs a numeric value", opt);
+    if (!plain_number(s, 1, 1))
+        mi_fatal("option %s: '%s' is not a number", opt, s);
     char *end = NULL;
     errno = 0;
     double v = strtod(s, &end);
@@ -94,8 +131,8 @@ double mi_parse_double(const char *opt, const char *s, double lo, double hi)
 
 uint64_t mi_parse_u64(const char *opt, const char *s)
 {
-    if (!s || !*s || *s == '-')
-        mi_fatal("option %s needs a non-negative integer", opt);
+    if (!s || !*s || !plain_number(s, 0, 0))
+        mi_fatal("option %s needs a non-negative integer, not '%s'", opt, s ? s : "");
     char *end = NULL;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);

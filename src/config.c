@@ -22,6 +22,8 @@ int mi_config_validate(const mi_config *c, char *err)
     if (c->n_heads * c->head_dim != c->dim)
         return mi_set_error(err, "config: n_heads * head_dim = %d * %d does not equal dim = %d",
                             c->n_heads, c->head_dim, c->dim);
+    if (c->seq_len < 2)
+        return mi_set_error(err, "config: seq_len = %d leaves no room to generate (needs >= 2)", c->seq_len);
     if (c->head_dim % 2 != 0)
         return mi_set_error(err, "config: head_dim = %d must be even for RoPE", c->head_dim);
     if (!(c->rope_theta > 0.0f))

@@ -43,8 +43,15 @@ int main(int argc, char **argv)
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name))
-            return commands[i].fn(argc - 1, argv + 1);
+        if (!strcmp(argv[1], commands[i].name)) {
+            int rc = commands[i].fn(argc - 1, argv + 1);
+            /* a full disk or closed pipe must not look like success */
+            if (fflush(stdout) != 0 || ferror(stdout)) {
+                fprintf(stderr, "meshinfer: error: cannot write the output (disk full or pipe closed)\n");
+                return 1;
+            }
+            return rc;
+        }
     fprintf(stderr, "meshinfer: error: unknown command '%s' (try meshinfer --help)\n", argv[1]);
     return 2;
 }

@@ -4,6 +4,8 @@
 
 #include <hdf5.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,8 +38,52 @@ void mi_model_writer_cleanup_on_signal(void)
 
 static void quiet_hdf5(void)
 {
+    static int done = 0;
+    if (done)
+        return;
+    done = 1;
+    /* No library clean-up at exit: after a failed write (disk full) HDF5
+     * would close the broken file a second time and crash; every file we
+     * write is closed explicitly, and the temporary one removed. */
+    H5dont_atexit();
     /* HDF5 prints a multi-line error stack by default; we report one line. */
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    atexit(mi_model_writer_cleanup_on_signal);
+}
+
+/* The output must be a new or regular file in an existing writable
+ * directory with room for `bytes`; checked before anything is written. */
+static int check_output(const char *path, double bytes, char *err)
+{
+    struct stat st;
+    if (!path || !*path)
+        return mi_set_error(err, "output path is empty");
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return mi_set_error(err, "%s: output is a directory", path);
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return mi_set_error(err, "%s: output exists and is not a regular file (a device or FIFO); refusing to "
+                                 "replace it", path);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == dir)
+        dir[1] = '\0';
+    else
+        *slash = '\0';
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return mi_set_error(err, "%s: cannot create output file (directory %s does not exist)", path, dir);
+    if (access(dir, W_OK) != 0)
+        return mi_set_error(err, "%s: cannot create output file (directory %s is not writable)", path, dir);
+    struct statvfs vfs;
+    if (statvfs(dir, &vfs) == 0) {
+        double free_b = (double)vfs.f_bavail * (double)vfs.f_frsize;
+        if (free_b < bytes)
+            return mi_set_error(err, "%s: not enough disk space: the model needs about %.0f bytes, %.0f are free",
+                                path, bytes, free_b);
+    }
+    return 0;
 }
 
 void mi_model_layer_name(char *buf, size_t n, int layer, const char *tensor)
@@ -168,12 +214,8 @@ static int check_all_tensors(mi_model_file *mf, char *err)
 mi_model_file *mi_model_open(const char *path, mi_config *cfg, char *err)
 {
     quiet_hdf5();
-    FILE *probe = fopen(path, "rb");
-    if (!probe) {
-        mi_set_error(err, "%s: cannot open model file (no such file or not readable)", path);
+    if (mi_check_input_file(path, "model file", err))
         return NULL;
-    }
-    fclose(probe);
     if (H5Fis_hdf5(path) <= 0) {
         mi_set_error(err, "%s: not an HDF5 file, or truncated/corrupt (use `meshinfer convert` to make one)",
                      path);
@@ -398,6 +440,9 @@ mi_model_writer *mi_model_writer_create(const char *path, const mi_config *c, ch
         mi_set_error(err, "%s", cerr);
         return NULL;
     }
+    double bytes = 4.0 * (double)mi_model_params(c) + 64.0 * c->vocab_size + (1 << 20);
+    if (check_output(path, bytes, err))
+        return NULL;
     mi_model_writer *w = mi_calloc(1, sizeof *w, "model writer");
     snprintf(w->path, sizeof w->path, "%s", path);
     snprintf(w->tmp, sizeof w->tmp, "%s.partial.%ld", path, (long)getpid());

@@ -1,10 +1,10 @@
 /* Token sampling (see sampler.h). */
 #include "meshinfer/sampler.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 #include "meshinfer/common.h"
-#include "meshinfer/kernels.h"
 
 typedef struct {
     float p;
@@ -57,11 +57,18 @@ static int cmp_desc(const void *a, const void *b)
 int mi_sample(mi_sampler *s, float *logits)
 {
     int n = s->vocab_size;
+    int best = mi_argmax(logits, n);
     if (s->temperature <= 0.0f)
-        return mi_argmax(logits, n);
+        return best;
+    /* subtract the maximum before dividing: a tiny temperature then gives
+     * exp(-inf) = 0 for the others instead of inf - inf = NaN */
+    float mx = logits[best], sum = 0.0f;
+    for (int i = 0; i < n; i++) {
+        logits[i] = expf((logits[i] - mx) / s->temperature);
+        sum += logits[i];
+    }
     for (int i = 0; i < n; i++)
-        logits[i] /= s->temperature;
-    mi_softmax(logits, n);
+        logits[i] /= sum;
     float coin = mi_rand_f32(&s->rng);
     if (s->topp <= 0.0f || s->topp >= 1.0f) {
         float cdf = 0.0f;
@@ -80,6 +87,8 @@ int mi_sample(mi_sampler *s, float *logits)
     for (int i = 0; i < n; i++)
         if (logits[i] >= cutoff)
             pi[m++] = (prob_index){logits[i], i};
+    if (m == 0)
+        return best;
     qsort(pi, (size_t)m, sizeof *pi, cmp_desc);
     float cum = 0.0f;
     int last = m - 1;

@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "session.h"
 
+#include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,7 +81,18 @@ static double mem_available(void)
             break;
     if (f)
         fclose(f);
-    return kb > 0 ? kb * 1024.0 : 4e9;
+    double avail = kb > 0 ? kb * 1024.0 : 4e9;
+    /* inside a memory cgroup (an emulated device) its limit is the budget */
+    const char *limits[] = {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    for (int i = 0; i < 2; i++) {
+        FILE *g = fopen(limits[i], "r");
+        double lim = 0;
+        if (g && fscanf(g, "%lf", &lim) == 1 && lim > 0 && lim < avail)
+            avail = lim;
+        if (g)
+            fclose(g);
+    }
+    return avail;
 }
 
 /* Rank 0's part of the set-up; returns 0 or -1 with err set. */
@@ -205,6 +217,14 @@ int *session_encode_prompt(mi_session *ss, const char *prompt, int *n)
     }
     mi_check_all(failed, msg);
     return ids;
+}
+
+void session_check_logits(const float *logits, int n, int pos)
+{
+    for (int i = 0; i < n; i++)
+        if (!isfinite(logits[i]))
+            mi_fatal("the model produced a non-finite logit (token %d) at position %d: the weights are corrupt or "
+                     "overflow fp32", i, pos);
 }
 
 void session_metrics_json(mi_session *ss, FILE *f)

@@ -61,6 +61,10 @@ void session_close(mi_session *ss, const session_opts *o);
  * UTF-8, or a prompt that leaves no room in the context. */
 int *session_encode_prompt(mi_session *ss, const char *prompt, int *n);
 
+/* Rank 0: stop with one error line when logits hold NaN or infinity (corrupt
+ * weights, or values that overflow fp32). */
+void session_check_logits(const float *logits, int n, int pos);
+
 /* Collective: gather every rank's metrics and, on rank 0, print them as a
  * JSON array (key "ranks") to f, per forward pass averages included. */
 void session_metrics_json(mi_session *ss, FILE *f);

@@ -100,11 +100,13 @@ int mi_synth_write(const mi_config *c, uint64_t seed, const char *path, int prog
             mi_model_layer_name(nm, sizeof nm, l, ts[i].t);
             PUT(nm, ts[i].rows, ts[i].norm ? 1 : d, ts[i].norm);
         }
-        if (progress)
+        if (progress == 2)
             fprintf(stderr, "\rsynth: layer %d/%d written", l + 1, c->n_layers);
+        else if (progress && ((l + 1) % ((c->n_layers + 3) / 4) == 0 || l + 1 == c->n_layers))
+            fprintf(stderr, "synth: layer %d/%d written\n", l + 1, c->n_layers);
     }
 #undef PUT
-    if (progress)
+    if (progress == 2)
         fputc('\n', stderr);
     free(buf);
     mi_tokenizer tok;

@@ -194,6 +194,8 @@ static int read_file(const char *path, unsigned char **data, size_t *size, char 
 {
     *data = NULL;
     *size = 0;
+    if (mi_check_input_file(path, "tokenizer file", err))
+        return -1;
     FILE *f = fopen(path, "rb");
     if (!f)
         return mi_set_error(err, "cannot open tokenizer file '%s': %s", path, strerror(errno));

@@ -83,11 +83,12 @@ left=$(find "$tmp" -name 'o*.h5*' -o -name 's.h5*' -o -name '*.partial.*' | wc -
 if [[ $left -eq 0 ]]; then echo "ok: no partial output files left"; pass=$((pass+1));
 else echo "FAIL: partial output files left:"; find "$tmp" -name '*.h5*'; fail=$((fail+1)); fi
 
-# Interrupting convert must remove the temporary file: stop it with SIGINT
-# while it writes (a slow pipe is not needed: retry a few times if it finished first).
+# Stopping synth while it writes must remove the temporary file. SIGTERM, as
+# a background job of a script starts with SIGINT ignored (and meshinfer keeps
+# ignored signals ignored, so nohup works); retry if it finished first.
 for try in 1 2 3 4 5; do
     "$bin" synth --shape stories110M --out "$tmp/big.h5" >/dev/null 2>&1 &
-    pid=$!; sleep 0.5; kill -INT $pid 2>/dev/null; wait $pid; rc=$?
+    pid=$!; sleep 0.5; kill -TERM $pid 2>/dev/null; wait $pid; rc=$?
     [[ $rc -ne 0 ]] && break
     rm -f "$tmp/big.h5"
 done

@@ -898,12 +898,12 @@ static void test_bad_output(void)
     CU_ASSERT(has(err, "cannot create"));
     CU_ASSERT_FALSE(file_exists(o));
     CU_ASSERT_FALSE(dir_has_partial(g_dir));
-    /* the output path is a directory: the final rename fails */
+    /* the output path is a directory: refused before anything is written */
     path_in_dir(o, sizeof o, "out-is-dir");
     CU_ASSERT_EQUAL_FATAL(mkdir(o, 0700), 0);
     err[0] = '\0';
     CU_ASSERT_EQUAL(mi_convert(c, g_tok_path, o, "x", err), -1);
-    CU_ASSERT(has(err, "cannot move"));
+    CU_ASSERT(has(err, "output is a directory"));
     CU_ASSERT_FALSE(dir_has_partial(g_dir));
     struct stat st;
     CU_ASSERT(stat(o, &st) == 0 && S_ISDIR(st.st_mode));

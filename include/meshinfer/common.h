@@ -37,6 +37,12 @@ long mi_parse_long(const char *opt, const char *s, long lo, long hi);
 double mi_parse_double(const char *opt, const char *s, double lo, double hi);
 uint64_t mi_parse_u64(const char *opt, const char *s);
 
+/* Check that path names an existing regular file we can read (not empty,
+ * not a directory, FIFO or device, which would block or mislead). what names
+ * the file's role in the message ("model file", "checkpoint", ...).
+ * Returns 0, or -1 with one line in err. */
+int mi_check_input_file(const char *path, const char *what, char *err);
+
 /* Allocation that aborts with a clear message (bytes, what) on failure. */
 void *mi_malloc(size_t bytes, const char *what);
 void *mi_calloc(size_t n, size_t size, const char *what);
