@@ -36,7 +36,7 @@ if [[ ! -f "$model" ]]; then
 fi
 out="$root/results"; mkdir -p "$out"
 csv="$out/bench_distributed.csv.partial"; json="$out/bench_distributed.json.partial"
-echo "model,synthetic_weights,planner,ranks,decode_tokens_per_s,tpot_ms,ttft_ms,bytes_moved_per_token,predicted_token_ms,max_rank_weight_MB,stream_triad_gbs" > "$csv"
+echo "model,synthetic_weights,planner,ranks,decode_tokens_per_s,tpot_ms,ttft_ms,bytes_moved_per_forward,predicted_token_ms,max_rank_weight_MB,stream_triad_gbs" > "$csv"
 echo "[" > "$json"
 ncores=$(nproc)
 first=1
@@ -67,7 +67,7 @@ node -e '
   const h = rows.shift(); const base = rows.find(r => r[3] === "1");
   const b = base ? +base[4] : NaN;
   console.log(`${rows[0][0]}${rows[0][1] === "true" ? " (synthetic weights)" : ""}, fp32, 1 thread per rank, shared memory`);
-  console.log("planner     ranks  tokens/s  vs 1 rank  TPOT ms  bytes/token  max rank MB");
+  console.log("planner     ranks  tokens/s  vs 1 rank  TPOT ms  bytes/forward  max rank MB");
   for (const r of rows) console.log(`${r[2].padEnd(10)} ${r[3].padStart(6)} ${(+r[4]).toFixed(2).padStart(9)} ${(r[4] / b).toFixed(2).padStart(9)}x ${(+r[5]).toFixed(1).padStart(8)} ${r[7].padStart(12)} ${r[9].padStart(12)}`);
 ' "$out/bench_distributed.csv" | tee "$out/bench_distributed.txt"
 # wide table for the plot: one row per rank count, one column per planner
