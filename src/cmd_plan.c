@@ -47,6 +47,8 @@ static void print_plan(const mi_plan *p, const mi_cluster *cl, const mi_predicti
                 printf("]  proj split  ffn");
             for (int i = 0; i < lp->n_ffn; i++)
                 printf(" %d[%d+%d]", lp->ffn[i].rank, lp->ffn[i].v0, lp->ffn[i].n);
+            if (lp->speculate)
+                printf("  speculates into layer %d (acceptance %.2f)", l + 1, lp->accept_permille / 1000.0);
             printf("\n");
         }
         printf("  classifier");

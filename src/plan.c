@@ -137,6 +137,12 @@ int mi_plan_validate(const mi_plan *plan, const mi_cluster *cl, char *err)
                                 lp->proj_rank, n);
         if (check_slices(lp->ffn, lp->n_ffn, c->hidden_dim, n, "FFN", l, err))
             return -1;
+        if (lp->speculate && (l == c->n_layers - 1 || lp->proj_rank < 0 || lp->n_ffn != 1))
+            return mi_set_error(err, "plan: layer %d cannot speculate into the next layer (it needs a next layer, "
+                                     "one projection rank and one FFN rank)", l);
+        if (lp->accept_permille < 0 || lp->accept_permille > 1000)
+            return mi_set_error(err, "plan: layer %d: acceptance %d permille is outside [0, 1000]", l,
+                                lp->accept_permille);
     }
     if (check_slices(plan->cls, plan->n_cls, c->vocab_size, n, "classifier", -1, err))
         return -1;
@@ -298,7 +304,15 @@ static int no_room(const placer *p, const char *what, int l, double bytes, char 
 /* Seed 000's greedy placement: FFN and projection first (the big blocks,
  * balanced by predicted time), then the heads of each layer spread so that the
  * layer's attention finishes soonest; memory budgets are hard constraints. */
-static int plan_greedy(mi_plan *plan, placer *p, char *err)
+static int spec_ok(const mi_plan_options *opt, int l)
+{
+    if (!opt->speculate)
+        return 0;
+    double a = opt->acceptance ? opt->acceptance[l] : 1.0;
+    return a >= opt->min_acceptance;
+}
+
+static int plan_greedy(mi_plan *plan, placer *p, const mi_plan_options *opt, char *err)
 {
     const mi_config *c = p->c;
     double extra[MI_MAX_RANKS];
@@ -324,6 +338,14 @@ static int plan_greedy(mi_plan *plan, placer *p, char *err)
     double hwork = hw + head_kv_bytes(c, c->seq_len / 2); /* mean KV read over a full context */
     for (int l = 0; l < c->n_layers; l++) {
         double layer_att[MI_MAX_RANKS] = {0};
+        /* Seed 000: a layer whose input is speculated only has to finish its
+         * attention within the previous layer's FFN, so inside that window its
+         * heads go where memory is most free rather than where they finish first. */
+        double window = 0;
+        if (l > 0 && spec_ok(opt, l - 1)) {
+            int f = plan->layers[l - 1].ffn[0].rank;
+            window = unit_time(p, f, fb);
+        }
         for (int k = 0; k < c->n_kv_heads; k++) {
             int best = -1;
             double best_key = DBL_MAX, best_tie = DBL_MAX;
@@ -333,6 +355,10 @@ static int plan_greedy(mi_plan *plan, placer *p, char *err)
                     continue;
                 double t = unit_time(p, w, hwork);
                 double key = layer_att[w] + t, tie = p->busy[w] + t;
+                if (window > 0 && key <= window) {
+                    key = 0; /* fits the window: rank by memory use instead */
+                    tie = p->mem[w] / p->cl->dev[w].mem_bytes;
+                }
                 if (key < best_key - 1e-12 || (key < best_key + 1e-12 && tie < best_tie)) {
                     best = w;
                     best_key = key;
@@ -405,7 +431,7 @@ int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options
     case MI_PLANNER_GREEDY:
         if (!c->shared_classifier)
             p.mem[0] += 4.0 * (double)c->vocab_size * c->dim;
-        rc = plan_greedy(plan, &p, err);
+        rc = plan_greedy(plan, &p, opt, err);
         break;
     case MI_PLANNER_TP: plan_tp(plan, &p); break;
     default: rc = mi_set_error(err, "plan: unknown planner %d", (int)opt->planner);
@@ -415,12 +441,52 @@ int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options
         plan->cls = mi_malloc(sizeof(mi_slice), "plan classifier slices");
         plan->cls[0] = (mi_slice){0, 0, c->vocab_size};
     }
+    if (rc == 0 && opt->speculate)
+        mi_plan_mark_speculation(plan, cl, opt->acceptance, opt->min_acceptance);
     plan->plan_seconds = mi_now() - t0;
     if (rc == 0)
         rc = mi_plan_validate(plan, cl, err);
     if (rc)
         mi_plan_free(plan);
     return rc;
+}
+
+int mi_plan_mark_speculation(mi_plan *plan, const mi_cluster *cl, const double *acceptance, double min_acceptance)
+{
+    const mi_config *c = &plan->cfg;
+    int marked = 0;
+    double hwork = head_weight_bytes(c) + head_kv_bytes(c, c->seq_len / 2);
+    for (int l = 0; l < c->n_layers; l++) {
+        mi_layer_plan *lp = &plan->layers[l];
+        lp->speculate = 0;
+        lp->accept_permille = 0;
+        if (l == c->n_layers - 1 || lp->proj_rank < 0 || lp->n_ffn != 1)
+            continue;
+        double a = acceptance ? acceptance[l] : 1.0;
+        if (a < min_acceptance)
+            continue;
+        int f = lp->ffn[0].rank;
+        double t_ffn = ffn_bytes(c, c->hidden_dim) / (cl->mem_bw * cl->dev[f].speed);
+        /* the next layer's attention ends when its slowest head rank ends */
+        double t_att = 0;
+        const mi_layer_plan *next = &plan->layers[l + 1];
+        for (int r = 0; r < plan->n_ranks; r++) {
+            int nk = 0;
+            for (int k = 0; k < c->n_kv_heads; k++)
+                nk += next->kv_rank[k] == r;
+            double t = nk * hwork / (cl->mem_bw * cl->dev[r].speed);
+            if (t > t_att)
+                t_att = t;
+        }
+        double extra = mi_cluster_latency(cl, lp->proj_rank, f) + 4.0 * c->dim / cl->bandwidth;
+        double saving = a * (t_ffn < t_att ? t_ffn : t_att) - extra;
+        if (saving <= 0)
+            continue;
+        lp->speculate = 1;
+        lp->accept_permille = (int)(a * 1000.0 + 0.5);
+        marked++;
+    }
+    return marked;
 }
 
 /* ------------------------------------------------------- serialization */
@@ -430,7 +496,7 @@ int *mi_plan_serialize(const mi_plan *plan, size_t *n_ints)
     const mi_config *c = &plan->cfg;
     size_t n = 6 + (size_t)plan->n_cls * 3;
     for (int l = 0; l < c->n_layers; l++)
-        n += (size_t)c->n_kv_heads + 2 + 3 * (size_t)plan->layers[l].n_ffn;
+        n += (size_t)c->n_kv_heads + 4 + 3 * (size_t)plan->layers[l].n_ffn;
     int *b = mi_malloc(n * sizeof(int), "plan buffer"), *q = b;
     *q++ = plan->n_ranks;
     *q++ = c->n_layers;
@@ -448,6 +514,8 @@ int *mi_plan_serialize(const mi_plan *plan, size_t *n_ints)
         for (int k = 0; k < c->n_kv_heads; k++)
             *q++ = lp->kv_rank[k];
         *q++ = lp->proj_rank;
+        *q++ = lp->speculate;
+        *q++ = lp->accept_permille;
         *q++ = lp->n_ffn;
         for (int i = 0; i < lp->n_ffn; i++) {
             *q++ = lp->ffn[i].rank;
@@ -496,6 +564,8 @@ int mi_plan_deserialize(const int *b, size_t n, const mi_config *c, mi_plan *pla
         for (int k = 0; k < c->n_kv_heads; k++)
             NEXT(lp->kv_rank[k]);
         NEXT(lp->proj_rank);
+        NEXT(lp->speculate);
+        NEXT(lp->accept_permille);
         NEXT(lp->n_ffn);
         if (lp->n_ffn < 1 || lp->n_ffn > MI_MAX_RANKS)
             goto bad;

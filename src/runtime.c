@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "meshinfer/runtime.h"
 
+#include <math.h>
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,10 @@ struct mi_runtime {
     step_rt *st;
     int max_T;
     float *x, *xn, *heads, *tmp, *logits_local, *logits_all, *logits_recv;
+    float *zbuf;               /* Z in flight to the next layer's head ranks (speculation) */
+    MPI_Request pending;       /* a non-blocking broadcast this rank is root of, not yet complete */
+    double tolerance;
+    int accepted;              /* the last DECIDE's flag */
     int *recv_counts, *recv_displs;
     mi_rank_metrics m;
     int trace;
@@ -246,7 +251,10 @@ mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_runtime_options *opt
     const mi_config *c = &rt->plan.cfg;
     mi_scratch_init(&rt->s, c, rt->max_T);
     size_t T = (size_t)rt->max_T, d = (size_t)c->dim;
-    rt->x = mi_calloc(T * d, sizeof(float), "residual");
+    rt->x = mi_calloc(T * d + 1, sizeof(float), "residual"); /* + the speculation flag */
+    rt->zbuf = mi_calloc(T * d, sizeof(float), "speculation buffer");
+    rt->pending = MPI_REQUEST_NULL;
+    rt->tolerance = opt->tolerance;
     rt->xn = mi_calloc(T * d, sizeof(float), "activations");
     rt->heads = mi_calloc(T * (size_t)c->n_heads * c->head_dim, sizeof(float), "head outputs");
     rt->tmp = mi_calloc(T * d, sizeof(float), "partial sums");
@@ -323,6 +331,55 @@ static void allreduce_add(mi_runtime *rt, const mi_step *st, step_rt *sr, int T,
         rt->x[i] += rt->tmp[i];
 }
 
+/* Finish the non-blocking broadcast this rank started as root, before its
+ * next blocking MPI call (the buffer and the ordering rules need it). */
+static double complete_pending(mi_runtime *rt)
+{
+    if (rt->pending == MPI_REQUEST_NULL)
+        return 0.0;
+    double t0 = mi_now();
+    MPI_Wait(&rt->pending, MPI_STATUS_IGNORE);
+    return mi_now() - t0;
+}
+
+/* ob1 has no asynchronous progress: a pending broadcast only advances inside
+ * MPI calls, so the FFN rank pokes it between compute chunks. */
+static void poke(mi_runtime *rt)
+{
+    if (rt->pending != MPI_REQUEST_NULL) {
+        int done = 0;
+        MPI_Test(&rt->pending, &done, MPI_STATUS_IGNORE);
+    }
+}
+
+/* FFN of layer l into rt->tmp (not yet added to the residual). Decoding runs
+ * it in row chunks with progress calls between them; every row is the same
+ * matvec as unchunked, so results do not depend on the chunking. */
+static void ffn_to_tmp(mi_runtime *rt, int l, int T)
+{
+    const mi_config *c = &rt->plan.cfg;
+    mi_model *m = &rt->model;
+    const mi_layer *L = &m->layers[l];
+    mi_rmsnorm(rt->xn, rt->x, L->ffn_norm, T, c->dim, c->norm_eps);
+    if (T > 1) {
+        mi_ffn_block(m, l, &rt->s, rt->xn, T, rt->tmp, 0);
+        return;
+    }
+    const int chunks = 8, nf = L->spec.nf, d = c->dim;
+    for (int k = 0; k < chunks; k++) {
+        int a = nf * k / chunks, b = nf * (k + 1) / chunks;
+        mi_matmul(rt->s.h1 + a, rt->xn, L->w1 + (size_t)a * d, 1, d, b - a);
+        mi_matmul(rt->s.h3 + a, rt->xn, L->w3 + (size_t)a * d, 1, d, b - a);
+        poke(rt);
+    }
+    mi_swiglu(rt->s.h1, rt->s.h3, (size_t)nf);
+    for (int k = 0; k < chunks; k++) {
+        int a = d * k / chunks, b = d * (k + 1) / chunks;
+        mi_matmul(rt->tmp + a, rt->s.h1, L->w2 + (size_t)a * nf, 1, nf, b - a);
+        poke(rt);
+    }
+}
+
 static void run_step(mi_runtime *rt, int i, int T, int pos0, int T_logits)
 {
     const mi_step *st = &rt->sched.steps[i];
@@ -331,7 +388,10 @@ static void run_step(mi_runtime *rt, int i, int T, int pos0, int T_logits)
         return;
     const mi_config *c = &rt->plan.cfg;
     mi_model *m = &rt->model;
-    double t0 = mi_now(), comm = 0;
+    double comm = 0;
+    if (sr->comm != MPI_COMM_NULL || st->kind == MI_STEP_DECIDE)
+        comm += complete_pending(rt);
+    double t0 = mi_now();
     double *bucket = NULL;
     switch (st->kind) {
     case MI_STEP_BCAST: {
@@ -367,11 +427,76 @@ static void run_step(mi_runtime *rt, int i, int T, int pos0, int T_logits)
         rt->m.proj += mi_now() - t0;
         allreduce_add(rt, st, sr, T, &comm);
         break;
-    case MI_STEP_FFN:
-        mi_rmsnorm(rt->xn, rt->x, m->layers[st->layer].ffn_norm, T, c->dim, c->norm_eps);
-        mi_ffn_block(m, st->layer, &rt->s, rt->xn, T, rt->x, 1);
+    case MI_STEP_FFN: {
+        ffn_to_tmp(rt, st->layer, T);
+        int n = T * c->dim, l = st->layer;
+        if (rt->plan.layers[l].speculate) {
+            /* seed 000's test: is the FFN's contribution small next to Z? */
+            double worst = 0;
+            for (int t = 0; t < T; t++) {
+                double fz = 0, zz = 0;
+                for (int k = 0; k < c->dim; k++) {
+                    double f = rt->tmp[(size_t)t * c->dim + k], z = rt->x[(size_t)t * c->dim + k];
+                    fz += f * f;
+                    zz += z * z;
+                }
+                double r = zz > 0 ? sqrt(fz / zz) : INFINITY;
+                if (r > worst)
+                    worst = r;
+            }
+            rt->accepted = worst < rt->tolerance;
+            if (l < MI_SPEC_MAX_LAYERS) {
+                rt->m.spec_decided[l] += 1;
+                rt->m.spec_accepted[l] += rt->accepted;
+                rt->m.spec_ratio_sum[l] += worst;
+            }
+        }
+        for (int k = 0; k < n; k++)
+            rt->x[k] += rt->tmp[k];
         bucket = &rt->m.ffn;
         break;
+    }
+    case MI_STEP_SPEC_BCAST: {
+        int n = T * c->dim;
+        if (sr->comm == MPI_COMM_NULL)
+            break; /* the projection rank is also the FFN rank and the next layer's only head rank */
+        if (st->root == rt->rank) {
+            memcpy(rt->zbuf, rt->x, (size_t)n * sizeof(float));
+            MPI_Ibcast(rt->zbuf, n, MPI_FLOAT, sr->root_idx, sr->comm, &rt->pending);
+            rt->m.bytes_sent += 4.0 * n * (st->n_members - 1);
+        } else {
+            MPI_Request rq;
+            MPI_Ibcast(rt->zbuf, n, MPI_FLOAT, sr->root_idx, sr->comm, &rq);
+            MPI_Wait(&rq, MPI_STATUS_IGNORE);
+            memcpy(rt->x, rt->zbuf, (size_t)n * sizeof(float));
+            rt->m.bytes_recv += 4.0 * n;
+        }
+        comm += mi_now() - t0;
+        break;
+    }
+    case MI_STEP_SPEC_ATTN:
+    case MI_STEP_ATTN_CHECK:
+        if (st->kind == MI_STEP_ATTN_CHECK && rt->accepted)
+            break; /* keep the attention computed on Z */
+        mi_rmsnorm(rt->xn, rt->x, m->layers[st->layer].attention_norm, T, c->dim, c->norm_eps);
+        mi_attn_block(m, st->layer, &rt->s, rt->xn, T, pos0, rt->heads);
+        bucket = &rt->m.attn;
+        break;
+    case MI_STEP_DECIDE: {
+        int n = T * c->dim;
+        if (sr->comm == MPI_COMM_NULL)
+            break; /* alone: the flag is already ours */
+        if (st->root == rt->rank)
+            rt->x[n] = rt->accepted ? 1.0f : 0.0f;
+        MPI_Bcast(rt->x, n + 1, MPI_FLOAT, sr->root_idx, sr->comm);
+        rt->accepted = rt->x[n] != 0.0f;
+        comm += mi_now() - t0;
+        if (st->root == rt->rank)
+            rt->m.bytes_sent += 4.0 * (n + 1) * (st->n_members - 1);
+        else
+            rt->m.bytes_recv += 4.0 * (n + 1);
+        break;
+    }
     case MI_STEP_FFN_PARTIAL:
         mi_rmsnorm(rt->xn, rt->x, m->layers[st->layer].ffn_norm, T, c->dim, c->norm_eps);
         mi_ffn_block(m, st->layer, &rt->s, rt->xn, T, rt->tmp, 0);
@@ -433,6 +558,7 @@ static void run_forward(mi_runtime *rt, int T, int pos0, int T_logits)
 {
     for (int i = 0; i < rt->sched.n_steps; i++)
         run_step(rt, i, T, pos0, T_logits);
+    rt->m.comm += complete_pending(rt);
     rt->m.forwards++;
     rt->m.positions += T;
 }
@@ -541,6 +667,10 @@ static const char *step_name(int k)
     case MI_STEP_PROJ: return "projection";
     case MI_STEP_PROJ_PARTIAL: return "projection partial + allreduce";
     case MI_STEP_FFN: return "FFN";
+    case MI_STEP_SPEC_BCAST: return "send Z (speculation)";
+    case MI_STEP_SPEC_ATTN: return "speculative attention";
+    case MI_STEP_DECIDE: return "decide + bcast residual";
+    case MI_STEP_ATTN_CHECK: return "attention (recompute if rejected)";
     case MI_STEP_FFN_PARTIAL: return "FFN partial + allreduce";
     case MI_STEP_LOGITS: return "logits";
     case 100: return "forward";
@@ -635,6 +765,7 @@ void mi_runtime_free(mi_runtime *rt)
     mi_model_free(&rt->model);
     mi_scratch_free(&rt->s);
     free(rt->x);
+    free(rt->zbuf);
     free(rt->xn);
     free(rt->heads);
     free(rt->tmp);

@@ -83,8 +83,14 @@ int mi_schedule_build(const mi_plan *plan, mi_schedule *s)
         need = heads;
         if (lp->proj_rank >= 0)
             need.has[lp->proj_rank] = 1;
-        ensure(s, &cap, &holders, &need, n, l);
-        mi_step *st = push(s, &cap, MI_STEP_ATTN, l, -1);
+        mi_step *st;
+        if (l > 0 && plan->layers[l - 1].speculate) {
+            /* attention already ran on Z; the DECIDE step gave every member X */
+            st = push(s, &cap, MI_STEP_ATTN_CHECK, l, -1);
+        } else {
+            ensure(s, &cap, &holders, &need, n, l);
+            st = push(s, &cap, MI_STEP_ATTN, l, -1);
+        }
         set_members(st, &heads, n);
         if (lp->proj_rank >= 0) {
             rankset g = heads;
@@ -105,6 +111,32 @@ int mi_schedule_build(const mi_plan *plan, mi_schedule *s)
         set_clear(&f);
         for (int i = 0; i < lp->n_ffn; i++)
             f.has[lp->ffn[i].rank] = 1;
+        if (lp->speculate) {
+            const mi_layer_plan *nx = &plan->layers[l + 1];
+            int fr = lp->ffn[0].rank;
+            rankset h1, sb, dec;
+            set_clear(&h1);
+            for (int k = 0; k < c->n_kv_heads; k++)
+                h1.has[nx->kv_rank[k]] = 1;
+            sb = h1;
+            sb.has[lp->proj_rank] = 1;
+            sb.has[fr] = 1;
+            st = push(s, &cap, MI_STEP_SPEC_BCAST, l, lp->proj_rank);
+            set_members(st, &sb, n);
+            st = push(s, &cap, MI_STEP_SPEC_ATTN, l + 1, -1);
+            set_members(st, &h1, n);
+            st = push(s, &cap, MI_STEP_FFN, l, fr);
+            st->n_members = 1;
+            st->members[0] = fr;
+            dec = h1;
+            dec.has[fr] = 1;
+            if (nx->proj_rank >= 0)
+                dec.has[nx->proj_rank] = 1;
+            st = push(s, &cap, MI_STEP_DECIDE, l, fr);
+            set_members(st, &dec, n);
+            holders = dec;
+            continue;
+        }
         ensure(s, &cap, &holders, &f, n, l);
         st = push(s, &cap, lp->n_ffn == 1 ? MI_STEP_FFN : MI_STEP_FFN_PARTIAL, l, lowest(&f, n));
         set_members(st, &f, n);
@@ -148,8 +180,10 @@ size_t mi_step_floats(const mi_plan *plan, const mi_step *st, int member)
     const mi_config *c = &plan->cfg;
     switch (st->kind) {
     case MI_STEP_BCAST:
+    case MI_STEP_SPEC_BCAST:
     case MI_STEP_PROJ_PARTIAL:
     case MI_STEP_FFN_PARTIAL: return (size_t)c->dim;
+    case MI_STEP_DECIDE: return (size_t)c->dim + 1;
     case MI_STEP_GATHER: return (size_t)count_kv(plan, st->layer, member) * mi_kv_group(c) * c->head_dim;
     case MI_STEP_LOGITS: return (size_t)cls_rows(plan, member);
     default: return 0;
@@ -176,7 +210,8 @@ double mi_plan_bytes(const mi_plan *plan, const mi_schedule *s, double *sent, do
             double b = 4.0 * (double)mi_step_floats(plan, st, m);
             int reduce = st->kind == MI_STEP_PROJ_PARTIAL || st->kind == MI_STEP_FFN_PARTIAL;
             int to_root = st->kind == MI_STEP_GATHER || st->kind == MI_STEP_LOGITS || reduce;
-            int from_root = st->kind == MI_STEP_BCAST || reduce;
+            int from_root = st->kind == MI_STEP_BCAST || st->kind == MI_STEP_SPEC_BCAST ||
+                            st->kind == MI_STEP_DECIDE || reduce;
             if (to_root) {
                 if (sent) sent[m] += b;
                 if (recv) recv[root] += b;
@@ -226,6 +261,8 @@ void mi_plan_predict(const mi_plan *plan, const mi_schedule *s, const mi_cluster
         double msg = lat + maxb / cl->bandwidth;
         switch (st->kind) {
         case MI_STEP_BCAST:
+        case MI_STEP_SPEC_BCAST:
+        case MI_STEP_DECIDE:
             for (int j = 0; j < st->n_members; j++)
                 ready[st->members[j]] = start + rounds * msg;
             break;
@@ -244,11 +281,18 @@ void mi_plan_predict(const mi_plan *plan, const mi_schedule *s, const mi_cluster
                 ready[st->members[j]] = start + (st->n_members > 1 ? msg : 0);
             break;
         case MI_STEP_ATTN:
+        case MI_STEP_SPEC_ATTN:
+        case MI_STEP_ATTN_CHECK: {
+            /* a checked speculative attention is recomputed only when rejected */
+            double share = 1.0;
+            if (st->kind == MI_STEP_ATTN_CHECK)
+                share = 1.0 - plan->layers[st->layer - 1].accept_permille / 1000.0;
             for (int j = 0; j < st->n_members; j++) {
                 int m = st->members[j], nk = count_kv(plan, st->layer, m);
-                COMPUTE(m, nk * 4.0 * (g * hd * d + 2 * hd * d + 2.0 * ctx * hd));
+                COMPUTE(m, share * nk * 4.0 * (g * hd * d + 2 * hd * d + 2.0 * ctx * hd));
             }
             break;
+        }
         case MI_STEP_PROJ: COMPUTE(root, 4.0 * d * c->n_heads * hd); break;
         case MI_STEP_PROJ_PARTIAL:
         case MI_STEP_FFN_PARTIAL: {

@@ -9,6 +9,9 @@
 
 #include "meshinfer/common.h"
 #include "meshinfer/model_file.h"
+#include "cli.h"
+
+#include <cjson/cJSON.h>
 
 const char *SESSION_HELP =
     "Distribution (one rank per device; run under mpirun for several):\n"
@@ -20,7 +23,13 @@ const char *SESSION_HELP =
     "      --controller-works yes|no  rank 0 also holds layer shards (default: yes for tp, else no)\n"
     "      --weights file|scatter  every rank reads its shard from the model file (default), or\n"
     "                          rank 0 reads all and sends each worker its shard\n"
-    "      --trace FILE        write a Chrome trace-event JSON (one track per rank; open in Perfetto)\n";
+    "      --trace FILE        write a Chrome trace-event JSON (one track per rank; open in Perfetto)\n"
+    "Inter-layer speculation (seed 000; head-level planners):\n"
+    "      --speculate         send each layer's Z to the next layer's head ranks before the FFN ends\n"
+    "      --tolerance T       keep the speculative attention when ||FFN(Z)||/||Z|| < T (default 0.05;\n"
+    "                          0 always recomputes: bit-identical to running without speculation)\n"
+    "      --spec-profile FILE acceptance per transition from `meshinfer profile`; only transitions with\n"
+    "                          acceptance >= --min-acceptance (default 0.7) and a positive saving speculate\n";
 
 void session_opts_init(session_opts *o)
 {
@@ -28,6 +37,8 @@ void session_opts_init(session_opts *o)
     o->planner = "greedy";
     o->plan_seed = 1;
     o->controller_works = -1;
+    o->tolerance = 0.05;
+    o->min_acceptance = 0.7;
 }
 
 int session_opt(session_opts *o, int code, const char *arg)
@@ -60,6 +71,10 @@ int session_opt(session_opts *o, int code, const char *arg)
         else
             mi_fatal("--weights: '%s' is not file or scatter", arg);
         return 1;
+    case 1007: o->speculate = 1; return 1;
+    case 1008: o->tolerance = mi_parse_double("--tolerance", arg, 0.0, 1e9); return 1;
+    case 1009: o->min_acceptance = mi_parse_double("--min-acceptance", arg, 0.0, 1.0); return 1;
+    case 1010: o->spec_profile = arg; return 1;
     default: return 0;
     }
 }
@@ -130,10 +145,20 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
             mi_plan_free(&ss->plan);
         }
     } else {
-        mi_plan_options po = {MI_PLANNER_GREEDY, o->plan_seed, o->controller_works};
+        double *acc = NULL;
+        if (o->spec_profile) {
+            acc = mi_calloc((size_t)ss->cfg.n_layers, sizeof(double), "acceptance");
+            rc = session_load_profile(o->spec_profile, &ss->cfg, o->tolerance, acc, err);
+        }
+        mi_plan_options po = {MI_PLANNER_GREEDY, o->plan_seed, o->controller_works, o->speculate, acc,
+                              o->min_acceptance};
         mi_planner_parse(o->planner, &po.planner);
-        rc = mi_plan_make(&ss->cfg, &cl, &po, &ss->plan, err);
+        if (!rc)
+            rc = mi_plan_make(&ss->cfg, &cl, &po, &ss->plan, err);
+        free(acc);
     }
+    if (!rc && o->plan_file && o->speculate)
+        mi_plan_mark_speculation(&ss->plan, &cl, NULL, o->min_acceptance);
     if (!rc) {
         ss->plan_ms = ss->plan.plan_seconds * 1e3;
         mi_schedule_build(&ss->plan, &ss->sched);
@@ -170,7 +195,7 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
     failed = mi_plan_deserialize(buf, (size_t)nl, &ss->cfg, &plan, err) != 0;
     free(buf);
     mi_check_all(failed, err);
-    mi_runtime_options ro = {path, o->scatter, chunk, o->trace != NULL};
+    mi_runtime_options ro = {path, o->scatter, chunk, o->trace != NULL, o->tolerance};
     ss->rt = mi_runtime_create(&plan, &ro);
     mi_plan_free(&plan);
     ss->load_seconds = mi_now() - t0;
@@ -219,6 +244,54 @@ int *session_encode_prompt(mi_session *ss, const char *prompt, int *n)
     return ids;
 }
 
+int session_load_profile(const char *path, const mi_config *c, double tolerance, double *acc, char *err)
+{
+    size_t len;
+    char *text = cli_read_text_err(path, &len, err);
+    if (!text)
+        return -1;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    int rc = 0;
+    if (!root) {
+        rc = mi_set_error(err, "%s: speculation profile is not valid JSON", path);
+        goto out;
+    }
+    const cJSON *nl = cJSON_GetObjectItemCaseSensitive(root, "n_layers");
+    const cJSON *tr = cJSON_GetObjectItemCaseSensitive(root, "transitions");
+    if (!cJSON_IsNumber(nl) || !cJSON_IsArray(tr)) {
+        rc = mi_set_error(err, "%s: speculation profile needs 'n_layers' and 'transitions'", path);
+        goto out;
+    }
+    if (nl->valueint != c->n_layers || cJSON_GetArraySize(tr) != c->n_layers - 1) {
+        rc = mi_set_error(err, "%s: speculation profile is for %d layers but the model has %d", path, nl->valueint,
+                          c->n_layers);
+        goto out;
+    }
+    int l = 0;
+    for (const cJSON *t = tr->child; t; t = t->next, l++) {
+        /* acceptance at any tolerance from the ratio's percentiles */
+        const cJSON *q = cJSON_GetObjectItemCaseSensitive(t, "ratio_percentiles");
+        if (!cJSON_IsArray(q) || cJSON_GetArraySize(q) != 101) {
+            rc = mi_set_error(err, "%s: transitions[%d].ratio_percentiles must hold 101 numbers", path, l);
+            goto out;
+        }
+        int below = -1, k = 0;
+        for (const cJSON *v = q->child; v; v = v->next, k++) {
+            if (!cJSON_IsNumber(v)) {
+                rc = mi_set_error(err, "%s: transitions[%d].ratio_percentiles[%d] is not a number", path, l, k);
+                goto out;
+            }
+            if (v->valuedouble < tolerance)
+                below = k;
+        }
+        acc[l] = below < 0 ? 0.0 : below / 100.0;
+    }
+out:
+    cJSON_Delete(root);
+    return rc;
+}
+
 void session_check_logits(const float *logits, int n, int pos)
 {
     for (int i = 0; i < n; i++)
@@ -234,9 +307,27 @@ void session_metrics_json(mi_session *ss, FILE *f)
     if (ss->rank != 0)
         return;
     fprintf(f, "\"plan\": {\"planner\": \"%s\", \"controller_works\": %s, \"plan_ms\": %.3f, "
-               "\"predicted_token_ms\": %.4f, \"predicted_bytes_per_token\": %.0f}, \"ranks\": [",
+               "\"predicted_token_ms\": %.4f, \"predicted_bytes_per_token\": %.0f}, ",
             mi_planner_name(ss->plan.planner), ss->plan.controller_works ? "true" : "false", ss->plan_ms,
             ss->pred.token_s * 1e3, ss->pred.bytes_per_token);
+    /* each transition is decided by one rank (its FFN rank): sum over ranks */
+    fprintf(f, "\"speculation\": [");
+    int first = 1;
+    for (int l = 0; l < ss->cfg.n_layers - 1 && l < MI_SPEC_MAX_LAYERS; l++) {
+        if (!ss->plan.layers[l].speculate)
+            continue;
+        double dec = 0, acc = 0, ratio = 0;
+        for (int r = 0; r < ss->size; r++) {
+            dec += all[r].spec_decided[l];
+            acc += all[r].spec_accepted[l];
+            ratio += all[r].spec_ratio_sum[l];
+        }
+        fprintf(f, "%s{\"from_layer\": %d, \"decided\": %.0f, \"accepted\": %.0f, \"acceptance\": %.4f, "
+                   "\"mean_ratio\": %.5f}", first ? "" : ", ", l, dec, acc, dec > 0 ? acc / dec : 0.0,
+                dec > 0 ? ratio / dec : 0.0);
+        first = 0;
+    }
+    fprintf(f, "], \"ranks\": [");
     for (int r = 0; r < ss->size; r++) {
         const mi_rank_metrics *m = &all[r];
         double fw = m->forwards > 0 ? (double)m->forwards : 1.0;
@@ -261,6 +352,19 @@ void session_metrics_table(mi_session *ss)
         return;
     fprintf(stderr, "plan %s: predicted %.3f ms/token, %.0f bytes moved per token (planned in %.3f ms)\n",
             mi_planner_name(ss->plan.planner), ss->pred.token_s * 1e3, ss->pred.bytes_per_token, ss->plan_ms);
+    double dec = 0, acc = 0;
+    int n_spec = 0;
+    for (int l = 0; l < ss->cfg.n_layers - 1 && l < MI_SPEC_MAX_LAYERS; l++)
+        if (ss->plan.layers[l].speculate) {
+            n_spec++;
+            for (int r = 0; r < ss->size; r++) {
+                dec += all[r].spec_decided[l];
+                acc += all[r].spec_accepted[l];
+            }
+        }
+    if (n_spec)
+        fprintf(stderr, "speculation: %d transitions, %.0f of %.0f tests accepted (%.1f%%)\n", n_spec, acc, dec,
+                dec > 0 ? 100.0 * acc / dec : 0.0);
     fprintf(stderr, "rank  weights_MB  kv_MB  sent_B/fwd  recv_B/fwd   attn_s   proj_s    ffn_s  logits_s   comm_s   idle_s\n");
     for (int r = 0; r < ss->size; r++) {
         const mi_rank_metrics *m = &all[r];

@@ -19,6 +19,10 @@ typedef struct {
     uint64_t plan_seed;
     int controller_works;    /* -1 default, 0 no, 1 yes */
     int scatter;             /* --weights scatter */
+    int speculate;           /* --speculate */
+    double tolerance;        /* --tolerance (default 0.05) */
+    double min_acceptance;   /* --min-acceptance (default 0.7) */
+    const char *spec_profile;/* --spec-profile FILE from `meshinfer profile` */
 } session_opts;
 
 /* getopt_long entries for the options above (codes >= 1000), to append to a
@@ -27,7 +31,9 @@ typedef struct {
     {"planner", required_argument, 0, 1000}, {"cluster", required_argument, 0, 1001}, \
     {"plan-file", required_argument, 0, 1002}, {"trace", required_argument, 0, 1003}, \
     {"plan-seed", required_argument, 0, 1004}, {"controller-works", required_argument, 0, 1005}, \
-    {"weights", required_argument, 0, 1006}
+    {"weights", required_argument, 0, 1006}, {"speculate", no_argument, 0, 1007}, \
+    {"tolerance", required_argument, 0, 1008}, {"min-acceptance", required_argument, 0, 1009}, \
+    {"spec-profile", required_argument, 0, 1010}
 extern const char *SESSION_HELP;
 
 void session_opts_init(session_opts *o);
@@ -60,6 +66,11 @@ void session_close(mi_session *ss, const session_opts *o);
 /* Rank 0: encode a prompt with BOS; mi_fatal for an empty prompt, invalid
  * UTF-8, or a prompt that leaves no room in the context. */
 int *session_encode_prompt(mi_session *ss, const char *prompt, int *n);
+
+/* Acceptance per transition at `tolerance` from a profile file written by
+ * `meshinfer profile` (JSON). acc must hold n_layers-1 values. Returns 0 or -1
+ * with err (unreadable, malformed, or for another model). */
+int session_load_profile(const char *path, const mi_config *c, double tolerance, double *acc, char *err);
 
 /* Rank 0: stop with one error line when logits hold NaN or infinity (corrupt
  * weights, or values that overflow fp32). */

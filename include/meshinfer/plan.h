@@ -83,6 +83,9 @@ typedef struct {
                                      -1: wo split with the heads, partial outputs reduced */
     int n_ffn;                    /* FFN slices; 1 = the whole FFN on one rank */
     mi_slice *ffn;                /* [n_ffn], ascending, covering [0, hidden_dim) */
+    int speculate;                /* seed 000 inter-layer speculation from this layer to the next:
+                                     Z goes to the next layer's head ranks before the FFN runs */
+    int accept_permille;          /* expected acceptance of that speculation (profile), for the cost model */
 } mi_layer_plan;
 
 typedef struct {
@@ -100,6 +103,9 @@ typedef struct {
     mi_planner planner;
     uint64_t seed;          /* for MI_PLANNER_RANDOM */
     int controller_works;   /* -1: planner's default (tp: yes, others: no) */
+    int speculate;          /* mark transitions for inter-layer speculation (seed 000) */
+    const double *acceptance; /* [n_layers-1] profiled acceptance per transition, NULL: unknown (all 1) */
+    double min_acceptance;  /* a transition speculates only at or above this (seed 000: 0.7) */
 } mi_plan_options;
 
 /* Planner names as on the command line: layerwise roundrobin random greedy tp. */
@@ -111,6 +117,14 @@ int mi_planner_parse(const char *name, mi_planner *p);
  * Returns 0, or -1 with err naming the problem: no workers, or a plan that
  * cannot fit the memory budgets (the device and the shortfall in bytes). */
 int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, mi_plan *plan, char *err);
+
+/* Seed 000 "Not every layer deserves it": mark transition l -> l+1 for
+ * speculation when its layer l keeps the projection and the FFN each on one
+ * rank, its acceptance (acceptance[l], or 1 when NULL) is at least
+ * min_acceptance, and the cost model's expected saving
+ *   acceptance * min(FFN time of layer l, attention time of layer l+1) - extra message
+ * is positive. Returns the number of transitions marked. */
+int mi_plan_mark_speculation(mi_plan *plan, const mi_cluster *cl, const double *acceptance, double min_acceptance);
 
 /* Check structure (ranks in range, slices covering their ranges, one slice
  * per rank per layer) and, when cl != NULL, the memory budgets. Returns 0 or
@@ -155,6 +169,14 @@ typedef enum {
     MI_STEP_FFN,          /* root (only member): residual += FFN(residual) */
     MI_STEP_FFN_PARTIAL,  /* members: partial FFN of their slices, then allreduce */
     MI_STEP_LOGITS,       /* members compute logits of their vocabulary rows, gathered at rank 0 */
+    /* inter-layer speculation from layer l to l+1 (seed 000 "Speculating across layers") */
+    MI_STEP_SPEC_BCAST,   /* non-blocking broadcast of Z from the projection rank to the FFN rank and
+                             layer l+1's head ranks */
+    MI_STEP_SPEC_ATTN,    /* members: layer l+1 attention on Z, before the FFN of layer l finishes */
+    MI_STEP_DECIDE,       /* FFN rank: ratio ||FFN(Z)||/||Z|| against the tolerance; broadcast the flag and
+                             the exact residual X = Z + FFN(Z) */
+    MI_STEP_ATTN_CHECK,   /* members: keep the speculative attention, or recompute it (and its KV
+                             entries) from X when the flag says so */
 } mi_step_kind;
 
 typedef struct {
@@ -175,7 +197,8 @@ int mi_schedule_build(const mi_plan *plan, mi_schedule *s);
 void mi_schedule_free(mi_schedule *s);
 
 /* Payload floats one member contributes/receives per position in a step:
- * BCAST: dim to each non-root; GATHER: n_kv*group*head_dim from each non-root;
+ * BCAST, SPEC_BCAST: dim to each non-root; DECIDE: dim + 1 (the flag);
+ * GATHER: n_kv*group*head_dim from each non-root;
  * PROJ_PARTIAL/FFN_PARTIAL allreduce: dim; LOGITS: the member's vocabulary rows. */
 size_t mi_step_floats(const mi_plan *plan, const mi_step *st, int member);
 

@@ -13,6 +13,8 @@
 #include "meshinfer/forward.h"
 #include "meshinfer/plan.h"
 
+#define MI_SPEC_MAX_LAYERS 128
+
 /* Per-rank counters, accumulated over forward passes. Times in seconds. */
 typedef struct {
     double attn, proj, ffn, logits; /* compute */
@@ -22,6 +24,10 @@ typedef struct {
     long forwards, positions;       /* forward passes and positions processed */
     double weight_bytes, kv_bytes;  /* held by this rank */
     double rss_weights;             /* resident memory growth while loading the shard */
+    /* inter-layer speculation, counted by the FFN rank of each speculating layer l (l -> l+1) */
+    double spec_decided[MI_SPEC_MAX_LAYERS];  /* forward passes that tested the transition */
+    double spec_accepted[MI_SPEC_MAX_LAYERS]; /* of which ||FFN(Z)||/||Z|| < tolerance */
+    double spec_ratio_sum[MI_SPEC_MAX_LAYERS];/* sum of the ratios (max over a pass's positions) */
 } mi_rank_metrics;
 
 typedef struct mi_runtime mi_runtime;
@@ -31,6 +37,8 @@ typedef struct {
     int scatter;             /* rank 0 reads every shard and sends it (devices without a copy) */
     int max_T;               /* positions per forward pass (prefill chunk) */
     int trace;               /* record per-step events for a Chrome trace */
+    double tolerance;        /* speculation: keep the speculative attention when ||FFN(Z)||/||Z|| is
+                                below this (seed 000: 0.05); 0 always recomputes (bit-exact) */
 } mi_runtime_options;
 
 /* Load this rank's shard of plan (identical on all ranks), build
