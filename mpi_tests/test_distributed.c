@@ -5,6 +5,9 @@
  * rank moves per decode step equal the plan's prediction; head-level
  * placement moves more bytes than layer-wise; and with the real model each
  * rank's resident memory growth while loading is within 10% of its shard.
+ * With inter-layer speculation on every eligible transition (seed 000),
+ * tolerance 0 gives bit-identical tokens and logits to running without it,
+ * and an infinite tolerance accepts every test.
  *
  * usage: mpirun -np N test_distributed REAL_MODEL.h5 */
 #define _POSIX_C_SOURCE 200809L
@@ -67,6 +70,84 @@ static void reference(const char *path, run_result *r, const int *prompt)
     mi_model_free(&m);
 }
 
+/* Run the same tokens with speculation on every eligible transition. */
+static void spec_run(const char *path, const mi_config *c, const mi_plan *plan, double tol, const int *prompt,
+                     run_result *out, double *accepted, double *decided, int *n_spec)
+{
+    mi_plan sp;
+    size_t n;
+    int *buf = mi_plan_serialize(plan, &n);
+    char err[MI_ERRLEN];
+    mi_plan_deserialize(buf, n, c, &sp, err);
+    free(buf);
+    *n_spec = 0;
+    for (int l = 0; l + 1 < c->n_layers; l++)
+        if (sp.layers[l].proj_rank >= 0 && sp.layers[l].n_ffn == 1) {
+            sp.layers[l].speculate = 1;
+            (*n_spec)++;
+        }
+    mi_runtime_options ro = {path, 0, CHUNK, 0, tol};
+    mi_runtime *rt = mi_runtime_create(&sp, &ro);
+    mi_rank_metrics *all = g_rank == 0 ? calloc((size_t)g_size, sizeof *all) : NULL;
+    size_t V = (size_t)c->vocab_size;
+    if (g_rank == 0) {
+        float *lg = mi_runtime_prefill(rt, prompt, N_PROMPT, 0);
+        for (int k = 0; k <= N_DECODE; k++) {
+            memcpy(out->logits + (size_t)k * V, lg, V * sizeof(float));
+            int next = mi_argmax(lg, c->vocab_size);
+            out->tokens[N_PROMPT + k] = next;
+            if (k < N_DECODE)
+                lg = mi_runtime_forward(rt, &next, 1, N_PROMPT + k, 0);
+        }
+        mi_runtime_stop(rt);
+    } else {
+        mi_runtime_serve(rt);
+    }
+    mi_runtime_metrics(rt, all);
+    *accepted = *decided = 0;
+    if (g_rank == 0)
+        for (int r = 0; r < g_size; r++)
+            for (int l = 0; l < c->n_layers; l++) {
+                *accepted += all[r].spec_accepted[l];
+                *decided += all[r].spec_decided[l];
+            }
+    free(all);
+    mi_runtime_free(rt);
+    mi_plan_free(&sp);
+}
+
+static void check_speculation(const char *path, const mi_config *c, const mi_plan *plan, const int *prompt,
+                              const run_result *exact)
+{
+    size_t V = (size_t)c->vocab_size;
+    run_result sr = {{0}, NULL};
+    if (g_rank == 0)
+        sr.logits = malloc((1 + N_DECODE) * V * sizeof(float));
+    double acc, dec;
+    int n_spec;
+    spec_run(path, c, plan, 0.0, prompt, &sr, &acc, &dec, &n_spec);
+    if (g_rank == 0) {
+        int same = memcmp(sr.logits, exact->logits, (1 + N_DECODE) * V * sizeof(float)) == 0 &&
+                   memcmp(sr.tokens + N_PROMPT, exact->tokens + N_PROMPT, (N_DECODE + 1) * sizeof(int)) == 0;
+        CHECK(same, "%s on %d ranks, %s: tolerance 0 speculation is not bit-identical to exact execution",
+              mi_planner_name(plan->planner), g_size, c->name);
+        CHECK(acc == 0 && dec == (double)n_spec * (1 + N_DECODE + (N_PROMPT + CHUNK - 1) / CHUNK - 1),
+              "tolerance 0: %.0f of %.0f accepted (want 0 of %d transitions x forwards)", acc, dec, n_spec);
+    }
+    spec_run(path, c, plan, 1e30, prompt, &sr, &acc, &dec, &n_spec);
+    if (g_rank == 0) {
+        int finite = 1;
+        for (size_t i = 0; i < (1 + N_DECODE) * V; i++)
+            finite &= isfinite(sr.logits[i]) != 0;
+        CHECK(finite && acc == dec && dec > 0, "infinite tolerance: %.0f of %.0f accepted, finite %d", acc, dec,
+              finite);
+        printf("  %-10s %d ranks %-14s speculation on %d transitions: tolerance 0 bit-identical, "
+               "infinite tolerance accepts %.0f/%.0f\n", mi_planner_name(plan->planner), g_size, c->name, n_spec,
+               acc, dec);
+    }
+    free(sr.logits);
+}
+
 static void check_model(const char *path, const mi_config *c, int real)
 {
     int prompt[N_PROMPT];
@@ -85,7 +166,7 @@ static void check_model(const char *path, const mi_config *c, int real)
     for (int pl = 0; pl < 5; pl++) {
         mi_cluster cl;
         mi_cluster_default(&cl, g_size, 1e12);
-        mi_plan_options po = {(mi_planner)pl, 3, -1};
+        mi_plan_options po = {(mi_planner)pl, 3, -1, 0, NULL, 0.7};
         mi_plan plan;
         char err[MI_ERRLEN];
         if (mi_plan_make(c, &cl, &po, &plan, err)) {
@@ -101,7 +182,7 @@ static void check_model(const char *path, const mi_config *c, int real)
             layerwise_bytes = total;
         if (pl == MI_PLANNER_GREEDY)
             headlevel_bytes = total;
-        mi_runtime_options ro = {path, pl == MI_PLANNER_RANDOM /* exercise --weights scatter too */, CHUNK, 0};
+        mi_runtime_options ro = {path, pl == MI_PLANNER_RANDOM /* exercise --weights scatter too */, CHUNK, 0, 0.05};
         mi_runtime *rt = mi_runtime_create(&plan, &ro);
         mi_rank_metrics *all = g_rank == 0 ? calloc((size_t)g_size, sizeof *all) : NULL;
         if (g_rank == 0) {
@@ -157,6 +238,8 @@ static void check_model(const char *path, const mi_config *c, int real)
         free(all);
         mi_runtime_free(rt);
         mi_schedule_free(&sched);
+        if (pl != MI_PLANNER_TP)
+            check_speculation(path, c, &plan, prompt, &got);
         mi_plan_free(&plan);
         mi_cluster_free(&cl);
     }
