@@ -17,6 +17,7 @@ static const struct {
     {"perplexity", cmd_perplexity, "mean NLL and perplexity of a text file"},
     {"bench", cmd_bench, "TTFT, TPOT, decode tokens/s and weight bandwidth vs STREAM triad"},
     {"plan", cmd_plan, "make a placement plan; print predicted memory, bytes and time per device"},
+    {"profile", cmd_profile, "acceptance of inter-layer speculation per layer transition, over a corpus"},
     {"convert", cmd_convert, "llama2.c checkpoint + tokenizer.bin -> HDF5 model file"},
     {"synth", cmd_synth, "write a seeded synthetic model of a real model's shape"},
     {"info", cmd_info, "print a model file's config"},

@@ -451,11 +451,34 @@ int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options
     return rc;
 }
 
+double mi_plan_spec_saving(const mi_plan *plan, const mi_cluster *cl, int l, double a)
+{
+    const mi_config *c = &plan->cfg;
+    const mi_layer_plan *lp = &plan->layers[l];
+    if (l + 1 >= c->n_layers || lp->proj_rank < 0 || lp->n_ffn != 1)
+        return -1.0;
+    double hwork = head_weight_bytes(c) + head_kv_bytes(c, c->seq_len / 2);
+    int f = lp->ffn[0].rank;
+    double t_ffn = ffn_bytes(c, c->hidden_dim) / (cl->mem_bw * cl->dev[f].speed);
+    /* the next layer's attention ends when its slowest head rank ends */
+    double t_att = 0;
+    const mi_layer_plan *next = &plan->layers[l + 1];
+    for (int r = 0; r < plan->n_ranks; r++) {
+        int nk = 0;
+        for (int k = 0; k < c->n_kv_heads; k++)
+            nk += next->kv_rank[k] == r;
+        double t = nk * hwork / (cl->mem_bw * cl->dev[r].speed);
+        if (t > t_att)
+            t_att = t;
+    }
+    double extra = mi_cluster_latency(cl, lp->proj_rank, f) + 4.0 * c->dim / cl->bandwidth;
+    return a * (t_ffn < t_att ? t_ffn : t_att) - extra;
+}
+
 int mi_plan_mark_speculation(mi_plan *plan, const mi_cluster *cl, const double *acceptance, double min_acceptance)
 {
     const mi_config *c = &plan->cfg;
     int marked = 0;
-    double hwork = head_weight_bytes(c) + head_kv_bytes(c, c->seq_len / 2);
     for (int l = 0; l < c->n_layers; l++) {
         mi_layer_plan *lp = &plan->layers[l];
         lp->speculate = 0;
@@ -463,24 +486,7 @@ int mi_plan_mark_speculation(mi_plan *plan, const mi_cluster *cl, const double *
         if (l == c->n_layers - 1 || lp->proj_rank < 0 || lp->n_ffn != 1)
             continue;
         double a = acceptance ? acceptance[l] : 1.0;
-        if (a < min_acceptance)
-            continue;
-        int f = lp->ffn[0].rank;
-        double t_ffn = ffn_bytes(c, c->hidden_dim) / (cl->mem_bw * cl->dev[f].speed);
-        /* the next layer's attention ends when its slowest head rank ends */
-        double t_att = 0;
-        const mi_layer_plan *next = &plan->layers[l + 1];
-        for (int r = 0; r < plan->n_ranks; r++) {
-            int nk = 0;
-            for (int k = 0; k < c->n_kv_heads; k++)
-                nk += next->kv_rank[k] == r;
-            double t = nk * hwork / (cl->mem_bw * cl->dev[r].speed);
-            if (t > t_att)
-                t_att = t;
-        }
-        double extra = mi_cluster_latency(cl, lp->proj_rank, f) + 4.0 * c->dim / cl->bandwidth;
-        double saving = a * (t_ffn < t_att ? t_ffn : t_att) - extra;
-        if (saving <= 0)
+        if (a < min_acceptance || mi_plan_spec_saving(plan, cl, l, a) <= 0)
             continue;
         lp->speculate = 1;
         lp->accept_permille = (int)(a * 1000.0 + 0.5);

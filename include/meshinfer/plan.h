@@ -126,6 +126,11 @@ int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options
  * is positive. Returns the number of transitions marked. */
 int mi_plan_mark_speculation(mi_plan *plan, const mi_cluster *cl, const double *acceptance, double min_acceptance);
 
+/* The expected saving (seconds per token) of speculating from layer l into
+ * l+1 under this placement, with acceptance a (the formula above); negative
+ * when the extra message costs more than the overlap can win. */
+double mi_plan_spec_saving(const mi_plan *plan, const mi_cluster *cl, int l, double a);
+
 /* Check structure (ranks in range, slices covering their ranges, one slice
  * per rank per layer) and, when cl != NULL, the memory budgets. Returns 0 or
  * -1 with one line in err. */
