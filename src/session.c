@@ -110,6 +110,40 @@ static double mem_available(void)
     return avail;
 }
 
+/* Seed 000: "measure round-trip times at startup". Rank 0 ping-pongs a
+ * small message with every rank (median of 9); collective. */
+static void measure_rtt(mi_session *ss)
+{
+    enum { REPS = 9 };
+    float b = 0;
+    for (int r = 1; r < ss->size; r++) {
+        if (ss->rank != 0 && ss->rank != r)
+            continue;
+        double t[REPS];
+        for (int k = 0; k < REPS + 1; k++) {
+            double t0 = mi_now();
+            if (ss->rank == 0) {
+                MPI_Send(&b, 1, MPI_FLOAT, r, 11, MPI_COMM_WORLD);
+                MPI_Recv(&b, 1, MPI_FLOAT, r, 11, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            } else {
+                MPI_Recv(&b, 1, MPI_FLOAT, 0, 11, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                MPI_Send(&b, 1, MPI_FLOAT, 0, 11, MPI_COMM_WORLD);
+            }
+            if (k > 0) /* the first exchange sets up the connection */
+                t[k - 1] = mi_now() - t0;
+        }
+        if (ss->rank == 0) {
+            for (int i = 1; i < REPS; i++)
+                for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+                    double x = t[j];
+                    t[j] = t[j - 1];
+                    t[j - 1] = x;
+                }
+            ss->rtt_s[r] = t[REPS / 2];
+        }
+    }
+}
+
 /* Rank 0's part of the set-up; returns 0 or -1 with err set. */
 static int controller_setup(mi_session *ss, const char *path, const session_opts *o, char *err)
 {
@@ -132,6 +166,18 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
         }
     } else {
         mi_cluster_default(&cl, ss->size, mem_available() / ss->size);
+    }
+    if (ss->size > 1) {
+        /* links the planner sees: measured RTTs plus a 15% margin (seed 000
+         * "WiFi needs margins"); worker pairs are estimated through rank 0 */
+        int n = ss->size;
+        double *rtt = mi_calloc((size_t)n * n, sizeof(double), "RTT matrix");
+        for (int a = 0; a < n; a++)
+            for (int b = 0; b < n; b++)
+                rtt[a * n + b] = a == b ? 0.0 : a == 0 ? ss->rtt_s[b] : b == 0 ? ss->rtt_s[a]
+                                                     : 0.5 * (ss->rtt_s[a] + ss->rtt_s[b]);
+        mi_cluster_set_rtt(&cl, rtt, 0.15);
+        free(rtt);
     }
     if (o->plan_file) {
         rc = mi_plan_load_json(o->plan_file, &ss->cfg, &ss->plan, err);
@@ -179,7 +225,9 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
     int failed = 0;
     if (ss->rank == 0 && ss->size > MI_MAX_RANKS)
         failed = mi_set_error(err, "%d ranks is more than the %d meshinfer supports", ss->size, MI_MAX_RANKS);
-    else if (ss->rank == 0)
+    if (ss->size > 1 && ss->size <= MI_MAX_RANKS)
+        measure_rtt(ss);
+    if (ss->rank == 0 && ss->size <= MI_MAX_RANKS)
         failed = controller_setup(ss, path, o, err) != 0;
     mi_check_all(failed, err);
     /* ship the config and the plan to the workers */
@@ -311,7 +359,10 @@ void session_metrics_json(mi_session *ss, FILE *f)
             mi_planner_name(ss->plan.planner), ss->plan.controller_works ? "true" : "false", ss->plan_ms,
             ss->pred.token_s * 1e3, ss->pred.bytes_per_token);
     /* each transition is decided by one rank (its FFN rank): sum over ranks */
-    fprintf(f, "\"speculation\": [");
+    fprintf(f, "\"rtt_ms\": [");
+    for (int r = 0; r < ss->size; r++)
+        fprintf(f, "%s%.4f", r ? ", " : "", ss->rtt_s[r] * 1e3);
+    fprintf(f, "], \"speculation\": [");
     int first = 1;
     for (int l = 0; l < ss->cfg.n_layers - 1 && l < MI_SPEC_MAX_LAYERS; l++) {
         if (!ss->plan.layers[l].speculate)

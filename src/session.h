@@ -50,6 +50,7 @@ typedef struct {
     mi_prediction pred;     /* rank 0: the cost model's view of the plan */
     mi_schedule sched;      /* rank 0 */
     mi_plan plan;           /* rank 0 */
+    double rtt_s[MI_MAX_RANKS]; /* rank 0: measured round trip to each rank (0 for itself) */
 } mi_session;
 
 void session_mpi_init(int *argc, char ***argv, int *rank, int *size);

@@ -1,0 +1,166 @@
+/* mi_netem: link emulation for the testbed where tc netem is missing.
+ *
+ * Packets that iptables sends to NFQUEUE queue Q are held for delay +- jitter
+ * (uniform) and released in arrival order (a link does not reorder), or
+ * dropped with probability loss. Every packet that passes is delayed once, so
+ * a rule matching both directions gives an RTT of about 2 x delay.
+ *
+ * usage: mi_netem --queue Q --delay-ms D [--jitter-ms J] [--loss-pct L] [--seed S]
+ * Runs until SIGINT/SIGTERM, then releases every held packet and exits 0. */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <libnetfilter_queue/libnetfilter_queue.h>
+#include <linux/netfilter.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CAP 65536
+
+static struct {
+    uint32_t id;
+    double release;
+    int drop;
+} held[CAP];
+static size_t head, tail;
+static double delay_s, jitter_s, loss;
+static uint64_t rng = 88172645463325252ull;
+static double last_release;
+static volatile sig_atomic_t stop;
+static unsigned long n_pass, n_drop;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double uniform(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+static int on_packet(struct nfq_q_handle *qh, struct nfgenmsg *msg, struct nfq_data *nfa, void *data)
+{
+    (void)msg, (void)data;
+    struct nfqnl_msg_packet_hdr *ph = nfq_get_msg_packet_hdr(nfa);
+    if (!ph)
+        return 0;
+    uint32_t id = ntohl(ph->packet_id);
+    if ((tail + 1) % CAP == head) /* queue full: let it through rather than stall the link */
+        return nfq_set_verdict(qh, id, NF_ACCEPT, 0, NULL);
+    double r = now() + delay_s + (2.0 * uniform() - 1.0) * jitter_s;
+    if (r < last_release) /* FIFO: never overtake the packet ahead */
+        r = last_release;
+    last_release = r;
+    held[tail].id = id;
+    held[tail].release = r;
+    held[tail].drop = uniform() * 100.0 < loss;
+    tail = (tail + 1) % CAP;
+    return 0;
+}
+
+static void on_signal(int s)
+{
+    (void)s;
+    stop = 1;
+}
+
+int main(int argc, char **argv)
+{
+    int queue = -1, o;
+    double delay_ms = -1, jitter_ms = 0, loss_pct = 0;
+    static const struct option opts[] = {{"queue", 1, 0, 'q'}, {"delay-ms", 1, 0, 'd'}, {"jitter-ms", 1, 0, 'j'},
+                                         {"loss-pct", 1, 0, 'l'}, {"seed", 1, 0, 's'}, {"help", 0, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        char *end = NULL;
+        switch (o) {
+        case 'q': queue = (int)strtol(optarg, &end, 10); break;
+        case 'd': delay_ms = strtod(optarg, &end); break;
+        case 'j': jitter_ms = strtod(optarg, &end); break;
+        case 'l': loss_pct = strtod(optarg, &end); break;
+        case 's': rng = strtoull(optarg, &end, 10) | 1; break;
+        case 'h':
+            printf("usage: mi_netem --queue Q --delay-ms D [--jitter-ms J] [--loss-pct L] [--seed S]\n"
+                   "Holds NFQUEUE packets for D +- J ms in FIFO order, drops L%%; stops on SIGINT/SIGTERM.\n");
+            return 0;
+        default: fprintf(stderr, "mi_netem: error: bad option (see --help)\n"); return 2;
+        }
+        if (end && *end) {
+            fprintf(stderr, "mi_netem: error: '%s' is not a number\n", optarg);
+            return 2;
+        }
+    }
+    if (queue < 0 || queue > 65535 || delay_ms < 0 || jitter_ms < 0 || jitter_ms > delay_ms || loss_pct < 0 ||
+        loss_pct > 100) {
+        fprintf(stderr, "mi_netem: error: need --queue 0..65535, --delay-ms >= 0, 0 <= --jitter-ms <= delay, "
+                        "--loss-pct 0..100\n");
+        return 2;
+    }
+    delay_s = delay_ms / 1e3;
+    jitter_s = jitter_ms / 1e3;
+    loss = loss_pct;
+    struct nfq_handle *h = nfq_open();
+    if (!h) {
+        fprintf(stderr, "mi_netem: error: nfq_open failed (root and the nfnetlink_queue module are needed)\n");
+        return 1;
+    }
+    nfq_unbind_pf(h, AF_INET);
+    if (nfq_bind_pf(h, AF_INET) < 0) {
+        fprintf(stderr, "mi_netem: error: cannot bind to IPv4 netfilter queues\n");
+        return 1;
+    }
+    struct nfq_q_handle *qh = nfq_create_queue(h, (uint16_t)queue, on_packet, NULL);
+    if (!qh || nfq_set_mode(qh, NFQNL_COPY_META, 0) < 0) {
+        fprintf(stderr, "mi_netem: error: cannot create queue %d (in use?)\n", queue);
+        return 1;
+    }
+    nfq_set_queue_maxlen(qh, CAP - 1);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    int fd = nfq_fd(h);
+    char buf[65536] __attribute__((aligned));
+    fprintf(stderr, "mi_netem: queue %d, delay %.2f ms +- %.2f, loss %.2f%%\n", queue, delay_ms, jitter_ms, loss_pct);
+    while (!stop) {
+        double t = now();
+        while (head != tail && (held[head].release <= t || stop)) {
+            nfq_set_verdict(qh, held[head].id, held[head].drop ? NF_DROP : NF_ACCEPT, 0, NULL);
+            held[head].drop ? n_drop++ : n_pass++;
+            head = (head + 1) % CAP;
+        }
+        int timeout = 100;
+        if (head != tail) {
+            double wait = held[head].release - now();
+            timeout = wait <= 0 ? 0 : (int)(wait * 1e3) + 1;
+            if (wait > 0 && wait < 1e-3)
+                timeout = 1;
+        }
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, timeout) > 0) {
+            ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+            if (n > 0)
+                nfq_handle_packet(h, buf, (int)n);
+            else if (n < 0 && errno == ENOBUFS)
+                fprintf(stderr, "mi_netem: warning: kernel queue overflow, packets lost\n");
+        }
+    }
+    while (head != tail) {
+        nfq_set_verdict(qh, held[head].id, NF_ACCEPT, 0, NULL);
+        head = (head + 1) % CAP;
+    }
+    nfq_destroy_queue(qh);
+    nfq_close(h);
+    fprintf(stderr, "mi_netem: stopped: %lu packets delayed, %lu dropped\n", n_pass, n_drop);
+    return 0;
+}
