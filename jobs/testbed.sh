@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Emulated device testbed (seed 000's five-Pi experiment on one machine): runs
+# one MPI job where every rank lives in its own CPU-quota cgroup (a device's
+# compute budget) and every TCP link between ranks gets delay, jitter and loss
+# (mi_netem on an NFQUEUE, since this kernel has no tc netem). Everything it
+# creates (cgroups, iptables rules, the emulator process) is removed on exit,
+# also when interrupted.
+#
+# usage: jobs/testbed.sh [options] -- MESHINFER_ARGS...
+#   --ranks N          ranks (default 5: a controller and 4 workers)
+#   --cpu-pct P        CPU quota of each rank, % of one core (default 40)
+#   --delay-ms D       one-way delay added to each packet (default 5: RTT about 10 ms)
+#   --jitter-ms J      uniform jitter (default 1)
+#   --loss-pct L       packet loss (default 0; TCP retransmits)
+#   --port P           first TCP port of the ranks' links (default 46000)
+# example:
+#   jobs/testbed.sh -- generate -m models/cache/stories15M.h5 --planner greedy --speculate --json
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+ranks=5 cpu=40 delay=5 jitter=1 loss=0 port=46000
+while (($#)); do
+    case "$1" in
+        --ranks) ranks=$2; shift 2 ;;
+        --cpu-pct) cpu=$2; shift 2 ;;
+        --delay-ms) delay=$2; shift 2 ;;
+        --jitter-ms) jitter=$2; shift 2 ;;
+        --loss-pct) loss=$2; shift 2 ;;
+        --port) port=$2; shift 2 ;;
+        -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
+        --) shift; break ;;
+        *) echo "testbed: error: unknown option '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+(($#)) || { echo "testbed: error: give the meshinfer command after --" >&2; exit 2; }
+[[ $(id -u) -eq 0 ]] || { echo "testbed: error: needs root (cgroups and iptables)" >&2; exit 1; }
+for p in libnetfilter-queue-dev iptables; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="${missing:-} $p"
+done
+if [[ -n "${missing:-}" ]]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+"$root/jobs/build.sh"
+cmake -S "$root" -B "$root/build" >/dev/null && cmake --build "$root/build" --target mi_netem >/dev/null
+cgroot=/sys/fs/cgroup/cpu
+[[ -w "$cgroot" ]] || { echo "testbed: error: $cgroot (cgroup v1 cpu controller) is not writable" >&2; exit 1; }
+
+tag="meshinfer-testbed-$$"
+queue=$(( ($$ % 60000) + 100 ))
+netem_pid=""
+cleanup() {
+    set +e
+    [[ -n "$netem_pid" ]] && kill "$netem_pid" 2>/dev/null && wait "$netem_pid" 2>/dev/null
+    for dir in dport sport; do
+        iptables -D OUTPUT -o lo -p tcp --$dir "$port:$((port + 99))" -j NFQUEUE --queue-num "$queue" 2>/dev/null
+    done
+    for ((r = 0; r < ranks; r++)); do
+        g="$cgroot/$tag-rank$r"
+        [[ -d "$g" ]] || continue
+        while read -r p; do echo "$p" > "$cgroot/cgroup.procs"; done < "$g/cgroup.procs" 2>/dev/null
+        rmdir "$g" 2>/dev/null
+    done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+for ((r = 0; r < ranks; r++)); do
+    g="$cgroot/$tag-rank$r"
+    mkdir "$g"
+    echo 100000 > "$g/cpu.cfs_period_us"
+    echo $((cpu * 1000)) > "$g/cpu.cfs_quota_us"
+done
+"$root/build/mi_netem" --queue "$queue" --delay-ms "$delay" --jitter-ms "$jitter" --loss-pct "$loss" &
+netem_pid=$!
+sleep 0.3
+# both directions of every rank-to-rank TCP connection, each packet once
+iptables -I OUTPUT -o lo -p tcp --dport "$port:$((port + 99))" -j NFQUEUE --queue-num "$queue"
+iptables -I OUTPUT -o lo -p tcp --sport "$port:$((port + 99))" -j NFQUEUE --queue-num "$queue"
+echo "testbed: $ranks ranks at ${cpu}% of a core each, links ${delay} +- ${jitter} ms one way, ${loss}% loss" >&2
+
+wrapper="$(mktemp)"
+trap 'cleanup; rm -f "$wrapper"' EXIT
+cat > "$wrapper" <<WRAP
+#!/usr/bin/env bash
+echo \$\$ > "$cgroot/$tag-rank\$OMPI_COMM_WORLD_RANK/cgroup.procs"
+exec "\$@"
+WRAP
+chmod +x "$wrapper"
+mpirun --allow-run-as-root -q --oversubscribe --bind-to none -np "$ranks" \
+    --mca btl self,tcp --mca btl_tcp_if_include lo --mca osc pt2pt --mca mpi_yield_when_idle 1 \
+    --mca btl_tcp_port_min_v4 "$port" --mca btl_tcp_port_range_v4 100 \
+    -x OPENBLAS_NUM_THREADS=1 "$wrapper" "$root/build/meshinfer" "$@"
