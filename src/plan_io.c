@@ -195,15 +195,6 @@ int mi_plan_save_json(const mi_plan *plan, const char *path, char *err)
 
 /* --------------------------------------------------------------- load */
 
-static void free_partial(mi_plan *plan)
-{
-    if (plan->layers)
-        for (int l = 0; l < plan->cfg.n_layers; l++)
-            free(plan->layers[l].ffn);
-    free(plan->layers);
-    free(plan->cls);
-    memset(plan, 0, sizeof *plan);
-}
 
 /* Read a whole file; returns a NUL-terminated malloc'ed buffer or NULL with err. */
 static char *read_file(const char *path, size_t *len_out, char *err)
@@ -494,7 +485,7 @@ int mi_plan_load_json(const char *path, const mi_config *c, mi_plan *plan, char 
             rc = mi_set_error(err, "%s: %s", prefix, verr[0] ? verr : "invalid plan");
     }
     if (rc != 0) {
-        free_partial(plan);
+        mi_plan_free(plan);
         return -1;
     }
     return 0;
