@@ -23,6 +23,7 @@ typedef struct {
     int my_idx;        /* index of this rank among the members, -1 if not a member */
     int root_idx;      /* index of the root among the members */
     MPI_Win win;       /* GATHER steps */
+    MPI_Group peers;   /* GATHER: the other side of the access epoch (origins at the root, the root at origins) */
     float *gbuf;       /* GATHER root: [max_T, n_heads*head_dim] */
 } step_rt;
 
@@ -224,9 +225,21 @@ static void build_comms(mi_runtime *rt)
             continue;
         if (st->root == rt->rank)
             sr->gbuf = mi_calloc(gsize, sizeof(float), "head gather buffer");
-        if (sr->comm != MPI_COMM_NULL)
+        if (sr->comm != MPI_COMM_NULL) {
             MPI_Win_create(sr->gbuf, sr->gbuf ? (MPI_Aint)(gsize * sizeof(float)) : 0, sizeof(float), MPI_INFO_NULL,
                            sr->comm, &sr->win);
+            /* post/start/complete/wait synchronises only the ranks that talk,
+             * one message each way, where a fence costs a barrier */
+            MPI_Group g;
+            MPI_Comm_group(sr->comm, &g);
+            if (st->root == rt->rank) {
+                int root_only = sr->root_idx;
+                MPI_Group_excl(g, 1, &root_only, &sr->peers);
+            } else {
+                MPI_Group_incl(g, 1, &sr->root_idx, &sr->peers);
+            }
+            MPI_Group_free(&g);
+        }
     }
 }
 
@@ -410,11 +423,17 @@ static void run_step(mi_runtime *rt, int i, int T, int pos0, int T_logits)
         bucket = &rt->m.attn;
         break;
     case MI_STEP_GATHER:
-        if (sr->win != MPI_WIN_NULL)
-            MPI_Win_fence(MPI_MODE_NOPRECEDE, sr->win);
-        put_heads(rt, st, sr, T);
-        if (sr->win != MPI_WIN_NULL)
-            MPI_Win_fence(MPI_MODE_NOSUCCEED, sr->win);
+        if (sr->win == MPI_WIN_NULL) {
+            put_heads(rt, st, sr, T); /* the projection rank holds every head */
+        } else if (st->root == rt->rank) {
+            MPI_Win_post(sr->peers, 0, sr->win);
+            put_heads(rt, st, sr, T); /* its own heads: a local copy */
+            MPI_Win_wait(sr->win);
+        } else {
+            MPI_Win_start(sr->peers, 0, sr->win);
+            put_heads(rt, st, sr, T);
+            MPI_Win_complete(sr->win);
+        }
         comm = mi_now() - t0;
         break;
     case MI_STEP_PROJ:
@@ -745,8 +764,10 @@ void mi_runtime_free(mi_runtime *rt)
         return;
     for (int i = 0; i < rt->sched.n_steps; i++) {
         step_rt *sr = &rt->st[i];
-        if (sr->win != MPI_WIN_NULL)
+        if (sr->win != MPI_WIN_NULL) {
             MPI_Win_free(&sr->win);
+            MPI_Group_free(&sr->peers);
+        }
         free(sr->gbuf);
     }
     /* communicators are shared between steps with the same members: free each once */
