@@ -28,40 +28,12 @@ void cli_bad_option(const char *cmd, int code, char **argv)
 
 char *cli_read_text_err(const char *path, size_t *len, char *err)
 {
-    if (mi_check_input_file(path, "text file", err))
-        return NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        mi_set_error(err, "%s: cannot open text file", path);
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = mi_malloc(cap, "text file");
-    size_t r;
-    while ((r = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += r;
-        if (n + 1 == cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb)
-                mi_fatal("%s: out of memory reading the file", path);
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    buf[n] = '\0';
-    if (bad)
-        mi_set_error(err, "%s: read error (a directory?)", path);
-    else if (strlen(buf) != n)
-        mi_set_error(err, "%s: contains a NUL byte (not a text file)", path);
-    else if (n == 0)
+    char *buf = mi_read_text_file(path, "text file", (size_t)1 << 32, len, err);
+    if (buf && *len == 0) {
         mi_set_error(err, "%s: text file is empty", path);
-    if (bad || strlen(buf) != n || n == 0) {
         free(buf);
         return NULL;
     }
-    *len = n;
     return buf;
 }
 

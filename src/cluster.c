@@ -257,46 +257,10 @@ int mi_cluster_parse(const char *json, mi_cluster *cl, char *err)
 int mi_cluster_load(const char *path, mi_cluster *cl, char *err)
 {
     memset(cl, 0, sizeof *cl);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return mi_set_error(err, "cannot open cluster file %s: %s", path, strerror(errno));
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    int bad = buf == NULL;
-    while (!bad) {
-        if (len + 1 >= cap) {
-            if (cap >= (size_t)MAX_FILE_BYTES) {
-                fclose(f);
-                free(buf);
-                return mi_set_error(err, "cluster file %s: larger than %ld MB", path, MAX_FILE_BYTES >> 20);
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                bad = 1;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + len, 1, cap - 1 - len, f);
-        len += got;
-        if (got == 0) {
-            if (ferror(f))
-                bad = 1;
-            break;
-        }
-    }
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return mi_set_error(err, "cannot read cluster file %s", path);
-    }
-    buf[len] = '\0';
-    if (memchr(buf, '\0', len)) {
-        size_t pos = (size_t)((char *)memchr(buf, '\0', len) - buf);
-        free(buf);
-        return mi_set_error(err, "cluster file %s: NUL byte at byte %zu (not a text file?)", path, pos);
-    }
+    size_t len = 0;
+    char *buf = mi_read_text_file(path, "cluster file", MAX_FILE_BYTES, &len, err);
+    if (!buf)
+        return -1;
     char prefix[4200];
     snprintf(prefix, sizeof prefix, "cluster file %s", path);
     int rc = parse_cluster(buf, len, cl, prefix, err);

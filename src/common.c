@@ -97,6 +97,51 @@ int mi_check_input_file(const char *path, const char *what, char *err)
     return 0;
 }
 
+char *mi_read_text_file(const char *path, const char *what, size_t max_bytes, size_t *len, char *err)
+{
+    if (mi_check_input_file(path, what, err))
+        return NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        mi_set_error(err, "%s: cannot open %s (%s)", path, what, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = mi_malloc(cap, what);
+    size_t r;
+    int too_big = 0;
+    while ((r = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += r;
+        if (n > max_bytes) {
+            too_big = 1;
+            break;
+        }
+        if (n + 1 == cap) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb)
+                mi_fatal("%s: out of memory reading the %s", path, what);
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *nul = memchr(buf, '\0', n);
+    if (too_big)
+        mi_set_error(err, "%s: %s is larger than %zu bytes", path, what, max_bytes);
+    else if (bad)
+        mi_set_error(err, "%s: read error in %s", path, what);
+    else if (nul)
+        mi_set_error(err, "%s: %s holds a NUL byte at byte %zu (not a text file)", path, what, (size_t)(nul - buf));
+    if (too_big || bad || nul) {
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
 long mi_parse_long(const char *opt, const char *s, long lo, long hi)
 {
     if (!s || !*s)

@@ -196,59 +196,6 @@ int mi_plan_save_json(const mi_plan *plan, const char *path, char *err)
 /* --------------------------------------------------------------- load */
 
 
-/* Read a whole file; returns a NUL-terminated malloc'ed buffer or NULL with err. */
-static char *read_file(const char *path, size_t *len_out, char *err)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        mi_set_error(err, "cannot open plan file %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    int bad = buf == NULL, too_big = 0;
-    while (!bad) {
-        if (len + 1 >= cap) {
-            if (cap >= (size_t)MAX_FILE_BYTES) {
-                too_big = 1;
-                break;
-            }
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                bad = 1;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + len, 1, cap - 1 - len, f);
-        len += got;
-        if (got == 0) {
-            if (ferror(f))
-                bad = 1;
-            break;
-        }
-    }
-    fclose(f);
-    if (bad || too_big) {
-        free(buf);
-        if (too_big)
-            mi_set_error(err, "plan file %s: larger than %ld MB", path, MAX_FILE_BYTES >> 20);
-        else
-            mi_set_error(err, "cannot read plan file %s", path);
-        return NULL;
-    }
-    buf[len] = '\0';
-    const char *nul = memchr(buf, '\0', len);
-    if (nul) {
-        mi_set_error(err, "plan file %s: NUL byte at byte %zu (not a text file?)", path, (size_t)(nul - buf));
-        free(buf);
-        return NULL;
-    }
-    *len_out = len;
-    return buf;
-}
-
 /* 1 when v is a JSON number holding an integer that fits an int. */
 static int as_int(const cJSON *v, int *out)
 {
@@ -450,7 +397,7 @@ int mi_plan_load_json(const char *path, const mi_config *c, mi_plan *plan, char 
         c->vocab_size < 1)
         return mi_set_error(err, "plan file %s: the model configuration is invalid", path);
     size_t len = 0;
-    char *buf = read_file(path, &len, err);
+    char *buf = mi_read_text_file(path, "plan file", MAX_FILE_BYTES, &len, err);
     if (!buf)
         return -1;
     char prefix[4200];

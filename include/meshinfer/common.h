@@ -43,6 +43,12 @@ uint64_t mi_parse_u64(const char *opt, const char *s);
  * Returns 0, or -1 with one line in err. */
 int mi_check_input_file(const char *path, const char *what, char *err);
 
+/* Read a whole text file (what names its role: "cluster file", "plan file",
+ * "text file") into a NUL-terminated malloc'ed buffer; *len gets its length.
+ * Returns NULL with one line in err when it is not a readable regular file,
+ * is larger than max_bytes, or holds a NUL byte. An empty file is returned. */
+char *mi_read_text_file(const char *path, const char *what, size_t max_bytes, size_t *len, char *err);
+
 /* Allocation that aborts with a clear message (bytes, what) on failure. */
 void *mi_malloc(size_t bytes, const char *what);
 void *mi_calloc(size_t n, size_t size, const char *what);
