@@ -754,10 +754,6 @@ int mi_runtime_write_trace(mi_runtime *rt, const char *path)
     return rc;
 }
 
-const mi_config *mi_runtime_config(const mi_runtime *rt) { return &rt->plan.cfg; }
-const mi_plan *mi_runtime_plan(const mi_runtime *rt) { return &rt->plan; }
-mi_model *mi_runtime_model(mi_runtime *rt) { return &rt->model; }
-
 void mi_runtime_free(mi_runtime *rt)
 {
     if (!rt)

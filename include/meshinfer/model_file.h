@@ -20,7 +20,8 @@
  * query/key/value/output rows, or a slice of FFN units) is a contiguous row
  * range: seed 000's head-level placement and seed 003's tensor parallelism then
  * read their shard with one contiguous hyperslab. wo and w2 are stored
- * transposed for that reason; mi_model_read_t() transposes them back. */
+ * transposed for that reason; the shard loader (model.h) and mi_model_read_t()
+ * transpose them back. */
 #ifndef MESHINFER_MODEL_FILE_H
 #define MESHINFER_MODEL_FILE_H
 

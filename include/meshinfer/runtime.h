@@ -74,10 +74,7 @@ void mi_runtime_reset_metrics(mi_runtime *rt);
  * Returns 0, or -1 on rank 0 if the file cannot be written. */
 int mi_runtime_write_trace(mi_runtime *rt, const char *path);
 
-const mi_config *mi_runtime_config(const mi_runtime *rt);
-const mi_plan *mi_runtime_plan(const mi_runtime *rt);
-mi_model *mi_runtime_model(mi_runtime *rt);
-
+/* Collective: free windows, communicators, the shard and buffers. */
 void mi_runtime_free(mi_runtime *rt);
 
 /* Collective error check: every rank passes whether it failed and its
