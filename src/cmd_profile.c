@@ -107,6 +107,16 @@ int cmd_profile(int argc, char **argv)
     if (n_text < 1)
         mi_fatal("%s: no tokens", path);
 
+    /* placement and output first: a bad --out must fail before the long pass */
+    mi_plan_options po = {pl, 1, -1, 0, NULL, min_acc};
+    mi_plan plan;
+    if (mi_plan_make(c, &cl, &po, &plan, err))
+        mi_fatal("profile: %s", err);
+    char tmp_path[4200];
+    snprintf(tmp_path, sizeof tmp_path, "%s.partial.%ld", out, (long)getpid());
+    FILE *f = fopen(tmp_path, "w");
+    if (!f)
+        mi_fatal("%s: cannot create the profile file (missing or read-only directory)", out);
     int L = c->n_layers, W = c->seq_len, chunk = 64, d = c->dim;
     size_t cap = (size_t)n_text + (size_t)(n_text / (W - 1) + 1);
     double *ratios = mi_malloc((size_t)(L - 1) * cap * sizeof(double), "ratios");
@@ -154,16 +164,6 @@ int cmd_profile(int argc, char **argv)
     if (isatty(fileno(stderr)))
         fputc('\n', stderr);
 
-    /* placement for the expected saving */
-    mi_plan_options po = {pl, 1, -1, 0, NULL, min_acc};
-    mi_plan plan;
-    if (mi_plan_make(c, &cl, &po, &plan, err))
-        mi_fatal("profile: %s", err);
-    char tmp_path[4200];
-    snprintf(tmp_path, sizeof tmp_path, "%s.partial.%ld", out, (long)getpid());
-    FILE *f = fopen(tmp_path, "w");
-    if (!f)
-        mi_fatal("%s: cannot create the profile file", out);
     fprintf(f, "{\"model\": ");
     cli_json_string(f, c->name, strlen(c->name));
     fprintf(f, ", \"synthetic_weights\": %s, \"corpus\": ", c->synthetic ? "true" : "false");
