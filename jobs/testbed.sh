@@ -75,7 +75,8 @@ sleep 0.3
 # both directions of every rank-to-rank TCP connection, each packet once
 iptables -I OUTPUT -o lo -p tcp --dport "$port:$((port + 99))" -j NFQUEUE --queue-num "$queue"
 iptables -I OUTPUT -o lo -p tcp --sport "$port:$((port + 99))" -j NFQUEUE --queue-num "$queue"
-echo "testbed: $ranks ranks at ${cpu}% of a core each, links ${delay} +- ${jitter} ms one way, ${loss}% loss" >&2
+echo "testbed: $ranks ranks at ${cpu}% of a core each, links ${delay} +- ${jitter} ms one way, ${loss}% loss" \
+     "(cgroups $tag-rank*, NFQUEUE $queue on ports $port-$((port + 99)))" >&2
 
 wrapper="$(mktemp)"
 trap 'cleanup; rm -f "$wrapper"' EXIT
@@ -85,7 +86,22 @@ echo \$\$ > "$cgroot/$tag-rank\$OMPI_COMM_WORLD_RANK/cgroup.procs"
 exec "\$@"
 WRAP
 chmod +x "$wrapper"
+# mpirun runs in the background so that a signal to this script (not only a
+# Ctrl-C to the whole process group) stops the run before the clean-up: bash
+# defers traps while a foreground child runs.
 mpirun --allow-run-as-root -q --oversubscribe --bind-to none -np "$ranks" \
     --mca btl self,tcp --mca btl_tcp_if_include lo --mca osc pt2pt --mca mpi_yield_when_idle 1 \
     --mca btl_tcp_port_min_v4 "$port" --mca btl_tcp_port_range_v4 100 \
-    -x OPENBLAS_NUM_THREADS=1 "$wrapper" "$root/build/meshinfer" "$@"
+    -x OPENBLAS_NUM_THREADS=1 "$wrapper" "$root/build/meshinfer" "$@" < /dev/null &
+mpi_pid=$!
+stop_run() {
+    kill -TERM "$mpi_pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$mpi_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$mpi_pid" 2>/dev/null || true
+    echo "testbed: interrupted: run stopped; removing its cgroups, iptables rules and mi_netem" >&2
+    exit 130
+}
+trap stop_run INT TERM
+rc=0
+wait "$mpi_pid" || rc=$?
+exit "$rc"

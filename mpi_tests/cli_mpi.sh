@@ -3,7 +3,8 @@
 # prints the single-device greedy continuation; shared memory and TCP give the
 # same text; --weights scatter works; the trace has one track per rank; fresh
 # processes hold about their shard in memory; bad distributed input fails on
-# every rank with one error line and no hang.
+# every rank with one error line and no hang; memory-triggered re-placement
+# keeps the text and fails cleanly when nothing fits.
 # usage: cli_mpi.sh MESHINFER MODEL.h5 HOSTFILES_DIR
 set -u
 bin=$1 model=$2 hosts=$3
@@ -81,5 +82,39 @@ expect_error "unknown planner" "unknown planner 'best'" -np 2 "$bin" generate -m
 expect_error "prompt past the context on 3 ranks" "context is 256 tokens" \
     -np 3 "$bin" generate -m "$model" -p "$(for i in $(seq 300); do printf 'word '; done)"
 expect_error "steps past the context on 3 ranks" "exceeds the context" -np 3 "$bin" generate -m "$model" -n 1000
+# memory-triggered re-placement (seed 000): workers whose budgets hold the KV
+# cache for the whole context only once heads move to the big device
+tight="$(dirname "$0")/cluster-tight.json"
+want200=$("$bin" generate -m "$model" -n 200 --ignore-eos --json 2>/dev/null |
+          node -e 'console.log(JSON.parse(require("fs").readFileSync(0)).tokens.join(" "))')
+out=$(run -np 4 "$bin" generate -m "$model" -n 200 --ignore-eos --cluster "$tight" --kv-positions 32 --replan \
+      --json 2>"$tmp/err")
+summary=$(node -e 'const j = JSON.parse(process.argv[1]);
+  const moved = j.replans.filter(e => e.moved), kv = j.ranks.reduce((s, r) => s + r.kv_bytes_moved_sent, 0);
+  const recv = j.ranks.reduce((s, r) => s + r.kv_bytes_moved_recv, 0);
+  const order = j.replans.every(e => e.kv_positions >= e.position);
+  console.log([j.replans.length >= 2, moved.length >= 1, kv > 0 && kv === recv, order, j.kv_positions === 256].join(" "));
+  console.error(j.tokens.join(" "))' "$out" 2>"$tmp/text")
+[[ "$summary" == "true true true true true" ]] && ok "--replan: placements re-made as the KV cache grows, KV heads moved" \
+    || bad "--replan: $summary $(tail -3 "$tmp/err")"
+[[ -n "$want200" && "$(cat "$tmp/text")" == "$want200" ]] && ok "--replan: same 200 tokens as one rank after moving KV heads" \
+    || bad "--replan text differs: $(head -c 200 "$tmp/text")"
+grep -q "re-placement at position [0-9]*: .*new placement" "$tmp/err" && ok "--replan: progress line per re-placement" \
+    || bad "--replan: no progress line"
+expect_error "static placement outgrows a budget" "memory: at position [0-9]+ device small1 .*over its budget.*--replan" \
+    -np 4 "$bin" generate -m "$model" -n 200 --ignore-eos --cluster "$tight" --kv-positions 32
+sed 's/"mem_mb": 20/"mem_mb": 9.2/' "$tight" > "$tmp/tooshort.json"
+# (progress lines of the re-placements before it, then one error line)
+run -np 4 "$bin" generate -m "$model" -n 200 --ignore-eos --cluster "$tmp/tooshort.json" --kv-positions 32 --replan \
+    >/dev/null 2>"$tmp/err"; rc=$?
+if ((rc != 0 && rc != 124)) && [[ $(grep -c "error" "$tmp/err") == 1 ]] &&
+   tail -1 "$tmp/err" | grep -Eq "^meshinfer: error: memory: at position [0-9]+ no placement fits.*short by" &&
+   ! grep -qv "^meshinfer: \(re-placement\|error\)" "$tmp/err"; then
+    ok "no placement fits the grown cache -> $(tail -1 "$tmp/err")"
+else bad "no placement fits: exit $rc"; sed 's/^/    /' "$tmp/err"; fi
+expect_error "--replan with a fixed plan file" "--replan needs a planner" \
+    -np 3 "$bin" generate -m "$model" --plan-file "$tmp/plan3.json" --replan
+expect_error "--kv-positions past the context" "kv-positions 300 is more than the model's context" \
+    -np 2 "$bin" generate -m "$model" --kv-positions 300
 echo "$pass passed, $fail failed"
 ((fail == 0))

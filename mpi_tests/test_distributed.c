@@ -166,7 +166,7 @@ static void check_model(const char *path, const mi_config *c, int real)
     for (int pl = 0; pl < 5; pl++) {
         mi_cluster cl;
         mi_cluster_default(&cl, g_size, 1e12);
-        mi_plan_options po = {(mi_planner)pl, 3, -1, 0, NULL, 0.7};
+        mi_plan_options po = {(mi_planner)pl, 3, -1, 0, NULL, 0.7, 0};
         mi_plan plan;
         char err[MI_ERRLEN];
         if (mi_plan_make(c, &cl, &po, &plan, err)) {

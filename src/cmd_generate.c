@@ -101,7 +101,7 @@ int cmd_generate(int argc, char **argv)
             fflush(stdout);
         }
         double t0 = mi_now();
-        float *logits = mi_runtime_prefill(ss.rt, prompt_ids, n_prompt, 0);
+        float *logits = session_prefill(&ss, prompt_ids, n_prompt, 0);
         session_check_logits(logits, c->vocab_size, n_prompt - 1);
         int next = mi_sample(&smp, logits);
         double t_first = mi_now();
@@ -131,7 +131,7 @@ int cmd_generate(int argc, char **argv)
             if (n_out >= steps)
                 break;
             prev = next;
-            logits = mi_runtime_forward(ss.rt, &next, 1, n_prompt + n_out - 1, 0);
+            logits = session_forward(&ss, &next, 1, n_prompt + n_out - 1, 0);
             session_check_logits(logits, c->vocab_size, n_prompt + n_out - 1);
             next = mi_sample(&smp, logits);
         }

@@ -25,6 +25,7 @@ static void help(void)
            "  --plan-seed S         seed of the random planner (default 1)\n"
            "  --controller-works yes|no   rank 0 also holds layer shards\n"
            "  --ctx N               context position for the attention cost (default seq_len/2)\n"
+           "  --kv-positions N      KV-cache positions the memory budgets must hold (default seq_len)\n"
            "  --out FILE            save the plan as JSON (use with --plan-file)\n"
            "  --json                print the prediction as JSON\n");
 }
@@ -56,6 +57,7 @@ static void print_plan(const mi_plan *p, const mi_cluster *cl, const mi_predicti
             printf(" %d[%d+%d]", p->cls[i].rank, p->cls[i].v0, p->cls[i].n);
         printf("\n");
     }
+    printf("  KV cache budgeted for %d of %d positions\n", p->kv_positions, c->seq_len);
     printf("  rank  device            weights_MB    kv_MB   budget_MB   use  busy_ms/token  holds\n");
     for (int r = 0; r < p->n_ranks; r++) {
         double need = (double)pr->weight_bytes[r] + (double)pr->kv_bytes[r];
@@ -110,10 +112,11 @@ int cmd_plan(int argc, char **argv)
         {"planner", required_argument, 0, 'p'},   {"mem-mb", required_argument, 0, 'M'},
         {"plan-seed", required_argument, 0, 'S'}, {"controller-works", required_argument, 0, 'w'},
         {"ctx", required_argument, 0, 'x'},       {"out", required_argument, 0, 'o'},
+        {"kv-positions", required_argument, 0, 'K'},
         {"json", no_argument, 0, 'j'},            {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     const char *model = NULL, *shape = NULL, *cluster = NULL, *planner = "greedy", *out = NULL;
-    int ranks = 0, ctx = -1, json = 0, cw = -1, o;
+    int ranks = 0, ctx = -1, json = 0, cw = -1, kvpos = 0, o;
     double mem_mb = 4000;
     uint64_t seed = 1;
     while ((o = getopt_long(argc, argv, ":m:s:n:c:p:h", opts, NULL)) != -1) {
@@ -132,6 +135,7 @@ int cmd_plan(int argc, char **argv)
             break;
         case 'x': ctx = (int)mi_parse_long("--ctx", optarg, 0, 1 << 24); break;
         case 'o': out = optarg; break;
+        case 'K': kvpos = (int)mi_parse_long("--kv-positions", optarg, 1, 1 << 24); break;
         case 'j': json = 1; break;
         case 'h': help(); return 0;
         default: cli_bad_option("plan", o, argv);
@@ -173,7 +177,7 @@ int cmd_plan(int argc, char **argv)
         mi_planner pl = all ? (mi_planner)i : which;
         if (!all && i > 0)
             break;
-        mi_plan_options po = {pl, seed, cw};
+        mi_plan_options po = {pl, seed, cw, 0, NULL, 0.0, kvpos};
         mi_plan p;
         if (mi_plan_make(&c, &cl, &po, &p, err))
             mi_fatal("%s: %s", mi_planner_name(pl), err);

@@ -88,9 +88,55 @@ void mi_plan_rank_memory(const mi_plan *plan, int rank, size_t *weight_bytes, si
     mi_plan_shard(plan, rank, &spec);
     if (weight_bytes)
         *weight_bytes = mi_shard_weight_bytes(&plan->cfg, &spec);
-    if (kv_bytes)
-        *kv_bytes = mi_shard_kv_bytes(&plan->cfg, &spec);
+    if (kv_bytes) {
+        int h = plan->kv_positions > 0 ? plan->kv_positions : plan->cfg.seq_len;
+        *kv_bytes = mi_shard_kv_bytes(&plan->cfg, &spec) / (size_t)plan->cfg.seq_len * (size_t)h;
+    }
     free(layers);
+}
+
+double mi_plan_rank_bytes_at(const mi_plan *plan, int rank, int n_pos)
+{
+    size_t w, kv;
+    mi_plan p = *plan;
+    p.kv_positions = plan->cfg.seq_len;
+    mi_plan_rank_memory(&p, rank, &w, &kv);
+    return (double)w + (double)kv / plan->cfg.seq_len * n_pos;
+}
+
+int mi_plan_fullest_rank(const mi_plan *plan, const mi_cluster *cl, int n_pos, double *frac)
+{
+    int best = 0;
+    double bf = -1;
+    for (int r = 0; r < plan->n_ranks && r < cl->n_devices; r++) {
+        double b = cl->dev[r].mem_bytes, f = b > 0 ? mi_plan_rank_bytes_at(plan, r, n_pos) / b : 0.0;
+        if (f > bf) {
+            bf = f;
+            best = r;
+        }
+    }
+    *frac = bf;
+    return best;
+}
+
+int mi_plan_same_placement(const mi_plan *a, const mi_plan *b)
+{
+    const mi_config *c = &a->cfg;
+    if (a->n_ranks != b->n_ranks || a->n_cls != b->n_cls || c->n_layers != b->cfg.n_layers)
+        return 0;
+    for (int i = 0; i < a->n_cls; i++)
+        if (memcmp(&a->cls[i], &b->cls[i], sizeof(mi_slice)))
+            return 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        const mi_layer_plan *x = &a->layers[l], *y = &b->layers[l];
+        if (x->proj_rank != y->proj_rank || x->n_ffn != y->n_ffn ||
+            memcmp(x->kv_rank, y->kv_rank, (size_t)c->n_kv_heads * sizeof(int)))
+            return 0;
+        for (int i = 0; i < x->n_ffn; i++)
+            if (memcmp(&x->ffn[i], &y->ffn[i], sizeof(mi_slice)))
+                return 0;
+    }
+    return 1;
 }
 
 /* ------------------------------------------------------- validation */
@@ -156,8 +202,10 @@ int mi_plan_validate(const mi_plan *plan, const mi_cluster *cl, char *err)
         double need = (double)w + (double)kv;
         if (need > cl->dev[r].mem_bytes)
             return mi_set_error(err, "plan does not fit: device %s (rank %d) needs %.0f bytes (weights %zu + KV "
-                                     "cache %zu) but its budget is %.0f bytes: short by %.0f bytes",
-                                cl->dev[r].name, r, need, w, kv, cl->dev[r].mem_bytes, need - cl->dev[r].mem_bytes);
+                                     "cache %zu for %d positions) but its budget is %.0f bytes: short by %.0f bytes",
+                                cl->dev[r].name, r, need, w, kv, plan->kv_positions > 0 ? plan->kv_positions
+                                                                                        : c->seq_len,
+                                cl->dev[r].mem_bytes, need - cl->dev[r].mem_bytes);
     }
     return 0;
 }
@@ -171,6 +219,7 @@ typedef struct {
     int workers[MI_MAX_RANKS];
     double busy[MI_MAX_RANKS]; /* predicted compute seconds per token */
     double mem[MI_MAX_RANKS];  /* bytes placed */
+    int kv_pos;                /* KV positions budgeted per head */
 } placer;
 
 static double unit_time(const placer *p, int rank, double bytes)
@@ -334,7 +383,7 @@ static int plan_greedy(mi_plan *plan, placer *p, const mi_plan_options *opt, cha
         p->mem[r] += pb;
         p->busy[r] += unit_time(p, r, pb);
     }
-    double hw = head_weight_bytes(c), hkv = head_kv_bytes(c, c->seq_len);
+    double hw = head_weight_bytes(c), hkv = head_kv_bytes(c, p->kv_pos);
     double hwork = hw + head_kv_bytes(c, c->seq_len / 2); /* mean KV read over a full context */
     for (int l = 0; l < c->n_layers; l++) {
         double layer_att[MI_MAX_RANKS] = {0};
@@ -414,10 +463,12 @@ int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options
     if (n == 1)
         cw = 1;
     plan->controller_works = cw;
+    plan->kv_positions = opt->kv_positions > 0 && opt->kv_positions < c->seq_len ? opt->kv_positions : c->seq_len;
     placer p;
     memset(&p, 0, sizeof p);
     p.c = c;
     p.cl = cl;
+    p.kv_pos = plan->kv_positions;
     for (int r = cw ? 0 : 1; r < n; r++)
         p.workers[p.n_workers++] = r;
     /* the controller always holds the embeddings and final norm */
@@ -500,7 +551,7 @@ int mi_plan_mark_speculation(mi_plan *plan, const mi_cluster *cl, const double *
 int *mi_plan_serialize(const mi_plan *plan, size_t *n_ints)
 {
     const mi_config *c = &plan->cfg;
-    size_t n = 6 + (size_t)plan->n_cls * 3;
+    size_t n = 7 + (size_t)plan->n_cls * 3;
     for (int l = 0; l < c->n_layers; l++)
         n += (size_t)c->n_kv_heads + 4 + 3 * (size_t)plan->layers[l].n_ffn;
     int *b = mi_malloc(n * sizeof(int), "plan buffer"), *q = b;
@@ -509,6 +560,7 @@ int *mi_plan_serialize(const mi_plan *plan, size_t *n_ints)
     *q++ = c->n_kv_heads;
     *q++ = (int)plan->planner;
     *q++ = plan->controller_works;
+    *q++ = plan->kv_positions > 0 ? plan->kv_positions : c->seq_len;
     *q++ = plan->n_cls;
     for (int i = 0; i < plan->n_cls; i++) {
         *q++ = plan->cls[i].rank;
@@ -555,6 +607,9 @@ int mi_plan_deserialize(const int *b, size_t n, const mi_config *c, mi_plan *pla
     NEXT(planner);
     plan->planner = (mi_planner)planner;
     NEXT(plan->controller_works);
+    NEXT(plan->kv_positions);
+    if (plan->kv_positions < 1 || plan->kv_positions > c->seq_len)
+        goto bad;
     NEXT(plan->n_cls);
     if (plan->n_cls < 1 || plan->n_cls > MI_MAX_RANKS)
         goto bad;

@@ -11,7 +11,8 @@
 #include "meshinfer/kernels.h"
 #include "meshinfer/model_file.h"
 
-enum { CMD_FORWARD = 1, CMD_RESET = 2, CMD_STOP = 3, CMD_RESET_METRICS = 4 };
+enum { CMD_FORWARD = 1, CMD_RESET = 2, CMD_STOP = 3, CMD_RESET_METRICS = 4, CMD_REPLAN = 5 };
+enum { TAG_KV_MOVE = 77 };
 
 typedef struct {
     short step, layer;
@@ -29,6 +30,7 @@ typedef struct {
 
 struct mi_runtime {
     int rank, size;
+    mi_runtime_options opt;
     mi_plan plan;
     mi_schedule sched;
     mi_model model;
@@ -243,13 +245,10 @@ static void build_comms(mi_runtime *rt)
     }
 }
 
-mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_runtime_options *opt)
+/* Everything that depends on the plan: the shard, buffers, communicators
+ * and windows. Used at creation and again by a re-placement. */
+static void setup(mi_runtime *rt, const mi_plan *plan)
 {
-    mi_runtime *rt = mi_calloc(1, sizeof *rt, "runtime");
-    MPI_Comm_rank(MPI_COMM_WORLD, &rt->rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &rt->size);
-    if (plan->n_ranks != rt->size)
-        mi_fatal("plan is for %d ranks but the job has %d", plan->n_ranks, rt->size);
     /* deep copy so the caller may free its plan */
     size_t n;
     int *buf = mi_plan_serialize(plan, &n);
@@ -257,17 +256,15 @@ mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_runtime_options *opt
     if (mi_plan_deserialize(buf, n, &plan->cfg, &rt->plan, err))
         mi_fatal("%s", err);
     free(buf);
-    rt->max_T = opt->max_T < plan->cfg.seq_len ? opt->max_T : plan->cfg.seq_len;
-    rt->trace = opt->trace;
+    rt->max_T = rt->opt.max_T < plan->cfg.seq_len ? rt->opt.max_T : plan->cfg.seq_len;
     mi_schedule_build(&rt->plan, &rt->sched);
-    load_shard(rt, opt);
+    load_shard(rt, &rt->opt);
     const mi_config *c = &rt->plan.cfg;
     mi_scratch_init(&rt->s, c, rt->max_T);
     size_t T = (size_t)rt->max_T, d = (size_t)c->dim;
     rt->x = mi_calloc(T * d + 1, sizeof(float), "residual"); /* + the speculation flag */
     rt->zbuf = mi_calloc(T * d, sizeof(float), "speculation buffer");
     rt->pending = MPI_REQUEST_NULL;
-    rt->tolerance = opt->tolerance;
     rt->xn = mi_calloc(T * d, sizeof(float), "activations");
     rt->heads = mi_calloc(T * (size_t)c->n_heads * c->head_dim, sizeof(float), "head outputs");
     rt->tmp = mi_calloc(T * d, sizeof(float), "partial sums");
@@ -279,6 +276,60 @@ mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_runtime_options *opt
         rt->recv_displs = mi_calloc((size_t)rt->size, sizeof(int), "displacements");
     }
     build_comms(rt);
+}
+
+static void teardown(mi_runtime *rt)
+{
+    for (int i = 0; i < rt->sched.n_steps; i++) {
+        step_rt *sr = &rt->st[i];
+        if (sr->win != MPI_WIN_NULL) {
+            MPI_Win_free(&sr->win);
+            MPI_Group_free(&sr->peers);
+        }
+        free(sr->gbuf);
+    }
+    /* communicators are shared between steps with the same members: free each once */
+    for (int i = 0; i < rt->sched.n_steps; i++) {
+        MPI_Comm cm = rt->st[i].comm;
+        if (cm == MPI_COMM_NULL)
+            continue;
+        for (int j = i; j < rt->sched.n_steps; j++)
+            if (rt->st[j].comm == cm)
+                rt->st[j].comm = MPI_COMM_NULL;
+        MPI_Comm_free(&cm);
+    }
+    free(rt->st);
+    mi_schedule_free(&rt->sched);
+    mi_plan_free(&rt->plan);
+    mi_model_free(&rt->model);
+    mi_scratch_free(&rt->s);
+    free(rt->x);
+    free(rt->zbuf);
+    free(rt->xn);
+    free(rt->heads);
+    free(rt->tmp);
+    free(rt->logits_local);
+    free(rt->logits_all);
+    free(rt->logits_recv);
+    free(rt->recv_counts);
+    free(rt->recv_displs);
+    rt->st = NULL;
+    rt->x = rt->zbuf = rt->xn = rt->heads = rt->tmp = NULL;
+    rt->logits_local = rt->logits_all = rt->logits_recv = NULL;
+    rt->recv_counts = rt->recv_displs = NULL;
+}
+
+mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_runtime_options *opt)
+{
+    mi_runtime *rt = mi_calloc(1, sizeof *rt, "runtime");
+    MPI_Comm_rank(MPI_COMM_WORLD, &rt->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &rt->size);
+    if (plan->n_ranks != rt->size)
+        mi_fatal("plan is for %d ranks but the job has %d", plan->n_ranks, rt->size);
+    rt->opt = *opt;
+    rt->trace = opt->trace;
+    rt->tolerance = opt->tolerance;
+    setup(rt, plan);
     MPI_Barrier(MPI_COMM_WORLD);
     rt->t_origin = mi_now();
     rt->idle_since = rt->t_origin;
@@ -631,6 +682,97 @@ void mi_runtime_stop(mi_runtime *rt)
     send_cmd(rt, CMD_STOP, 0, 0, 0);
 }
 
+/* Seed 000 "Memory needs active management": every rank stages the KV rows
+ * [0, n_pos) of the heads it holds, drops its old shard (so a device never
+ * holds two placements at once), loads its shard of the new plan, and KV
+ * heads whose owner changed are sent old owner -> new owner. Messages between
+ * a pair are posted in the same (layer, KV head, K then V) order on both
+ * sides, so one tag suffices (MPI keeps them in order). */
+static void replan_local(mi_runtime *rt, const mi_plan *np, int n_pos)
+{
+    const mi_config *c = &rt->plan.cfg;
+    int L = c->n_layers, nkv = c->n_kv_heads;
+    size_t S = (size_t)c->seq_len, hd = (size_t)c->head_dim, rows = (size_t)n_pos * hd;
+    double t0 = mi_now();
+    int *old_owner = mi_malloc((size_t)L * nkv * sizeof(int), "old KV owners");
+    float **stage = mi_calloc((size_t)L * nkv, sizeof(float *), "KV staging");
+    for (int l = 0; l < L; l++) {
+        memcpy(old_owner + (size_t)l * nkv, rt->plan.layers[l].kv_rank, (size_t)nkv * sizeof(int));
+        const mi_layer *ly = &rt->model.layers[l];
+        for (int i = 0; i < ly->spec.n_kv && rows > 0; i++) {
+            float *b = mi_malloc(2 * rows * sizeof(float), "KV staging");
+            memcpy(b, ly->k_cache + (size_t)i * S * hd, rows * sizeof(float));
+            memcpy(b + rows, ly->v_cache + (size_t)i * S * hd, rows * sizeof(float));
+            stage[(size_t)l * nkv + ly->spec.kv[i]] = b;
+        }
+    }
+    mi_rank_metrics keep = rt->m;
+    teardown(rt);
+    setup(rt, np);
+    keep.weight_bytes = rt->m.weight_bytes;
+    keep.kv_bytes = rt->m.kv_bytes;
+    keep.rss_weights = rt->m.rss_weights;
+    rt->m = keep;
+    MPI_Request *req = mi_malloc(4 * (size_t)L * nkv * sizeof(MPI_Request), "KV move requests");
+    int nr = 0;
+    for (int l = 0; l < L && rows > 0; l++) {
+        mi_layer *ly = &rt->model.layers[l];
+        for (int i = 0; i < ly->spec.n_kv; i++) {
+            int k = ly->spec.kv[i], o = old_owner[(size_t)l * nkv + k];
+            float *kd = ly->k_cache + (size_t)i * S * hd, *vd = ly->v_cache + (size_t)i * S * hd;
+            if (o == rt->rank) {
+                const float *b = stage[(size_t)l * nkv + k];
+                memcpy(kd, b, rows * sizeof(float));
+                memcpy(vd, b + rows, rows * sizeof(float));
+            } else {
+                MPI_Irecv(kd, (int)rows, MPI_FLOAT, o, TAG_KV_MOVE, MPI_COMM_WORLD, &req[nr++]);
+                MPI_Irecv(vd, (int)rows, MPI_FLOAT, o, TAG_KV_MOVE, MPI_COMM_WORLD, &req[nr++]);
+                rt->m.moved_bytes_recv += 2.0 * rows * sizeof(float);
+            }
+        }
+        for (int k = 0; k < nkv; k++) {
+            const float *b = stage[(size_t)l * nkv + k];
+            int to = rt->plan.layers[l].kv_rank[k];
+            if (!b || to == rt->rank)
+                continue;
+            MPI_Isend(b, (int)rows, MPI_FLOAT, to, TAG_KV_MOVE, MPI_COMM_WORLD, &req[nr++]);
+            MPI_Isend(b + rows, (int)rows, MPI_FLOAT, to, TAG_KV_MOVE, MPI_COMM_WORLD, &req[nr++]);
+            rt->m.moved_bytes_sent += 2.0 * rows * sizeof(float);
+        }
+    }
+    MPI_Waitall(nr, req, MPI_STATUSES_IGNORE);
+    free(req);
+    for (size_t i = 0; i < (size_t)L * nkv; i++)
+        free(stage[i]);
+    free(stage);
+    free(old_owner);
+    double t1 = mi_now();
+    rt->m.replans += 1;
+    rt->m.replan_s += t1 - t0;
+    record(rt, 102, -1, t0, t1);
+}
+
+void mi_runtime_replan(mi_runtime *rt, const mi_plan *plan, int n_pos)
+{
+    if (n_pos < 0 || n_pos > rt->plan.cfg.seq_len)
+        mi_fatal("re-placement with %d cached positions is outside the context (%d)", n_pos, rt->plan.cfg.seq_len);
+    size_t n;
+    int *buf = mi_plan_serialize(plan, &n);
+    send_cmd(rt, CMD_REPLAN, n_pos, (int)n, 0);
+    if (rt->size > 1)
+        MPI_Bcast(buf, (int)n, MPI_INT, 0, MPI_COMM_WORLD);
+    free(buf);
+    double t0 = mi_now();
+    rt->m.idle += t0 - rt->idle_since;
+    replan_local(rt, plan, n_pos);
+    rt->idle_since = mi_now();
+}
+
+const mi_plan *mi_runtime_plan(const mi_runtime *rt)
+{
+    return &rt->plan;
+}
+
 void mi_runtime_serve(mi_runtime *rt)
 {
     for (;;) {
@@ -648,6 +790,17 @@ void mi_runtime_serve(mi_runtime *rt)
             reset_metrics_local(rt);
         else if (hdr[0] == CMD_FORWARD)
             run_forward(rt, hdr[1], hdr[2], hdr[3]);
+        else if (hdr[0] == CMD_REPLAN) {
+            int *buf = mi_malloc((size_t)hdr[2] * sizeof(int), "plan buffer");
+            MPI_Bcast(buf, hdr[2], MPI_INT, 0, MPI_COMM_WORLD);
+            mi_plan np;
+            char err[MI_ERRLEN];
+            if (mi_plan_deserialize(buf, (size_t)hdr[2], &rt->plan.cfg, &np, err))
+                mi_fatal("re-placement: %s", err);
+            free(buf);
+            replan_local(rt, &np, hdr[1]);
+            mi_plan_free(&np);
+        }
     }
 }
 
@@ -694,6 +847,7 @@ static const char *step_name(int k)
     case MI_STEP_LOGITS: return "logits";
     case 100: return "forward";
     case 101: return "idle";
+    case 102: return "re-placement (load shard, move KV cache)";
     default: return "?";
     }
 }
@@ -758,39 +912,7 @@ void mi_runtime_free(mi_runtime *rt)
 {
     if (!rt)
         return;
-    for (int i = 0; i < rt->sched.n_steps; i++) {
-        step_rt *sr = &rt->st[i];
-        if (sr->win != MPI_WIN_NULL) {
-            MPI_Win_free(&sr->win);
-            MPI_Group_free(&sr->peers);
-        }
-        free(sr->gbuf);
-    }
-    /* communicators are shared between steps with the same members: free each once */
-    for (int i = 0; i < rt->sched.n_steps; i++) {
-        MPI_Comm cm = rt->st[i].comm;
-        if (cm == MPI_COMM_NULL)
-            continue;
-        for (int j = i; j < rt->sched.n_steps; j++)
-            if (rt->st[j].comm == cm)
-                rt->st[j].comm = MPI_COMM_NULL;
-        MPI_Comm_free(&cm);
-    }
-    free(rt->st);
-    mi_schedule_free(&rt->sched);
-    mi_plan_free(&rt->plan);
-    mi_model_free(&rt->model);
-    mi_scratch_free(&rt->s);
-    free(rt->x);
-    free(rt->zbuf);
-    free(rt->xn);
-    free(rt->heads);
-    free(rt->tmp);
-    free(rt->logits_local);
-    free(rt->logits_all);
-    free(rt->logits_recv);
-    free(rt->recv_counts);
-    free(rt->recv_displs);
+    teardown(rt);
     free(rt->ev);
     free(rt);
 }

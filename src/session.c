@@ -29,7 +29,12 @@ const char *SESSION_HELP =
     "      --tolerance T       keep the speculative attention when ||FFN(Z)||/||Z|| < T (default 0.05;\n"
     "                          0 always recomputes: bit-identical to running without speculation)\n"
     "      --spec-profile FILE acceptance per transition from `meshinfer profile`; only transitions with\n"
-    "                          acceptance >= --min-acceptance (default 0.7) and a positive saving speculate\n";
+    "                          acceptance >= --min-acceptance (default 0.7) and a positive saving speculate\n"
+    "Memory (seed 000 \"Memory needs active management\"; budgets from --cluster):\n"
+    "      --kv-positions N    KV-cache positions the placement budgets memory for (default: the whole\n"
+    "                          context; with --replan a quarter of it)\n"
+    "      --replan            re-run the planner and move shards and KV heads when a device crosses\n"
+    "                          85% of its budget or the cache outgrows the placement\n";
 
 void session_opts_init(session_opts *o)
 {
@@ -75,6 +80,8 @@ int session_opt(session_opts *o, int code, const char *arg)
     case 1008: o->tolerance = mi_parse_double("--tolerance", arg, 0.0, 1e9); return 1;
     case 1009: o->min_acceptance = mi_parse_double("--min-acceptance", arg, 0.0, 1.0); return 1;
     case 1010: o->spec_profile = arg; return 1;
+    case 1011: o->replan = 1; return 1;
+    case 1012: o->kv_positions = (int)mi_parse_long("--kv-positions", arg, 1, 1 << 24); return 1;
     default: return 0;
     }
 }
@@ -179,6 +186,17 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
         mi_cluster_set_rtt(&cl, rtt, 0.15);
         free(rtt);
     }
+    if (o->replan && o->plan_file) {
+        mi_cluster_free(&cl);
+        return mi_set_error(err, "--replan needs a planner: it cannot re-make a --plan-file placement");
+    }
+    int kvpos = o->kv_positions;
+    if (kvpos > ss->cfg.seq_len) {
+        mi_cluster_free(&cl);
+        return mi_set_error(err, "--kv-positions %d is more than the model's context (%d)", kvpos, ss->cfg.seq_len);
+    }
+    if (!kvpos && o->replan)
+        kvpos = ss->cfg.seq_len / 4 > 0 ? ss->cfg.seq_len / 4 : 1;
     if (o->plan_file) {
         rc = mi_plan_load_json(o->plan_file, &ss->cfg, &ss->plan, err);
         if (!rc && ss->plan.n_ranks != ss->size) {
@@ -197,11 +215,12 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
             rc = session_load_profile(o->spec_profile, &ss->cfg, o->tolerance, acc, err);
         }
         mi_plan_options po = {MI_PLANNER_GREEDY, o->plan_seed, o->controller_works, o->speculate, acc,
-                              o->min_acceptance};
+                              o->min_acceptance, kvpos};
         mi_planner_parse(o->planner, &po.planner);
         if (!rc)
             rc = mi_plan_make(&ss->cfg, &cl, &po, &ss->plan, err);
-        free(acc);
+        ss->po = po;
+        ss->acc = acc;
     }
     if (!rc && o->plan_file && o->speculate)
         mi_plan_mark_speculation(&ss->plan, &cl, NULL, o->min_acceptance);
@@ -210,7 +229,8 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
         mi_schedule_build(&ss->plan, &ss->sched);
         mi_plan_predict(&ss->plan, &ss->sched, &cl, ss->cfg.seq_len / 2, &ss->pred);
     }
-    mi_cluster_free(&cl);
+    ss->cl = cl;
+    ss->replan = o->replan;
     return rc;
 }
 
@@ -244,6 +264,7 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
     free(buf);
     mi_check_all(failed, err);
     mi_runtime_options ro = {path, o->scatter, chunk, o->trace != NULL, o->tolerance};
+    ss->max_T = chunk < ss->cfg.seq_len ? chunk : ss->cfg.seq_len;
     ss->rt = mi_runtime_create(&plan, &ro);
     mi_plan_free(&plan);
     ss->load_seconds = mi_now() - t0;
@@ -261,7 +282,99 @@ void session_close(mi_session *ss, const session_opts *o)
         mi_tokenizer_free(&ss->tok);
         mi_schedule_free(&ss->sched);
         mi_plan_free(&ss->plan);
+        mi_cluster_free(&ss->cl);
+        free(ss->acc);
     }
+}
+
+/* ------------------------------------------------ memory management */
+
+static double budget_fraction(const mi_session *ss, const mi_plan *p, int r, int n_pos)
+{
+    double b = ss->cl.dev[r].mem_bytes;
+    return b > 0 ? mi_plan_rank_bytes_at(p, r, n_pos) / b : 0.0;
+}
+
+static void memory_check(mi_session *ss, int pos0, int T)
+{
+    if (!ss->cl.dev)
+        return;
+    int need = pos0 + T;
+    mi_plan *cur = &ss->plan;
+    if (!ss->replan) {
+        for (int r = 0; r < ss->size; r++)
+            if (budget_fraction(ss, cur, r, need) > 1.0)
+                mi_fatal("memory: at position %d device %s (rank %d) would hold %.0f bytes, over its budget of %.0f; "
+                         "the placement budgets the KV cache for %d positions (--replan re-places as it grows)",
+                         need, ss->cl.dev[r].name, r, mi_plan_rank_bytes_at(cur, r, need), ss->cl.dev[r].mem_bytes,
+                         cur->kv_positions);
+        return;
+    }
+    int trigger = -1;
+    for (int r = 0; r < ss->size && trigger < 0; r++)
+        if (budget_fraction(ss, cur, r, need) >= SESSION_REPLAN_THRESHOLD &&
+            budget_fraction(ss, cur, r, pos0) < SESSION_REPLAN_THRESHOLD)
+            trigger = r;
+    if (trigger < 0 && need <= cur->kv_positions)
+        return;
+    double frac;
+    if (trigger < 0)
+        trigger = mi_plan_fullest_rank(cur, &ss->cl, need, &frac);
+    frac = budget_fraction(ss, cur, trigger, need);
+    /* plan for twice the positions; halve the growth until a placement fits */
+    int seq = ss->cfg.seq_len, h = 2 * need < seq ? 2 * need : seq;
+    if (h < need)
+        h = need;
+    mi_plan np;
+    char err[MI_ERRLEN] = "";
+    double t0 = mi_now();
+    for (;;) {
+        ss->po.kv_positions = h;
+        if (mi_plan_make(&ss->cfg, &ss->cl, &ss->po, &np, err) == 0)
+            break;
+        if (h <= need)
+            mi_fatal("memory: at position %d no placement fits the devices' budgets any more: %s", need, err);
+        h = need + (h - need) / 2;
+    }
+    session_replan ev = {need, trigger, frac, h, (mi_now() - t0) * 1e3, 0.0, 0};
+    if (mi_plan_same_placement(cur, &np)) {
+        cur->kv_positions = np.kv_positions;
+        mi_plan_free(&np);
+    } else {
+        double t1 = mi_now();
+        mi_runtime_replan(ss->rt, &np, pos0);
+        ev.seconds = mi_now() - t1;
+        ev.moved = 1;
+        mi_plan_free(cur);
+        *cur = np;
+        mi_schedule_free(&ss->sched);
+        mi_schedule_build(cur, &ss->sched);
+    }
+    fprintf(stderr, "meshinfer: re-placement at position %d: %s (rank %d) at %.0f%% of its budget; %s for %d positions "
+                    "(planned in %.2f ms%s",
+            need, ss->cl.dev[trigger].name, trigger, 100 * frac, ev.moved ? "new placement" : "same placement", h,
+            ev.plan_ms, ev.moved ? "" : ")\n");
+    if (ev.moved)
+        fprintf(stderr, ", moved in %.1f ms)\n", ev.seconds * 1e3);
+    if (ss->n_replans < SESSION_MAX_REPLANS)
+        ss->replans[ss->n_replans++] = ev;
+}
+
+float *session_forward(mi_session *ss, const int *tokens, int T, int pos0, int all_logits)
+{
+    memory_check(ss, pos0, T);
+    return mi_runtime_forward(ss->rt, tokens, T, pos0, all_logits);
+}
+
+float *session_prefill(mi_session *ss, const int *tokens, int n, int pos0)
+{
+    float *logits = NULL;
+    for (int i = 0; i < n;) {
+        int T = n - i < ss->max_T ? n - i : ss->max_T;
+        logits = session_forward(ss, tokens + i, T, pos0 + i, 0);
+        i += T;
+    }
+    return logits;
 }
 
 int *session_encode_prompt(mi_session *ss, const char *prompt, int *n)
@@ -362,6 +475,14 @@ void session_metrics_json(mi_session *ss, FILE *f)
     fprintf(f, "\"rtt_ms\": [");
     for (int r = 0; r < ss->size; r++)
         fprintf(f, "%s%.4f", r ? ", " : "", ss->rtt_s[r] * 1e3);
+    fprintf(f, "], \"kv_positions\": %d, \"replans\": [", ss->plan.kv_positions);
+    for (int i = 0; i < ss->n_replans; i++) {
+        const session_replan *e = &ss->replans[i];
+        fprintf(f, "%s{\"position\": %d, \"rank\": %d, \"budget_fraction\": %.4f, \"kv_positions\": %d, "
+                   "\"plan_ms\": %.3f, \"moved\": %s, \"move_ms\": %.3f}",
+                i ? ", " : "", e->position, e->rank, e->fraction, e->kv_positions, e->plan_ms,
+                e->moved ? "true" : "false", e->seconds * 1e3);
+    }
     fprintf(f, "], \"speculation\": [");
     int first = 1;
     for (int l = 0; l < ss->cfg.n_layers - 1 && l < MI_SPEC_MAX_LAYERS; l++) {
@@ -386,10 +507,12 @@ void session_metrics_json(mi_session *ss, FILE *f)
                    "\"predicted_weight_bytes\": %zu, \"forwards\": %ld, \"positions\": %ld, "
                    "\"bytes_sent\": %.0f, \"bytes_recv\": %.0f, \"bytes_sent_per_forward\": %.1f, "
                    "\"bytes_recv_per_forward\": %.1f, \"seconds\": {\"attention\": %.6f, \"projection\": %.6f, "
-                   "\"ffn\": %.6f, \"logits\": %.6f, \"communication\": %.6f, \"idle\": %.6f}}",
+                   "\"ffn\": %.6f, \"logits\": %.6f, \"communication\": %.6f, \"idle\": %.6f, "
+                   "\"replan\": %.6f}, \"kv_bytes_moved_sent\": %.0f, \"kv_bytes_moved_recv\": %.0f}",
                 r ? ", " : "", r, m->weight_bytes, m->kv_bytes, m->rss_weights, ss->pred.weight_bytes[r],
                 m->forwards, m->positions, m->bytes_sent, m->bytes_recv, m->bytes_sent / fw, m->bytes_recv / fw,
-                m->attn, m->proj, m->ffn, m->logits, m->comm, m->idle);
+                m->attn, m->proj, m->ffn, m->logits, m->comm, m->idle, m->replan_s, m->moved_bytes_sent,
+                m->moved_bytes_recv);
     }
     fprintf(f, "]");
     free(all);

@@ -23,6 +23,8 @@ typedef struct {
     double tolerance;        /* --tolerance (default 0.05) */
     double min_acceptance;   /* --min-acceptance (default 0.7) */
     const char *spec_profile;/* --spec-profile FILE from `meshinfer profile` */
+    int replan;              /* --replan: memory-triggered re-placement */
+    int kv_positions;        /* --kv-positions: KV positions the first placement budgets (0: default) */
 } session_opts;
 
 /* getopt_long entries for the options above (codes >= 1000), to append to a
@@ -33,12 +35,27 @@ typedef struct {
     {"plan-seed", required_argument, 0, 1004}, {"controller-works", required_argument, 0, 1005}, \
     {"weights", required_argument, 0, 1006}, {"speculate", no_argument, 0, 1007}, \
     {"tolerance", required_argument, 0, 1008}, {"min-acceptance", required_argument, 0, 1009}, \
-    {"spec-profile", required_argument, 0, 1010}
+    {"spec-profile", required_argument, 0, 1010}, {"replan", no_argument, 0, 1011}, \
+    {"kv-positions", required_argument, 0, 1012}
 extern const char *SESSION_HELP;
 
 void session_opts_init(session_opts *o);
 /* Returns 1 if code was one of the session options (and applies it). */
 int session_opt(session_opts *o, int code, const char *arg);
+
+/* One memory-triggered re-placement (seed 000), as reported in --json. */
+typedef struct {
+    int position;           /* KV positions after the forward pass that triggered it */
+    int rank;               /* the device that crossed the threshold (or outgrew the plan) */
+    double fraction;        /* its use of its budget at that position under the old plan */
+    int kv_positions;       /* positions the new plan budgets for */
+    double plan_ms;         /* planner time, all attempts */
+    double seconds;         /* the move: loading shards and sending KV heads (0 if nothing moved) */
+    int moved;              /* 0: the planner kept the placement */
+} session_replan;
+
+#define SESSION_MAX_REPLANS 64
+#define SESSION_REPLAN_THRESHOLD 0.85 /* seed 000: re-place when a device crosses 85% of its memory */
 
 typedef struct {
     int rank, size;
@@ -51,6 +68,13 @@ typedef struct {
     mi_schedule sched;      /* rank 0 */
     mi_plan plan;           /* rank 0 */
     double rtt_s[MI_MAX_RANKS]; /* rank 0: measured round trip to each rank (0 for itself) */
+    mi_cluster cl;          /* rank 0: the devices the plan was made for (with measured RTTs) */
+    mi_plan_options po;     /* rank 0: how the plan was made, to make it again */
+    double *acc;            /* rank 0: profiled acceptance per transition, or NULL */
+    int replan;             /* --replan */
+    int max_T;              /* positions per forward pass */
+    int n_replans;
+    session_replan replans[SESSION_MAX_REPLANS];
 } mi_session;
 
 void session_mpi_init(int *argc, char ***argv, int *rank, int *size);
@@ -63,6 +87,18 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
 /* Collective: stop workers (rank 0 releases them; workers return from
  * serving here), write the trace if asked, free. */
 void session_close(mi_session *ss, const session_opts *o);
+
+/* Rank 0: mi_runtime_forward after the memory check of seed 000 "Memory
+ * needs active management": when the KV cache after this pass (pos0+T
+ * positions) takes a device across 85% of its budget, or past the positions
+ * the plan budgeted, and --replan is on, the planner runs again for twice as
+ * many positions (fewer if that does not fit) and the runtime moves to the new
+ * placement; without --replan a device that would exceed its budget stops the
+ * run with one error line. Also stops when no placement fits any more. */
+float *session_forward(mi_session *ss, const int *tokens, int T, int pos0, int all_logits);
+
+/* Rank 0: session_forward over n tokens in chunks (prompt processing). */
+float *session_prefill(mi_session *ss, const int *tokens, int n, int pos0);
 
 /* Rank 0: encode a prompt with BOS; mi_fatal for an empty prompt, invalid
  * UTF-8, or a prompt that leaves no room in the context. */

@@ -707,6 +707,89 @@ static void test_plan_save_missing_dir(void)
     free_small_plan(&p);
 }
 
+/* ------------------------------------------- KV horizon and re-placement */
+
+/* stories15M on a controller and three workers whose budgets are tight: the
+ * greedy placement must change as the KV horizon grows (seed 000 "Memory
+ * needs active management"), memory at n positions is linear in n. */
+static void tight_cluster(mi_cluster *cl)
+{
+    mi_cluster_default(cl, 4, 40e6);
+    cl->dev[1].mem_bytes = 8.45e6;
+    cl->dev[2].mem_bytes = 8.9e6;
+    cl->dev[3].mem_bytes = 20e6;
+}
+
+static void test_plan_kv_horizon(void)
+{
+    mi_config c;
+    CU_ASSERT_EQUAL_FATAL(mi_config_from_shape("stories15M", &c), 0);
+    mi_cluster cl;
+    tight_cluster(&cl);
+    char err[MI_ERRLEN] = "";
+    mi_plan_options po = {MI_PLANNER_GREEDY, 1, -1, 0, NULL, 0.7, 32};
+    mi_plan p32, p32b, p256;
+    CU_ASSERT_EQUAL_FATAL(mi_plan_make(&c, &cl, &po, &p32, err), 0);
+    CU_ASSERT_EQUAL_FATAL(mi_plan_make(&c, &cl, &po, &p32b, err), 0);
+    po.kv_positions = 0; /* the whole context */
+    CU_ASSERT_EQUAL_FATAL(mi_plan_make(&c, &cl, &po, &p256, err), 0);
+    CU_ASSERT_EQUAL(p32.kv_positions, 32);
+    CU_ASSERT_EQUAL(p256.kv_positions, c.seq_len);
+    CU_ASSERT(mi_plan_same_placement(&p32, &p32b));
+    CU_ASSERT(!mi_plan_same_placement(&p32, &p256)); /* heads left the small devices */
+
+    /* bytes at n positions: weights, plus n/seq_len of the full KV cache */
+    mi_plan full = p32;
+    full.kv_positions = c.seq_len;
+    for (int r = 0; r < 4; r++) {
+        size_t w, kv;
+        mi_plan_rank_memory(&full, r, &w, &kv);
+        CU_ASSERT_DOUBLE_EQUAL(mi_plan_rank_bytes_at(&p32, r, 0), (double)w, 0.5);
+        CU_ASSERT_DOUBLE_EQUAL(mi_plan_rank_bytes_at(&p32, r, c.seq_len), (double)(w + kv), 0.5);
+        CU_ASSERT_DOUBLE_EQUAL(mi_plan_rank_bytes_at(&p32, r, 64), w + kv / 4.0, 0.5);
+        size_t kv32;
+        mi_plan_rank_memory(&p32, r, NULL, &kv32);
+        CU_ASSERT_EQUAL(kv32, kv / 8); /* 32 of 256 positions */
+    }
+    /* the smallest worker is the fullest; its fraction is bytes / budget */
+    double frac;
+    int r = mi_plan_fullest_rank(&p32, &cl, 100, &frac);
+    CU_ASSERT_EQUAL(r, 1);
+    CU_ASSERT_DOUBLE_EQUAL(frac, mi_plan_rank_bytes_at(&p32, 1, 100) / 8.45e6, 1e-12);
+
+    /* the 32-position placement does not hold the whole context on small1 */
+    CU_ASSERT_EQUAL(mi_plan_validate(&full, &cl, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "for 256 positions"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "short by"));
+
+    /* the horizon survives serialization and JSON */
+    size_t n;
+    int *buf = mi_plan_serialize(&p32, &n);
+    mi_plan q;
+    CU_ASSERT_EQUAL_FATAL(mi_plan_deserialize(buf, n, &c, &q, err), 0);
+    CU_ASSERT_EQUAL(q.kv_positions, 32);
+    CU_ASSERT(mi_plan_same_placement(&p32, &q));
+    mi_plan_free(&q);
+    free(buf);
+    char path[4200];
+    path_in_dir(path, sizeof path, "plan-kv.json");
+    CU_ASSERT_EQUAL_FATAL(mi_plan_save_json(&p32, path, err), 0);
+    CU_ASSERT_EQUAL_FATAL(mi_plan_load_json(path, &c, &q, err), 0);
+    CU_ASSERT_EQUAL(q.kv_positions, 32);
+    mi_plan_free(&q);
+
+    /* a budget that cannot hold even the weights: the planner says who is short */
+    cl.dev[1].mem_bytes = cl.dev[2].mem_bytes = cl.dev[3].mem_bytes = 5e6;
+    po.kv_positions = 32;
+    CU_ASSERT_EQUAL(mi_plan_make(&c, &cl, &po, &q, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "short by"));
+
+    mi_plan_free(&p32);
+    mi_plan_free(&p32b);
+    mi_plan_free(&p256);
+    mi_cluster_free(&cl);
+}
+
 /* ------------------------------------------------------------------ main */
 
 int main(int argc, char **argv)
@@ -740,7 +823,8 @@ int main(int argc, char **argv)
         !CU_add_test(ps, "malformed and missing files", test_plan_malformed) ||
         !CU_add_test(ps, "field errors", test_plan_field_errors) ||
         !CU_add_test(ps, "FFN slices not covering hidden_dim", test_plan_not_covering) ||
-        !CU_add_test(ps, "save into a missing directory", test_plan_save_missing_dir)) {
+        !CU_add_test(ps, "save into a missing directory", test_plan_save_missing_dir) ||
+        !CU_add_test(ps, "KV horizon: memory at n positions, placement changes", test_plan_kv_horizon)) {
         CU_cleanup_registry();
         return 1;
     }

@@ -96,6 +96,7 @@ typedef struct {
     mi_layer_plan *layers;  /* [n_layers] */
     int n_cls;              /* classifier slices over the vocabulary */
     mi_slice *cls;          /* [n_cls], ascending, covering [0, vocab_size) */
+    int kv_positions;       /* KV-cache positions the memory budgets were checked for (<= seq_len) */
     double plan_seconds;    /* time the planner took */
 } mi_plan;
 
@@ -106,6 +107,9 @@ typedef struct {
     int speculate;          /* mark transitions for inter-layer speculation (seed 000) */
     const double *acceptance; /* [n_layers-1] profiled acceptance per transition, NULL: unknown (all 1) */
     double min_acceptance;  /* a transition speculates only at or above this (seed 000: 0.7) */
+    int kv_positions;       /* KV-cache positions to budget memory for; 0: the whole context (seq_len).
+                               Fewer lets a placement start on smaller devices and be re-made as the
+                               cache grows (seed 000 "Memory needs active management") */
 } mi_plan_options;
 
 /* Planner names as on the command line: layerwise roundrobin random greedy tp. */
@@ -141,8 +145,22 @@ void mi_plan_free(mi_plan *plan);
 /* What `rank` holds: fills spec (spec->layers must hold n_layers entries). */
 void mi_plan_shard(const mi_plan *plan, int rank, mi_shard_spec *spec);
 
-/* Bytes of weights and of KV cache (seq_len positions) that `rank` holds. */
+/* Bytes of weights and of KV cache (plan->kv_positions positions) that `rank` holds. */
 void mi_plan_rank_memory(const mi_plan *plan, int rank, size_t *weight_bytes, size_t *kv_bytes);
+
+/* Bytes `rank` holds once its KV cache has n_pos positions: weights plus
+ * n_pos positions of its KV heads (the runtime allocates the cache for
+ * seq_len but the pages are touched only as positions are written). */
+double mi_plan_rank_bytes_at(const mi_plan *plan, int rank, int n_pos);
+
+/* Seed 000 "Memory needs active management": the rank whose weights plus KV
+ * cache for n_pos positions are the largest fraction of its budget, and that
+ * fraction in *frac (devices with no budget count as 0). */
+int mi_plan_fullest_rank(const mi_plan *plan, const mi_cluster *cl, int n_pos, double *frac);
+
+/* 1 when a and b place every unit on the same ranks (speculation marks and
+ * the KV horizon aside): re-placing a into b would move nothing. */
+int mi_plan_same_placement(const mi_plan *a, const mi_plan *b);
 
 /* Flatten a plan to ints (for MPI_Bcast) and back. The buffer from
  * serialize is malloc'ed; deserialize returns -1 with err if it is malformed

@@ -24,6 +24,8 @@ typedef struct {
     long forwards, positions;       /* forward passes and positions processed */
     double weight_bytes, kv_bytes;  /* held by this rank */
     double rss_weights;             /* resident memory growth while loading the shard */
+    double replans, replan_s;       /* re-placements taken part in, and their seconds (load + KV moves) */
+    double moved_bytes_sent, moved_bytes_recv; /* KV-cache bytes moved by re-placements */
     /* inter-layer speculation, counted by the FFN rank of each speculating layer l (l -> l+1) */
     double spec_decided[MI_SPEC_MAX_LAYERS];  /* forward passes that tested the transition */
     double spec_accepted[MI_SPEC_MAX_LAYERS]; /* of which ||FFN(Z)||/||Z|| < tolerance */
@@ -53,6 +55,18 @@ float *mi_runtime_forward(mi_runtime *rt, const int *tokens, int T, int pos0, in
 
 /* Rank 0 only: run n tokens in chunks of max_T; returns last logits. */
 float *mi_runtime_prefill(mi_runtime *rt, const int *tokens, int n, int pos0);
+
+/* Rank 0 only: switch every rank to plan in the middle of a sequence whose
+ * KV cache holds n_pos positions (seed 000 "Memory needs active management").
+ * Each rank frees its old shard before loading its new one (a device never
+ * holds both), and each KV head whose rank changes is sent, positions
+ * [0, n_pos), from its old rank to its new one; the output is unchanged
+ * (the same rows, just elsewhere). Metrics carry over; replans, replan_s
+ * and moved_bytes_* count the move. */
+void mi_runtime_replan(mi_runtime *rt, const mi_plan *plan, int n_pos);
+
+/* The plan being carried out (this rank's copy). */
+const mi_plan *mi_runtime_plan(const mi_runtime *rt);
 
 /* Rank 0 only: clear every rank's KV cache (a new sequence). */
 void mi_runtime_reset(mi_runtime *rt);

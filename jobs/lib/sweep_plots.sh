@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# PNG figures of a sweep summary (jobs/lib/sweep_summary.js output) with gnuplot.
+# usage: jobs/lib/sweep_plots.sh OUT_PREFIX     (reads OUT_PREFIX.csv, _active.dat, _rtt.dat)
+set -euo pipefail
+p=${1:?usage: sweep_plots.sh OUT_PREFIX}
+csv="$p.csv"
+[[ -r $csv ]] || { echo "sweep_plots: error: '$csv' not found" >&2; exit 1; }
+command -v gnuplot >/dev/null || { echo "sweep_plots: gnuplot not installed (jobs/build.sh installs it); CSV only" >&2; exit 0; }
+label="$(sed -n 2p "$csv" | cut -d, -f1)"
+[[ "$(sed -n 2p "$csv" | cut -d, -f2)" == "true" ]] && label="$label, synthetic weights"
+positions="$(sed -n 2p "$csv" | cut -d, -f12)"
+xtic='sprintf("%s%s r%d d%s l%s", strcol(3), strcol(4) eq "1" ? "+spec" : "", column(6), strcol(7), strcol(8))'
+gnuplot <<GP
+set terminal pngcairo size 1100,520
+set datafile separator ","
+set style data histograms; set style fill solid 0.8; set boxwidth 0.8; set xtics rotate by -30
+set key outside right; set grid ytics; set bmargin 7
+set output "${p}_time.png"
+set title "Seconds for $positions positions ($label, emulated devices)"; set ylabel "seconds"
+plot "$csv" every ::1 using 13:xtic($xtic) title "seconds"
+set output "${p}_bytes.png"
+set title "MB moved over the run ($label)"; set ylabel "MB"
+plot "$csv" every ::1 using (\$16/1e6):xtic($xtic) title "MB sent, all ranks"
+set output "${p}_breakdown.png"
+set title "Where the time goes, summed over ranks ($label)"; set ylabel "seconds"; set style histogram rowstacked
+plot "$csv" every ::1 using 17:xtic($xtic) title "attention + projection", \
+     "" every ::1 using 18 title "FFN", "" every ::1 using 19 title "communication", "" every ::1 using 20 title "idle"
+GP
+ncol=$(awk 'NR == 1 {print NF}' "${p}_active.dat" 2>/dev/null || echo 0)
+if ((ncol > 1)); then
+    gnuplot <<GP
+set terminal pngcairo size 1100,520
+set output "${p}_active.png"
+set title "Compute seconds per device ($label)"; set ylabel "seconds"
+set style data histograms; set style histogram clustered gap 1; set style fill solid 0.8
+set xtics rotate by -30; set key outside right; set grid ytics; set bmargin 7
+plot for [c=2:$ncol] "${p}_active.dat" using c:xtic(1) title sprintf("rank %d", c - 2)
+GP
+fi
+nblocks=$(grep -c '^"' "${p}_rtt.dat" || true)
+if (($(awk -F, 'NR > 1 {print $7}' "$csv" | sort -u | wc -l) > 1)); then
+    gnuplot <<GP
+set terminal pngcairo size 900,520
+set output "${p}_rtt.png"
+set title "Seconds for $positions positions against link RTT ($label)"
+set xlabel "measured RTT to the controller, ms"; set ylabel "seconds"; set grid; set key outside right
+plot for [i=0:$((nblocks - 1))] "${p}_rtt.dat" index i using 1:2 with linespoints title columnheader(1)
+GP
+fi
+line=$(awk -F, 'NR > 1 && $4 == 1 {print $24; exit}' "$csv")
+if [[ -n "$line" ]]; then
+    tr ' ' '\n' <<<"$line" | awk '{print NR - 1, $1}' > "${p}_acceptance.dat"
+    gnuplot <<GP
+set terminal pngcairo size 800,450
+set output "${p}_acceptance.png"
+set title "Acceptance per layer transition ($label)"; set xlabel "from layer"; set ylabel "acceptance"
+set yrange [0:1]; set style fill solid 0.8; set boxwidth 0.7; set grid ytics
+plot "${p}_acceptance.dat" using 1:2 with boxes notitle
+GP
+fi
+echo "sweep_plots: wrote ${p}_*.png" >&2

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The sweep's batch variant end to end without Slurm (jobs/sweep.slurm falls back
+# to mpirun): 3 ranks, layer-wise and greedy head-level placement, speculation at
+# tolerance 0 (nothing may be accepted) and 1e9 (everything must be), then the
+# summary (CSV, table with ratios to layer-wise, per-device compute time) and
+# the plots. Also the summary's and sweep.sh's errors on bad input.
+# usage: sweep_jobs.sh MODEL
+set -uo pipefail
+model=${1:?usage: sweep_jobs.sh MODEL}
+root="$(cd "$(dirname "$0")/.." && pwd)"
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fail=0
+check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
+
+SLURM_NTASKS=3 MODEL="$model" TOKENS=6 PLANNERS="layerwise greedy" TOLERANCES="0 1e9" NAME=t OUT_DIR="$tmp" \
+    OMPI_MCA_mpi_yield_when_idle=1 bash "$root/jobs/sweep.slurm" > "$tmp/out" 2>&1
+rc=$?
+check "sweep.slurm (mpirun fallback) exits 0" "[[ $rc == 0 ]]" || cat "$tmp/out"
+csv="$tmp/t.csv"
+check "one CSV row per run (layer-wise, greedy, greedy+spec tol 0, greedy+spec tol 1e9)" \
+    "[[ \$(tail -n +2 '$csv' | wc -l) == 4 ]]"
+col() { awk -F, -v c="$1" 'NR == 1 {for (i = 1; i <= NF; i++) if ($i == c) k = i; next} {print $k}' "$csv"; }
+row() { awk -F, -v p="$1" -v s="$2" -v t="$3" 'NR > 1 && $3 == p && $4 == s && (s == 0 || $5 == t)' "$csv"; }
+hdr=$(head -1 "$csv")
+field() { local n; n=$(tr ',' '\n' <<<"$hdr" | grep -nx "$1" | cut -d: -f1); cut -d, -f"$n"; }
+check "256-position columns: 14 prompt tokens + 6 generated" "[[ \$(col positions | sort -u) == 20 ]]"
+check "tolerance 0 accepts nothing on any of the 5 transitions" \
+    "[[ \$(row greedy 1 0 | field acceptance_per_layer) == '0.000 0.000 0.000 0.000 0.000' ]]"
+check "tolerance 1e9 accepts every transition" \
+    "[[ \$(row greedy 1 1e9 | field acceptance_per_layer) == '1.000 1.000 1.000 1.000 1.000' ]]"
+check "per-device compute time: one value per rank" \
+    "[[ \$(row layerwise 0 0 | field active_s_per_rank | wc -w) == 3 ]]"
+lw=$(row layerwise 0 0 | field bytes_total); hl=$(row greedy 0 0 | field bytes_total)
+check "head-level moves more bytes than layer-wise ($hl > $lw)" "(( hl > lw ))"
+check "table: layer-wise is its own baseline (1.00x)" "grep -q '^| layer-wise | [0-9.]* | 1.00x |' '$tmp/t_table.md'"
+ratio=$(awk -F'|' '/head-level greedy \|/ {gsub(/ /, "", $4); print $4}' "$tmp/t_table.md")
+expect=$(awk -F, 'NR > 1 && $3 == "layerwise" {b = $13} NR > 1 && $3 == "greedy" && $4 == 0 {h = $13} END {printf "%.2fx", b / h}' "$csv")
+check "table ratio is layer-wise seconds / head-level seconds ($ratio == $expect)" "[[ '$ratio' == '$expect' ]]"
+t_lw=$(node -e 'console.log(require(process.argv[1]).tokens.join(" "))' "$tmp/t/runs/layerwise_spec0_tol0_r3_dnet_lnet.json")
+t_t0=$(node -e 'console.log(require(process.argv[1]).tokens.join(" "))' "$tmp/t/runs/greedy_spec1_tol0_r3_dnet_lnet.json")
+check "speculation at tolerance 0 gives layer-wise's tokens" "[[ -n '$t_lw' && '$t_lw' == '$t_t0' ]]"
+if command -v gnuplot >/dev/null; then
+    for f in time bytes breakdown active acceptance; do
+        check "plot $f" "[[ -s '$tmp/t_$f.png' ]] && [[ \$(head -c 4 '$tmp/t_$f.png' | od -An -c | tr -d ' ') == '211PNG' ]]"
+    done
+fi
+
+# bad input
+mkdir "$tmp/empty"
+node "$root/jobs/lib/sweep_summary.js" "$tmp/empty" "$tmp/x" > "$tmp/e1" 2>&1; rc=$?
+check "summary of an empty directory: exit 1 with a reason" "[[ $rc == 1 ]] && grep -q 'no run files' '$tmp/e1'"
+echo '{"ranks": [' > "$tmp/empty/greedy_spec0_tol0_r3_d5_l0.json"
+node "$root/jobs/lib/sweep_summary.js" "$tmp/empty" "$tmp/x" > "$tmp/e2" 2>&1; rc=$?
+check "summary of a truncated run file names it" "[[ $rc == 1 ]] && grep -q 'greedy_spec0_tol0_r3_d5_l0.json: not a meshinfer' '$tmp/e2' && [[ ! -e '$tmp/x.csv' ]]"
+bash "$root/jobs/sweep.sh" --name 'a/b' > "$tmp/e3" 2>&1; rc=$?
+check "sweep.sh rejects a --name with a slash" "[[ $rc == 2 ]] && grep -q -- '--name' '$tmp/e3'"
+bash "$root/jobs/sweep.sh" --model "$tmp/none.h5" > "$tmp/e4" 2>&1; rc=$?
+check "sweep.sh names a missing model" "[[ $rc == 2 ]] && grep -q 'none.h5' '$tmp/e4'"
+MODEL="$tmp/none.h5" bash "$root/jobs/sweep.slurm" > "$tmp/e5" 2>&1; rc=$?
+check "sweep.slurm names a missing model" "[[ $rc == 2 ]] && grep -q 'none.h5' '$tmp/e5'"
+exit $fail

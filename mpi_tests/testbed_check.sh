@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The emulated device testbed (jobs/testbed.sh) on a short run: the text is the
+# one-rank text, the measured RTT reflects the added delay, a lossy link still
+# gives the same text (TCP retransmits), and everything the testbed creates
+# (cgroups, iptables rules, mi_netem) is gone afterwards, also when the script
+# is sent SIGTERM mid-run. Skipped (exit 77) without root, a writable cgroup-v1
+# cpu controller or iptables with NFQUEUE.
+# usage: testbed_check.sh MESHINFER MODEL
+set -uo pipefail
+mi=${1:?usage: testbed_check.sh MESHINFER MODEL}; model=${2:?}
+root="$(cd "$(dirname "$0")/.." && pwd)"
+[[ $(id -u) -eq 0 && -w /sys/fs/cgroup/cpu ]] || { echo "skip: needs root and cgroup-v1 cpu"; exit 77; }
+command -v iptables >/dev/null || { echo "skip: no iptables"; exit 77; }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+fail=0
+check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
+port=47100   # away from the default 46000, so a sweep may run meanwhile
+# what is left of the testbed whose start-up line is in file $1
+leftovers() {
+    local tag queue
+    tag=$(sed -n 's/.*(cgroups \(meshinfer-testbed-[0-9]*\)-rank.*/\1/p' "$1")
+    queue=$(sed -n 's/.*NFQUEUE \([0-9]*\) on ports.*/\1/p' "$1")
+    [[ -n $tag && -n $queue ]] || { echo "no start-up line in $1"; return; }
+    echo "$(iptables -S OUTPUT | grep -c "NFQUEUE.*$port:") $(ls /sys/fs/cgroup/cpu | grep -c "$tag-") $(pgrep -fc "mi_netem --queue $queue " || true)"
+}
+want=$("$mi" generate -m "$model" -n 12 2>/dev/null)
+json() { node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1])); console.log(eval(process.argv[2]))' "$@"; }
+
+"$root/jobs/testbed.sh" --ranks 3 --cpu-pct 60 --delay-ms 2 --jitter-ms 0.4 --port $port -- \
+    generate -m "$model" -n 12 --planner greedy --json > "$tmp/a.json" 2> "$tmp/a.err"
+rc=$?
+check "testbed run exits 0" "[[ $rc == 0 ]]" || tail -5 "$tmp/a.err"
+check "same text as one rank" "[[ \"\$(json '$tmp/a.json' j.text)\" == \"\$want\" ]]"
+rtt=$(json "$tmp/a.json" 'Math.min(...j.rtt_ms.slice(1))')
+check "measured RTT $rtt ms is at least the added 2 x (2 - 0.4) ms and under 40 ms" \
+    "awk 'BEGIN {exit !($rtt >= 3.2 && $rtt < 40)}'"
+check "no cgroup, iptables rule or mi_netem left after a run" "[[ \"\$(leftovers '$tmp/a.err')\" == '0 0 0' ]]"
+
+"$root/jobs/testbed.sh" --ranks 3 --cpu-pct 60 --delay-ms 1 --loss-pct 3 --port $port -- \
+    generate -m "$model" -n 12 --planner roundrobin > "$tmp/b.txt" 2> "$tmp/b.err"
+rc=$?
+check "3% packet loss: exits 0 with the same text" "[[ $rc == 0 && \"\$(cat '$tmp/b.txt')\" == \"\$want\" ]]"
+check "mi_netem dropped packets" "grep -q 'dropped' '$tmp/b.err' && ! grep -q ' 0 dropped' '$tmp/b.err'"
+
+"$root/jobs/testbed.sh" --ranks 3 --cpu-pct 30 --delay-ms 5 --port $port -- \
+    generate -m "$model" -n 240 --ignore-eos --planner greedy > /dev/null 2> "$tmp/c.err" &
+tb=$!
+for _ in $(seq 150); do grep -q "^testbed: 3 ranks" "$tmp/c.err" && break; sleep 0.2; done
+sleep 2
+check "testbed started: 2 iptables rules, 3 cgroups, mi_netem" "[[ \"\$(leftovers '$tmp/c.err')\" == '2 3 1' ]]"
+kill -TERM "$tb"; wait "$tb"; rc=$?
+sleep 1
+check "SIGTERM: exit 130 with a message" "[[ $rc == 130 ]] && grep -q 'interrupted' '$tmp/c.err'"
+check "SIGTERM: no meshinfer rank, cgroup, iptables rule or mi_netem left" \
+    "[[ \"\$(leftovers '$tmp/c.err')\" == '0 0 0' && \$(pgrep -fc 'meshinfer generate.*-n 240' || true) == 0 ]]"
+
+"$root/jobs/testbed.sh" --ranks 3 --bogus 1 -- info > /dev/null 2> "$tmp/d.err"; rc=$?
+check "unknown option: exit 2 naming it" "[[ $rc == 2 ]] && grep -q 'bogus' '$tmp/d.err'"
+exit $fail
