@@ -336,11 +336,14 @@ static void memory_check(mi_session *ss, int pos0, int T)
             mi_fatal("memory: at position %d no placement fits the devices' budgets any more: %s", need, err);
         h = need + (h - need) / 2;
     }
-    session_replan ev = {need, trigger, frac, h, (mi_now() - t0) * 1e3, 0.0, 0};
+    session_replan ev = {need, trigger, frac, h, (mi_now() - t0) * 1e3, 0.0, 0, 0};
     if (mi_plan_same_placement(cur, &np)) {
         cur->kv_positions = np.kv_positions;
         mi_plan_free(&np);
     } else {
+        for (int l = 0; l < ss->cfg.n_layers; l++)
+            for (int k = 0; k < ss->cfg.n_kv_heads; k++)
+                ev.kv_heads_moved += cur->layers[l].kv_rank[k] != np.layers[l].kv_rank[k];
         double t1 = mi_now();
         mi_runtime_replan(ss->rt, &np, pos0);
         ev.seconds = mi_now() - t1;
@@ -355,7 +358,7 @@ static void memory_check(mi_session *ss, int pos0, int T)
             need, ss->cl.dev[trigger].name, trigger, 100 * frac, ev.moved ? "new placement" : "same placement", h,
             ev.plan_ms, ev.moved ? "" : ")\n");
     if (ev.moved)
-        fprintf(stderr, ", moved in %.1f ms)\n", ev.seconds * 1e3);
+        fprintf(stderr, "; %d KV heads moved, shards reloaded in %.1f ms)\n", ev.kv_heads_moved, ev.seconds * 1e3);
     if (ss->n_replans < SESSION_MAX_REPLANS)
         ss->replans[ss->n_replans++] = ev;
 }
@@ -479,9 +482,9 @@ void session_metrics_json(mi_session *ss, FILE *f)
     for (int i = 0; i < ss->n_replans; i++) {
         const session_replan *e = &ss->replans[i];
         fprintf(f, "%s{\"position\": %d, \"rank\": %d, \"budget_fraction\": %.4f, \"kv_positions\": %d, "
-                   "\"plan_ms\": %.3f, \"moved\": %s, \"move_ms\": %.3f}",
+                   "\"plan_ms\": %.3f, \"moved\": %s, \"kv_heads_moved\": %d, \"move_ms\": %.3f}",
                 i ? ", " : "", e->position, e->rank, e->fraction, e->kv_positions, e->plan_ms,
-                e->moved ? "true" : "false", e->seconds * 1e3);
+                e->moved ? "true" : "false", e->kv_heads_moved, e->seconds * 1e3);
     }
     fprintf(f, "], \"speculation\": [");
     int first = 1;

@@ -52,6 +52,7 @@ typedef struct {
     double plan_ms;         /* planner time, all attempts */
     double seconds;         /* the move: loading shards and sending KV heads (0 if nothing moved) */
     int moved;              /* 0: the planner kept the placement */
+    int kv_heads_moved;     /* (layer, KV head) pairs whose rank changed */
 } session_replan;
 
 #define SESSION_MAX_REPLANS 64
