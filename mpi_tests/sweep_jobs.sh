@@ -34,8 +34,10 @@ lw=$(row layerwise 0 0 | field bytes_total); hl=$(row greedy 0 0 | field bytes_t
 check "head-level moves more bytes than layer-wise ($hl > $lw)" "(( hl > lw ))"
 check "table: layer-wise is its own baseline (1.00x)" "grep -q '^| layer-wise | [0-9.]* | 1.00x |' '$tmp/t_table.md'"
 ratio=$(awk -F'|' '/head-level greedy \|/ {gsub(/ /, "", $4); print $4}' "$tmp/t_table.md")
-expect=$(awk -F, 'NR > 1 && $3 == "layerwise" {b = $13} NR > 1 && $3 == "greedy" && $4 == 0 {h = $13} END {printf "%.2fx", b / h}' "$csv")
-check "table ratio is layer-wise seconds / head-level seconds ($ratio == $expect)" "[[ '$ratio' == '$expect' ]]"
+expect=$(awk -F, 'NR > 1 && $3 == "layerwise" {b = $13} NR > 1 && $3 == "greedy" && $4 == 0 {h = $13} END {printf "%.4f", b / h}' "$csv")
+# the CSV rounds seconds to 0.1 ms and these runs take tens of ms: allow 0.015
+check "table ratio is layer-wise seconds / head-level seconds ($ratio ~ $expect)" \
+    "awk -v a='${ratio%x}' -v b='$expect' 'BEGIN {d = a - b; exit !(a > 0 && d < 0.015 && d > -0.015)}'"
 t_lw=$(node -e 'console.log(require(process.argv[1]).tokens.join(" "))' "$tmp/t/runs/layerwise_spec0_tol0_r3_dnet_lnet.json")
 t_t0=$(node -e 'console.log(require(process.argv[1]).tokens.join(" "))' "$tmp/t/runs/greedy_spec1_tol0_r3_dnet_lnet.json")
 check "speculation at tolerance 0 gives layer-wise's tokens" "[[ -n '$t_lw' && '$t_lw' == '$t_t0' ]]"

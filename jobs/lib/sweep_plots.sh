@@ -26,7 +26,8 @@ set title "Where the time goes, summed over ranks ($label)"; set ylabel "seconds
 plot "$csv" every ::1 using 17:xtic($xtic) title "attention + projection", \
      "" every ::1 using 18 title "FFN", "" every ::1 using 19 title "communication", "" every ::1 using 20 title "idle"
 GP
-ncol=$(awk 'NR == 1 {print NF}' "${p}_active.dat" 2>/dev/null || echo 0)
+# one column per rank after the quoted label: the most ranks of any run, plus one
+ncol=$(awk -F, 'NR > 1 {n = split($21, a, " "); if (n > m) m = n} END {print m + 1}' "$csv")
 if ((ncol > 1)); then
     gnuplot <<GP
 set terminal pngcairo size 1100,520
@@ -47,7 +48,7 @@ set xlabel "measured RTT to the controller, ms"; set ylabel "seconds"; set grid;
 plot for [i=0:$((nblocks - 1))] "${p}_rtt.dat" index i using 1:2 with linespoints title columnheader(1)
 GP
 fi
-line=$(awk -F, 'NR > 1 && $4 == 1 {print $24; exit}' "$csv")
+line=$(awk -F, 'NR > 1 && $4 == 1 && $24 != "" {print $24; exit}' "$csv")
 if [[ -n "$line" ]]; then
     tr ' ' '\n' <<<"$line" | awk '{print NR - 1, $1}' > "${p}_acceptance.dat"
     gnuplot <<GP

@@ -58,26 +58,26 @@ const rows = files.map(f => {
         communication_s: sum('communication'), idle_s: sum('idle'),
         active: active, active_fraction_mean: frac.reduce((a, b) => a + b, 0) / frac.length,
         energy_j: energy,
-        acceptance: spec.map(s => s.acceptance),
+        acceptance: spec.map(s => s.acceptance), n_spec: spec.length,
         decided: spec.reduce((s, x) => s + x.decided, 0), accepted: spec.reduce((s, x) => s + x.accepted, 0),
     };
 });
-
-const cols = ['model', 'synthetic_weights', 'planner', 'speculate', 'tolerance', 'ranks', 'delay_ms', 'loss_pct',
-    'rtt_ms', 'prompt_tokens', 'tokens', 'positions', 'seconds', 'tpot_ms', 'bytes_per_forward', 'bytes_total',
-    'attention_s', 'ffn_s', 'communication_s', 'idle_s', 'active_s_per_rank', 'active_fraction_mean',
-    'energy_j_estimate', 'acceptance_per_layer'];
-const csv = [cols.join(',')].concat(rows.map(r => [r.model, r.synthetic, r.planner, r.speculate, r.tolerance, r.ranks,
-    r.delay_ms, r.loss_pct, r.rtt_ms.toFixed(2), r.prompt_tokens, r.tokens, r.positions, r.seconds.toFixed(3),
-    r.tpot_ms.toFixed(2), r.bytes_per_forward.toFixed(0), r.bytes_total, r.attention_s.toFixed(3), r.ffn_s.toFixed(3),
-    r.communication_s.toFixed(3), r.idle_s.toFixed(3), r.active.map(a => a.toFixed(3)).join(' '),
-    r.active_fraction_mean.toFixed(4), r.energy_j.toFixed(1), r.acceptance.map(a => a.toFixed(3)).join(' ')].join(',')));
 
 // Order: layer-wise first, then head-level without and with speculation, as in seed 000's figure.
 const order = { layerwise: 0, roundrobin: 1, random: 2, greedy: 3, tp: 4 };
 const num = x => parseFloat(x) || 0;
 rows.sort((a, b) => a.ranks - b.ranks || num(a.delay_ms) - num(b.delay_ms) || num(a.loss_pct) - num(b.loss_pct) ||
     a.speculate - b.speculate || order[a.planner] - order[b.planner] || a.tolerance - b.tolerance);
+
+const cols = ['model', 'synthetic_weights', 'planner', 'speculate', 'tolerance', 'ranks', 'delay_ms', 'loss_pct',
+    'rtt_ms', 'prompt_tokens', 'tokens', 'positions', 'seconds', 'tpot_ms', 'bytes_per_forward', 'bytes_total',
+    'attention_s', 'ffn_s', 'communication_s', 'idle_s', 'active_s_per_rank', 'active_fraction_mean',
+    'energy_j_estimate', 'acceptance_per_layer'];
+const csv = [cols.join(',')].concat(rows.map(r => [r.model, r.synthetic, r.planner, r.speculate, r.tolerance, r.ranks,
+    r.delay_ms, r.loss_pct, r.rtt_ms.toFixed(2), r.prompt_tokens, r.tokens, r.positions, r.seconds.toFixed(4),
+    r.tpot_ms.toFixed(2), r.bytes_per_forward.toFixed(0), r.bytes_total, r.attention_s.toFixed(3), r.ffn_s.toFixed(3),
+    r.communication_s.toFixed(3), r.idle_s.toFixed(3), r.active.map(a => a.toFixed(3)).join(' '),
+    r.active_fraction_mean.toFixed(4), r.energy_j.toFixed(1), r.acceptance.map(a => a.toFixed(3)).join(' ')].join(',')));
 
 const name = r => r.planner === 'layerwise' ? 'layer-wise'
     : `head-level ${r.planner === 'roundrobin' ? 'round-robin' : r.planner}${r.speculate ? ` + speculation (tol ${r.tolerance})` : ''}`;
@@ -97,7 +97,9 @@ for (const [k, g] of groups) {
     md += '| configuration | seconds | vs layer-wise | MB moved | bytes per forward | compute s per device (rank 0..) | mean active fraction | energy J (est.) | acceptance |\n';
     md += '|---|---|---|---|---|---|---|---|---|\n';
     for (const r of g) {
-        const acc = r.decided ? `${(100 * r.accepted / r.decided).toFixed(0)}%` : '-';
+        // --speculate marks only transitions whose expected saving is positive (cost model)
+        const acc = r.decided ? `${(100 * r.accepted / r.decided).toFixed(0)}% of ${r.n_spec} transitions`
+            : r.speculate ? 'none eligible' : '-';
         md += `| ${name(r)} | ${r.seconds.toFixed(2)} | ${base ? (base.seconds / r.seconds).toFixed(2) + 'x' : '-'} | ` +
             `${(r.bytes_total / 1e6).toFixed(2)} | ${r.bytes_per_forward.toFixed(0)} | ${r.active.map(a => a.toFixed(2)).join(' / ')} | ` +
             `${(100 * r.active_fraction_mean).toFixed(1)}% | ${r.energy_j.toFixed(0)} | ${acc} |\n`;
