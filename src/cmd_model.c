@@ -1,7 +1,6 @@
 /* Model-file commands: convert, synth, info, tokenize. None needs MPI. */
 #define _POSIX_C_SOURCE 200809L
 #include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,25 +13,6 @@
 #include "meshinfer/model_file.h"
 #include "meshinfer/synth.h"
 #include "meshinfer/tokenizer.h"
-
-static void on_signal(int sig)
-{
-    mi_model_writer_cleanup_on_signal();
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-static void cleanup_on_signals(void)
-{
-    int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-    for (int i = 0; i < 3; i++) {
-        struct sigaction old;
-        /* a signal ignored at start (nohup, background jobs) stays ignored */
-        if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
-            continue;
-        signal(sigs[i], on_signal);
-    }
-}
 
 /* Refuse to write the output over one of the inputs. */
 static void check_not_input(const char *out, const char *in)
@@ -83,7 +63,6 @@ int cmd_convert(int argc, char **argv)
     }
     check_not_input(out, ckpt);
     check_not_input(out, tok);
-    cleanup_on_signals();
     char err[MI_ERRLEN];
     double t0 = mi_now();
     if (mi_convert(ckpt, tok, out, name, err))
@@ -136,7 +115,6 @@ int cmd_synth(int argc, char **argv)
         mi_fatal("synth: unknown shape '%s' (known: %s)", shape, mi_config_shape_names());
     if (layers)
         c.n_layers = layers;
-    cleanup_on_signals();
     char err[MI_ERRLEN];
     double t0 = mi_now();
     if (mi_synth_write(&c, seed, out, isatty(fileno(stderr)) ? 2 : 1, err))

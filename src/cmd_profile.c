@@ -117,6 +117,7 @@ int cmd_profile(int argc, char **argv)
     FILE *f = fopen(tmp_path, "w");
     if (!f)
         mi_fatal("%s: cannot create the profile file (missing or read-only directory)", out);
+    mi_temp_file_set(tmp_path); /* a profile killed during its long pass leaves no .partial */
     int L = c->n_layers, W = c->seq_len, chunk = 64, d = c->dim;
     size_t cap = (size_t)n_text + (size_t)(n_text / (W - 1) + 1);
     double *ratios = mi_malloc((size_t)(L - 1) * cap * sizeof(double), "ratios");
@@ -194,7 +195,9 @@ int cmd_profile(int argc, char **argv)
                r[(size_t)(0.9 * (double)(n_pos - 1))], saving * 1e6, spec ? "yes" : "no");
     }
     fprintf(f, "]}\n");
-    if (fclose(f) != 0 || rename(tmp_path, out) != 0) {
+    int bad_close = fclose(f) != 0 || rename(tmp_path, out) != 0;
+    mi_temp_file_clear();
+    if (bad_close) {
         remove(tmp_path);
         mi_fatal("%s: cannot write the profile file", out);
     }

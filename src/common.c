@@ -3,6 +3,7 @@
 #include "meshinfer/common.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <math.h>
 #include <mpi.h>
 #include <stdarg.h>
@@ -225,4 +226,47 @@ size_t mi_rss_bytes(void)
     if (n != 2)
         return 0;
     return (size_t)rss * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* ------------------------------------------------ temporary outputs */
+
+static volatile sig_atomic_t g_temp_set = 0;
+static char g_temp_path[4200];
+
+static void temp_on_signal(int sig)
+{
+    if (g_temp_set)
+        unlink(g_temp_path); /* async-signal-safe */
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void temp_at_exit(void)
+{
+    if (g_temp_set)
+        unlink(g_temp_path);
+}
+
+void mi_temp_file_set(const char *path)
+{
+    static int installed = 0;
+    if (!installed) {
+        installed = 1;
+        atexit(temp_at_exit); /* mi_fatal and exit() mid-write */
+        int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+        for (int i = 0; i < 3; i++) {
+            struct sigaction old;
+            if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+                continue;
+            signal(sigs[i], temp_on_signal);
+        }
+    }
+    g_temp_set = 0;
+    snprintf(g_temp_path, sizeof g_temp_path, "%s", path);
+    g_temp_set = 1;
+}
+
+void mi_temp_file_clear(void)
+{
+    g_temp_set = 0;
 }

@@ -3,7 +3,6 @@
 #include "meshinfer/model_file.h"
 
 #include <hdf5.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <stdint.h>
@@ -26,16 +25,6 @@ struct mi_model_writer {
     char tmp[4200];
 };
 
-/* The writer whose temp file a signal handler must delete. */
-static volatile sig_atomic_t g_have_tmp = 0;
-static char g_tmp_path[4200];
-
-void mi_model_writer_cleanup_on_signal(void)
-{
-    if (g_have_tmp)
-        unlink(g_tmp_path);
-}
-
 static void quiet_hdf5(void)
 {
     static int done = 0;
@@ -48,7 +37,6 @@ static void quiet_hdf5(void)
     H5dont_atexit();
     /* HDF5 prints a multi-line error stack by default; we report one line. */
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    atexit(mi_model_writer_cleanup_on_signal);
 }
 
 /* The output must be a new or regular file in an existing writable
@@ -446,11 +434,10 @@ mi_model_writer *mi_model_writer_create(const char *path, const mi_config *c, ch
     mi_model_writer *w = mi_calloc(1, sizeof *w, "model writer");
     snprintf(w->path, sizeof w->path, "%s", path);
     snprintf(w->tmp, sizeof w->tmp, "%s.partial.%ld", path, (long)getpid());
-    snprintf(g_tmp_path, sizeof g_tmp_path, "%s", w->tmp);
-    g_have_tmp = 1;
+    mi_temp_file_set(w->tmp);
     w->file = H5Fcreate(w->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (w->file < 0) {
-        g_have_tmp = 0;
+        mi_temp_file_clear();
         mi_set_error(err, "%s: cannot create output file (directory missing or not writable)", path);
         free(w);
         return NULL;
@@ -567,7 +554,7 @@ int mi_model_writer_commit(mi_model_writer *w, char *err)
         rc = mi_set_error(err, "%s: cannot move the finished file into place", w->path);
         unlink(w->tmp);
     }
-    g_have_tmp = 0;
+    mi_temp_file_clear();
     free(w);
     return rc;
 }
@@ -578,6 +565,6 @@ void mi_model_writer_abort(mi_model_writer *w)
         return;
     H5Fclose(w->file);
     unlink(w->tmp);
-    g_have_tmp = 0;
+    mi_temp_file_clear();
     free(w);
 }

@@ -97,5 +97,24 @@ if [[ $rc -ne 0 && -z "$(find "$tmp" -name 'big.h5*')" ]]; then
 else
     echo "FAIL: interrupted synth: exit $rc, left: $(find "$tmp" -name 'big.h5*')"; fail=$((fail+1))
 fi
+# the same for profile's long corpus pass
+for ((i = 0; i < 4000; i++)); do echo "Once upon a time there was a little cat who liked to play in the sun."; done > "$tmp/corpus.txt"
+for try in 1 2 3 4 5; do
+    "$bin" profile -m "$model" --text "$tmp/corpus.txt" --max-tokens 1000000 --out "$tmp/prof.json" >/dev/null 2>&1 &
+    pid=$!; started=0
+    # kill it once its temporary output exists (the long pass has begun)
+    for ((i = 0; i < 200; i++)); do
+        [[ -n "$(find "$tmp" -name 'prof.json.partial*')" ]] && { started=1; break; }
+        sleep 0.05
+    done
+    kill -TERM $pid 2>/dev/null; wait $pid; rc=$?
+    [[ $rc -ne 0 && $started == 1 ]] && break
+    rm -f "$tmp/prof.json"
+done
+if [[ $started == 1 && $rc -eq 143 && -z "$(find "$tmp" -name 'prof.json*')" ]]; then
+    echo "ok: interrupted profile left nothing behind (exit $rc)"; pass=$((pass+1))
+else
+    echo "FAIL: interrupted profile: started $started, exit $rc, left: $(find "$tmp" -name 'prof.json*')"; fail=$((fail+1))
+fi
 echo "$pass passed, $fail failed"
 ((fail == 0))

@@ -27,6 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define SEED 20240601ull
@@ -861,15 +863,26 @@ static void test_writer_abort(void)
     CU_ASSERT_FALSE(dir_has_partial(g_dir));
     mi_model_writer_abort(NULL); /* safe */
 
-    /* the signal-handler cleanup removes the temporary of the open writer */
-    w = mi_model_writer_create(p, &g_cfg, err);
-    CU_ASSERT_PTR_NOT_NULL_FATAL(w);
-    CU_ASSERT(dir_has_partial(g_dir));
-    mi_model_writer_cleanup_on_signal();
-    CU_ASSERT_FALSE(dir_has_partial(g_dir));
-    mi_model_writer_abort(w);
-    CU_ASSERT_FALSE(file_exists(p));
-    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+    /* a process killed while its writer is open leaves no temporary file
+     * and dies of the signal */
+    for (int k = 0; k < 2; k++) {
+        int sig = k ? SIGINT : SIGTERM;
+        fflush(NULL);
+        pid_t pid = fork();
+        CU_ASSERT_FATAL(pid >= 0);
+        if (pid == 0) {
+            mi_model_writer *cw = mi_model_writer_create(p, &g_cfg, err);
+            if (!cw || !dir_has_partial(g_dir))
+                _exit(3);
+            raise(sig);
+            _exit(4); /* not reached */
+        }
+        int st = 0;
+        CU_ASSERT_EQUAL(waitpid(pid, &st, 0), pid);
+        CU_ASSERT(WIFSIGNALED(st) && WTERMSIG(st) == sig);
+        CU_ASSERT_FALSE(dir_has_partial(g_dir));
+        CU_ASSERT_FALSE(file_exists(p));
+    }
 }
 
 static void test_writer_commit(void)

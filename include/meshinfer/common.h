@@ -59,4 +59,13 @@ double mi_now(void);
 /* Resident set size of this process in bytes (from /proc/self/statm), 0 if unknown. */
 size_t mi_rss_bytes(void);
 
+/* Remove `path` (a temporary output written before a rename) if the process
+ * exits or is ended by SIGINT, SIGTERM or SIGHUP before mi_temp_file_clear(), so a
+ * killed convert, synth or profile leaves nothing half written. One path at a
+ * time; the signal then takes its default action, so the exit status is that
+ * of the signal. Signals ignored at start (nohup, background jobs) stay
+ * ignored. */
+void mi_temp_file_set(const char *path);
+void mi_temp_file_clear(void);
+
 #endif

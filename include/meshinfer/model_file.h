@@ -82,8 +82,4 @@ int mi_model_writer_commit(mi_model_writer *w, char *err);
 /* Close and remove the temporary file. Frees w. Safe with NULL. */
 void mi_model_writer_abort(mi_model_writer *w);
 
-/* Remove the temporary file of the writer currently open, if any; called from
- * a signal handler so that Ctrl-C during `convert` leaves nothing behind. */
-void mi_model_writer_cleanup_on_signal(void);
-
 #endif
