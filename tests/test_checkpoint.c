@@ -11,6 +11,7 @@
 
 #include "meshinfer/checkpoint.h"
 #include "meshinfer/common.h"
+#include "test_util.h"
 #include "meshinfer/config.h"
 #include "meshinfer/forward.h"
 #include "meshinfer/model.h"
@@ -217,52 +218,6 @@ static int write_tokenizer_bin(const char *path, const mi_tokenizer *t)
 
 /* ------------------------------------------------------------ fs helpers */
 
-static void path_in_dir(char *buf, size_t n, const char *name)
-{
-    snprintf(buf, n, "%s/%s", g_dir, name);
-}
-
-static int file_exists(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0;
-}
-
-static int dir_has_partial(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return 0;
-    int found = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (strstr(e->d_name, ".partial."))
-            found = 1;
-    closedir(d);
-    return found;
-}
-
-static int rm_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return -1;
-    struct dirent *e;
-    char p[8192];
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-            rm_tree(p);
-        else
-            unlink(p);
-    }
-    closedir(d);
-    return rmdir(dir);
-}
-
 static int has(const char *err, const char *key)
 {
     if (strstr(err, key))
@@ -275,11 +230,7 @@ static int has(const char *err, const char *key)
 
 static int suite_init(void)
 {
-    const char *tmp = getenv("TMPDIR");
-    if (!tmp || !*tmp)
-        tmp = "/tmp";
-    snprintf(g_dir, sizeof g_dir, "%s/test_checkpoint.XXXXXX", tmp);
-    if (!mkdtemp(g_dir))
+    if (tu_make_scratch(g_dir, sizeof g_dir, "test_checkpoint"))
         return -1;
     char err[MI_ERRLEN];
     if (g_real_tok) {
@@ -295,7 +246,7 @@ static int suite_init(void)
             fprintf(stderr, "%s\n", err);
             return -1;
         }
-        path_in_dir(g_tok_path, sizeof g_tok_path, "tokenizer.bin");
+        tu_path(g_tok_path, sizeof g_tok_path, g_dir, "tokenizer.bin");
         if (write_tokenizer_bin(g_tok_path, &g_tok) != 0)
             return -1;
         /* the file we wrote reads back as the same vocabulary */
@@ -312,7 +263,7 @@ static int suite_init(void)
 static int suite_clean(void)
 {
     mi_tokenizer_free(&g_tok);
-    return rm_tree(g_dir) == 0 ? 0 : -1;
+    return tu_rm_tree(g_dir) == 0 ? 0 : -1;
 }
 
 /* ------------------------------------------------------------ checks */
@@ -325,7 +276,7 @@ static void tiny(src_model *m, int nkv, int shared, uint64_t seed)
 
 static void write_ckpt(const char *name, const buf_t *b, char *path, size_t n)
 {
-    path_in_dir(path, n, name);
+    tu_path(path, n, g_dir, name);
     CU_ASSERT_EQUAL_FATAL(write_bytes(path, b->p, b->n), 0);
 }
 
@@ -610,8 +561,8 @@ static void convert_pair(int nkv, int shared, uint64_t seed, float **logits_out)
     char c0[4300], c1[4300], o0[4300], o1[4300], err[MI_ERRLEN] = "";
     write_ckpt("conv-v0.bin", &b0, c0, sizeof c0);
     write_ckpt("conv-v1.bin", &b1, c1, sizeof c1);
-    path_in_dir(o0, sizeof o0, "conv-v0.h5");
-    path_in_dir(o1, sizeof o1, "conv-v1.h5");
+    tu_path(o0, sizeof o0, g_dir, "conv-v0.h5");
+    tu_path(o1, sizeof o1, g_dir, "conv-v1.h5");
     int r0 = mi_convert(c0, g_tok_path, o0, "tiny-ckpt", err);
     if (r0)
         fprintf(stderr, "\n  %s\n", err);
@@ -620,7 +571,7 @@ static void convert_pair(int nkv, int shared, uint64_t seed, float **logits_out)
         fprintf(stderr, "\n  %s\n", err);
     CU_ASSERT_EQUAL(r0, 0);
     CU_ASSERT_EQUAL(r1, 0);
-    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+    CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
     if (r0 == 0 && r1 == 0) {
         check_converted(o0, o1, &m, "tiny-ckpt");
         float *lg = forward_compare(o0, o1);
@@ -664,7 +615,7 @@ static void test_convert_overwrites_atomically(void)
     buf_t b = build_v1(&m, 1);
     char c[4300], o[4300], err[MI_ERRLEN] = "";
     write_ckpt("ow.bin", &b, c, sizeof c);
-    path_in_dir(o, sizeof o, "ow.h5");
+    tu_path(o, sizeof o, g_dir, "ow.h5");
     CU_ASSERT_EQUAL_FATAL(write_bytes(o, "old", 3), 0);
     CU_ASSERT_EQUAL(mi_convert(c, g_tok_path, o, "ow", err), 0);
     mi_config cfg;
@@ -674,7 +625,7 @@ static void test_convert_overwrites_atomically(void)
         CU_ASSERT_STRING_EQUAL(cfg.name, "ow");
         mi_model_close(mf);
     }
-    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+    CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
     unlink(c);
     unlink(o);
     free(b.p);
@@ -688,7 +639,7 @@ static void test_convert_overwrites_atomically(void)
 static void expect_bad_ckpt(const char *name, const void *bytes, size_t n, const char *key1, const char *key2)
 {
     char c[4300], o[4400], err[MI_ERRLEN] = "";
-    path_in_dir(c, sizeof c, name);
+    tu_path(c, sizeof c, g_dir, name);
     CU_ASSERT_EQUAL_FATAL(write_bytes(c, bytes, n), 0);
     mi_checkpoint ck;
     memset(&ck, 0x5a, sizeof ck);
@@ -707,8 +658,8 @@ static void expect_bad_ckpt(const char *name, const void *bytes, size_t n, const
     CU_ASSERT(strlen(err) > 0);
     if (key1)
         CU_ASSERT(has(err, key1));
-    CU_ASSERT_FALSE(file_exists(o));
-    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+    CU_ASSERT_FALSE(tu_file_exists(o));
+    CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
     unlink(c);
 }
 
@@ -814,8 +765,8 @@ static void test_bad_header(void)
 static void test_bad_missing(void)
 {
     char c[4300], o[4300], err[MI_ERRLEN] = "";
-    path_in_dir(c, sizeof c, "no-such-checkpoint.bin");
-    path_in_dir(o, sizeof o, "no-such.h5");
+    tu_path(c, sizeof c, g_dir, "no-such-checkpoint.bin");
+    tu_path(o, sizeof o, g_dir, "no-such.h5");
     mi_checkpoint ck;
     CU_ASSERT_EQUAL(mi_checkpoint_open(&ck, c, err), -1);
     CU_ASSERT(has(err, "no such file"));
@@ -823,8 +774,8 @@ static void test_bad_missing(void)
     err[0] = '\0';
     CU_ASSERT_EQUAL(mi_convert(c, g_tok_path, o, "x", err), -1);
     CU_ASSERT(has(err, "no-such-checkpoint.bin"));
-    CU_ASSERT_FALSE(file_exists(o));
-    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+    CU_ASSERT_FALSE(tu_file_exists(o));
+    CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
     /* a directory is not a checkpoint */
     err[0] = '\0';
     CU_ASSERT_EQUAL(mi_checkpoint_open(&ck, g_dir, err), -1);
@@ -838,8 +789,8 @@ static void test_bad_tokenizer(void)
     buf_t b = build_v1(&m, 1);
     char c[4300], o[4300], t[4300], err[MI_ERRLEN] = "";
     write_ckpt("tokcase.bin", &b, c, sizeof c);
-    path_in_dir(o, sizeof o, "tokcase.h5");
-    path_in_dir(t, sizeof t, "tok-trunc.bin");
+    tu_path(o, sizeof o, g_dir, "tokcase.h5");
+    tu_path(t, sizeof t, g_dir, "tok-trunc.bin");
     size_t n = 0;
     unsigned char *tb = read_bytes(g_tok_path, &n);
     CU_ASSERT_PTR_NOT_NULL_FATAL(tb);
@@ -848,17 +799,17 @@ static void test_bad_tokenizer(void)
     CU_ASSERT_EQUAL_FATAL(write_bytes(t, tb, n - 3), 0);
     CU_ASSERT_EQUAL(mi_convert(c, t, o, "x", err), -1);
     CU_ASSERT(has(err, "truncated"));
-    CU_ASSERT_FALSE(file_exists(o));
-    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+    CU_ASSERT_FALSE(tu_file_exists(o));
+    CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
     /* missing tokenizer.bin */
-    path_in_dir(t, sizeof t, "no-tokenizer.bin");
+    tu_path(t, sizeof t, g_dir, "no-tokenizer.bin");
     err[0] = '\0';
     CU_ASSERT_EQUAL(mi_convert(c, t, o, "x", err), -1);
     CU_ASSERT(has(err, "no-tokenizer.bin"));
-    CU_ASSERT_FALSE(file_exists(o));
-    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+    CU_ASSERT_FALSE(tu_file_exists(o));
+    CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
     /* a tokenizer with more tokens than the checkpoint's vocabulary */
-    path_in_dir(t, sizeof t, "tok-extra.bin");
+    tu_path(t, sizeof t, g_dir, "tok-extra.bin");
     unsigned char *big = malloc(n + 9);
     memcpy(big, tb, n);
     float sc = 0.0f;
@@ -870,12 +821,12 @@ static void test_bad_tokenizer(void)
     err[0] = '\0';
     CU_ASSERT_EQUAL(mi_convert(c, t, o, "x", err), -1);
     CU_ASSERT(has(err, "mismatch"));
-    CU_ASSERT_FALSE(file_exists(o));
-    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+    CU_ASSERT_FALSE(tu_file_exists(o));
+    CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
     /* the good tokenizer converts (control) */
     CU_ASSERT_EQUAL(mi_convert(c, g_tok_path, o, "x", err), 0);
-    CU_ASSERT(file_exists(o));
-    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+    CU_ASSERT(tu_file_exists(o));
+    CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
     unlink(o);
     unlink(c);
     free(big);
@@ -893,18 +844,18 @@ static void test_bad_output(void)
     char c[4300], o[4300], err[MI_ERRLEN] = "";
     write_ckpt("out.bin", &b, c, sizeof c);
     /* directory does not exist */
-    path_in_dir(o, sizeof o, "missing-dir/out.h5");
+    tu_path(o, sizeof o, g_dir, "missing-dir/out.h5");
     CU_ASSERT_EQUAL(mi_convert(c, g_tok_path, o, "x", err), -1);
     CU_ASSERT(has(err, "cannot create"));
-    CU_ASSERT_FALSE(file_exists(o));
-    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+    CU_ASSERT_FALSE(tu_file_exists(o));
+    CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
     /* the output path is a directory: refused before anything is written */
-    path_in_dir(o, sizeof o, "out-is-dir");
+    tu_path(o, sizeof o, g_dir, "out-is-dir");
     CU_ASSERT_EQUAL_FATAL(mkdir(o, 0700), 0);
     err[0] = '\0';
     CU_ASSERT_EQUAL(mi_convert(c, g_tok_path, o, "x", err), -1);
     CU_ASSERT(has(err, "output is a directory"));
-    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+    CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
     struct stat st;
     CU_ASSERT(stat(o, &st) == 0 && S_ISDIR(st.st_mode));
     rmdir(o);

@@ -15,6 +15,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "meshinfer/common.h"
+#include "test_util.h"
 #include "meshinfer/config.h"
 #include "meshinfer/plan.h"
 
@@ -35,58 +36,6 @@ static char g_dir[4096];
 /* ------------------------------------------------------------ helpers */
 
 #define CHECK_NEAR(a, b) CU_ASSERT(fabs((double)(a) - (double)(b)) <= 1e-9 * fmax(1.0, fabs((double)(b))))
-
-static void path_in_dir(char *buf, size_t n, const char *name)
-{
-    snprintf(buf, n, "%s/%s", g_dir, name);
-}
-
-static int file_exists(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0;
-}
-
-static int write_text(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    if (!f)
-        return -1;
-    int bad = fputs(text, f) < 0;
-    return fclose(f) != 0 || bad ? -1 : 0;
-}
-
-/* 1 if any entry of dir contains ".partial." in its name. */
-static int dir_has_partial(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return 0;
-    int found = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (strstr(e->d_name, ".partial."))
-            found = 1;
-    closedir(d);
-    return found;
-}
-
-static void remove_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    struct dirent *e;
-    char p[8192];
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        unlink(p);
-    }
-    closedir(d);
-    rmdir(dir);
-}
 
 /* Parse text expecting failure; every NULL-terminated word must appear in err. */
 static void expect_cluster_error(const char *json, const char *w1, const char *w2)
@@ -280,25 +229,25 @@ static void test_cluster_load(void)
 {
     mi_cluster cl;
     char err[MI_ERRLEN] = "", path[4200];
-    path_in_dir(path, sizeof path, "no-such-cluster.json");
+    tu_path(path, sizeof path, g_dir, "no-such-cluster.json");
     CU_ASSERT_EQUAL(mi_cluster_load(path, &cl, err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "cannot open cluster file"));
     CU_ASSERT_PTR_NOT_NULL(strstr(err, path));
     CU_ASSERT_PTR_NULL(cl.dev);
 
     /* errors of a file name the file */
-    path_in_dir(path, sizeof path, "bad-cluster.json");
-    CU_ASSERT_EQUAL_FATAL(write_text(path, "{\"devices\": [{\"mem_mb\": -1}]}\n"), 0);
+    tu_path(path, sizeof path, g_dir, "bad-cluster.json");
+    CU_ASSERT_EQUAL_FATAL(tu_write_text(path, "{\"devices\": [{\"mem_mb\": -1}]}\n"), 0);
     CU_ASSERT_EQUAL(mi_cluster_load(path, &cl, err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, path));
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "devices[0].mem_mb"));
-    CU_ASSERT_EQUAL_FATAL(write_text(path, "{\"devices\": [{\"mem_mb\": 1}\n"), 0);
+    CU_ASSERT_EQUAL_FATAL(tu_write_text(path, "{\"devices\": [{\"mem_mb\": 1}\n"), 0);
     CU_ASSERT_EQUAL(mi_cluster_load(path, &cl, err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, path));
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "syntax error at byte"));
 
-    path_in_dir(path, sizeof path, "good-cluster.json");
-    CU_ASSERT_EQUAL_FATAL(write_text(path, "{\"devices\": [{\"name\": \"x\", \"mem_mb\": 2}]}\n"), 0);
+    tu_path(path, sizeof path, g_dir, "good-cluster.json");
+    CU_ASSERT_EQUAL_FATAL(tu_write_text(path, "{\"devices\": [{\"name\": \"x\", \"mem_mb\": 2}]}\n"), 0);
     CU_ASSERT_EQUAL(mi_cluster_load(path, &cl, err), 0);
     CU_ASSERT_EQUAL(cl.n_devices, 1);
     mi_cluster_free(&cl);
@@ -491,13 +440,13 @@ static void test_plan_roundtrip(void)
     char path[4200], err[MI_ERRLEN] = "";
     small_plan(&p);
     CU_ASSERT_EQUAL_FATAL(mi_plan_validate(&p, NULL, err), 0);
-    path_in_dir(path, sizeof path, "plan.json");
+    tu_path(path, sizeof path, g_dir, "plan.json");
     int rc = mi_plan_save_json(&p, path, err);
     if (rc)
         fprintf(stderr, "\n  %s\n", err);
     CU_ASSERT_EQUAL_FATAL(rc, 0);
-    CU_ASSERT(file_exists(path));
-    CU_ASSERT(!dir_has_partial(g_dir));
+    CU_ASSERT(tu_file_exists(path));
+    CU_ASSERT(!tu_dir_has_partial(g_dir));
 
     mi_config c = small_config(2);
     rc = mi_plan_load_json(path, &c, &q, err);
@@ -513,7 +462,7 @@ static void test_plan_roundtrip(void)
     p.controller_works = 1;
     p.layers[1].proj_rank = 0;
     CU_ASSERT_EQUAL_FATAL(mi_plan_save_json(&p, path, err), 0);
-    CU_ASSERT(!dir_has_partial(g_dir));
+    CU_ASSERT(!tu_dir_has_partial(g_dir));
     CU_ASSERT_EQUAL_FATAL(mi_plan_load_json(path, &c, &q, err), 0);
     expect_same_plan(&p, &q);
     mi_plan_free(&q);
@@ -525,7 +474,7 @@ static void test_plan_model_mismatch(void)
     mi_plan p, q;
     char path[4200], err[MI_ERRLEN] = "";
     small_plan(&p);
-    path_in_dir(path, sizeof path, "plan-mismatch.json");
+    tu_path(path, sizeof path, g_dir, "plan-mismatch.json");
     CU_ASSERT_EQUAL_FATAL(mi_plan_save_json(&p, path, err), 0);
     free_small_plan(&p);
 
@@ -554,7 +503,7 @@ static void test_plan_malformed(void)
     mi_plan p, q;
     char path[4200], bad[4200], err[MI_ERRLEN] = "";
     small_plan(&p);
-    path_in_dir(path, sizeof path, "plan-full.json");
+    tu_path(path, sizeof path, g_dir, "plan-full.json");
     CU_ASSERT_EQUAL_FATAL(mi_plan_save_json(&p, path, err), 0);
     free_small_plan(&p);
 
@@ -565,19 +514,19 @@ static void test_plan_malformed(void)
     size_t n = fread(text, 1, sizeof text - 1, f);
     fclose(f);
     text[n / 2] = '\0';
-    path_in_dir(bad, sizeof bad, "plan-truncated.json");
-    CU_ASSERT_EQUAL_FATAL(write_text(bad, text), 0);
+    tu_path(bad, sizeof bad, g_dir, "plan-truncated.json");
+    CU_ASSERT_EQUAL_FATAL(tu_write_text(bad, text), 0);
     mi_config c = small_config(2);
     CU_ASSERT_EQUAL(mi_plan_load_json(bad, &c, &q, err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "syntax"));
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "byte"));
     CU_ASSERT_PTR_NULL(q.layers);
 
-    CU_ASSERT_EQUAL_FATAL(write_text(bad, "{\"planner\": \"greedy\",, }"), 0);
+    CU_ASSERT_EQUAL_FATAL(tu_write_text(bad, "{\"planner\": \"greedy\",, }"), 0);
     CU_ASSERT_EQUAL(mi_plan_load_json(bad, &c, &q, err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "syntax error at byte"));
 
-    path_in_dir(bad, sizeof bad, "no-such-plan.json");
+    tu_path(bad, sizeof bad, g_dir, "no-such-plan.json");
     CU_ASSERT_EQUAL(mi_plan_load_json(bad, &c, &q, err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "cannot open plan file"));
 }
@@ -627,7 +576,7 @@ static void test_plan_field_errors(void)
         {NULL, NULL, "\"classifier\": [[0, 0, 301]]", "classifier[0]"},
     };
     char path[4200], text[2048], err[MI_ERRLEN];
-    path_in_dir(path, sizeof path, "plan-hand.json");
+    tu_path(path, sizeof path, g_dir, "plan-hand.json");
     mi_config c = small_config(2);
     mi_plan q;
 
@@ -635,7 +584,7 @@ static void test_plan_field_errors(void)
     snprintf(text, sizeof text, "{\"description\": \"hand-written\", \"planner\": \"greedy\", \"n_ranks\": 3, %s, %s, "
                                 "\"classifier\": [[0, 0, 300]]}",
              model, good_layers);
-    CU_ASSERT_EQUAL_FATAL(write_text(path, text), 0);
+    CU_ASSERT_EQUAL_FATAL(tu_write_text(path, text), 0);
     int rc = mi_plan_load_json(path, &c, &q, err);
     if (rc)
         fprintf(stderr, "\n  %s\n", err);
@@ -651,7 +600,7 @@ static void test_plan_field_errors(void)
                  cases[i].head ? cases[i].head : "\"planner\": \"greedy\", \"n_ranks\": 3", model,
                  cases[i].layers ? cases[i].layers : good_layers,
                  cases[i].cls ? cases[i].cls : "\"classifier\": [[0, 0, 300]]");
-        CU_ASSERT_EQUAL_FATAL(write_text(path, text), 0);
+        CU_ASSERT_EQUAL_FATAL(tu_write_text(path, text), 0);
         err[0] = '\0';
         rc = mi_plan_load_json(path, &c, &q, err);
         CU_ASSERT_EQUAL(rc, -1);
@@ -672,7 +621,7 @@ static void test_plan_not_covering(void)
     small_plan(&p);
     p.layers[0].n_ffn = 1;
     p.layers[0].ffn[0] = (mi_slice){.rank = 1, .v0 = 0, .n = 40}; /* [40, 64) missing */
-    path_in_dir(path, sizeof path, "plan-gap.json");
+    tu_path(path, sizeof path, g_dir, "plan-gap.json");
     /* save writes what it is given; load validates */
     CU_ASSERT_EQUAL_FATAL(mi_plan_save_json(&p, path, err), 0);
     mi_config c = small_config(2);
@@ -697,13 +646,13 @@ static void test_plan_save_missing_dir(void)
     mi_plan p;
     char dir[4200], path[4300], err[MI_ERRLEN] = "";
     small_plan(&p);
-    path_in_dir(dir, sizeof dir, "missing-dir");
+    tu_path(dir, sizeof dir, g_dir, "missing-dir");
     snprintf(path, sizeof path, "%s/plan.json", dir);
     CU_ASSERT_EQUAL(mi_plan_save_json(&p, path, err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, path));
-    CU_ASSERT(!file_exists(dir));
-    CU_ASSERT(!file_exists(path));
-    CU_ASSERT(!dir_has_partial(g_dir));
+    CU_ASSERT(!tu_file_exists(dir));
+    CU_ASSERT(!tu_file_exists(path));
+    CU_ASSERT(!tu_dir_has_partial(g_dir));
     free_small_plan(&p);
 }
 
@@ -772,7 +721,7 @@ static void test_plan_kv_horizon(void)
     mi_plan_free(&q);
     free(buf);
     char path[4200];
-    path_in_dir(path, sizeof path, "plan-kv.json");
+    tu_path(path, sizeof path, g_dir, "plan-kv.json");
     CU_ASSERT_EQUAL_FATAL(mi_plan_save_json(&p32, path, err), 0);
     CU_ASSERT_EQUAL_FATAL(mi_plan_load_json(path, &c, &q, err), 0);
     CU_ASSERT_EQUAL(q.kv_positions, 32);
@@ -799,9 +748,7 @@ int main(int argc, char **argv)
         return 2;
     }
     g_hostfiles = argc == 2 ? argv[1] : NULL;
-    const char *tmp = getenv("TMPDIR");
-    snprintf(g_dir, sizeof g_dir, "%s/test_cluster.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(g_dir)) {
+    if (tu_make_scratch(g_dir, sizeof g_dir, "test_cluster")) {
         perror("mkdtemp");
         return 1;
     }
@@ -832,6 +779,6 @@ int main(int argc, char **argv)
     CU_basic_run_tests();
     int failed = (int)CU_get_number_of_failures();
     CU_cleanup_registry();
-    remove_dir(g_dir);
+    tu_rm_tree(g_dir);
     return failed != 0;
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "test_util.h"
 #include "meshinfer/common.h"
 #include "meshinfer/forward.h"
 #include "meshinfer/kernels.h"
@@ -20,7 +21,7 @@
 #include "meshinfer/synth.h"
 
 static const char *g_real_model = NULL;
-static char g_tmpdir[256];
+static char g_tmpdir[4096];
 static char g_gqa_path[512];
 
 static void fill_rand(float *p, size_t n, uint64_t seed)
@@ -368,8 +369,7 @@ int main(int argc, char **argv)
 {
     g_real_model = argc > 1 ? argv[1] : NULL;
     mi_set_blas_threads(1);
-    snprintf(g_tmpdir, sizeof g_tmpdir, "%s/mi_fwd.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    if (!mkdtemp(g_tmpdir))
+    if (tu_make_scratch(g_tmpdir, sizeof g_tmpdir, "test_forward"))
         return 1;
     snprintf(g_gqa_path, sizeof g_gqa_path, "%s/tiny-gqa.h5", g_tmpdir);
     mi_config c;

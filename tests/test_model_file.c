@@ -10,6 +10,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "meshinfer/common.h"
+#include "test_util.h"
 #include "meshinfer/config.h"
 #include "meshinfer/model.h"
 #include "meshinfer/model_file.h"
@@ -39,36 +40,10 @@ static mi_config g_cfg; /* what mi_config_from_shape("tiny-gqa") gives */
 
 /* ------------------------------------------------------------ helpers */
 
-static void path_in_dir(char *buf, size_t n, const char *name)
-{
-    snprintf(buf, n, "%s/%s", g_dir, name);
-}
-
-static int file_exists(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0;
-}
-
 static long file_size(const char *path)
 {
     struct stat st;
     return stat(path, &st) == 0 ? (long)st.st_size : -1;
-}
-
-/* 1 if any entry of dir contains ".partial." in its name. */
-static int dir_has_partial(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return 0;
-    int found = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (strstr(e->d_name, ".partial."))
-            found = 1;
-    closedir(d);
-    return found;
 }
 
 /* Copy the first `limit` bytes of src (all of it when limit < 0) to dst. */
@@ -256,38 +231,13 @@ static void expect_open_fails(const char *path, const char *key1, const char *ke
 
 /* ------------------------------------------------------------ suite setup */
 
-static int rm_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return -1;
-    struct dirent *e;
-    char p[8192];
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode))
-            rm_tree(p);
-        else
-            unlink(p);
-    }
-    closedir(d);
-    return rmdir(dir);
-}
-
 static int suite_init(void)
 {
-    const char *tmp = getenv("TMPDIR");
-    if (!tmp || !*tmp)
-        tmp = "/tmp";
-    snprintf(g_dir, sizeof g_dir, "%s/test_model_file.XXXXXX", tmp);
-    if (!mkdtemp(g_dir))
+    if (tu_make_scratch(g_dir, sizeof g_dir, "test_model_file"))
         return -1;
     if (mi_config_from_shape("tiny-gqa", &g_cfg) != 0)
         return -1;
-    path_in_dir(g_model, sizeof g_model, "tiny.h5");
+    tu_path(g_model, sizeof g_model, g_dir, "tiny.h5");
     char err[MI_ERRLEN];
     if (mi_synth_write(&g_cfg, SEED, g_model, 0, err) != 0) {
         fprintf(stderr, "synth: %s\n", err);
@@ -298,7 +248,7 @@ static int suite_init(void)
 
 static int suite_clean(void)
 {
-    return rm_tree(g_dir) == 0 ? 0 : -1;
+    return tu_rm_tree(g_dir) == 0 ? 0 : -1;
 }
 
 /* ------------------------------------------------------------ tests */
@@ -317,8 +267,8 @@ static void test_shape_is_tiny_gqa(void)
     CU_ASSERT_EQUAL(g_cfg.shared_classifier, 0);
     CU_ASSERT_EQUAL(g_cfg.synthetic, 1);
     CU_ASSERT_STRING_EQUAL(g_cfg.name, "tiny-gqa");
-    CU_ASSERT(file_exists(g_model));
-    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+    CU_ASSERT(tu_file_exists(g_model));
+    CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
 }
 
 static void test_layer_name(void)
@@ -661,14 +611,14 @@ static void test_bad_spec(void)
 static void test_missing_file(void)
 {
     char p[4300];
-    path_in_dir(p, sizeof p, "does-not-exist.h5");
+    tu_path(p, sizeof p, g_dir, "does-not-exist.h5");
     expect_open_fails(p, "no such file", "does-not-exist.h5");
 }
 
 static void test_random_bytes(void)
 {
     char p[4300];
-    path_in_dir(p, sizeof p, "random.h5");
+    tu_path(p, sizeof p, g_dir, "random.h5");
     FILE *f = fopen(p, "wb");
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
     uint64_t s = 0x9E3779B97F4A7C15ull;
@@ -681,7 +631,7 @@ static void test_random_bytes(void)
     fclose(f);
     expect_open_fails(p, "not an HDF5 file", "corrupt");
     /* an empty file too */
-    path_in_dir(p, sizeof p, "empty.h5");
+    tu_path(p, sizeof p, g_dir, "empty.h5");
     f = fopen(p, "wb");
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
     fclose(f);
@@ -691,7 +641,7 @@ static void test_random_bytes(void)
 static void test_truncated(void)
 {
     char p[4300];
-    path_in_dir(p, sizeof p, "half.h5");
+    tu_path(p, sizeof p, g_dir, "half.h5");
     long full = file_size(g_model);
     CU_ASSERT_FATAL(full > 100000);
     CU_ASSERT_EQUAL_FATAL(copy_file(g_model, p, full / 2), 0);
@@ -705,7 +655,7 @@ static void test_truncated(void)
 static void test_wrong_format_version(void)
 {
     char p[4300];
-    path_in_dir(p, sizeof p, "v2.h5");
+    tu_path(p, sizeof p, g_dir, "v2.h5");
     CU_ASSERT_EQUAL_FATAL(copy_file(g_model, p, -1), 0);
     /* the unmodified copy opens */
     char err[MI_ERRLEN];
@@ -722,7 +672,7 @@ static void test_attr_not_scalar(void)
     /* a corrupt file whose format_version / dim attribute is an array must be
      * rejected, not read past the int it is stored into */
     char p[4300];
-    path_in_dir(p, sizeof p, "arr.h5");
+    tu_path(p, sizeof p, g_dir, "arr.h5");
     CU_ASSERT_EQUAL_FATAL(copy_file(g_model, p, -1), 0);
     CU_ASSERT_EQUAL_FATAL(set_root_int_array_attr(p, "format_version", 64), 0);
     expect_open_fails(p, "format_version", NULL);
@@ -734,7 +684,7 @@ static void test_attr_not_scalar(void)
 static void test_missing_attr(void)
 {
     char p[4300];
-    path_in_dir(p, sizeof p, "noattr.h5");
+    tu_path(p, sizeof p, g_dir, "noattr.h5");
     CU_ASSERT_EQUAL_FATAL(copy_file(g_model, p, -1), 0);
     hid_t f = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
     CU_ASSERT_FATAL(f >= 0);
@@ -746,7 +696,7 @@ static void test_missing_attr(void)
 static void test_bad_heads(void)
 {
     char p[4300];
-    path_in_dir(p, sizeof p, "heads.h5");
+    tu_path(p, sizeof p, g_dir, "heads.h5");
     CU_ASSERT_EQUAL_FATAL(copy_file(g_model, p, -1), 0);
     CU_ASSERT_EQUAL_FATAL(set_root_int_attr(p, "n_kv_heads", 3), 0);
     expect_open_fails(p, "n_kv_heads", "multiple");
@@ -765,7 +715,7 @@ static void test_writer_variant_ok(void)
     /* control: the helper's unmodified output opens, so the failures below
      * come from the one change each makes */
     char p[4300], err[MI_ERRLEN] = "";
-    path_in_dir(p, sizeof p, "variant-ok.h5");
+    tu_path(p, sizeof p, g_dir, "variant-ok.h5");
     CU_ASSERT_EQUAL_FATAL(write_variant(p, &g_cfg, NULL, NULL, 0, err), 0);
     mi_config c;
     mi_model_file *mf = mi_model_open(p, &c, err);
@@ -779,7 +729,7 @@ static void test_writer_variant_ok(void)
 static void test_wrong_shape(void)
 {
     char p[4300], err[MI_ERRLEN] = "";
-    path_in_dir(p, sizeof p, "shape.h5");
+    tu_path(p, sizeof p, g_dir, "shape.h5");
     /* wk of layer 2 with 3 head rows (48) instead of 2*16 = 32 */
     CU_ASSERT_EQUAL_FATAL(write_variant(p, &g_cfg, NULL, "layers/002/wk", 48, err), 0);
     expect_open_fails(p, "shape", "layers/002/wk");
@@ -795,7 +745,7 @@ static void test_wrong_shape(void)
 static void test_wrong_dtype(void)
 {
     char p[4300];
-    path_in_dir(p, sizeof p, "f64.h5");
+    tu_path(p, sizeof p, g_dir, "f64.h5");
     CU_ASSERT_EQUAL_FATAL(copy_file(g_model, p, -1), 0);
     CU_ASSERT_EQUAL_FATAL(make_dataset_double(p, "layers/001/w1"), 0);
     expect_open_fails(p, "float32", "layers/001/w1");
@@ -804,7 +754,7 @@ static void test_wrong_dtype(void)
 static void test_missing_tensor(void)
 {
     char p[4300], err[MI_ERRLEN] = "";
-    path_in_dir(p, sizeof p, "missing.h5");
+    tu_path(p, sizeof p, g_dir, "missing.h5");
     CU_ASSERT_EQUAL_FATAL(write_variant(p, &g_cfg, "layers/003/w3", NULL, 0, err), 0);
     expect_open_fails(p, "missing", "layers/003/w3");
     CU_ASSERT_EQUAL_FATAL(write_variant(p, &g_cfg, "classifier", NULL, 0, err), 0);
@@ -826,7 +776,7 @@ static void test_no_tokenizer(void)
 {
     /* a model without /tokenizer opens, but reading the tokenizer fails */
     char p[4300], err[MI_ERRLEN] = "";
-    path_in_dir(p, sizeof p, "notok.h5");
+    tu_path(p, sizeof p, g_dir, "notok.h5");
     CU_ASSERT_EQUAL_FATAL(copy_file(g_model, p, -1), 0);
     hid_t f = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
     CU_ASSERT_FATAL(f >= 0);
@@ -847,20 +797,20 @@ static void test_no_tokenizer(void)
 static void test_writer_abort(void)
 {
     char p[4300], err[MI_ERRLEN] = "";
-    path_in_dir(p, sizeof p, "aborted.h5");
-    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+    tu_path(p, sizeof p, g_dir, "aborted.h5");
+    CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
     mi_model_writer *w = mi_model_writer_create(p, &g_cfg, err);
     CU_ASSERT_PTR_NOT_NULL_FATAL(w);
     /* the temporary exists while writing, the target does not */
-    CU_ASSERT(dir_has_partial(g_dir));
-    CU_ASSERT_FALSE(file_exists(p));
+    CU_ASSERT(tu_dir_has_partial(g_dir));
+    CU_ASSERT_FALSE(tu_file_exists(p));
     float x[128];
     for (int i = 0; i < 128; i++)
         x[i] = 1.0f;
     CU_ASSERT_EQUAL(mi_model_writer_put(w, "norm", x, 128, 1, 0, err), 0);
     mi_model_writer_abort(w);
-    CU_ASSERT_FALSE(file_exists(p));
-    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+    CU_ASSERT_FALSE(tu_file_exists(p));
+    CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
     mi_model_writer_abort(NULL); /* safe */
 
     /* a process killed while its writer is open leaves no temporary file
@@ -872,7 +822,7 @@ static void test_writer_abort(void)
         CU_ASSERT_FATAL(pid >= 0);
         if (pid == 0) {
             mi_model_writer *cw = mi_model_writer_create(p, &g_cfg, err);
-            if (!cw || !dir_has_partial(g_dir))
+            if (!cw || !tu_dir_has_partial(g_dir))
                 _exit(3);
             raise(sig);
             _exit(4); /* not reached */
@@ -880,21 +830,21 @@ static void test_writer_abort(void)
         int st = 0;
         CU_ASSERT_EQUAL(waitpid(pid, &st, 0), pid);
         CU_ASSERT(WIFSIGNALED(st) && WTERMSIG(st) == sig);
-        CU_ASSERT_FALSE(dir_has_partial(g_dir));
-        CU_ASSERT_FALSE(file_exists(p));
+        CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
+        CU_ASSERT_FALSE(tu_file_exists(p));
     }
 }
 
 static void test_writer_commit(void)
 {
     char p[4300], err[MI_ERRLEN] = "";
-    path_in_dir(p, sizeof p, "committed.h5");
+    tu_path(p, sizeof p, g_dir, "committed.h5");
     CU_ASSERT_EQUAL_FATAL(write_variant(p, &g_cfg, NULL, NULL, 0, err), 0);
-    CU_ASSERT(file_exists(p));
-    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+    CU_ASSERT(tu_file_exists(p));
+    CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
     /* transpose flag: [rows, cols] data stored as [cols, rows] */
     char p2[4300];
-    path_in_dir(p2, sizeof p2, "transposed.h5");
+    tu_path(p2, sizeof p2, g_dir, "transposed.h5");
     mi_model_writer *w = mi_model_writer_create(p2, &g_cfg, err);
     CU_ASSERT_PTR_NOT_NULL_FATAL(w);
     float a[6] = {1, 2, 3, 4, 5, 6}; /* [2, 3] */
@@ -915,13 +865,13 @@ static void test_writer_commit(void)
     H5Sclose(s);
     H5Dclose(d);
     H5Fclose(f);
-    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+    CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
 }
 
 static void test_writer_bad_dir(void)
 {
     char p[4300], err[MI_ERRLEN] = "";
-    path_in_dir(p, sizeof p, "no/such/dir/model.h5");
+    tu_path(p, sizeof p, g_dir, "no/such/dir/model.h5");
     mi_model_writer *w = mi_model_writer_create(p, &g_cfg, err);
     CU_ASSERT_PTR_NULL(w);
     if (w)
@@ -929,21 +879,21 @@ static void test_writer_bad_dir(void)
     CU_ASSERT(strlen(err) > 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "cannot create"));
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "model.h5"));
-    CU_ASSERT_FALSE(file_exists(p));
-    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+    CU_ASSERT_FALSE(tu_file_exists(p));
+    CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
 }
 
 static void test_writer_bad_config(void)
 {
     char p[4300], err[MI_ERRLEN] = "";
-    path_in_dir(p, sizeof p, "badcfg.h5");
+    tu_path(p, sizeof p, g_dir, "badcfg.h5");
     mi_config c = g_cfg;
     c.n_kv_heads = 3;
     mi_model_writer *w = mi_model_writer_create(p, &c, err);
     CU_ASSERT_PTR_NULL(w);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "n_kv_heads"));
-    CU_ASSERT_FALSE(file_exists(p));
-    CU_ASSERT_FALSE(dir_has_partial(g_dir));
+    CU_ASSERT_FALSE(tu_file_exists(p));
+    CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
 }
 
 /* ------------------------------------------------------------ main */
