@@ -22,7 +22,7 @@
 
 static const char *g_real_model = NULL;
 static char g_tmpdir[4096];
-static char g_gqa_path[512];
+static char g_gqa_path[4200];
 
 static void fill_rand(float *p, size_t n, uint64_t seed)
 {
