@@ -9,6 +9,10 @@
 # usage: jobs/testbed.sh [options] -- MESHINFER_ARGS...
 #   --ranks N          ranks (default 5: a controller and 4 workers)
 #   --cpu-pct P        CPU quota of each rank, % of one core (default 40)
+#   --cpu-period-ms T  quota period (default 5): a rank that used its share
+#                      waits out the rest of the period, so long periods add
+#                      stalls of up to T*(1-P/100) ms that a slower device
+#                      would not have (MPI ranks poll while they wait)
 #   --delay-ms D       one-way delay added to each packet (default 5: RTT about 10 ms)
 #   --jitter-ms J      uniform jitter (default 1)
 #   --loss-pct L       packet loss (default 0; TCP retransmits)
@@ -17,11 +21,12 @@
 #   jobs/testbed.sh -- generate -m models/cache/stories15M.h5 --planner greedy --speculate --json
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-ranks=5 cpu=40 delay=5 jitter=1 loss=0 port=46000
+ranks=5 cpu=40 period=5 delay=5 jitter=1 loss=0 port=46000
 while (($#)); do
     case "$1" in
         --ranks) ranks=$2; shift 2 ;;
         --cpu-pct) cpu=$2; shift 2 ;;
+        --cpu-period-ms) period=$2; shift 2 ;;
         --delay-ms) delay=$2; shift 2 ;;
         --jitter-ms) jitter=$2; shift 2 ;;
         --loss-pct) loss=$2; shift 2 ;;
@@ -32,6 +37,15 @@ while (($#)); do
     esac
 done
 (($#)) || { echo "testbed: error: give the meshinfer command after --" >&2; exit 2; }
+for v in "ranks=$ranks" "cpu-pct=$cpu" "cpu-period-ms=$period" "port=$port"; do
+    [[ ${v#*=} =~ ^[1-9][0-9]{0,5}$ ]] || { echo "testbed: error: --${v%%=*} '${v#*=}' is not a positive integer" >&2; exit 2; }
+done
+for v in "delay-ms=$delay" "jitter-ms=$jitter" "loss-pct=$loss"; do
+    [[ ${v#*=} =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "testbed: error: --${v%%=*} '${v#*=}' is not a number" >&2; exit 2; }
+done
+((cpu <= 100)) || { echo "testbed: error: --cpu-pct $cpu is more than one core (100)" >&2; exit 2; }
+# the kernel's smallest quota is 1 ms
+((cpu * period * 10 >= 1000)) || { echo "testbed: error: --cpu-pct $cpu of a ${period} ms period is under the kernel's 1 ms minimum quota; use --cpu-period-ms $(( (100 + cpu - 1) / cpu ))" >&2; exit 2; }
 [[ $(id -u) -eq 0 ]] || { echo "testbed: error: needs root (cgroups and iptables)" >&2; exit 1; }
 for p in libnetfilter-queue-dev iptables; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="${missing:-} $p"
@@ -66,8 +80,8 @@ trap 'exit 130' INT TERM
 for ((r = 0; r < ranks; r++)); do
     g="$cgroot/$tag-rank$r"
     mkdir "$g"
-    echo 100000 > "$g/cpu.cfs_period_us"
-    echo $((cpu * 1000)) > "$g/cpu.cfs_quota_us"
+    echo $((period * 1000)) > "$g/cpu.cfs_period_us"
+    echo $((cpu * period * 10)) > "$g/cpu.cfs_quota_us"
 done
 "$root/build/mi_netem" --queue "$queue" --delay-ms "$delay" --jitter-ms "$jitter" --loss-pct "$loss" &
 netem_pid=$!
