@@ -3,14 +3,14 @@
 # one-rank text, the measured RTT reflects the added delay, a lossy link still
 # gives the same text (TCP retransmits), and everything the testbed creates
 # (cgroups, iptables rules, mi_netem) is gone afterwards, also when the script
-# is sent SIGTERM mid-run. Skipped (exit 77) without root, a writable cgroup-v1
-# cpu controller or iptables with NFQUEUE.
+# is sent SIGTERM mid-run. Skipped (exit 77) without root or a writable cgroup-v1
+# cpu controller.
 # usage: testbed_check.sh MESHINFER MODEL
 set -uo pipefail
 mi=${1:?usage: testbed_check.sh MESHINFER MODEL}; model=${2:?}
 root="$(cd "$(dirname "$0")/.." && pwd)"
+# (testbed.sh installs iptables and libnetfilter-queue-dev itself when missing)
 [[ $(id -u) -eq 0 && -w /sys/fs/cgroup/cpu ]] || { echo "skip: needs root and cgroup-v1 cpu"; exit 77; }
-command -v iptables >/dev/null || { echo "skip: no iptables"; exit 77; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fail=0
 check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
