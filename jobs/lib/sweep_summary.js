@@ -112,7 +112,7 @@ const active = rows.map(r => `"${name(r).replace(/head-level /, '').replace(/ \(
     r.active.map(a => a.toFixed(4)).join(' ')).join('\n');
 const byCfg = new Map();
 for (const r of rows) {
-    const k = name(r).replace(/head-level /, '');
+    const k = `${name(r).replace(/head-level /, '')}, ${r.ranks} ranks`;
     if (!byCfg.has(k)) byCfg.set(k, []);
     byCfg.get(k).push(r);
 }
