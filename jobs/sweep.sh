@@ -50,10 +50,21 @@ while (($#)); do
 done
 [[ $name =~ ^[A-Za-z0-9._-]+$ ]] || { echo "sweep: error: --name '$name' must be letters, digits, '.', '_' or '-'" >&2; exit 2; }
 [[ -r $model ]] || { echo "sweep: error: model '$model' not found (jobs/fetch_model.sh or meshinfer synth)" >&2; exit 2; }
+fail() { echo "sweep: error: $*" >&2; exit 2; }
+for v in $ranks; do [[ $v =~ ^[1-9][0-9]*$ ]] || fail "--ranks: '$v' is not a positive rank count"; done
+[[ $tokens =~ ^[1-9][0-9]*$ ]] || fail "--tokens '$tokens' is not a positive number"
+[[ $cpu =~ ^[1-9][0-9]*$ ]] || fail "--cpu-pct '$cpu' is not a positive integer"
+for v in $delays $losses; do [[ $v =~ ^[0-9]+([.][0-9]+)?$ ]] || fail "--delays/--losses: '$v' is not a number"; done
+for v in $tols; do [[ $v =~ ^[0-9]+([.][0-9]+)?([eE][+-]?[0-9]+)?$ ]] || fail "--tolerances: '$v' is not a number"; done
+for v in $planners; do
+    [[ $v =~ ^(layerwise|roundrobin|random|greedy|tp)$ ]] || fail "--planners: unknown planner '$v' (layerwise roundrobin random greedy tp)"
+done
+[[ -n $ranks && -n $delays && -n $losses && -n $planners && -n $tols ]] || fail "an empty list of values"
 out="$root/results"; runs="$out/$name/runs"; mkdir -p "$runs"
 failed=0
 for n in $ranks; do for d in $delays; do for l in $losses; do for p in $planners; do for spec in 0 1; do
-    [[ $p == layerwise && $spec == 1 ]] && continue   # nothing to overlap in a pipeline of whole layers
+    # nothing to overlap in a pipeline of whole layers; tp has no speculation
+    [[ ($p == layerwise || $p == tp) && $spec == 1 ]] && continue
     [[ $p != layerwise && $spec == 0 && $spec_off == 0 ]] && continue
     for t in $tols; do
         [[ $spec == 0 && $t != "${tols%% *}" ]] && continue
@@ -70,6 +81,7 @@ for n in $ranks; do for d in $delays; do for l in $losses; do for p in $planners
         fi
     done
 done; done; done; done; done
-node "$root/jobs/lib/sweep_summary.js" "$runs" "$out/$name"
-"$root/jobs/lib/sweep_plots.sh" "$out/$name"
-((failed == 0)) || { echo "sweep: error: $failed run(s) failed" >&2; exit 1; }
+((failed == 0)) || echo "sweep: error: $failed run(s) failed (logs in $runs)" >&2
+node "$root/jobs/lib/sweep_summary.js" "$runs" "$out/$name" || exit 1
+"$root/jobs/lib/sweep_plots.sh" "$out/$name" || exit 1
+((failed == 0)) || exit 1

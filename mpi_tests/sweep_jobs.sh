@@ -54,6 +54,23 @@ check "summary of an empty directory: exit 1 with a reason" "[[ $rc == 1 ]] && g
 echo '{"ranks": [' > "$tmp/empty/greedy_spec0_tol0_r3_d5_l0.json"
 node "$root/jobs/lib/sweep_summary.js" "$tmp/empty" "$tmp/x" > "$tmp/e2" 2>&1; rc=$?
 check "summary of a truncated run file names it" "[[ $rc == 1 ]] && grep -q 'greedy_spec0_tol0_r3_d5_l0.json: not a meshinfer' '$tmp/e2' && [[ ! -e '$tmp/x.csv' ]]"
+echo 'null' > "$tmp/empty/greedy_spec0_tol0_r3_d5_l0.json"
+node "$root/jobs/lib/sweep_summary.js" "$tmp/empty" "$tmp/x" > "$tmp/e2" 2>&1; rc=$?
+check "summary of a JSON null run file: one error line" "[[ $rc == 1 && \$(wc -l < '$tmp/e2') == 1 ]] && grep -q 'not a JSON object' '$tmp/e2'"
+node -e 'const j = require(process.argv[1]); delete j.tpot_ms; console.log(JSON.stringify(j))' \
+    "$tmp/t/runs/greedy_spec0_tol0_r3_dnet_lnet.json" > "$tmp/empty/greedy_spec0_tol0_r3_d5_l0.json"
+node "$root/jobs/lib/sweep_summary.js" "$tmp/empty" "$tmp/x" > "$tmp/e2" 2>&1; rc=$?
+check "summary of a run without tpot_ms names the field" "[[ $rc == 1 ]] && grep -q \"'tpot_ms' missing\" '$tmp/e2'"
+cp "$tmp/t/runs/greedy_spec0_tol0_r3_dnet_lnet.json" "$tmp/empty/greedy_spec0_tol0_r3_d5_l0.json"
+node "$root/jobs/lib/sweep_summary.js" "$tmp/empty" "$tmp/no/such/dir/x" > "$tmp/e2" 2>&1; rc=$?
+check "summary into a missing directory: one error line" "[[ $rc == 1 && \$(wc -l < '$tmp/e2') == 1 ]] && grep -q 'does not exist' '$tmp/e2'"
+mv "$tmp/empty/greedy_spec0_tol0_r3_d5_l0.json" "$tmp/empty/greedy_spec0_tol0_r9_d5_l0.json"
+node "$root/jobs/lib/sweep_summary.js" "$tmp/empty" "$tmp/x" > "$tmp/e2" 2>&1; rc=$?
+check "summary: file name and run disagree on ranks" "[[ $rc == 1 ]] && grep -q 'says 9 ranks but the run had 3' '$tmp/e2'"
+SLURM_NTASKS=0 MODEL="$model" bash "$root/jobs/sweep.slurm" > "$tmp/e6" 2>&1; rc=$?
+check "sweep.slurm rejects SLURM_NTASKS=0" "[[ $rc == 2 ]] && grep -q 'SLURM_NTASKS' '$tmp/e6'"
+bash "$root/jobs/sweep.sh" --planners GREEDY > "$tmp/e7" 2>&1; rc=$?
+check "sweep.sh rejects an unknown planner" "[[ $rc == 2 ]] && grep -q \"unknown planner 'GREEDY'\" '$tmp/e7'"
 bash "$root/jobs/sweep.sh" --name 'a/b' > "$tmp/e3" 2>&1; rc=$?
 check "sweep.sh rejects a --name with a slash" "[[ $rc == 2 ]] && grep -q -- '--name' '$tmp/e3'"
 bash "$root/jobs/sweep.sh" --model "$tmp/none.h5" > "$tmp/e4" 2>&1; rc=$?

@@ -85,7 +85,7 @@ static void print_plan(const mi_plan *p, const mi_cluster *cl, const mi_predicti
             n += snprintf(holds + n, sizeof holds - (size_t)n, "classifier");
         if (n == 0)
             snprintf(holds, sizeof holds, "idle (more ranks than units)");
-        printf("  %4d  %-16s  %10.2f  %7.2f  %10.0f  %3.0f%%  %8.3f       %s\n", r, cl->dev[r].name,
+        printf("  %4d  %-16s  %10.2f  %7.2f  %10.2f  %3.0f%%  %8.3f       %s\n", r, cl->dev[r].name,
                pr->weight_bytes[r] / 1e6, pr->kv_bytes[r] / 1e6, cl->dev[r].mem_bytes / 1e6,
                100.0 * need / cl->dev[r].mem_bytes, pr->busy_s[r] * 1e3, holds);
     }
@@ -165,6 +165,8 @@ int cmd_plan(int argc, char **argv)
     }
     if (ctx < 0)
         ctx = c.seq_len / 2;
+    if (kvpos > c.seq_len)
+        mi_fatal("plan: --kv-positions %d is more than the model's context (%d)", kvpos, c.seq_len);
     int all = !strcmp(planner, "all");
     mi_planner which;
     if (!all && mi_planner_parse(planner, &which))

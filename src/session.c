@@ -54,12 +54,16 @@ int session_opt(session_opts *o, int code, const char *arg)
         if (mi_planner_parse(arg, &p))
             mi_fatal("--planner: unknown planner '%s' (layerwise, roundrobin, random, greedy, tp)", arg);
         o->planner = arg;
+        o->placement_opts = 1;
         return 1;
     }
     case 1001: o->cluster = arg; return 1;
     case 1002: o->plan_file = arg; return 1;
     case 1003: o->trace = arg; return 1;
-    case 1004: o->plan_seed = mi_parse_u64("--plan-seed", arg); return 1;
+    case 1004:
+        o->plan_seed = mi_parse_u64("--plan-seed", arg);
+        o->placement_opts = 1;
+        return 1;
     case 1005:
         if (!strcmp(arg, "yes"))
             o->controller_works = 1;
@@ -190,6 +194,11 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
         mi_cluster_free(&cl);
         return mi_set_error(err, "--replan needs a planner: it cannot re-make a --plan-file placement");
     }
+    if (o->plan_file && (o->placement_opts || o->controller_works >= 0 || o->kv_positions)) {
+        mi_cluster_free(&cl);
+        return mi_set_error(err, "--plan-file fixes the placement: --planner, --plan-seed, --controller-works and "
+                                 "--kv-positions belong to `meshinfer plan` when the plan is made");
+    }
     int kvpos = o->kv_positions;
     if (kvpos > ss->cfg.seq_len) {
         mi_cluster_free(&cl);
@@ -197,6 +206,7 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
     }
     if (!kvpos && o->replan)
         kvpos = ss->cfg.seq_len / 4 > 0 ? ss->cfg.seq_len / 4 : 1;
+    ss->from_plan_file = o->plan_file != NULL;
     if (o->plan_file) {
         rc = mi_plan_load_json(o->plan_file, &ss->cfg, &ss->plan, err);
         if (!rc && ss->plan.n_ranks != ss->size) {
@@ -305,12 +315,14 @@ static void memory_check(mi_session *ss, int pos0, int T)
         for (int r = 0; r < ss->size; r++)
             if (budget_fraction(ss, cur, r, need) > 1.0)
                 mi_fatal("memory: at position %d device %s (rank %d) would hold %.0f bytes, over its budget of %.0f; "
-                         "the placement budgets the KV cache for %d positions (--replan re-places as it grows)",
+                         "the placement budgets the KV cache for %d positions (%s)",
                          need, ss->cl.dev[r].name, r, mi_plan_rank_bytes_at(cur, r, need), ss->cl.dev[r].mem_bytes,
-                         cur->kv_positions);
+                         cur->kv_positions,
+                         ss->from_plan_file ? "make the plan for more positions: meshinfer plan --kv-positions"
+                             : "--replan re-places as it grows");
         return;
     }
-    int trigger = -1;
+    int trigger = -1, outgrown = 0;
     for (int r = 0; r < ss->size && trigger < 0; r++)
         if (budget_fraction(ss, cur, r, need) >= SESSION_REPLAN_THRESHOLD &&
             budget_fraction(ss, cur, r, pos0) < SESSION_REPLAN_THRESHOLD)
@@ -318,9 +330,12 @@ static void memory_check(mi_session *ss, int pos0, int T)
     if (trigger < 0 && need <= cur->kv_positions)
         return;
     double frac;
-    if (trigger < 0)
+    if (trigger < 0) {
         trigger = mi_plan_fullest_rank(cur, &ss->cl, need, &frac);
+        outgrown = 1;
+    }
     frac = budget_fraction(ss, cur, trigger, need);
+    int old_h = cur->kv_positions;
     /* plan for twice the positions; halve the growth until a placement fits */
     int seq = ss->cfg.seq_len, h = 2 * need < seq ? 2 * need : seq;
     if (h < need)
@@ -353,10 +368,16 @@ static void memory_check(mi_session *ss, int pos0, int T)
         mi_schedule_free(&ss->sched);
         mi_schedule_build(cur, &ss->sched);
     }
-    fprintf(stderr, "meshinfer: re-placement at position %d: %s (rank %d) at %.0f%% of its budget; %s for %d positions "
-                    "(planned in %.2f ms%s",
-            need, ss->cl.dev[trigger].name, trigger, 100 * frac, ev.moved ? "new placement" : "same placement", h,
-            ev.plan_ms, ev.moved ? "" : ")\n");
+    char why[256];
+    if (outgrown)
+        snprintf(why, sizeof why, "the KV cache outgrew the %d positions the placement budgets (fullest: %s, rank %d, "
+                                  "%.0f%% of its budget)", old_h, ss->cl.dev[trigger].name,
+                 trigger, 100 * frac);
+    else
+        snprintf(why, sizeof why, "%s (rank %d) crossed %.0f%% of its budget (%.0f%%)", ss->cl.dev[trigger].name,
+                 trigger, 100 * SESSION_REPLAN_THRESHOLD, 100 * frac);
+    fprintf(stderr, "meshinfer: re-placement at position %d: %s; %s for %d positions (planned in %.2f ms%s", need, why,
+            ev.moved ? "new placement" : "same placement", h, ev.plan_ms, ev.moved ? "" : ")\n");
     if (ev.moved)
         fprintf(stderr, "; %d KV heads moved, shards reloaded in %.1f ms)\n", ev.kv_heads_moved, ev.seconds * 1e3);
     if (ss->n_replans < SESSION_MAX_REPLANS)

@@ -24,6 +24,7 @@ typedef struct {
     double min_acceptance;   /* --min-acceptance (default 0.7) */
     const char *spec_profile;/* --spec-profile FILE from `meshinfer profile` */
     int replan;              /* --replan: memory-triggered re-placement */
+    int placement_opts;      /* --planner, --plan-seed given: they cannot go with --plan-file */
     int kv_positions;        /* --kv-positions: KV positions the first placement budgets (0: default) */
 } session_opts;
 
@@ -73,6 +74,7 @@ typedef struct {
     mi_plan_options po;     /* rank 0: how the plan was made, to make it again */
     double *acc;            /* rank 0: profiled acceptance per transition, or NULL */
     int replan;             /* --replan */
+    int from_plan_file;     /* rank 0: the plan came from --plan-file */
     int max_T;              /* positions per forward pass */
     int n_replans;
     session_replan replans[SESSION_MAX_REPLANS];

@@ -18,6 +18,7 @@ const path = require('path');
 const P_IDLE_W = 3.8, P_ACTIVE_W = 4.9;
 
 function die(msg) { process.stderr.write(`sweep_summary: error: ${msg}\n`); process.exit(1); }
+process.on('uncaughtException', e => die(e.message));
 
 const [runsDir, prefix] = process.argv.slice(2);
 if (!runsDir || !prefix || runsDir === '--help' || runsDir === '-h') {
@@ -25,6 +26,36 @@ if (!runsDir || !prefix || runsDir === '--help' || runsDir === '-h') {
     process.exit(runsDir === '--help' || runsDir === '-h' ? 0 : 2);
 }
 if (!fs.existsSync(runsDir) || !fs.statSync(runsDir).isDirectory()) die(`'${runsDir}' is not a directory`);
+{
+    const dir = path.dirname(prefix), base = path.basename(prefix);
+    if (!base || prefix.endsWith('/') || base === '.' || base === '..')
+        die(`output prefix '${prefix}' must end in a file name (e.g. results/sweep)`);
+    if (!fs.existsSync(dir) || !fs.statSync(dir).isDirectory()) die(`output directory '${dir}' does not exist`);
+}
+const PLANNERS = ['layerwise', 'roundrobin', 'random', 'greedy', 'tp'];
+const isNum = v => typeof v === 'number' && Number.isFinite(v);
+// What a run file must hold (a meshinfer generate --json result); names the first missing field.
+function checkRun(f, j, m) {
+    const bad = what => die(`${f}: not a meshinfer generate --json result (${what})`);
+    if (!j || typeof j !== 'object' || Array.isArray(j)) bad('not a JSON object');
+    for (const k of ['n_ranks', 'prompt_tokens', 'generated_tokens', 'ttft_ms', 'tpot_ms'])
+        if (!isNum(j[k])) bad(`'${k}' missing or not a number`);
+    if (j.generated_tokens < 1 || j.prompt_tokens < 1) bad('no tokens');
+    if (typeof j.model !== 'string') bad("'model' missing");
+    if (!Array.isArray(j.rtt_ms) || !j.rtt_ms.every(isNum)) bad("'rtt_ms' missing");
+    if (!Array.isArray(j.ranks) || j.ranks.length !== j.n_ranks) bad(`'ranks' must list ${j.n_ranks} ranks`);
+    for (const r of j.ranks) {
+        if (!r || !isNum(r.bytes_sent) || !isNum(r.bytes_sent_per_forward) || !r.seconds) bad('a rank lacks bytes or seconds');
+        for (const k of ['attention', 'projection', 'ffn', 'logits', 'communication', 'idle'])
+            if (!isNum(r.seconds[k])) bad(`a rank lacks seconds.${k}`);
+    }
+    if (j.speculation !== undefined && (!Array.isArray(j.speculation) ||
+        !j.speculation.every(x => x && isNum(x.decided) && isNum(x.accepted) && isNum(x.acceptance))))
+        bad("'speculation' entries need decided, accepted, acceptance");
+    if (!PLANNERS.includes(m[1])) die(`${f}: unknown planner '${m[1]}' in the file name (${PLANNERS.join(', ')})`);
+    if (!(parseFloat(m[3]) >= 0) || !/^[0-9.]+([eE][+-]?[0-9]+)?$/.test(m[3])) die(`${f}: tolerance '${m[3]}' is not a number`);
+    if (+m[4] !== j.n_ranks) die(`${f}: the file name says ${m[4]} ranks but the run had ${j.n_ranks}`);
+}
 const nameRe = /^([a-z]+)_spec([01])_tol([0-9.eE+-]+)_r(\d+)_d([0-9.]+|net)_l([0-9.]+|net)\.json$/;
 const files = fs.readdirSync(runsDir).filter(f => nameRe.test(f)).sort();
 if (!files.length) die(`no run files (PLANNER_specS_tolT_rN_dD_lL.json) in '${runsDir}'`);
@@ -34,7 +65,7 @@ const rows = files.map(f => {
     let j;
     try { j = JSON.parse(fs.readFileSync(path.join(runsDir, f), 'utf8')); }
     catch (e) { die(`${f}: not a meshinfer --json result (${e.message})`); }
-    if (!j.ranks || !j.plan) die(`${f}: not a meshinfer --json result (no ranks/plan)`);
+    checkRun(f, j, m);
     const n = j.generated_tokens;
     // Time for the run's positions: the prompt's forward pass plus n-1 decode steps.
     const seconds = (j.ttft_ms + j.tpot_ms * (n - 1)) / 1e3;
@@ -79,12 +110,14 @@ const csv = [cols.join(',')].concat(rows.map(r => [r.model, r.synthetic, r.plann
     r.communication_s.toFixed(3), r.idle_s.toFixed(3), r.active.map(a => a.toFixed(3)).join(' '),
     r.active_fraction_mean.toFixed(4), r.energy_j.toFixed(1), r.acceptance.map(a => a.toFixed(3)).join(' ')].join(',')));
 
-const name = r => r.planner === 'layerwise' ? 'layer-wise'
+const name = r => r.planner === 'layerwise' ? 'layer-wise' : r.planner === 'tp' ? 'tensor-parallel'
     : `head-level ${r.planner === 'roundrobin' ? 'round-robin' : r.planner}${r.speculate ? ` + speculation (tol ${r.tolerance})` : ''}`;
 const groups = new Map();
 for (const r of rows) {
-    const k = r.delay_ms === 'net' ? `${r.ranks} ranks, real links (measured RTT to controller ~RTT)`
-        : `${r.ranks} ranks, ${r.delay_ms} ms one way (measured RTT to controller ~RTT), loss ${r.loss_pct}%`;
+    // runs compare only at the same rank count, links and length
+    const k = (r.delay_ms === 'net' ? `${r.ranks} ranks, real links (measured RTT to controller ~RTT)`
+        : `${r.ranks} ranks, ${r.delay_ms} ms one way (measured RTT to controller ~RTT), loss ${r.loss_pct}%`) +
+        `, ${r.positions} positions (${r.prompt_tokens} prompt + ${r.tokens} generated)`;
     if (!groups.has(k)) groups.set(k, []);
     groups.get(k).push(r);
 }
@@ -93,7 +126,7 @@ let md = `# Sweep: ${label}\n\nPer-device energy is an estimate: seed 000's 3.8 
 for (const [k, g] of groups) {
     const base = g.find(r => r.planner === 'layerwise');
     const rtt = g.reduce((s, r) => s + r.rtt_ms, 0) / g.length;
-    md += `\n## ${k.replace('~RTT', rtt.toFixed(1) + ' ms')}, ${g[0].positions} positions (${g[0].prompt_tokens} prompt + ${g[0].tokens} generated)\n\n`;
+    md += `\n## ${k.replace('~RTT', rtt.toFixed(1) + ' ms')}\n\n`;
     md += '| configuration | seconds | vs layer-wise | MB moved | bytes per forward | compute s per device (rank 0..) | mean active fraction | energy J (est.) | acceptance |\n';
     md += '|---|---|---|---|---|---|---|---|---|\n';
     for (const r of g) {
@@ -108,7 +141,7 @@ for (const [k, g] of groups) {
 
 // Per-device compute time of each run (one line per run, one column per rank) and
 // seconds against measured RTT (one block per configuration) for gnuplot.
-const active = rows.map(r => `"${name(r).replace(/head-level /, '').replace(/ \(tol [0-9.]+\)/, '')} d${r.delay_ms} l${r.loss_pct}" ` +
+const active = rows.map(r => `"${name(r).replace(/head-level /, '')} r${r.ranks} d${r.delay_ms} l${r.loss_pct}" ` +
     r.active.map(a => a.toFixed(4)).join(' ')).join('\n');
 const byCfg = new Map();
 for (const r of rows) {
@@ -122,9 +155,19 @@ for (const [k, g] of byCfg) {
         .map(r => `${r.rtt_ms.toFixed(2)} ${r.seconds.toFixed(3)}`).join('\n') + '\n\n\n';
 }
 
-const write = (f, text) => { fs.writeFileSync(f + '.partial', text); fs.renameSync(f + '.partial', f); };
+// acceptance per layer transition of every speculating run, one block each
+let accDat = '';
+for (const r of rows.filter(r => r.acceptance.length))
+    accDat += `"${name(r).replace(/head-level /, '')} r${r.ranks} d${r.delay_ms} l${r.loss_pct}"\n` +
+        r.acceptance.map((a, i) => `${i} ${a.toFixed(4)}`).join('\n') + '\n\n\n';
+
+const write = (f, text) => {
+    try { fs.writeFileSync(f + '.partial', text); fs.renameSync(f + '.partial', f); }
+    catch (e) { try { fs.unlinkSync(f + '.partial'); } catch (_) { /* nothing written */ } die(`cannot write ${f}: ${e.code || e.message}`); }
+};
 write(`${prefix}.csv`, csv.join('\n') + '\n');
 write(`${prefix}_table.md`, md);
 write(`${prefix}_active.dat`, active + '\n');
 write(`${prefix}_rtt.dat`, rttDat);
+write(`${prefix}_acceptance.dat`, accDat);
 process.stderr.write(`sweep_summary: ${rows.length} runs -> ${prefix}.csv, ${prefix}_table.md\n`);
