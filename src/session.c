@@ -155,6 +155,16 @@ static void measure_rtt(mi_session *ss)
     }
 }
 
+/* The current plan's memory per rank, so the check before every forward pass
+ * is arithmetic only. */
+static void memory_of_plan(mi_session *ss)
+{
+    for (int r = 0; r < ss->plan.n_ranks; r++) {
+        ss->mem_w[r] = mi_plan_rank_bytes_at(&ss->plan, r, 0);
+        ss->mem_kv[r] = mi_plan_rank_bytes_at(&ss->plan, r, 1) - ss->mem_w[r];
+    }
+}
+
 /* Rank 0's part of the set-up; returns 0 or -1 with err set. */
 static int controller_setup(mi_session *ss, const char *path, const session_opts *o, char *err)
 {
@@ -238,6 +248,7 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
         ss->plan_ms = ss->plan.plan_seconds * 1e3;
         mi_schedule_build(&ss->plan, &ss->sched);
         mi_plan_predict(&ss->plan, &ss->sched, &cl, ss->cfg.seq_len / 2, &ss->pred);
+        memory_of_plan(ss);
     }
     ss->cl = cl;
     ss->replan = o->replan;
@@ -299,10 +310,15 @@ void session_close(mi_session *ss, const session_opts *o)
 
 /* ------------------------------------------------ memory management */
 
-static double budget_fraction(const mi_session *ss, const mi_plan *p, int r, int n_pos)
+static double rank_bytes(const mi_session *ss, int r, int n_pos)
+{
+    return ss->mem_w[r] + ss->mem_kv[r] * n_pos;
+}
+
+static double budget_fraction(const mi_session *ss, int r, int n_pos)
 {
     double b = ss->cl.dev[r].mem_bytes;
-    return b > 0 ? mi_plan_rank_bytes_at(p, r, n_pos) / b : 0.0;
+    return b > 0 ? rank_bytes(ss, r, n_pos) / b : 0.0;
 }
 
 static void memory_check(mi_session *ss, int pos0, int T)
@@ -313,10 +329,10 @@ static void memory_check(mi_session *ss, int pos0, int T)
     mi_plan *cur = &ss->plan;
     if (!ss->replan) {
         for (int r = 0; r < ss->size; r++)
-            if (budget_fraction(ss, cur, r, need) > 1.0)
+            if (budget_fraction(ss, r, need) > 1.0)
                 mi_fatal("memory: at position %d device %s (rank %d) would hold %.0f bytes, over its budget of %.0f; "
                          "the placement budgets the KV cache for %d positions (%s)",
-                         need, ss->cl.dev[r].name, r, mi_plan_rank_bytes_at(cur, r, need), ss->cl.dev[r].mem_bytes,
+                         need, ss->cl.dev[r].name, r, rank_bytes(ss, r, need), ss->cl.dev[r].mem_bytes,
                          cur->kv_positions,
                          ss->from_plan_file ? "make the plan for more positions: meshinfer plan --kv-positions"
                              : "--replan re-places as it grows");
@@ -324,8 +340,8 @@ static void memory_check(mi_session *ss, int pos0, int T)
     }
     int trigger = -1, outgrown = 0;
     for (int r = 0; r < ss->size && trigger < 0; r++)
-        if (budget_fraction(ss, cur, r, need) >= SESSION_REPLAN_THRESHOLD &&
-            budget_fraction(ss, cur, r, pos0) < SESSION_REPLAN_THRESHOLD)
+        if (budget_fraction(ss, r, need) >= SESSION_REPLAN_THRESHOLD &&
+            budget_fraction(ss, r, pos0) < SESSION_REPLAN_THRESHOLD)
             trigger = r;
     if (trigger < 0 && need <= cur->kv_positions)
         return;
@@ -334,7 +350,7 @@ static void memory_check(mi_session *ss, int pos0, int T)
         trigger = mi_plan_fullest_rank(cur, &ss->cl, need, &frac);
         outgrown = 1;
     }
-    frac = budget_fraction(ss, cur, trigger, need);
+    frac = budget_fraction(ss, trigger, need);
     int old_h = cur->kv_positions;
     /* plan for twice the positions; halve the growth until a placement fits */
     int seq = ss->cfg.seq_len, h = 2 * need < seq ? 2 * need : seq;
@@ -367,6 +383,7 @@ static void memory_check(mi_session *ss, int pos0, int T)
         *cur = np;
         mi_schedule_free(&ss->sched);
         mi_schedule_build(cur, &ss->sched);
+        memory_of_plan(ss);
     }
     char why[256];
     if (outgrown)

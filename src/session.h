@@ -75,6 +75,8 @@ typedef struct {
     double *acc;            /* rank 0: profiled acceptance per transition, or NULL */
     int replan;             /* --replan */
     int from_plan_file;     /* rank 0: the plan came from --plan-file */
+    double mem_w[MI_MAX_RANKS], mem_kv[MI_MAX_RANKS]; /* rank 0: per rank, weight bytes and KV bytes per
+                                                         position of the current plan (checked every pass) */
     int max_T;              /* positions per forward pass */
     int n_replans;
     session_replan replans[SESSION_MAX_REPLANS];
