@@ -114,6 +114,8 @@ if ((rc != 0 && rc != 124)) && [[ $(grep -c "error" "$tmp/err") == 1 ]] &&
 else bad "no placement fits: exit $rc"; sed 's/^/    /' "$tmp/err"; fi
 expect_error "--replan with a fixed plan file" "--replan needs a planner" \
     -np 3 "$bin" generate -m "$model" --plan-file "$tmp/plan3.json" --replan
+expect_error "a one-device command under mpirun" "profile runs on one device; start it without mpirun" \
+    -np 2 "$bin" profile -m "$model" --text "$tmp/two.json" --out "$tmp/prof.json"
 expect_error "--plan-file with a planner" "--plan-file fixes the placement" \
     -np 3 "$bin" generate -m "$model" --plan-file "$tmp/plan3.json" --planner roundrobin
 expect_error "--kv-positions past the context" "kv-positions 300 is more than the model's context" \

@@ -12,16 +12,17 @@ static const struct {
     const char *name;
     int (*fn)(int, char **);
     const char *help;
+    int mpi; /* runs as one rank per device; the others are one-device commands */
 } commands[] = {
-    {"generate", cmd_generate, "generate text from a prompt (streams tokens)"},
-    {"perplexity", cmd_perplexity, "mean NLL and perplexity of a text file"},
-    {"bench", cmd_bench, "TTFT, TPOT, decode tokens/s and weight bandwidth vs STREAM triad"},
-    {"plan", cmd_plan, "make a placement plan; print predicted memory, bytes and time per device"},
-    {"profile", cmd_profile, "acceptance of inter-layer speculation per layer transition, over a corpus"},
-    {"convert", cmd_convert, "llama2.c checkpoint + tokenizer.bin -> HDF5 model file"},
-    {"synth", cmd_synth, "write a seeded synthetic model of a real model's shape"},
-    {"info", cmd_info, "print a model file's config"},
-    {"tokenize", cmd_tokenize, "print the token ids of a text"},
+    {"generate", cmd_generate, "generate text from a prompt (streams tokens)", 1},
+    {"perplexity", cmd_perplexity, "mean NLL and perplexity of a text file", 1},
+    {"bench", cmd_bench, "TTFT, TPOT, decode tokens/s and weight bandwidth vs STREAM triad", 1},
+    {"plan", cmd_plan, "make a placement plan; print predicted memory, bytes and time per device", 0},
+    {"profile", cmd_profile, "acceptance of inter-layer speculation per layer transition, over a corpus", 0},
+    {"convert", cmd_convert, "llama2.c checkpoint + tokenizer.bin -> HDF5 model file", 0},
+    {"synth", cmd_synth, "write a seeded synthetic model of a real model's shape", 0},
+    {"info", cmd_info, "print a model file's config", 0},
+    {"tokenize", cmd_tokenize, "print the token ids of a text", 0},
 };
 
 static void usage(FILE *f)
@@ -45,6 +46,15 @@ int main(int argc, char **argv)
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) {
+            /* a one-device command started by mpirun on several ranks would do the
+             * same work N times and race on its output file */
+            const char *n = getenv("OMPI_COMM_WORLD_SIZE"), *r = getenv("OMPI_COMM_WORLD_RANK");
+            if (!commands[i].mpi && n && atoi(n) > 1) {
+                if (!r || atoi(r) == 0)
+                    fprintf(stderr, "meshinfer: error: %s runs on one device; start it without mpirun (here on %s ranks)\n",
+                            argv[1], n);
+                return 2;
+            }
             int rc = commands[i].fn(argc - 1, argv + 1);
             /* a full disk or closed pipe must not look like success */
             if (fflush(stdout) != 0 || ferror(stdout)) {
