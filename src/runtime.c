@@ -31,6 +31,8 @@ typedef struct {
 struct mi_runtime {
     int rank, size;
     mi_runtime_options opt;
+    const unsigned char *keep_layers; /* during a re-placement: layers whose shard stays (not reloaded) */
+    int keep_globals;                 /* ... and embeddings / classifier stay */
     mi_plan plan;
     mi_schedule sched;
     mi_model model;
@@ -134,6 +136,11 @@ static void load_shard(mi_runtime *rt, const mi_runtime_options *opt)
             rc = -1;
         } else {
             mi_plan_shard(&rt->plan, rt->rank, &spec);
+            for (int l = 0; rt->keep_layers && l < c->n_layers; l++)
+                if (rt->keep_layers[l])
+                    memset(&spec.layers[l], 0, sizeof spec.layers[l]);
+            if (rt->keep_globals)
+                spec.embeddings = spec.cls_v0 = spec.cls_nv = 0;
             mi_weight_source src = mi_weight_source_file(mf);
             rc = mi_model_load(&rt->model, &src, c, &spec, err);
             mi_model_close(mf);
@@ -245,9 +252,11 @@ static void build_comms(mi_runtime *rt)
     }
 }
 
-/* Everything that depends on the plan: the shard, buffers, communicators
- * and windows. Used at creation and again by a re-placement. */
-static void setup(mi_runtime *rt, const mi_plan *plan)
+/* Everything that depends on the plan, in two parts: the plan copy and the
+ * shard, then the buffers (sized by the shard), communicators and windows.
+ * Used at creation and again by a re-placement, which puts back what it kept
+ * between the two. */
+static void setup_shard(mi_runtime *rt, const mi_plan *plan)
 {
     /* deep copy so the caller may free its plan */
     size_t n;
@@ -259,6 +268,10 @@ static void setup(mi_runtime *rt, const mi_plan *plan)
     rt->max_T = rt->opt.max_T < plan->cfg.seq_len ? rt->opt.max_T : plan->cfg.seq_len;
     mi_schedule_build(&rt->plan, &rt->sched);
     load_shard(rt, &rt->opt);
+}
+
+static void setup_rest(mi_runtime *rt)
+{
     const mi_config *c = &rt->plan.cfg;
     mi_scratch_init(&rt->s, c, rt->max_T);
     size_t T = (size_t)rt->max_T, d = (size_t)c->dim;
@@ -329,7 +342,8 @@ mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_runtime_options *opt
     rt->opt = *opt;
     rt->trace = opt->trace;
     rt->tolerance = opt->tolerance;
-    setup(rt, plan);
+    setup_shard(rt, plan);
+    setup_rest(rt);
     MPI_Barrier(MPI_COMM_WORLD);
     rt->t_origin = mi_now();
     rt->idle_since = rt->t_origin;
@@ -694,30 +708,72 @@ static void replan_local(mi_runtime *rt, const mi_plan *np, int n_pos)
     int L = c->n_layers, nkv = c->n_kv_heads;
     size_t S = (size_t)c->seq_len, hd = (size_t)c->head_dim, rows = (size_t)n_pos * hd;
     double t0 = mi_now();
+    /* What stays on this rank is kept in place, weights and KV cache alike;
+     * with --weights scatter rank 0 streams every shard again instead. */
+    mi_layer_spec *ol = mi_malloc(2 * (size_t)L * sizeof *ol, "layer specs");
+    mi_shard_spec os = {ol, 0, 0, 0}, ns = {ol + L, 0, 0, 0};
+    mi_plan_shard(&rt->plan, rt->rank, &os);
+    mi_plan_shard(np, rt->rank, &ns);
+    unsigned char *keep = mi_calloc((size_t)L, 1, "kept layers");
+    mi_layer *kept = mi_calloc((size_t)L, sizeof *kept, "kept layers");
+    for (int l = 0; l < L && !rt->opt.scatter; l++) {
+        const mi_layer_spec *a = &os.layers[l];
+        keep[l] = (a->n_kv || a->proj || a->nf) && !memcmp(a, &ns.layers[l], sizeof *a);
+        if (keep[l]) {
+            kept[l] = rt->model.layers[l];
+            memset(&rt->model.layers[l], 0, sizeof kept[l]); /* teardown must not free it */
+        }
+    }
+    mi_model g = rt->model; /* embeddings, final norm, classifier */
+    int keep_g = !rt->opt.scatter && (os.embeddings || os.cls_nv) && os.embeddings == ns.embeddings &&
+                 os.cls_v0 == ns.cls_v0 && os.cls_nv == ns.cls_nv;
+    if (keep_g) {
+        rt->model.tok_embeddings = rt->model.norm = rt->model.classifier = NULL;
+        rt->model.cls_alias = 1;
+    }
     int *old_owner = mi_malloc((size_t)L * nkv * sizeof(int), "old KV owners");
     float **stage = mi_calloc((size_t)L * nkv, sizeof(float *), "KV staging");
     for (int l = 0; l < L; l++) {
         memcpy(old_owner + (size_t)l * nkv, rt->plan.layers[l].kv_rank, (size_t)nkv * sizeof(int));
         const mi_layer *ly = &rt->model.layers[l];
-        for (int i = 0; i < ly->spec.n_kv && rows > 0; i++) {
+        for (int i = 0; i < ly->spec.n_kv && rows > 0 && !keep[l]; i++) {
             float *b = mi_malloc(2 * rows * sizeof(float), "KV staging");
             memcpy(b, ly->k_cache + (size_t)i * S * hd, rows * sizeof(float));
             memcpy(b + rows, ly->v_cache + (size_t)i * S * hd, rows * sizeof(float));
             stage[(size_t)l * nkv + ly->spec.kv[i]] = b;
         }
     }
-    mi_rank_metrics keep = rt->m;
+    mi_rank_metrics m = rt->m;
     teardown(rt);
-    setup(rt, np);
-    keep.weight_bytes = rt->m.weight_bytes;
-    keep.kv_bytes = rt->m.kv_bytes;
-    keep.rss_weights = rt->m.rss_weights;
-    rt->m = keep;
+    rt->keep_layers = keep;
+    rt->keep_globals = keep_g;
+    setup_shard(rt, np);
+    rt->keep_layers = NULL;
+    rt->keep_globals = 0;
+    for (int l = 0; l < L; l++)
+        if (keep[l])
+            rt->model.layers[l] = kept[l];
+    if (keep_g) {
+        rt->model.has_embeddings = g.has_embeddings;
+        rt->model.tok_embeddings = g.tok_embeddings;
+        rt->model.norm = g.norm;
+        rt->model.classifier = g.classifier;
+        rt->model.cls_alias = g.cls_alias;
+        rt->model.cls_v0 = g.cls_v0;
+        rt->model.cls_nv = g.cls_nv;
+    }
+    rt->model.weight_bytes = mi_shard_weight_bytes(c, &ns);
+    rt->model.kv_bytes = mi_shard_kv_bytes(c, &ns);
+    m.weight_bytes = (double)rt->model.weight_bytes;
+    m.kv_bytes = (double)rt->model.kv_bytes;
+    m.rss_weights = rt->m.rss_weights;
+    rt->m = m;
+    setup_rest(rt);
     MPI_Request *req = mi_malloc(4 * (size_t)L * nkv * sizeof(MPI_Request), "KV move requests");
     int nr = 0;
     for (int l = 0; l < L && rows > 0; l++) {
         mi_layer *ly = &rt->model.layers[l];
-        for (int i = 0; i < ly->spec.n_kv; i++) {
+        for (int i = 0; i < ly->spec.n_kv && !keep[l]; i++) {
             int k = ly->spec.kv[i], o = old_owner[(size_t)l * nkv + k];
             float *kd = ly->k_cache + (size_t)i * S * hd, *vd = ly->v_cache + (size_t)i * S * hd;
             if (o == rt->rank) {
@@ -746,6 +802,9 @@ static void replan_local(mi_runtime *rt, const mi_plan *np, int n_pos)
         free(stage[i]);
     free(stage);
     free(old_owner);
+    free(keep);
+    free(kept);
+    free(ol);
     double t1 = mi_now();
     rt->m.replans += 1;
     rt->m.replan_s += t1 - t0;
