@@ -396,7 +396,7 @@ static void memory_check(mi_session *ss, int pos0, int T)
     fprintf(stderr, "meshinfer: re-placement at position %d: %s; %s for %d positions (planned in %.2f ms%s", need, why,
             ev.moved ? "new placement" : "same placement", h, ev.plan_ms, ev.moved ? "" : ")\n");
     if (ev.moved)
-        fprintf(stderr, "; %d KV heads moved, shards reloaded in %.1f ms)\n", ev.kv_heads_moved, ev.seconds * 1e3);
+        fprintf(stderr, "; %d KV heads moved in %.1f ms)\n", ev.kv_heads_moved, ev.seconds * 1e3);
     if (ss->n_replans < SESSION_MAX_REPLANS)
         ss->replans[ss->n_replans++] = ev;
 }

@@ -58,11 +58,13 @@ float *mi_runtime_prefill(mi_runtime *rt, const int *tokens, int n, int pos0);
 
 /* Rank 0 only: switch every rank to plan in the middle of a sequence whose
  * KV cache holds n_pos positions (seed 000 "Memory needs active management").
- * Each rank frees its old shard before loading its new one (a device never
- * holds both), and each KV head whose rank changes is sent, positions
- * [0, n_pos), from its old rank to its new one; the output is unchanged
- * (the same rows, just elsewhere). Metrics carry over; replans, replan_s
- * and moved_bytes_* count the move. */
+ * A rank keeps in place the layers (weights and KV cache) and the embeddings
+ * or classifier whose shard does not change, frees the rest before loading
+ * what is new to it (a device never holds two placements), and each KV head
+ * whose rank changes is sent, positions [0, n_pos), from its old rank to its
+ * new one; the output is unchanged (the same rows, just elsewhere). With
+ * --weights scatter every shard is streamed again. Metrics carry over;
+ * replans, replan_s and moved_bytes_* count the move. */
 void mi_runtime_replan(mi_runtime *rt, const mi_plan *plan, int n_pos);
 
 /* The plan being carried out (this rank's copy). */
