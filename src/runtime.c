@@ -827,11 +827,6 @@ void mi_runtime_replan(mi_runtime *rt, const mi_plan *plan, int n_pos)
     rt->idle_since = mi_now();
 }
 
-const mi_plan *mi_runtime_plan(const mi_runtime *rt)
-{
-    return &rt->plan;
-}
-
 void mi_runtime_serve(mi_runtime *rt)
 {
     for (;;) {

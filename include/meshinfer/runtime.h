@@ -67,9 +67,6 @@ float *mi_runtime_prefill(mi_runtime *rt, const int *tokens, int n, int pos0);
  * replans, replan_s and moved_bytes_* count the move. */
 void mi_runtime_replan(mi_runtime *rt, const mi_plan *plan, int n_pos);
 
-/* The plan being carried out (this rank's copy). */
-const mi_plan *mi_runtime_plan(const mi_runtime *rt);
-
 /* Rank 0 only: clear every rank's KV cache (a new sequence). */
 void mi_runtime_reset(mi_runtime *rt);
 
