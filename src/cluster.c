@@ -29,6 +29,7 @@
 #include "meshinfer/plan.h"
 
 #include "meshinfer/common.h"
+#include "json_keys.h"
 
 #include <cjson/cJSON.h>
 
@@ -79,28 +80,6 @@ static void line_col(const char *text, size_t pos, int *line, int *col)
     *col = c;
 }
 
-/* Reject keys not in allowed (NULL-terminated) and duplicate keys of obj.
- * where: "" for the top level or e.g. "devices[1]". */
-static int check_keys(const cJSON *obj, const char *const *allowed, const char *prefix, const char *where,
-                      char *err)
-{
-    for (const cJSON *it = obj->child; it; it = it->next) {
-        const char *k = it->string ? it->string : "";
-        int ok = 0;
-        for (int i = 0; allowed[i]; i++)
-            if (strcmp(allowed[i], k) == 0)
-                ok = 1;
-        if (!ok)
-            return mi_set_error(err, "%s: unknown key '%s'%s%s", prefix, k, *where ? " in " : " at the top level",
-                                where);
-        for (const cJSON *p = obj->child; p != it; p = p->next)
-            if (p->string && strcmp(p->string, k) == 0)
-                return mi_set_error(err, "%s: duplicate key '%s'%s%s", prefix, k,
-                                    *where ? " in " : " at the top level", where);
-    }
-    return 0;
-}
-
 /* Optional number of obj[key] that must be > 0 (or >= 0 when allow_zero).
  * Leaves *out untouched when the key is missing. */
 static int get_number(const cJSON *obj, const char *key, int allow_zero, double *out, const char *prefix,
@@ -128,7 +107,7 @@ static int parse_device(const cJSON *d, int i, mi_device *dev, const char *prefi
     if (!cJSON_IsObject(d))
         return mi_set_error(err, "%s: %s must be an object like {\"name\": \"pi0\", \"mem_mb\": 3500}", prefix,
                             where);
-    if (check_keys(d, keys, prefix, where, err))
+    if (mi_json_check_keys(d, keys, prefix, where, err))
         return -1;
 
     snprintf(dev->name, sizeof dev->name, "dev%d", i);
@@ -186,7 +165,7 @@ static int parse_cluster(const char *json, size_t len, mi_cluster *cl, const cha
         mi_set_error(err, "%s: the top level must be a JSON object with a 'devices' array", prefix);
         goto done;
     }
-    if (check_keys(root, top_keys, prefix, "", err))
+    if (mi_json_check_keys(root, top_keys, prefix, "", err))
         goto done;
 
     const cJSON *desc = cJSON_GetObjectItemCaseSensitive(root, "description");
@@ -202,7 +181,7 @@ static int parse_cluster(const char *json, size_t len, mi_cluster *cl, const cha
                          prefix);
             goto done;
         }
-        if (check_keys(link, link_keys, prefix, "link", err))
+        if (mi_json_check_keys(link, link_keys, prefix, "link", err))
             goto done;
         double lat_ms = tmp.latency_s * 1e3, mbit = tmp.bandwidth * 8 / 1e6;
         if (get_number(link, "latency_ms", 1, &lat_ms, prefix, "link", err) ||

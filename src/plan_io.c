@@ -29,6 +29,7 @@
 #include "meshinfer/plan.h"
 
 #include "meshinfer/common.h"
+#include "json_keys.h"
 
 #include <cjson/cJSON.h>
 
@@ -212,24 +213,6 @@ static int as_int(const cJSON *v, int *out)
     return 1;
 }
 
-static int check_keys(const cJSON *obj, const char *const *allowed, const char *prefix, const char *where,
-                      char *err)
-{
-    for (const cJSON *it = obj->child; it; it = it->next) {
-        const char *k = it->string ? it->string : "";
-        int ok = 0;
-        for (int i = 0; allowed[i]; i++)
-            if (strcmp(allowed[i], k) == 0)
-                ok = 1;
-        if (!ok)
-            return mi_set_error(err, "%s: unknown key '%s' in %s", prefix, k, where);
-        for (const cJSON *p = obj->child; p != it; p = p->next)
-            if (p->string && strcmp(p->string, k) == 0)
-                return mi_set_error(err, "%s: duplicate key '%s' in %s", prefix, k, where);
-    }
-    return 0;
-}
-
 /* Parse an array of [rank, start, count] triples (what: "layers[3].ffn" or
  * "classifier") over [0, total) into a malloc'ed array. */
 static int parse_slices(const cJSON *arr, const char *what, const char *unit, int total, int n_ranks,
@@ -286,7 +269,7 @@ static int build_plan(const cJSON *root, const mi_config *c, mi_plan *plan, cons
 
     if (!cJSON_IsObject(root))
         return mi_set_error(err, "%s: the top level must be a JSON object", prefix);
-    if (check_keys(root, top_keys, prefix, "the top level", err))
+    if (mi_json_check_keys(root, top_keys, prefix, "", err))
         return -1;
 
     const cJSON *desc = cJSON_GetObjectItemCaseSensitive(root, "description");
@@ -323,7 +306,7 @@ static int build_plan(const cJSON *root, const mi_config *c, mi_plan *plan, cons
     if (!cJSON_IsObject(model))
         return mi_set_error(err, "%s: 'model' must be an object with n_layers, n_kv_heads, hidden_dim, vocab_size",
                             prefix);
-    if (check_keys(model, model_keys, prefix, "model", err))
+    if (mi_json_check_keys(model, model_keys, prefix, "model", err))
         return -1;
     int nl, nkv, hd, vs;
     if (model_int(model, "n_layers", &nl, prefix, err) || model_int(model, "n_kv_heads", &nkv, prefix, err) ||
@@ -357,7 +340,7 @@ static int build_plan(const cJSON *root, const mi_config *c, mi_plan *plan, cons
         snprintf(where, sizeof where, "layers[%d]", l);
         if (!cJSON_IsObject(lj))
             return mi_set_error(err, "%s: %s must be an object with kv_rank, proj_rank and ffn", prefix, where);
-        if (check_keys(lj, layer_keys, prefix, where, err))
+        if (mi_json_check_keys(lj, layer_keys, prefix, where, err))
             return -1;
 
         const cJSON *kv = cJSON_GetObjectItemCaseSensitive(lj, "kv_rank");
