@@ -150,7 +150,8 @@ void mi_plan_rank_memory(const mi_plan *plan, int rank, size_t *weight_bytes, si
 
 /* Bytes `rank` holds once its KV cache has n_pos positions: weights plus
  * n_pos positions of its KV heads (the runtime allocates the cache for
- * seq_len but the pages are touched only as positions are written). */
+ * seq_len but the pages are touched only as positions are written). The
+ * memory account of seed 000 "Memory needs active management". */
 double mi_plan_rank_bytes_at(const mi_plan *plan, int rank, int n_pos);
 
 /* Seed 000 "Memory needs active management": the rank whose weights plus KV
@@ -159,7 +160,8 @@ double mi_plan_rank_bytes_at(const mi_plan *plan, int rank, int n_pos);
 int mi_plan_fullest_rank(const mi_plan *plan, const mi_cluster *cl, int n_pos, double *frac);
 
 /* 1 when a and b place every unit on the same ranks (speculation marks and
- * the KV horizon aside): re-placing a into b would move nothing. */
+ * the KV horizon aside): re-placing a into b would move nothing, so a
+ * memory-triggered re-placement (seed 000) can skip the move. */
 int mi_plan_same_placement(const mi_plan *a, const mi_plan *b);
 
 /* Flatten a plan to ints (for MPI_Bcast) and back. The buffer from
