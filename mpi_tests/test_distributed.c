@@ -258,7 +258,7 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
-    mi_set_blas_threads(1);
+    mi_set_threads(1);
     if (argc < 2) {
         if (g_rank == 0)
             fprintf(stderr, "usage: test_distributed REAL_MODEL.h5\n");

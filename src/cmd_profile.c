@@ -135,7 +135,7 @@ int cmd_profile(int argc, char **argv)
         for (int i = 0; i < mlen + 1; i += chunk) {
             int T = mlen + 1 - i < chunk ? mlen + 1 - i : chunk;
             for (int t = 0; t < T; t++)
-                memcpy(s.x + (size_t)t * d, m.tok_embeddings + (size_t)win[i + t] * d, (size_t)d * sizeof(float));
+                mi_tensor_row_f32(&m.tok_embeddings, win[i + t], s.x + (size_t)t * d);
             /* the same blocks as the forward pass, with the FFN output kept apart */
             for (int l = 0; l < L; l++) {
                 mi_layer *Ly = &m.layers[l];

@@ -1,9 +1,32 @@
 /* Model configuration checks and known shapes (see config.h). */
 #include "meshinfer/config.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "meshinfer/common.h"
+
+const char *const mi_layer_mat_names[MI_N_LAYER_MATS] = {"wq", "wk", "wv", "wo_t", "w1", "w2_t", "w3"};
+
+/* Length of the axis a layer matrix is blocked along (the input of its
+ * matrix-vector product). */
+static int blocked_axis(const mi_config *c, int mat)
+{
+    return mat == MI_WO ? c->n_heads * c->head_dim : mat == MI_W2 ? c->hidden_dim : c->dim;
+}
+
+static int check_dtype(int t, int axis, const char *what, int layer, char *err)
+{
+    char where[32] = "";
+    if (layer >= 0)
+        snprintf(where, sizeof where, "layer %d ", layer);
+    if (t < 0 || t >= MI_N_DTYPES)
+        return mi_set_error(err, "config: %s%s has unknown dtype %d", where, what, t);
+    if (mi_dtype_blocked(t) && axis % MI_QK != 0)
+        return mi_set_error(err, "config: %s%s is %s, but its blocked axis of %d is not a multiple of %d", where,
+                            what, mi_dtype_name(t), axis, MI_QK);
+    return 0;
+}
 
 int mi_config_validate(const mi_config *c, char *err)
 {
@@ -33,6 +56,18 @@ int mi_config_validate(const mi_config *c, char *err)
     if (c->vocab_size < 259)
         return mi_set_error(err, "config: vocab_size = %d is too small for byte fallback (needs >= 259)",
                             c->vocab_size);
+    if (c->n_layers > MI_MAX_LAYERS)
+        return mi_set_error(err, "config: n_layers = %d is more than %d", c->n_layers, MI_MAX_LAYERS);
+    if (check_dtype(c->emb_dtype, c->dim, "tok_embeddings", -1, err) ||
+        check_dtype(c->cls_dtype, c->dim, "classifier", -1, err))
+        return -1;
+    if (c->shared_classifier && c->cls_dtype != c->emb_dtype)
+        return mi_set_error(err, "config: the classifier shares the embeddings but has dtype %s, not %s",
+                            mi_dtype_name(c->cls_dtype), mi_dtype_name(c->emb_dtype));
+    for (int l = 0; l < c->n_layers; l++)
+        for (int m = 0; m < MI_N_LAYER_MATS; m++)
+            if (check_dtype(c->dtype[l][m], blocked_axis(c, m), mi_layer_mat_names[m], l, err))
+                return -1;
     return 0;
 }
 
@@ -51,6 +86,93 @@ size_t mi_model_params(const mi_config *c)
 size_t mi_decode_weight_elems(const mi_config *c)
 {
     return (size_t)c->n_layers * mi_layer_params(c) + (size_t)c->vocab_size * (size_t)c->dim;
+}
+
+static size_t row_bytes(const mi_config *c, int l, int mat, size_t n)
+{
+    return mi_dtype_row_bytes(c->dtype[l][mat], n);
+}
+
+size_t mi_head_group_bytes(const mi_config *c, int l)
+{
+    size_t d = (size_t)c->dim, hd = (size_t)c->head_dim, g = (size_t)mi_kv_group(c);
+    return g * hd * row_bytes(c, l, MI_WQ, d) + hd * (row_bytes(c, l, MI_WK, d) + row_bytes(c, l, MI_WV, d));
+}
+
+size_t mi_proj_bytes(const mi_config *c, int l, int n_kv)
+{
+    return (size_t)c->dim * row_bytes(c, l, MI_WO, (size_t)n_kv * mi_kv_group(c) * c->head_dim);
+}
+
+size_t mi_ffn_bytes(const mi_config *c, int l, int nf)
+{
+    size_t d = (size_t)c->dim;
+    return (size_t)nf * (row_bytes(c, l, MI_W1, d) + row_bytes(c, l, MI_W3, d)) +
+           d * row_bytes(c, l, MI_W2, (size_t)nf);
+}
+
+size_t mi_embedding_bytes(const mi_config *c)
+{
+    return (size_t)c->vocab_size * mi_dtype_row_bytes(c->emb_dtype, (size_t)c->dim);
+}
+
+size_t mi_classifier_bytes(const mi_config *c, int rows)
+{
+    return (size_t)rows * mi_dtype_row_bytes(c->cls_dtype, (size_t)c->dim);
+}
+
+size_t mi_decode_weight_bytes(const mi_config *c)
+{
+    size_t n = mi_classifier_bytes(c, c->vocab_size);
+    for (int l = 0; l < c->n_layers; l++)
+        n += (size_t)c->n_kv_heads * mi_head_group_bytes(c, l) + mi_proj_bytes(c, l, c->n_kv_heads) +
+             mi_ffn_bytes(c, l, c->hidden_dim);
+    return n;
+}
+
+int mi_ffn_align(const mi_config *c, int l)
+{
+    return mi_dtype_blocked(c->dtype[l][MI_W2]) ? MI_QK : 1;
+}
+
+int mi_kv_align(const mi_config *c, int l)
+{
+    if (!mi_dtype_blocked(c->dtype[l][MI_WO]))
+        return 1;
+    int w = mi_kv_group(c) * c->head_dim, k = 1;
+    while ((k * w) % MI_QK != 0)
+        k++;
+    return k;
+}
+
+const char *mi_config_dtype_summary(const mi_config *c, char *buf, size_t n)
+{
+    int count[MI_N_DTYPES] = {0}, mixed_layers = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        int t = c->dtype[l][0], same = 1;
+        for (int m = 1; m < MI_N_LAYER_MATS; m++)
+            same &= c->dtype[l][m] == t;
+        if (same)
+            count[t]++;
+        else
+            mixed_layers++;
+    }
+    for (int t = 0; t < MI_N_DTYPES; t++)
+        if (count[t] == c->n_layers && c->emb_dtype == t && c->cls_dtype == t) {
+            snprintf(buf, n, "%s", mi_dtype_name(t));
+            return buf;
+        }
+    size_t k = (size_t)snprintf(buf, n, "mixed:");
+    for (int t = 0; t < MI_N_DTYPES && k < n; t++)
+        if (count[t])
+            k += (size_t)snprintf(buf + k, n - k, " %s x%d,", mi_dtype_name(t), count[t]);
+    if (mixed_layers && k < n)
+        k += (size_t)snprintf(buf + k, n - k, " mixed x%d,", mixed_layers);
+    if (k < n)
+        k += (size_t)snprintf(buf + k, n - k, " layers; embeddings %s", mi_dtype_name(c->emb_dtype));
+    if (!c->shared_classifier && k < n)
+        snprintf(buf + k, n - k, ", classifier %s", mi_dtype_name(c->cls_dtype));
+    return buf;
 }
 
 size_t mi_kv_cache_bytes(const mi_config *c, int n_pos)

@@ -44,9 +44,9 @@ void mi_attn_block(mi_model *m, int l, mi_scratch *s, const float *xn, int T, in
     int n_kv = L->spec.n_kv, g = mi_kv_group(c), hd = c->head_dim, n_q = n_kv * g;
     if (n_kv == 0)
         return;
-    mi_matmul(s->q, xn, L->wq, T, c->dim, n_q * hd);
-    mi_matmul(s->k, xn, L->wk, T, c->dim, n_kv * hd);
-    mi_matmul(s->v, xn, L->wv, T, c->dim, n_kv * hd);
+    mi_matmul(s->q, xn, &L->wq, T);
+    mi_matmul(s->k, xn, &L->wk, T);
+    mi_matmul(s->v, xn, &L->wv, T);
     mi_rope_apply(&m->rope, s->q, T, pos0, n_q);
     mi_rope_apply(&m->rope, s->k, T, pos0, n_kv);
     /* Cache layout [kv head][position][head_dim] keeps each head's history
@@ -63,35 +63,31 @@ void mi_attn_block(mi_model *m, int l, mi_scratch *s, const float *xn, int T, in
 
 void mi_proj_block(const mi_model *m, int l, const float *heads, int T, float *y, int add)
 {
-    const mi_config *c = &m->cfg;
     const mi_layer *L = &m->layers[l];
-    int n_in = L->spec.proj == MI_PROJ_FULL ? c->n_heads * c->head_dim
-                                            : L->spec.n_kv * mi_kv_group(c) * c->head_dim;
     if (add)
-        mi_matmul_add(y, heads, L->wo, T, n_in, c->dim);
+        mi_matmul_add(y, heads, &L->wo, T);
     else
-        mi_matmul(y, heads, L->wo, T, n_in, c->dim);
+        mi_matmul(y, heads, &L->wo, T);
 }
 
 void mi_ffn_block(const mi_model *m, int l, mi_scratch *s, const float *xn, int T, float *y, int add)
 {
-    const mi_config *c = &m->cfg;
     const mi_layer *L = &m->layers[l];
     int nf = L->spec.nf;
-    mi_matmul(s->h1, xn, L->w1, T, c->dim, nf);
-    mi_matmul(s->h3, xn, L->w3, T, c->dim, nf);
+    mi_matmul(s->h1, xn, &L->w1, T);
+    mi_matmul(s->h3, xn, &L->w3, T);
     mi_swiglu(s->h1, s->h3, (size_t)T * nf);
     if (add)
-        mi_matmul_add(y, s->h1, L->w2, T, nf, c->dim);
+        mi_matmul_add(y, s->h1, &L->w2, T);
     else
-        mi_matmul(y, s->h1, L->w2, T, nf, c->dim);
+        mi_matmul(y, s->h1, &L->w2, T);
 }
 
 void mi_logits(const mi_model *m, mi_scratch *s, const float *x, int T, float *logits)
 {
     const mi_config *c = &m->cfg;
     mi_rmsnorm(s->xn, x, m->norm, T, c->dim, c->norm_eps);
-    mi_matmul(logits, s->xn, m->classifier, T, c->dim, m->cls_nv);
+    mi_matmul(logits, s->xn, &m->classifier, T);
 }
 
 float *mi_forward(mi_model *m, mi_scratch *s, const int *tokens, int T, int pos0, int all_logits)
@@ -99,7 +95,7 @@ float *mi_forward(mi_model *m, mi_scratch *s, const int *tokens, int T, int pos0
     const mi_config *c = &m->cfg;
     size_t d = (size_t)c->dim;
     for (int t = 0; t < T; t++)
-        memcpy(s->x + t * d, m->tok_embeddings + (size_t)tokens[t] * d, d * sizeof(float));
+        mi_tensor_row_f32(&m->tok_embeddings, tokens[t], s->x + t * d);
     for (int l = 0; l < c->n_layers; l++) {
         mi_layer *L = &m->layers[l];
         mi_rmsnorm(s->xn, s->x, L->attention_norm, T, c->dim, c->norm_eps);

@@ -1,18 +1,18 @@
 /* Loading a model, or one device's shard of it (see model.h). */
+#define _GNU_SOURCE
 #include "meshinfer/model.h"
 
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "meshinfer/common.h"
 
-static int file_fetch(void *ctx, const char *name, size_t row0, size_t nrows, size_t row_len, float *out,
-                      char *err)
+static int file_fetch(void *ctx, const char *name, size_t row0, size_t nrows, size_t row_bytes, void *out, char *err)
 {
-    (void)row_len;
-    return mi_model_read_rows((mi_model_file *)ctx, name, row0, nrows, out, err);
+    return mi_model_read_raw((mi_model_file *)ctx, name, row0, nrows, row_bytes, out, err);
 }
 
 mi_weight_source mi_weight_source_file(mi_model_file *mf)
@@ -44,25 +44,25 @@ mi_shard_spec mi_shard_spec_full(const mi_config *c, mi_layer_spec *layers)
 
 size_t mi_shard_weight_bytes(const mi_config *c, const mi_shard_spec *spec)
 {
-    size_t d = (size_t)c->dim, hd = (size_t)c->head_dim, g = (size_t)mi_kv_group(c), n = 0;
+    size_t norm = (size_t)c->dim * sizeof(float), n = 0;
     if (spec->embeddings)
-        n += (size_t)c->vocab_size * d;
+        n += mi_embedding_bytes(c);
     if (spec->embeddings || spec->cls_nv > 0)
-        n += d;
+        n += norm;
     if (spec->cls_nv > 0 && !(spec->embeddings && c->shared_classifier))
-        n += (size_t)spec->cls_nv * d;
+        n += mi_classifier_bytes(c, spec->cls_nv);
     for (int l = 0; l < c->n_layers; l++) {
         const mi_layer_spec *s = &spec->layers[l];
         if (s->n_kv > 0)
-            n += d + (size_t)s->n_kv * (g * hd * d + 2 * hd * d);
+            n += norm + (size_t)s->n_kv * mi_head_group_bytes(c, l);
         if (s->proj == MI_PROJ_FULL)
-            n += d * (size_t)c->n_heads * hd;
+            n += mi_proj_bytes(c, l, c->n_kv_heads);
         else if (s->proj == MI_PROJ_HEADS)
-            n += d * (size_t)s->n_kv * g * hd;
+            n += mi_proj_bytes(c, l, s->n_kv);
         if (s->nf > 0)
-            n += d + 3 * (size_t)s->nf * d;
+            n += norm + mi_ffn_bytes(c, l, s->nf);
     }
-    return n * sizeof(float);
+    return n;
 }
 
 size_t mi_shard_kv_bytes(const mi_config *c, const mi_shard_spec *spec)
@@ -73,68 +73,222 @@ size_t mi_shard_kv_bytes(const mi_config *c, const mi_shard_spec *spec)
     return 2 * n * (size_t)c->seq_len * (size_t)c->head_dim * sizeof(float);
 }
 
+/* ------------------------------------------------------------ arenas */
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* One mapping per layer (and one for the embeddings and classifier): its
+ * start is aligned to 2 MB and the whole 2 MB pages inside it may be huge
+ * pages, which streams weights faster (fewer TLB misses); the tail keeps 4 KB
+ * pages so that resident memory stays the weights' size. Returned to the
+ * system when freed, so a re-placement really gives the memory back. */
+static void *arena_alloc(size_t bytes)
+{
+    if (bytes == 0)
+        return NULL;
+    size_t len = bytes + (bytes >= HUGE_PAGE ? HUGE_PAGE : 0);
+    char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        mi_fatal("out of memory: cannot map %zu bytes of weights", bytes);
+    if (bytes < HUGE_PAGE)
+        return p;
+    char *a = (char *)(((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    if (a > p)
+        munmap(p, (size_t)(a - p));
+    size_t tail = (size_t)(p + len - (a + bytes));
+    if (tail > 0)
+        munmap(a + bytes, tail);
+#ifdef MADV_HUGEPAGE
+    madvise(a, bytes & ~(HUGE_PAGE - 1), MADV_HUGEPAGE);
+#endif
+    return a;
+}
+
+static void arena_free(void *p, size_t bytes)
+{
+    if (p)
+        munmap(p, bytes);
+}
+
+/* ------------------------------------------------------------ loading */
+
+#define MAX_RANGES MI_MAX_KV_HEADS
+
+/* One tensor to load: stored row ranges of a dataset (or block group). A
+ * transposed tensor (wo_t, w2_t) is stored as the transpose of the matrix the
+ * product uses: its ranges select columns of that matrix. */
+typedef struct {
+    char name[128];
+    int dtype;
+    size_t stored_cols;
+    int transposed;
+    int n;
+    size_t r0[MAX_RANGES], len[MAX_RANGES];
+    mi_tensor *dst;   /* receives the tensor ... */
+    float **vec;      /* ... or, for a norm, the float vector */
+    mi_tensor t;      /* its in-memory shape */
+} treq;
+
 typedef struct {
     mi_model *m;
     const mi_weight_source *src;
     int rc;
     char *err;
+    treq req[16];
+    int n_req;
 } loader;
 
-/* Fetch `n_ranges` row ranges of one stored tensor, stacked in one buffer. */
-static float *fetch_ranges(loader *ld, int layer, const char *t, const size_t *row0, size_t rows_each,
-                           int n_ranges, size_t row_len)
+static treq *want(loader *ld, int layer, const char *t, int dtype, size_t stored_cols, int transposed)
 {
-    if (ld->rc || n_ranges == 0 || rows_each == 0)
-        return NULL;
-    char name[128];
+    treq *r = &ld->req[ld->n_req++];
+    memset(r, 0, sizeof *r);
     if (layer >= 0)
-        mi_model_layer_name(name, sizeof name, layer, t);
+        mi_model_layer_name(r->name, sizeof r->name, layer, t);
     else
-        snprintf(name, sizeof name, "%s", t);
-    size_t piece = rows_each * row_len;
-    float *p = mi_malloc((size_t)n_ranges * piece * sizeof(float), name);
-    for (int i = 0; i < n_ranges && !ld->rc; i++)
-        if (ld->src->fetch(ld->src->ctx, name, row0[i], rows_each, row_len, p + (size_t)i * piece, ld->err))
-            ld->rc = -1;
-    if (ld->rc || ld->src->discard) {
-        free(p);
-        return NULL;
+        snprintf(r->name, sizeof r->name, "%s", t);
+    r->dtype = dtype;
+    r->stored_cols = stored_cols;
+    r->transposed = transposed;
+    return r;
+}
+
+static treq *add_range(treq *r, size_t r0, size_t len)
+{
+    if (r->n > 0 && r->r0[r->n - 1] + r->len[r->n - 1] == r0) { /* merge runs: a block may span heads */
+        r->len[r->n - 1] += len;
+    } else {
+        r->r0[r->n] = r0;
+        r->len[r->n++] = len;
     }
-    ld->m->weight_bytes += (size_t)n_ranges * piece * sizeof(float);
-    return p;
+    return r;
 }
 
-static float *fetch_rows(loader *ld, int layer, const char *t, size_t row0, size_t nrows, size_t row_len)
+static size_t total_rows(const treq *r)
 {
-    return fetch_ranges(ld, layer, t, &row0, nrows, 1, row_len);
+    size_t n = 0;
+    for (int i = 0; i < r->n; i++)
+        n += r->len[i];
+    return n;
 }
 
-/* [rows, cols] -> [cols, rows]; frees the input. */
-static float *transpose(float *a, size_t rows, size_t cols)
+/* Transpose a [rows, cols] matrix of es-byte elements into out [cols, rows]. */
+static void transpose_bytes(const unsigned char *in, size_t rows, size_t cols, size_t es, unsigned char *out)
 {
-    if (!a)
-        return NULL;
-    float *t = mi_malloc(rows * cols * sizeof(float), "transposed weights");
     for (size_t i = 0; i < rows; i++)
         for (size_t j = 0; j < cols; j++)
-            t[j * rows + i] = a[i * cols + j];
-    free(a);
-    return t;
+            memcpy(out + (j * rows + i) * es, in + (i * cols + j) * es, es);
+}
+
+/* Stored bytes per element of the values part (a q4_0 byte holds two). */
+static size_t stored_elem_bytes(int dtype)
+{
+    return dtype == MI_F32 ? 4 : dtype == MI_F16 ? 2 : 1;
+}
+
+/* Fetch the stored rows of one part (values or scales) of r into out:
+ * rows are scaled by num/den (q4_0 values pack two rows per byte row of a
+ * transposed tensor; scales hold one row per 32). */
+static void fetch_part(loader *ld, const treq *r, const char *ds, size_t row_bytes, size_t num, size_t den,
+                       unsigned char *out)
+{
+    size_t off = 0;
+    for (int i = 0; i < r->n && !ld->rc; i++) {
+        size_t a = r->r0[i] * num / den, n = r->len[i] * num / den;
+        if (ld->src->fetch(ld->src->ctx, ds, a, n, row_bytes, out ? out + off : NULL, ld->err))
+            ld->rc = -1;
+        off += n * row_bytes;
+    }
+}
+
+static void load_one(loader *ld, treq *r, unsigned char *stage)
+{
+    int blocked = mi_dtype_blocked(r->dtype);
+    char ds[160];
+    snprintf(ds, sizeof ds, blocked ? "%s/qs" : "%s", r->name);
+    mi_tensor *t = &r->t;
+    if (!r->transposed) {
+        size_t qrow = mi_dtype_q_row_bytes(r->dtype, r->stored_cols);
+        fetch_part(ld, r, ds, qrow, 1, 1, stage ? stage : t->q);
+        if (blocked) {
+            snprintf(ds, sizeof ds, "%s/d", r->name);
+            fetch_part(ld, r, ds, 2 * (r->stored_cols / MI_QK), 1, 1, stage ? stage : (unsigned char *)t->d);
+        }
+        return;
+    }
+    /* transposed: fetch whole stored rows, then transpose into the product's layout */
+    for (int i = 0; i < r->n && blocked; i++)
+        if (r->r0[i] % MI_QK || r->len[i] % MI_QK) {
+            ld->rc = mi_set_error(ld->err, "%s: columns [%zu, %zu) cut %s blocks of %d (a shard of wo or w2 must be "
+                                           "whole blocks)", r->name, r->r0[i], r->r0[i] + r->len[i],
+                                  mi_dtype_name(r->dtype), MI_QK);
+            return;
+        }
+    size_t es = stored_elem_bytes(r->dtype), row_bytes = r->stored_cols * es, n = total_rows(r);
+    size_t num = 1, den = r->dtype == MI_Q4_0 ? 2 : 1, qrows = n * num / den;
+    fetch_part(ld, r, ds, row_bytes, num, den, stage);
+    if (!ld->rc && !ld->src->discard)
+        transpose_bytes(stage, qrows, r->stored_cols, es, t->q);
+    if (blocked && !ld->rc) {
+        snprintf(ds, sizeof ds, "%s/d", r->name);
+        fetch_part(ld, r, ds, 2 * r->stored_cols, 1, MI_QK, stage);
+        if (!ld->rc && !ld->src->discard)
+            transpose_bytes(stage, n / MI_QK, r->stored_cols, 2, (unsigned char *)t->d);
+    }
+}
+
+/* Load every requested tensor into one arena (*arena, *bytes); with a
+ * discarding source, only fetch. */
+static void load_group(loader *ld, void **arena, size_t *arena_bytes)
+{
+    size_t total = 0, stage_bytes = 0;
+    for (int i = 0; i < ld->n_req; i++) {
+        treq *r = &ld->req[i];
+        size_t n = total_rows(r);
+        r->t = r->transposed ? mi_tensor_shape(r->dtype, (int)r->stored_cols, (int)n)
+                             : mi_tensor_shape(r->dtype, (int)n, (int)r->stored_cols);
+        total += mi_tensor_place_bytes(r->dtype, (size_t)r->t.rows, (size_t)r->t.cols);
+        size_t need = ld->src->discard || r->transposed ? mi_tensor_place_bytes(r->dtype, n, r->stored_cols) : 0;
+        if (need > stage_bytes)
+            stage_bytes = need;
+    }
+    unsigned char *stage = stage_bytes ? mi_malloc(stage_bytes, "weight staging") : NULL;
+    unsigned char *mem = ld->src->discard ? NULL : arena_alloc(total);
+    size_t off = 0;
+    for (int i = 0; i < ld->n_req && !ld->rc; i++) {
+        treq *r = &ld->req[i];
+        if (mem) {
+            off += mi_tensor_place(&r->t, mem + off);
+            ld->m->weight_bytes += mi_tensor_bytes(r->dtype, (size_t)r->t.rows, (size_t)r->t.cols);
+        }
+        load_one(ld, r, ld->src->discard || r->transposed ? stage : NULL);
+        if (r->dst)
+            *r->dst = r->t;
+        if (r->vec)
+            *r->vec = r->t.q;
+    }
+    free(stage);
+    if (mem) {
+        *arena = mem;
+        *arena_bytes = total;
+    }
+    ld->n_req = 0;
 }
 
 int mi_model_load(mi_model *m, const mi_weight_source *src, const mi_config *c, const mi_shard_spec *spec,
                   char *err)
 {
-    /* Devices are memory-bound: give every weight block (and transpose
-     * staging) its own mapping, returned to the system on free, instead of
-     * glibc's adaptive threshold keeping freed blocks in the heap. */
+    /* Devices are memory-bound: give staging buffers and KV caches their own
+     * mappings, returned to the system on free, instead of glibc's adaptive
+     * threshold keeping freed blocks in the heap. */
     mallopt(M_MMAP_THRESHOLD, 32 * 1024);
     memset(m, 0, sizeof *m);
     m->cfg = *c;
     m->layers = mi_calloc((size_t)c->n_layers, sizeof(mi_layer), "layer table");
     size_t d = (size_t)c->dim, hd = (size_t)c->head_dim, g = (size_t)mi_kv_group(c);
-    size_t V = (size_t)c->vocab_size;
-    loader ld = {m, src, 0, err};
+    size_t V = (size_t)c->vocab_size, nq = (size_t)c->n_heads * hd;
+    loader ld;
+    memset(&ld, 0, sizeof ld);
+    ld.m = m, ld.src = src, ld.err = err;
     if (spec->cls_v0 < 0 || spec->cls_nv < 0 || (size_t)(spec->cls_v0 + spec->cls_nv) > V) {
         mi_model_free(m);
         return mi_set_error(err, "classifier rows [%d, %d) are outside the vocabulary of %zu", spec->cls_v0,
@@ -155,34 +309,45 @@ int mi_model_load(mi_model *m, const mi_weight_source *src, const mi_config *c, 
     m->has_embeddings = spec->embeddings;
     m->cls_v0 = spec->cls_v0;
     m->cls_nv = spec->cls_nv;
+    int cls_view = spec->cls_nv > 0 && spec->embeddings && c->shared_classifier;
     if (spec->embeddings)
-        m->tok_embeddings = fetch_rows(&ld, -1, "tok_embeddings", 0, V, d);
-    if (spec->embeddings || spec->cls_nv > 0)
-        m->norm = fetch_rows(&ld, -1, "norm", 0, d, 1);
-    if (spec->cls_nv > 0) {
-        if (spec->embeddings && c->shared_classifier) {
-            m->classifier = m->tok_embeddings ? m->tok_embeddings + (size_t)spec->cls_v0 * d : NULL;
-            m->cls_alias = 1;
-        } else {
-            m->classifier = fetch_rows(&ld, -1, c->shared_classifier ? "tok_embeddings" : "classifier",
-                                       (size_t)spec->cls_v0, (size_t)spec->cls_nv, d);
-        }
+        add_range(want(&ld, -1, "tok_embeddings", c->emb_dtype, d, 0), 0, V)->dst = &m->tok_embeddings;
+    if (spec->embeddings || spec->cls_nv > 0) {
+        treq *r = want(&ld, -1, "norm", MI_F32, 1, 0);
+        add_range(r, 0, d);
+        r->vec = &m->norm;
     }
-    size_t starts[MI_MAX_KV_HEADS];
+    if (spec->cls_nv > 0 && !cls_view) {
+        treq *r = want(&ld, -1, c->shared_classifier ? "tok_embeddings" : "classifier", c->cls_dtype, d, 0);
+        add_range(r, (size_t)spec->cls_v0, (size_t)spec->cls_nv);
+        r->dst = &m->classifier;
+    }
+    load_group(&ld, &m->arena, &m->arena_bytes);
+    if (cls_view && !ld.rc && !src->discard) {
+        m->classifier = mi_tensor_rows(&m->tok_embeddings, spec->cls_v0, spec->cls_nv);
+        m->cls_alias = 1;
+    }
     for (int l = 0; l < c->n_layers && ld.rc == 0; l++) {
         mi_layer *L = &m->layers[l];
         const mi_layer_spec *s = &spec->layers[l];
+        const unsigned char *dt = c->dtype[l];
         L->spec = *s;
         int nk = s->n_kv;
+        treq *r;
         if (nk > 0) {
-            L->attention_norm = fetch_rows(&ld, l, "attention_norm", 0, d, 1);
-            for (int i = 0; i < nk; i++)
-                starts[i] = (size_t)s->kv[i] * g * hd;
-            L->wq = fetch_ranges(&ld, l, "wq", starts, g * hd, nk, d);
-            for (int i = 0; i < nk; i++)
-                starts[i] = (size_t)s->kv[i] * hd;
-            L->wk = fetch_ranges(&ld, l, "wk", starts, hd, nk, d);
-            L->wv = fetch_ranges(&ld, l, "wv", starts, hd, nk, d);
+            r = want(&ld, l, "attention_norm", MI_F32, 1, 0);
+            add_range(r, 0, d);
+            r->vec = &L->attention_norm;
+            treq *q = want(&ld, l, "wq", dt[MI_WQ], d, 0), *k = want(&ld, l, "wk", dt[MI_WK], d, 0);
+            treq *v = want(&ld, l, "wv", dt[MI_WV], d, 0);
+            for (int i = 0; i < nk; i++) {
+                add_range(q, (size_t)s->kv[i] * g * hd, g * hd);
+                add_range(k, (size_t)s->kv[i] * hd, hd);
+                add_range(v, (size_t)s->kv[i] * hd, hd);
+            }
+            q->dst = &L->wq;
+            k->dst = &L->wk;
+            v->dst = &L->wv;
             if (!src->discard) {
                 size_t kvn = (size_t)nk * (size_t)c->seq_len * hd;
                 L->k_cache = mi_calloc(kvn, sizeof(float), "KV cache");
@@ -190,19 +355,24 @@ int mi_model_load(mi_model *m, const mi_weight_source *src, const mi_config *c, 
                 m->kv_bytes += 2 * kvn * sizeof(float);
             }
         }
-        if (s->proj == MI_PROJ_FULL) {
-            L->wo = transpose(fetch_rows(&ld, l, "wo_t", 0, (size_t)c->n_heads * hd, d), (size_t)c->n_heads * hd, d);
-        } else if (s->proj == MI_PROJ_HEADS) {
-            for (int i = 0; i < nk; i++)
-                starts[i] = (size_t)s->kv[i] * g * hd;
-            L->wo = transpose(fetch_ranges(&ld, l, "wo_t", starts, g * hd, nk, d), (size_t)nk * g * hd, d);
+        if (s->proj != MI_PROJ_NONE) {
+            r = want(&ld, l, "wo_t", dt[MI_WO], d, 1);
+            if (s->proj == MI_PROJ_FULL)
+                add_range(r, 0, nq);
+            else
+                for (int i = 0; i < nk; i++)
+                    add_range(r, (size_t)s->kv[i] * g * hd, g * hd);
+            r->dst = &L->wo;
         }
         if (s->nf > 0) {
-            L->ffn_norm = fetch_rows(&ld, l, "ffn_norm", 0, d, 1);
-            L->w1 = fetch_rows(&ld, l, "w1", (size_t)s->f0, (size_t)s->nf, d);
-            L->w3 = fetch_rows(&ld, l, "w3", (size_t)s->f0, (size_t)s->nf, d);
-            L->w2 = transpose(fetch_rows(&ld, l, "w2_t", (size_t)s->f0, (size_t)s->nf, d), (size_t)s->nf, d);
+            r = want(&ld, l, "ffn_norm", MI_F32, 1, 0);
+            add_range(r, 0, d);
+            r->vec = &L->ffn_norm;
+            add_range(want(&ld, l, "w1", dt[MI_W1], d, 0), (size_t)s->f0, (size_t)s->nf)->dst = &L->w1;
+            add_range(want(&ld, l, "w3", dt[MI_W3], d, 0), (size_t)s->f0, (size_t)s->nf)->dst = &L->w3;
+            add_range(want(&ld, l, "w2_t", dt[MI_W2], d, 1), (size_t)s->f0, (size_t)s->nf)->dst = &L->w2;
         }
+        load_group(&ld, &L->arena, &L->arena_bytes);
     }
     if (ld.rc == 0)
         mi_rope_init(&m->rope, c->seq_len, c->head_dim, c->rope_theta);
@@ -230,29 +400,22 @@ void mi_model_load_path(mi_model *m, const char *path, mi_tokenizer *tok)
         mi_fatal("%s", err);
 }
 
+void mi_layer_free(mi_layer *L)
+{
+    arena_free(L->arena, L->arena_bytes);
+    free(L->k_cache);
+    free(L->v_cache);
+    memset(L, 0, sizeof *L);
+}
+
 void mi_model_free(mi_model *m)
 {
     if (m->layers) {
-        for (int l = 0; l < m->cfg.n_layers; l++) {
-            mi_layer *L = &m->layers[l];
-            free(L->attention_norm);
-            free(L->wq);
-            free(L->wk);
-            free(L->wv);
-            free(L->k_cache);
-            free(L->v_cache);
-            free(L->wo);
-            free(L->ffn_norm);
-            free(L->w1);
-            free(L->w3);
-            free(L->w2);
-        }
+        for (int l = 0; l < m->cfg.n_layers; l++)
+            mi_layer_free(&m->layers[l]);
         free(m->layers);
     }
-    if (!m->cls_alias)
-        free(m->classifier);
-    free(m->tok_embeddings);
-    free(m->norm);
+    arena_free(m->arena, m->arena_bytes);
     mi_rope_free(&m->rope);
     memset(m, 0, sizeof *m);
 }

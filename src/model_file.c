@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "meshinfer/common.h"
+#include "meshinfer/tensor.h"
 
 struct mi_model_file {
     hid_t file;
@@ -37,6 +38,21 @@ static void quiet_hdf5(void)
     H5dont_atexit();
     /* HDF5 prints a multi-line error stack by default; we report one line. */
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+/* IEEE binary16 as an HDF5 type (HDF5 1.10 predefines none): h5dump shows
+ * its bit fields, and HDF5 converts it to float on reads that ask for one. */
+static hid_t f16_type(void)
+{
+    static hid_t t = -1;
+    if (t < 0) {
+        t = H5Tcopy(H5T_IEEE_F32LE);
+        H5Tset_fields(t, 15, 10, 5, 0, 10);
+        H5Tset_precision(t, 16);
+        H5Tset_size(t, 2);
+        H5Tset_ebias(t, 15);
+    }
+    return t;
 }
 
 /* The output must be a new or regular file in an existing writable
@@ -173,29 +189,133 @@ static int check_dataset(hid_t file, const char *name, int rank, hsize_t d0, hsi
     return 0;
 }
 
+/* A string attribute of up to n-1 bytes into buf; 0 if present. */
+static int read_str_attr(hid_t loc, const char *name, char *buf, size_t n)
+{
+    buf[0] = '\0';
+    if (H5Aexists(loc, name) <= 0)
+        return -1;
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    hid_t at = a >= 0 ? H5Aget_type(a) : -1;
+    int rc = -1;
+    if (a >= 0 && at >= 0 && H5Tget_class(at) == H5T_STRING && attr_is_single(a) && H5Tget_size(at) < n) {
+        hid_t t = H5Tcopy(H5T_C_S1);
+        H5Tset_size(t, n);
+        rc = H5Aread(a, t, buf) < 0 ? -1 : 0;
+        H5Tclose(t);
+    }
+    buf[n - 1] = '\0';
+    if (at >= 0)
+        H5Tclose(at);
+    if (a >= 0)
+        H5Aclose(a);
+    return rc;
+}
+
+/* Check a weight matrix stored as [d0, d1] (transposed: blocked along d0,
+ * otherwise along d1) and return its dtype: a float32 or float16 dataset,
+ * or a group holding the block format's values `qs` and fp16 scales `d`. */
+static int check_matrix(mi_model_file *mf, const char *name, hsize_t d0, hsize_t d1, int transposed, int *dtype,
+                        char *err)
+{
+    *dtype = MI_F32;
+    if (check_dataset(mf->file, name, 2, d0, d1, 0, mf->path, err) == 0) {
+        hid_t d = H5Dopen2(mf->file, name, H5P_DEFAULT), t = H5Dget_type(d);
+        int cls = H5Tget_class(t);
+        size_t sz = H5Tget_size(t);
+        H5Tclose(t);
+        H5Dclose(d);
+        if (cls == H5T_FLOAT && sz == 4)
+            return 0;
+        if (cls == H5T_FLOAT && sz == 2) {
+            *dtype = MI_F16;
+            return 0;
+        }
+        return mi_set_error(err, "%s: tensor '%s' is neither float32 nor float16", mf->path, name);
+    }
+    /* not a dataset of that shape: a block-format group? */
+    hid_t o = H5Lexists(mf->file, name, H5P_DEFAULT) > 0 ? H5Oopen(mf->file, name, H5P_DEFAULT) : -1;
+    if (o < 0 || H5Iget_type(o) != H5I_GROUP) {
+        if (o >= 0)
+            H5Oclose(o);
+        return -1; /* err already says what is wrong with the dataset */
+    }
+    char dt[16];
+    int rc = read_str_attr(o, "dtype", dt, sizeof dt);
+    H5Oclose(o);
+    mi_dtype t;
+    if (rc || mi_dtype_parse(dt, &t) || !mi_dtype_blocked(t))
+        return mi_set_error(err, "%s: tensor '%s' is a group without a block dtype attribute (q8_0 or q4_0)",
+                            mf->path, name);
+    hsize_t axis = transposed ? d0 : d1;
+    if (axis % MI_QK)
+        return mi_set_error(err, "%s: tensor '%s' is %s but its blocked axis of %llu is not a multiple of %d",
+                            mf->path, name, dt, (unsigned long long)axis, MI_QK);
+    char part[160];
+    hsize_t q0 = d0, q1 = d1, s0 = d0, s1 = d1;
+    if (transposed) {
+        q0 = t == MI_Q4_0 ? d0 / 2 : d0;
+        s0 = d0 / MI_QK;
+    } else {
+        q1 = t == MI_Q4_0 ? d1 / 2 : d1;
+        s1 = d1 / MI_QK;
+    }
+    snprintf(part, sizeof part, "%s/qs", name);
+    if (check_dataset(mf->file, part, 2, q0, q1, 0, mf->path, err))
+        return -1;
+    hid_t d = H5Dopen2(mf->file, part, H5P_DEFAULT), ty = H5Dget_type(d);
+    int ok = H5Tget_class(ty) == H5T_INTEGER && H5Tget_size(ty) == 1;
+    H5Tclose(ty);
+    H5Dclose(d);
+    if (!ok)
+        return mi_set_error(err, "%s: tensor '%s' is not 8-bit integers", mf->path, part);
+    snprintf(part, sizeof part, "%s/d", name);
+    if (check_dataset(mf->file, part, 2, s0, s1, 0, mf->path, err))
+        return -1;
+    d = H5Dopen2(mf->file, part, H5P_DEFAULT);
+    ty = H5Dget_type(d);
+    ok = H5Tget_class(ty) == H5T_FLOAT && H5Tget_size(ty) == 2;
+    H5Tclose(ty);
+    H5Dclose(d);
+    if (!ok)
+        return mi_set_error(err, "%s: tensor '%s' (block scales) is not float16", mf->path, part);
+    *dtype = t;
+    return 0;
+}
+
 static int check_all_tensors(mi_model_file *mf, char *err)
 {
-    const mi_config *c = &mf->cfg;
+    mi_config *c = &mf->cfg;
     hsize_t d = (hsize_t)c->dim, v = (hsize_t)c->vocab_size, h = (hsize_t)c->hidden_dim;
     hsize_t q = (hsize_t)c->n_heads * (hsize_t)c->head_dim, kv = (hsize_t)mi_kv_dim(c);
     hid_t F = H5T_NATIVE_FLOAT;
-    if (check_dataset(mf->file, "tok_embeddings", 2, v, d, F, mf->path, err) ||
+    int t;
+    if (check_matrix(mf, "tok_embeddings", v, d, 0, &t, err) ||
         check_dataset(mf->file, "norm", 1, d, 0, F, mf->path, err))
         return -1;
-    if (!c->shared_classifier && check_dataset(mf->file, "classifier", 2, v, d, F, mf->path, err))
-        return -1;
-    struct { const char *n; int rank; hsize_t d0, d1; } t[] = {
-        {"attention_norm", 1, d, 0}, {"wq", 2, q, d},    {"wk", 2, kv, d}, {"wv", 2, kv, d},
-        {"wo_t", 2, q, d},           {"ffn_norm", 1, d, 0}, {"w1", 2, h, d},  {"w3", 2, h, d},
-        {"w2_t", 2, h, d},
-    };
+    c->emb_dtype = c->cls_dtype = (unsigned char)t;
+    if (!c->shared_classifier) {
+        if (check_matrix(mf, "classifier", v, d, 0, &t, err))
+            return -1;
+        c->cls_dtype = (unsigned char)t;
+    }
+    /* the layer matrices, in the order of the dtype table (MI_WQ ...) */
+    const hsize_t rows[MI_N_LAYER_MATS] = {q, kv, kv, q, h, h, h};
     char name[128];
-    for (int l = 0; l < c->n_layers; l++)
-        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-            mi_model_layer_name(name, sizeof name, l, t[i].n);
-            if (check_dataset(mf->file, name, t[i].rank, t[i].d0, t[i].d1, F, mf->path, err))
+    for (int l = 0; l < c->n_layers; l++) {
+        mi_model_layer_name(name, sizeof name, l, "attention_norm");
+        if (check_dataset(mf->file, name, 1, d, 0, F, mf->path, err))
+            return -1;
+        mi_model_layer_name(name, sizeof name, l, "ffn_norm");
+        if (check_dataset(mf->file, name, 1, d, 0, F, mf->path, err))
+            return -1;
+        for (int m = 0; m < MI_N_LAYER_MATS; m++) {
+            mi_model_layer_name(name, sizeof name, l, mi_layer_mat_names[m]);
+            if (check_matrix(mf, name, rows[m], d, m == MI_WO || m == MI_W2, &t, err))
                 return -1;
+            c->dtype[l][m] = (unsigned char)t;
         }
+    }
     return 0;
 }
 
@@ -221,8 +341,8 @@ mi_model_file *mi_model_open(const char *path, mi_config *cfg, char *err)
     int version = 0;
     if (read_int_attr(f, "format_version", &version, path, err))
         goto fail;
-    if (version != MI_FORMAT_VERSION) {
-        mi_set_error(err, "%s: format_version %d is not supported (this build reads %d)", path, version,
+    if (version != 1 && version != MI_FORMAT_VERSION) {
+        mi_set_error(err, "%s: format_version %d is not supported (this build reads 1 and %d)", path, version,
                      MI_FORMAT_VERSION);
         goto fail;
     }
@@ -255,6 +375,10 @@ mi_model_file *mi_model_open(const char *path, mi_config *cfg, char *err)
     }
     if (check_all_tensors(mf, err))
         goto fail;
+    if (mi_config_validate(c, cerr)) { /* now with the dtypes found */
+        mi_set_error(err, "%s: %s", path, cerr);
+        goto fail;
+    }
     *cfg = *c;
     return mf;
 fail:
@@ -292,6 +416,39 @@ int mi_model_read_rows(mi_model_file *mf, const char *name, size_t row0, size_t 
             rc = mi_set_error(err, "%s: reading tensor '%s' failed (file truncated or corrupt)", mf->path, name);
         H5Sclose(ms);
     }
+    H5Sclose(fs);
+    H5Dclose(d);
+    return rc;
+}
+
+int mi_model_read_raw(mi_model_file *mf, const char *name, size_t row0, size_t nrows, size_t row_bytes, void *out,
+                      char *err)
+{
+    hid_t d = H5Lexists(mf->file, name, H5P_DEFAULT) > 0 ? H5Dopen2(mf->file, name, H5P_DEFAULT) : -1;
+    if (d < 0)
+        return mi_set_error(err, "%s: tensor '%s' is missing", mf->path, name);
+    hid_t fs = H5Dget_space(d), ft = H5Dget_type(d);
+    int rank = H5Sget_simple_extent_ndims(fs);
+    hsize_t dims[2] = {0, 1};
+    if (rank >= 1 && rank <= 2)
+        H5Sget_simple_extent_dims(fs, dims, NULL);
+    size_t have = (size_t)(rank == 2 ? dims[1] : 1) * H5Tget_size(ft);
+    int rc = 0;
+    if (rank < 1 || rank > 2 || have != row_bytes) {
+        rc = mi_set_error(err, "%s: tensor '%s' has rows of %zu bytes, expected %zu", mf->path, name, have, row_bytes);
+    } else if (row0 + nrows > dims[0]) {
+        rc = mi_set_error(err, "%s: rows [%zu, %zu) of '%s' are outside its %llu rows", mf->path, row0, row0 + nrows,
+                          name, (unsigned long long)dims[0]);
+    } else if (nrows > 0) {
+        hsize_t start[2] = {row0, 0}, count[2] = {nrows, rank == 2 ? dims[1] : 1};
+        H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
+        hid_t ms = H5Screate_simple(rank, count, NULL);
+        /* the file's own type as the memory type: bytes arrive unconverted */
+        if (H5Dread(d, ft, ms, fs, H5P_DEFAULT, out) < 0)
+            rc = mi_set_error(err, "%s: reading tensor '%s' failed (file truncated or corrupt)", mf->path, name);
+        H5Sclose(ms);
+    }
+    H5Tclose(ft);
     H5Sclose(fs);
     H5Dclose(d);
     return rc;
@@ -428,7 +585,12 @@ mi_model_writer *mi_model_writer_create(const char *path, const mi_config *c, ch
         mi_set_error(err, "%s", cerr);
         return NULL;
     }
-    double bytes = 4.0 * (double)mi_model_params(c) + 64.0 * c->vocab_size + (1 << 20);
+    double bytes = (double)mi_decode_weight_bytes(c) + (double)mi_embedding_bytes(c) +
+                   4.0 * (2.0 * c->n_layers + 1) * c->dim + 64.0 * c->vocab_size + (1 << 20);
+    int any_lower = c->emb_dtype != MI_F32 || c->cls_dtype != MI_F32;
+    for (int l = 0; l < c->n_layers; l++)
+        for (int m = 0; m < MI_N_LAYER_MATS; m++)
+            any_lower |= c->dtype[l][m] != MI_F32;
     if (check_output(path, bytes, err))
         return NULL;
     mi_model_writer *w = mi_calloc(1, sizeof *w, "model writer");
@@ -443,7 +605,8 @@ mi_model_writer *mi_model_writer_create(const char *path, const mi_config *c, ch
         return NULL;
     }
     hid_t f = w->file;
-    int bad = write_int_attr(f, "format_version", MI_FORMAT_VERSION) | write_int_attr(f, "dim", c->dim) |
+    /* all-fp32 files stay version 1, so earlier builds still read them */
+    int bad = write_int_attr(f, "format_version", any_lower ? MI_FORMAT_VERSION : 1) | write_int_attr(f, "dim", c->dim) |
               write_int_attr(f, "hidden_dim", c->hidden_dim) | write_int_attr(f, "n_layers", c->n_layers) |
               write_int_attr(f, "n_heads", c->n_heads) | write_int_attr(f, "n_kv_heads", c->n_kv_heads) |
               write_int_attr(f, "head_dim", c->head_dim) | write_int_attr(f, "vocab_size", c->vocab_size) |
@@ -473,32 +636,114 @@ mi_model_writer *mi_model_writer_create(const char *path, const mi_config *c, ch
     return w;
 }
 
-int mi_model_writer_put(mi_model_writer *w, const char *name, const float *data, size_t rows, size_t cols,
-                        int transpose, char *err)
+/* Transpose a [rows, cols] matrix of es-byte elements into out [cols, rows]. */
+static void transpose_bytes(const void *in, size_t rows, size_t cols, size_t es, void *out)
 {
-    const float *src = data;
-    float *tmp = NULL;
-    hsize_t dims[2] = {rows, cols};
-    if (transpose) {
-        tmp = mi_malloc(rows * cols * sizeof(float), "transpose buffer");
-        for (size_t i = 0; i < rows; i++)
-            for (size_t j = 0; j < cols; j++)
-                tmp[j * rows + i] = data[i * cols + j];
-        src = tmp;
-        dims[0] = cols;
-        dims[1] = rows;
-    }
-    int rank = cols == 1 && !transpose ? 1 : 2;
+    const unsigned char *a = in;
+    unsigned char *b = out;
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < cols; j++)
+            memcpy(b + (j * rows + i) * es, a + (i * cols + j) * es, es);
+}
+
+static int write_dataset(hid_t loc, const char *name, hid_t file_type, hid_t mem_type, int rank, const hsize_t *dims,
+                         const void *data)
+{
     hid_t s = H5Screate_simple(rank, dims, NULL);
-    hid_t d = H5Dcreate2(w->file, name, H5T_IEEE_F32LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t r = d < 0 ? -1 : H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, src);
+    hid_t d = H5Dcreate2(loc, name, file_type, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t r = d < 0 ? -1 : H5Dwrite(d, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
     if (d >= 0)
         H5Dclose(d);
     H5Sclose(s);
-    free(tmp);
-    if (r < 0)
+    return r < 0 ? -1 : 0;
+}
+
+static int write_i64_pair_attr(hid_t loc, const char *name, long long a, long long b)
+{
+    hsize_t two = 2;
+    long long v[2] = {a, b};
+    hid_t s = H5Screate_simple(1, &two, NULL);
+    hid_t at = H5Acreate2(loc, name, H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t r = at < 0 ? -1 : H5Awrite(at, H5T_NATIVE_LLONG, v);
+    if (at >= 0)
+        H5Aclose(at);
+    H5Sclose(s);
+    return r < 0 ? -1 : 0;
+}
+
+int mi_model_writer_put_tensor(mi_model_writer *w, const char *name, int dtype, const float *data, size_t rows,
+                               size_t cols, int transpose, char *err)
+{
+    int rank = cols == 1 && !transpose ? 1 : 2;
+    hsize_t dims[2] = {transpose ? cols : rows, transpose ? rows : cols};
+    int bad = 0;
+    if (dtype == MI_F32 || dtype == MI_F16) {
+        size_t n = rows * cols, es = dtype == MI_F32 ? 4 : 2;
+        void *vals = mi_malloc(n * es, "tensor buffer"), *out = vals;
+        if (dtype == MI_F32)
+            memcpy(vals, data, n * 4);
+        else
+            mi_quantize_row(MI_F16, data, (int)n, vals, NULL);
+        if (transpose) {
+            out = mi_malloc(n * es, "transpose buffer");
+            transpose_bytes(vals, rows, cols, es, out);
+        }
+        hid_t ft = dtype == MI_F32 ? H5T_IEEE_F32LE : f16_type();
+        bad = write_dataset(w->file, name, ft, ft, rank, dims, out);
+        if (!bad && dtype == MI_F16) {
+            hid_t d = H5Dopen2(w->file, name, H5P_DEFAULT);
+            bad = d < 0 || write_str_attr(d, "dtype", "fp16");
+            if (d >= 0)
+                H5Dclose(d);
+        }
+        if (out != vals)
+            free(out);
+        free(vals);
+    } else {
+        if (cols % MI_QK != 0)
+            return mi_set_error(err, "%s: tensor '%s' has rows of %zu values, not whole blocks of %d for %s", w->path,
+                                name, cols, MI_QK, mi_dtype_name(dtype));
+        size_t qrow = mi_dtype_q_row_bytes(dtype, cols), nb = cols / MI_QK;
+        unsigned char *q = mi_malloc(rows * qrow, "quantized values");
+        uint16_t *d = mi_malloc(rows * nb * 2, "block scales");
+        for (size_t r = 0; r < rows; r++)
+            mi_quantize_row(dtype, data + r * cols, (int)cols, q + r * qrow, d + r * nb);
+        hsize_t qd[2] = {rows, qrow}, sd[2] = {rows, nb};
+        void *qo = q, *so = d;
+        if (transpose) { /* blocks run down the stored rows; see model_file.h */
+            qo = mi_malloc(rows * qrow, "transpose buffer");
+            so = mi_malloc(rows * nb * 2, "transpose buffer");
+            transpose_bytes(q, rows, qrow, 1, qo);
+            transpose_bytes(d, rows, nb, 2, so);
+            qd[0] = qrow, qd[1] = rows, sd[0] = nb, sd[1] = rows;
+        }
+        hid_t g = H5Gcreate2(w->file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        bad = g < 0;
+        if (!bad) {
+            bad = write_str_attr(g, "dtype", mi_dtype_name(dtype)) ||
+                  write_i64_pair_attr(g, "shape", (long long)dims[0], (long long)dims[1]) ||
+                  write_int_attr(g, "block_size", MI_QK) || write_int_attr(g, "blocked_axis", transpose ? 0 : 1) ||
+                  write_dataset(g, "qs", dtype == MI_Q8_0 ? H5T_STD_I8LE : H5T_STD_U8LE,
+                                dtype == MI_Q8_0 ? H5T_NATIVE_SCHAR : H5T_NATIVE_UCHAR, 2, qd, qo) ||
+                  write_dataset(g, "d", f16_type(), f16_type(), 2, sd, so);
+            H5Gclose(g);
+        }
+        if (transpose) {
+            free(qo);
+            free(so);
+        }
+        free(q);
+        free(d);
+    }
+    if (bad)
         return mi_set_error(err, "%s: writing tensor '%s' failed (disk full?)", w->path, name);
     return 0;
+}
+
+int mi_model_writer_put(mi_model_writer *w, const char *name, const float *data, size_t rows, size_t cols,
+                        int transpose, char *err)
+{
+    return mi_model_writer_put_tensor(w, name, MI_F32, data, rows, cols, transpose, err);
 }
 
 int mi_model_writer_put_tokenizer(mi_model_writer *w, const mi_tokenizer *tok, char *err)

@@ -92,29 +92,29 @@ typedef struct {
     int dest;
 } send_ctx;
 
-static int fetch_and_send(void *ctx, const char *name, size_t row0, size_t nrows, size_t row_len, float *out,
+/* Shards travel as the raw stored bytes (any dtype), in pieces of at most
+ * 1 GiB so that counts fit an int. */
+#define PIECE ((size_t)1 << 30)
+
+static int fetch_and_send(void *ctx, const char *name, size_t row0, size_t nrows, size_t row_bytes, void *out,
                           char *err)
 {
     send_ctx *sc = ctx;
-    if (mi_model_read_rows(sc->mf, name, row0, nrows, out, err))
+    if (mi_model_read_raw(sc->mf, name, row0, nrows, row_bytes, out, err))
         mi_fatal("%s", err); /* the receiver is blocked in MPI_Recv: abort the job */
-    size_t n = nrows * row_len;
-    for (size_t off = 0; off < n; off += (size_t)1 << 28) {
-        size_t k = n - off < ((size_t)1 << 28) ? n - off : ((size_t)1 << 28);
-        MPI_Send(out + off, (int)k, MPI_FLOAT, sc->dest, 7, MPI_COMM_WORLD);
-    }
+    size_t n = nrows * row_bytes;
+    for (size_t off = 0; off < n; off += PIECE)
+        MPI_Send((char *)out + off, (int)(n - off < PIECE ? n - off : PIECE), MPI_BYTE, sc->dest, 7, MPI_COMM_WORLD);
     return 0;
 }
 
-static int fetch_recv(void *ctx, const char *name, size_t row0, size_t nrows, size_t row_len, float *out,
-                      char *err)
+static int fetch_recv(void *ctx, const char *name, size_t row0, size_t nrows, size_t row_bytes, void *out, char *err)
 {
     (void)ctx, (void)name, (void)row0, (void)err;
-    size_t n = nrows * row_len;
-    for (size_t off = 0; off < n; off += (size_t)1 << 28) {
-        size_t k = n - off < ((size_t)1 << 28) ? n - off : ((size_t)1 << 28);
-        MPI_Recv(out + off, (int)k, MPI_FLOAT, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    }
+    size_t n = nrows * row_bytes;
+    for (size_t off = 0; off < n; off += PIECE)
+        MPI_Recv((char *)out + off, (int)(n - off < PIECE ? n - off : PIECE), MPI_BYTE, 0, 7, MPI_COMM_WORLD,
+                 MPI_STATUS_IGNORE);
     return 0;
 }
 
@@ -446,14 +446,16 @@ static void ffn_to_tmp(mi_runtime *rt, int l, int T)
     const int chunks = 8, nf = L->spec.nf, d = c->dim;
     for (int k = 0; k < chunks; k++) {
         int a = nf * k / chunks, b = nf * (k + 1) / chunks;
-        mi_matmul(rt->s.h1 + a, rt->xn, L->w1 + (size_t)a * d, 1, d, b - a);
-        mi_matmul(rt->s.h3 + a, rt->xn, L->w3 + (size_t)a * d, 1, d, b - a);
+        mi_tensor w1 = mi_tensor_rows(&L->w1, a, b - a), w3 = mi_tensor_rows(&L->w3, a, b - a);
+        mi_matmul(rt->s.h1 + a, rt->xn, &w1, 1);
+        mi_matmul(rt->s.h3 + a, rt->xn, &w3, 1);
         poke(rt);
     }
     mi_swiglu(rt->s.h1, rt->s.h3, (size_t)nf);
     for (int k = 0; k < chunks; k++) {
         int a = d * k / chunks, b = d * (k + 1) / chunks;
-        mi_matmul(rt->tmp + a, rt->s.h1, L->w2 + (size_t)a * nf, 1, nf, b - a);
+        mi_tensor w2 = mi_tensor_rows(&L->w2, a, b - a);
+        mi_matmul(rt->tmp + a, rt->s.h1, &w2, 1);
         poke(rt);
     }
 }
@@ -668,7 +670,7 @@ float *mi_runtime_forward(mi_runtime *rt, const int *tokens, int T, int pos0, in
     send_cmd(rt, CMD_FORWARD, T, pos0, T_logits);
     size_t d = (size_t)c->dim;
     for (int t = 0; t < T; t++)
-        memcpy(rt->x + t * d, rt->model.tok_embeddings + (size_t)tokens[t] * d, d * sizeof(float));
+        mi_tensor_row_f32(&rt->model.tok_embeddings, tokens[t], rt->x + t * d);
     run_forward(rt, T, pos0, T_logits);
     rt->idle_since = mi_now();
     record(rt, 100, -1, t0, rt->idle_since);
@@ -727,10 +729,8 @@ static void replan_local(mi_runtime *rt, const mi_plan *np, int n_pos)
     mi_model g = rt->model; /* embeddings, final norm, classifier */
     int keep_g = !rt->opt.scatter && (os.embeddings || os.cls_nv) && os.embeddings == ns.embeddings &&
                  os.cls_v0 == ns.cls_v0 && os.cls_nv == ns.cls_nv;
-    if (keep_g) {
-        rt->model.tok_embeddings = rt->model.norm = rt->model.classifier = NULL;
-        rt->model.cls_alias = 1;
-    }
+    if (keep_g)
+        rt->model.arena = NULL; /* teardown must not free it */
     int *old_owner = mi_malloc((size_t)L * nkv * sizeof(int), "old KV owners");
     float **stage = mi_calloc((size_t)L * nkv, sizeof(float *), "KV staging");
     for (int l = 0; l < L; l++) {
@@ -761,6 +761,8 @@ static void replan_local(mi_runtime *rt, const mi_plan *np, int n_pos)
         rt->model.cls_alias = g.cls_alias;
         rt->model.cls_v0 = g.cls_v0;
         rt->model.cls_nv = g.cls_nv;
+        rt->model.arena = g.arena;
+        rt->model.arena_bytes = g.arena_bytes;
     }
     rt->model.weight_bytes = mi_shard_weight_bytes(c, &ns);
     rt->model.kv_bytes = mi_shard_kv_bytes(c, &ns);

@@ -260,7 +260,7 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
     memset(ss, 0, sizeof *ss);
     MPI_Comm_rank(MPI_COMM_WORLD, &ss->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &ss->size);
-    mi_set_blas_threads(threads);
+    mi_set_threads(threads);
     double t0 = mi_now();
     char err[MI_ERRLEN] = "";
     int failed = 0;

@@ -31,6 +31,12 @@ static void fill_rand(float *p, size_t n, uint64_t seed)
         p[i] = 2.0f * mi_rand_f32(&st) - 1.0f;
 }
 
+static mi_tensor f32_tensor(float *W, int rows, int cols)
+{
+    mi_tensor t = {MI_F32, rows, cols, W, NULL};
+    return t;
+}
+
 static void test_matvec_reference(void)
 {
     /* odd sizes exercise the 4-row groups, the single-row tail and the masked column tail */
@@ -41,7 +47,8 @@ static void test_matvec_reference(void)
         float *y = malloc((size_t)d * sizeof(float));
         fill_rand(W, (size_t)d * n, 11 + s);
         fill_rand(x, (size_t)n, 97 + s);
-        mi_matmul(y, x, W, 1, n, d);
+        mi_tensor t = f32_tensor(W, d, n);
+        mi_matmul(y, x, &t, 1);
         for (int i = 0; i < d; i++) {
             double ref = 0.0;
             for (int j = 0; j < n; j++)
@@ -61,12 +68,14 @@ static void test_matvec_row_subsets_bit_identical(void)
     float *full = malloc((size_t)d * sizeof(float)), *part = malloc((size_t)d * sizeof(float));
     fill_rand(W, (size_t)d * n, 5);
     fill_rand(x, (size_t)n, 6);
-    mi_matmul(full, x, W, 1, n, d);
+    mi_tensor t = f32_tensor(W, d, n);
+    mi_matmul(full, x, &t, 1);
     /* every split of the rows into [a, b) must reproduce the same bits */
     int cuts[][2] = {{0, 1}, {1, 4}, {3, 50}, {17, 96}, {95, 96}, {48, 53}};
     for (size_t c = 0; c < sizeof cuts / sizeof cuts[0]; c++) {
         int a = cuts[c][0], b = cuts[c][1];
-        mi_matmul(part, x, W + (size_t)a * n, 1, n, b - a);
+        mi_tensor v = mi_tensor_rows(&t, a, b - a);
+        mi_matmul(part, x, &v, 1);
         CU_ASSERT_EQUAL(memcmp(part, full + a, (size_t)(b - a) * sizeof(float)), 0);
     }
     free(W);
@@ -82,9 +91,10 @@ static void test_sgemm_matches_matvec(void)
     float *Y = malloc((size_t)T * d * sizeof(float)), *y = malloc((size_t)d * sizeof(float));
     fill_rand(W, (size_t)d * n, 1);
     fill_rand(x, (size_t)T * n, 2);
-    mi_matmul(Y, x, W, T, n, d);
+    mi_tensor w = f32_tensor(W, d, n);
+    mi_matmul(Y, x, &w, T);
     for (int t = 0; t < T; t++) {
-        mi_matmul(y, x + (size_t)t * n, W, 1, n, d);
+        mi_matmul(y, x + (size_t)t * n, &w, 1);
         for (int i = 0; i < d; i++)
             CU_ASSERT(fabsf(Y[(size_t)t * d + i] - y[i]) < 1e-4f);
     }
@@ -162,6 +172,23 @@ static void test_sampler(void)
 }
 
 /* ---- naive double-precision forward pass, written independently of forward.c ---- */
+/* Element (r, c) of a weight tensor of any dtype, decoded here from the
+ * formats' definitions (tensor.h), independently of mi_dequantize_row. */
+static double wel(const mi_tensor *t, size_t r, size_t c)
+{
+    size_t n = (size_t)t->cols;
+    switch (t->dtype) {
+    case MI_F32: return ((const float *)t->q)[r * n + c];
+    case MI_F16: return mi_f32_from_fp16(((const uint16_t *)t->q)[r * n + c]);
+    case MI_Q8_0: return mi_f32_from_fp16(t->d[r * (n / 32) + c / 32]) * ((const int8_t *)t->q)[r * n + c];
+    default: {
+        unsigned char byte = ((const unsigned char *)t->q)[r * (n / 2) + (c / 32) * 16 + (c % 16)];
+        int nib = (c % 32) < 16 ? (byte & 15) : (byte >> 4);
+        return mi_f32_from_fp16(t->d[r * (n / 32) + c / 32]) * (nib - 8);
+    }
+    }
+}
+
 static void naive_forward(const mi_model *m, const int *tokens, int n, double *logits /* [n][V] */)
 {
     const mi_config *c = &m->cfg;
@@ -173,7 +200,7 @@ static void naive_forward(const mi_model *m, const int *tokens, int n, double *l
     double *att = malloc(d * sizeof(double)), *h1 = malloc(F * sizeof(double)), *sc = malloc(n * sizeof(double));
     for (int pos = 0; pos < n; pos++) {
         for (int i = 0; i < d; i++)
-            x[i] = m->tok_embeddings[(size_t)tokens[pos] * d + i];
+            x[i] = wel(&m->tok_embeddings, (size_t)tokens[pos], (size_t)i);
         for (int l = 0; l < c->n_layers; l++) {
             const mi_layer *L = &m->layers[l];
             double ss = 0;
@@ -186,13 +213,13 @@ static void naive_forward(const mi_model *m, const int *tokens, int n, double *l
             for (int o = 0; o < d; o++) {
                 q[o] = 0;
                 for (int i = 0; i < d; i++)
-                    q[o] += L->wq[(size_t)o * d + i] * xn[i];
+                    q[o] += wel(&L->wq, (size_t)o, (size_t)i) * xn[i];
             }
             for (int o = 0; o < kvd; o++) {
                 kl[o] = vl[o] = 0;
                 for (int i = 0; i < d; i++) {
-                    kl[o] += L->wk[(size_t)o * d + i] * xn[i];
-                    vl[o] += L->wv[(size_t)o * d + i] * xn[i];
+                    kl[o] += wel(&L->wk, (size_t)o, (size_t)i) * xn[i];
+                    vl[o] += wel(&L->wv, (size_t)o, (size_t)i) * xn[i];
                 }
             }
             for (int o = 0; o < d; o += 2) {
@@ -232,7 +259,7 @@ static void naive_forward(const mi_model *m, const int *tokens, int n, double *l
             for (int o = 0; o < d; o++) {
                 double a = 0;
                 for (int i = 0; i < d; i++)
-                    a += L->wo[(size_t)o * d + i] * att[i];
+                    a += wel(&L->wo, (size_t)o, (size_t)i) * att[i];
                 x[o] += a;
             }
             ss = 0;
@@ -244,15 +271,15 @@ static void naive_forward(const mi_model *m, const int *tokens, int n, double *l
             for (int f = 0; f < F; f++) {
                 double a = 0, b = 0;
                 for (int i = 0; i < d; i++) {
-                    a += L->w1[(size_t)f * d + i] * xn[i];
-                    b += L->w3[(size_t)f * d + i] * xn[i];
+                    a += wel(&L->w1, (size_t)f, (size_t)i) * xn[i];
+                    b += wel(&L->w3, (size_t)f, (size_t)i) * xn[i];
                 }
                 h1[f] = a / (1 + exp(-a)) * b;
             }
             for (int o = 0; o < d; o++) {
                 double a = 0;
                 for (int f = 0; f < F; f++)
-                    a += L->w2[(size_t)o * F + f] * h1[f];
+                    a += wel(&L->w2, (size_t)o, (size_t)f) * h1[f];
                 x[o] += a;
             }
         }
@@ -263,7 +290,7 @@ static void naive_forward(const mi_model *m, const int *tokens, int n, double *l
         for (int v = 0; v < V; v++) {
             double a = 0;
             for (int i = 0; i < d; i++)
-                a += m->classifier[(size_t)v * d + i] * x[i] * r * m->norm[i];
+                a += wel(&m->classifier, (size_t)v, (size_t)i) * x[i] * r * m->norm[i];
             logits[(size_t)pos * V + v] = a;
         }
     }
@@ -368,7 +395,7 @@ static void test_real_prefill_vs_decode(void)
 int main(int argc, char **argv)
 {
     g_real_model = argc > 1 ? argv[1] : NULL;
-    mi_set_blas_threads(1);
+    mi_set_threads(1);
     if (tu_make_scratch(g_tmpdir, sizeof g_tmpdir, "test_forward"))
         return 1;
     snprintf(g_gqa_path, sizeof g_gqa_path, "%s/tiny-gqa.h5", g_tmpdir);

@@ -512,9 +512,9 @@ static void test_partial_load(void)
     /* full: every parameter once (classifier separate in tiny-gqa) */
     CU_ASSERT_EQUAL(full.weight_bytes, mi_model_params(&c) * sizeof(float));
     CU_ASSERT_EQUAL(full.kv_bytes, mi_kv_cache_bytes(&c, c.seq_len));
-    CU_ASSERT_PTR_NOT_NULL(full.tok_embeddings);
-    CU_ASSERT_PTR_NOT_NULL(full.classifier);
-    CU_ASSERT(full.classifier != full.tok_embeddings);
+    CU_ASSERT_PTR_NOT_NULL(full.tok_embeddings.q);
+    CU_ASSERT_PTR_NOT_NULL(full.classifier.q);
+    CU_ASSERT(full.classifier.q != full.tok_embeddings.q);
 
     /* partial: exactly the shard bytes, no embeddings */
     size_t per_layer = d                      /* attention_norm */
@@ -531,40 +531,40 @@ static void test_partial_load(void)
     CU_ASSERT_EQUAL(part.kv_bytes, mi_shard_kv_bytes(&c, &part_shard));
     CU_ASSERT_EQUAL(part.kv_bytes, (size_t)L * 2 * 1 * (size_t)c.seq_len * hd * sizeof(float));
     CU_ASSERT_EQUAL(part.has_embeddings, 0);
-    CU_ASSERT_PTR_NULL(part.tok_embeddings);
+    CU_ASSERT_PTR_NULL(part.tok_embeddings.q);
     CU_ASSERT_PTR_NULL(part.norm);
-    CU_ASSERT_PTR_NULL(part.classifier);
+    CU_ASSERT_PTR_NULL(part.classifier.q);
 
     for (int l = 0; l < L; l++) {
         const mi_layer *F = &full.layers[l], *P = &part.layers[l];
         CU_ASSERT_EQUAL(P->spec.kv[0], 1);
         CU_ASSERT_EQUAL(P->spec.nf, 60);
         /* wq: rows [kv0*g*hd, +n_kv*g*hd) = [64, 128) */
-        CU_ASSERT_EQUAL(memcmp(P->wq, F->wq + 1 * g * hd * d, g * hd * d * sizeof(float)), 0);
-        CU_ASSERT_EQUAL(memcmp(P->wk, F->wk + 1 * hd * d, hd * d * sizeof(float)), 0);
-        CU_ASSERT_EQUAL(memcmp(P->wv, F->wv + 1 * hd * d, hd * d * sizeof(float)), 0);
+        CU_ASSERT_EQUAL(memcmp(P->wq.q, (float *)F->wq.q + 1 * g * hd * d, g * hd * d * sizeof(float)), 0);
+        CU_ASSERT_EQUAL(memcmp(P->wk.q, (float *)F->wk.q + 1 * hd * d, hd * d * sizeof(float)), 0);
+        CU_ASSERT_EQUAL(memcmp(P->wv.q, (float *)F->wv.q + 1 * hd * d, hd * d * sizeof(float)), 0);
         CU_ASSERT_EQUAL(memcmp(P->attention_norm, F->attention_norm, d * sizeof(float)), 0);
-        CU_ASSERT_EQUAL(memcmp(P->w1, F->w1 + 100 * d, 60 * d * sizeof(float)), 0);
-        CU_ASSERT_EQUAL(memcmp(P->w3, F->w3 + 100 * d, 60 * d * sizeof(float)), 0);
+        CU_ASSERT_EQUAL(memcmp(P->w1.q, (float *)F->w1.q + 100 * d, 60 * d * sizeof(float)), 0);
+        CU_ASSERT_EQUAL(memcmp(P->w3.q, (float *)F->w3.q + 100 * d, 60 * d * sizeof(float)), 0);
         /* wo: [d, n_q*hd] column block of the full [d, q] */
         int bad = 0;
         size_t nq = 4 * hd;
         for (size_t j = 0; j < d; j++)
             for (size_t i = 0; i < nq; i++)
-                if (P->wo[j * nq + i] != F->wo[j * q + 4 * hd + i])
+                if (((float *)P->wo.q)[j * nq + i] != ((float *)F->wo.q)[j * q + 4 * hd + i])
                     bad++;
         /* w2: [d, nf] column block of the full [d, h] */
         for (size_t j = 0; j < d; j++)
             for (size_t i = 0; i < 60; i++)
-                if (P->w2[j * 60 + i] != F->w2[j * h + 100 + i])
+                if (((float *)P->w2.q)[j * 60 + i] != ((float *)F->w2.q)[j * h + 100 + i])
                     bad++;
         CU_ASSERT_EQUAL(bad, 0);
     }
     /* full wq of layer 1 equals the file's rows */
     float *wq = read_full(mf, "layers/001/wq", q, d);
     CU_ASSERT_PTR_NOT_NULL_FATAL(wq);
-    CU_ASSERT_EQUAL(memcmp(full.layers[1].wq, wq, q * d * sizeof(float)), 0);
-    CU_ASSERT_EQUAL(memcmp(part.layers[1].wq, wq + 64 * d, 64 * d * sizeof(float)), 0);
+    CU_ASSERT_EQUAL(memcmp(full.layers[1].wq.q, wq, q * d * sizeof(float)), 0);
+    CU_ASSERT_EQUAL(memcmp(part.layers[1].wq.q, wq + 64 * d, 64 * d * sizeof(float)), 0);
     free(wq);
 
     /* a layer holding nothing has no weights and no cache */
@@ -575,9 +575,9 @@ static void test_partial_load(void)
     CU_ASSERT_EQUAL_FATAL(mi_model_load(&empty, &src, &c, &part_shard, err), 0);
     CU_ASSERT_EQUAL(empty.weight_bytes, (d + 3 * d) * sizeof(float));
     CU_ASSERT_EQUAL(empty.kv_bytes, 0);
-    CU_ASSERT_PTR_NULL(empty.layers[0].wq);
+    CU_ASSERT_PTR_NULL(empty.layers[0].wq.q);
     CU_ASSERT_PTR_NULL(empty.layers[0].k_cache);
-    CU_ASSERT_PTR_NOT_NULL(empty.layers[2].w1);
+    CU_ASSERT_PTR_NOT_NULL(empty.layers[2].w1.q);
     mi_model_free(&empty);
 
     mi_model_free(&full);
@@ -663,8 +663,8 @@ static void test_wrong_format_version(void)
     mi_model_file *mf = mi_model_open(p, &c, err);
     CU_ASSERT_PTR_NOT_NULL(mf);
     mi_model_close(mf);
-    CU_ASSERT_EQUAL_FATAL(set_root_int_attr(p, "format_version", 2), 0);
-    expect_open_fails(p, "format_version 2", "not supported");
+    CU_ASSERT_EQUAL_FATAL(set_root_int_attr(p, "format_version", 3), 0);
+    expect_open_fails(p, "format_version 3", "not supported");
 }
 
 static void test_attr_not_scalar(void)

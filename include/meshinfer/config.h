@@ -5,6 +5,12 @@
 
 #include <stddef.h>
 
+#include "meshinfer/tensor.h"
+
+/* The weight matrices of a layer, the columns of the dtype table. */
+enum { MI_WQ, MI_WK, MI_WV, MI_WO, MI_W1, MI_W2, MI_W3, MI_N_LAYER_MATS };
+#define MI_MAX_LAYERS 1024
+
 typedef struct {
     int dim;            /* d_model */
     int hidden_dim;     /* FFN inner width */
@@ -19,11 +25,22 @@ typedef struct {
     int shared_classifier; /* 1: logits use tok_embeddings (tied), 0: separate classifier */
     int synthetic;      /* 1: seeded random weights, not a trained model */
     char name[64];      /* shape name or source, e.g. "stories15M" */
+    /* Precision of each stored weight matrix (mi_dtype; all 0 = fp32), as the
+     * model file holds it. Norms are always fp32. */
+    unsigned char dtype[MI_MAX_LAYERS][MI_N_LAYER_MATS];
+    unsigned char emb_dtype; /* token embeddings */
+    unsigned char cls_dtype; /* classifier (the embeddings' dtype when shared) */
 } mi_config;
 
+/* Names of the layer matrices as stored in the model file, by MI_W* index:
+ * wq wk wv wo_t w1 w2_t w3. */
+extern const char *const mi_layer_mat_names[MI_N_LAYER_MATS];
+
 /* Check that the values fit together (positive sizes, n_heads divisible by
- * n_kv_heads, dim == n_heads * head_dim, even head_dim for RoPE, sane limits).
- * Returns 0, or -1 with one line naming the offending field in err (MI_ERRLEN). */
+ * n_kv_heads, dim == n_heads * head_dim, even head_dim for RoPE, sane limits,
+ * known dtypes, and block dtypes only where their blocked axis is a multiple
+ * of 32). Returns 0, or -1 with one line naming the offending field in err
+ * (MI_ERRLEN). */
 int mi_config_validate(const mi_config *c, char *err);
 
 /* Query heads that share one KV head (n_heads / n_kv_heads). */
@@ -40,6 +57,33 @@ size_t mi_model_params(const mi_config *c);
 /* Weight elements read from memory per decoded token: every layer matrix plus
  * the classifier (the embedding row read is negligible). */
 size_t mi_decode_weight_elems(const mi_config *c);
+
+/* Bytes of those weights in their stored dtypes (what a decoded token streams). */
+size_t mi_decode_weight_bytes(const mi_config *c);
+
+/* Bytes (in their dtypes) of the units seed 000 places, norms excluded:
+ * one KV-head group of layer l (its query heads' wq rows, its wk and wv rows),
+ * the wo columns of n_kv KV-head groups (n_kv_heads: all of wo), the FFN's nf
+ * units (w1 and w3 rows, w2 columns), the token embeddings, and `rows` rows of
+ * the classifier. */
+size_t mi_head_group_bytes(const mi_config *c, int l);
+size_t mi_proj_bytes(const mi_config *c, int l, int n_kv);
+size_t mi_ffn_bytes(const mi_config *c, int l, int nf);
+size_t mi_embedding_bytes(const mi_config *c);
+size_t mi_classifier_bytes(const mi_config *c, int rows);
+
+/* Alignment of column splits (seed 003 tensor parallelism) in layer l: a
+ * slice of the FFN must start and end on a multiple of mi_ffn_align (32 when
+ * w2 is a block dtype, else 1), and the KV-head groups whose wo columns one
+ * rank holds must be runs that start and end on a multiple of mi_kv_align
+ * (the fewest heads whose columns are whole blocks when wo is a block dtype,
+ * else 1), so that no rank holds part of a block. */
+int mi_ffn_align(const mi_config *c, int l);
+int mi_kv_align(const mi_config *c, int l);
+
+/* One-line summary of the weight dtypes ("fp32", "q4_0", or "mixed: q8_0 x2,
+ * q4_0 x4 layers, embeddings q8_0"), for reports. Returns buf. */
+const char *mi_config_dtype_summary(const mi_config *c, char *buf, size_t n);
 
 /* KV-cache bytes (fp32) for n_pos positions of all layers and heads. */
 size_t mi_kv_cache_bytes(const mi_config *c, int n_pos);

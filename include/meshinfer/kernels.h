@@ -1,26 +1,30 @@
-/* Single-device math of the Llama forward pass. All arrays are row-major
- * float32; T is the number of token positions processed together (1 while
- * decoding, the prompt chunk length during prefill).
- *
- * Determinism matters for distributed execution: mi_matmul with T == 1 computes
- * every output row with the same instruction sequence whatever rows surround
- * it, so a rank holding a subset of rows (seed 000's head-level partitioning)
- * gets bit-identical results to a single device. */
+/* Single-device math of the Llama forward pass. Activations are row-major
+ * float32; weights are tensors of any dtype (tensor.h); T is the number of
+ * token positions processed together (1 while decoding, the prompt chunk
+ * length during prefill). */
 #ifndef MESHINFER_KERNELS_H
 #define MESHINFER_KERNELS_H
 
 #include <stddef.h>
 
+#include "meshinfer/tensor.h"
+
 /* out[t] = x[t] / rms(x[t]) * w, for t < T; x, out: [T, dim]; w: [dim].
  * out may alias x. */
 void mi_rmsnorm(float *out, const float *x, const float *w, int T, int dim, float eps);
 
-/* y[T, n_out] = x[T, n_in] @ W[n_out, n_in]^T. T == 1 uses our matrix-vector
- * kernel (memory-bound decode: one pass over W); T > 1 uses BLAS sgemm. */
-void mi_matmul(float *y, const float *x, const float *W, int T, int n_in, int n_out);
+/* y[T, W.rows] = x[T, W.cols] @ W^T, for any weight dtype (tensor.h).
+ * Decode (T == 1) runs the active kernel family's matrix-vector product,
+ * split over mi_set_threads threads by rows; fp32 prefill (T > 1) uses BLAS
+ * sgemm; the other dtypes run the same row kernel for every position (the
+ * rows in cache-sized tiles), so their prefill equals their decode bit for
+ * bit. Block dtypes quantize each row of x to int8 once per call.
+ * Seed 000: every output row is computed the same way whatever rows surround
+ * it, so row shards on several ranks reproduce one device exactly. */
+void mi_matmul(float *y, const float *x, const mi_tensor *W, int T);
 
 /* Same as mi_matmul but adds into y (y += x @ W^T); used for residuals. */
-void mi_matmul_add(float *y, const float *x, const float *W, int T, int n_in, int n_out);
+void mi_matmul_add(float *y, const float *x, const mi_tensor *W, int T);
 
 /* RoPE rotation tables: cos/sin of pos * theta^(-2i/head_dim), [seq_len][head_dim/2]. */
 typedef struct {
@@ -47,11 +51,22 @@ void mi_swiglu(float *h1, const float *h3, size_t n);
 /* Softmax in place over n values. */
 void mi_softmax(float *x, int n);
 
-/* Use BLAS sgemv instead of our kernel for T == 1 (a same-run baseline for
- * `bench`; not bit-reproducible under row partitioning). Process-wide. */
+/* Use BLAS sgemv instead of our kernel for fp32 decode (a same-run baseline
+ * for `bench`; not bit-reproducible under row partitioning). Process-wide. */
 void mi_use_blas_matvec(int on);
 
-/* Set the number of BLAS threads (OpenBLAS); 0 leaves the default. */
-void mi_set_blas_threads(int n);
+/* Threads per rank for the matrix products (ours and BLAS's); n >= 1. */
+void mi_set_threads(int n);
+int mi_get_threads(void);
+
+/* The kernel family in use ("scalar", "avx2", "avx512", "neon",
+ * "neon-dotprod"): the best this CPU runs, unless the environment variable
+ * MESHINFER_KERNELS or mi_kernels_use names another. */
+const char *mi_kernels_name(void);
+/* Use family `name` ("auto" for the best). Returns 0, or -1 with a short
+ * reason in err (unknown, or not supported by this CPU). Process-wide. */
+int mi_kernels_use(const char *name, char *err);
+/* "auto" and every family compiled in, comma-separated (for --help). */
+const char *mi_kernels_list(void);
 
 #endif

@@ -12,6 +12,7 @@
 #include "meshinfer/config.h"
 #include "meshinfer/kernels.h"
 #include "meshinfer/model_file.h"
+#include "meshinfer/tensor.h"
 
 #define MI_MAX_KV_HEADS 128
 
@@ -38,40 +39,49 @@ typedef struct {
     int cls_v0, cls_nv;     /* classifier rows [cls_v0, cls_v0+cls_nv) of vocab_size */
 } mi_shard_spec;
 
+/* One layer's weights on this device (only the parts its spec holds; the
+ * rest are empty tensors). Every tensor lives in the layer's arena, one
+ * mapping per layer, so a re-placement frees a layer with one call and weight
+ * streams can use huge pages. */
 typedef struct {
     mi_layer_spec spec;
     float *attention_norm;  /* [dim], held with attention or a full projection */
-    float *wq;              /* [n_kv*group*head_dim, dim], held heads stacked in kv order */
-    float *wk, *wv;         /* [n_kv*head_dim, dim] */
+    mi_tensor wq;           /* [n_kv*group*head_dim, dim], held heads stacked in kv order */
+    mi_tensor wk, wv;       /* [n_kv*head_dim, dim] */
     float *k_cache, *v_cache; /* [n_kv][seq_len][head_dim] */
-    float *wo;              /* [dim, n_in]: n_in = n_heads*head_dim (FULL) or n_kv*group*head_dim (HEADS) */
+    mi_tensor wo;           /* [dim, n_in]: n_in = n_heads*head_dim (FULL) or n_kv*group*head_dim (HEADS) */
     float *ffn_norm;        /* [dim], held with the FFN */
-    float *w1, *w3;         /* [nf, dim] */
-    float *w2;              /* [dim, nf]: a column block of w2 */
+    mi_tensor w1, w3;       /* [nf, dim] */
+    mi_tensor w2;           /* [dim, nf]: a column block of w2 */
+    void *arena;            /* the layer's weights */
+    size_t arena_bytes;
 } mi_layer;
 
 typedef struct {
     mi_config cfg;
     int has_embeddings;
-    float *tok_embeddings;  /* [vocab_size, dim] or NULL */
+    mi_tensor tok_embeddings; /* [vocab_size, dim] when held */
     float *norm;            /* [dim] final RMSNorm, held with embeddings or a classifier slice */
     int cls_v0, cls_nv;
-    float *classifier;      /* [cls_nv, dim]; may alias rows of tok_embeddings when tied */
+    mi_tensor classifier;   /* [cls_nv, dim]; may be a view of rows of tok_embeddings when tied */
     int cls_alias;          /* classifier points into tok_embeddings */
+    void *arena;            /* embeddings, final norm and classifier */
+    size_t arena_bytes;
     mi_layer *layers;       /* [n_layers] */
     mi_rope_table rope;
     size_t weight_bytes;    /* bytes of weights held (what this device must store) */
     size_t kv_bytes;        /* bytes of KV cache allocated */
 } mi_model;
 
-/* Where shard bytes come from. The loader asks for tensor row ranges in a
- * fixed order (the same on every rank for a given spec), so the same routine
- * serves reading from the HDF5 file and receiving a shard from rank 0
+/* Where shard bytes come from. The loader asks for stored rows of datasets
+ * (a tensor, or the qs / d part of a block-format one; model_file.h) as raw
+ * bytes, in a fixed order (the same on every rank for a given spec), so the
+ * same routine serves reading the HDF5 file and receiving a shard from rank 0
  * (--weights scatter). fetch returns 0 or -1 with err set. When discard is
- * set the loader frees every piece right after fetching it (rank 0 streaming
+ * set the loader drops every piece right after fetching it (rank 0 streaming
  * another rank's shard). */
 typedef struct {
-    int (*fetch)(void *ctx, const char *name, size_t row0, size_t nrows, size_t row_len, float *out, char *err);
+    int (*fetch)(void *ctx, const char *dataset, size_t row0, size_t nrows, size_t row_bytes, void *out, char *err);
     void *ctx;
     int discard;
 } mi_weight_source;
@@ -86,8 +96,8 @@ mi_layer_spec mi_layer_spec_full(const mi_config *c);
  * layers must hold n_layers entries. */
 mi_shard_spec mi_shard_spec_full(const mi_config *c, mi_layer_spec *layers);
 
-/* Bytes of weights a spec holds (what mi_model_load will allocate for
- * weights), excluding the KV cache. */
+/* Bytes of weights a spec holds in the model's dtypes (what mi_model_load
+ * stores), excluding the KV cache. */
 size_t mi_shard_weight_bytes(const mi_config *c, const mi_shard_spec *spec);
 
 /* KV-cache bytes a spec needs for seq_len positions. */
@@ -95,7 +105,8 @@ size_t mi_shard_kv_bytes(const mi_config *c, const mi_shard_spec *spec);
 
 /* Load the parts listed in spec from src (reading only those row ranges) and
  * allocate the KV cache of the held KV heads for seq_len positions.
- * Returns 0, or -1 with err set (read failure, ids or ranges outside the model). */
+ * Returns 0, or -1 with err set (read failure, ids or ranges outside the
+ * model, or a column shard of wo or w2 that would cut a q8_0/q4_0 block). */
 int mi_model_load(mi_model *m, const mi_weight_source *src, const mi_config *cfg, const mi_shard_spec *spec,
                   char *err);
 
@@ -104,6 +115,9 @@ int mi_model_load(mi_model *m, const mi_weight_source *src, const mi_config *cfg
 void mi_model_load_path(mi_model *m, const char *path, mi_tokenizer *tok);
 
 void mi_model_free(mi_model *m);
+
+/* Free layer l's weights and KV cache (its arena), leaving it empty. */
+void mi_layer_free(mi_layer *L);
 
 /* Clear the KV cache (start a new sequence). */
 void mi_model_reset(mi_model *m);

@@ -1,6 +1,7 @@
 /* The meshinfer HDF5 model file: one file holds config, tokenizer and weights.
  *
- * Layout (format_version 1), readable with h5dump:
+ * Layout, readable with h5dump (format_version 1 when every weight is
+ * float32, 2 when any is fp16, q8_0 or q4_0; this build reads both):
  *   /                       attributes: format_version, dim, hidden_dim, n_layers,
  *                           n_heads, n_kv_heads, head_dim, vocab_size, seq_len,
  *                           rope_theta, norm_eps, shared_classifier, synthetic, name
@@ -21,7 +22,22 @@
  * range: seed 000's head-level placement and seed 003's tensor parallelism then
  * read their shard with one contiguous hyperslab. wo and w2 are stored
  * transposed for that reason; the shard loader (model.h) and mi_model_read_t()
- * transpose them back. */
+ * transpose them back.
+ *
+ * Weight matrices (not norms, which stay float32: they are dim values each
+ * and scale every activation) may be stored in lower precision (tensor.h):
+ *   fp16   a dataset of IEEE binary16 (an HDF5 float type with 16-bit fields)
+ *          of the same shape, with attribute dtype = "fp16";
+ *   q8_0,  a group of the tensor's name with attributes dtype ("q8_0" or
+ *   q4_0   "q4_0"), shape (the stored [rows, cols]), block_size (32) and
+ *          blocked_axis, holding datasets qs (the values: int8, or uint8 with
+ *          two 4-bit values per byte) and d (float16 scales, one per block).
+ * Blocks run along the input axis of the product: along the columns of a
+ * stored tensor (blocked_axis 1: qs [rows, cols] or [rows, cols/2], d [rows,
+ * cols/32]), and down the rows of the transposed wo_t and w2_t (blocked_axis
+ * 0: qs [rows, cols] or [rows/2, cols], d [rows/32, cols]), which are the
+ * byte-for-byte transposes of the in-memory row layout. A shard's rows stay one
+ * hyperslab of qs and one of d; for wo_t and w2_t it must be whole blocks. */
 #ifndef MESHINFER_MODEL_FILE_H
 #define MESHINFER_MODEL_FILE_H
 
@@ -30,14 +46,16 @@
 #include "meshinfer/config.h"
 #include "meshinfer/tokenizer.h"
 
-#define MI_FORMAT_VERSION 1
+#define MI_FORMAT_VERSION 2
 
 typedef struct mi_model_file mi_model_file;
 
 /* Open a model file read-only, read and validate the config, and check that
- * every tensor exists with the shape the config implies (float32).
+ * every tensor exists with the shape the config implies, recording each
+ * weight matrix's dtype in cfg (norms must be float32).
  * Returns NULL with one line in err for a missing, truncated or corrupt file,
- * a wrong format version, an invalid config, or a tensor of the wrong shape. */
+ * a wrong format version, an invalid config, a tensor of the wrong shape or
+ * type, or a block format whose parts do not match. */
 mi_model_file *mi_model_open(const char *path, mi_config *cfg, char *err);
 void mi_model_close(mi_model_file *mf);
 
@@ -49,6 +67,13 @@ void mi_model_layer_name(char *buf, size_t n, int layer, const char *tensor);
  * Only those bytes are read from disk. Returns 0 or -1 with err set. */
 int mi_model_read_rows(mi_model_file *mf, const char *name, size_t row0, size_t nrows,
                        float *out, char *err);
+
+/* Read stored rows [row0, row0+nrows) of dataset `name` (a whole tensor, or
+ * the qs or d part of a block-format group) as raw bytes, row_bytes each (the
+ * caller states the row size it expects; a mismatch is an error). Used by the
+ * shard loader for every dtype. Returns 0 or -1 with err set. */
+int mi_model_read_raw(mi_model_file *mf, const char *name, size_t row0, size_t nrows, size_t row_bytes, void *out,
+                      char *err);
 
 /* Read rows [row0, row0+nrows) of a transposed dataset (wo_t, w2_t: [k, n]) and
  * store them transposed as out[n][nrows], i.e. the column block of the original
@@ -70,6 +95,11 @@ mi_model_writer *mi_model_writer_create(const char *path, const mi_config *cfg, 
 /* Write a full tensor: rows x cols float32 (cols 1 for 1-D tensors).
  * transpose: data is [rows, cols] row-major but stored as [cols, rows]
  * (used for wo and w2). */
+/* The same in dtype `dtype` (tensor.h): data is quantized row by row along
+ * its cols (the input axis), so cols must be a multiple of 32 for the block
+ * types; transposed ones are stored as described above. */
+int mi_model_writer_put_tensor(mi_model_writer *w, const char *name, int dtype, const float *data, size_t rows,
+                               size_t cols, int transpose, char *err);
 int mi_model_writer_put(mi_model_writer *w, const char *name, const float *data, size_t rows,
                         size_t cols, int transpose, char *err);
 

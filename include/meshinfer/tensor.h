@@ -1,0 +1,113 @@
+/* Element types, weight tensors and message encodings.
+ *
+ * Every weight matrix is a tensor that carries its dtype and shape. The
+ * quantized types are the widely used 32-element block formats (ggml's q8_0
+ * and q4_0, so a GGUF import maps onto them value for value):
+ *   q8_0: per block of 32 values one fp16 scale d and 32 int8 q; x = d * q.
+ *   q4_0: per block one fp16 scale d and 32 4-bit q in 16 bytes (byte j holds
+ *         element j in its low nibble and element j+16 in its high nibble);
+ *         x = d * (q - 8).
+ * Blocks run along the input axis of a matrix-vector product (a row of W in
+ * y = W x), so a row is whole blocks and a shard of rows never cuts one; a
+ * shard of columns (tensor parallelism's wo and w2) must start and end on a
+ * multiple of 32 (seed 003: precision is lowered per layer and per tensor).
+ *
+ * In memory a tensor keeps values and scales apart ("structure of arrays"):
+ * q holds rows x cols values (fp32, fp16, int8, or two 4-bit values per
+ * byte), d holds rows x cols/32 fp16 scales. SIMD kernels then load whole
+ * blocks with aligned vector loads.
+ *
+ * Messages between ranks (seed 003 "communication scaling") are encoded with
+ * a wire dtype: fp32 (exact), fp16, or q8_0 blocks whose last block may be
+ * shorter than 32 so that nothing but data is sent. No MPI, HDF5 or BLAS
+ * here: kernels and their tests build for any target. */
+#ifndef MESHINFER_TENSOR_H
+#define MESHINFER_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    MI_F32 = 0,  /* IEEE binary32 */
+    MI_F16 = 1,  /* IEEE binary16 */
+    MI_Q8_0 = 2, /* blocks of 32: fp16 scale, int8 values */
+    MI_Q4_0 = 3, /* blocks of 32: fp16 scale, 4-bit values with an offset of 8 */
+} mi_dtype;
+#define MI_N_DTYPES 4
+#define MI_QK 32 /* elements per block of q8_0 and q4_0 */
+
+/* "fp32", "fp16", "q8_0", "q4_0"; "?" for anything else. */
+const char *mi_dtype_name(int t);
+/* Parse a name above; returns 0, or -1 for an unknown name. */
+int mi_dtype_parse(const char *name, mi_dtype *t);
+/* 1 for the block formats (rows must be whole blocks of MI_QK). */
+int mi_dtype_blocked(int t);
+/* Bytes of a row of n elements in memory, scales included; for blocked
+ * types n must be a multiple of MI_QK (fp32 4n, fp16 2n, q8_0 n + n/16,
+ * q4_0 n/2 + n/16). */
+size_t mi_dtype_row_bytes(int t, size_t n);
+/* Bytes of the values alone (q part) of a row of n elements. */
+size_t mi_dtype_q_row_bytes(int t, size_t n);
+
+/* ---------------------------------------------------------------- fp16 */
+
+/* IEEE binary16 conversion, round to nearest even; overflow gives
+ * infinity, NaN stays NaN. */
+uint16_t mi_fp16_from_f32(float f);
+float mi_f32_from_fp16(uint16_t h);
+
+/* ---------------------------------------------------------------- tensor */
+
+typedef struct {
+    mi_dtype dtype;
+    int rows, cols;  /* logical shape [rows, cols]: y[rows] = W x[cols] */
+    void *q;         /* values, row-major: float, uint16_t (fp16), int8_t, or uint8_t (q4_0: cols/2 per row) */
+    uint16_t *d;     /* blocked types: fp16 scales [rows, cols/32]; NULL otherwise */
+} mi_tensor;
+
+/* Bytes a rows x cols tensor of dtype t holds (values and scales). */
+size_t mi_tensor_bytes(int t, size_t rows, size_t cols);
+
+/* A tensor with no data of the given shape (q, d NULL): for computing sizes
+ * and carving memory (mi_tensor_place). */
+mi_tensor mi_tensor_shape(mi_dtype t, int rows, int cols);
+
+/* Point t's q and d into mem (mi_tensor_bytes(t) bytes, 64-byte aligned):
+ * values first, then scales at the next 64-byte boundary. Returns the bytes
+ * used, padding included (mi_tensor_place_bytes). */
+size_t mi_tensor_place(mi_tensor *t, void *mem);
+size_t mi_tensor_place_bytes(int dtype, size_t rows, size_t cols);
+
+/* Rows [r0, r0+n) of t as a tensor sharing its memory. */
+mi_tensor mi_tensor_rows(const mi_tensor *t, int r0, int n);
+
+/* Dequantize row r of t into out[cols]. */
+void mi_tensor_row_f32(const mi_tensor *t, int r, float *out);
+
+/* ---------------------------------------------------------- quantization */
+
+/* Encode n floats as one row of dtype t (n a multiple of MI_QK for blocked
+ * types): q receives mi_dtype_q_row_bytes(t, n) bytes, d (blocked types
+ * only) n/32 fp16 scales. Blocked scales are d = amax/127 (q8_0) or
+ * d = m/-8 with m the value of largest magnitude (q4_0), rounded to fp16
+ * before the values are quantized against it, so that |x - dequant(x)| is at
+ * most |d|/2 (q8_0) or |d| (q4_0; |d|/2 for all but the block's extreme
+ * values on the other side of zero). Non-finite inputs give NaN scales. */
+void mi_quantize_row(int t, const float *x, int n, void *q, uint16_t *d);
+/* Decode one row (inverse of mi_quantize_row up to its error). */
+void mi_dequantize_row(int t, const void *q, const uint16_t *d, int n, float *out);
+
+/* ---------------------------------------------------------- wire format */
+
+/* Bytes of a message row of n floats in wire dtype t (MI_F32, MI_F16 or
+ * MI_Q8_0; q8_0 sends ceil(n/32) fp16 scales then n int8 values, the last
+ * block short when 32 does not divide n). */
+size_t mi_wire_row_bytes(int t, size_t n);
+/* Encode rows x n floats of x (row stride ld floats) into buf, row after row
+ * (rows * mi_wire_row_bytes bytes; buf needs no alignment). fp16 saturates
+ * at +-65504 so a large activation does not become infinite. */
+void mi_wire_pack(int t, const float *x, size_t rows, size_t n, size_t ld, void *buf);
+/* Decode rows x n floats from buf into x (row stride ld). */
+void mi_wire_unpack(int t, const void *buf, size_t rows, size_t n, size_t ld, float *x);
+
+#endif

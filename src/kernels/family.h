@@ -1,0 +1,77 @@
+/* Kernel families: one implementation of the matrix-vector products per
+ * instruction set (scalar reference, x86 AVX2/FMA, x86 AVX-512 VNNI, ARM
+ * NEON, ARM NEON with dot products), chosen at start-up by CPU feature
+ * (internal header; kernels.h is the public face).
+ *
+ * A product y = W x runs in two stages: prep turns x into the activation form
+ * the family's kernel for W's dtype reads (once per product: for the block
+ * types, x quantized to int8 in blocks of 32, because int8 dot products are
+ * several times faster than dequantizing the weights), then rows computes
+ * rows [r0, r1) of y. Threads split the rows.
+ *
+ * Rules every family keeps, which tests check:
+ * - A row's result depends only on that row and the activations, never on
+ *   r0, r1 or on which rows are computed together: a rank holding a subset
+ *   of the rows (seed 000's head-level partitioning) gets bit-identical
+ *   results to one device.
+ * - Activation quantization is the same arithmetic in every family: per
+ *   block amax, d = amax / 127 (fp32), id = d ? 1/d : 0, q = round-to-nearest-
+ *   even(x * id); families may only reorder q within a block group.
+ * - s[b] = (float)(-8 * sum of block b's q) * d[b] (q4_0's offset of 8:
+ *   sum (w - 8) x = sum w x - 8 sum x).
+ * Results then differ from the scalar reference only by float summation
+ * order. */
+#ifndef MESHINFER_KERNEL_FAMILY_H
+#define MESHINFER_KERNEL_FAMILY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "meshinfer/tensor.h"
+
+/* Prepared activations of one input vector of n elements. */
+typedef struct {
+    int n;
+    const float *x;    /* the fp32 input (fp32 and fp16 weights read it directly) */
+    const int8_t *q;   /* [n] int8 values, in the family's order for the weight dtype */
+    const float *d;    /* [n/32] block scales */
+    const float *s;    /* [n/32] q4_0 offset terms (see above) */
+    const uint8_t *u;  /* family-specific [n] bytes (e.g. |q| for sign tricks), or NULL */
+    const void *m;     /* family-specific bit masks (e.g. signs of q), or NULL */
+} mi_act;
+
+/* Scratch bytes a prep may use for n elements (every family fits). */
+#define MI_ACT_BYTES(n) (2 * (size_t)(n) + (size_t)(n) / 8 + 2 * 4 * ((size_t)(n) / MI_QK) + 512)
+
+/* Fill a from x; scratch holds MI_ACT_BYTES(n) bytes, 64-byte aligned. */
+typedef void (*mi_prep_fn)(const float *x, int n, void *scratch, mi_act *a);
+/* y[r - r0] (+)= dot(row r of W, x) for r in [r0, r1). */
+typedef void (*mi_rows_fn)(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add);
+
+typedef struct {
+    const char *name;               /* "scalar", "avx2", "avx512", "neon", "neon-dotprod" */
+    int (*available)(void);         /* 1 if this CPU runs it */
+    mi_prep_fn prep[MI_N_DTYPES];   /* NULL: a->x only (fp32, fp16 weights) */
+    mi_rows_fn rows[MI_N_DTYPES];
+} mi_kernel_family;
+
+/* Every family compiled into this build, best last; the scalar one first. */
+const mi_kernel_family *const *mi_kernel_families(int *n);
+/* The family in use (the best available unless mi_kernels_use chose one). */
+const mi_kernel_family *mi_kernel_active(void);
+
+/* The scalar family's activation quantization of one block of 32 values
+ * (the rule above); families share it for their tails. Returns d. */
+float mi_act_quantize_block(const float *x, int8_t *q);
+
+extern const mi_kernel_family mi_kernels_scalar;
+#if defined(__x86_64__) || defined(__i386__)
+extern const mi_kernel_family mi_kernels_avx2;
+extern const mi_kernel_family mi_kernels_avx512;
+#endif
+#if defined(__aarch64__)
+extern const mi_kernel_family mi_kernels_neon;
+extern const mi_kernel_family mi_kernels_neon_dot;
+#endif
+
+#endif

@@ -1,0 +1,137 @@
+/* Matrix products on tensors of any dtype: activation preparation, row
+ * tiling for prefill, threads, and the BLAS paths for fp32 (see kernels.h). */
+#include <cblas.h>
+#include <stdlib.h>
+
+#include "family.h"
+#include "meshinfer/common.h"
+#include "meshinfer/kernels.h"
+
+static int g_threads = 1;
+static int g_blas_matvec = 0;
+
+/* OpenBLAS-specific; declared here to avoid depending on its private header. */
+extern void openblas_set_num_threads(int);
+
+void mi_set_threads(int n)
+{
+    g_threads = n > 0 ? n : 1;
+    openblas_set_num_threads(g_threads);
+}
+
+int mi_get_threads(void)
+{
+    return g_threads;
+}
+
+void mi_use_blas_matvec(int on)
+{
+    g_blas_matvec = on;
+}
+
+/* Prepared activations live in one buffer reused by every call (a rank runs
+ * one product at a time; its threads only read it). */
+static void *g_scratch;
+static size_t g_scratch_bytes;
+static mi_act *g_acts;
+static int g_acts_n;
+
+static void *scratch(size_t bytes, int T)
+{
+    if (bytes > g_scratch_bytes) {
+        free(g_scratch);
+        g_scratch = NULL;
+        if (posix_memalign(&g_scratch, 64, bytes) != 0)
+            mi_fatal("out of memory preparing activations (%zu bytes)", bytes);
+        g_scratch_bytes = bytes;
+    }
+    if (T > g_acts_n) {
+        free(g_acts);
+        g_acts = mi_malloc((size_t)T * sizeof *g_acts, "activation table");
+        g_acts_n = T;
+    }
+    return g_scratch;
+}
+
+/* Rows [r0, r1) for every position: weight rows in tiles of about 32 KB so
+ * a tile stays in cache while the T positions pass over it. */
+static void run_rows(mi_rows_fn rows, float *y, const mi_tensor *W, int r0, int r1, const mi_act *acts, int T,
+                     int add)
+{
+    if (T == 1) {
+        rows(y + r0, W, r0, r1, &acts[0], add);
+        return;
+    }
+    size_t rb = mi_dtype_row_bytes(W->dtype, (size_t)W->cols);
+    int tile = rb >= 32768 ? 1 : (int)(32768 / rb);
+    for (int a = r0; a < r1; a += tile) {
+        int b = a + tile < r1 ? a + tile : r1;
+        for (int t = 0; t < T; t++)
+            rows(y + (size_t)t * W->rows + a, W, a, b, &acts[t], add);
+    }
+}
+
+static void matmul(float *y, const float *x, const mi_tensor *W, int T, int add)
+{
+    const int n_in = W->cols, n_out = W->rows;
+    if (T < 1 || n_out < 1)
+        return;
+    if (W->dtype == MI_F32 && (T > 1 || g_blas_matvec)) {
+        if (T == 1)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, n_out, n_in, 1.0f, W->q, n_in, x, 1, add ? 1.0f : 0.0f, y, 1);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, n_out, n_in, 1.0f, x, n_in, W->q, n_in,
+                        add ? 1.0f : 0.0f, y, n_out);
+        return;
+    }
+    const mi_kernel_family *f = mi_kernel_active();
+    mi_prep_fn prep = f->prep[W->dtype];
+    mi_rows_fn rows = f->rows[W->dtype];
+    if (!rows) { /* a family may leave a dtype to the reference kernels */
+        prep = mi_kernels_scalar.prep[W->dtype];
+        rows = mi_kernels_scalar.rows[W->dtype];
+    }
+    size_t ab = (MI_ACT_BYTES(n_in) + 63) & ~(size_t)63;
+    char *buf = scratch(prep ? ab * (size_t)T : 64, T);
+    for (int t = 0; t < T; t++) {
+        if (prep) {
+            prep(x + (size_t)t * n_in, n_in, buf + (size_t)t * ab, &g_acts[t]);
+        } else {
+            g_acts[t] = (mi_act){0};
+            g_acts[t].n = n_in;
+            g_acts[t].x = x + (size_t)t * n_in;
+        }
+    }
+    int nt = g_threads;
+    /* below ~64 KB of weights a second thread costs more than it saves */
+    if (nt > 1 && (double)mi_dtype_row_bytes(W->dtype, (size_t)n_in) * n_out < 65536.0)
+        nt = 1;
+    if (nt > n_out)
+        nt = n_out;
+    if (nt == 1) {
+        run_rows(rows, y, W, 0, n_out, g_acts, T, add);
+        return;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+#ifdef _OPENMP
+        extern int omp_get_thread_num(void);
+        int i = omp_get_thread_num();
+#else
+        int i = 0;
+        nt = 1;
+#endif
+        int a = (int)((long)n_out * i / nt), b = (int)((long)n_out * (i + 1) / nt);
+        run_rows(rows, y, W, a, b, g_acts, T, add);
+    }
+}
+
+void mi_matmul(float *y, const float *x, const mi_tensor *W, int T)
+{
+    matmul(y, x, W, T, 0);
+}
+
+void mi_matmul_add(float *y, const float *x, const mi_tensor *W, int T)
+{
+    matmul(y, x, W, T, 1);
+}

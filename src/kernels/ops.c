@@ -1,0 +1,119 @@
+/* Element-wise and attention kernels of the forward pass (see kernels.h);
+ * the matrix products are in matmul.c. */
+#include "meshinfer/kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "meshinfer/common.h"
+
+
+void mi_rmsnorm(float *out, const float *x, const float *w, int T, int dim, float eps)
+{
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (size_t)t * dim;
+        float *ot = out + (size_t)t * dim;
+        float ss = 0.0f;
+        for (int i = 0; i < dim; i++)
+            ss += xt[i] * xt[i];
+        float s = 1.0f / sqrtf(ss / (float)dim + eps);
+        for (int i = 0; i < dim; i++)
+            ot[i] = w[i] * (s * xt[i]);
+    }
+}
+
+void mi_rope_init(mi_rope_table *r, int seq_len, int head_dim, float theta)
+{
+    int half = head_dim / 2;
+    r->seq_len = seq_len;
+    r->head_dim = head_dim;
+    r->cos = mi_malloc((size_t)seq_len * half * sizeof(float), "RoPE table");
+    r->sin = mi_malloc((size_t)seq_len * half * sizeof(float), "RoPE table");
+    for (int p = 0; p < seq_len; p++)
+        for (int i = 0; i < half; i++) {
+            float freq = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
+            float a = (float)p * freq;
+            r->cos[(size_t)p * half + i] = cosf(a);
+            r->sin[(size_t)p * half + i] = sinf(a);
+        }
+}
+
+void mi_rope_free(mi_rope_table *r)
+{
+    free(r->cos);
+    free(r->sin);
+    r->cos = r->sin = NULL;
+}
+
+void mi_rope_apply(const mi_rope_table *r, float *v, int T, int pos0, int n_heads)
+{
+    int hd = r->head_dim, half = hd / 2;
+    for (int t = 0; t < T; t++) {
+        const float *c = r->cos + (size_t)(pos0 + t) * half;
+        const float *s = r->sin + (size_t)(pos0 + t) * half;
+        float *vt = v + (size_t)t * n_heads * hd;
+        for (int h = 0; h < n_heads; h++) {
+            float *vh = vt + (size_t)h * hd;
+            for (int i = 0; i < half; i++) {
+                float a = vh[2 * i], b = vh[2 * i + 1];
+                vh[2 * i] = a * c[i] - b * s[i];
+                vh[2 * i + 1] = a * s[i] + b * c[i];
+            }
+        }
+    }
+}
+
+void mi_softmax(float *x, int n)
+{
+    float mx = x[0];
+    for (int i = 1; i < n; i++)
+        if (x[i] > mx)
+            mx = x[i];
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = 1.0f / sum;
+    for (int i = 0; i < n; i++)
+        x[i] *= inv;
+}
+
+void mi_attention(float *out, const float *q, const float *kc, const float *vc, int T, int pos0, int n_q,
+                  int group, int head_dim, int seq_len, float *att)
+{
+    const float scale = 1.0f / sqrtf((float)head_dim);
+    for (int t = 0; t < T; t++) {
+        int pos = pos0 + t;
+        for (int h = 0; h < n_q; h++) {
+            const float *qh = q + ((size_t)t * n_q + h) * head_dim;
+            const float *kh = kc + (size_t)(h / group) * seq_len * head_dim;
+            const float *vh = vc + (size_t)(h / group) * seq_len * head_dim;
+            for (int p = 0; p <= pos; p++) {
+                const float *k = kh + (size_t)p * head_dim;
+                float s = 0.0f;
+                for (int i = 0; i < head_dim; i++)
+                    s += qh[i] * k[i];
+                att[p] = s * scale;
+            }
+            mi_softmax(att, pos + 1);
+            float *oh = out + ((size_t)t * n_q + h) * head_dim;
+            memset(oh, 0, (size_t)head_dim * sizeof(float));
+            for (int p = 0; p <= pos; p++) {
+                const float *v = vh + (size_t)p * head_dim;
+                float a = att[p];
+                for (int i = 0; i < head_dim; i++)
+                    oh[i] += a * v[i];
+            }
+        }
+    }
+}
+
+void mi_swiglu(float *h1, const float *h3, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float v = h1[i];
+        h1[i] = v / (1.0f + expf(-v)) * h3[i];
+    }
+}

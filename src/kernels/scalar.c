@@ -1,0 +1,133 @@
+/* The portable scalar kernel family: the reference every SIMD family is
+ * tested against, and the fallback on CPUs without one (see family.h).
+ * Written for clarity first; the fp32 loop keeps 16 partial sums so that
+ * compilers vectorise it. */
+#include <math.h>
+#include <string.h>
+
+#include "family.h"
+
+float mi_act_quantize_block(const float *x, int8_t *q)
+{
+    float amax = 0.0f;
+    for (int i = 0; i < MI_QK; i++) {
+        float a = fabsf(x[i]);
+        amax = a > amax ? a : amax;
+    }
+    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int i = 0; i < MI_QK; i++) {
+        float v = nearbyintf(x[i] * id);
+        q[i] = (int8_t)(v > 127.0f ? 127 : v < -127.0f ? -127 : (int)v);
+    }
+    return d;
+}
+
+/* Natural order: q[i] is element i; s holds the q4_0 offset terms. */
+static void prep_q(const float *x, int n, void *scratch, mi_act *a)
+{
+    int nb = n / MI_QK;
+    float *d = scratch, *s = d + nb;
+    int8_t *q = (int8_t *)(s + nb);
+    for (int b = 0; b < nb; b++) {
+        d[b] = mi_act_quantize_block(x + b * MI_QK, q + b * MI_QK);
+        int sum = 0;
+        for (int i = 0; i < MI_QK; i++)
+            sum += q[b * MI_QK + i];
+        s[b] = (float)(-8 * sum) * d[b];
+    }
+    memset(a, 0, sizeof *a);
+    a->n = n;
+    a->x = x;
+    a->q = q;
+    a->d = d;
+    a->s = s;
+}
+
+static float dot_f32(const float *w, const float *x, int n)
+{
+    float acc[16] = {0};
+    int j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int k = 0; k < 16; k++)
+            acc[k] += w[j + k] * x[j + k];
+    for (int k = 0; j + k < n; k++)
+        acc[k] += w[j + k] * x[j + k];
+    for (int s = 8; s >= 1; s /= 2)
+        for (int k = 0; k < s; k++)
+            acc[k] += acc[k + s];
+    return acc[0];
+}
+
+static void rows_f32(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
+{
+    for (int r = r0; r < r1; r++) {
+        float v = dot_f32((const float *)W->q + (size_t)r * W->cols, a->x, W->cols);
+        y[r - r0] = add ? y[r - r0] + v : v;
+    }
+}
+
+static void rows_f16(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
+{
+    float w[256];
+    for (int r = r0; r < r1; r++) {
+        const uint16_t *h = (const uint16_t *)W->q + (size_t)r * W->cols;
+        float v = 0.0f;
+        for (int j = 0; j < W->cols; j += 256) {
+            int len = W->cols - j < 256 ? W->cols - j : 256;
+            for (int i = 0; i < len; i++)
+                w[i] = mi_f32_from_fp16(h[j + i]);
+            v += dot_f32(w, a->x + j, len);
+        }
+        y[r - r0] = add ? y[r - r0] + v : v;
+    }
+}
+
+/* sum over blocks of dw * dx * (integer dot of the block) */
+static void rows_q8_0(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
+{
+    int nb = W->cols / MI_QK;
+    for (int r = r0; r < r1; r++) {
+        const int8_t *w = (const int8_t *)W->q + (size_t)r * W->cols;
+        const uint16_t *dw = W->d + (size_t)r * nb;
+        float v = 0.0f;
+        for (int b = 0; b < nb; b++) {
+            int sum = 0;
+            for (int i = 0; i < MI_QK; i++)
+                sum += w[b * MI_QK + i] * a->q[b * MI_QK + i];
+            v += (float)sum * (mi_f32_from_fp16(dw[b]) * a->d[b]);
+        }
+        y[r - r0] = add ? y[r - r0] + v : v;
+    }
+}
+
+/* sum over blocks of dw * (dx * sum(nibble * q) + s), s = -8 * dx * sum(q) */
+static void rows_q4_0(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
+{
+    int nb = W->cols / MI_QK;
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *w = (const uint8_t *)W->q + (size_t)r * (W->cols / 2);
+        const uint16_t *dw = W->d + (size_t)r * nb;
+        float v = 0.0f;
+        for (int b = 0; b < nb; b++) {
+            const uint8_t *wb = w + b * (MI_QK / 2);
+            const int8_t *xb = a->q + b * MI_QK;
+            int sum = 0;
+            for (int j = 0; j < MI_QK / 2; j++)
+                sum += (wb[j] & 0x0f) * xb[j] + (wb[j] >> 4) * xb[j + MI_QK / 2];
+            v += mi_f32_from_fp16(dw[b]) * ((float)sum * a->d[b] + a->s[b]);
+        }
+        y[r - r0] = add ? y[r - r0] + v : v;
+    }
+}
+
+static int always(void)
+{
+    return 1;
+}
+
+const mi_kernel_family mi_kernels_scalar = {
+    "scalar",
+    always,
+    {NULL, NULL, prep_q, prep_q},
+    {rows_f32, rows_f16, rows_q8_0, rows_q4_0},
+};

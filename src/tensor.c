@@ -1,0 +1,312 @@
+/* Element types, tensors, block quantization and wire encoding (see tensor.h). */
+#include "meshinfer/tensor.h"
+
+#include <math.h>
+#include <string.h>
+
+static const char *dtype_names[MI_N_DTYPES] = {"fp32", "fp16", "q8_0", "q4_0"};
+
+const char *mi_dtype_name(int t)
+{
+    return t >= 0 && t < MI_N_DTYPES ? dtype_names[t] : "?";
+}
+
+int mi_dtype_parse(const char *name, mi_dtype *t)
+{
+    for (int i = 0; i < MI_N_DTYPES; i++)
+        if (!strcmp(name, dtype_names[i])) {
+            *t = (mi_dtype)i;
+            return 0;
+        }
+    return -1;
+}
+
+int mi_dtype_blocked(int t)
+{
+    return t == MI_Q8_0 || t == MI_Q4_0;
+}
+
+size_t mi_dtype_q_row_bytes(int t, size_t n)
+{
+    switch (t) {
+    case MI_F32: return 4 * n;
+    case MI_F16: return 2 * n;
+    case MI_Q8_0: return n;
+    case MI_Q4_0: return n / 2;
+    default: return 0;
+    }
+}
+
+size_t mi_dtype_row_bytes(int t, size_t n)
+{
+    return mi_dtype_q_row_bytes(t, n) + (mi_dtype_blocked(t) ? 2 * (n / MI_QK) : 0);
+}
+
+size_t mi_tensor_bytes(int t, size_t rows, size_t cols)
+{
+    return rows * mi_dtype_row_bytes(t, cols);
+}
+
+/* ---------------------------------------------------------------- fp16 */
+
+uint16_t mi_fp16_from_f32(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u)
+        return sign | 0x7e00u; /* NaN */
+    if (ax >= 0x47800000u)
+        return sign | 0x7c00u; /* 2^16 and above, and infinity */
+    int e = (int)(ax >> 23) - 127;
+    uint32_t m = ax & 0x7fffffu;
+    if (e >= -14) {
+        /* normal: keep 10 of 23 mantissa bits; a carry out of the mantissa
+         * correctly bumps the exponent (and 65520.. rounds up to infinity) */
+        uint32_t h = ((uint32_t)(e + 15) << 10) | (m >> 13), rest = m & 0x1fffu;
+        if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
+            h++;
+        return sign | (uint16_t)h;
+    }
+    if (e < -25)
+        return sign;
+    /* subnormal: the value in units of 2^-24, rounded to nearest even */
+    m |= 0x800000u;
+    int shift = -e - 1;
+    uint32_t h = m >> shift, rest = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
+    if (rest > half || (rest == half && (h & 1u)))
+        h++;
+    return sign | (uint16_t)h;
+}
+
+float mi_f32_from_fp16(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
+    if (e == 0x1f) {
+        x = sign | 0x7f800000u | (m << 13);
+    } else if (e != 0) {
+        x = sign | ((e + 112u) << 23) | (m << 13);
+    } else {
+        float v = (float)m * 0x1p-24f; /* zero or subnormal: exact in fp32 */
+        memcpy(&x, &v, sizeof x);
+        x |= sign;
+    }
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+/* ---------------------------------------------------------------- tensor */
+
+mi_tensor mi_tensor_shape(mi_dtype t, int rows, int cols)
+{
+    mi_tensor s = {t, rows, cols, NULL, NULL};
+    return s;
+}
+
+static size_t round64(size_t n)
+{
+    return (n + 63) & ~(size_t)63;
+}
+
+size_t mi_tensor_place_bytes(int dtype, size_t rows, size_t cols)
+{
+    size_t qb = rows * mi_dtype_q_row_bytes(dtype, cols);
+    return mi_dtype_blocked(dtype) ? round64(qb) + round64(rows * (cols / MI_QK) * 2) : round64(qb);
+}
+
+size_t mi_tensor_place(mi_tensor *t, void *mem)
+{
+    size_t qb = (size_t)t->rows * mi_dtype_q_row_bytes(t->dtype, (size_t)t->cols);
+    t->q = mem;
+    t->d = mi_dtype_blocked(t->dtype) ? (uint16_t *)((char *)mem + round64(qb)) : NULL;
+    return mi_tensor_place_bytes(t->dtype, (size_t)t->rows, (size_t)t->cols);
+}
+
+mi_tensor mi_tensor_rows(const mi_tensor *t, int r0, int n)
+{
+    mi_tensor v = *t;
+    v.rows = n;
+    v.q = (char *)t->q + (size_t)r0 * mi_dtype_q_row_bytes(t->dtype, (size_t)t->cols);
+    if (t->d)
+        v.d = t->d + (size_t)r0 * (size_t)(t->cols / MI_QK);
+    return v;
+}
+
+void mi_tensor_row_f32(const mi_tensor *t, int r, float *out)
+{
+    const char *q = (const char *)t->q + (size_t)r * mi_dtype_q_row_bytes(t->dtype, (size_t)t->cols);
+    const uint16_t *d = t->d ? t->d + (size_t)r * (size_t)(t->cols / MI_QK) : NULL;
+    mi_dequantize_row(t->dtype, q, d, t->cols, out);
+}
+
+/* ---------------------------------------------------------- quantization */
+
+/* One q8_0 block of len <= 32 values; the scale is returned in fp16. */
+static uint16_t quantize_q8_block(const float *x, int len, int8_t *q)
+{
+    float amax = 0.0f;
+    int nan = 0;
+    for (int i = 0; i < len; i++) {
+        float a = fabsf(x[i]);
+        nan |= a != a;
+        if (a > amax)
+            amax = a;
+    }
+    if (nan || isinf(amax)) {
+        memset(q, 0, (size_t)len);
+        return 0x7e00u; /* NaN scale: the block decodes to NaN, which later checks report */
+    }
+    uint16_t d16 = mi_fp16_from_f32(amax / 127.0f);
+    float d = mi_f32_from_fp16(d16), id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int i = 0; i < len; i++) {
+        float v = nearbyintf(x[i] * id);
+        q[i] = (int8_t)(v > 127.0f ? 127 : v < -127.0f ? -127 : (int)v);
+    }
+    return d16;
+}
+
+static uint16_t quantize_q4_block(const float *x, uint8_t *q)
+{
+    float m = 0.0f, amax = 0.0f;
+    int nan = 0;
+    for (int i = 0; i < MI_QK; i++) {
+        float a = fabsf(x[i]);
+        nan |= a != a;
+        if (a > amax) {
+            amax = a;
+            m = x[i];
+        }
+    }
+    if (nan || isinf(amax)) {
+        memset(q, 0x88, MI_QK / 2);
+        return 0x7e00u;
+    }
+    /* the extreme value maps to -8 exactly, so all 16 levels are used */
+    uint16_t d16 = mi_fp16_from_f32(m / -8.0f);
+    float d = mi_f32_from_fp16(d16), id = d != 0.0f ? 1.0f / d : 0.0f;
+    uint8_t v[MI_QK];
+    for (int i = 0; i < MI_QK; i++) {
+        float f = floorf(x[i] * id + 8.5f);
+        v[i] = (uint8_t)(f < 0.0f ? 0 : f > 15.0f ? 15 : (int)f);
+    }
+    for (int j = 0; j < MI_QK / 2; j++)
+        q[j] = (uint8_t)(v[j] | (v[j + MI_QK / 2] << 4));
+    return d16;
+}
+
+void mi_quantize_row(int t, const float *x, int n, void *q, uint16_t *d)
+{
+    switch (t) {
+    case MI_F32: memcpy(q, x, (size_t)n * sizeof(float)); break;
+    case MI_F16:
+        for (int i = 0; i < n; i++)
+            ((uint16_t *)q)[i] = mi_fp16_from_f32(x[i]);
+        break;
+    case MI_Q8_0:
+        for (int b = 0; b < n / MI_QK; b++)
+            d[b] = quantize_q8_block(x + b * MI_QK, MI_QK, (int8_t *)q + b * MI_QK);
+        break;
+    case MI_Q4_0:
+        for (int b = 0; b < n / MI_QK; b++)
+            d[b] = quantize_q4_block(x + b * MI_QK, (uint8_t *)q + b * (MI_QK / 2));
+        break;
+    }
+}
+
+void mi_dequantize_row(int t, const void *q, const uint16_t *d, int n, float *out)
+{
+    switch (t) {
+    case MI_F32: memcpy(out, q, (size_t)n * sizeof(float)); break;
+    case MI_F16:
+        for (int i = 0; i < n; i++)
+            out[i] = mi_f32_from_fp16(((const uint16_t *)q)[i]);
+        break;
+    case MI_Q8_0:
+        for (int b = 0; b < n / MI_QK; b++) {
+            float s = mi_f32_from_fp16(d[b]);
+            const int8_t *qb = (const int8_t *)q + b * MI_QK;
+            for (int i = 0; i < MI_QK; i++)
+                out[b * MI_QK + i] = s * (float)qb[i];
+        }
+        break;
+    case MI_Q4_0:
+        for (int b = 0; b < n / MI_QK; b++) {
+            float s = mi_f32_from_fp16(d[b]);
+            const uint8_t *qb = (const uint8_t *)q + b * (MI_QK / 2);
+            for (int j = 0; j < MI_QK / 2; j++) {
+                out[b * MI_QK + j] = s * (float)((qb[j] & 0x0f) - 8);
+                out[b * MI_QK + j + MI_QK / 2] = s * (float)((qb[j] >> 4) - 8);
+            }
+        }
+        break;
+    }
+}
+
+/* ---------------------------------------------------------- wire format */
+
+size_t mi_wire_row_bytes(int t, size_t n)
+{
+    switch (t) {
+    case MI_F32: return 4 * n;
+    case MI_F16: return 2 * n;
+    case MI_Q8_0: return n + 2 * ((n + MI_QK - 1) / MI_QK);
+    default: return 0;
+    }
+}
+
+void mi_wire_pack(int t, const float *x, size_t rows, size_t n, size_t ld, void *buf)
+{
+    unsigned char *p = buf;
+    for (size_t r = 0; r < rows; r++) {
+        const float *xr = x + r * ld;
+        if (t == MI_F32) {
+            memcpy(p, xr, 4 * n);
+        } else if (t == MI_F16) {
+            for (size_t i = 0; i < n; i++) {
+                float v = xr[i] > 65504.0f ? 65504.0f : xr[i] < -65504.0f ? -65504.0f : xr[i];
+                uint16_t h = mi_fp16_from_f32(v);
+                memcpy(p + 2 * i, &h, 2);
+            }
+        } else {
+            size_t nb = (n + MI_QK - 1) / MI_QK;
+            int8_t *q = (int8_t *)(p + 2 * nb);
+            for (size_t b = 0; b < nb; b++) {
+                int len = (int)(n - b * MI_QK < MI_QK ? n - b * MI_QK : MI_QK);
+                uint16_t d = quantize_q8_block(xr + b * MI_QK, len, q + b * MI_QK);
+                memcpy(p + 2 * b, &d, 2);
+            }
+        }
+        p += mi_wire_row_bytes(t, n);
+    }
+}
+
+void mi_wire_unpack(int t, const void *buf, size_t rows, size_t n, size_t ld, float *x)
+{
+    const unsigned char *p = buf;
+    for (size_t r = 0; r < rows; r++) {
+        float *xr = x + r * ld;
+        if (t == MI_F32) {
+            memcpy(xr, p, 4 * n);
+        } else if (t == MI_F16) {
+            for (size_t i = 0; i < n; i++) {
+                uint16_t h;
+                memcpy(&h, p + 2 * i, 2);
+                xr[i] = mi_f32_from_fp16(h);
+            }
+        } else {
+            size_t nb = (n + MI_QK - 1) / MI_QK;
+            const int8_t *q = (const int8_t *)(p + 2 * nb);
+            for (size_t b = 0; b < nb; b++) {
+                uint16_t h;
+                memcpy(&h, p + 2 * b, 2);
+                float s = mi_f32_from_fp16(h);
+                size_t end = (b + 1) * MI_QK < n ? (b + 1) * MI_QK : n;
+                for (size_t i = b * MI_QK; i < end; i++)
+                    xr[i] = s * (float)q[i];
+            }
+        }
+        p += mi_wire_row_bytes(t, n);
+    }
+}
