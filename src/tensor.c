@@ -184,7 +184,7 @@ static uint16_t quantize_q4_block(const float *x, uint8_t *q)
         return 0x7e00u;
     }
     /* the extreme value maps to -8 exactly, so all 16 levels are used */
-    uint16_t d16 = mi_fp16_from_f32(m / -8.0f);
+    uint16_t d16 = amax > 0.0f ? mi_fp16_from_f32(m / -8.0f) : 0; /* not -0 for an all-zero block */
     float d = mi_f32_from_fp16(d16), id = d != 0.0f ? 1.0f / d : 0.0f;
     uint8_t v[MI_QK];
     for (int i = 0; i < MI_QK; i++) {

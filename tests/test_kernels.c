@@ -1,0 +1,437 @@
+/* CUnit tests of the element types and of every kernel family this CPU runs
+ * (tensor.h, src/kernels/family.h): fp16 conversion, block quantization
+ * round trips within each format's error bound, wire encodings, and each
+ * family's products against the scalar reference on random and edge inputs
+ * (all-zero blocks, maximum magnitudes, sizes that are not a multiple of the
+ * SIMD width, odd row counts), with row subsets bit-identical to the whole.
+ * Needs only the kernel library, so it also runs cross-compiled under
+ * qemu-aarch64 (jobs/cross_kernels.sh).
+ *
+ * usage: test_kernels */
+#include <CUnit/Basic.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/kernels/family.h"
+#include "meshinfer/tensor.h"
+
+static uint64_t g_rng = 0x1234567887654321ull;
+
+static float frand(void) /* uniform in [-1, 1) */
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+/* ------------------------------------------------------------- fp16 */
+
+static double f16_value(uint16_t h) /* from the IEEE definition, in double */
+{
+    int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+    double v = e == 0 ? ldexp(m, -24) : ldexp(1024 + m, e - 25);
+    return s ? -v : v;
+}
+
+static void test_fp16_decode_all(void)
+{
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = mi_f32_from_fp16((uint16_t)h);
+        int e = (h >> 10) & 31;
+        if (e == 31) {
+            bad += (h & 1023) ? !isnan(f) : !(isinf(f) && (f > 0) == !(h >> 15));
+            continue;
+        }
+        bad += (double)f != f16_value((uint16_t)h);
+        /* encode(decode(h)) == h for every finite half (both zeros included) */
+        bad += mi_fp16_from_f32(f) != h;
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* Encoding rounds to the nearest half, ties to the even one; overflow
+ * saturates to infinity (at 65520 and above). */
+static void test_fp16_encode_nearest(void)
+{
+    int bad = 0;
+    for (int i = 0; i < 200000; i++) {
+        float f = ldexpf(frand(), (int)(frand() * 40.0f) - 12); /* magnitudes 2^-52 .. 2^28 */
+        uint16_t h = mi_fp16_from_f32(f);
+        if (fabsf(f) >= 65520.0f) {
+            bad += (h & 0x7fff) != 0x7c00;
+            continue;
+        }
+        double err = fabs(f16_value(h) - f);
+        for (int dlt = -1; dlt <= 1; dlt += 2) {
+            uint16_t n = (uint16_t)(h + dlt);
+            if (((n >> 10) & 31) == 31 || (n ^ h) >> 15)
+                continue;
+            double en = fabs(f16_value(n) - f);
+            bad += en < err || (en == err && (h & 1));
+        }
+    }
+    /* ties and specials */
+    bad += mi_fp16_from_f32(1.0f + 0x1p-11f) != 0x3c00;          /* tie: to even (1.0) */
+    bad += mi_fp16_from_f32(1.0f + 3 * 0x1p-11f) != 0x3c02;      /* tie: to even (up) */
+    bad += mi_fp16_from_f32(0x1p-25f) != 0x0000;                 /* half the smallest subnormal: to 0 */
+    bad += mi_fp16_from_f32(0x1.8p-25f) != 0x0001;
+    bad += mi_fp16_from_f32(65504.0f) != 0x7bff;
+    bad += mi_fp16_from_f32(65520.0f) != 0x7c00;
+    bad += mi_fp16_from_f32(-INFINITY) != 0xfc00;
+    bad += !isnan(mi_f32_from_fp16(mi_fp16_from_f32(NAN)));
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* ------------------------------------------------------- quantization */
+
+static void fill_block_cases(float *x, int n, int kind)
+{
+    for (int i = 0; i < n; i++) {
+        switch (kind) {
+        case 0: x[i] = frand(); break;                                   /* random */
+        case 1: x[i] = 0.0f; break;                                       /* all zero */
+        case 2: x[i] = (i % 3 ? 1.0f : -1.0f) * 60000.0f * frand(); break; /* near fp16's maximum */
+        case 3: x[i] = i % 32 == 5 ? 100.0f : 1e-3f * frand(); break;     /* one outlier per block */
+        case 4: x[i] = 1e-6f * frand(); break;                            /* scales near fp16's smallest */
+        default: x[i] = (i % 2 ? 1.0f : -1.0f) * (float)(i % 32); break;  /* exact levels, both signs */
+        }
+    }
+}
+
+static void test_quantize_round_trip_bounds(void)
+{
+    enum { N = 1024 };
+    float x[N], y[N];
+    uint16_t q[N]; /* fp16 needs two bytes a value */
+    uint16_t d[N / MI_QK];
+    int bad = 0;
+    for (int kind = 0; kind < 6; kind++) {
+        fill_block_cases(x, N, kind);
+        for (int t = MI_F16; t <= MI_Q4_0; t++) {
+            mi_quantize_row(t, x, N, q, d);
+            mi_dequantize_row(t, q, d, N, y);
+            for (int i = 0; i < N; i++) {
+                double e = fabs((double)y[i] - x[i]), bound;
+                if (t == MI_F16) {
+                    bound = fabs(x[i]) * 0x1p-11 + 0x1p-25; /* half an ulp, or a subnormal step */
+                } else {
+                    double s = fabs(mi_f32_from_fp16(d[i / MI_QK]));
+                    /* q8_0: half a step; q4_0: one step (the far side of the extreme value can be
+                     * clamped); plus the scale's own fp16 rounding times the largest level, which
+                     * matters when the scale is an fp16 subnormal */
+                    double ds = fmax(s * 0x1p-11, 0x1p-25);
+                    bound = (t == MI_Q8_0 ? 0.5 * s + 127 * ds : s + 8 * ds) * (1 + 1e-6);
+                    /* an fp16 scale that underflows to zero loses the block: then |x| is below fp16's reach */
+                    if (s == 0.0)
+                        bound = 127.0 * 0x1p-24;
+                }
+                if (e > bound) {
+                    if (bad < 5)
+                        printf("\n  %s kind %d i %d: x %g y %g bound %g", mi_dtype_name(t), kind, i, x[i], y[i],
+                               bound);
+                    bad++;
+                }
+            }
+            if (kind == 1 && t != MI_F16) /* all-zero blocks: zero scale, exact zeros */
+                for (int b = 0; b < N / MI_QK; b++)
+                    bad += d[b] != 0;
+        }
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    /* q4_0 puts the extreme value at level 0 exactly: -8 * d == m */
+    float e[MI_QK] = {0};
+    e[7] = -3.0f;
+    e[9] = 1.0f;
+    uint8_t q4[16];
+    mi_quantize_row(MI_Q4_0, e, MI_QK, q4, d);
+    mi_dequantize_row(MI_Q4_0, q4, d, MI_QK, y);
+    CU_ASSERT_EQUAL(y[7], -3.0f);
+    CU_ASSERT_EQUAL(q4[7] & 15, 0);
+    /* the nibble order of a block: byte j holds elements j (low) and j+16 (high) */
+    for (int i = 0; i < MI_QK; i++)
+        e[i] = (float)(i - 8) * 0.5f;
+    mi_quantize_row(MI_Q4_0, e, MI_QK, q4, d);
+    mi_dequantize_row(MI_Q4_0, q4, d, MI_QK, y);
+    CU_ASSERT(fabs(mi_f32_from_fp16(d[0]) - (11.5 / -8)) < 1e-3);
+    CU_ASSERT(((q4[0] & 15) != (q4[0] >> 4)));
+}
+
+static void test_non_finite_gives_nan_scale(void)
+{
+    float x[64];
+    int8_t q[64];
+    uint16_t d[2];
+    fill_block_cases(x, 64, 0);
+    x[40] = NAN;
+    mi_quantize_row(MI_Q8_0, x, 64, q, d);
+    CU_ASSERT(!isnan(mi_f32_from_fp16(d[0])));
+    CU_ASSERT(isnan(mi_f32_from_fp16(d[1])));
+}
+
+static void test_sizes(void)
+{
+    CU_ASSERT_EQUAL(mi_dtype_row_bytes(MI_F32, 288), 1152);
+    CU_ASSERT_EQUAL(mi_dtype_row_bytes(MI_F16, 288), 576);
+    CU_ASSERT_EQUAL(mi_dtype_row_bytes(MI_Q8_0, 288), 288 + 18);
+    CU_ASSERT_EQUAL(mi_dtype_row_bytes(MI_Q4_0, 288), 144 + 18);
+    CU_ASSERT_EQUAL(mi_tensor_bytes(MI_Q4_0, 2048, 5632), (size_t)2048 * (2816 + 352));
+    mi_dtype t;
+    CU_ASSERT_EQUAL(mi_dtype_parse("q4_0", &t), 0);
+    CU_ASSERT_EQUAL(t, MI_Q4_0);
+    CU_ASSERT_EQUAL(mi_dtype_parse("int4", &t), -1);
+    CU_ASSERT_STRING_EQUAL(mi_dtype_name(MI_Q8_0), "q8_0");
+}
+
+/* ---------------------------------------------------------- wire */
+
+static void test_wire_round_trip(void)
+{
+    const size_t ns[] = {1, 31, 32, 33, 48, 288, 1000};
+    int bad = 0;
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+        size_t n = ns[k], rows = 3, ld = n + 5;
+        float *x = calloc(rows * ld, sizeof(float)), *y = calloc(rows * ld, sizeof(float));
+        for (size_t i = 0; i < rows * ld; i++)
+            x[i] = 10.0f * frand();
+        x[2] = 1e6f; /* saturates in fp16 */
+        for (int t = MI_F32; t <= MI_Q8_0; t++) {
+            size_t rb = mi_wire_row_bytes(t, n);
+            bad += rb != (t == MI_F32 ? 4 * n : t == MI_F16 ? 2 * n : n + 2 * ((n + 31) / 32));
+            unsigned char *buf = malloc(rows * rb + 1);
+            mi_wire_pack(t, x, rows, n, ld, buf + 1); /* unaligned on purpose */
+            mi_wire_unpack(t, buf + 1, rows, n, ld, y);
+            for (size_t r = 0; r < rows; r++)
+                for (size_t i = 0; i < n; i++) {
+                    float a = x[r * ld + i], b = y[r * ld + i];
+                    double amax = 0;
+                    for (size_t j = i / 32 * 32; j < i / 32 * 32 + 32 && j < n; j++)
+                        amax = fmax(amax, fabs(x[r * ld + j]));
+                    double bound = t == MI_F32 ? 0 : t == MI_F16 ? (fabs(a) > 65504 ? fabs(a) - 65504 : fabs(a) * 0x1p-11)
+                                                                 : amax / 127 * 0.5 * 1.01;
+                    bad += fabs((double)a - b) > bound;
+                }
+            free(buf);
+        }
+        free(x);
+        free(y);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* ------------------------------------------------------ kernel families */
+
+typedef struct {
+    mi_tensor W;
+    void *mem;
+} test_tensor;
+
+/* A rows x cols tensor of dtype t quantized from w (kind: see fill_block_cases). */
+static test_tensor make_tensor(int t, int rows, int cols, int kind)
+{
+    test_tensor tt;
+    tt.W = mi_tensor_shape((mi_dtype)t, rows, cols);
+    size_t bytes = mi_tensor_place_bytes(t, (size_t)rows, (size_t)cols);
+    if (posix_memalign(&tt.mem, 64, bytes ? bytes : 64) != 0)
+        abort();
+    mi_tensor_place(&tt.W, tt.mem);
+    float *row = malloc((size_t)cols * sizeof(float));
+    for (int r = 0; r < rows; r++) {
+        fill_block_cases(row, cols, kind == 6 ? (r % 6) : kind); /* 6: a different case per row */
+        size_t qb = mi_dtype_q_row_bytes(t, (size_t)cols);
+        mi_quantize_row(t, row, cols, (char *)tt.W.q + (size_t)r * qb,
+                        tt.W.d ? tt.W.d + (size_t)r * (cols / MI_QK) : NULL);
+    }
+    free(row);
+    return tt;
+}
+
+/* y = W x with family f (rows [r0, r1) only). */
+static void run_family(const mi_kernel_family *f, const mi_tensor *W, const float *x, int r0, int r1, float *y)
+{
+    mi_prep_fn prep = f->prep[W->dtype];
+    mi_rows_fn rows = f->rows[W->dtype];
+    if (!rows) {
+        prep = mi_kernels_scalar.prep[W->dtype];
+        rows = mi_kernels_scalar.rows[W->dtype];
+    }
+    void *scratch = NULL;
+    if (posix_memalign(&scratch, 64, MI_ACT_BYTES(W->cols)) != 0)
+        abort();
+    mi_act a;
+    memset(&a, 0, sizeof a);
+    a.n = W->cols;
+    a.x = x;
+    if (prep)
+        prep(x, W->cols, scratch, &a);
+    rows(y, W, r0, r1, &a, 0);
+    free(scratch);
+}
+
+/* Sum over the row of |w * x| (dequantized): the scale of the rounding
+ * error. q4_0 kernels compute sum(q * x) - 8 sum(x) per block, whose terms can
+ * be much larger than the result, so their magnitude counts too. */
+static double abs_dot(const mi_tensor *W, int r, const float *x)
+{
+    float *w = malloc((size_t)W->cols * sizeof(float));
+    mi_tensor_row_f32(W, r, w);
+    double s = 0;
+    for (int i = 0; i < W->cols; i++) {
+        s += fabs((double)w[i] * x[i]);
+        if (W->dtype == MI_Q4_0)
+            s += 16.0 * fabs(mi_f32_from_fp16(W->d[(size_t)r * (W->cols / MI_QK) + i / MI_QK]) * x[i]);
+    }
+    free(w);
+    return s;
+}
+
+static int g_checked[8];
+
+static void check_family_dtype(const mi_kernel_family *f, int fi, int t)
+{
+    const int rows_list[] = {1, 3, 7, 33};
+    const int cols_q[] = {32, 64, 96, 128, 160, 224, 288, 320, 768, 2080};
+    const int cols_f[] = {1, 7, 13, 16, 31, 33, 77, 131, 288, 1000};
+    const int *cols = mi_dtype_blocked(t) ? cols_q : cols_f;
+    int bad = 0, bits = 0;
+    for (int ci = 0; ci < 10; ci++)
+        for (int ri = 0; ri < 4; ri++)
+            for (int kind = 0; kind < 7; kind++) {
+                int n = cols[ci], m = rows_list[ri];
+                if (!mi_dtype_blocked(t) && (kind == 2 || kind == 4))
+                    continue; /* fp16 range cases are for the block scales */
+                test_tensor tt = make_tensor(t, m, n, kind);
+                float *x = malloc((size_t)n * sizeof(float));
+                fill_block_cases(x, n, (kind + 3) % 6);
+                float *ref = malloc((size_t)m * sizeof(float)), *got = malloc((size_t)m * sizeof(float));
+                run_family(&mi_kernels_scalar, &tt.W, x, 0, m, ref);
+                run_family(f, &tt.W, x, 0, m, got);
+                for (int r = 0; r < m; r++) {
+                    double tol = 2e-6 * abs_dot(&tt.W, r, x) * (1.0 + log2((double)n)) + 1e-30;
+                    if (!(fabs((double)got[r] - ref[r]) <= tol)) {
+                        if (bad < 4)
+                            printf("\n  %s %s %dx%d kind %d row %d: %.9g vs scalar %.9g (tol %.3g)", f->name,
+                                   mi_dtype_name(t), m, n, kind, r, got[r], ref[r], tol);
+                        bad++;
+                    }
+                }
+                /* every row subset reproduces the same bits */
+                for (int a = 0; a < m; a++)
+                    for (int b = a + 1; b <= m; b += (m > 8 ? 7 : 1)) {
+                        float part[40];
+                        run_family(f, &tt.W, x, a, b, part);
+                        bits += memcmp(part, got + a, (size_t)(b - a) * sizeof(float)) != 0;
+                    }
+                free(x);
+                free(ref);
+                free(got);
+                free(tt.mem);
+            }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(bits, 0);
+    g_checked[fi]++;
+}
+
+/* Every family's activation preparation gives the scalar family's scales
+ * and offset terms exactly (family.h's shared rule). */
+static void check_family_prep(const mi_kernel_family *f)
+{
+    int bad = 0;
+    for (int t = MI_Q8_0; t <= MI_Q4_0; t++) {
+        if (!f->prep[t])
+            continue;
+        for (int kind = 0; kind < 6; kind++) {
+            int n = 2080;
+            float *x = malloc((size_t)n * sizeof(float));
+            fill_block_cases(x, n, kind);
+            void *s1, *s2;
+            if (posix_memalign(&s1, 64, MI_ACT_BYTES(n)) || posix_memalign(&s2, 64, MI_ACT_BYTES(n)))
+                abort();
+            mi_act a, b;
+            mi_kernels_scalar.prep[t](x, n, s1, &a);
+            f->prep[t](x, n, s2, &b);
+            bad += memcmp(a.d, b.d, (size_t)(n / MI_QK) * sizeof(float)) != 0;
+            bad += memcmp(a.s, b.s, (size_t)(n / MI_QK) * sizeof(float)) != 0;
+            free(s1);
+            free(s2);
+            free(x);
+        }
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+static void test_families(void)
+{
+    int n;
+    const mi_kernel_family *const *fs = mi_kernel_families(&n);
+    for (int i = 0; i < n && i < 8; i++) {
+        if (!fs[i]->available()) {
+            printf("\n    %s: not supported by this CPU, skipped", fs[i]->name);
+            continue;
+        }
+        check_family_prep(fs[i]);
+        for (int t = 0; t < MI_N_DTYPES; t++)
+            check_family_dtype(fs[i], i, t);
+        printf("\n    %s: %d dtypes against the scalar reference", fs[i]->name, g_checked[i]);
+    }
+}
+
+/* The scalar reference itself against an exact dot product of the
+ * dequantized weights: what remains is the activations' int8 rounding, at
+ * most half a step (d_x / 2) per element. */
+static void test_scalar_vs_exact(void)
+{
+    int bad = 0;
+    for (int t = 0; t < MI_N_DTYPES; t++) {
+        int n = 320, m = 9;
+        test_tensor tt = make_tensor(t, m, n, 6);
+        float *x = malloc((size_t)n * sizeof(float)), *w = malloc((size_t)n * sizeof(float)), y[9];
+        fill_block_cases(x, n, 0);
+        run_family(&mi_kernels_scalar, &tt.W, x, 0, m, y);
+        for (int r = 0; r < m; r++) {
+            mi_tensor_row_f32(&tt.W, r, w);
+            double exact = 0, bound = 1e-5 * abs_dot(&tt.W, r, x);
+            for (int i = 0; i < n; i++)
+                exact += (double)w[i] * x[i];
+            if (mi_dtype_blocked(t))
+                for (int b = 0; b < n / MI_QK; b++) {
+                    double amax = 0, sw = 0;
+                    for (int i = b * MI_QK; i < (b + 1) * MI_QK; i++) {
+                        amax = fmax(amax, fabs(x[i]));
+                        sw += fabs(w[i]);
+                    }
+                    bound += sw * amax / 127.0 * 0.5;
+                }
+            bad += !(fabs(y[r] - exact) <= bound);
+        }
+        free(x);
+        free(w);
+        free(tt.mem);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+int main(void)
+{
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 1;
+    CU_pSuite s = CU_add_suite("tensor", NULL, NULL);
+    CU_add_test(s, "fp16 decode of all 65536 halves, encode(decode) identity", test_fp16_decode_all);
+    CU_add_test(s, "fp16 encode: nearest, ties to even, overflow, NaN", test_fp16_encode_nearest);
+    CU_add_test(s, "q8_0 / q4_0 / fp16 round trips within each format's bound", test_quantize_round_trip_bounds);
+    CU_add_test(s, "non-finite input gives a NaN block scale", test_non_finite_gives_nan_scale);
+    CU_add_test(s, "row sizes and dtype names", test_sizes);
+    CU_add_test(s, "wire encodings: sizes, short last block, error bounds", test_wire_round_trip);
+    CU_pSuite k = CU_add_suite("kernel families", NULL, NULL);
+    CU_add_test(k, "scalar reference vs exact dot (activation rounding bound)", test_scalar_vs_exact);
+    CU_add_test(k, "every available family vs the scalar reference, row subsets bit-identical", test_families);
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    unsigned fails = CU_get_number_of_failures();
+    CU_cleanup_registry();
+    return fails != 0;
+}
