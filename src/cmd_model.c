@@ -11,6 +11,7 @@
 #include "meshinfer/checkpoint.h"
 #include "meshinfer/common.h"
 #include "meshinfer/model_file.h"
+#include "meshinfer/quantize.h"
 #include "meshinfer/synth.h"
 #include "meshinfer/tokenizer.h"
 
@@ -85,9 +86,12 @@ int cmd_synth(int argc, char **argv)
                                          {"seed", required_argument, 0, 'S'},
                                          {"out", required_argument, 0, 'o'},
                                          {"layers", required_argument, 0, 'l'},
+                                         {"dtype", required_argument, 0, 'd'},
+                                         {"layer-dtype", required_argument, 0, 'L'},
+                                         {"embeddings-dtype", required_argument, 0, 'E'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    const char *shape = NULL, *out = NULL;
+    const char *shape = NULL, *out = NULL, *dtype = NULL, *layer_dtype = NULL, *emb_dtype = NULL;
     uint64_t seed = 1;
     int layers = 0;
     int o;
@@ -97,11 +101,17 @@ int cmd_synth(int argc, char **argv)
         case 'S': seed = mi_parse_u64("--seed", optarg); break;
         case 'o': out = optarg; break;
         case 'l': layers = (int)mi_parse_long("--layers", optarg, 1, 1024); break;
+        case 'd': dtype = optarg; break;
+        case 'L': layer_dtype = optarg; break;
+        case 'E': emb_dtype = optarg; break;
         case 'h':
-            printf("usage: meshinfer synth --shape SHAPE --out MODEL.h5 [--seed S] [--layers N]\n\n"
+            printf("usage: meshinfer synth --shape SHAPE --out MODEL.h5 [--seed S] [--layers N]\n"
+                   "                      [--dtype T] [--layer-dtype SPEC] [--embeddings-dtype T]\n\n"
                    "Writes a model with seeded synthetic weights in the shape of a real model, for speed\n"
                    "and scale work. The file is marked synthetic; outputs from it say \"synthetic weights\".\n"
-                   "Shapes: %s\n--layers overrides the layer count (smaller test models).\n",
+                   "Shapes: %s\n--layers overrides the layer count (smaller test models).\n"
+                   "The dtype options work as in `meshinfer quantize` (default fp32): the same seed gives\n"
+                   "the same weights at any precision.\n",
                    mi_config_shape_names());
             return 0;
         default: cli_bad_option("synth", o, argv);
@@ -116,11 +126,81 @@ int cmd_synth(int argc, char **argv)
     if (layers)
         c.n_layers = layers;
     char err[MI_ERRLEN];
+    if ((dtype || layer_dtype || emb_dtype) && mi_dtypes_apply(&c, dtype, layer_dtype, emb_dtype, err))
+        mi_fatal("synth: %s", err);
     double t0 = mi_now();
     if (mi_synth_write(&c, seed, out, isatty(fileno(stderr)) ? 2 : 1, err))
         mi_fatal("%s", err);
-    printf("wrote %s: synthetic weights, shape %s, seed %llu, %zu parameters (%.1f s)\n", out, c.name,
-           (unsigned long long)seed, mi_model_params(&c), mi_now() - t0);
+    char dts[160];
+    printf("wrote %s: synthetic weights, shape %s, seed %llu, %zu parameters, %s (%.1f s)\n", out, c.name,
+           (unsigned long long)seed, mi_model_params(&c), mi_config_dtype_summary(&c, dts, sizeof dts), mi_now() - t0);
+    return 0;
+}
+
+int cmd_quantize(int argc, char **argv)
+{
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
+                                         {"out", required_argument, 0, 'o'},
+                                         {"dtype", required_argument, 0, 'd'},
+                                         {"layer-dtype", required_argument, 0, 'L'},
+                                         {"embeddings-dtype", required_argument, 0, 'E'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *model = NULL, *out = NULL, *dtype = NULL, *layer_dtype = NULL, *emb_dtype = NULL;
+    int o;
+    while ((o = getopt_long(argc, argv, ":m:o:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'm': model = optarg; break;
+        case 'o': out = optarg; break;
+        case 'd': dtype = optarg; break;
+        case 'L': layer_dtype = optarg; break;
+        case 'E': emb_dtype = optarg; break;
+        case 'h':
+            printf("usage: meshinfer quantize -m IN.h5 --out OUT.h5 [--dtype T] [--layer-dtype SPEC]\n"
+                   "                         [--embeddings-dtype T]\n\n"
+                   "Writes a copy of an fp32 model with its weight matrices in lower precision:\n"
+                   "  fp16   IEEE half precision (2 bytes a weight)\n"
+                   "  q8_0   blocks of 32: one fp16 scale and 32 int8 values (1.0625 bytes a weight)\n"
+                   "  q4_0   blocks of 32: one fp16 scale and 32 4-bit values (0.5625 bytes a weight)\n"
+                   "  --dtype T              every layer matrix, and the embeddings and classifier\n"
+                   "  --layer-dtype SPEC     per layer, over --dtype: e.g. 0-1:q8_0,2-5:q4_0 (layers not\n"
+                   "                         named keep --dtype, or fp32)\n"
+                   "  --embeddings-dtype T   token embeddings and classifier (default: --dtype)\n"
+                   "Norms stay fp32 (dim values each, and they scale every activation). Blocks run along\n"
+                   "each matrix's input axis, so dim and hidden_dim must be multiples of 32 for q8_0/q4_0.\n"
+                   "The input must be fp32; the output appears only when complete.\n");
+            return 0;
+        default: cli_bad_option("quantize", o, argv);
+        }
+    }
+    cli_no_positional("quantize", optind, argc, argv);
+    if (!model || !out)
+        mi_fatal("quantize: --model and --out are required (see meshinfer quantize --help)");
+    if (!dtype && !layer_dtype && !emb_dtype)
+        mi_fatal("quantize: give --dtype, --layer-dtype or --embeddings-dtype (see meshinfer quantize --help)");
+    check_not_input(out, model);
+    char err[MI_ERRLEN];
+    mi_config c;
+    mi_model_file *mf = mi_model_open(model, &c, err);
+    if (!mf)
+        mi_fatal("%s", err);
+    mi_model_close(mf);
+    if (mi_dtypes_apply(&c, dtype, layer_dtype, emb_dtype, err))
+        mi_fatal("quantize: %s", err);
+    double t0 = mi_now();
+    if (mi_model_quantize(model, out, &c, isatty(fileno(stderr)) ? 2 : 1, err))
+        mi_fatal("%s", err);
+    mf = mi_model_open(out, &c, err);
+    if (!mf)
+        mi_fatal("quantized file does not verify: %s", err);
+    mi_model_close(mf);
+    char dts[160];
+    struct stat a, b;
+    stat(model, &a);
+    stat(out, &b);
+    printf("wrote %s: %s, %s, %.1f MB (input %.1f MB, %.2fx smaller) (%.1f s)\n", out, c.name,
+           mi_config_dtype_summary(&c, dts, sizeof dts), (double)b.st_size / 1e6, (double)a.st_size / 1e6,
+           (double)a.st_size / (double)b.st_size, mi_now() - t0);
     return 0;
 }
 
@@ -156,10 +236,23 @@ int cmd_info(int argc, char **argv)
     cli_json_string(stdout, c.name, strlen(c.name));
     printf(", \"synthetic\": %s, \"dim\": %d, \"hidden_dim\": %d, \"n_layers\": %d, "
            "\"n_heads\": %d, \"n_kv_heads\": %d, \"head_dim\": %d, \"vocab_size\": %d, \"seq_len\": %d, "
-           "\"rope_theta\": %g, \"norm_eps\": %g, \"shared_classifier\": %s, \"params\": %zu}\n",
+           "\"rope_theta\": %g, \"norm_eps\": %g, \"shared_classifier\": %s, \"params\": %zu, ",
            c.synthetic ? "true" : "false", c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads,
            c.head_dim, c.vocab_size, c.seq_len, (double)c.rope_theta, (double)c.norm_eps,
            c.shared_classifier ? "true" : "false", mi_model_params(&c));
+    /* precision: a summary, the bytes a decoded token reads, and the table */
+    char dts[160];
+    printf("\"dtypes\": \"%s\", \"decode_weight_bytes\": %zu, \"tok_embeddings_dtype\": \"%s\", "
+           "\"classifier_dtype\": \"%s\", \"layer_dtypes\": [",
+           mi_config_dtype_summary(&c, dts, sizeof dts), mi_decode_weight_bytes(&c), mi_dtype_name(c.emb_dtype),
+           mi_dtype_name(c.cls_dtype));
+    for (int l = 0; l < c.n_layers; l++) {
+        printf("%s{", l ? ", " : "");
+        for (int m = 0; m < MI_N_LAYER_MATS; m++)
+            printf("%s\"%s\": \"%s\"", m ? ", " : "", mi_layer_mat_names[m], mi_dtype_name(c.dtype[l][m]));
+        printf("}");
+    }
+    printf("]}\n");
     return 0;
 }
 

@@ -21,6 +21,7 @@ static const struct {
     {"profile", cmd_profile, "acceptance of inter-layer speculation per layer transition, over a corpus", 0},
     {"convert", cmd_convert, "llama2.c checkpoint + tokenizer.bin -> HDF5 model file", 0},
     {"synth", cmd_synth, "write a seeded synthetic model of a real model's shape", 0},
+    {"quantize", cmd_quantize, "copy an fp32 model with weights in fp16, q8_0 or q4_0 (per layer too)", 0},
     {"info", cmd_info, "print a model file's config", 0},
     {"tokenize", cmd_tokenize, "print the token ids of a text", 0},
 };

@@ -81,24 +81,31 @@ int mi_synth_write(const mi_config *c, uint64_t seed, const char *path, int prog
     size_t biggest = V * d > hid * d ? V * d : hid * d;
     float *buf = mi_malloc(biggest * sizeof(float), "synthetic tensor");
     int rc = 0;
-#define PUT(nm, rows, cols, norm)                                     \
-    if (!rc) {                                                        \
-        fill(buf, (size_t)(rows) * (cols), seed, nm, norm);           \
-        rc = mi_model_writer_put(w, nm, buf, rows, cols, 0, err);     \
+    /* each tensor in the product's orientation; wo and w2 are written
+     * transposed (transposing seeded noise is still seeded noise, and the
+     * block dtypes then lie along the right axis) */
+#define PUT(nm, dt, rows, cols, norm, tr)                                        \
+    if (!rc) {                                                                   \
+        fill(buf, (size_t)(rows) * (cols), seed, nm, norm);                      \
+        rc = mi_model_writer_put_tensor(w, nm, (dt), buf, rows, cols, tr, err);  \
     }
-    PUT("tok_embeddings", V, d, 0);
-    PUT("norm", d, 1, 1);
+    PUT("tok_embeddings", c->emb_dtype, V, d, 0, 0);
+    PUT("norm", MI_F32, d, 1, 1, 0);
     if (!c->shared_classifier)
-        PUT("classifier", V, d, 0);
+        PUT("classifier", c->cls_dtype, V, d, 0, 0);
     for (int l = 0; l < c->n_layers && !rc; l++) {
         char nm[128];
-        struct { const char *t; size_t rows; int norm; } ts[] = {
-            {"attention_norm", d, 1}, {"wq", q, 0},  {"wk", kv, 0}, {"wv", kv, 0}, {"wo_t", q, 0},
-            {"ffn_norm", d, 1},       {"w1", hid, 0}, {"w3", hid, 0}, {"w2_t", hid, 0},
+        const unsigned char *dt = c->dtype[l];
+        struct { const char *t; int dtype; size_t rows, cols; int norm, tr; } ts[] = {
+            {"attention_norm", MI_F32, d, 1, 1, 0}, {"wq", dt[MI_WQ], q, d, 0, 0},
+            {"wk", dt[MI_WK], kv, d, 0, 0},         {"wv", dt[MI_WV], kv, d, 0, 0},
+            {"wo_t", dt[MI_WO], d, q, 0, 1},        {"ffn_norm", MI_F32, d, 1, 1, 0},
+            {"w1", dt[MI_W1], hid, d, 0, 0},        {"w3", dt[MI_W3], hid, d, 0, 0},
+            {"w2_t", dt[MI_W2], d, hid, 0, 1},
         };
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
             mi_model_layer_name(nm, sizeof nm, l, ts[i].t);
-            PUT(nm, ts[i].rows, ts[i].norm ? 1 : d, ts[i].norm);
+            PUT(nm, ts[i].dtype, ts[i].rows, ts[i].cols, ts[i].norm, ts[i].tr);
         }
         if (progress == 2)
             fprintf(stderr, "\rsynth: layer %d/%d written", l + 1, c->n_layers);

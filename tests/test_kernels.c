@@ -209,8 +209,11 @@ static void test_wire_round_trip(void)
                 for (size_t i = 0; i < n; i++) {
                     float a = x[r * ld + i], b = y[r * ld + i];
                     double amax = 0;
-                    for (size_t j = i / 32 * 32; j < i / 32 * 32 + 32 && j < n; j++)
-                        amax = fmax(amax, fabs(x[r * ld + j]));
+                    for (size_t j = i / 32 * 32; j < i / 32 * 32 + 32 && j < n; j++) {
+                        double v = fabs(x[r * ld + j]);
+                        if (v > amax)
+                            amax = v;
+                    }
                     double bound = t == MI_F32 ? 0 : t == MI_F16 ? (fabs(a) > 65504 ? fabs(a) - 65504 : fabs(a) * 0x1p-11)
                                                                  : amax / 127 * 0.5 * 1.01;
                     bad += fabs((double)a - b) > bound;

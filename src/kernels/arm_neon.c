@@ -1,11 +1,299 @@
-/* ARM NEON families: placeholders until implemented (see family.h). */
+/* AArch64 families (see family.h):
+ * - "neon": Advanced SIMD of every ARMv8-A core; Raspberry Pi 4 (Cortex-A72,
+ *   no int8 dot product).
+ * - "neon-dotprod": the same plus the int8 dot-product extension (SDOT,
+ *   Armv8.2-A DotProd); Raspberry Pi 5 (Cortex-A76). It shares neon's fp32,
+ *   fp16 and activation code and has its own q8_0 and q4_0 rows.
+ * One file, built with the default flags: the functions that use SDOT are
+ * compiled for armv8.2-a+dotprod through a target attribute and run only
+ * when the kernel reports the feature (HWCAP_ASIMDDP), so a build for any
+ * aarch64 CPU carries both families.
+ *
+ * fp32/fp16: one row at a time (as x86_avx512.c explains, one stream per row
+ * keeps the prefetchers effective in a loop bound by streaming the weights),
+ * four accumulators of four lanes, 16 elements per iteration. fp16 is widened
+ * with FCVTL (vcvt_f32_f16), which base ARMv8-A has. Nothing reads past a
+ * row's end: fp32's last few elements are scalar, fp16's (up to seven) go
+ * through zero-padded copies.
+ *
+ * Activations: both block types use the natural order (q[i] is element i),
+ * since a q4_0 block's low nibbles are its elements 0-15 and its high
+ * nibbles elements 16-31, which are already two runs of 16 activations.
+ * Quantization is family.h's shared rule, vectorised: the max of |x| does not
+ * depend on the order, d and 1/d are the same scalar expressions, and FCVTNS
+ * (vcvtnq_s32_f32) rounds to nearest even like nearbyintf does.
+ *
+ * Block products: per block an int32x4 of partial sums; four blocks' sums
+ * reduce with pairwise adds (ADDP) to one lane per block, so the block scales
+ * (dw * dx, four at a time) apply with one convert and one FMA per 4 blocks.
+ * - neon: SMULL/SMLAL (vmull_s8, vmlal_high_s8) multiply int8 pairs into
+ *   int16 lanes and SADALP (vpadalq_s16) widens into int32. q8_0 weights are
+ *   at most 128 in magnitude and activations at most 127 (the clamp), so two
+ *   products per int16 lane (at most 32512) cannot overflow.
+ * - neon-dotprod: SDOT (vdotq_s32) adds four int8 products into each int32
+ *   lane, 16 per instruction.
+ * q4_0: subtracting 8 from the nibbles gives the signed weights (-8..7), so
+ * the product is dw * dx * sum((w - 8) q) directly and the offset term s is
+ * not needed (prep still fills it: every family's prep gives the scalar s).
+ * That is the scalar reference's dw * (dx * sum(w q) + s) without its
+ * cancellation: the integer sums are exact, only float rounding differs.
+ * Four products of at most 8 * 127 per int16 lane fit easily. */
+#if defined(__clang__) && __clang_major__ < 16 && !defined(__ARM_FEATURE_DOTPROD)
+/* clang before 16 declares the dot-product intrinsics only when the whole
+ * file targets the extension; they compile in dotprod functions all the same */
+#define __ARM_FEATURE_DOTPROD 1
+#endif
+#include <arm_neon.h>
+#include <string.h>
+#if defined(__linux__)
+#include <sys/auxv.h>
+#endif
+
 #include "family.h"
 
-static int available(void)
+/* Code using SDOT. GCC names the architecture; clang takes the feature. */
+#if defined(__clang__)
+#define MI_DOTPROD __attribute__((target("dotprod")))
+#else
+#define MI_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
+#endif
+
+static int neon_available(void)
 {
-    return 0;
+    return 1; /* Advanced SIMD is mandatory in AArch64 */
 }
 
-const mi_kernel_family mi_kernels_neon = {"neon", available, {NULL, NULL, NULL, NULL}, {NULL, NULL, NULL, NULL}};
-const mi_kernel_family mi_kernels_neon_dot = {"neon-dotprod", available, {NULL, NULL, NULL, NULL},
-                                              {NULL, NULL, NULL, NULL}};
+static int dot_available(void)
+{
+#if defined(__linux__)
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1UL << 20) /* the kernel's bit, for older headers */
+#endif
+    return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#else
+    return 0; /* no run-time detection on other systems: the neon family runs */
+#endif
+}
+
+/* fp16 bits to fp32 (exact, subnormals included) */
+static inline float f16(uint16_t h)
+{
+    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
+}
+
+/* four fp16 scales widened to fp32 */
+static inline float32x4_t f16x4(const uint16_t *h)
+{
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h)));
+}
+
+/* ------------------------------------------------------------ fp32, fp16 */
+
+static void rows_f32(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
+{
+    const int n = W->cols, n16 = n & ~15, n4 = n & ~3;
+    const float *x = a->x;
+    for (int r = r0; r < r1; r++) {
+        const float *w = (const float *)W->q + (size_t)r * n;
+        float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
+        int j = 0;
+        for (; j < n16; j += 16) {
+            a0 = vfmaq_f32(a0, vld1q_f32(w + j), vld1q_f32(x + j));
+            a1 = vfmaq_f32(a1, vld1q_f32(w + j + 4), vld1q_f32(x + j + 4));
+            a2 = vfmaq_f32(a2, vld1q_f32(w + j + 8), vld1q_f32(x + j + 8));
+            a3 = vfmaq_f32(a3, vld1q_f32(w + j + 12), vld1q_f32(x + j + 12));
+        }
+        for (; j < n4; j += 4) /* up to three groups of four */
+            a0 = vfmaq_f32(a0, vld1q_f32(w + j), vld1q_f32(x + j));
+        float v = vaddvq_f32(vaddq_f32(vaddq_f32(a0, a1), vaddq_f32(a2, a3)));
+        for (; j < n; j++) /* up to three elements */
+            v += w[j] * x[j];
+        y[r - r0] = add ? y[r - r0] + v : v;
+    }
+}
+
+/* acc_lo/acc_hi += 8 fp16 weights (widened) times 8 activations */
+static inline void fma_f16x8(float32x4_t *lo, float32x4_t *hi, uint16x8_t h, const float *x)
+{
+    float16x8_t f = vreinterpretq_f16_u16(h);
+    *lo = vfmaq_f32(*lo, vcvt_f32_f16(vget_low_f16(f)), vld1q_f32(x));
+    *hi = vfmaq_f32(*hi, vcvt_high_f32_f16(f), vld1q_f32(x + 4));
+}
+
+static void rows_f16(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
+{
+    const int n = W->cols, n16 = n & ~15, n8 = n & ~7;
+    const float *x = a->x;
+    /* the activations' tail, zero-padded to 8 (the same for every row) */
+    float xt[8] = {0};
+    memcpy(xt, x + n8, (size_t)(n - n8) * sizeof(float));
+    for (int r = r0; r < r1; r++) {
+        const uint16_t *w = (const uint16_t *)W->q + (size_t)r * n;
+        float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
+        int j = 0;
+        for (; j < n16; j += 16) {
+            fma_f16x8(&a0, &a1, vld1q_u16(w + j), x + j);
+            fma_f16x8(&a2, &a3, vld1q_u16(w + j + 8), x + j + 8);
+        }
+        if (j < n8) /* one group of eight */
+            fma_f16x8(&a0, &a1, vld1q_u16(w + j), x + j);
+        if (n8 < n) { /* up to seven elements: zero weights pad them */
+            uint16_t wt[8] = {0};
+            memcpy(wt, w + n8, (size_t)(n - n8) * sizeof(uint16_t));
+            fma_f16x8(&a2, &a3, vld1q_u16(wt), xt);
+        }
+        float v = vaddvq_f32(vaddq_f32(vaddq_f32(a0, a1), vaddq_f32(a2, a3)));
+        y[r - r0] = add ? y[r - r0] + v : v;
+    }
+}
+
+/* ------------------------------------------------------- activations */
+
+/* Quantize one block by the shared rule into 32 int8 at q; returns d and
+ * the block's sum of q. */
+static inline float quantize_block(const float *x, int8_t *q, int *sum)
+{
+    float32x4_t v[8];
+    for (int i = 0; i < 8; i++)
+        v[i] = vld1q_f32(x + 4 * i);
+    /* FMAXNM skips NaN like the scalar comparison does; an all-NaN block
+     * gives NaN, which the scalar rule's start at 0 turns into 0 */
+    float32x4_t m = vmaxnmq_f32(vmaxnmq_f32(vmaxnmq_f32(vabsq_f32(v[0]), vabsq_f32(v[1])),
+                                            vmaxnmq_f32(vabsq_f32(v[2]), vabsq_f32(v[3]))),
+                                vmaxnmq_f32(vmaxnmq_f32(vabsq_f32(v[4]), vabsq_f32(v[5])),
+                                            vmaxnmq_f32(vabsq_f32(v[6]), vabsq_f32(v[7]))));
+    float amax = vmaxnmvq_f32(m);
+    if (!(amax > 0.0f))
+        amax = 0.0f;
+    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    const int32x4_t hi = vdupq_n_s32(127), lo = vdupq_n_s32(-127);
+    int32x4_t total = vdupq_n_s32(0);
+    for (int i = 0; i < 8; i += 2) {
+        /* x * id rounded to nearest even, then clamped to +-127 */
+        int32x4_t i0 = vmaxq_s32(vminq_s32(vcvtnq_s32_f32(vmulq_n_f32(v[i], id)), hi), lo);
+        int32x4_t i1 = vmaxq_s32(vminq_s32(vcvtnq_s32_f32(vmulq_n_f32(v[i + 1], id)), hi), lo);
+        total = vaddq_s32(total, vaddq_s32(i0, i1));
+        int16x8_t h = vcombine_s16(vmovn_s32(i0), vmovn_s32(i1));
+        vst1_s8(q + 4 * i, vmovn_s16(h));
+    }
+    *sum = vaddvq_s32(total);
+    return d;
+}
+
+/* Both block types: natural order, scales d and offset terms s. */
+static void prep_q(const float *x, int n, void *scratch, mi_act *a)
+{
+    int nb = n / MI_QK;
+    float *d = scratch, *s = d + nb;
+    int8_t *q = (int8_t *)(((uintptr_t)(s + nb) + 63) & ~(uintptr_t)63);
+    for (int b = 0; b < nb; b++) {
+        int sum;
+        d[b] = quantize_block(x + b * MI_QK, q + b * MI_QK, &sum);
+        s[b] = (float)(-8 * sum) * d[b];
+    }
+    memset(a, 0, sizeof *a);
+    a->n = n;
+    a->x = x;
+    a->q = q;
+    a->d = d;
+    a->s = s;
+}
+
+/* ------------------------------------------------------ block products */
+
+/* Each returns one block's int32x4 of partial sums (their total is the
+ * block's integer dot product). */
+
+static inline int32x4_t dot_q8_neon(const int8_t *w, const int8_t *x)
+{
+    int8x16_t w0 = vld1q_s8(w), w1 = vld1q_s8(w + 16);
+    int8x16_t x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16);
+    int16x8_t p0 = vmlal_high_s8(vmull_s8(vget_low_s8(w0), vget_low_s8(x0)), w0, x0);
+    int16x8_t p1 = vmlal_high_s8(vmull_s8(vget_low_s8(w1), vget_low_s8(x1)), w1, x1);
+    return vpadalq_s16(vpaddlq_s16(p0), p1);
+}
+
+/* a q4_0 block's 16 bytes as signed weights: elements 0-15, then 16-31 */
+static inline void q4_weights(const uint8_t *w, int8x16_t *lo, int8x16_t *hi)
+{
+    const uint8x16_t v = vld1q_u8(w);
+    const int8x16_t eight = vdupq_n_s8(8);
+    *lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0f))), eight);
+    *hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), eight);
+}
+
+static inline int32x4_t dot_q4_neon(const uint8_t *w, const int8_t *x)
+{
+    int8x16_t lo, hi;
+    q4_weights(w, &lo, &hi);
+    int8x16_t x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16);
+    int16x8_t p = vmull_s8(vget_low_s8(lo), vget_low_s8(x0));
+    p = vmlal_high_s8(p, lo, x0);
+    p = vmlal_s8(p, vget_low_s8(hi), vget_low_s8(x1));
+    p = vmlal_high_s8(p, hi, x1);
+    return vpaddlq_s16(p);
+}
+
+MI_DOTPROD static inline int32x4_t dot_q8_sdot(const int8_t *w, const int8_t *x)
+{
+    int32x4_t s = vdotq_s32(vdupq_n_s32(0), vld1q_s8(w), vld1q_s8(x));
+    return vdotq_s32(s, vld1q_s8(w + 16), vld1q_s8(x + 16));
+}
+
+MI_DOTPROD static inline int32x4_t dot_q4_sdot(const uint8_t *w, const int8_t *x)
+{
+    int8x16_t lo, hi;
+    q4_weights(w, &lo, &hi);
+    return vdotq_s32(vdotq_s32(vdupq_n_s32(0), lo, vld1q_s8(x)), hi, vld1q_s8(x + 16));
+}
+
+/* The row loop of both block types and both families, stamped out per
+ * block product DOT (a macro rather than a shared inline function so that
+ * each copy is compiled with its family's target attribute ATTR). WT is the
+ * weights' element type and BB the bytes of a block's values. Four blocks a
+ * step; up to three left over go one at a time. */
+#define DEFINE_ROWS_Q(NAME, ATTR, DOT, WT, BB)                                                       \
+    ATTR static void NAME(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)  \
+    {                                                                                               \
+        const int nb = W->cols / MI_QK, nb4 = nb & ~3;                                              \
+        const int8_t *xq = a->q;                                                                    \
+        for (int r = r0; r < r1; r++) {                                                             \
+            const WT *w = (const WT *)W->q + (size_t)r * nb * (BB);                                 \
+            const uint16_t *dw = W->d + (size_t)r * nb;                                             \
+            float32x4_t acc = vdupq_n_f32(0.0f);                                                    \
+            int b = 0;                                                                              \
+            for (; b < nb4; b += 4) {                                                               \
+                int32x4_t s0 = DOT(w + (b + 0) * (BB), xq + (b + 0) * MI_QK);                       \
+                int32x4_t s1 = DOT(w + (b + 1) * (BB), xq + (b + 1) * MI_QK);                       \
+                int32x4_t s2 = DOT(w + (b + 2) * (BB), xq + (b + 2) * MI_QK);                       \
+                int32x4_t s3 = DOT(w + (b + 3) * (BB), xq + (b + 3) * MI_QK);                       \
+                /* lane k: block b + k's integer dot product */                                     \
+                int32x4_t s = vpaddq_s32(vpaddq_s32(s0, s1), vpaddq_s32(s2, s3));                   \
+                float32x4_t sc = vmulq_f32(f16x4(dw + b), vld1q_f32(a->d + b));                     \
+                acc = vfmaq_f32(acc, vcvtq_f32_s32(s), sc);                                         \
+            }                                                                                       \
+            float v = vaddvq_f32(acc);                                                              \
+            for (; b < nb; b++)                                                                     \
+                v += (float)vaddvq_s32(DOT(w + b * (BB), xq + b * MI_QK)) * (f16(dw[b]) * a->d[b]); \
+            y[r - r0] = add ? y[r - r0] + v : v;                                                    \
+        }                                                                                           \
+    }
+
+DEFINE_ROWS_Q(rows_q8_0_neon, , dot_q8_neon, int8_t, MI_QK)
+DEFINE_ROWS_Q(rows_q4_0_neon, , dot_q4_neon, uint8_t, MI_QK / 2)
+DEFINE_ROWS_Q(rows_q8_0_sdot, MI_DOTPROD, dot_q8_sdot, int8_t, MI_QK)
+DEFINE_ROWS_Q(rows_q4_0_sdot, MI_DOTPROD, dot_q4_sdot, uint8_t, MI_QK / 2)
+
+const mi_kernel_family mi_kernels_neon = {
+    "neon",
+    neon_available,
+    {NULL, NULL, prep_q, prep_q},
+    {rows_f32, rows_f16, rows_q8_0_neon, rows_q4_0_neon},
+};
+
+const mi_kernel_family mi_kernels_neon_dot = {
+    "neon-dotprod",
+    dot_available,
+    {NULL, NULL, prep_q, prep_q},
+    {rows_f32, rows_f16, rows_q8_0_sdot, rows_q4_0_sdot},
+};

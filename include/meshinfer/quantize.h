@@ -1,0 +1,31 @@
+/* Lowering a model's precision (seed 003: precision per layer and per
+ * tensor): choosing the dtype of every weight matrix, and writing a model
+ * file in those dtypes from an fp32 one. No MPI. */
+#ifndef MESHINFER_QUANTIZE_H
+#define MESHINFER_QUANTIZE_H
+
+#include "meshinfer/config.h"
+
+/* Set the weight dtypes of c (its table, tensor.h names):
+ *   dtype        every layer matrix (NULL: leave as is)
+ *   layer_spec   per layer, overriding dtype: "A[-B]:DTYPE[,...]", e.g.
+ *                "0-1:q8_0,2-5:q4_0" (NULL: none); every layer named must
+ *                exist and none twice
+ *   emb_dtype    token embeddings and classifier (NULL: dtype, or as is)
+ * Returns 0, or -1 with one line in err: an unknown dtype name, a malformed
+ * spec, a layer outside the model or named twice, or a block dtype on a
+ * matrix whose blocked axis is not a multiple of 32. */
+int mi_dtypes_apply(mi_config *c, const char *dtype, const char *layer_spec, const char *emb_dtype, char *err);
+
+/* Write the model `in` (every weight fp32) to `out` with the weight dtypes of
+ * `target` (a config of the same shape, e.g. from mi_dtypes_apply): each
+ * matrix read whole, quantized row by row along its input axis, written as
+ * model_file.h describes; norms and tokenizer copied. out appears only when
+ * complete (model_file.h's writer). progress: 0 silent, 1 a line per quarter,
+ * 2 a rewritten line per layer (on stderr). Returns 0, or -1 with err: an
+ * unreadable input, an input that is not all fp32 (already quantized), a
+ * shape mismatch, non-finite weights (named), out the same file as in, or a
+ * write failure. */
+int mi_model_quantize(const char *in, const char *out, const mi_config *target, int progress, char *err);
+
+#endif

@@ -1,0 +1,220 @@
+/* Choosing weight dtypes and writing lower-precision model files (see quantize.h). */
+#define _POSIX_C_SOURCE 200809L
+#include "meshinfer/quantize.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "meshinfer/common.h"
+#include "meshinfer/model_file.h"
+
+static int parse_dtype(const char *s, const char *what, mi_dtype *t, char *err)
+{
+    if (mi_dtype_parse(s, t))
+        return mi_set_error(err, "%s: unknown dtype '%s' (fp32, fp16, q8_0, q4_0)", what, s);
+    return 0;
+}
+
+/* A non-negative layer index at *p; advances p. */
+static int parse_layer(const char **p, int *v)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(*p, &end, 10);
+    if (end == *p || errno || x < 0 || x > (1 << 20) || **p == '-' || **p == '+' || **p == ' ')
+        return -1;
+    *v = (int)x;
+    *p = end;
+    return 0;
+}
+
+int mi_dtypes_apply(mi_config *c, const char *dtype, const char *layer_spec, const char *emb_dtype, char *err)
+{
+    mi_dtype t;
+    if (dtype) {
+        if (parse_dtype(dtype, "--dtype", &t, err))
+            return -1;
+        for (int l = 0; l < c->n_layers; l++)
+            memset(c->dtype[l], (int)t, MI_N_LAYER_MATS);
+        c->emb_dtype = c->cls_dtype = (unsigned char)t;
+    }
+    if (emb_dtype) {
+        if (parse_dtype(emb_dtype, "--embeddings-dtype", &t, err))
+            return -1;
+        c->emb_dtype = c->cls_dtype = (unsigned char)t;
+    }
+    if (layer_spec) {
+        unsigned char *seen = calloc((size_t)c->n_layers, 1);
+        const char *p = layer_spec;
+        int rc = 0;
+        if (!*p)
+            rc = mi_set_error(err, "--layer-dtype is empty (expected e.g. 0-1:q8_0,2-5:q4_0)");
+        while (!rc && *p) {
+            int a, b;
+            if (parse_layer(&p, &a)) {
+                rc = mi_set_error(err, "--layer-dtype '%s': expected a layer number at '%s'", layer_spec, p);
+                break;
+            }
+            b = a;
+            if (*p == '-') {
+                p++;
+                if (parse_layer(&p, &b) || b < a) {
+                    rc = mi_set_error(err, "--layer-dtype '%s': bad layer range before '%s'", layer_spec, p);
+                    break;
+                }
+            }
+            if (*p != ':') {
+                rc = mi_set_error(err, "--layer-dtype '%s': expected ':DTYPE' after the layers at '%s'", layer_spec,
+                                  p);
+                break;
+            }
+            char name[16];
+            size_t n = strcspn(++p, ",");
+            if (n == 0 || n >= sizeof name) {
+                rc = mi_set_error(err, "--layer-dtype '%s': expected a dtype at '%s'", layer_spec, p);
+                break;
+            }
+            memcpy(name, p, n);
+            name[n] = '\0';
+            p += n;
+            if (parse_dtype(name, "--layer-dtype", &t, err)) {
+                rc = -1;
+                break;
+            }
+            if (b >= c->n_layers) {
+                rc = mi_set_error(err, "--layer-dtype: layer %d does not exist (the model has %d layers, 0-%d)", b,
+                                  c->n_layers, c->n_layers - 1);
+                break;
+            }
+            for (int l = a; l <= b && !rc; l++) {
+                if (seen[l]++)
+                    rc = mi_set_error(err, "--layer-dtype: layer %d is given twice", l);
+                memset(c->dtype[l], (int)t, MI_N_LAYER_MATS);
+            }
+            if (*p == ',' && !*++p)
+                rc = mi_set_error(err, "--layer-dtype '%s' ends with a comma", layer_spec);
+        }
+        free(seen);
+        if (rc)
+            return -1;
+    }
+    char cerr[MI_ERRLEN];
+    if (mi_config_validate(c, cerr))
+        return mi_set_error(err, "%s", cerr);
+    return 0;
+}
+
+/* Every value finite; otherwise name the tensor and the first bad index. */
+static int check_finite(const float *x, size_t n, const char *name, const char *path, char *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return mi_set_error(err, "%s: tensor '%s' holds a non-finite value (%g at element %zu); refusing to "
+                                     "quantize it", path, name, (double)x[i], i);
+    return 0;
+}
+
+int mi_model_quantize(const char *in, const char *out, const mi_config *target, int progress, char *err)
+{
+    struct stat a, b;
+    if (stat(out, &a) == 0 && stat(in, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+        return mi_set_error(err, "%s: output is the same file as the input; refusing to overwrite it", out);
+    mi_config c;
+    mi_model_file *mf = mi_model_open(in, &c, err);
+    if (!mf)
+        return -1;
+    int rc = 0;
+    /* the input must be fp32: quantizing quantized values compounds errors */
+    const char *lower = NULL;
+    int lower_t = 0;
+    char where[64] = "";
+    if (c.emb_dtype != MI_F32) {
+        lower = "tok_embeddings";
+        lower_t = c.emb_dtype;
+    }
+    for (int l = 0; l < c.n_layers && !lower; l++)
+        for (int m = 0; m < MI_N_LAYER_MATS && !lower; m++)
+            if (c.dtype[l][m] != MI_F32) {
+                snprintf(where, sizeof where, "layer %d %s", l, mi_layer_mat_names[m]);
+                lower = where;
+                lower_t = c.dtype[l][m];
+            }
+    if (!lower && !c.shared_classifier && c.cls_dtype != MI_F32) {
+        lower = "classifier";
+        lower_t = c.cls_dtype;
+    }
+    if (lower)
+        rc = mi_set_error(err, "%s is already quantized (%s is %s): quantize from the fp32 model", in, lower,
+                          mi_dtype_name(lower_t));
+    if (!rc && (target->dim != c.dim || target->hidden_dim != c.hidden_dim || target->n_layers != c.n_layers ||
+                target->n_heads != c.n_heads || target->n_kv_heads != c.n_kv_heads ||
+                target->vocab_size != c.vocab_size))
+        rc = mi_set_error(err, "%s: the target dtypes are for a model of another shape", in);
+    mi_config oc = c;
+    if (!rc) {
+        memcpy(oc.dtype, target->dtype, sizeof oc.dtype);
+        oc.emb_dtype = target->emb_dtype;
+        oc.cls_dtype = c.shared_classifier ? target->emb_dtype : target->cls_dtype;
+    }
+    mi_model_writer *w = rc ? NULL : mi_model_writer_create(out, &oc, err);
+    if (!w)
+        rc = -1;
+    size_t d = (size_t)c.dim, V = (size_t)c.vocab_size, h = (size_t)c.hidden_dim;
+    size_t q = (size_t)c.n_heads * (size_t)c.head_dim, kv = (size_t)mi_kv_dim(&c);
+    size_t biggest = V * d > h * d ? V * d : h * d;
+    float *buf = rc ? NULL : mi_malloc(biggest * sizeof(float), "tensor buffer");
+    /* one tensor: read fp32 (transposed ones back in the product's
+     * orientation), check, write in its dtype */
+#define COPY(nm, dt, rows, cols, tr)                                                                     \
+    if (!rc) {                                                                                           \
+        rc = (tr) ? mi_model_read_t(mf, nm, 0, (cols), buf, err)                                         \
+                  : mi_model_read_rows(mf, nm, 0, (rows), buf, err);                                     \
+        if (!rc)                                                                                         \
+            rc = check_finite(buf, (size_t)(rows) * (cols), nm, in, err);                                \
+        if (!rc)                                                                                         \
+            rc = mi_model_writer_put_tensor(w, nm, (dt), buf, (rows), (cols), (tr), err);                \
+    }
+    COPY("tok_embeddings", oc.emb_dtype, V, d, 0);
+    COPY("norm", MI_F32, d, 1, 0);
+    if (!c.shared_classifier)
+        COPY("classifier", oc.cls_dtype, V, d, 0);
+    const size_t rows[MI_N_LAYER_MATS] = {q, kv, kv, d, h, d, h}, cols[MI_N_LAYER_MATS] = {d, d, d, q, d, h, d};
+    for (int l = 0; l < c.n_layers && !rc; l++) {
+        char nm[128];
+        mi_model_layer_name(nm, sizeof nm, l, "attention_norm");
+        COPY(nm, MI_F32, d, 1, 0);
+        mi_model_layer_name(nm, sizeof nm, l, "ffn_norm");
+        COPY(nm, MI_F32, d, 1, 0);
+        for (int m = 0; m < MI_N_LAYER_MATS; m++) {
+            mi_model_layer_name(nm, sizeof nm, l, mi_layer_mat_names[m]);
+            /* wo_t and w2_t are stored transposed: [rows, cols] here is the product's orientation */
+            COPY(nm, oc.dtype[l][m], rows[m], cols[m], m == MI_WO || m == MI_W2);
+        }
+        if (progress == 2)
+            fprintf(stderr, "\rquantize: layer %d/%d written", l + 1, c.n_layers);
+        else if (progress && ((l + 1) % ((c.n_layers + 3) / 4) == 0 || l + 1 == c.n_layers))
+            fprintf(stderr, "quantize: layer %d/%d written\n", l + 1, c.n_layers);
+    }
+#undef COPY
+    if (progress == 2 && w)
+        fputc('\n', stderr);
+    free(buf);
+    if (!rc) {
+        mi_tokenizer tok;
+        rc = mi_model_read_tokenizer(mf, &tok, err);
+        if (!rc) {
+            rc = mi_model_writer_put_tokenizer(w, &tok, err);
+            mi_tokenizer_free(&tok);
+        }
+    }
+    mi_model_close(mf);
+    if (rc) {
+        mi_model_writer_abort(w);
+        return -1;
+    }
+    return mi_model_writer_commit(w, err);
+}
