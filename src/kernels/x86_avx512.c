@@ -187,6 +187,15 @@ static void prep_q4_0(const float *x, int n, void *scratch, mi_act *a)
 
 /* ------------------------------------------------------------ q8_0 */
 
+/* The block kernels issue several times fewer loads per byte than the fp
+ * loops, and the hardware prefetcher alone then leaves bandwidth unused on
+ * rows from memory: a software prefetch 4 KB ahead (harmless past a row's
+ * end: a prefetch never faults) was measured faster for the AVX2 family. */
+static inline void prefetch(const void *p)
+{
+    _mm_prefetch((const char *)p + 4096, _MM_HINT_T0);
+}
+
 static void rows_q8_0(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
 {
     const int n = W->cols, nb = n / MI_QK;
@@ -210,6 +219,7 @@ static void rows_q8_0(float *y, const mi_tensor *W, int r0, int r1, const mi_act
             __m512 s16 = _mm512_castps256_ps512(s8);
             for (int k = 0; k < 4; k++) {
                 int e = (b + 2 * k) * MI_QK;
+                prefetch(w + e);
                 __m512i wv = _mm512_loadu_si512(w + e);
                 wv = _mm512_mask_sub_epi8(wv, (__mmask64)neg[(b + 2 * k) / 2], zero, wv);
                 __m512i dot = _mm512_dpbusd_epi32(zero, _mm512_loadu_si512(a->u + e), wv);
@@ -272,6 +282,7 @@ static void rows_q4_0(float *y, const mi_tensor *W, int r0, int r1, const mi_act
             corr = _mm256_fmadd_ps(dw8, _mm256_loadu_ps(a->s + b), corr);
             for (int k = 0; k < 2; k++) {
                 int g = b + 4 * k;
+                prefetch(w + g * (MI_QK / 2));
                 __m512i dot = dot4_q4(w + g * (MI_QK / 2), a->q + g * MI_QK);
                 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(idx[k], s16), acc);
             }
