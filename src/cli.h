@@ -26,6 +26,10 @@ void cli_bad_option(const char *cmd, int code, char **argv);
  * set when it cannot be read, is empty, or holds a NUL byte. */
 char *cli_read_text_err(const char *path, size_t *len, char *err);
 
+/* The value of --wire-dtype (fp32, fp16, q8_0); mi_fatal names the option
+ * for anything else. */
+int cli_wire_dtype(const char *s);
+
 /* JSON string escaping of n bytes to stream f (with surrounding quotes). */
 #include <stdio.h>
 void cli_json_string(FILE *f, const char *s, size_t n);

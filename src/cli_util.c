@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "meshinfer/common.h"
+#include "meshinfer/tensor.h"
 
 void cli_no_positional(const char *cmd, int optind_, int argc, char **argv)
 {
@@ -87,4 +88,12 @@ void cli_json_string(FILE *f, const char *s, size_t n)
         }
     }
     fputc('"', f);
+}
+
+int cli_wire_dtype(const char *s)
+{
+    mi_dtype t;
+    if (mi_dtype_parse(s, &t) || (t != MI_F32 && t != MI_F16 && t != MI_Q8_0))
+        mi_fatal("--wire-dtype: '%s' is not fp32, fp16 or q8_0", s);
+    return t;
 }

@@ -10,6 +10,7 @@
 #include "meshinfer/common.h"
 #include "meshinfer/model_file.h"
 #include "meshinfer/plan.h"
+#include "meshinfer/quantize.h"
 
 static void help(void)
 {
@@ -26,6 +27,10 @@ static void help(void)
            "  --controller-works yes|no   rank 0 also holds layer shards\n"
            "  --ctx N               context position for the attention cost (default seq_len/2)\n"
            "  --kv-positions N      KV-cache positions the memory budgets must hold (default seq_len)\n"
+           "  --dtype T             plan for the weights in dtype T (fp32, fp16, q8_0, q4_0) instead of\n"
+           "                        the file's (with --shape: default fp32); also --layer-dtype SPEC and\n"
+           "                        --embeddings-dtype T, as in `meshinfer quantize`\n"
+           "  --wire-dtype T        activation messages in fp32 (default), fp16 or q8_0\n"
            "  --out FILE            save the plan as JSON (use with --plan-file)\n"
            "  --json                print the prediction as JSON\n");
 }
@@ -33,9 +38,11 @@ static void help(void)
 static void print_plan(const mi_plan *p, const mi_cluster *cl, const mi_prediction *pr, int verbose)
 {
     const mi_config *c = &p->cfg;
-    printf("plan %s for %s (%d layers, %d KV heads x %d query heads, hidden %d) on %d ranks%s\n",
-           mi_planner_name(p->planner), c->name, c->n_layers, c->n_kv_heads, mi_kv_group(c), c->hidden_dim,
-           p->n_ranks, c->synthetic ? " [synthetic weights]" : "");
+    char dts[160];
+    printf("plan %s for %s (%d layers, %d KV heads x %d query heads, hidden %d; weights %s, messages %s) on %d "
+           "ranks%s\n", mi_planner_name(p->planner), c->name, c->n_layers, c->n_kv_heads, mi_kv_group(c),
+           c->hidden_dim, mi_config_dtype_summary(c, dts, sizeof dts), mi_dtype_name(p->wire), p->n_ranks,
+           c->synthetic ? " [synthetic weights]" : "");
     if (verbose) {
         for (int l = 0; l < c->n_layers; l++) {
             const mi_layer_plan *lp = &p->layers[l];
@@ -114,9 +121,13 @@ int cmd_plan(int argc, char **argv)
         {"ctx", required_argument, 0, 'x'},       {"out", required_argument, 0, 'o'},
         {"kv-positions", required_argument, 0, 'K'},
         {"json", no_argument, 0, 'j'},            {"help", no_argument, 0, 'h'},
+        {"dtype", required_argument, 0, 'd'},     {"layer-dtype", required_argument, 0, 'L'},
+        {"embeddings-dtype", required_argument, 0, 'E'}, {"wire-dtype", required_argument, 0, 'W'},
         {0, 0, 0, 0}};
     const char *model = NULL, *shape = NULL, *cluster = NULL, *planner = "greedy", *out = NULL;
+    const char *dtype = NULL, *layer_dtype = NULL, *emb_dtype = NULL;
     int ranks = 0, ctx = -1, json = 0, cw = -1, kvpos = 0, o;
+    mi_dtype wire = MI_F32;
     double mem_mb = 4000;
     uint64_t seed = 1;
     while ((o = getopt_long(argc, argv, ":m:s:n:c:p:h", opts, NULL)) != -1) {
@@ -137,6 +148,10 @@ int cmd_plan(int argc, char **argv)
         case 'o': out = optarg; break;
         case 'K': kvpos = (int)mi_parse_long("--kv-positions", optarg, 1, 1 << 24); break;
         case 'j': json = 1; break;
+        case 'd': dtype = optarg; break;
+        case 'L': layer_dtype = optarg; break;
+        case 'E': emb_dtype = optarg; break;
+        case 'W': wire = cli_wire_dtype(optarg); break;
         case 'h': help(); return 0;
         default: cli_bad_option("plan", o, argv);
         }
@@ -156,6 +171,8 @@ int cmd_plan(int argc, char **argv)
     } else if (mi_config_from_shape(shape, &c)) {
         mi_fatal("plan: unknown shape '%s' (known: %s)", shape, mi_config_shape_names());
     }
+    if ((dtype || layer_dtype || emb_dtype) && mi_dtypes_apply(&c, dtype, layer_dtype, emb_dtype, err))
+        mi_fatal("plan: %s", err);
     mi_cluster cl;
     if (cluster) {
         if (mi_cluster_load(cluster, &cl, err))
@@ -179,7 +196,7 @@ int cmd_plan(int argc, char **argv)
         mi_planner pl = all ? (mi_planner)i : which;
         if (!all && i > 0)
             break;
-        mi_plan_options po = {pl, seed, cw, 0, NULL, 0.0, kvpos};
+        mi_plan_options po = {pl, seed, cw, 0, NULL, 0.0, kvpos, wire};
         mi_plan p;
         if (mi_plan_make(&c, &cl, &po, &p, err))
             mi_fatal("%s: %s", mi_planner_name(pl), err);

@@ -38,19 +38,19 @@ void mi_plan_free(mi_plan *plan)
 
 /* ------------------------------------------------------- unit sizes */
 
-/* Bytes of weights of one KV-head group (its query heads' wq rows, wk, wv rows)
- * and of its KV cache for seq_len positions. */
-static double head_weight_bytes(const mi_config *c)
+/* Bytes of weights of one KV-head group of layer l (its query heads' wq
+ * rows, wk, wv rows), in the model's dtypes, and of its KV cache (fp32) for
+ * n_pos positions. The projection and the FFN (with its norm) likewise. */
+static double head_weight_bytes(const mi_config *c, int l)
 {
-    double d = c->dim, hd = c->head_dim, g = mi_kv_group(c);
-    return 4.0 * (g * hd * d + 2.0 * hd * d);
+    return (double)mi_head_group_bytes(c, l);
 }
 static double head_kv_bytes(const mi_config *c, int n_pos)
 {
     return 4.0 * 2.0 * (double)n_pos * c->head_dim;
 }
-static double proj_bytes(const mi_config *c) { return 4.0 * c->dim * (double)c->n_heads * c->head_dim; }
-static double ffn_bytes(const mi_config *c, int nf) { return 4.0 * 3.0 * (double)nf * c->dim + 4.0 * c->dim; }
+static double proj_bytes(const mi_config *c, int l) { return (double)mi_proj_bytes(c, l, c->n_kv_heads); }
+static double ffn_bytes(const mi_config *c, int l, int nf) { return (double)mi_ffn_bytes(c, l, nf) + 4.0 * c->dim; }
 
 void mi_plan_shard(const mi_plan *plan, int rank, mi_shard_spec *spec)
 {
@@ -172,6 +172,8 @@ int mi_plan_validate(const mi_plan *plan, const mi_cluster *cl, char *err)
     int n = plan->n_ranks;
     if (n < 1 || n > MI_MAX_RANKS)
         return mi_set_error(err, "plan: %d ranks is outside [1, %d]", n, MI_MAX_RANKS);
+    if (plan->wire != MI_F32 && plan->wire != MI_F16 && plan->wire != MI_Q8_0)
+        return mi_set_error(err, "plan: wire dtype %s is not one of fp32, fp16, q8_0", mi_dtype_name(plan->wire));
     for (int l = 0; l < c->n_layers; l++) {
         const mi_layer_plan *lp = &plan->layers[l];
         for (int k = 0; k < c->n_kv_heads; k++)
@@ -183,6 +185,23 @@ int mi_plan_validate(const mi_plan *plan, const mi_cluster *cl, char *err)
                                 lp->proj_rank, n);
         if (check_slices(lp->ffn, lp->n_ffn, c->hidden_dim, n, "FFN", l, err))
             return -1;
+        /* seed 003 tensor parallelism with block dtypes: a rank's columns of
+         * w2 (its FFN slice) and of a split wo (its heads) must be whole blocks */
+        int fa = mi_ffn_align(c, l), ka = mi_kv_align(c, l);
+        for (int i = 0; i < lp->n_ffn && fa > 1; i++)
+            if (lp->ffn[i].v0 % fa || lp->ffn[i].n % fa)
+                return mi_set_error(err, "plan: layer %d: rank %d's FFN slice [%d, %d) cuts the %s blocks of w2 (FFN "
+                                         "slices must start and end on multiples of %d)", l, lp->ffn[i].rank,
+                                    lp->ffn[i].v0, lp->ffn[i].v0 + lp->ffn[i].n, mi_dtype_name(c->dtype[l][MI_W2]), fa);
+        for (int k = 0; k < c->n_kv_heads && lp->proj_rank < 0 && ka > 1; k++) {
+            int start = k == 0 || lp->kv_rank[k - 1] != lp->kv_rank[k];
+            int end = k + 1 == c->n_kv_heads || lp->kv_rank[k + 1] != lp->kv_rank[k];
+            if ((start && k % ka) || (end && (k + 1) % ka))
+                return mi_set_error(err, "plan: layer %d: rank %d holds KV heads that cut the %s blocks of its wo "
+                                         "columns (with a split projection each rank's heads must be runs that start "
+                                         "and end on multiples of %d heads)", l, lp->kv_rank[k],
+                                    mi_dtype_name(c->dtype[l][MI_WO]), ka);
+        }
         if (lp->speculate && (l == c->n_layers - 1 || lp->proj_rank < 0 || lp->n_ffn != 1))
             return mi_set_error(err, "plan: layer %d cannot speculate into the next layer (it needs a next layer, "
                                      "one projection rank and one FFN rank)", l);
@@ -365,8 +384,8 @@ static int plan_greedy(mi_plan *plan, placer *p, const mi_plan_options *opt, cha
 {
     const mi_config *c = p->c;
     double extra[MI_MAX_RANKS];
-    double fb = ffn_bytes(c, c->hidden_dim), pb = proj_bytes(c);
     for (int l = 0; l < c->n_layers; l++) {
+        double fb = ffn_bytes(c, l, c->hidden_dim), pb = proj_bytes(c, l);
         int f = best_fit(p, fb, fb, NULL);
         if (f < 0)
             return no_room(p, "FFN", l, fb, err);
@@ -383,9 +402,10 @@ static int plan_greedy(mi_plan *plan, placer *p, const mi_plan_options *opt, cha
         p->mem[r] += pb;
         p->busy[r] += unit_time(p, r, pb);
     }
-    double hw = head_weight_bytes(c), hkv = head_kv_bytes(c, p->kv_pos);
-    double hwork = hw + head_kv_bytes(c, c->seq_len / 2); /* mean KV read over a full context */
+    double hkv = head_kv_bytes(c, p->kv_pos);
     for (int l = 0; l < c->n_layers; l++) {
+        double hw = head_weight_bytes(c, l);
+        double hwork = hw + head_kv_bytes(c, c->seq_len / 2); /* mean KV read over a full context */
         double layer_att[MI_MAX_RANKS] = {0};
         /* Seed 000: a layer whose input is speculated only has to finish its
          * attention within the previous layer's FFN, so inside that window its
@@ -393,7 +413,7 @@ static int plan_greedy(mi_plan *plan, placer *p, const mi_plan_options *opt, cha
         double window = 0;
         if (l > 0 && spec_ok(opt, l - 1)) {
             int f = plan->layers[l - 1].ffn[0].rank;
-            window = unit_time(p, f, fb);
+            window = unit_time(p, f, ffn_bytes(c, l - 1, c->hidden_dim));
         }
         for (int k = 0; k < c->n_kv_heads; k++) {
             int best = -1;
@@ -432,13 +452,20 @@ static void plan_tp(mi_plan *plan, placer *p)
     int nw = p->n_workers;
     for (int l = 0; l < c->n_layers; l++) {
         mi_layer_plan *lp = &plan->layers[l];
-        /* contiguous KV-head groups, in proportion to speed */
-        int m = split_by_speed(p, c->n_kv_heads, p->workers, nw, tmp);
+        /* contiguous KV-head groups, in proportion to speed; with block
+         * dtypes in units of whole blocks of wo and w2 columns (so with
+         * stories15M's 48-wide heads, pairs of heads) */
+        int ka = mi_kv_align(c, l), fa = mi_ffn_align(c, l);
+        int m = split_by_speed(p, c->n_kv_heads / ka, p->workers, nw, tmp);
         for (int i = 0; i < m; i++)
-            for (int k = tmp[i].v0; k < tmp[i].v0 + tmp[i].n; k++)
+            for (int k = tmp[i].v0 * ka; k < (tmp[i].v0 + tmp[i].n) * ka; k++)
                 lp->kv_rank[k] = tmp[i].rank;
         lp->proj_rank = nw > 1 ? -1 : p->workers[0];
-        lp->n_ffn = split_by_speed(p, c->hidden_dim, p->workers, nw, tmp);
+        lp->n_ffn = split_by_speed(p, c->hidden_dim / fa, p->workers, nw, tmp);
+        for (int i = 0; i < lp->n_ffn; i++) {
+            tmp[i].v0 *= fa;
+            tmp[i].n *= fa;
+        }
         lp->ffn = mi_malloc((size_t)lp->n_ffn * sizeof(mi_slice), "plan FFN slices");
         memcpy(lp->ffn, tmp, (size_t)lp->n_ffn * sizeof(mi_slice));
     }
@@ -464,6 +491,7 @@ int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options
         cw = 1;
     plan->controller_works = cw;
     plan->kv_positions = opt->kv_positions > 0 && opt->kv_positions < c->seq_len ? opt->kv_positions : c->seq_len;
+    plan->wire = opt->wire;
     placer p;
     memset(&p, 0, sizeof p);
     p.c = c;
@@ -472,7 +500,7 @@ int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options
     for (int r = cw ? 0 : 1; r < n; r++)
         p.workers[p.n_workers++] = r;
     /* the controller always holds the embeddings and final norm */
-    p.mem[0] = 4.0 * ((double)c->vocab_size * c->dim + c->dim);
+    p.mem[0] = (double)mi_embedding_bytes(c) + 4.0 * c->dim;
     alloc_layers(plan);
     int rc = 0;
     switch (opt->planner) {
@@ -481,7 +509,7 @@ int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options
     case MI_PLANNER_RANDOM: plan_random(plan, &p, opt->seed); break;
     case MI_PLANNER_GREEDY:
         if (!c->shared_classifier)
-            p.mem[0] += 4.0 * (double)c->vocab_size * c->dim;
+            p.mem[0] += (double)mi_classifier_bytes(c, c->vocab_size);
         rc = plan_greedy(plan, &p, opt, err);
         break;
     case MI_PLANNER_TP: plan_tp(plan, &p); break;
@@ -508,9 +536,9 @@ double mi_plan_spec_saving(const mi_plan *plan, const mi_cluster *cl, int l, dou
     const mi_layer_plan *lp = &plan->layers[l];
     if (l + 1 >= c->n_layers || lp->proj_rank < 0 || lp->n_ffn != 1)
         return -1.0;
-    double hwork = head_weight_bytes(c) + head_kv_bytes(c, c->seq_len / 2);
+    double hwork = head_weight_bytes(c, l + 1) + head_kv_bytes(c, c->seq_len / 2);
     int f = lp->ffn[0].rank;
-    double t_ffn = ffn_bytes(c, c->hidden_dim) / (cl->mem_bw * cl->dev[f].speed);
+    double t_ffn = ffn_bytes(c, l, c->hidden_dim) / (cl->mem_bw * cl->dev[f].speed);
     /* the next layer's attention ends when its slowest head rank ends */
     double t_att = 0;
     const mi_layer_plan *next = &plan->layers[l + 1];
@@ -522,7 +550,8 @@ double mi_plan_spec_saving(const mi_plan *plan, const mi_cluster *cl, int l, dou
         if (t > t_att)
             t_att = t;
     }
-    double extra = mi_cluster_latency(cl, lp->proj_rank, f) + 4.0 * c->dim / cl->bandwidth;
+    double extra = mi_cluster_latency(cl, lp->proj_rank, f) + (double)mi_wire_row_bytes(plan->wire, (size_t)c->dim) /
+                                                                 cl->bandwidth;
     return a * (t_ffn < t_att ? t_ffn : t_att) - extra;
 }
 
@@ -551,7 +580,7 @@ int mi_plan_mark_speculation(mi_plan *plan, const mi_cluster *cl, const double *
 int *mi_plan_serialize(const mi_plan *plan, size_t *n_ints)
 {
     const mi_config *c = &plan->cfg;
-    size_t n = 7 + (size_t)plan->n_cls * 3;
+    size_t n = 8 + (size_t)plan->n_cls * 3;
     for (int l = 0; l < c->n_layers; l++)
         n += (size_t)c->n_kv_heads + 4 + 3 * (size_t)plan->layers[l].n_ffn;
     int *b = mi_malloc(n * sizeof(int), "plan buffer"), *q = b;
@@ -561,6 +590,7 @@ int *mi_plan_serialize(const mi_plan *plan, size_t *n_ints)
     *q++ = (int)plan->planner;
     *q++ = plan->controller_works;
     *q++ = plan->kv_positions > 0 ? plan->kv_positions : c->seq_len;
+    *q++ = plan->wire;
     *q++ = plan->n_cls;
     for (int i = 0; i < plan->n_cls; i++) {
         *q++ = plan->cls[i].rank;
@@ -610,6 +640,7 @@ int mi_plan_deserialize(const int *b, size_t n, const mi_config *c, mi_plan *pla
     NEXT(plan->kv_positions);
     if (plan->kv_positions < 1 || plan->kv_positions > c->seq_len)
         goto bad;
+    NEXT(plan->wire);
     NEXT(plan->n_cls);
     if (plan->n_cls < 1 || plan->n_cls > MI_MAX_RANKS)
         goto bad;

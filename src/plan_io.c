@@ -5,6 +5,7 @@
  *     "n_ranks": 5,
  *     "controller_works": false,
  *     "kv_positions": 2048,
+ *     "wire_dtype": "fp32",
  *     "model": {"n_layers": 22, "n_kv_heads": 4, "hidden_dim": 5632, "vocab_size": 32000},
  *     "layers": [
  *       {"kv_rank": [1, 2, 3, 4], "proj_rank": 1, "ffn": [[2, 0, 5632]]},
@@ -18,8 +19,9 @@
  * optional "description" string is the one free-form key), the model block
  * must match the model, each value must be an integer in range, and the
  * assembled plan must pass mi_plan_validate (coverage, one slice per rank...).
- * "controller_works" (default false) and "kv_positions" (the KV-cache positions
- * the memory budgets hold; default the model's context) are optional;
+ * "controller_works" (default false), "kv_positions" (the KV-cache positions
+ * the memory budgets hold; default the model's context) and "wire_dtype" (of
+ * activation messages: fp32, fp16 or q8_0; default fp32) are optional;
  * everything else is required.
  *
  * Saving writes PATH.partial.<pid> and renames it over PATH, so readers never
@@ -69,7 +71,8 @@ static cJSON *plan_json(const mi_plan *plan, const char *planner_name)
     int ok = cJSON_AddStringToObject(doc, "planner", planner_name) != NULL &&
              cJSON_AddNumberToObject(doc, "n_ranks", plan->n_ranks) != NULL &&
              cJSON_AddBoolToObject(doc, "controller_works", plan->controller_works != 0) != NULL &&
-             cJSON_AddNumberToObject(doc, "kv_positions", plan->kv_positions > 0 ? plan->kv_positions : c->seq_len) != NULL;
+             cJSON_AddNumberToObject(doc, "kv_positions", plan->kv_positions > 0 ? plan->kv_positions : c->seq_len) != NULL &&
+             cJSON_AddStringToObject(doc, "wire_dtype", mi_dtype_name(plan->wire)) != NULL;
     cJSON *model = ok ? cJSON_AddObjectToObject(doc, "model") : NULL;
     ok = model && cJSON_AddNumberToObject(model, "n_layers", c->n_layers) &&
          cJSON_AddNumberToObject(model, "n_kv_heads", c->n_kv_heads) &&
@@ -263,7 +266,7 @@ static int model_int(const cJSON *model, const char *key, int *out, const char *
 static int build_plan(const cJSON *root, const mi_config *c, mi_plan *plan, const char *prefix, char *err)
 {
     static const char *const top_keys[] = {"description", "planner", "n_ranks", "controller_works",
-                                           "kv_positions", "model",  "layers",  "classifier", NULL};
+                                           "kv_positions", "wire_dtype", "model", "layers", "classifier", NULL};
     static const char *const model_keys[] = {"n_layers", "n_kv_heads", "hidden_dim", "vocab_size", NULL};
     static const char *const layer_keys[] = {"kv_rank", "proj_rank", "ffn", NULL};
 
@@ -298,6 +301,12 @@ static int build_plan(const cJSON *root, const mi_config *c, mi_plan *plan, cons
     if (kp && (!as_int(kp, &plan->kv_positions) || plan->kv_positions < 1 || plan->kv_positions > c->seq_len))
         return mi_set_error(err, "%s: 'kv_positions' must be an integer in 1..%d (the model's context)", prefix,
                             c->seq_len);
+    const cJSON *wd = cJSON_GetObjectItemCaseSensitive(root, "wire_dtype");
+    mi_dtype wire = MI_F32;
+    if (wd && (!cJSON_IsString(wd) || mi_dtype_parse(wd->valuestring, &wire) != 0 ||
+               (wire != MI_F32 && wire != MI_F16 && wire != MI_Q8_0)))
+        return mi_set_error(err, "%s: 'wire_dtype' must be \"fp32\", \"fp16\" or \"q8_0\"", prefix);
+    plan->wire = wire;
 
     /* model block */
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");

@@ -25,7 +25,9 @@ typedef struct {
     int root_idx;      /* index of the root among the members */
     MPI_Win win;       /* GATHER steps */
     MPI_Group peers;   /* GATHER: the other side of the access epoch (origins at the root, the root at origins) */
-    float *gbuf;       /* GATHER root: [max_T, n_heads*head_dim] */
+    unsigned char *slots; /* GATHER root: the window, one slot per member for its encoded head outputs */
+    size_t *slot_off;  /* GATHER: byte offset of each member's slot (by member index) */
+    float *gbuf;       /* GATHER root: the decoded head outputs, [max_T, n_heads*head_dim] */
 } step_rt;
 
 struct mi_runtime {
@@ -40,7 +42,13 @@ struct mi_runtime {
     step_rt *st;
     int max_T;
     float *x, *xn, *heads, *tmp, *logits_local, *logits_all, *logits_recv;
-    float *zbuf;               /* Z in flight to the next layer's head ranks (speculation) */
+    float *zbuf;               /* Z in flight to the next layer's head ranks (speculation), fp32 wire */
+    unsigned char *zwire;      /* ... or encoded in a lossy wire dtype */
+    int wire;                  /* wire dtype of activation messages (the plan's) */
+    unsigned char *wbuf;       /* encoded messages being sent or received */
+    size_t wbuf_bytes;
+    float *wtmp;               /* decoded messages, [max_T * max(dim, vocab)] */
+    int *counts, *displs, *counts2, *displs2; /* per-member byte counts of the lossy collectives */
     MPI_Request pending;       /* a non-blocking broadcast this rank is root of, not yet complete */
     double tolerance;
     int accepted;              /* the last DECIDE's flag */
@@ -224,19 +232,29 @@ static void build_comms(mi_runtime *rt)
         MPI_Group_free(&g);
     }
     MPI_Group_free(&world);
-    /* RMA windows of the head-output gathers: the projection rank exposes a
-     * [max_T, n_heads*head_dim] buffer, head ranks expose nothing. */
+    /* RMA windows of the head-output gathers: the projection rank exposes
+     * one slot per member, big enough for max_T positions of that member's
+     * head outputs in the wire dtype; head ranks expose nothing. Members put
+     * their outputs encoded, the root decodes them into place. */
     size_t gsize = (size_t)rt->max_T * c->n_heads * c->head_dim;
     for (int i = 0; i < rt->sched.n_steps; i++) {
         const mi_step *st = &rt->sched.steps[i];
         step_rt *sr = &rt->st[i];
         if (st->kind != MI_STEP_GATHER || sr->my_idx < 0)
             continue;
-        if (st->root == rt->rank)
+        sr->slot_off = mi_calloc((size_t)st->n_members + 1, sizeof(size_t), "gather slots");
+        for (int j = 0; j < st->n_members; j++) {
+            size_t b = st->members[j] == st->root ? 0 : (size_t)rt->max_T * (size_t)mi_step_bytes(&rt->plan, st,
+                                                                                                    st->members[j]);
+            sr->slot_off[j + 1] = sr->slot_off[j] + b;
+        }
+        size_t wbytes = sr->slot_off[st->n_members];
+        if (st->root == rt->rank) {
             sr->gbuf = mi_calloc(gsize, sizeof(float), "head gather buffer");
+            sr->slots = mi_calloc(wbytes ? wbytes : 1, 1, "head gather window");
+        }
         if (sr->comm != MPI_COMM_NULL) {
-            MPI_Win_create(sr->gbuf, sr->gbuf ? (MPI_Aint)(gsize * sizeof(float)) : 0, sizeof(float), MPI_INFO_NULL,
-                           sr->comm, &sr->win);
+            MPI_Win_create(sr->slots, sr->slots ? (MPI_Aint)wbytes : 0, 1, MPI_INFO_NULL, sr->comm, &sr->win);
             /* post/start/complete/wait synchronises only the ranks that talk,
              * one message each way, where a fence costs a barrier */
             MPI_Group g;
@@ -277,6 +295,18 @@ static void setup_rest(mi_runtime *rt)
     size_t T = (size_t)rt->max_T, d = (size_t)c->dim;
     rt->x = mi_calloc(T * d + 1, sizeof(float), "residual"); /* + the speculation flag */
     rt->zbuf = mi_calloc(T * d, sizeof(float), "speculation buffer");
+    rt->wire = rt->plan.wire;
+    rt->zwire = mi_calloc(T * mi_wire_row_bytes(rt->wire, d) + 8, 1, "speculation buffer");
+    /* wbuf holds at most a lossy allreduce's three parts (sends, receives,
+     * gathered sums) or T rows of logits; wtmp two decoded slices of dim */
+    size_t widest = 2 * d > (size_t)c->vocab_size ? 2 * d : (size_t)c->vocab_size;
+    rt->wbuf_bytes = T * (4 * widest + 3 * mi_wire_row_bytes(rt->wire, d) + 64) + 64 * (size_t)MI_MAX_RANKS;
+    rt->wbuf = mi_malloc(rt->wbuf_bytes, "message buffer");
+    rt->wtmp = mi_calloc(T * widest, sizeof(float), "message buffer");
+    rt->counts = mi_calloc(4 * (size_t)MI_MAX_RANKS, sizeof(int), "message counts");
+    rt->displs = rt->counts + MI_MAX_RANKS;
+    rt->counts2 = rt->displs + MI_MAX_RANKS;
+    rt->displs2 = rt->counts2 + MI_MAX_RANKS;
     rt->pending = MPI_REQUEST_NULL;
     rt->xn = mi_calloc(T * d, sizeof(float), "activations");
     rt->heads = mi_calloc(T * (size_t)c->n_heads * c->head_dim, sizeof(float), "head outputs");
@@ -300,6 +330,8 @@ static void teardown(mi_runtime *rt)
             MPI_Group_free(&sr->peers);
         }
         free(sr->gbuf);
+        free(sr->slots);
+        free(sr->slot_off);
     }
     /* communicators are shared between steps with the same members: free each once */
     for (int i = 0; i < rt->sched.n_steps; i++) {
@@ -318,6 +350,10 @@ static void teardown(mi_runtime *rt)
     mi_scratch_free(&rt->s);
     free(rt->x);
     free(rt->zbuf);
+    free(rt->zwire);
+    free(rt->wbuf);
+    free(rt->wtmp);
+    free(rt->counts);
     free(rt->xn);
     free(rt->heads);
     free(rt->tmp);
@@ -327,7 +363,9 @@ static void teardown(mi_runtime *rt)
     free(rt->recv_counts);
     free(rt->recv_displs);
     rt->st = NULL;
-    rt->x = rt->zbuf = rt->xn = rt->heads = rt->tmp = NULL;
+    rt->x = rt->zbuf = rt->xn = rt->heads = rt->tmp = rt->wtmp = NULL;
+    rt->zwire = rt->wbuf = NULL;
+    rt->counts = rt->displs = rt->counts2 = rt->displs2 = NULL;
     rt->logits_local = rt->logits_all = rt->logits_recv = NULL;
     rt->recv_counts = rt->recv_displs = NULL;
 }
@@ -352,47 +390,107 @@ mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_runtime_options *opt
 
 /* ------------------------------------------------------------ steps */
 
-static void put_heads(mi_runtime *rt, const mi_step *st, step_rt *sr, int T)
+/* Copy a member's head outputs local [T][its heads * group * head_dim] (its
+ * KV heads in ascending order, as the plan lists them) into their places
+ * in the projection's input gbuf [T][n_heads * head_dim]. */
+static void scatter_heads(const mi_runtime *rt, int layer, int member, const float *local, int T, float *gbuf)
 {
     const mi_config *c = &rt->plan.cfg;
-    const mi_layer *L = &rt->model.layers[st->layer];
-    int g = mi_kv_group(c), hd = c->head_dim, nk = L->spec.n_kv;
-    int w = g * hd, local = nk * w, full = c->n_heads * hd;
-    for (int i = 0; i < nk; i++) {
-        int k = L->spec.kv[i];
-        if (st->root == rt->rank) {
-            for (int t = 0; t < T; t++)
-                memcpy(sr->gbuf + (size_t)t * full + (size_t)k * w, rt->heads + (size_t)t * local + (size_t)i * w,
-                       (size_t)w * sizeof(float));
-            continue;
+    int w = mi_kv_group(c) * c->head_dim, full = c->n_heads * c->head_dim, nk = 0, ids[MI_MAX_KV_HEADS];
+    for (int k = 0; k < c->n_kv_heads; k++)
+        if (rt->plan.layers[layer].kv_rank[k] == member)
+            ids[nk++] = k;
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < nk; i++)
+            memcpy(gbuf + (size_t)t * full + (size_t)ids[i] * w, local + ((size_t)t * nk + i) * w,
+                   (size_t)w * sizeof(float));
+}
+
+/* Seed 000: head outputs go to the projection rank by RMA. Each head rank
+ * puts its [T, local] outputs, encoded in the wire dtype, into its own slot
+ * of the root's window (one MPI_Put); the root then decodes every slot into
+ * place. The root's own heads are copied exactly. */
+static void gather_heads(mi_runtime *rt, const mi_step *st, step_rt *sr, int T)
+{
+    const mi_config *c = &rt->plan.cfg;
+    int local = rt->model.layers[st->layer].spec.n_kv * mi_kv_group(c) * c->head_dim;
+    if (st->root != rt->rank) {
+        size_t rb = mi_wire_row_bytes(rt->wire, (size_t)local), bytes = (size_t)T * rb;
+        const void *src = rt->heads;
+        if (rt->wire != MI_F32) {
+            mi_wire_pack(rt->wire, rt->heads, (size_t)T, (size_t)local, (size_t)local, rt->wbuf);
+            src = rt->wbuf;
         }
-        if (T == 1) {
-            MPI_Put(rt->heads + (size_t)i * w, w, MPI_FLOAT, sr->root_idx, (MPI_Aint)k * w, w, MPI_FLOAT, sr->win);
-        } else {
-            MPI_Datatype ot, tt;
-            MPI_Type_vector(T, w, local, MPI_FLOAT, &ot);
-            MPI_Type_vector(T, w, full, MPI_FLOAT, &tt);
-            MPI_Type_commit(&ot);
-            MPI_Type_commit(&tt);
-            MPI_Put(rt->heads + (size_t)i * w, 1, ot, sr->root_idx, (MPI_Aint)k * w, 1, tt, sr->win);
-            MPI_Type_free(&ot);
-            MPI_Type_free(&tt);
-        }
-        rt->m.bytes_sent += 4.0 * w * T;
+        MPI_Put(src, (int)bytes, MPI_BYTE, sr->root_idx, (MPI_Aint)sr->slot_off[sr->my_idx], (int)bytes, MPI_BYTE,
+                sr->win);
+        rt->m.bytes_sent += (double)bytes;
+        return;
     }
-    if (st->root == rt->rank)
-        for (int j = 0; j < st->n_members; j++)
-            if (st->members[j] != rt->rank)
-                rt->m.bytes_recv += 4.0 * T * (double)mi_step_floats(&rt->plan, st, st->members[j]);
+    scatter_heads(rt, st->layer, rt->rank, rt->heads, T, sr->gbuf);
+}
+
+/* The root, after the access epoch: decode every member's slot. */
+static void gather_decode(mi_runtime *rt, const mi_step *st, step_rt *sr, int T)
+{
+    const mi_config *c = &rt->plan.cfg;
+    for (int j = 0; j < st->n_members; j++) {
+        int m = st->members[j];
+        if (m == rt->rank)
+            continue;
+        int local = (int)mi_step_floats(&rt->plan, st, m);
+        mi_wire_unpack(rt->wire, sr->slots + sr->slot_off[j], (size_t)T, (size_t)local, (size_t)local, rt->wtmp);
+        scatter_heads(rt, st->layer, m, rt->wtmp, T, sr->gbuf);
+        rt->m.bytes_recv += (double)T * (double)mi_wire_row_bytes(rt->wire, (size_t)local);
+    }
+    (void)c;
+}
+
+/* Broadcast T positions of x (row length dim) from the step's root; with
+ * flag, one more float (the speculation decision) after them, which always
+ * travels exactly. A lossy wire dtype encodes the rows; the root keeps its
+ * exact values. */
+static void bcast_rows(mi_runtime *rt, const mi_step *st, step_rt *sr, float *x, int T, int flag)
+{
+    const int d = rt->plan.cfg.dim, root = st->root == rt->rank;
+    size_t bytes;
+    if (rt->wire == MI_F32) {
+        int n = T * d + (flag ? 1 : 0);
+        MPI_Bcast(x, n, MPI_FLOAT, sr->root_idx, sr->comm);
+        bytes = 4 * (size_t)n;
+    } else {
+        size_t rows = (size_t)T * mi_wire_row_bytes(rt->wire, (size_t)d);
+        bytes = rows + (flag ? 4 : 0);
+        if (root) {
+            mi_wire_pack(rt->wire, x, (size_t)T, (size_t)d, (size_t)d, rt->wbuf);
+            if (flag)
+                memcpy(rt->wbuf + rows, x + (size_t)T * d, 4);
+        }
+        MPI_Bcast(rt->wbuf, (int)bytes, MPI_BYTE, sr->root_idx, sr->comm);
+        if (!root) {
+            mi_wire_unpack(rt->wire, rt->wbuf, (size_t)T, (size_t)d, (size_t)d, x);
+            if (flag)
+                memcpy(x + (size_t)T * d, rt->wbuf + rows, 4);
+        }
+    }
+    if (root)
+        rt->m.bytes_sent += (double)bytes * (st->n_members - 1);
+    else
+        rt->m.bytes_recv += (double)bytes;
 }
 
 /* Residual x += sum over members of tmp (allreduce), keeping every member's
- * copy identical. */
+ * copy identical. fp32: MPI_Allreduce. A lossy wire dtype: reduce-scatter
+ * then allgather (plan.h, mi_wire_slice): each member sums its columns of
+ * every member's partial in fp32, in member order, and encodes the sum once;
+ * all members decode the same sums, so their residuals stay identical and no
+ * partial is quantized twice. (A user-defined MPI_Op inside MPI_Allreduce
+ * would quantize at every step of the reduction tree, differently on
+ * different ranks.) */
 static void allreduce_add(mi_runtime *rt, const mi_step *st, step_rt *sr, int T, double *comm_t)
 {
     const mi_config *c = &rt->plan.cfg;
-    int n = T * c->dim;
-    if (sr->comm != MPI_COMM_NULL) {
+    const int d = c->dim, n = T * d;
+    if (sr->comm != MPI_COMM_NULL && rt->wire == MI_F32) {
         double t0 = mi_now();
         MPI_Allreduce(MPI_IN_PLACE, rt->tmp, n, MPI_FLOAT, MPI_SUM, sr->comm);
         *comm_t += mi_now() - t0;
@@ -404,6 +502,61 @@ static void allreduce_add(mi_runtime *rt, const mi_step *st, step_rt *sr, int T,
             rt->m.bytes_recv += b;
             rt->m.bytes_sent += b;
         }
+    } else if (sr->comm != MPI_COMM_NULL) {
+        const int M = st->n_members, me = sr->my_idx, w = rt->wire;
+        int c0[MI_MAX_RANKS] = {0}, len[MI_MAX_RANKS] = {0};
+        for (int j = 0; j < M; j++)
+            mi_wire_slice(d, M, j, &c0[j], &len[j]);
+        size_t mine = (size_t)T * mi_wire_row_bytes(w, (size_t)len[me]), off = 0;
+        unsigned char *send = rt->wbuf, *recv;
+        /* reduce-scatter: my partial's columns of member j go to j */
+        for (int j = 0; j < M; j++) {
+            size_t b = j == me ? 0 : (size_t)T * mi_wire_row_bytes(w, (size_t)len[j]);
+            if (b)
+                mi_wire_pack(w, rt->tmp + c0[j], (size_t)T, (size_t)len[j], (size_t)d, send + off);
+            rt->counts[j] = (int)b;
+            rt->displs[j] = (int)off;
+            off += b;
+        }
+        recv = send + off;
+        for (int j = 0; j < M; j++) {
+            rt->counts2[j] = j == me ? 0 : (int)mine;
+            rt->displs2[j] = j * (int)mine;
+        }
+        double t0 = mi_now();
+        MPI_Alltoallv(send, rt->counts, rt->displs, MPI_BYTE, recv, rt->counts2, rt->displs2, MPI_BYTE, sr->comm);
+        *comm_t += mi_now() - t0;
+        /* my columns: the members' partials summed in member order */
+        float *sum = rt->wtmp, *part = rt->wtmp + (size_t)T * len[me];
+        memset(sum, 0, (size_t)T * len[me] * sizeof(float));
+        for (int j = 0; j < M; j++) {
+            if (j == me) {
+                for (int t = 0; t < T; t++)
+                    for (int k = 0; k < len[me]; k++)
+                        sum[(size_t)t * len[me] + k] += rt->tmp[(size_t)t * d + c0[me] + k];
+                continue;
+            }
+            mi_wire_unpack(w, recv + rt->displs2[j], (size_t)T, (size_t)len[me], (size_t)len[me], part);
+            for (size_t k = 0; k < (size_t)T * len[me]; k++)
+                sum[k] += part[k];
+        }
+        /* allgather the encoded sums; every member decodes all of them */
+        unsigned char *all = recv + (size_t)M * mine;
+        size_t aoff = 0;
+        for (int j = 0; j < M; j++) {
+            rt->counts[j] = (int)((size_t)T * mi_wire_row_bytes(w, (size_t)len[j]));
+            rt->displs[j] = (int)aoff;
+            aoff += (size_t)rt->counts[j];
+        }
+        mi_wire_pack(w, sum, (size_t)T, (size_t)len[me], (size_t)len[me], all + rt->displs[me]);
+        t0 = mi_now();
+        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, all, rt->counts, rt->displs, MPI_BYTE, sr->comm);
+        *comm_t += mi_now() - t0;
+        for (int j = 0; j < M; j++)
+            mi_wire_unpack(w, all + rt->displs[j], (size_t)T, (size_t)len[j], (size_t)d, rt->tmp + c0[j]);
+        double b = (double)(off + (size_t)(M - 1) * mine); /* what I send; I receive as much */
+        rt->m.bytes_sent += b;
+        rt->m.bytes_recv += b;
     }
     for (int i = 0; i < n; i++)
         rt->x[i] += rt->tmp[i];
@@ -474,16 +627,10 @@ static void run_step(mi_runtime *rt, int i, int T, int pos0, int T_logits)
     double t0 = mi_now();
     double *bucket = NULL;
     switch (st->kind) {
-    case MI_STEP_BCAST: {
-        int n = T * c->dim;
-        MPI_Bcast(rt->x, n, MPI_FLOAT, sr->root_idx, sr->comm);
+    case MI_STEP_BCAST:
+        bcast_rows(rt, st, sr, rt->x, T, 0);
         comm = mi_now() - t0;
-        if (st->root == rt->rank)
-            rt->m.bytes_sent += 4.0 * n * (st->n_members - 1);
-        else
-            rt->m.bytes_recv += 4.0 * n;
         break;
-    }
     case MI_STEP_ATTN:
         mi_rmsnorm(rt->xn, rt->x, m->layers[st->layer].attention_norm, T, c->dim, c->norm_eps);
         mi_attn_block(m, st->layer, &rt->s, rt->xn, T, pos0, rt->heads);
@@ -491,14 +638,15 @@ static void run_step(mi_runtime *rt, int i, int T, int pos0, int T_logits)
         break;
     case MI_STEP_GATHER:
         if (sr->win == MPI_WIN_NULL) {
-            put_heads(rt, st, sr, T); /* the projection rank holds every head */
+            gather_heads(rt, st, sr, T); /* the projection rank holds every head */
         } else if (st->root == rt->rank) {
             MPI_Win_post(sr->peers, 0, sr->win);
-            put_heads(rt, st, sr, T); /* its own heads: a local copy */
+            gather_heads(rt, st, sr, T); /* its own heads: a local copy */
             MPI_Win_wait(sr->win);
+            gather_decode(rt, st, sr, T);
         } else {
             MPI_Win_start(sr->peers, 0, sr->win);
-            put_heads(rt, st, sr, T);
+            gather_heads(rt, st, sr, T);
             MPI_Win_complete(sr->win);
         }
         comm = mi_now() - t0;
@@ -546,16 +694,22 @@ static void run_step(mi_runtime *rt, int i, int T, int pos0, int T_logits)
         int n = T * c->dim;
         if (sr->comm == MPI_COMM_NULL)
             break; /* the projection rank is also the FFN rank and the next layer's only head rank */
+        /* the buffer stays in flight while the root runs the FFN: its own copy */
+        size_t bytes = (size_t)T * mi_wire_row_bytes(rt->wire, (size_t)c->dim);
+        void *buf = rt->wire == MI_F32 ? (void *)rt->zbuf : (void *)rt->zwire;
         if (st->root == rt->rank) {
-            memcpy(rt->zbuf, rt->x, (size_t)n * sizeof(float));
-            MPI_Ibcast(rt->zbuf, n, MPI_FLOAT, sr->root_idx, sr->comm, &rt->pending);
-            rt->m.bytes_sent += 4.0 * n * (st->n_members - 1);
+            if (rt->wire == MI_F32)
+                memcpy(rt->zbuf, rt->x, (size_t)n * sizeof(float));
+            else
+                mi_wire_pack(rt->wire, rt->x, (size_t)T, (size_t)c->dim, (size_t)c->dim, rt->zwire);
+            MPI_Ibcast(buf, (int)bytes, MPI_BYTE, sr->root_idx, sr->comm, &rt->pending);
+            rt->m.bytes_sent += (double)bytes * (st->n_members - 1);
         } else {
             MPI_Request rq;
-            MPI_Ibcast(rt->zbuf, n, MPI_FLOAT, sr->root_idx, sr->comm, &rq);
+            MPI_Ibcast(buf, (int)bytes, MPI_BYTE, sr->root_idx, sr->comm, &rq);
             MPI_Wait(&rq, MPI_STATUS_IGNORE);
-            memcpy(rt->x, rt->zbuf, (size_t)n * sizeof(float));
-            rt->m.bytes_recv += 4.0 * n;
+            mi_wire_unpack(rt->wire, buf, (size_t)T, (size_t)c->dim, (size_t)c->dim, rt->x);
+            rt->m.bytes_recv += (double)bytes;
         }
         comm += mi_now() - t0;
         break;
@@ -574,13 +728,9 @@ static void run_step(mi_runtime *rt, int i, int T, int pos0, int T_logits)
             break; /* alone: the flag is already ours */
         if (st->root == rt->rank)
             rt->x[n] = rt->accepted ? 1.0f : 0.0f;
-        MPI_Bcast(rt->x, n + 1, MPI_FLOAT, sr->root_idx, sr->comm);
+        bcast_rows(rt, st, sr, rt->x, T, 1);
         rt->accepted = rt->x[n] != 0.0f;
         comm += mi_now() - t0;
-        if (st->root == rt->rank)
-            rt->m.bytes_sent += 4.0 * (n + 1) * (st->n_members - 1);
-        else
-            rt->m.bytes_recv += 4.0 * (n + 1);
         break;
     }
     case MI_STEP_FFN_PARTIAL:
@@ -599,19 +749,24 @@ static void run_step(mi_runtime *rt, int i, int T, int pos0, int T_logits)
         if (sr->comm == MPI_COMM_NULL) {
             memcpy(rt->logits_all, rt->logits_local, (size_t)count * sizeof(float));
         } else {
-            float *dst = rt->rank == 0 ? rt->logits_recv : NULL;
+            /* each member's [T_logits, rows] encoded in the wire dtype; rank 0
+             * places every part at its vocabulary rows (its own exactly) */
+            unsigned char *dst = rt->rank == 0 ? (unsigned char *)rt->logits_recv : NULL;
             if (rt->rank == 0) {
                 int off = 0;
                 for (int j = 0; j < st->n_members; j++) {
-                    rt->recv_counts[j] = (int)mi_step_floats(&rt->plan, st, st->members[j]) * T_logits;
+                    int r = st->members[j];
+                    rt->recv_counts[j] = r == 0 ? 0 : (int)mi_step_bytes(&rt->plan, st, r) * T_logits;
                     rt->recv_displs[j] = off;
                     off += rt->recv_counts[j];
                 }
             }
-            MPI_Gatherv(rt->logits_local, count, MPI_FLOAT, dst, rt->recv_counts, rt->recv_displs, MPI_FLOAT,
-                        sr->root_idx, sr->comm);
+            int mine = rt->rank == 0 ? 0 : (int)((size_t)T_logits * mi_wire_row_bytes(rt->wire, (size_t)rows));
+            if (mine)
+                mi_wire_pack(rt->wire, rt->logits_local, (size_t)T_logits, (size_t)rows, (size_t)rows, rt->wbuf);
+            MPI_Gatherv(rt->wbuf, mine, MPI_BYTE, dst, rt->recv_counts, rt->recv_displs, MPI_BYTE, sr->root_idx,
+                        sr->comm);
             if (rt->rank == 0) {
-                /* member-major [member][t][rows] -> [t][vocab] */
                 for (int j = 0; j < st->n_members; j++) {
                     int r = st->members[j], v0 = 0, nr = 0;
                     for (int k = 0; k < rt->plan.n_cls; k++)
@@ -619,14 +774,17 @@ static void run_step(mi_runtime *rt, int i, int T, int pos0, int T_logits)
                             v0 = rt->plan.cls[k].v0;
                             nr = rt->plan.cls[k].n;
                         }
-                    for (int t = 0; t < T_logits; t++)
-                        memcpy(rt->logits_all + (size_t)t * c->vocab_size + v0,
-                               rt->logits_recv + rt->recv_displs[j] + (size_t)t * nr, (size_t)nr * sizeof(float));
-                    if (r != 0)
-                        rt->m.bytes_recv += 4.0 * nr * T_logits;
+                    if (r == 0)
+                        for (int t = 0; t < T_logits; t++)
+                            memcpy(rt->logits_all + (size_t)t * c->vocab_size + v0, rt->logits_local + (size_t)t * nr,
+                                   (size_t)nr * sizeof(float));
+                    else
+                        mi_wire_unpack(rt->wire, dst + rt->recv_displs[j], (size_t)T_logits, (size_t)nr,
+                                       (size_t)c->vocab_size, rt->logits_all + v0);
+                    rt->m.bytes_recv += (double)rt->recv_counts[j];
                 }
             } else {
-                rt->m.bytes_sent += 4.0 * count;
+                rt->m.bytes_sent += (double)mine;
             }
         }
         comm = mi_now() - tc;

@@ -190,6 +190,42 @@ size_t mi_step_floats(const mi_plan *plan, const mi_step *st, int member)
     }
 }
 
+double mi_step_bytes(const mi_plan *plan, const mi_step *st, int member)
+{
+    size_t n = mi_step_floats(plan, st, member);
+    if (st->kind == MI_STEP_DECIDE) /* the flag stays a 4-byte float */
+        return (double)mi_wire_row_bytes(plan->wire, n - 1) + 4.0;
+    return (double)mi_wire_row_bytes(plan->wire, n);
+}
+
+void mi_wire_slice(int dim, int n_members, int j, int *c0, int *len)
+{
+    int nb = (dim + MI_QK - 1) / MI_QK;
+    int a = (int)((long)nb * j / n_members) * MI_QK, b = (int)((long)nb * (j + 1) / n_members) * MI_QK;
+    if (b > dim)
+        b = dim;
+    if (a > dim)
+        a = dim;
+    *c0 = a;
+    *len = b - a;
+}
+
+/* Bytes member `me` sends (= receives) in a lossy reduce-scatter + allgather
+ * of dim values among n members (see mi_wire_slice). */
+static double scatter_gather_bytes(int wire, int dim, int n, int me)
+{
+    int c0, mine;
+    mi_wire_slice(dim, n, me, &c0, &mine);
+    double b = 0;
+    for (int j = 0; j < n; j++) {
+        int len;
+        mi_wire_slice(dim, n, j, &c0, &len);
+        if (j != me)
+            b += (double)mi_wire_row_bytes(wire, (size_t)len) + (double)mi_wire_row_bytes(wire, (size_t)mine);
+    }
+    return b;
+}
+
 double mi_plan_bytes(const mi_plan *plan, const mi_schedule *s, double *sent, double *recv)
 {
     int n = plan->n_ranks;
@@ -202,13 +238,22 @@ double mi_plan_bytes(const mi_plan *plan, const mi_schedule *s, double *sent, do
         const mi_step *st = &s->steps[i];
         if (st->n_members < 2)
             continue;
+        int reduce = st->kind == MI_STEP_PROJ_PARTIAL || st->kind == MI_STEP_FFN_PARTIAL;
+        if (reduce && plan->wire != MI_F32) {
+            for (int j = 0; j < st->n_members; j++) {
+                double b = scatter_gather_bytes(plan->wire, plan->cfg.dim, st->n_members, j);
+                if (sent) sent[st->members[j]] += b;
+                if (recv) recv[st->members[j]] += b;
+                total += b;
+            }
+            continue;
+        }
         int root = st->root >= 0 ? st->root : st->members[0];
         for (int j = 0; j < st->n_members; j++) {
             int m = st->members[j];
             if (m == root)
                 continue;
-            double b = 4.0 * (double)mi_step_floats(plan, st, m);
-            int reduce = st->kind == MI_STEP_PROJ_PARTIAL || st->kind == MI_STEP_FFN_PARTIAL;
+            double b = mi_step_bytes(plan, st, m);
             int to_root = st->kind == MI_STEP_GATHER || st->kind == MI_STEP_LOGITS || reduce;
             int from_root = st->kind == MI_STEP_BCAST || st->kind == MI_STEP_SPEC_BCAST ||
                             st->kind == MI_STEP_DECIDE || reduce;
@@ -233,7 +278,7 @@ void mi_plan_predict(const mi_plan *plan, const mi_schedule *s, const mi_cluster
     int n = plan->n_ranks;
     memset(p, 0, sizeof *p);
     double ready[MI_MAX_RANKS] = {0};
-    double d = c->dim, hd = c->head_dim, g = mi_kv_group(c);
+    double hd = c->head_dim;
 #define COMPUTE(r, bytes)                                                        \
     do {                                                                         \
         double t_ = (bytes) / (cl->mem_bw * cl->dev[(r)].speed);                 \
@@ -252,7 +297,7 @@ void mi_plan_predict(const mi_plan *plan, const mi_schedule *s, const mi_cluster
                 double l = mi_cluster_latency(cl, root, m);
                 if (l > lat)
                     lat = l;
-                double b = 4.0 * (double)mi_step_floats(plan, st, m);
+                double b = mi_step_bytes(plan, st, m);
                 if (b > maxb)
                     maxb = b;
             }
@@ -273,7 +318,7 @@ void mi_plan_predict(const mi_plan *plan, const mi_schedule *s, const mi_cluster
                     int m = st->members[j];
                     double rows = (double)mi_step_floats(plan, st, m);
                     if (rows > 0)
-                        COMPUTE(m, 4.0 * rows * d);
+                        COMPUTE(m, (double)mi_classifier_bytes(c, (int)rows));
                     if (ready[m] > start)
                         start = ready[m];
                 }
@@ -289,11 +334,11 @@ void mi_plan_predict(const mi_plan *plan, const mi_schedule *s, const mi_cluster
                 share = 1.0 - plan->layers[st->layer - 1].accept_permille / 1000.0;
             for (int j = 0; j < st->n_members; j++) {
                 int m = st->members[j], nk = count_kv(plan, st->layer, m);
-                COMPUTE(m, share * nk * 4.0 * (g * hd * d + 2 * hd * d + 2.0 * ctx * hd));
+                COMPUTE(m, share * nk * ((double)mi_head_group_bytes(c, st->layer) + 4.0 * 2.0 * ctx * hd));
             }
             break;
         }
-        case MI_STEP_PROJ: COMPUTE(root, 4.0 * d * c->n_heads * hd); break;
+        case MI_STEP_PROJ: COMPUTE(root, (double)mi_proj_bytes(c, st->layer, c->n_kv_heads)); break;
         case MI_STEP_PROJ_PARTIAL:
         case MI_STEP_FFN_PARTIAL: {
             double end = 0;
@@ -301,13 +346,13 @@ void mi_plan_predict(const mi_plan *plan, const mi_schedule *s, const mi_cluster
                 int m = st->members[j];
                 double bytes;
                 if (st->kind == MI_STEP_PROJ_PARTIAL) {
-                    bytes = 4.0 * d * count_kv(plan, st->layer, m) * g * hd;
+                    bytes = (double)mi_proj_bytes(c, st->layer, count_kv(plan, st->layer, m));
                 } else {
                     bytes = 0;
                     const mi_layer_plan *lp = &plan->layers[st->layer];
                     for (int k = 0; k < lp->n_ffn; k++)
                         if (lp->ffn[k].rank == m)
-                            bytes = 4.0 * 3.0 * lp->ffn[k].n * d;
+                            bytes = (double)mi_ffn_bytes(c, st->layer, lp->ffn[k].n);
                 }
                 COMPUTE(m, bytes);
                 if (ready[m] > end)
@@ -317,7 +362,7 @@ void mi_plan_predict(const mi_plan *plan, const mi_schedule *s, const mi_cluster
                 ready[st->members[j]] = end + 2 * rounds * msg;
             break;
         }
-        case MI_STEP_FFN: COMPUTE(root, 4.0 * 3.0 * d * c->hidden_dim); break;
+        case MI_STEP_FFN: COMPUTE(root, (double)mi_ffn_bytes(c, st->layer, c->hidden_dim)); break;
         }
     }
 #undef COMPUTE

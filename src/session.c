@@ -24,6 +24,9 @@ const char *SESSION_HELP =
     "      --weights file|scatter  every rank reads its shard from the model file (default), or\n"
     "                          rank 0 reads all and sends each worker its shard\n"
     "      --trace FILE        write a Chrome trace-event JSON (one track per rank; open in Perfetto)\n"
+    "      --wire-dtype T      activation messages between ranks in fp32 (default, exact), fp16 or\n"
+    "                          q8_0 (blocks of 32 with an fp16 scale: about 27%% of the fp32 bytes);\n"
+    "                          partial sums are then reduce-scattered, summed in fp32 and gathered\n"
     "Inter-layer speculation (seed 000; head-level planners):\n"
     "      --speculate         send each layer's Z to the next layer's head ranks before the FFN ends\n"
     "      --tolerance T       keep the speculative attention when ||FFN(Z)||/||Z|| < T (default 0.05;\n"
@@ -86,6 +89,10 @@ int session_opt(session_opts *o, int code, const char *arg)
     case 1010: o->spec_profile = arg; return 1;
     case 1011: o->replan = 1; return 1;
     case 1012: o->kv_positions = (int)mi_parse_long("--kv-positions", arg, 1, 1 << 24); return 1;
+    case 1013:
+        o->wire = cli_wire_dtype(arg);
+        o->wire_set = 1;
+        return 1;
     default: return 0;
     }
 }
@@ -204,10 +211,10 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
         mi_cluster_free(&cl);
         return mi_set_error(err, "--replan needs a planner: it cannot re-make a --plan-file placement");
     }
-    if (o->plan_file && (o->placement_opts || o->controller_works >= 0 || o->kv_positions)) {
+    if (o->plan_file && (o->placement_opts || o->controller_works >= 0 || o->kv_positions || o->wire_set)) {
         mi_cluster_free(&cl);
-        return mi_set_error(err, "--plan-file fixes the placement: --planner, --plan-seed, --controller-works and "
-                                 "--kv-positions belong to `meshinfer plan` when the plan is made");
+        return mi_set_error(err, "--plan-file fixes the placement: --planner, --plan-seed, --controller-works, "
+                                 "--kv-positions and --wire-dtype belong to `meshinfer plan` when the plan is made");
     }
     int kvpos = o->kv_positions;
     if (kvpos > ss->cfg.seq_len) {
@@ -235,7 +242,7 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
             rc = session_load_profile(o->spec_profile, &ss->cfg, o->tolerance, acc, err);
         }
         mi_plan_options po = {MI_PLANNER_GREEDY, o->plan_seed, o->controller_works, o->speculate, acc,
-                              o->min_acceptance, kvpos};
+                              o->min_acceptance, kvpos, o->wire};
         mi_planner_parse(o->planner, &po.planner);
         if (!rc)
             rc = mi_plan_make(&ss->cfg, &cl, &po, &ss->plan, err);

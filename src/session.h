@@ -26,6 +26,8 @@ typedef struct {
     int replan;              /* --replan: memory-triggered re-placement */
     int placement_opts;      /* --planner, --plan-seed given: they cannot go with --plan-file */
     int kv_positions;        /* --kv-positions: KV positions the first placement budgets (0: default) */
+    int wire;                /* --wire-dtype: dtype of activation messages (mi_dtype; default fp32) */
+    int wire_set;            /* --wire-dtype given (a plan file carries its own) */
 } session_opts;
 
 /* getopt_long entries for the options above (codes >= 1000), to append to a
@@ -37,7 +39,7 @@ typedef struct {
     {"weights", required_argument, 0, 1006}, {"speculate", no_argument, 0, 1007}, \
     {"tolerance", required_argument, 0, 1008}, {"min-acceptance", required_argument, 0, 1009}, \
     {"spec-profile", required_argument, 0, 1010}, {"replan", no_argument, 0, 1011}, \
-    {"kv-positions", required_argument, 0, 1012}
+    {"kv-positions", required_argument, 0, 1012}, {"wire-dtype", required_argument, 0, 1013}
 extern const char *SESSION_HELP;
 
 void session_opts_init(session_opts *o);

@@ -676,7 +676,7 @@ static void test_plan_kv_horizon(void)
     mi_cluster cl;
     tight_cluster(&cl);
     char err[MI_ERRLEN] = "";
-    mi_plan_options po = {MI_PLANNER_GREEDY, 1, -1, 0, NULL, 0.7, 32};
+    mi_plan_options po = {MI_PLANNER_GREEDY, 1, -1, 0, NULL, 0.7, 32, MI_F32};
     mi_plan p32, p32b, p256;
     CU_ASSERT_EQUAL_FATAL(mi_plan_make(&c, &cl, &po, &p32, err), 0);
     CU_ASSERT_EQUAL_FATAL(mi_plan_make(&c, &cl, &po, &p32b, err), 0);

@@ -14,6 +14,7 @@
 
 #include "meshinfer/config.h"
 #include "meshinfer/model.h"
+#include "meshinfer/tensor.h"
 
 #define MI_MAX_RANKS 256
 
@@ -97,6 +98,8 @@ typedef struct {
     int n_cls;              /* classifier slices over the vocabulary */
     mi_slice *cls;          /* [n_cls], ascending, covering [0, vocab_size) */
     int kv_positions;       /* KV-cache positions the memory budgets were checked for (<= seq_len) */
+    int wire;               /* mi_dtype of every activation message (seed 003 "communication scaling"):
+                               MI_F32 (exact), MI_F16 or MI_Q8_0 */
     double plan_seconds;    /* time the planner took */
 } mi_plan;
 
@@ -110,6 +113,7 @@ typedef struct {
     int kv_positions;       /* KV-cache positions to budget memory for; 0: the whole context (seq_len).
                                Fewer lets a placement start on smaller devices and be re-made as the
                                cache grows (seed 000 "Memory needs active management") */
+    int wire;               /* wire dtype of activation messages (mi_plan.wire); 0 = fp32 */
 } mi_plan_options;
 
 /* Planner names as on the command line: layerwise roundrobin random greedy tp. */
@@ -227,9 +231,23 @@ void mi_schedule_free(mi_schedule *s);
  * PROJ_PARTIAL/FFN_PARTIAL allreduce: dim; LOGITS: the member's vocabulary rows. */
 size_t mi_step_floats(const mi_plan *plan, const mi_step *st, int member);
 
+/* Those floats as bytes on the wire per position, in the plan's wire dtype
+ * (mi_wire_row_bytes; DECIDE's flag always travels as 4 bytes). */
+double mi_step_bytes(const mi_plan *plan, const mi_step *st, int member);
+
+/* The partial sums of PROJ_PARTIAL and FFN_PARTIAL with a lossy wire dtype
+ * (seed 003 "communication scaling") are reduced as reduce-scatter then
+ * allgather: member j of n owns columns [c0, c0+len) of dim, whole blocks of
+ * 32 split as evenly as possible; it receives the others' slices of its
+ * columns, sums them in fp32 in member order, encodes the sum once, and every
+ * member decodes the same sums. So every member ends with identical values,
+ * and no sum is quantized twice. */
+void mi_wire_slice(int dim, int n_members, int j, int *c0, int *len);
+
 /* Bytes each rank sends and receives per position in one forward pass,
- * by the conventions in mi_step_floats (allreduce counted as reduce to the
- * lowest member and broadcast back). sent/recv: [n_ranks], may be NULL.
+ * by the conventions in mi_step_bytes: an fp32 allreduce counted as reduce to
+ * the lowest member and broadcast back, a lossy one as its reduce-scatter and
+ * allgather messages. sent/recv: [n_ranks], may be NULL.
  * Returns the total bytes moved per position. */
 double mi_plan_bytes(const mi_plan *plan, const mi_schedule *s, double *sent, double *recv);
 
