@@ -144,7 +144,7 @@ int cmd_bench(int argc, char **argv)
         else
             session_metrics_table(&ss);
         session_close(&ss, &so);
-        MPI_Finalize();
+        mi_world_finalize();
         return 0;
     }
     if (!json)
@@ -220,6 +220,6 @@ int cmd_bench(int argc, char **argv)
     }
     free(ids);
     session_close(&ss, &so);
-    MPI_Finalize();
+    mi_world_finalize();
     return 0;
 }

@@ -175,6 +175,6 @@ int cmd_generate(int argc, char **argv)
     if (metrics)
         session_metrics_table(&ss);
     session_close(&ss, &so);
-    MPI_Finalize();
+    mi_world_finalize();
     return 0;
 }

@@ -154,6 +154,6 @@ int cmd_perplexity(int argc, char **argv)
     if (rank == 0 && json)
         printf("}\n");
     session_close(&ss, &so);
-    MPI_Finalize();
+    mi_world_finalize();
     return 0;
 }

@@ -60,11 +60,58 @@ struct mi_runtime {
     double t_origin, idle_since;
 };
 
+static int mpi_running(void)
+{
+    int init = 0, fin = 0;
+    MPI_Initialized(&init);
+    MPI_Finalized(&fin);
+    return init && !fin;
+}
+
+void mi_world_init(int *argc, char ***argv)
+{
+    const char *force = getenv("MESHINFER_MPI");
+    int launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK") ||
+                   getenv("PMI_SIZE") || getenv("SLURM_STEP_ID");
+    if (force && *force)
+        launched = atoi(force) != 0;
+    if (launched && !mpi_running())
+        MPI_Init(argc, argv);
+}
+
+int mi_world_rank(void)
+{
+    int r = 0;
+    if (mpi_running())
+        MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+
+int mi_world_size(void)
+{
+    int n = 1;
+    if (mpi_running())
+        MPI_Comm_size(MPI_COMM_WORLD, &n);
+    return n;
+}
+
+void mi_world_finalize(void)
+{
+    if (mpi_running())
+        MPI_Finalize();
+}
+
 void mi_check_all(int failed, const char *msg)
 {
-    int rank, size;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int rank = mi_world_rank(), size = mi_world_size();
+    if (size == 1) {
+        if (!failed)
+            return;
+        fprintf(stderr, "meshinfer: error: %s\n", msg);
+        fflush(stderr);
+        mi_world_finalize();
+        exit(1);
+    }
     int mine = failed ? rank : size, first = size;
     MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (first == size)
@@ -200,9 +247,18 @@ static int member_index(const mi_step *st, int rank)
 static void build_comms(mi_runtime *rt)
 {
     const mi_config *c = &rt->plan.cfg;
-    MPI_Group world;
-    MPI_Comm_group(MPI_COMM_WORLD, &world);
     rt->st = mi_calloc((size_t)rt->sched.n_steps, sizeof(step_rt), "step table");
+    for (int i = 0; i < rt->sched.n_steps; i++) {
+        rt->st[i].comm = MPI_COMM_NULL;
+        rt->st[i].win = MPI_WIN_NULL;
+        rt->st[i].my_idx = member_index(&rt->sched.steps[i], rt->rank);
+        rt->st[i].root_idx = 0;
+    }
+    /* one rank: every step is local, so no communicators, windows or MPI
+     * calls at all (MPI may not even be initialized) */
+    MPI_Group world = MPI_GROUP_NULL;
+    if (rt->size > 1)
+        MPI_Comm_group(MPI_COMM_WORLD, &world);
     /* One communicator per distinct member set, created in schedule order by
      * its members only (MPI_Comm_create_group), so no rank waits on a set it
      * is not part of; the set's first index is the tag that keeps them apart. */
@@ -231,7 +287,8 @@ static void build_comms(mi_runtime *rt)
         MPI_Comm_create_group(MPI_COMM_WORLD, g, i, &sr->comm);
         MPI_Group_free(&g);
     }
-    MPI_Group_free(&world);
+    if (world != MPI_GROUP_NULL)
+        MPI_Group_free(&world);
     /* RMA windows of the head-output gathers: the projection rank exposes
      * one slot per member, big enough for max_T positions of that member's
      * head outputs in the wire dtype; head ranks expose nothing. Members put
@@ -373,8 +430,8 @@ static void teardown(mi_runtime *rt)
 mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_runtime_options *opt)
 {
     mi_runtime *rt = mi_calloc(1, sizeof *rt, "runtime");
-    MPI_Comm_rank(MPI_COMM_WORLD, &rt->rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &rt->size);
+    rt->rank = mi_world_rank();
+    rt->size = mi_world_size();
     if (plan->n_ranks != rt->size)
         mi_fatal("plan is for %d ranks but the job has %d", plan->n_ranks, rt->size);
     rt->opt = *opt;
@@ -382,7 +439,8 @@ mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_runtime_options *opt
     rt->tolerance = opt->tolerance;
     setup_shard(rt, plan);
     setup_rest(rt);
-    MPI_Barrier(MPI_COMM_WORLD);
+    if (rt->size > 1)
+        MPI_Barrier(MPI_COMM_WORLD);
     rt->t_origin = mi_now();
     rt->idle_since = rt->t_origin;
     return rt;
@@ -956,7 +1014,8 @@ static void replan_local(mi_runtime *rt, const mi_plan *np, int n_pos)
             rt->m.moved_bytes_sent += 2.0 * rows * sizeof(float);
         }
     }
-    MPI_Waitall(nr, req, MPI_STATUSES_IGNORE);
+    if (nr)
+        MPI_Waitall(nr, req, MPI_STATUSES_IGNORE);
     free(req);
     for (size_t i = 0; i < (size_t)L * nkv; i++)
         free(stage[i]);
@@ -1022,6 +1081,11 @@ const mi_rank_metrics *mi_runtime_metrics(mi_runtime *rt, mi_rank_metrics *all)
 {
     int n = (int)(sizeof(mi_rank_metrics) / sizeof(double));
     (void)n;
+    if (rt->size == 1) {
+        if (all)
+            *all = rt->m;
+        return &rt->m;
+    }
     MPI_Gather(&rt->m, (int)sizeof(mi_rank_metrics), MPI_BYTE, all, (int)sizeof(mi_rank_metrics), MPI_BYTE, 0,
                MPI_COMM_WORLD);
     return &rt->m;
@@ -1074,7 +1138,10 @@ int mi_runtime_write_trace(mi_runtime *rt, const char *path)
         counts = mi_calloc((size_t)rt->size, sizeof(int), "trace counts");
         displs = mi_calloc((size_t)rt->size, sizeof(int), "trace displacements");
     }
-    MPI_Gather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (rt->size > 1)
+        MPI_Gather(&n, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    else
+        counts[0] = n;
     int total = 0;
     if (rt->rank == 0)
         for (int r = 0; r < rt->size; r++) {
@@ -1083,7 +1150,10 @@ int mi_runtime_write_trace(mi_runtime *rt, const char *path)
             counts[r] *= (int)sizeof(trace_event);
         }
     trace_event *all = rt->rank == 0 ? mi_malloc((size_t)total * sizeof(trace_event) + 1, "trace") : NULL;
-    MPI_Gatherv(rt->ev, n * (int)sizeof(trace_event), MPI_BYTE, all, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (rt->size > 1)
+        MPI_Gatherv(rt->ev, n * (int)sizeof(trace_event), MPI_BYTE, all, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD);
+    else if (n)
+        memcpy(all, rt->ev, (size_t)n * sizeof(trace_event));
     int rc = 0;
     if (rt->rank == 0) {
         char tmp[4200];

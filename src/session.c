@@ -99,9 +99,9 @@ int session_opt(session_opts *o, int code, const char *arg)
 
 void session_mpi_init(int *argc, char ***argv, int *rank, int *size)
 {
-    MPI_Init(argc, argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, rank);
-    MPI_Comm_size(MPI_COMM_WORLD, size);
+    mi_world_init(argc, argv);
+    *rank = mi_world_rank();
+    *size = mi_world_size();
 }
 
 static double mem_available(void)
@@ -265,8 +265,8 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
 void session_open(mi_session *ss, const char *cmd, const char *path, const session_opts *o, int chunk, int threads)
 {
     memset(ss, 0, sizeof *ss);
-    MPI_Comm_rank(MPI_COMM_WORLD, &ss->rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &ss->size);
+    ss->rank = mi_world_rank();
+    ss->size = mi_world_size();
     mi_set_threads(threads);
     double t0 = mi_now();
     char err[MI_ERRLEN] = "";
@@ -279,14 +279,16 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
         failed = controller_setup(ss, path, o, err) != 0;
     mi_check_all(failed, err);
     /* ship the config and the plan to the workers */
-    MPI_Bcast(&ss->cfg, (int)sizeof ss->cfg, MPI_BYTE, 0, MPI_COMM_WORLD);
     size_t n = 0;
     int *buf = ss->rank == 0 ? mi_plan_serialize(&ss->plan, &n) : NULL;
     long nl = (long)n;
-    MPI_Bcast(&nl, 1, MPI_LONG, 0, MPI_COMM_WORLD);
-    if (ss->rank != 0)
-        buf = mi_malloc((size_t)nl * sizeof(int), "plan buffer");
-    MPI_Bcast(buf, (int)nl, MPI_INT, 0, MPI_COMM_WORLD);
+    if (ss->size > 1) {
+        MPI_Bcast(&ss->cfg, (int)sizeof ss->cfg, MPI_BYTE, 0, MPI_COMM_WORLD);
+        MPI_Bcast(&nl, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+        if (ss->rank != 0)
+            buf = mi_malloc((size_t)nl * sizeof(int), "plan buffer");
+        MPI_Bcast(buf, (int)nl, MPI_INT, 0, MPI_COMM_WORLD);
+    }
     mi_plan plan;
     failed = mi_plan_deserialize(buf, (size_t)nl, &ss->cfg, &plan, err) != 0;
     free(buf);

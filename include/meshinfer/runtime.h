@@ -90,6 +90,19 @@ int mi_runtime_write_trace(mi_runtime *rt, const char *path);
 /* Collective: free windows, communicators, the shard and buffers. */
 void mi_runtime_free(mi_runtime *rt);
 
+/* The MPI world. A process started without a launcher (no mpirun or srun
+ * in its environment) runs as one rank without initializing MPI at all:
+ * Open MPI's singleton start-up costs about 0.45 s, longer than a short
+ * generation. MESHINFER_MPI=1 forces MPI_Init, =0 forbids it.
+ * mi_world_init: call once at start (MPI_Init when launched by mpirun/srun).
+ * mi_world_rank/size: this process's rank and the job's size (0 and 1
+ * without MPI; they also see an MPI_Init made by the caller, as in tests).
+ * mi_world_finalize: MPI_Finalize if MPI is running. */
+void mi_world_init(int *argc, char ***argv);
+int mi_world_rank(void);
+int mi_world_size(void);
+void mi_world_finalize(void);
+
 /* Collective error check: every rank passes whether it failed and its
  * message; if any failed, the lowest failing rank prints
  * "meshinfer: error: <msg>" and all ranks finalize MPI and exit(1). */
