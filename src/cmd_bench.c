@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "meshinfer/common.h"
 #include "meshinfer/config.h"
+#include "meshinfer/kernels.h"
 #include "meshinfer/sampler.h"
 #include "meshinfer/stream.h"
 #include "session.h"
@@ -22,11 +23,15 @@ static void help(void)
            "min(256, seq_len)), reporting TTFT, TPOT, decode tokens/s and the effective weight\n"
            "bandwidth (weight bytes read per token x tokens/s), next to baselines measured in this\n"
            "run: the STREAM triad bandwidth; with one rank, a decode pass with OpenBLAS sgemv; with\n"
-           "several ranks, a single-device pass on rank 0 (speedup = single / distributed time).\n"
+           "several ranks, a single-device pass on rank 0 (speedup = single / distributed time); with\n"
+           "weights other than fp32 on one rank, none unless --baseline-model names one.\n"
            "  --repeat R       decode passes per configuration, best is reported (default 3)\n"
            "  --stream-mb MB   size of each STREAM array (default 128)\n"
-           "  --no-baseline    skip the sgemv / single-device baseline\n"
-           "  --threads N      BLAS threads per rank (default 1)\n"
+           "  --baseline-model FILE  the baseline is a single-device decode of FILE instead (e.g. the fp32\n"
+           "                   model, to see what a dtype gains: same prompt and steps)\n"
+           "  --no-baseline    skip the baseline\n"
+           "  --threads N      compute threads per rank (our kernels and BLAS; default 1); the triad\n"
+           "                   runs with ranks x threads threads\n"
            "  --json           print one JSON object (with per-rank metrics)\n"
            "%s", SESSION_HELP);
 }
@@ -89,12 +94,13 @@ int cmd_bench(int argc, char **argv)
                                          {"repeat", required_argument, 0, 'r'},
                                          {"stream-mb", required_argument, 0, 'S'},
                                          {"no-baseline", no_argument, 0, 'B'},
+                                         {"baseline-model", required_argument, 0, 'M'},
                                          {"threads", required_argument, 0, 'T'},
                                          {"json", no_argument, 0, 'j'},
                                          {"help", no_argument, 0, 'h'},
                                          SESSION_LONG_OPTS,
                                          {0, 0, 0, 0}};
-    const char *model = NULL, *prompt = "Once upon a time";
+    const char *model = NULL, *prompt = "Once upon a time", *base_model = NULL;
     long steps = 0, stream_mb = 128;
     int repeat = 3, threads = 1, json = 0, baseline = 1, o;
     session_opts so;
@@ -107,6 +113,7 @@ int cmd_bench(int argc, char **argv)
         case 'r': repeat = (int)mi_parse_long("--repeat", optarg, 1, 1000); break;
         case 'S': stream_mb = mi_parse_long("--stream-mb", optarg, 1, 16384); break;
         case 'B': baseline = 0; break;
+        case 'M': base_model = optarg; break;
         case 'T': threads = (int)mi_parse_long("--threads", optarg, 1, 256); break;
         case 'j': json = 1; break;
         case 'h': help(); return 0;
@@ -149,8 +156,13 @@ int cmd_bench(int argc, char **argv)
     }
     if (!json)
         fprintf(stderr, "bench: measuring STREAM triad (%ld MB arrays)...\n", stream_mb);
-    double triad = mi_stream_triad_gbs((size_t)stream_mb * 1000000 / sizeof(float), 5);
-    double bytes_per_token = (double)mi_decode_weight_elems(c) * sizeof(float);
+    /* the bandwidth as many streams as the run has get together */
+    int streams = size * threads;
+    double triad = mi_stream_triad_gbs((size_t)stream_mb * 1000000 / sizeof(float), 5, streams);
+    double bytes_per_token = (double)mi_decode_weight_bytes(c);
+    char dts[160];
+    mi_config_dtype_summary(c, dts, sizeof dts);
+    int all_fp32 = !strcmp(dts, "fp32");
 
     pass_result best = {1e30, 1e30, 0}, base = {1e30, 1e30, 0};
     for (int r = 0; r < repeat; r++) {
@@ -165,12 +177,17 @@ int cmd_bench(int argc, char **argv)
             best = p;
     }
     mi_runtime_stop(ss.rt);
-    const char *base_kind = size > 1 ? "single-device" : "sgemv";
+    const char *base_kind = base_model ? "baseline-model" : size > 1 ? "single-device" : "sgemv";
+    if (!base_model && size == 1 && !all_fp32)
+        baseline = 0; /* sgemv needs fp32 weights */
     if (baseline) {
         single sg;
-        mi_model_load_path(&sg.m, model, NULL);
-        mi_scratch_init(&sg.s, c, chunk);
-        if (size == 1)
+        mi_model_load_path(&sg.m, base_model ? base_model : model, NULL);
+        if (sg.m.cfg.vocab_size != c->vocab_size)
+            mi_fatal("bench: --baseline-model %s has a vocabulary of %d, the model %d", base_model,
+                     sg.m.cfg.vocab_size, c->vocab_size);
+        mi_scratch_init(&sg.s, &sg.m.cfg, chunk);
+        if (size == 1 && !base_model)
             mi_use_blas_matvec(1);
         for (int r = 0; r < repeat; r++) {
             if (!json)
@@ -191,12 +208,13 @@ int cmd_bench(int argc, char **argv)
         printf("{\"model\": ");
         cli_json_string(stdout, model, strlen(model));
         printf(", \"name\": \"%s\", \"synthetic_weights\": %s, \"n_ranks\": %d, \"threads\": %d, \"precision\": "
-               "\"fp32\", \"prompt_tokens\": %d, \"steps\": %ld, \"decode_tokens\": %d, \"ttft_ms\": %.3f, "
+               "\"%s\", \"wire_dtype\": \"%s\", \"kernels\": \"%s\", \"triad_threads\": %d, \"prompt_tokens\": %d, \"steps\": %ld, \"decode_tokens\": %d, \"ttft_ms\": %.3f, "
                "\"tpot_ms\": %.4f, \"decode_tokens_per_s\": %.2f, \"weight_bytes_per_token\": %.0f, "
                "\"effective_gbs\": %.3f, \"stream_triad_gbs\": %.3f, \"fraction_of_triad\": %.4f, "
                "\"triad_ceiling_tokens_per_s\": %.2f, \"baseline\": \"%s\", \"baseline_tokens_per_s\": %.2f, "
                "\"speedup_vs_baseline\": %.4f, ",
-               c->name, c->synthetic ? "true" : "false", size, threads, n_prompt, steps, best.n_decode,
+               c->name, c->synthetic ? "true" : "false", size, threads, dts, mi_dtype_name(ss.plan.wire),
+               mi_kernels_name(), streams, n_prompt, steps, best.n_decode,
                best.ttft * 1e3, best.tpot * 1e3, tps, bytes_per_token, gbs, triad, gbs / triad, roof_tps,
                baseline ? base_kind : "none", base_tps, baseline ? tps / base_tps : 0.0);
         session_metrics_json(&ss, stdout);
@@ -205,17 +223,20 @@ int cmd_bench(int argc, char **argv)
         printf("model            %s (%s)%s\n", model, c->name, c->synthetic ? "  [synthetic weights]" : "");
         printf("ranks            %d, planner %s (predicted %.3f ms/token, %.0f bytes/token moved)\n", size,
                mi_planner_name(ss.plan.planner), ss.pred.token_s * 1e3, ss.pred.bytes_per_token);
-        printf("positions        %ld (prompt %d, decode %d), fp32, %d thread(s) per rank\n", steps, n_prompt,
+        printf("positions        %ld (prompt %d, decode %d), %d thread(s) per rank\n", steps, n_prompt,
                best.n_decode, threads);
+        printf("precision        weights %s, messages %s, kernels %s\n", dts, mi_dtype_name(ss.plan.wire),
+               mi_kernels_name());
         printf("TTFT             %.2f ms\n", best.ttft * 1e3);
         printf("TPOT             %.3f ms\n", best.tpot * 1e3);
         printf("decode           %.1f tokens/s\n", tps);
         printf("weights/token    %.1f MB\n", bytes_per_token / 1e6);
-        printf("effective BW     %.2f GB/s = %.0f%% of STREAM triad %.2f GB/s (ceiling %.1f tokens/s)\n", gbs,
-               100.0 * gbs / triad, triad, roof_tps);
+        printf("effective BW     %.2f GB/s = %.0f%% of STREAM triad %.2f GB/s with %d thread%s (ceiling %.1f "
+               "tokens/s)\n", gbs, 100.0 * gbs / triad, triad, streams, streams > 1 ? "s" : "", roof_tps);
         if (baseline)
-            printf("%-16s %.1f tokens/s (this run %.2fx)\n", size > 1 ? "1-device base" : "sgemv baseline", base_tps,
-                   tps / base_tps);
+            printf("%-16s %.1f tokens/s (this run %.2fx)\n", base_model ? "baseline model" : size > 1 ? "1-device base"
+                                                                                                 : "sgemv baseline",
+                   base_tps, tps / base_tps);
         session_metrics_table(&ss);
     }
     free(ids);

@@ -367,6 +367,42 @@ static void check_family_prep(const mi_kernel_family *f)
     CU_ASSERT_EQUAL(bad, 0);
 }
 
+/* A NaN or an infinity in the activations gives a non-finite value for every row that reads
+ * its block, in every family and dtype, and NaN scales in the same places as
+ * the scalar family (family.h): never a plausible finite number. */
+static void check_family_non_finite(const mi_kernel_family *f)
+{
+    int bad = 0;
+    for (int t = 0; t < MI_N_DTYPES; t++) {
+        int n = 320, m = 5;
+        test_tensor tt = make_tensor(t, m, n, 0);
+        float *x = malloc((size_t)n * sizeof(float)), y[5];
+        for (int v = 0; v < 3; v++) {
+            fill_block_cases(x, n, 0);
+            x[100] = v == 0 ? NAN : v == 1 ? INFINITY : -INFINITY;
+            run_family(f, &tt.W, x, 0, m, y);
+            for (int r = 0; r < m; r++)
+                bad += isfinite(y[r]) != 0;
+            if (mi_dtype_blocked(t) && f->prep[t]) {
+                void *s1, *s2;
+                if (posix_memalign(&s1, 64, MI_ACT_BYTES(n)) || posix_memalign(&s2, 64, MI_ACT_BYTES(n)))
+                    abort();
+                mi_act a, b;
+                mi_kernels_scalar.prep[t](x, n, s1, &a);
+                f->prep[t](x, n, s2, &b);
+                bad += !isnan(a.d[3]) || !isnan(b.d[3]) || isnan(a.d[2]) || isnan(b.d[4]);
+                bad += memcmp(a.d, b.d, (size_t)(n / MI_QK) * sizeof(float)) != 0;
+                bad += memcmp(a.s, b.s, (size_t)(n / MI_QK) * sizeof(float)) != 0;
+                free(s1);
+                free(s2);
+            }
+        }
+        free(x);
+        free(tt.mem);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
 static void test_families(void)
 {
     int n;
@@ -377,6 +413,7 @@ static void test_families(void)
             continue;
         }
         check_family_prep(fs[i]);
+        check_family_non_finite(fs[i]);
         for (int t = 0; t < MI_N_DTYPES; t++)
             check_family_dtype(fs[i], i, t);
         printf("\n    %s: %d dtypes against the scalar reference", fs[i]->name, g_checked[i]);

@@ -6,7 +6,9 @@
 #include <stddef.h>
 
 /* Best-of-reps triad bandwidth in GB/s (1e9 bytes/s, counting 12 bytes per
- * element as STREAM does) on three arrays of n floats, in this thread. */
-double mi_stream_triad_gbs(size_t n, int reps);
+ * element as STREAM does) on three arrays of n floats, split over `threads`
+ * threads (a run on N ranks or threads is compared with the bandwidth N
+ * streams get together, not with one core's). */
+double mi_stream_triad_gbs(size_t n, int reps, int threads);
 
 #endif

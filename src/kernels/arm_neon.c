@@ -44,6 +44,8 @@
 #define __ARM_FEATURE_DOTPROD 1
 #endif
 #include <arm_neon.h>
+#include <float.h>
+#include <math.h>
 #include <string.h>
 #if defined(__linux__)
 #include <sys/auxv.h>
@@ -162,6 +164,17 @@ static inline float quantize_block(const float *x, int8_t *q, int *sum)
                                             vmaxnmq_f32(vabsq_f32(v[2]), vabsq_f32(v[3]))),
                                 vmaxnmq_f32(vmaxnmq_f32(vabsq_f32(v[4]), vabsq_f32(v[5])),
                                             vmaxnmq_f32(vabsq_f32(v[6]), vabsq_f32(v[7]))));
+    /* a NaN or infinity marks the whole block (family.h): ordered compares
+     * are false for both */
+    const float32x4_t big = vdupq_n_f32(FLT_MAX);
+    uint32x4_t ok = vcleq_f32(vabsq_f32(v[0]), big);
+    for (int i = 1; i < 8; i++)
+        ok = vandq_u32(ok, vcleq_f32(vabsq_f32(v[i]), big));
+    if (vminvq_u32(ok) == 0) {
+        memset(q, 0, MI_QK);
+        *sum = 0;
+        return NAN;
+    }
     float amax = vmaxnmvq_f32(m);
     if (!(amax > 0.0f))
         amax = 0.0f;

@@ -19,6 +19,10 @@
  *   even(x * id); families may only reorder q within a block group.
  * - s[b] = (float)(-8 * sum of block b's q) * d[b] (q4_0's offset of 8:
  *   sum (w - 8) x = sum w x - 8 sum x).
+ * - A block holding a NaN or an infinity gets d = NAN (the canonical quiet
+ *   NaN) and q = 0, so the product is NaN as it would be in fp32: corrupt
+ *   activations must not be rounded into plausible numbers, which the
+ *   non-finite logit check downstream would then miss.
  * Results then differ from the scalar reference only by float summation
  * order. */
 #ifndef MESHINFER_KERNEL_FAMILY_H

@@ -2,6 +2,7 @@
  * tested against, and the fallback on CPUs without one (see family.h).
  * Written for clarity first; the fp32 loop keeps 16 partial sums so that
  * compilers vectorise it. */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -10,9 +11,15 @@
 float mi_act_quantize_block(const float *x, int8_t *q)
 {
     float amax = 0.0f;
+    int bad = 0;
     for (int i = 0; i < MI_QK; i++) {
         float a = fabsf(x[i]);
+        bad |= !(a <= FLT_MAX); /* NaN or infinity */
         amax = a > amax ? a : amax;
+    }
+    if (bad) {
+        memset(q, 0, MI_QK);
+        return NAN;
     }
     float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     for (int i = 0; i < MI_QK; i++) {

@@ -27,6 +27,8 @@
  * on rows from memory; the fp loops got slower with it). A prefetch is a
  * hint that never faults, so running past the last row is harmless. */
 #include <cpuid.h>
+#include <float.h>
+#include <math.h>
 #include <immintrin.h>
 #include <string.h>
 
@@ -141,6 +143,18 @@ static inline float quantize_block(const float *x, __m256i *q, int *sum)
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
     __m256 x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);
+    /* a NaN or infinity marks the whole block (family.h): ordered compares
+     * are false for both */
+    const __m256 big = _mm256_set1_ps(FLT_MAX);
+    __m256 ok = _mm256_and_ps(_mm256_cmp_ps(_mm256_and_ps(x0, absmask), big, _CMP_LE_OQ),
+                              _mm256_cmp_ps(_mm256_and_ps(x1, absmask), big, _CMP_LE_OQ));
+    ok = _mm256_and_ps(ok, _mm256_and_ps(_mm256_cmp_ps(_mm256_and_ps(x2, absmask), big, _CMP_LE_OQ),
+                                         _mm256_cmp_ps(_mm256_and_ps(x3, absmask), big, _CMP_LE_OQ)));
+    if (_mm256_movemask_ps(ok) != 0xff) {
+        *q = _mm256_setzero_si256();
+        *sum = 0;
+        return NAN;
+    }
     /* vmaxps returns its second operand when either is NaN: with the running
      * maximum second, a NaN element is skipped as the scalar rule's
      * "a > amax ? a : amax" skips it, and the maximum is never NaN */

@@ -17,7 +17,9 @@
  * weights hold four blocks; their low nibbles are elements 0-15 of each block
  * and their high nibbles elements 16-31, so prep lays the activations of each
  * group of four blocks out in that order. */
+#include <float.h>
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "family.h"
@@ -93,6 +95,14 @@ static void rows_f16(float *y, const mi_tensor *W, int r0, int r1, const mi_act 
 static inline float quantize_block(const float *x, int8_t *q, int *sum)
 {
     __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+    const __m512 big = _mm512_set1_ps(FLT_MAX);
+    /* ordered compare: false for NaN and for infinity, so both mark the block */
+    if ((__mmask16)(_mm512_cmp_ps_mask(_mm512_abs_ps(x0), big, _CMP_LE_OQ) &
+                    _mm512_cmp_ps_mask(_mm512_abs_ps(x1), big, _CMP_LE_OQ)) != (__mmask16)0xffff) {
+        memset(q, 0, MI_QK);
+        *sum = 0;
+        return NAN;
+    }
     float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
     float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     __m512 vid = _mm512_set1_ps(id);
