@@ -30,8 +30,8 @@ static void help(void)
            "  --baseline-model FILE  the baseline is a single-device decode of FILE instead (e.g. the fp32\n"
            "                   model, to see what a dtype gains: same prompt and steps)\n"
            "  --no-baseline    skip the baseline\n"
-           "  --threads N      compute threads per rank (our kernels and BLAS; default 1); the triad\n"
-           "                   runs with ranks x threads threads\n"
+           "  --threads N      compute threads per rank (our kernels and BLAS; default 1); every rank\n"
+           "                   runs the triad with its threads at once, and their sum is reported\n"
            "  --json           print one JSON object (with per-rank metrics)\n"
            "%s", SESSION_HELP);
 }
@@ -144,6 +144,20 @@ int cmd_bench(int argc, char **argv)
                        n_prompt);
     mi_check_all(bad, msg);
 
+    /* The bandwidth the job's streams get together: every rank runs the triad
+     * with its threads at the same time (not rank 0 alone while the others
+     * spin in MPI), and rank 0 adds them up. */
+    if (rank == 0 && !json)
+        fprintf(stderr, "bench: measuring STREAM triad (%ld MB arrays, %d rank%s x %d thread%s)...\n", stream_mb,
+                size, size > 1 ? "s" : "", threads, threads > 1 ? "s" : "");
+    if (size > 1)
+        MPI_Barrier(MPI_COMM_WORLD);
+    double triad = mi_stream_triad_gbs((size_t)stream_mb * 1000000 / sizeof(float), 5, threads), triad_all = triad;
+    if (size > 1)
+        MPI_Reduce(&triad, &triad_all, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    triad = triad_all;
+    int streams = size * threads;
+
     if (rank != 0) {
         mi_runtime_serve(ss.rt);
         if (json)
@@ -154,11 +168,6 @@ int cmd_bench(int argc, char **argv)
         mi_world_finalize();
         return 0;
     }
-    if (!json)
-        fprintf(stderr, "bench: measuring STREAM triad (%ld MB arrays)...\n", stream_mb);
-    /* the bandwidth as many streams as the run has get together */
-    int streams = size * threads;
-    double triad = mi_stream_triad_gbs((size_t)stream_mb * 1000000 / sizeof(float), 5, streams);
     double bytes_per_token = (double)mi_decode_weight_bytes(c);
     char dts[160];
     mi_config_dtype_summary(c, dts, sizeof dts);

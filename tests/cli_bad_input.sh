@@ -79,6 +79,31 @@ expect_error "convert: truncated tokenizer" "trunc" \
 expect_error "convert: output dir missing" "cannot create output file" \
     "$bin" convert --checkpoint "$ckpt" --tokenizer "$tokbin" --out "$tmp/nodir/o6.h5"
 
+# --- quantize: bad dtypes and specs, quantized or damaged input, output over the input
+"$bin" quantize -m "$model" --dtype q8_0 --out "$tmp/valid-q8.h5" >/dev/null 2>&1 || echo "FAIL: making a q8_0 model"
+head -c "$(( $(stat -c %s "$tmp/valid-q8.h5") * 2 / 3 ))" "$tmp/valid-q8.h5" > "$tmp/trunc-q8.h5"
+cp "$model" "$tmp/input-copy.h5"
+expect_error "quantize: unknown dtype"  "unknown dtype 'int4'" "$bin" quantize -m "$model" --dtype int4 --out "$tmp/oq1.h5"
+expect_error "quantize: no dtype"       "give --dtype"         "$bin" quantize -m "$model" --out "$tmp/oq2.h5"
+expect_error "quantize: already quantized" "already quantized .*q8_0.*fp32 model" \
+    "$bin" quantize -m "$tmp/valid-q8.h5" --dtype q4_0 --out "$tmp/oq3.h5"
+expect_error "quantize: layer that does not exist" "layer 9 does not exist .*6 layers" \
+    "$bin" quantize -m "$model" --layer-dtype 0-1:q8_0,5-9:q4_0 --out "$tmp/oq4.h5"
+expect_error "quantize: malformed layer spec" "bad layer range" \
+    "$bin" quantize -m "$model" --layer-dtype 0-:q8_0 --out "$tmp/oq5.h5"
+expect_error "quantize: layer named twice" "layer 2 is given twice" \
+    "$bin" quantize -m "$model" --layer-dtype 0-3:q8_0,2:q4_0 --out "$tmp/oq6.h5"
+expect_error "quantize: unknown dtype in spec" "unknown dtype 'q3'" \
+    "$bin" quantize -m "$model" --layer-dtype 0-5:q3 --out "$tmp/oq7.h5"
+expect_error "quantize: output is the input" "same file as the input" \
+    "$bin" quantize -m "$tmp/input-copy.h5" --dtype q4_0 --out "$tmp/input-copy.h5"
+cmp -s "$model" "$tmp/input-copy.h5" && { echo "ok: the input was not touched"; pass=$((pass+1)); } ||
+    { echo "FAIL: quantize damaged its input"; fail=$((fail+1)); }
+expect_error "quantize: truncated q8_0 file" "truncated|corrupt" "$bin" generate -m "$tmp/trunc-q8.h5"
+expect_error "wire dtype that does not exist" "--wire-dtype: 'q4_0' is not fp32, fp16 or q8_0" \
+    "$bin" generate -m "$model" --wire-dtype q4_0
+expect_error "synth: unknown dtype"     "unknown dtype 'bf16'" "$bin" synth --shape tiny-gqa --dtype bf16 --out "$tmp/s.h5"
+
 left=$(find "$tmp" -name 'o*.h5*' -o -name 's.h5*' -o -name '*.partial.*' | wc -l)
 if [[ $left -eq 0 ]]; then echo "ok: no partial output files left"; pass=$((pass+1));
 else echo "FAIL: partial output files left:"; find "$tmp" -name '*.h5*'; fail=$((fail+1)); fi

@@ -14,6 +14,7 @@
 #include "meshinfer/config.h"
 #include "meshinfer/model.h"
 #include "meshinfer/model_file.h"
+#include "meshinfer/quantize.h"
 #include "meshinfer/synth.h"
 #include "meshinfer/tokenizer.h"
 
@@ -896,6 +897,250 @@ static void test_writer_bad_config(void)
     CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
 }
 
+/* ------------------------------------------------------------ dtypes */
+
+/* Load every weight of path (all layers, embeddings, classifier). */
+static int load_full(const char *path, mi_model *m)
+{
+    char err[MI_ERRLEN];
+    mi_config c;
+    mi_model_file *mf = mi_model_open(path, &c, err);
+    if (!mf) {
+        printf("\n  %s\n", err);
+        return -1;
+    }
+    mi_layer_spec *ls = malloc((size_t)c.n_layers * sizeof *ls);
+    mi_shard_spec spec = mi_shard_spec_full(&c, ls);
+    mi_weight_source src = mi_weight_source_file(mf);
+    int rc = mi_model_load(m, &src, &c, &spec, err);
+    free(ls);
+    mi_model_close(mf);
+    return rc;
+}
+
+/* Every row of a (quantized) equals b's (fp32) within the format's bound:
+ * half a step for q8_0, a step for q4_0 (a step = the row's block maximum
+ * / 127 or / 8 rounded up), 2^-10 relative for fp16. Checks the layout too:
+ * a transposed or misplaced block would be off by the values' own size. */
+static int rows_close(const mi_tensor *a, const mi_tensor *b)
+{
+    if (a->rows != b->rows || a->cols != b->cols || b->dtype != MI_F32)
+        return 0;
+    float *x = malloc((size_t)a->cols * sizeof(float));
+    int ok = 1;
+    for (int r = 0; r < a->rows && ok; r++) {
+        mi_tensor_row_f32(a, r, x);
+        const float *y = (const float *)b->q + (size_t)r * b->cols;
+        for (int i = 0; i < a->cols && ok; i++) {
+            double amax = 0;
+            for (int j = i / 32 * 32; j < i / 32 * 32 + 32 && j < a->cols; j++)
+                amax = fabs(y[j]) > amax ? fabs(y[j]) : amax;
+            double tol = a->dtype == MI_F16 ? fabs(y[i]) * 0x1p-10 + 1e-7 : a->dtype == MI_Q8_0 ? amax / 127 * 0.51 + 1e-7
+                         : a->dtype == MI_Q4_0 ? amax / 8 * 1.01 + 1e-7 : 0;
+            ok = fabs((double)x[i] - y[i]) <= tol;
+            if (!ok)
+                printf("\n  row %d col %d: %g vs %g (tol %g)", r, i, x[i], y[i], tol);
+        }
+    }
+    free(x);
+    return ok;
+}
+
+static void check_quantized(const char *dtype, const char *layer_spec, const char *emb)
+{
+    char out[4300], err[MI_ERRLEN] = "";
+    tu_path(out, sizeof out, g_dir, "quantized.h5");
+    mi_config t;
+    mi_model_file *mf = mi_model_open(g_model, &t, err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mf);
+    mi_model_close(mf);
+    CU_ASSERT_EQUAL_FATAL(mi_dtypes_apply(&t, dtype, layer_spec, emb, err), 0);
+    CU_ASSERT_EQUAL_FATAL(mi_model_quantize(g_model, out, &t, 0, err), 0);
+    mi_config c;
+    mf = mi_model_open(out, &c, err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mf);
+    mi_model_close(mf);
+    /* the file holds the dtypes asked for */
+    CU_ASSERT_EQUAL(memcmp(c.dtype, t.dtype, sizeof c.dtype), 0);
+    CU_ASSERT_EQUAL(c.emb_dtype, t.emb_dtype);
+    CU_ASSERT_EQUAL(c.cls_dtype, t.cls_dtype);
+    mi_model q, f;
+    CU_ASSERT_EQUAL_FATAL(load_full(out, &q), 0);
+    CU_ASSERT_EQUAL_FATAL(load_full(g_model, &f), 0);
+    CU_ASSERT_EQUAL(q.weight_bytes, mi_decode_weight_bytes(&c) + mi_embedding_bytes(&c) +
+                                        (size_t)(2 * c.n_layers + 1) * c.dim * sizeof(float));
+    int bad = !rows_close(&q.tok_embeddings, &f.tok_embeddings) + !rows_close(&q.classifier, &f.classifier);
+    for (int l = 0; l < c.n_layers; l++) {
+        const mi_layer *a = &q.layers[l], *b = &f.layers[l];
+        bad += !rows_close(&a->wq, &b->wq) + !rows_close(&a->wk, &b->wk) + !rows_close(&a->wv, &b->wv) +
+               !rows_close(&a->wo, &b->wo) + !rows_close(&a->w1, &b->w1) + !rows_close(&a->w2, &b->w2) +
+               !rows_close(&a->w3, &b->w3);
+        bad += memcmp(a->attention_norm, b->attention_norm, (size_t)c.dim * sizeof(float)) != 0;
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    mi_model_free(&q);
+    mi_model_free(&f);
+    unlink(out);
+}
+
+static void test_quantize_fp16(void) { check_quantized("fp16", NULL, NULL); }
+static void test_quantize_q8_0(void) { check_quantized("q8_0", NULL, NULL); }
+static void test_quantize_q4_0(void) { check_quantized("q4_0", NULL, NULL); }
+static void test_quantize_mixed(void) { check_quantized(NULL, "0-1:q8_0,2:q4_0,3:fp16", "q8_0"); }
+
+/* A shard of a q4_0 model (one KV head's rows and wo columns, a block-aligned
+ * FFN slice) holds exactly the full model's bytes for those rows and
+ * columns; a slice that cuts a block is refused. */
+static void test_quantized_shards(void)
+{
+    char out[4300], err[MI_ERRLEN] = "";
+    tu_path(out, sizeof out, g_dir, "q4.h5");
+    mi_config t = g_cfg;
+    CU_ASSERT_EQUAL_FATAL(mi_dtypes_apply(&t, "q4_0", NULL, NULL, err), 0);
+    CU_ASSERT_EQUAL_FATAL(mi_model_quantize(g_model, out, &t, 0, err), 0);
+    mi_config c;
+    mi_model_file *mf = mi_model_open(out, &c, err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mf);
+    int L = c.n_layers;
+    mi_layer_spec *ls = malloc((size_t)L * sizeof *ls);
+    mi_layer_spec one = {.n_kv = 1, .kv = {1}, .proj = MI_PROJ_HEADS, .f0 = 96, .nf = 64};
+    for (int l = 0; l < L; l++)
+        ls[l] = one;
+    mi_shard_spec spec = {ls, 0, 0, 0};
+    mi_weight_source src = mi_weight_source_file(mf);
+    mi_model part, full;
+    CU_ASSERT_EQUAL_FATAL(mi_model_load(&part, &src, &c, &spec, err), 0);
+    CU_ASSERT_EQUAL(part.weight_bytes, mi_shard_weight_bytes(&c, &spec));
+    CU_ASSERT_EQUAL_FATAL(load_full(out, &full), 0);
+    int w = mi_kv_group(&c) * c.head_dim, bad = 0; /* 64 wo columns per KV head: 2 blocks */
+    for (int l = 0; l < L; l++) {
+        const mi_layer *P = &part.layers[l], *F = &full.layers[l];
+        mi_tensor fw1 = mi_tensor_rows(&F->w1, 96, 64);
+        bad += memcmp(P->w1.q, fw1.q, (size_t)64 * c.dim / 2) != 0 || memcmp(P->w1.d, fw1.d, (size_t)64 * c.dim / 16);
+        for (int r = 0; r < c.dim; r++) {
+            /* w2 columns [96, 160) and wo columns of KV head 1 are whole blocks of each row */
+            bad += memcmp((char *)P->w2.q + (size_t)r * 32, (char *)F->w2.q + (size_t)r * (c.hidden_dim / 2) + 48, 32);
+            bad += memcmp(P->w2.d + (size_t)r * 2, F->w2.d + (size_t)r * (c.hidden_dim / 32) + 3, 4);
+            bad += memcmp((char *)P->wo.q + (size_t)r * (w / 2), (char *)F->wo.q + (size_t)r * (c.dim / 2) + w / 2,
+                          (size_t)w / 2);
+            bad += memcmp(P->wo.d + (size_t)r * (w / 32), F->wo.d + (size_t)r * (c.dim / 32) + w / 32, (size_t)w / 16);
+        }
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    mi_model_free(&full);
+    mi_model_free(&part);
+    /* FFN units [100, 160): w2's columns would cut a block */
+    one.f0 = 100;
+    one.nf = 60;
+    for (int l = 0; l < L; l++)
+        ls[l] = one;
+    err[0] = '\0';
+    CU_ASSERT_EQUAL(mi_model_load(&part, &src, &c, &spec, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "cut q4_0 blocks"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "w2_t"));
+    free(ls);
+    mi_model_close(mf);
+    unlink(out);
+}
+
+static void test_quantize_refusals(void)
+{
+    char p[4300], out[4300], out2[4300], err[MI_ERRLEN] = "";
+    tu_path(p, sizeof p, g_dir, "nan.h5");
+    tu_path(out, sizeof out, g_dir, "nan-q8.h5");
+    tu_path(out2, sizeof out2, g_dir, "q8-again.h5");
+    /* a NaN in one weight: refused, naming the tensor, and nothing written */
+    CU_ASSERT_EQUAL_FATAL(write_variant(p, &g_cfg, NULL, NULL, 0, err), 0);
+    hid_t f = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t d = H5Dopen2(f, "layers/002/w3", H5P_DEFAULT), fs = H5Dget_space(d);
+    hsize_t start[2] = {7, 9}, one[2] = {1, 1};
+    H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, one, NULL);
+    hid_t ms = H5Screate_simple(2, one, NULL);
+    float nan = NAN;
+    CU_ASSERT(H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, &nan) >= 0);
+    H5Sclose(ms);
+    H5Sclose(fs);
+    H5Dclose(d);
+    H5Fclose(f);
+    mi_config t = g_cfg;
+    CU_ASSERT_EQUAL_FATAL(mi_dtypes_apply(&t, "q8_0", NULL, NULL, err), 0);
+    err[0] = '\0';
+    CU_ASSERT_EQUAL(mi_model_quantize(p, out, &t, 0, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "layers/002/w3"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "non-finite"));
+    CU_ASSERT_FALSE(tu_file_exists(out));
+    CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
+    /* a quantized input is refused; so is an output over the input */
+    CU_ASSERT_EQUAL_FATAL(mi_model_quantize(g_model, out, &t, 0, err), 0);
+    err[0] = '\0';
+    CU_ASSERT_EQUAL(mi_model_quantize(out, out2, &t, 0, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "already quantized"));
+    err[0] = '\0';
+    CU_ASSERT_EQUAL(mi_model_quantize(g_model, g_model, &t, 0, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "same file"));
+    /* spec errors */
+    mi_config u = g_cfg;
+    CU_ASSERT_EQUAL(mi_dtypes_apply(&u, NULL, "0-4:q8_0", NULL, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "layer 4 does not exist"));
+    CU_ASSERT_EQUAL(mi_dtypes_apply(&u, NULL, "1,2:q8_0", NULL, err), -1);
+    CU_ASSERT_EQUAL(mi_dtypes_apply(&u, NULL, "0:q8_0,", NULL, err), -1);
+    CU_ASSERT_EQUAL(mi_dtypes_apply(&u, "q5_1", NULL, NULL, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "unknown dtype 'q5_1'"));
+    unlink(p);
+    unlink(out);
+}
+
+/* Replace dataset `name` of a file by an empty dataset of rows x cols of `type`. */
+static int replace_dataset(const char *path, const char *name, hsize_t rows, hsize_t cols, hid_t type)
+{
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    if (f < 0)
+        return -1;
+    int rc = H5Ldelete(f, name, H5P_DEFAULT) < 0 ? -1 : 0;
+    hsize_t dims[2] = {rows, cols};
+    hid_t sp = H5Screate_simple(2, dims, NULL);
+    hid_t d = H5Dcreate2(f, name, type, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (d < 0)
+        rc = -1;
+    else
+        H5Dclose(d);
+    H5Sclose(sp);
+    H5Fclose(f);
+    return rc;
+}
+
+/* A block-format tensor whose parts do not fit its shape or dtype is
+ * rejected at open, naming the part. */
+static void test_damaged_blocks(void)
+{
+    char q[4300], p[4300], err[MI_ERRLEN] = "";
+    tu_path(q, sizeof q, g_dir, "q4-ok.h5");
+    tu_path(p, sizeof p, g_dir, "q4-bad.h5");
+    mi_config t = g_cfg;
+    CU_ASSERT_EQUAL_FATAL(mi_dtypes_apply(&t, "q4_0", NULL, NULL, err), 0);
+    CU_ASSERT_EQUAL_FATAL(mi_model_quantize(g_model, q, &t, 0, err), 0);
+    /* values cut short (a row missing) */
+    CU_ASSERT_EQUAL_FATAL(copy_file(q, p, -1), 0);
+    CU_ASSERT_EQUAL_FATAL(replace_dataset(p, "layers/001/w1/qs", 319, 64, H5T_STD_U8LE), 0);
+    expect_open_fails(p, "layers/001/w1/qs", "expected [320, 64]");
+    /* scales cut short, in a transposed tensor (blocks down the rows) */
+    CU_ASSERT_EQUAL_FATAL(copy_file(q, p, -1), 0);
+    CU_ASSERT_EQUAL_FATAL(replace_dataset(p, "layers/002/w2_t/d", 9, 128, H5T_IEEE_F32LE), 0);
+    expect_open_fails(p, "layers/002/w2_t/d", "expected [10, 128]");
+    /* scales of the right shape but float32 */
+    CU_ASSERT_EQUAL_FATAL(copy_file(q, p, -1), 0);
+    CU_ASSERT_EQUAL_FATAL(replace_dataset(p, "layers/003/wq/d", 128, 4, H5T_IEEE_F32LE), 0);
+    expect_open_fails(p, "layers/003/wq/d", "not float16");
+    /* a group without its dtype attribute */
+    CU_ASSERT_EQUAL_FATAL(copy_file(q, p, -1), 0);
+    hid_t f = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+    CU_ASSERT(H5Adelete_by_name(f, "layers/000/wk", "dtype", H5P_DEFAULT) >= 0);
+    H5Fclose(f);
+    expect_open_fails(p, "layers/000/wk", "block dtype");
+    unlink(p);
+    unlink(q);
+}
+
 /* ------------------------------------------------------------ main */
 
 int main(void)
@@ -932,6 +1177,13 @@ int main(void)
         {"writer commit and transpose", test_writer_commit},
         {"writer in missing directory fails", test_writer_bad_dir},
         {"writer rejects invalid config", test_writer_bad_config},
+        {"quantize fp16: every matrix within fp16 rounding", test_quantize_fp16},
+        {"quantize q8_0: every matrix within half a step, layouts right", test_quantize_q8_0},
+        {"quantize q4_0: every matrix within a step, layouts right", test_quantize_q4_0},
+        {"quantize per layer (q8_0, q4_0, fp16) with q8_0 embeddings", test_quantize_mixed},
+        {"q4_0 shards: exact bytes of whole blocks; a cut block refused", test_quantized_shards},
+        {"quantize refuses NaN weights, quantized input, output over input, bad specs", test_quantize_refusals},
+        {"bad file: damaged block-format parts named at open", test_damaged_blocks},
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
         if (!CU_add_test(s, tests[i].name, tests[i].fn)) {
