@@ -2,7 +2,9 @@
  * decode kernel against a double-precision reference, bit-identity of row
  * subsets (what head-level partitioning relies on), sampler behaviour, a
  * naive independent forward pass (GQA) against mi_forward, and prefill
- * (sgemm) against token-by-token decoding within 1e-4.
+ * (sgemm) against token-by-token decoding within 1e-4; the GQA model in
+ * q8_0 and q4_0 against the naive pass on its dequantized weights (within
+ * the activations' int8 rounding) and with prefill equal to decode bit for bit.
  *
  * usage: test_forward [REAL_MODEL.h5]   (the stories15M model; optional) */
 #define _POSIX_C_SOURCE 200809L
@@ -17,12 +19,13 @@
 #include "meshinfer/common.h"
 #include "meshinfer/forward.h"
 #include "meshinfer/kernels.h"
+#include "meshinfer/quantize.h"
 #include "meshinfer/sampler.h"
 #include "meshinfer/synth.h"
 
 static const char *g_real_model = NULL;
 static char g_tmpdir[4096];
-static char g_gqa_path[4200];
+static char g_gqa_path[4200], g_gqa_q8[4200], g_gqa_q4[4200];
 
 static void fill_rand(float *p, size_t n, uint64_t seed)
 {
@@ -297,7 +300,11 @@ static void naive_forward(const mi_model *m, const int *tokens, int n, double *l
     free(kc); free(vc); free(x); free(xn); free(q); free(att); free(h1); free(sc);
 }
 
-static void check_against_naive(const char *path, int n)
+/* tol: relative to the largest logit. fp32 weights: 1e-4. Block dtypes:
+ * the kernels round each activation to int8 per block of 32 (the naive
+ * reference keeps them exact), an error of up to half a step of 1/127 of the
+ * block's largest value per activation, which the layers carry on. */
+static void check_against_naive(const char *path, int n, double tol)
 {
     mi_model m;
     mi_model_load_path(&m, path, NULL);
@@ -324,14 +331,16 @@ static void check_against_naive(const char *path, int n)
     printf("\n    %s: max |logit - naive double reference| over %d positions = %.2e (max |logit| %.2e) ", path,
            n, worst, scale);
     /* relative: synthetic weights give small logits, where an absolute bound would be loose */
-    CU_ASSERT(scale > 0 && worst <= 1e-4 * scale);
+    CU_ASSERT(scale > 0 && worst <= tol * scale);
     mi_scratch_free(&s);
     mi_model_free(&m);
     free(ref);
     free(tok);
 }
 
-static void test_gqa_forward_matches_naive(void) { check_against_naive(g_gqa_path, 12); }
+static void test_gqa_forward_matches_naive(void) { check_against_naive(g_gqa_path, 12, 1e-4); }
+static void test_gqa_q8_forward_matches_naive(void) { check_against_naive(g_gqa_q8, 12, 0.02); }
+static void test_gqa_q4_forward_matches_naive(void) { check_against_naive(g_gqa_q4, 12, 0.02); }
 
 static void test_real_forward_matches_naive(void)
 {
@@ -339,12 +348,12 @@ static void test_real_forward_matches_naive(void)
         CU_FAIL("no real model path given");
         return;
     }
-    check_against_naive(g_real_model, 6);
+    check_against_naive(g_real_model, 6, 1e-4);
 }
 
 /* Prefill (sgemm, chunked) and decode (matvec, one token at a time) of the same
  * tokens give the same logits within 1e-4 at every position. */
-static void check_prefill_vs_decode(const char *path, int n, int chunk)
+static void check_prefill_vs_decode(const char *path, int n, int chunk, double tol)
 {
     mi_model m;
     mi_model_load_path(&m, path, NULL);
@@ -373,7 +382,7 @@ static void check_prefill_vs_decode(const char *path, int n, int chunk)
         }
     }
     printf("\n    %s: max |prefill - decode| logit over %d positions (chunk %d) = %.2e ", path, n, chunk, worst);
-    CU_ASSERT(worst <= 1e-4);
+    CU_ASSERT(worst <= tol);
     free(pre);
     free(tok);
     mi_scratch_free(&big);
@@ -381,7 +390,10 @@ static void check_prefill_vs_decode(const char *path, int n, int chunk)
     mi_model_free(&m);
 }
 
-static void test_gqa_prefill_vs_decode(void) { check_prefill_vs_decode(g_gqa_path, 40, 16); }
+static void test_gqa_prefill_vs_decode(void) { check_prefill_vs_decode(g_gqa_path, 40, 16, 1e-4); }
+/* block dtypes run the same row kernel for every prefill position: exact */
+static void test_gqa_q8_prefill_vs_decode(void) { check_prefill_vs_decode(g_gqa_q8, 40, 16, 0.0); }
+static void test_gqa_q4_prefill_vs_decode(void) { check_prefill_vs_decode(g_gqa_q4, 40, 16, 0.0); }
 
 static void test_real_prefill_vs_decode(void)
 {
@@ -389,7 +401,7 @@ static void test_real_prefill_vs_decode(void)
         CU_FAIL("no real model path given");
         return;
     }
-    check_prefill_vs_decode(g_real_model, 64, 24);
+    check_prefill_vs_decode(g_real_model, 64, 24, 1e-4);
 }
 
 int main(int argc, char **argv)
@@ -402,7 +414,12 @@ int main(int argc, char **argv)
     mi_config c;
     mi_config_from_shape("tiny-gqa", &c);
     char err[MI_ERRLEN];
-    if (mi_synth_write(&c, 3, g_gqa_path, 0, err)) {
+    snprintf(g_gqa_q8, sizeof g_gqa_q8, "%s/tiny-gqa-q8_0.h5", g_tmpdir);
+    snprintf(g_gqa_q4, sizeof g_gqa_q4, "%s/tiny-gqa-q4_0.h5", g_tmpdir);
+    mi_config c8 = c, c4 = c;
+    if (mi_synth_write(&c, 3, g_gqa_path, 0, err) || mi_dtypes_apply(&c8, "q8_0", NULL, NULL, err) ||
+        mi_synth_write(&c8, 3, g_gqa_q8, 0, err) || mi_dtypes_apply(&c4, "q4_0", NULL, NULL, err) ||
+        mi_synth_write(&c4, 3, g_gqa_q4, 0, err)) {
         fprintf(stderr, "%s\n", err);
         return 1;
     }
@@ -417,6 +434,10 @@ int main(int argc, char **argv)
     CU_pSuite f = CU_add_suite("forward", NULL, NULL);
     CU_add_test(f, "GQA synthetic model vs naive reference", test_gqa_forward_matches_naive);
     CU_add_test(f, "GQA prefill vs decode logits", test_gqa_prefill_vs_decode);
+    CU_add_test(f, "GQA q8_0 vs naive reference on its dequantized weights", test_gqa_q8_forward_matches_naive);
+    CU_add_test(f, "GQA q4_0 vs naive reference on its dequantized weights", test_gqa_q4_forward_matches_naive);
+    CU_add_test(f, "GQA q8_0 prefill equals decode bit for bit", test_gqa_q8_prefill_vs_decode);
+    CU_add_test(f, "GQA q4_0 prefill equals decode bit for bit", test_gqa_q4_prefill_vs_decode);
     if (g_real_model) {
         CU_add_test(f, "stories15M vs naive reference", test_real_forward_matches_naive);
         CU_add_test(f, "stories15M prefill vs decode logits", test_real_prefill_vs_decode);
@@ -426,6 +447,8 @@ int main(int argc, char **argv)
     unsigned fails = CU_get_number_of_failures();
     CU_cleanup_registry();
     unlink(g_gqa_path);
+    unlink(g_gqa_q8);
+    unlink(g_gqa_q4);
     rmdir(g_tmpdir);
     return fails != 0;
 }
