@@ -25,12 +25,13 @@
 #   --tolerances "0.05" speculation tolerances
 #   --no-spec-off       skip head-level runs without speculation
 #   --cpu-pct P         CPU quota per rank, % of one core (default 40)
+#   --wire-dtype T      activation messages in fp32 (default), fp16 or q8_0 (use a --name per dtype)
 #   --name NAME         output name under results/ (default sweep)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 model="$root/models/cache/stories15M.h5" tokens=242 ranks="5" delays="5" losses="0" cpu=40 name=sweep
 prompt="Once upon a time, there was a little girl named Lily"
-planners="layerwise roundrobin random greedy" tols="0.05" spec_off=1
+planners="layerwise roundrobin random greedy" tols="0.05" spec_off=1 wire=fp32
 while (($#)); do
     case "$1" in
         --model) model=$2; shift 2 ;;
@@ -43,6 +44,7 @@ while (($#)); do
         --tolerances) tols=$2; shift 2 ;;
         --no-spec-off) spec_off=0; shift ;;
         --cpu-pct) cpu=$2; shift 2 ;;
+        --wire-dtype) wire=$2; shift 2 ;;
         --name) name=$2; shift 2 ;;
         -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
         *) echo "sweep: error: unknown option '$1' (see --help)" >&2; exit 2 ;;
@@ -54,6 +56,7 @@ fail() { echo "sweep: error: $*" >&2; exit 2; }
 for v in $ranks; do [[ $v =~ ^[1-9][0-9]*$ ]] || fail "--ranks: '$v' is not a positive rank count"; done
 [[ $tokens =~ ^[1-9][0-9]*$ ]] || fail "--tokens '$tokens' is not a positive number"
 [[ $cpu =~ ^[1-9][0-9]*$ ]] || fail "--cpu-pct '$cpu' is not a positive integer"
+[[ $wire =~ ^(fp32|fp16|q8_0)$ ]] || fail "--wire-dtype '$wire' is not fp32, fp16 or q8_0"
 for v in $delays $losses; do [[ $v =~ ^[0-9]+([.][0-9]+)?$ ]] || fail "--delays/--losses: '$v' is not a number"; done
 for v in $tols; do [[ $v =~ ^[0-9]+([.][0-9]+)?([eE][+-]?[0-9]+)?$ ]] || fail "--tolerances: '$v' is not a number"; done
 for v in $planners; do
@@ -73,7 +76,7 @@ for n in $ranks; do for d in $delays; do for l in $losses; do for p in $planners
         extra=""; [[ $spec == 1 ]] && extra="--speculate --tolerance $t"
         echo "sweep: $(date +%T) $p spec=$spec tol=$t ranks=$n delay=${d}ms loss=${l}%" >&2
         if "$root/jobs/testbed.sh" --ranks "$n" --cpu-pct "$cpu" --delay-ms "$d" --jitter-ms "$(awk "BEGIN{print $d/5}")" \
-              --loss-pct "$l" -- generate -m "$model" -p "$prompt" -n "$tokens" --ignore-eos --planner "$p" $extra --json \
+              --loss-pct "$l" -- generate -m "$model" -p "$prompt" -n "$tokens" --ignore-eos --planner "$p" --wire-dtype "$wire" $extra --json \
               > "$f.partial" 2> "$f.log"; then
             mv "$f.partial" "$f"; rm -f "$f.log"
         else

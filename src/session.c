@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "meshinfer/common.h"
+#include "meshinfer/kernels.h"
 #include "meshinfer/model_file.h"
 #include "cli.h"
 
@@ -517,9 +518,12 @@ void session_metrics_json(mi_session *ss, FILE *f)
     mi_runtime_metrics(ss->rt, all);
     if (ss->rank != 0)
         return;
-    fprintf(f, "\"plan\": {\"planner\": \"%s\", \"controller_works\": %s, \"plan_ms\": %.3f, "
-               "\"predicted_token_ms\": %.4f, \"predicted_bytes_per_token\": %.0f}, ",
-            mi_planner_name(ss->plan.planner), ss->plan.controller_works ? "true" : "false", ss->plan_ms,
+    char dts[160];
+    fprintf(f, "\"weights\": \"%s\", \"plan\": {\"planner\": \"%s\", \"controller_works\": %s, "
+               "\"wire_dtype\": \"%s\", \"plan_ms\": %.3f, \"predicted_token_ms\": %.4f, "
+               "\"predicted_bytes_per_token\": %.0f}, ",
+            mi_config_dtype_summary(&ss->cfg, dts, sizeof dts), mi_planner_name(ss->plan.planner),
+            ss->plan.controller_works ? "true" : "false", mi_dtype_name(ss->plan.wire), ss->plan_ms,
             ss->pred.token_s * 1e3, ss->pred.bytes_per_token);
     /* each transition is decided by one rank (its FFN rank): sum over ranks */
     fprintf(f, "\"rtt_ms\": [");
@@ -574,8 +578,11 @@ void session_metrics_table(mi_session *ss)
     mi_runtime_metrics(ss->rt, all);
     if (ss->rank != 0)
         return;
-    fprintf(stderr, "plan %s: predicted %.3f ms/token, %.0f bytes moved per token (planned in %.3f ms)\n",
-            mi_planner_name(ss->plan.planner), ss->pred.token_s * 1e3, ss->pred.bytes_per_token, ss->plan_ms);
+    char dts[160];
+    fprintf(stderr, "plan %s: predicted %.3f ms/token, %.0f bytes moved per token (planned in %.3f ms); weights %s, "
+                    "messages %s, kernels %s\n", mi_planner_name(ss->plan.planner), ss->pred.token_s * 1e3,
+            ss->pred.bytes_per_token, ss->plan_ms, mi_config_dtype_summary(&ss->cfg, dts, sizeof dts),
+            mi_dtype_name(ss->plan.wire), mi_kernels_name());
     double dec = 0, acc = 0;
     int n_spec = 0;
     for (int l = 0; l < ss->cfg.n_layers - 1 && l < MI_SPEC_MAX_LAYERS; l++)

@@ -79,6 +79,8 @@ const rows = files.map(f => {
     const spec = j.speculation || [];
     return {
         model: path.basename(j.model), synthetic: j.synthetic_weights, planner: m[1], speculate: +m[2],
+        weights: typeof j.weights === 'string' ? j.weights : 'fp32',
+        wire: j.plan && typeof j.plan.wire_dtype === 'string' ? j.plan.wire_dtype : 'fp32',
         tolerance: m[3], ranks: j.n_ranks, delay_ms: m[5], loss_pct: m[6],
         rtt_ms: rtt.length ? rtt.reduce((a, b) => a + b) / rtt.length : 0,
         prompt_tokens: j.prompt_tokens, tokens: n, positions: j.prompt_tokens + n, seconds,
@@ -121,7 +123,8 @@ for (const r of rows) {
     if (!groups.has(k)) groups.set(k, []);
     groups.get(k).push(r);
 }
-const label = `${rows[0].model}${rows[0].synthetic ? ' (synthetic weights)' : ''}`;
+const label = `${rows[0].model}${rows[0].synthetic ? ' (synthetic weights)' : ''}, ${rows[0].weights} weights, ` +
+              `${rows[0].wire} messages`;
 let md = `# Sweep: ${label}\n\nPer-device energy is an estimate: seed 000's 3.8 W idle and 4.9 W active applied to each rank's measured compute time.\n`;
 for (const [k, g] of groups) {
     const base = g.find(r => r.planner === 'layerwise');

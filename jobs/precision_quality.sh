@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# What a precision costs: stories15M's perplexity on two texts and its greedy
+# continuation of the reference prompt, for every weight dtype (fp32, fp16,
+# q8_0, q4_0, q4_0 with q8_0 embeddings, a per-layer mix) and for lossy
+# messages between ranks (fp16, q8_0 on 2 ranks with the tp planner, which
+# sends every kind of message: residuals, partial sums, logits).
+#   in-distribution text: stories the fp32 model samples itself (16 of 250
+#     tokens, seeds 101-116, temperature 1, top-p 0.95; held out from nothing,
+#     but the only children's stories reachable here)
+#   out-of-distribution text: Moby Dick chapters 1-3 (models/cache/moby-dick.txt)
+# Writes results/precision/quality.csv and quality.md (and the quantized
+# models it makes, in results/precision/), and prints the table.
+#
+# usage: jobs/precision_quality.sh [--model models/cache/stories15M.h5] [--out DIR]
+set -euo pipefail
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
+    exit 0
+fi
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bin="$root/build/meshinfer"
+model="$root/models/cache/stories15M.h5"
+out="$root/results/precision"
+while (($#)); do
+    case "$1" in
+        --model) model=$2; shift 2 ;;
+        --out) out=$2; shift 2 ;;
+        *) echo "precision_quality: error: unknown option '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+[[ -x "$bin" ]] || "$root/jobs/build.sh"
+[[ -f "$model" ]] || model="$("$root/jobs/fetch_model.sh")"
+moby="$root/models/cache/moby-dick.txt"
+[[ -f "$moby" ]] || "$root/jobs/fetch_references.sh" >/dev/null
+mkdir -p "$out"
+say() { echo "precision_quality: $*" >&2; }
+mpi() { mpirun --allow-run-as-root -q --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 "$@"; }
+
+stories="$out/own-stories.txt"
+if [[ ! -s "$stories" ]]; then
+    say "sampling the in-distribution text..."
+    for s in $(seq 101 116); do "$bin" generate -m "$model" -t 1 --top-p 0.95 -s "$s" -n 250 2>/dev/null; echo; done \
+        > "$stories.partial"
+    mv "$stories.partial" "$stories"
+fi
+
+# name | quantize options ("" = the fp32 file) | wire dtype (2 ranks, tp) or "-" (1 rank)
+configs=(
+    "fp32||-"
+    "fp16|--dtype fp16|-"
+    "q8_0|--dtype q8_0|-"
+    "q8_0, fp16 embeddings|--dtype q8_0 --embeddings-dtype fp16|-"
+    "q4_0|--dtype q4_0|-"
+    "q4_0, q8_0 embeddings|--dtype q4_0 --embeddings-dtype q8_0|-"
+    "layers 0-1 q8_0, 2-5 q4_0|--layer-dtype 0-1:q8_0,2-5:q4_0 --embeddings-dtype q8_0|-"
+    "fp32, fp16 messages||fp16"
+    "fp32, q8_0 messages||q8_0"
+    "q4_0, q8_0 messages|--dtype q4_0|q8_0"
+)
+prompt="Once upon a time, there was a little girl named Lily"
+json_get() { node -e 'const j = JSON.parse(require("fs").readFileSync(0, "utf8")); console.log(j[process.argv[1]])' "$1"; }
+csv="$out/quality.csv.partial"
+trap 'rm -f "$csv"' EXIT
+echo "config,weights_mb,wire,ppl_stories,ppl_moby,stories_tokens,moby_tokens,same_tokens_as_fp32,text" > "$csv"
+ref_tokens=""
+for c in "${configs[@]}"; do
+    IFS='|' read -r name qopts wire <<<"$c"
+    file="$model"
+    if [[ -n "$qopts" ]]; then
+        file="$out/$(tr -c 'A-Za-z0-9_-' '_' <<<"$qopts").h5"
+        [[ -f "$file" ]] || "$bin" quantize -m "$model" $qopts --out "$file" >/dev/null 2>&1
+    fi
+    run=("$bin")
+    opts=()
+    if [[ "$wire" != "-" ]]; then
+        run=(mpi -np 2 "$bin")
+        opts=(--planner tp --wire-dtype "$wire")
+    fi
+    say "$name..."
+    p1=$("${run[@]}" perplexity -m "$file" --text "$stories" "${opts[@]}" --json 2>/dev/null)
+    p2=$("${run[@]}" perplexity -m "$file" --text "$moby" "${opts[@]}" --json 2>/dev/null)
+    g=$("${run[@]}" generate -m "$file" -p "$prompt" -n 100 "${opts[@]}" --json 2>/dev/null)
+    toks=$(printf '%s' "$g" | node -e 'console.log(JSON.parse(require("fs").readFileSync(0, "utf8")).tokens.join(" "))')
+    [[ -n "$ref_tokens" ]] || ref_tokens="$toks"
+    same=$(node -e 'const a = process.argv[1].split(" "), b = process.argv[2].split(" "); let n = 0;
+                    while (n < a.length && n < b.length && a[n] === b[n]) n++; console.log(n + "/" + a.length)' \
+           "$ref_tokens" "$toks")
+    mb=$(node -e 'console.log((require("fs").statSync(process.argv[1]).size / 1e6).toFixed(1))' "$file")
+    text=$(printf '%s' "$g" | json_get text | tr '\n"' " '" | cut -c1-120)
+    echo "\"$name\",$mb,${wire/-/fp32},$(printf '%s' "$p1" | json_get perplexity),$(printf '%s' "$p2" | json_get perplexity),$(printf '%s' "$p1" | json_get tokens),$(printf '%s' "$p2" | json_get tokens),$same,\"$text\"" >> "$csv"
+done
+mv "$csv" "$out/quality.csv"
+trap - EXIT
+node -e '
+  const lines = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").slice(1);
+  const rows = lines.map(l => l.match(/("[^"]*"|[^,]+)/g).map(x => x.replace(/^"|"$/g, "")));
+  const b1 = +rows[0][3], b2 = +rows[0][4];
+  let md = `stories15M, ${rows[0][5]} tokens of its own stories and ${rows[0][6]} of Moby Dick; messages on 2 ranks (tp) where not fp32\n\n`;
+  md += "| weights | file MB | messages | perplexity, own stories | vs fp32 | perplexity, Moby Dick | vs fp32 | greedy tokens as fp32 |\n";
+  md += "|---|---|---|---|---|---|---|---|\n";
+  for (const r of rows)
+    md += `| ${r[0]} | ${r[1]} | ${r[2]} | ${(+r[3]).toFixed(4)} | ${((r[3] / b1 - 1) * 100).toFixed(2)}% | ` +
+          `${(+r[4]).toFixed(1)} | ${((r[4] / b2 - 1) * 100).toFixed(2)}% | ${r[7]} |\n`;
+  md += "\nGreedy continuation of \"Once upon a time, there was a little girl named Lily\" (first 120 characters):\n\n";
+  for (const r of rows) md += `- ${r[0]}: ${r[8]}\n`;
+  require("fs").writeFileSync(process.argv[2], md);
+  process.stdout.write(md);
+' "$out/quality.csv" "$out/quality.md"
+say "wrote $out/quality.csv and $out/quality.md"
