@@ -45,7 +45,11 @@ the same tokens as we do:
    A byte whose string is also an ordinary token (e.g. "a") keeps the
    unreachable spelling "<0x61>" so that the encoder finds the ordinary token as
    sentencepiece does; other bytes (newline, bytes of UTF-8 sequences) become the
-   raw byte, so that distributed-llama prints them.
+   raw byte, so that distributed-llama prints them. Byte-fallback tokens never
+   merge in our encoder (nor in sentencepiece), but they would in dllama's; so a
+   piece containing a character that exists only as a byte token (none in the
+   Llama 2 vocabulary; about half of a `meshinfer synth` vocabulary, whose space
+   is such a byte) is renamed "<unreachable ID>" and cannot be produced.
 It adds no dummy prefix space: give it the prompt with a leading space
 (" Once upon a time") to get our tokens for "Once upon a time".
 """
@@ -207,6 +211,19 @@ def dllama_pieces(pieces, bos, eos, first_byte):
         b = i - first_byte
         raw = bytes([b])
         out[i] = f"<0x{b:02X}>".encode() if raw in ordinary else raw
+    # Pieces our encoder can never produce: they contain a character that is
+    # not an ordinary one-character piece (it exists only as a byte-fallback
+    # token, and byte-fallback tokens never merge). Renamed so that dllama's
+    # encoder, which would merge them, cannot produce them either.
+    first_piece = first_byte + 256 if first_byte >= 0 else 3
+    chars = set()
+    for p in pieces[first_piece:]:
+        u = p.decode("utf-8", "replace")
+        if len(u) == 1:
+            chars.add(u)
+    for i in range(first_piece, len(pieces)):
+        if any(c not in chars for c in pieces[i].decode("utf-8", "replace")):
+            out[i] = b"<unreachable %d>" % i
     for i, p in enumerate(out):
         if not p:
             out[i] = b"<empty>"  # dllama's format has no empty pieces
