@@ -9,8 +9,8 @@
  *
  * q8_0: vpdpbusd multiplies unsigned by signed bytes, so the activations go
  * in as |q| and their signs move onto the weights (a masked negation), 64
- * bytes (two blocks) per instruction; block scales are applied per lane after
- * converting the int32 sums.
+ * bytes (two blocks) per instruction, two independent accumulators; block
+ * scales are applied per lane after converting the int32 sums.
  *
  * q4_0: the nibbles are already unsigned (0..15), so they feed vpdpbusd
  * directly and the offset of 8 is the per-block term s (family.h). 64 bytes of
@@ -120,23 +120,15 @@ static inline float quantize_block(const float *x, int8_t *q, int *sum)
 typedef struct {
     float *d, *s;
     int8_t *q;
-    uint8_t *u;
-    uint64_t *m;
 } act_mem;
 
 static act_mem carve(void *scratch, int n)
 {
     int nb = n / MI_QK;
     act_mem p;
-    uintptr_t a = (uintptr_t)scratch;
-    p.d = (float *)a;
+    p.d = (float *)scratch;
     p.s = p.d + nb;
-    a = ((uintptr_t)(p.s + nb) + 63) & ~(uintptr_t)63;
-    p.q = (int8_t *)a;
-    a = (a + (uintptr_t)n + 63) & ~(uintptr_t)63;
-    p.u = (uint8_t *)a;
-    a = (a + (uintptr_t)n + 63) & ~(uintptr_t)63;
-    p.m = (uint64_t *)a;
+    p.q = (int8_t *)(((uintptr_t)(p.s + nb) + 63) & ~(uintptr_t)63);
     return p;
 }
 
@@ -148,11 +140,11 @@ static void fill_act(mi_act *a, const float *x, int n, const act_mem *p)
     a->q = p->q;
     a->d = p->d;
     a->s = p->s;
-    a->u = p->u;
-    a->m = p->m;
 }
 
-/* q8_0: natural order, plus |q| in u and the signs of q (one bit each) in m. */
+/* q8_0: natural order. (The kernel recomputes |q| and the signs from q: two
+ * register operations are cheaper than a second activation stream competing
+ * with the weights for L1, measured 10-20% faster on rows from memory.) */
 static void prep_q8_0(const float *x, int n, void *scratch, mi_act *a)
 {
     int nb = n / MI_QK;
@@ -161,13 +153,6 @@ static void prep_q8_0(const float *x, int n, void *scratch, mi_act *a)
         int sum;
         p.d[b] = quantize_block(x + b * MI_QK, p.q + b * MI_QK, &sum);
         p.s[b] = (float)(-8 * sum) * p.d[b];
-        __m256i q = _mm256_loadu_si256((const __m256i *)(p.q + b * MI_QK));
-        _mm256_storeu_si256((__m256i *)(p.u + b * MI_QK), _mm256_abs_epi8(q));
-        uint32_t neg = (uint32_t)_mm256_movemask_epi8(q);
-        if (b % 2 == 0)
-            p.m[b / 2] = neg;
-        else
-            p.m[b / 2] |= (uint64_t)neg << 32;
     }
     fill_act(a, x, n, &p);
 }
@@ -209,7 +194,6 @@ static inline void prefetch(const void *p)
 static void rows_q8_0(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
 {
     const int n = W->cols, nb = n / MI_QK;
-    const uint64_t *neg = a->m;
     const __m512i zero = _mm512_setzero_si512();
     /* lanes 0-7 take block 2k's scale, lanes 8-15 block 2k+1's */
     const __m512i idx[4] = {
@@ -221,38 +205,46 @@ static void rows_q8_0(float *y, const mi_tensor *W, int r0, int r1, const mi_act
     for (int r = r0; r < r1; r++) {
         const int8_t *w = (const int8_t *)W->q + (size_t)r * n;
         const uint16_t *dw = W->d + (size_t)r * nb;
-        __m512 acc = _mm512_setzero_ps();
+        __m512 acc = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
         int b = 0;
         for (; b + 8 <= nb; b += 8) {
             __m256 s8 = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw + b))),
                                       _mm256_loadu_ps(a->d + b));
             __m512 s16 = _mm512_castps256_ps512(s8);
-            for (int k = 0; k < 4; k++) {
+            for (int k = 0; k < 4; k += 2) {
                 int e = (b + 2 * k) * MI_QK;
                 prefetch(w + e);
-                __m512i wv = _mm512_loadu_si512(w + e);
-                wv = _mm512_mask_sub_epi8(wv, (__mmask64)neg[(b + 2 * k) / 2], zero, wv);
-                __m512i dot = _mm512_dpbusd_epi32(zero, _mm512_loadu_si512(a->u + e), wv);
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(idx[k], s16), acc);
+                prefetch(w + e + 64);
+                __m512i x0 = _mm512_loadu_si512(a->q + e), x1 = _mm512_loadu_si512(a->q + e + 64);
+                __m512i w0 = _mm512_mask_sub_epi8(_mm512_loadu_si512(w + e), _mm512_movepi8_mask(x0), zero,
+                                                  _mm512_loadu_si512(w + e));
+                __m512i w1 = _mm512_mask_sub_epi8(_mm512_loadu_si512(w + e + 64), _mm512_movepi8_mask(x1), zero,
+                                                  _mm512_loadu_si512(w + e + 64));
+                __m512i d0 = _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(x0), w0);
+                __m512i d1 = _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(x1), w1);
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_permutexvar_ps(idx[k], s16), acc);
+                acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_permutexvar_ps(idx[k + 1], s16), acc1);
             }
         }
+        acc = _mm512_add_ps(acc, acc1);
         for (; b + 2 <= nb; b += 2) {
             int e = b * MI_QK;
-            __m512i wv = _mm512_loadu_si512(w + e);
-            wv = _mm512_mask_sub_epi8(wv, (__mmask64)neg[b / 2], zero, wv);
-            __m512i dot = _mm512_dpbusd_epi32(zero, _mm512_loadu_si512(a->u + e), wv);
+            __m512i x0 = _mm512_loadu_si512(a->q + e);
+            __m512i wv = _mm512_mask_sub_epi8(_mm512_loadu_si512(w + e), _mm512_movepi8_mask(x0), zero,
+                                              _mm512_loadu_si512(w + e));
+            __m512i dot = _mm512_dpbusd_epi32(zero, _mm512_abs_epi8(x0), wv);
             __m512d lo = _mm512_castps_pd(_mm512_set1_ps(mi_f32_from_fp16(dw[b]) * a->d[b]));
             __m256d hi = _mm256_castps_pd(_mm256_set1_ps(mi_f32_from_fp16(dw[b + 1]) * a->d[b + 1]));
             __m512 sc = _mm512_castpd_ps(_mm512_insertf64x4(lo, hi, 1));
             acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc);
         }
         float v = _mm512_reduce_add_ps(acc);
-        if (b < nb) { /* one block left; b is even, so its signs are the low half of a mask */
+        if (b < nb) { /* one block left */
             int e = b * MI_QK;
+            __m256i x0 = _mm256_loadu_si256((const __m256i *)(a->q + e));
             __m256i wv = _mm256_loadu_si256((const __m256i *)(w + e));
-            wv = _mm256_mask_sub_epi8(wv, (__mmask32)(uint32_t)neg[b / 2], _mm256_setzero_si256(), wv);
-            __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(),
-                                              _mm256_loadu_si256((const __m256i *)(a->u + e)), wv);
+            wv = _mm256_mask_sub_epi8(wv, _mm256_movepi8_mask(x0), _mm256_setzero_si256(), wv);
+            __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(x0), wv);
             v += hsum256(_mm256_cvtepi32_ps(dot)) * (mi_f32_from_fp16(dw[b]) * a->d[b]);
         }
         y[r - r0] = add ? y[r - r0] + v : v;
