@@ -12,7 +12,7 @@
 #include "meshinfer/model_file.h"
 
 enum { CMD_FORWARD = 1, CMD_RESET = 2, CMD_STOP = 3, CMD_RESET_METRICS = 4, CMD_REPLAN = 5 };
-enum { TAG_KV_MOVE = 77 };
+enum { TAG_KV_MOVE = 77, TAG_REDUCE = 78 };
 
 typedef struct {
     short step, layer;
@@ -536,30 +536,63 @@ static void bcast_rows(mi_runtime *rt, const mi_step *st, step_rt *sr, float *x,
         rt->m.bytes_recv += (double)bytes;
 }
 
-/* Residual x += sum over members of tmp (allreduce), keeping every member's
- * copy identical. fp32: MPI_Allreduce. A lossy wire dtype: reduce-scatter
- * then allgather (plan.h, mi_wire_slice): each member sums its columns of
- * every member's partial in fp32, in member order, and encodes the sum once;
- * all members decode the same sums, so their residuals stay identical and no
- * partial is quantized twice. (A user-defined MPI_Op inside MPI_Allreduce
- * would quantize at every step of the reduction tree, differently on
- * different ranks.) */
+/* Every member sends sbuf + sdispls[j] (scounts[j] bytes) to member j and
+ * receives rcounts[j] bytes from j at rbuf + rdispls[j], all messages posted
+ * at once: one round of link latency. (MPI_Alltoallv and MPI_Allgatherv
+ * proceed in up to n-1 pairwise rounds; with 5 ms links that made a lossy
+ * reduction slower than an fp32 MPI_Allreduce.) */
+static void exchange_all(MPI_Comm comm, int n, int me, const unsigned char *sbuf, const int *scounts,
+                         const int *sdispls, unsigned char *rbuf, const int *rcounts, const int *rdispls)
+{
+    MPI_Request req[2 * MI_MAX_RANKS];
+    int nr = 0;
+    for (int j = 0; j < n; j++)
+        if (j != me && rcounts[j] > 0)
+            MPI_Irecv(rbuf + rdispls[j], rcounts[j], MPI_BYTE, j, TAG_REDUCE, comm, &req[nr++]);
+    for (int j = 0; j < n; j++)
+        if (j != me && scounts[j] > 0)
+            MPI_Isend(sbuf + sdispls[j], scounts[j], MPI_BYTE, j, TAG_REDUCE, comm, &req[nr++]);
+    MPI_Waitall(nr, req, MPI_STATUSES_IGNORE);
+}
+
+/* Residual x += sum over members of tmp (an allreduce), with the same sums
+ * on every member, in every wire dtype (plan.h, mi_wire_slice). Two members
+ * swap their encoded partials and both add the two decoded partials in
+ * member order: one round of messages. More members reduce-scatter then
+ * allgather, one round each: member j receives the others' encoded partials
+ * of its columns, sums them with its own in fp32 in member order, encodes the
+ * sum once, and every member decodes the same sums. So residuals stay
+ * identical across ranks (MPI_Allreduce does not promise that), no partial
+ * is quantized twice, and the reduction takes two rounds of link latency
+ * where MPI_Allreduce's recursive doubling takes up to log2(n) + 1 and
+ * Alltoallv/Allgatherv up to n - 1 each (measured on 5 ms links: tp over 5
+ * ranks 27.2 s with MPI_Allreduce, 21.9 s like this). A user-defined MPI_Op
+ * inside MPI_Allreduce would re-quantize at every step of the reduction tree,
+ * differently on different ranks. */
 static void allreduce_add(mi_runtime *rt, const mi_step *st, step_rt *sr, int T, double *comm_t)
 {
     const mi_config *c = &rt->plan.cfg;
     const int d = c->dim, n = T * d;
-    if (sr->comm != MPI_COMM_NULL && rt->wire == MI_F32) {
+    if (sr->comm != MPI_COMM_NULL && st->n_members == 2) {
+        const int me = sr->my_idx, other = 1 - me, w = rt->wire;
+        size_t bytes = (size_t)T * mi_wire_row_bytes(w, (size_t)d);
+        unsigned char *mine = rt->wbuf, *theirs = rt->wbuf + bytes;
+        mi_wire_pack(w, rt->tmp, (size_t)T, (size_t)d, (size_t)d, mine);
+        rt->counts[me] = rt->counts2[me] = 0;
+        rt->counts[other] = rt->counts2[other] = (int)bytes;
+        rt->displs[other] = 0;
+        rt->displs2[other] = 0;
         double t0 = mi_now();
-        MPI_Allreduce(MPI_IN_PLACE, rt->tmp, n, MPI_FLOAT, MPI_SUM, sr->comm);
+        exchange_all(sr->comm, 2, me, mine, rt->counts, rt->displs, theirs, rt->counts2, rt->displs2);
         *comm_t += mi_now() - t0;
-        double b = 4.0 * n;
-        if (st->root == rt->rank) {
-            rt->m.bytes_recv += b * (st->n_members - 1);
-            rt->m.bytes_sent += b * (st->n_members - 1);
-        } else {
-            rt->m.bytes_recv += b;
-            rt->m.bytes_sent += b;
-        }
+        /* both members add decoded(member 0) + decoded(member 1), in that order */
+        float *p0 = rt->wtmp, *p1 = rt->wtmp + n;
+        mi_wire_unpack(w, me == 0 ? mine : theirs, (size_t)T, (size_t)d, (size_t)d, p0);
+        mi_wire_unpack(w, me == 0 ? theirs : mine, (size_t)T, (size_t)d, (size_t)d, p1);
+        for (int i = 0; i < n; i++)
+            rt->tmp[i] = p0[i] + p1[i];
+        rt->m.bytes_sent += (double)bytes;
+        rt->m.bytes_recv += (double)bytes;
     } else if (sr->comm != MPI_COMM_NULL) {
         const int M = st->n_members, me = sr->my_idx, w = rt->wire;
         int c0[MI_MAX_RANKS] = {0}, len[MI_MAX_RANKS] = {0};
@@ -582,7 +615,7 @@ static void allreduce_add(mi_runtime *rt, const mi_step *st, step_rt *sr, int T,
             rt->displs2[j] = j * (int)mine;
         }
         double t0 = mi_now();
-        MPI_Alltoallv(send, rt->counts, rt->displs, MPI_BYTE, recv, rt->counts2, rt->displs2, MPI_BYTE, sr->comm);
+        exchange_all(sr->comm, M, me, send, rt->counts, rt->displs, recv, rt->counts2, rt->displs2);
         *comm_t += mi_now() - t0;
         /* my columns: the members' partials summed in member order */
         float *sum = rt->wtmp, *part = rt->wtmp + (size_t)T * len[me];
@@ -607,8 +640,12 @@ static void allreduce_add(mi_runtime *rt, const mi_step *st, step_rt *sr, int T,
             aoff += (size_t)rt->counts[j];
         }
         mi_wire_pack(w, sum, (size_t)T, (size_t)len[me], (size_t)len[me], all + rt->displs[me]);
+        for (int j = 0; j < M; j++) { /* my encoded sum to everyone */
+            rt->counts2[j] = j == me ? 0 : (int)mine;
+            rt->displs2[j] = rt->displs[me];
+        }
         t0 = mi_now();
-        MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, all, rt->counts, rt->displs, MPI_BYTE, sr->comm);
+        exchange_all(sr->comm, M, me, all, rt->counts2, rt->displs2, all, rt->counts, rt->displs);
         *comm_t += mi_now() - t0;
         for (int j = 0; j < M; j++)
             mi_wire_unpack(w, all + rt->displs[j], (size_t)T, (size_t)len[j], (size_t)d, rt->tmp + c0[j]);

@@ -210,8 +210,10 @@ void mi_wire_slice(int dim, int n_members, int j, int *c0, int *len)
     *len = b - a;
 }
 
-/* Bytes member `me` sends (= receives) in a lossy reduce-scatter + allgather
- * of dim values among n members (see mi_wire_slice). */
+/* Bytes member `me` sends (= receives) when n members reduce dim values
+ * (plan.h): with two, the whole vector each way; with more, a reduce-scatter
+ * and an allgather of mi_wire_slice's slices. For two members the slices add
+ * up to the whole vector, so one formula serves both. */
 static double scatter_gather_bytes(int wire, int dim, int n, int me)
 {
     int c0, mine;
@@ -239,7 +241,7 @@ double mi_plan_bytes(const mi_plan *plan, const mi_schedule *s, double *sent, do
         if (st->n_members < 2)
             continue;
         int reduce = st->kind == MI_STEP_PROJ_PARTIAL || st->kind == MI_STEP_FFN_PARTIAL;
-        if (reduce && plan->wire != MI_F32) {
+        if (reduce) {
             for (int j = 0; j < st->n_members; j++) {
                 double b = scatter_gather_bytes(plan->wire, plan->cfg.dim, st->n_members, j);
                 if (sent) sent[st->members[j]] += b;
@@ -358,8 +360,9 @@ void mi_plan_predict(const mi_plan *plan, const mi_schedule *s, const mi_cluster
                 if (ready[m] > end)
                     end = ready[m];
             }
+            /* one round of messages with two members, two with more (plan.h) */
             for (int j = 0; j < st->n_members; j++)
-                ready[st->members[j]] = end + 2 * rounds * msg;
+                ready[st->members[j]] = end + (st->n_members == 2 ? 1 : 2) * msg;
             break;
         }
         case MI_STEP_FFN: COMPUTE(root, (double)mi_ffn_bytes(c, st->layer, c->hidden_dim)); break;

@@ -235,19 +235,19 @@ size_t mi_step_floats(const mi_plan *plan, const mi_step *st, int member);
  * (mi_wire_row_bytes; DECIDE's flag always travels as 4 bytes). */
 double mi_step_bytes(const mi_plan *plan, const mi_step *st, int member);
 
-/* The partial sums of PROJ_PARTIAL and FFN_PARTIAL with a lossy wire dtype
- * (seed 003 "communication scaling") are reduced as reduce-scatter then
- * allgather: member j of n owns columns [c0, c0+len) of dim, whole blocks of
- * 32 split as evenly as possible; it receives the others' slices of its
- * columns, sums them in fp32 in member order, encodes the sum once, and every
- * member decodes the same sums. So every member ends with identical values,
- * and no sum is quantized twice. */
+/* The partial sums of PROJ_PARTIAL and FFN_PARTIAL are reduced the same
+ * way in every wire dtype, so that every member ends with identical values
+ * and no partial is quantized twice: two members swap their encoded partials
+ * and both add the decoded ones in member order (one round of messages);
+ * more members reduce-scatter then allgather (one round each): member j of n
+ * owns columns [c0, c0+len) of dim, whole blocks of 32 split as evenly as
+ * possible, receives the others' slices of its columns, sums them in fp32 in
+ * member order, encodes the sum once, and every member decodes the same sums. */
 void mi_wire_slice(int dim, int n_members, int j, int *c0, int *len);
 
 /* Bytes each rank sends and receives per position in one forward pass,
- * by the conventions in mi_step_bytes: an fp32 allreduce counted as reduce to
- * the lowest member and broadcast back, a lossy one as its reduce-scatter and
- * allgather messages. sent/recv: [n_ranks], may be NULL.
+ * by the conventions in mi_step_bytes, reductions as their messages (above).
+ * sent/recv: [n_ranks], may be NULL.
  * Returns the total bytes moved per position. */
 double mi_plan_bytes(const mi_plan *plan, const mi_schedule *s, double *sent, double *recv);
 
