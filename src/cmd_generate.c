@@ -22,7 +22,7 @@ static void help(void)
            "      --top-p P           nucleus sampling mass in (0,1] (default 0.9; 1 disables)\n"
            "  -s, --seed S            sampling seed (default 42)\n"
            "      --ignore-eos        keep going after BOS/EOS\n"
-           "      --threads N         BLAS threads per rank for prefill (default 1)\n"
+           "      --threads N         compute threads per rank: matrix products and BLAS (default 1)\n"
            "      --json              print one JSON object (text, tokens, timing, per-rank metrics)\n"
            "      --metrics           print per-rank time, bytes and memory to stderr\n"
            "%s"

@@ -18,7 +18,7 @@ static void help(void)
            "Tokenizes FILE (UTF-8) and scores it in windows of the model's context length, each\n"
            "starting with BOS. Reports tokens scored, mean NLL (nats/token) and perplexity.\n"
            "  --max-tokens N   score at most N tokens of the file (default: all)\n"
-           "  --threads N      BLAS threads per rank (default 1)\n"
+           "  --threads N      compute threads per rank: matrix products and BLAS (default 1)\n"
            "  --json           print one JSON object\n"
            "%s"
            "A progress line is printed to stderr while long files are scored.\n",
