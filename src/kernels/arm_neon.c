@@ -197,19 +197,14 @@ static inline float quantize_block(const float *x, int8_t *q, int *sum)
 static void prep_q(const float *x, int n, void *scratch, mi_act *a)
 {
     int nb = n / MI_QK;
-    float *d = scratch, *s = d + nb;
-    int8_t *q = (int8_t *)(((uintptr_t)(s + nb) + 63) & ~(uintptr_t)63);
+    float *d, *s;
+    int8_t *q;
+    mi_act_layout(scratch, x, n, a, &d, &s, &q);
     for (int b = 0; b < nb; b++) {
         int sum;
         d[b] = quantize_block(x + b * MI_QK, q + b * MI_QK, &sum);
         s[b] = (float)(-8 * sum) * d[b];
     }
-    memset(a, 0, sizeof *a);
-    a->n = n;
-    a->x = x;
-    a->q = q;
-    a->d = d;
-    a->s = s;
 }
 
 /* ------------------------------------------------------ block products */

@@ -40,12 +40,26 @@ typedef struct {
     const int8_t *q;   /* [n] int8 values, in the family's order for the weight dtype */
     const float *d;    /* [n/32] block scales */
     const float *s;    /* [n/32] q4_0 offset terms (see above) */
-    const uint8_t *u;  /* family-specific [n] bytes (e.g. |q| for sign tricks), or NULL */
-    const void *m;     /* family-specific bit masks (e.g. signs of q), or NULL */
 } mi_act;
 
 /* Scratch bytes a prep may use for n elements (every family fits). */
-#define MI_ACT_BYTES(n) (2 * (size_t)(n) + (size_t)(n) / 8 + 2 * 4 * ((size_t)(n) / MI_QK) + 512)
+#define MI_ACT_BYTES(n) ((size_t)(n) + 2 * 4 * ((size_t)(n) / MI_QK) + 128)
+
+/* The layout every family's prep uses in its scratch: scales d[n/32] and
+ * offset terms s[n/32], then the n int8 values at a 64-byte boundary; a is
+ * set to point at them (and at x). */
+static inline void mi_act_layout(void *scratch, const float *x, int n, mi_act *a, float **d, float **s, int8_t **q)
+{
+    int nb = n / MI_QK;
+    *d = (float *)scratch;
+    *s = *d + nb;
+    *q = (int8_t *)(((uintptr_t)(*s + nb) + 63) & ~(uintptr_t)63);
+    a->n = n;
+    a->x = x;
+    a->q = *q;
+    a->d = *d;
+    a->s = *s;
+}
 
 /* Fill a from x; scratch holds MI_ACT_BYTES(n) bytes, 64-byte aligned. */
 typedef void (*mi_prep_fn)(const float *x, int n, void *scratch, mi_act *a);

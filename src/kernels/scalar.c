@@ -33,8 +33,9 @@ float mi_act_quantize_block(const float *x, int8_t *q)
 static void prep_q(const float *x, int n, void *scratch, mi_act *a)
 {
     int nb = n / MI_QK;
-    float *d = scratch, *s = d + nb;
-    int8_t *q = (int8_t *)(s + nb);
+    float *d, *s;
+    int8_t *q;
+    mi_act_layout(scratch, x, n, a, &d, &s, &q);
     for (int b = 0; b < nb; b++) {
         d[b] = mi_act_quantize_block(x + b * MI_QK, q + b * MI_QK);
         int sum = 0;
@@ -42,12 +43,6 @@ static void prep_q(const float *x, int n, void *scratch, mi_act *a)
             sum += q[b * MI_QK + i];
         s[b] = (float)(-8 * sum) * d[b];
     }
-    memset(a, 0, sizeof *a);
-    a->n = n;
-    a->x = x;
-    a->q = q;
-    a->d = d;
-    a->s = s;
 }
 
 static float dot_f32(const float *w, const float *x, int n)

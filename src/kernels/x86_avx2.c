@@ -189,31 +189,18 @@ typedef struct {
     int8_t *q;
 } act_mem;
 
-static act_mem carve(void *scratch, int n)
+static act_mem carve(void *scratch, const float *x, int n, mi_act *a)
 {
-    int nb = n / MI_QK;
     act_mem p;
-    p.d = scratch;
-    p.s = p.d + nb;
-    p.q = (int8_t *)(((uintptr_t)(p.s + nb) + 63) & ~(uintptr_t)63);
+    mi_act_layout(scratch, x, n, a, &p.d, &p.s, &p.q);
     return p;
-}
-
-static void fill_act(mi_act *a, const float *x, int n, const act_mem *p)
-{
-    memset(a, 0, sizeof *a);
-    a->n = n;
-    a->x = x;
-    a->q = p->q;
-    a->d = p->d;
-    a->s = p->s;
 }
 
 /* q8_0: natural order. */
 static void prep_q8_0(const float *x, int n, void *scratch, mi_act *a)
 {
     int nb = n / MI_QK;
-    act_mem p = carve(scratch, n);
+    act_mem p = carve(scratch, x, n, a);
     for (int b = 0; b < nb; b++) {
         int sum;
         __m256i q;
@@ -221,7 +208,6 @@ static void prep_q8_0(const float *x, int n, void *scratch, mi_act *a)
         p.s[b] = (float)(-8 * sum) * p.d[b];
         _mm256_store_si256((__m256i *)(p.q + b * MI_QK), q);
     }
-    fill_act(a, x, n, &p);
 }
 
 /* q4_0: each pair of blocks laid out as elements 0-15 of both blocks, then
@@ -230,7 +216,7 @@ static void prep_q8_0(const float *x, int n, void *scratch, mi_act *a)
 static void prep_q4_0(const float *x, int n, void *scratch, mi_act *a)
 {
     int nb = n / MI_QK, nb2 = nb & ~1;
-    act_mem p = carve(scratch, n);
+    act_mem p = carve(scratch, x, n, a);
     for (int b = 0; b < nb; b++) {
         int sum;
         __m256i q;
@@ -244,7 +230,6 @@ static void prep_q4_0(const float *x, int n, void *scratch, mi_act *a)
             _mm256_store_si256((__m256i *)(p.q + b * MI_QK), q);
         }
     }
-    fill_act(a, x, n, &p);
 }
 
 #define PREFETCH_BYTES 4096

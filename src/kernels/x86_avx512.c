@@ -122,24 +122,11 @@ typedef struct {
     int8_t *q;
 } act_mem;
 
-static act_mem carve(void *scratch, int n)
+static act_mem carve(void *scratch, const float *x, int n, mi_act *a)
 {
-    int nb = n / MI_QK;
     act_mem p;
-    p.d = (float *)scratch;
-    p.s = p.d + nb;
-    p.q = (int8_t *)(((uintptr_t)(p.s + nb) + 63) & ~(uintptr_t)63);
+    mi_act_layout(scratch, x, n, a, &p.d, &p.s, &p.q);
     return p;
-}
-
-static void fill_act(mi_act *a, const float *x, int n, const act_mem *p)
-{
-    memset(a, 0, sizeof *a);
-    a->n = n;
-    a->x = x;
-    a->q = p->q;
-    a->d = p->d;
-    a->s = p->s;
 }
 
 /* q8_0: natural order. (The kernel recomputes |q| and the signs from q: two
@@ -148,13 +135,12 @@ static void fill_act(mi_act *a, const float *x, int n, const act_mem *p)
 static void prep_q8_0(const float *x, int n, void *scratch, mi_act *a)
 {
     int nb = n / MI_QK;
-    act_mem p = carve(scratch, n);
+    act_mem p = carve(scratch, x, n, a);
     for (int b = 0; b < nb; b++) {
         int sum;
         p.d[b] = quantize_block(x + b * MI_QK, p.q + b * MI_QK, &sum);
         p.s[b] = (float)(-8 * sum) * p.d[b];
     }
-    fill_act(a, x, n, &p);
 }
 
 /* q4_0: each group of four blocks laid out as elements 0-15 of blocks 0..3,
@@ -163,7 +149,7 @@ static void prep_q8_0(const float *x, int n, void *scratch, mi_act *a)
 static void prep_q4_0(const float *x, int n, void *scratch, mi_act *a)
 {
     int nb = n / MI_QK, nb4 = nb & ~3;
-    act_mem p = carve(scratch, n);
+    act_mem p = carve(scratch, x, n, a);
     int8_t tmp[MI_QK];
     for (int b = 0; b < nb; b++) {
         int sum;
@@ -177,7 +163,6 @@ static void prep_q4_0(const float *x, int n, void *scratch, mi_act *a)
             memcpy(p.q + b * MI_QK, tmp, MI_QK);
         }
     }
-    fill_act(a, x, n, &p);
 }
 
 /* ------------------------------------------------------------ q8_0 */
