@@ -37,31 +37,22 @@ tracks=$(node -e 'const t = JSON.parse(require("fs").readFileSync(process.argv[1
   console.log(names.length + " " + new Set(x.map(e => e.tid)).size)' "$tmp/trace.json" 2>&1)
 [[ "$tracks" == "4 4" ]] && ok "trace: 4 named tracks with events" || bad "trace tracks: $tracks"
 
-# memory: a fresh process holds about its shard (resident growth within 10%)
-for p in layerwise tp; do
-    run -np 3 "$bin" generate -m "$model" -n 5 --planner $p --json > "$tmp/m.json" 2>/dev/null
-    res=$(node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1]));
-      for (const r of j.ranks) if (r.weight_bytes >= 8e6)
-        console.log(r.rank, r.weight_bytes, r.rss_growth_bytes, r.predicted_weight_bytes,
-                    Math.abs(r.rss_growth_bytes - r.weight_bytes) <= 0.1 * r.weight_bytes &&
-                    r.weight_bytes === r.predicted_weight_bytes ? "ok" : "BAD")' "$tmp/m.json")
-    if [[ -n "$res" ]] && ! grep -q BAD <<<"$res"; then ok "$p: resident weights within 10% of each shard: $(tr '\n' ';' <<<"$res")"
-    else bad "$p memory: $res"; fi
-done
-
-# memory with q4_0 weights (0.5625 bytes a weight): a fresh process holds its
-# shard's bytes within 10% (a stories110M-shaped synthetic model, so shards are
-# tens of MB)
+# memory: a fresh process holds about its shard (resident growth within 10%),
+# fp32 and q4_0 (0.5625 bytes a weight; a stories110M-shaped synthetic model,
+# so shards are tens of MB)
 "$bin" synth --shape stories110M --dtype q4_0 --out "$tmp/q4.h5" >/dev/null 2>&1 || bad "synth q4_0 model"
-for p in layerwise tp; do
-    run -np 3 "$bin" generate -m "$tmp/q4.h5" -n 5 --planner $p --json > "$tmp/m.json" 2>/dev/null
-    res=$(node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1]));
-      for (const r of j.ranks) if (r.weight_bytes >= 8e6)
-        console.log(r.rank, r.weight_bytes, r.rss_growth_bytes, r.predicted_weight_bytes,
-                    Math.abs(r.rss_growth_bytes - r.weight_bytes) <= 0.1 * r.weight_bytes &&
-                    r.weight_bytes === r.predicted_weight_bytes ? "ok" : "BAD")' "$tmp/m.json")
-    if [[ -n "$res" ]] && ! grep -q BAD <<<"$res"; then ok "$p q4_0: resident weights within 10% of each shard: $(tr '\n' ';' <<<"$res")"
-    else bad "$p q4_0 memory: $res"; fi
+for m in "$model" "$tmp/q4.h5"; do
+    for p in layerwise tp; do
+        run -np 3 "$bin" generate -m "$m" -n 5 --planner $p --json > "$tmp/m.json" 2>/dev/null
+        res=$(node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1]));
+          for (const r of j.ranks) if (r.weight_bytes >= 8e6)
+            console.log(r.rank, r.weight_bytes, r.rss_growth_bytes, r.predicted_weight_bytes,
+                        Math.abs(r.rss_growth_bytes - r.weight_bytes) <= 0.1 * r.weight_bytes &&
+                        r.weight_bytes === r.predicted_weight_bytes ? "ok" : "BAD")' "$tmp/m.json")
+        if [[ -n "$res" ]] && ! grep -q BAD <<<"$res"; then
+            ok "$p, $(basename "$m"): resident weights within 10% of each shard: $(tr '\n' ';' <<<"$res")"
+        else bad "$p, $(basename "$m") memory: $res"; fi
+    done
 done
 
 # bad input: one error line (mpirun -q adds nothing), non-zero exit, no hang

@@ -26,6 +26,23 @@ void cli_bad_option(const char *cmd, int code, char **argv);
  * set when it cannot be read, is empty, or holds a NUL byte. */
 char *cli_read_text_err(const char *path, size_t *len, char *err);
 
+/* --dtype, --layer-dtype and --embeddings-dtype, which quantize, synth and
+ * plan take alike (getopt codes 2000-2002; CLI_DTYPE_HELP is their --help). */
+#include "meshinfer/config.h"
+#define CLI_DTYPE_LONG_OPTS                                                                      \
+    {"dtype", required_argument, 0, 2000}, {"layer-dtype", required_argument, 0, 2001},        \
+        {"embeddings-dtype", required_argument, 0, 2002}
+extern const char *CLI_DTYPE_HELP;
+typedef struct {
+    const char *dtype, *layer, *emb;
+} cli_dtypes;
+/* Returns 1 if code was one of the options above (and records it). */
+int cli_dtype_opt(cli_dtypes *d, int code, const char *arg);
+/* 1 if any was given. */
+int cli_dtypes_given(const cli_dtypes *d);
+/* Apply them to c (mi_dtypes_apply); mi_fatal, naming cmd, on a bad one. */
+void cli_dtypes_apply(const cli_dtypes *d, mi_config *c, const char *cmd);
+
 /* The value of --wire-dtype (fp32, fp16, q8_0); mi_fatal names the option
  * for anything else. */
 int cli_wire_dtype(const char *s);

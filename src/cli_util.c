@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "meshinfer/common.h"
+#include "meshinfer/quantize.h"
 #include "meshinfer/tensor.h"
 
 void cli_no_positional(const char *cmd, int optind_, int argc, char **argv)
@@ -96,4 +97,33 @@ int cli_wire_dtype(const char *s)
     if (mi_dtype_parse(s, &t) || (t != MI_F32 && t != MI_F16 && t != MI_Q8_0))
         mi_fatal("--wire-dtype: '%s' is not fp32, fp16 or q8_0", s);
     return t;
+}
+
+const char *CLI_DTYPE_HELP =
+    "  --dtype T              every layer matrix, and the embeddings and classifier: fp32, fp16,\n"
+    "                         q8_0 or q4_0\n"
+    "  --layer-dtype SPEC     per layer, over --dtype: e.g. 0-1:q8_0,2-5:q4_0 (layers not named keep\n"
+    "                         --dtype, or fp32)\n"
+    "  --embeddings-dtype T   token embeddings and classifier (default: --dtype)\n";
+
+int cli_dtype_opt(cli_dtypes *d, int code, const char *arg)
+{
+    switch (code) {
+    case 2000: d->dtype = arg; return 1;
+    case 2001: d->layer = arg; return 1;
+    case 2002: d->emb = arg; return 1;
+    default: return 0;
+    }
+}
+
+int cli_dtypes_given(const cli_dtypes *d)
+{
+    return d->dtype || d->layer || d->emb;
+}
+
+void cli_dtypes_apply(const cli_dtypes *d, mi_config *c, const char *cmd)
+{
+    char err[MI_ERRLEN];
+    if (cli_dtypes_given(d) && mi_dtypes_apply(c, d->dtype, d->layer, d->emb, err))
+        mi_fatal("%s: %s", cmd, err);
 }

@@ -86,12 +86,11 @@ int cmd_synth(int argc, char **argv)
                                          {"seed", required_argument, 0, 'S'},
                                          {"out", required_argument, 0, 'o'},
                                          {"layers", required_argument, 0, 'l'},
-                                         {"dtype", required_argument, 0, 'd'},
-                                         {"layer-dtype", required_argument, 0, 'L'},
-                                         {"embeddings-dtype", required_argument, 0, 'E'},
                                          {"help", no_argument, 0, 'h'},
+                                         CLI_DTYPE_LONG_OPTS,
                                          {0, 0, 0, 0}};
-    const char *shape = NULL, *out = NULL, *dtype = NULL, *layer_dtype = NULL, *emb_dtype = NULL;
+    const char *shape = NULL, *out = NULL;
+    cli_dtypes dt = {0};
     uint64_t seed = 1;
     int layers = 0;
     int o;
@@ -101,20 +100,18 @@ int cmd_synth(int argc, char **argv)
         case 'S': seed = mi_parse_u64("--seed", optarg); break;
         case 'o': out = optarg; break;
         case 'l': layers = (int)mi_parse_long("--layers", optarg, 1, 1024); break;
-        case 'd': dtype = optarg; break;
-        case 'L': layer_dtype = optarg; break;
-        case 'E': emb_dtype = optarg; break;
         case 'h':
             printf("usage: meshinfer synth --shape SHAPE --out MODEL.h5 [--seed S] [--layers N]\n"
                    "                      [--dtype T] [--layer-dtype SPEC] [--embeddings-dtype T]\n\n"
                    "Writes a model with seeded synthetic weights in the shape of a real model, for speed\n"
                    "and scale work. The file is marked synthetic; outputs from it say \"synthetic weights\".\n"
                    "Shapes: %s\n--layers overrides the layer count (smaller test models).\n"
-                   "The dtype options work as in `meshinfer quantize` (default fp32): the same seed gives\n"
-                   "the same weights at any precision.\n",
-                   mi_config_shape_names());
+                   "Precision (default fp32; the same seed gives the same weights at any precision):\n%s",
+                   mi_config_shape_names(), CLI_DTYPE_HELP);
             return 0;
-        default: cli_bad_option("synth", o, argv);
+        default:
+            if (!cli_dtype_opt(&dt, o, optarg))
+                cli_bad_option("synth", o, argv);
         }
     }
     cli_no_positional("synth", optind, argc, argv);
@@ -126,8 +123,7 @@ int cmd_synth(int argc, char **argv)
     if (layers)
         c.n_layers = layers;
     char err[MI_ERRLEN];
-    if ((dtype || layer_dtype || emb_dtype) && mi_dtypes_apply(&c, dtype, layer_dtype, emb_dtype, err))
-        mi_fatal("synth: %s", err);
+    cli_dtypes_apply(&dt, &c, "synth");
     double t0 = mi_now();
     if (mi_synth_write(&c, seed, out, isatty(fileno(stderr)) ? 2 : 1, err))
         mi_fatal("%s", err);
@@ -141,20 +137,16 @@ int cmd_quantize(int argc, char **argv)
 {
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"out", required_argument, 0, 'o'},
-                                         {"dtype", required_argument, 0, 'd'},
-                                         {"layer-dtype", required_argument, 0, 'L'},
-                                         {"embeddings-dtype", required_argument, 0, 'E'},
                                          {"help", no_argument, 0, 'h'},
+                                         CLI_DTYPE_LONG_OPTS,
                                          {0, 0, 0, 0}};
-    const char *model = NULL, *out = NULL, *dtype = NULL, *layer_dtype = NULL, *emb_dtype = NULL;
+    const char *model = NULL, *out = NULL;
+    cli_dtypes dt = {0};
     int o;
     while ((o = getopt_long(argc, argv, ":m:o:h", opts, NULL)) != -1) {
         switch (o) {
         case 'm': model = optarg; break;
         case 'o': out = optarg; break;
-        case 'd': dtype = optarg; break;
-        case 'L': layer_dtype = optarg; break;
-        case 'E': emb_dtype = optarg; break;
         case 'h':
             printf("usage: meshinfer quantize -m IN.h5 --out OUT.h5 [--dtype T] [--layer-dtype SPEC]\n"
                    "                         [--embeddings-dtype T]\n\n"
@@ -162,21 +154,20 @@ int cmd_quantize(int argc, char **argv)
                    "  fp16   IEEE half precision (2 bytes a weight)\n"
                    "  q8_0   blocks of 32: one fp16 scale and 32 int8 values (1.0625 bytes a weight)\n"
                    "  q4_0   blocks of 32: one fp16 scale and 32 4-bit values (0.5625 bytes a weight)\n"
-                   "  --dtype T              every layer matrix, and the embeddings and classifier\n"
-                   "  --layer-dtype SPEC     per layer, over --dtype: e.g. 0-1:q8_0,2-5:q4_0 (layers not\n"
-                   "                         named keep --dtype, or fp32)\n"
-                   "  --embeddings-dtype T   token embeddings and classifier (default: --dtype)\n"
+                   "%s"
                    "Norms stay fp32 (dim values each, and they scale every activation). Blocks run along\n"
                    "each matrix's input axis, so dim and hidden_dim must be multiples of 32 for q8_0/q4_0.\n"
-                   "The input must be fp32; the output appears only when complete.\n");
+                   "The input must be fp32; the output appears only when complete.\n", CLI_DTYPE_HELP);
             return 0;
-        default: cli_bad_option("quantize", o, argv);
+        default:
+            if (!cli_dtype_opt(&dt, o, optarg))
+                cli_bad_option("quantize", o, argv);
         }
     }
     cli_no_positional("quantize", optind, argc, argv);
     if (!model || !out)
         mi_fatal("quantize: --model and --out are required (see meshinfer quantize --help)");
-    if (!dtype && !layer_dtype && !emb_dtype)
+    if (!cli_dtypes_given(&dt))
         mi_fatal("quantize: give --dtype, --layer-dtype or --embeddings-dtype (see meshinfer quantize --help)");
     check_not_input(out, model);
     char err[MI_ERRLEN];
@@ -185,8 +176,7 @@ int cmd_quantize(int argc, char **argv)
     if (!mf)
         mi_fatal("%s", err);
     mi_model_close(mf);
-    if (mi_dtypes_apply(&c, dtype, layer_dtype, emb_dtype, err))
-        mi_fatal("quantize: %s", err);
+    cli_dtypes_apply(&dt, &c, "quantize");
     double t0 = mi_now();
     if (mi_model_quantize(model, out, &c, isatty(fileno(stderr)) ? 2 : 1, err))
         mi_fatal("%s", err);

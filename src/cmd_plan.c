@@ -10,7 +10,6 @@
 #include "meshinfer/common.h"
 #include "meshinfer/model_file.h"
 #include "meshinfer/plan.h"
-#include "meshinfer/quantize.h"
 
 static void help(void)
 {
@@ -27,9 +26,9 @@ static void help(void)
            "  --controller-works yes|no   rank 0 also holds layer shards\n"
            "  --ctx N               context position for the attention cost (default seq_len/2)\n"
            "  --kv-positions N      KV-cache positions the memory budgets must hold (default seq_len)\n"
-           "  --dtype T             plan for the weights in dtype T (fp32, fp16, q8_0, q4_0) instead of\n"
-           "                        the file's (with --shape: default fp32); also --layer-dtype SPEC and\n"
-           "                        --embeddings-dtype T, as in `meshinfer quantize`\n"
+           "  --dtype T, --layer-dtype SPEC, --embeddings-dtype T\n"
+           "                        plan for weights in these dtypes (as `meshinfer quantize` takes them)\n"
+           "                        instead of the file's (with --shape: fp32)\n"
            "  --wire-dtype T        activation messages in fp32 (default), fp16 or q8_0\n"
            "  --out FILE            save the plan as JSON (use with --plan-file)\n"
            "  --json                print the prediction as JSON\n");
@@ -121,11 +120,10 @@ int cmd_plan(int argc, char **argv)
         {"ctx", required_argument, 0, 'x'},       {"out", required_argument, 0, 'o'},
         {"kv-positions", required_argument, 0, 'K'},
         {"json", no_argument, 0, 'j'},            {"help", no_argument, 0, 'h'},
-        {"dtype", required_argument, 0, 'd'},     {"layer-dtype", required_argument, 0, 'L'},
-        {"embeddings-dtype", required_argument, 0, 'E'}, {"wire-dtype", required_argument, 0, 'W'},
+        {"wire-dtype", required_argument, 0, 'W'}, CLI_DTYPE_LONG_OPTS,
         {0, 0, 0, 0}};
     const char *model = NULL, *shape = NULL, *cluster = NULL, *planner = "greedy", *out = NULL;
-    const char *dtype = NULL, *layer_dtype = NULL, *emb_dtype = NULL;
+    cli_dtypes dt = {0};
     int ranks = 0, ctx = -1, json = 0, cw = -1, kvpos = 0, o;
     mi_dtype wire = MI_F32;
     double mem_mb = 4000;
@@ -148,12 +146,11 @@ int cmd_plan(int argc, char **argv)
         case 'o': out = optarg; break;
         case 'K': kvpos = (int)mi_parse_long("--kv-positions", optarg, 1, 1 << 24); break;
         case 'j': json = 1; break;
-        case 'd': dtype = optarg; break;
-        case 'L': layer_dtype = optarg; break;
-        case 'E': emb_dtype = optarg; break;
         case 'W': wire = cli_wire_dtype(optarg); break;
         case 'h': help(); return 0;
-        default: cli_bad_option("plan", o, argv);
+        default:
+            if (!cli_dtype_opt(&dt, o, optarg))
+                cli_bad_option("plan", o, argv);
         }
     }
     cli_no_positional("plan", optind, argc, argv);
@@ -171,8 +168,7 @@ int cmd_plan(int argc, char **argv)
     } else if (mi_config_from_shape(shape, &c)) {
         mi_fatal("plan: unknown shape '%s' (known: %s)", shape, mi_config_shape_names());
     }
-    if ((dtype || layer_dtype || emb_dtype) && mi_dtypes_apply(&c, dtype, layer_dtype, emb_dtype, err))
-        mi_fatal("plan: %s", err);
+    cli_dtypes_apply(&dt, &c, "plan");
     mi_cluster cl;
     if (cluster) {
         if (mi_cluster_load(cluster, &cl, err))

@@ -395,34 +395,11 @@ void mi_model_close(mi_model_file *mf)
     free(mf);
 }
 
-int mi_model_read_rows(mi_model_file *mf, const char *name, size_t row0, size_t nrows, float *out, char *err)
-{
-    hid_t d = H5Dopen2(mf->file, name, H5P_DEFAULT);
-    if (d < 0)
-        return mi_set_error(err, "%s: tensor '%s' is missing", mf->path, name);
-    hid_t fs = H5Dget_space(d);
-    int rank = H5Sget_simple_extent_ndims(fs);
-    hsize_t dims[2] = {0, 1};
-    H5Sget_simple_extent_dims(fs, dims, NULL);
-    int rc = 0;
-    if (row0 + nrows > dims[0]) {
-        rc = mi_set_error(err, "%s: rows [%zu, %zu) of '%s' are outside its %llu rows", mf->path, row0,
-                          row0 + nrows, name, (unsigned long long)dims[0]);
-    } else if (nrows > 0) {
-        hsize_t start[2] = {row0, 0}, count[2] = {nrows, rank == 2 ? dims[1] : 1};
-        H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
-        hid_t ms = H5Screate_simple(rank, count, NULL);
-        if (H5Dread(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, out) < 0)
-            rc = mi_set_error(err, "%s: reading tensor '%s' failed (file truncated or corrupt)", mf->path, name);
-        H5Sclose(ms);
-    }
-    H5Sclose(fs);
-    H5Dclose(d);
-    return rc;
-}
-
-int mi_model_read_raw(mi_model_file *mf, const char *name, size_t row0, size_t nrows, size_t row_bytes, void *out,
-                      char *err)
+/* Stored rows [row0, row0+nrows) of dataset `name` into out, as floats
+ * (as_float: HDF5 converts any float type) or as the file's own bytes, whose
+ * row size must then be row_bytes. */
+static int read_rows(mi_model_file *mf, const char *name, size_t row0, size_t nrows, int as_float, size_t row_bytes,
+                     void *out, char *err)
 {
     hid_t d = H5Lexists(mf->file, name, H5P_DEFAULT) > 0 ? H5Dopen2(mf->file, name, H5P_DEFAULT) : -1;
     if (d < 0)
@@ -434,7 +411,7 @@ int mi_model_read_raw(mi_model_file *mf, const char *name, size_t row0, size_t n
         H5Sget_simple_extent_dims(fs, dims, NULL);
     size_t have = (size_t)(rank == 2 ? dims[1] : 1) * H5Tget_size(ft);
     int rc = 0;
-    if (rank < 1 || rank > 2 || have != row_bytes) {
+    if (rank < 1 || rank > 2 || (!as_float && have != row_bytes)) {
         rc = mi_set_error(err, "%s: tensor '%s' has rows of %zu bytes, expected %zu", mf->path, name, have, row_bytes);
     } else if (row0 + nrows > dims[0]) {
         rc = mi_set_error(err, "%s: rows [%zu, %zu) of '%s' are outside its %llu rows", mf->path, row0, row0 + nrows,
@@ -443,8 +420,8 @@ int mi_model_read_raw(mi_model_file *mf, const char *name, size_t row0, size_t n
         hsize_t start[2] = {row0, 0}, count[2] = {nrows, rank == 2 ? dims[1] : 1};
         H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
         hid_t ms = H5Screate_simple(rank, count, NULL);
-        /* the file's own type as the memory type: bytes arrive unconverted */
-        if (H5Dread(d, ft, ms, fs, H5P_DEFAULT, out) < 0)
+        /* raw: the file's own type as the memory type, so bytes arrive unconverted */
+        if (H5Dread(d, as_float ? H5T_NATIVE_FLOAT : ft, ms, fs, H5P_DEFAULT, out) < 0)
             rc = mi_set_error(err, "%s: reading tensor '%s' failed (file truncated or corrupt)", mf->path, name);
         H5Sclose(ms);
     }
@@ -452,6 +429,17 @@ int mi_model_read_raw(mi_model_file *mf, const char *name, size_t row0, size_t n
     H5Sclose(fs);
     H5Dclose(d);
     return rc;
+}
+
+int mi_model_read_rows(mi_model_file *mf, const char *name, size_t row0, size_t nrows, float *out, char *err)
+{
+    return read_rows(mf, name, row0, nrows, 1, 0, out, err);
+}
+
+int mi_model_read_raw(mi_model_file *mf, const char *name, size_t row0, size_t nrows, size_t row_bytes, void *out,
+                      char *err)
+{
+    return read_rows(mf, name, row0, nrows, 0, row_bytes, out, err);
 }
 
 int mi_model_read_t(mi_model_file *mf, const char *name, size_t row0, size_t nrows, float *out, char *err)
