@@ -184,29 +184,19 @@ static inline float quantize_block(const float *x, __m256i *q, int *sum)
     return d;
 }
 
-typedef struct {
-    float *d, *s;
-    int8_t *q;
-} act_mem;
-
-static act_mem carve(void *scratch, const float *x, int n, mi_act *a)
-{
-    act_mem p;
-    mi_act_layout(scratch, x, n, a, &p.d, &p.s, &p.q);
-    return p;
-}
-
 /* q8_0: natural order. */
 static void prep_q8_0(const float *x, int n, void *scratch, mi_act *a)
 {
     int nb = n / MI_QK;
-    act_mem p = carve(scratch, x, n, a);
+    float *d, *s;
+    int8_t *q;
+    mi_act_layout(scratch, x, n, a, &d, &s, &q);
     for (int b = 0; b < nb; b++) {
         int sum;
-        __m256i q;
-        p.d[b] = quantize_block(x + b * MI_QK, &q, &sum);
-        p.s[b] = (float)(-8 * sum) * p.d[b];
-        _mm256_store_si256((__m256i *)(p.q + b * MI_QK), q);
+        __m256i v;
+        d[b] = quantize_block(x + b * MI_QK, &v, &sum);
+        s[b] = (float)(-8 * sum) * d[b];
+        _mm256_store_si256((__m256i *)(q + b * MI_QK), v);
     }
 }
 
@@ -216,18 +206,20 @@ static void prep_q8_0(const float *x, int n, void *scratch, mi_act *a)
 static void prep_q4_0(const float *x, int n, void *scratch, mi_act *a)
 {
     int nb = n / MI_QK, nb2 = nb & ~1;
-    act_mem p = carve(scratch, x, n, a);
+    float *d, *s;
+    int8_t *q;
+    mi_act_layout(scratch, x, n, a, &d, &s, &q);
     for (int b = 0; b < nb; b++) {
         int sum;
-        __m256i q;
-        p.d[b] = quantize_block(x + b * MI_QK, &q, &sum);
-        p.s[b] = (float)(-8 * sum) * p.d[b];
+        __m256i v;
+        d[b] = quantize_block(x + b * MI_QK, &v, &sum);
+        s[b] = (float)(-8 * sum) * d[b];
         if (b < nb2) {
-            int8_t *g = p.q + (b & ~1) * MI_QK + (b & 1) * 16;
-            _mm_store_si128((__m128i *)g, _mm256_castsi256_si128(q));
-            _mm_store_si128((__m128i *)(g + 32), _mm256_extracti128_si256(q, 1));
+            int8_t *g = q + (b & ~1) * MI_QK + (b & 1) * 16;
+            _mm_store_si128((__m128i *)g, _mm256_castsi256_si128(v));
+            _mm_store_si128((__m128i *)(g + 32), _mm256_extracti128_si256(v, 1));
         } else {
-            _mm256_store_si256((__m256i *)(p.q + b * MI_QK), q);
+            _mm256_store_si256((__m256i *)(q + b * MI_QK), v);
         }
     }
 }
