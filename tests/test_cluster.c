@@ -18,6 +18,7 @@
 #include "test_util.h"
 #include "meshinfer/config.h"
 #include "meshinfer/plan.h"
+#include "meshinfer/quantize.h"
 
 #include <CUnit/Basic.h>
 #include <CUnit/CUnit.h>
@@ -469,6 +470,94 @@ static void test_plan_roundtrip(void)
     free_small_plan(&p);
 }
 
+/* Block dtypes: the tp planner splits wo's heads and w2's FFN units in whole
+ * blocks (stories15M's 48-wide heads in pairs, FFN slices in 32s), sizes
+ * memory by the dtypes, and validation refuses a plan that cuts a block. */
+static void test_plan_blocks(void)
+{
+    mi_config c;
+    char err[MI_ERRLEN] = "";
+    CU_ASSERT_EQUAL_FATAL(mi_config_from_shape("stories15M", &c), 0);
+    mi_config f32 = c;
+    CU_ASSERT_EQUAL_FATAL(mi_dtypes_apply(&c, "q4_0", NULL, NULL, err), 0);
+    CU_ASSERT_EQUAL(mi_kv_align(&c, 0), 2);
+    CU_ASSERT_EQUAL(mi_ffn_align(&c, 0), 32);
+    CU_ASSERT_EQUAL(mi_kv_align(&f32, 0), 1);
+    for (int n = 2; n <= 7; n++) {
+        mi_cluster cl;
+        mi_cluster_default(&cl, n, 1e12);
+        mi_plan_options po = {MI_PLANNER_TP, 1, -1, 0, NULL, 0.7, 0, MI_Q8_0};
+        mi_plan p;
+        CU_ASSERT_EQUAL_FATAL(mi_plan_make(&c, &cl, &po, &p, err), 0);
+        CU_ASSERT_EQUAL(p.wire, MI_Q8_0);
+        int bad = 0;
+        for (int l = 0; l < c.n_layers; l++) {
+            for (int k = 0; k < c.n_kv_heads; k += 2)
+                bad += p.layers[l].kv_rank[k] != p.layers[l].kv_rank[k + 1];
+            for (int i = 0; i < p.layers[l].n_ffn; i++)
+                bad += p.layers[l].ffn[i].v0 % 32 || p.layers[l].ffn[i].n % 32;
+        }
+        CU_ASSERT_EQUAL(bad, 0);
+        /* q4_0 memory: 0.5625 bytes a weight in the plan's accounting */
+        size_t w0;
+        mi_plan_rank_memory(&p, 1, &w0, NULL);
+        mi_plan_free(&p);
+        mi_plan pf;
+        CU_ASSERT_EQUAL_FATAL(mi_plan_make(&f32, &cl, &po, &pf, err), 0);
+        size_t wf;
+        mi_plan_rank_memory(&pf, 1, &wf, NULL);
+        CU_ASSERT(w0 < wf / 5 && w0 > wf / 8);
+        mi_plan_free(&pf);
+        mi_cluster_free(&cl);
+    }
+    /* a plan that cuts blocks: one head alone on a rank, an FFN slice edge at 100 */
+    mi_cluster cl;
+    mi_cluster_default(&cl, 3, 1e12);
+    mi_plan_options po = {MI_PLANNER_TP, 1, -1, 0, NULL, 0.7, 0, MI_F32};
+    mi_plan p;
+    CU_ASSERT_EQUAL_FATAL(mi_plan_make(&c, &cl, &po, &p, err), 0);
+    CU_ASSERT_EQUAL(mi_plan_validate(&p, &cl, err), 0);
+    int saved = p.layers[2].kv_rank[1];
+    p.layers[2].kv_rank[1] = (saved + 1) % 3;
+    CU_ASSERT_EQUAL(mi_plan_validate(&p, &cl, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "layer 2"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "q4_0 blocks of its wo"));
+    p.layers[2].kv_rank[1] = saved;
+    p.layers[4].ffn[0].n -= 28;
+    p.layers[4].ffn[1].v0 -= 28;
+    p.layers[4].ffn[1].n += 28;
+    CU_ASSERT_EQUAL(mi_plan_validate(&p, &cl, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "layer 4"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "cuts the q4_0 blocks of w2"));
+    /* the same cuts are fine with fp32 weights */
+    p.cfg = f32;
+    CU_ASSERT_EQUAL(mi_plan_validate(&p, &cl, err), 0);
+    /* the wire dtype travels through serialization and JSON, and must be one of three */
+    p.cfg = c;
+    p.layers[4].ffn[0].n += 28;
+    p.layers[4].ffn[1].v0 += 28;
+    p.layers[4].ffn[1].n -= 28;
+    p.wire = MI_F16;
+    size_t n;
+    int *buf = mi_plan_serialize(&p, &n);
+    mi_plan q;
+    CU_ASSERT_EQUAL_FATAL(mi_plan_deserialize(buf, n, &c, &q, err), 0);
+    CU_ASSERT_EQUAL(q.wire, MI_F16);
+    mi_plan_free(&q);
+    free(buf);
+    char path[4200];
+    tu_path(path, sizeof path, g_dir, "plan-wire.json");
+    CU_ASSERT_EQUAL_FATAL(mi_plan_save_json(&p, path, err), 0);
+    CU_ASSERT_EQUAL_FATAL(mi_plan_load_json(path, &c, &q, err), 0);
+    CU_ASSERT_EQUAL(q.wire, MI_F16);
+    mi_plan_free(&q);
+    p.wire = MI_Q4_0;
+    CU_ASSERT_EQUAL(mi_plan_validate(&p, NULL, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "wire dtype q4_0"));
+    mi_plan_free(&p);
+    mi_cluster_free(&cl);
+}
+
 static void test_plan_model_mismatch(void)
 {
     mi_plan p, q;
@@ -549,6 +638,8 @@ static void test_plan_field_errors(void)
         {"\"planner\": \"greedy\", \"n_ranks\": 2.5", NULL, NULL, "'n_ranks'"},
         {"\"planner\": \"greedy\", \"n_ranks\": 3, \"controller_works\": 1", NULL, NULL, "controller_works"},
         {"\"planner\": \"greedy\", \"n_ranks\": 3, \"extra\": 1", NULL, NULL, "unknown key 'extra'"},
+        {"\"planner\": \"greedy\", \"n_ranks\": 3, \"wire_dtype\": \"q4_0\"", NULL, NULL, "'wire_dtype'"},
+        {"\"planner\": \"greedy\", \"n_ranks\": 3, \"wire_dtype\": 8", NULL, NULL, "'wire_dtype'"},
         {NULL,
          "\"layers\": [{\"kv_rank\": [1], \"proj_rank\": 1, \"ffn\": [[1, 0, 64]]}, "
          "{\"kv_rank\": [1, 2], \"proj_rank\": 1, \"ffn\": [[1, 0, 64]]}]",
@@ -766,6 +857,7 @@ int main(int argc, char **argv)
         !CU_add_test(cs, "measured RTT with margin", test_cluster_rtt) ||
         !CU_add_test(cs, "hostfiles/*.json parse", test_hostfiles) ||
         !CU_add_test(ps, "save and load round trip", test_plan_roundtrip) ||
+        !CU_add_test(ps, "block dtypes: tp splits whole blocks, cut blocks refused, wire dtype", test_plan_blocks) ||
         !CU_add_test(ps, "model block mismatch", test_plan_model_mismatch) ||
         !CU_add_test(ps, "malformed and missing files", test_plan_malformed) ||
         !CU_add_test(ps, "field errors", test_plan_field_errors) ||
