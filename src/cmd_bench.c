@@ -125,6 +125,8 @@ int cmd_bench(int argc, char **argv)
     cli_no_positional("bench", optind, argc, argv);
     if (!model)
         mi_fatal("bench: --model is required (see meshinfer bench --help)");
+    if (base_model && !baseline)
+        mi_fatal("bench: --baseline-model and --no-baseline contradict each other");
     int rank, size;
     session_mpi_init(&argc, &argv, &rank, &size);
     mi_session ss;
@@ -142,6 +144,23 @@ int cmd_bench(int argc, char **argv)
     else if (rank == 0 && steps <= n_prompt)
         bad = snprintf(msg, sizeof msg, "bench: --steps %ld leaves no decode steps after the %d-token prompt", steps,
                        n_prompt);
+    /* a baseline model must be the same model in other dtypes, checked before
+     * anything is timed (a shorter context would overrun its KV cache) */
+    if (!bad && rank == 0 && base_model) {
+        mi_config bc;
+        char err[MI_ERRLEN];
+        mi_model_file *bf = mi_model_open(base_model, &bc, err);
+        if (!bf)
+            bad = snprintf(msg, sizeof msg, "bench: --baseline-model: %s", err);
+        else if (bc.dim != c->dim || bc.hidden_dim != c->hidden_dim || bc.n_layers != c->n_layers ||
+                 bc.n_heads != c->n_heads || bc.n_kv_heads != c->n_kv_heads || bc.vocab_size != c->vocab_size ||
+                 bc.seq_len != c->seq_len)
+            bad = snprintf(msg, sizeof msg, "bench: --baseline-model %s is not the same model in other dtypes (dim %d, "
+                                            "%d layers, %d heads, vocab %d, context %d; the model: %d, %d, %d, %d, %d)",
+                           base_model, bc.dim, bc.n_layers, bc.n_heads, bc.vocab_size, bc.seq_len, c->dim,
+                           c->n_layers, c->n_heads, c->vocab_size, c->seq_len);
+        mi_model_close(bf);
+    }
     mi_check_all(bad, msg);
 
     /* The bandwidth the job's streams get together: every rank runs the triad
@@ -192,9 +211,6 @@ int cmd_bench(int argc, char **argv)
     if (baseline) {
         single sg;
         mi_model_load_path(&sg.m, base_model ? base_model : model, NULL);
-        if (sg.m.cfg.vocab_size != c->vocab_size)
-            mi_fatal("bench: --baseline-model %s has a vocabulary of %d, the model %d", base_model,
-                     sg.m.cfg.vocab_size, c->vocab_size);
         mi_scratch_init(&sg.s, &sg.m.cfg, chunk);
         if (size == 1 && !base_model)
             mi_use_blas_matvec(1);
@@ -221,11 +237,16 @@ int cmd_bench(int argc, char **argv)
                "\"tpot_ms\": %.4f, \"decode_tokens_per_s\": %.2f, \"weight_bytes_per_token\": %.0f, "
                "\"effective_gbs\": %.3f, \"stream_triad_gbs\": %.3f, \"fraction_of_triad\": %.4f, "
                "\"triad_ceiling_tokens_per_s\": %.2f, \"baseline\": \"%s\", \"baseline_tokens_per_s\": %.2f, "
-               "\"speedup_vs_baseline\": %.4f, ",
+               "\"speedup_vs_baseline\": %.4f, \"baseline_model\": ",
                c->name, c->synthetic ? "true" : "false", size, threads, dts, mi_dtype_name(ss.plan.wire),
                mi_kernels_name(), streams, n_prompt, steps, best.n_decode,
                best.ttft * 1e3, best.tpot * 1e3, tps, bytes_per_token, gbs, triad, gbs / triad, roof_tps,
                baseline ? base_kind : "none", base_tps, baseline ? tps / base_tps : 0.0);
+        if (base_model)
+            cli_json_string(stdout, base_model, strlen(base_model));
+        else
+            printf("null");
+        printf(", ");
         session_metrics_json(&ss, stdout);
         printf("}\n");
     } else {

@@ -15,7 +15,7 @@ static void help(void)
 {
     printf("usage: [mpirun -np N ...] meshinfer generate --model MODEL.h5 [-p PROMPT] [-n N] [options]\n\n"
            "Generates up to N tokens after PROMPT (BOS is prepended) and streams the text.\n"
-           "  -m, --model FILE        HDF5 model (from `convert` or `synth`)\n"
+           "  -m, --model FILE        HDF5 model (from `convert`, `quantize` or `synth`)\n"
            "  -p, --prompt TEXT       prompt (default \"Once upon a time\")\n"
            "  -n, --steps N           tokens to generate (default: up to 256, within the context)\n"
            "  -t, --temperature T     0 = greedy (default 0)\n"

@@ -208,7 +208,9 @@ int cmd_info(int argc, char **argv)
         case 'j': break; /* the output is always JSON */
         case 'h':
             printf("usage: meshinfer info --model MODEL.h5 [--json]\n\nPrints the model's config as JSON "
-                   "(\"synthetic\": true marks synthetic weights).\n");
+                   "(\"synthetic\": true marks synthetic weights),\nwith the weights' dtypes: \"dtypes\" (a "
+                   "summary), \"tok_embeddings_dtype\", \"classifier_dtype\",\n\"layer_dtypes\" (per layer, "
+                   "per matrix) and \"decode_weight_bytes\" (what a decoded token reads).\n");
             return 0;
         default: cli_bad_option("info", o, argv);
         }

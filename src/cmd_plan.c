@@ -101,9 +101,10 @@ static void print_plan(const mi_plan *p, const mi_cluster *cl, const mi_predicti
 
 static void print_json(const mi_plan *p, const mi_prediction *pr, int first)
 {
-    printf("%s{\"planner\": \"%s\", \"ranks\": %d, \"plan_ms\": %.4f, \"predicted_token_ms\": %.4f, "
-           "\"predicted_bytes_per_token\": %.0f, \"devices\": [", first ? "" : ",\n ", mi_planner_name(p->planner),
-           p->n_ranks, p->plan_seconds * 1e3, pr->token_s * 1e3, pr->bytes_per_token);
+    printf("%s{\"planner\": \"%s\", \"ranks\": %d, \"wire_dtype\": \"%s\", \"plan_ms\": %.4f, "
+           "\"predicted_token_ms\": %.4f, \"predicted_bytes_per_token\": %.0f, \"devices\": [", first ? "" : ",\n ",
+           mi_planner_name(p->planner), p->n_ranks, mi_dtype_name(p->wire), p->plan_seconds * 1e3, pr->token_s * 1e3,
+           pr->bytes_per_token);
     for (int r = 0; r < p->n_ranks; r++)
         printf("%s{\"rank\": %d, \"weight_bytes\": %zu, \"kv_cache_bytes\": %zu, \"busy_ms\": %.4f}", r ? ", " : "",
                r, pr->weight_bytes[r], pr->kv_bytes[r], pr->busy_s[r] * 1e3);
@@ -186,8 +187,10 @@ int cmd_plan(int argc, char **argv)
         mi_fatal("plan: unknown planner '%s' (layerwise, roundrobin, random, greedy, tp, all)", planner);
     if (all && out)
         mi_fatal("plan: --out needs one planner, not 'all'");
+    char dts[160];
     if (json)
-        printf("{\"model\": \"%s\", \"synthetic_weights\": %s, \"plans\": [", c.name, c.synthetic ? "true" : "false");
+        printf("{\"model\": \"%s\", \"synthetic_weights\": %s, \"weights\": \"%s\", \"plans\": [", c.name,
+               c.synthetic ? "true" : "false", mi_config_dtype_summary(&c, dts, sizeof dts));
     for (int i = 0; i < 5; i++) {
         mi_planner pl = all ? (mi_planner)i : which;
         if (!all && i > 0)

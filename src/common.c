@@ -253,8 +253,8 @@ void mi_temp_file_set(const char *path)
     if (!installed) {
         installed = 1;
         atexit(temp_at_exit); /* mi_fatal and exit() mid-write */
-        int sigs[] = {SIGINT, SIGTERM, SIGHUP};
-        for (int i = 0; i < 3; i++) {
+        int sigs[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+        for (int i = 0; i < 4; i++) {
             struct sigaction old;
             if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
                 continue;

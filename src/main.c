@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "meshinfer/common.h"
+#include "meshinfer/kernels.h"
 
 static const struct {
     const char *name;
@@ -33,6 +34,11 @@ static void usage(FILE *f)
                "Commands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "Environment:\n"
+               "  MESHINFER_KERNELS=NAME  matrix-product kernels: %s (default auto:\n"
+               "                          the best this CPU runs; now %s)\n"
+               "  MESHINFER_MPI=0|1       without mpirun or srun MPI is not started; 1 starts it anyway\n",
+            mi_kernels_list(), mi_kernels_name());
 }
 
 int main(int argc, char **argv)
@@ -44,6 +50,14 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
         return 0;
+    }
+    /* a kernel family asked for by name must exist and run here: a silent
+     * fallback would make a comparison of families measure the same one twice */
+    const char *kf = getenv("MESHINFER_KERNELS");
+    char kerr[128];
+    if (kf && *kf && mi_kernels_use(kf, kerr) != 0) {
+        fprintf(stderr, "meshinfer: error: MESHINFER_KERNELS=%s: %s (%s)\n", kf, kerr, mi_kernels_list());
+        return 2;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) {

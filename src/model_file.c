@@ -242,11 +242,39 @@ static int check_matrix(mi_model_file *mf, const char *name, hsize_t d0, hsize_t
     }
     char dt[16];
     int rc = read_str_attr(o, "dtype", dt, sizeof dt);
-    H5Oclose(o);
     mi_dtype t;
-    if (rc || mi_dtype_parse(dt, &t) || !mi_dtype_blocked(t))
-        return mi_set_error(err, "%s: tensor '%s' is a group without a block dtype attribute (q8_0 or q4_0)",
-                            mf->path, name);
+    if (rc) {
+        H5Oclose(o);
+        return mi_set_error(err, "%s: tensor '%s' is a group without a dtype attribute (q8_0 or q4_0)", mf->path,
+                            name);
+    }
+    if (mi_dtype_parse(dt, &t) || !mi_dtype_blocked(t)) {
+        H5Oclose(o);
+        return mi_set_error(err, "%s: tensor '%s' is a block group with dtype '%s', not q8_0 or q4_0", mf->path, name,
+                            dt);
+    }
+    /* the attributes that describe the layout must say what this build reads */
+    int bs = 0, axis_attr = -1;
+    long long shp[2] = {0, 0};
+    int ok = H5Aexists(o, "block_size") > 0 && H5Aexists(o, "blocked_axis") > 0 && H5Aexists(o, "shape") > 0;
+    if (ok) {
+        hid_t a = H5Aopen(o, "block_size", H5P_DEFAULT);
+        ok = attr_is_single(a) && H5Aread(a, H5T_NATIVE_INT, &bs) >= 0;
+        H5Aclose(a);
+        a = H5Aopen(o, "blocked_axis", H5P_DEFAULT);
+        ok = ok && attr_is_single(a) && H5Aread(a, H5T_NATIVE_INT, &axis_attr) >= 0;
+        H5Aclose(a);
+        a = H5Aopen(o, "shape", H5P_DEFAULT);
+        hid_t sp = H5Aget_space(a);
+        ok = ok && H5Sget_simple_extent_npoints(sp) == 2 && H5Aread(a, H5T_NATIVE_LLONG, shp) >= 0;
+        H5Sclose(sp);
+        H5Aclose(a);
+    }
+    H5Oclose(o);
+    if (!ok || bs != MI_QK || axis_attr != (transposed ? 0 : 1) || shp[0] != (long long)d0 || shp[1] != (long long)d1)
+        return mi_set_error(err, "%s: tensor '%s' (%s) must have block_size %d, blocked_axis %d and shape [%llu, "
+                                 "%llu]; its attributes say otherwise or are missing", mf->path, name, dt, MI_QK,
+                            transposed ? 0 : 1, (unsigned long long)d0, (unsigned long long)d1);
     hsize_t axis = transposed ? d0 : d1;
     if (axis % MI_QK)
         return mi_set_error(err, "%s: tensor '%s' is %s but its blocked axis of %llu is not a multiple of %d",
@@ -264,11 +292,14 @@ static int check_matrix(mi_model_file *mf, const char *name, hsize_t d0, hsize_t
     if (check_dataset(mf->file, part, 2, q0, q1, 0, mf->path, err))
         return -1;
     hid_t d = H5Dopen2(mf->file, part, H5P_DEFAULT), ty = H5Dget_type(d);
-    int ok = H5Tget_class(ty) == H5T_INTEGER && H5Tget_size(ty) == 1;
+    /* q8_0 values are signed bytes, q4_0's two unsigned nibbles */
+    H5T_sign_t want = t == MI_Q8_0 ? H5T_SGN_2 : H5T_SGN_NONE;
+    ok = H5Tget_class(ty) == H5T_INTEGER && H5Tget_size(ty) == 1 && H5Tget_sign(ty) == want;
     H5Tclose(ty);
     H5Dclose(d);
     if (!ok)
-        return mi_set_error(err, "%s: tensor '%s' is not 8-bit integers", mf->path, part);
+        return mi_set_error(err, "%s: tensor '%s' is not %s 8-bit integers", mf->path, part,
+                            t == MI_Q8_0 ? "signed" : "unsigned");
     snprintf(part, sizeof part, "%s/d", name);
     if (check_dataset(mf->file, part, 2, s0, s1, 0, mf->path, err))
         return -1;
@@ -573,7 +604,9 @@ mi_model_writer *mi_model_writer_create(const char *path, const mi_config *c, ch
         mi_set_error(err, "%s", cerr);
         return NULL;
     }
-    double bytes = (double)mi_decode_weight_bytes(c) + (double)mi_embedding_bytes(c) +
+    /* the layers and classifier, the embeddings unless they are the
+     * classifier, norms, tokenizer */
+    double bytes = (double)mi_decode_weight_bytes(c) + (c->shared_classifier ? 0.0 : (double)mi_embedding_bytes(c)) +
                    4.0 * (2.0 * c->n_layers + 1) * c->dim + 64.0 * c->vocab_size + (1 << 20);
     int any_lower = c->emb_dtype != MI_F32 || c->cls_dtype != MI_F32;
     for (int l = 0; l < c->n_layers; l++)

@@ -3,6 +3,7 @@
 #include "meshinfer/quantize.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,15 +20,17 @@ static int parse_dtype(const char *s, const char *what, mi_dtype *t, char *err)
     return 0;
 }
 
-/* A non-negative layer index at *p; advances p. */
+/* A non-negative layer index at *p (digits only); advances p. Numbers too
+ * large for any model come back as INT_MAX, which the caller reports as a
+ * layer that does not exist. */
 static int parse_layer(const char **p, int *v)
 {
+    if (**p < '0' || **p > '9')
+        return -1;
     char *end;
     errno = 0;
-    long x = strtol(*p, &end, 10);
-    if (end == *p || errno || x < 0 || x > (1 << 20) || **p == '-' || **p == '+' || **p == ' ')
-        return -1;
-    *v = (int)x;
+    long long x = strtoll(*p, &end, 10);
+    *v = errno || x > INT_MAX ? INT_MAX : (int)x;
     *p = end;
     return 0;
 }
@@ -74,8 +77,12 @@ int mi_dtypes_apply(mi_config *c, const char *dtype, const char *layer_spec, con
             }
             char name[16];
             size_t n = strcspn(++p, ",");
-            if (n == 0 || n >= sizeof name) {
+            if (n == 0) {
                 rc = mi_set_error(err, "--layer-dtype '%s': expected a dtype at '%s'", layer_spec, p);
+                break;
+            }
+            if (n >= sizeof name) {
+                rc = mi_set_error(err, "--layer-dtype: unknown dtype '%.*s' (fp32, fp16, q8_0, q4_0)", (int)n, p);
                 break;
             }
             memcpy(name, p, n);
@@ -86,8 +93,12 @@ int mi_dtypes_apply(mi_config *c, const char *dtype, const char *layer_spec, con
                 break;
             }
             if (b >= c->n_layers) {
-                rc = mi_set_error(err, "--layer-dtype: layer %d does not exist (the model has %d layers, 0-%d)", b,
-                                  c->n_layers, c->n_layers - 1);
+                if (b == INT_MAX)
+                    rc = mi_set_error(err, "--layer-dtype: a layer beyond %d does not exist (the model has %d layers, "
+                                           "0-%d)", INT_MAX - 1, c->n_layers, c->n_layers - 1);
+                else
+                    rc = mi_set_error(err, "--layer-dtype: layer %d does not exist (the model has %d layers, 0-%d)", b,
+                                      c->n_layers, c->n_layers - 1);
                 break;
             }
             for (int l = a; l <= b && !rc; l++) {
@@ -108,13 +119,20 @@ int mi_dtypes_apply(mi_config *c, const char *dtype, const char *layer_spec, con
     return 0;
 }
 
-/* Every value finite; otherwise name the tensor and the first bad index. */
-static int check_finite(const float *x, size_t n, const char *name, const char *path, char *err)
+/* Every value finite and within what dtype t can hold (fp16: 65504; a
+ * block's fp16 scale: 65504 * 127 for q8_0, 65504 * 8 for q4_0); otherwise
+ * name the tensor and the first bad element. */
+static int check_values(int t, const float *x, size_t n, const char *name, const char *path, char *err)
 {
-    for (size_t i = 0; i < n; i++)
+    double lim = t == MI_F16 ? 65504.0 : t == MI_Q8_0 ? 65504.0 * 127 : t == MI_Q4_0 ? 65504.0 * 8 : INFINITY;
+    for (size_t i = 0; i < n; i++) {
         if (!isfinite(x[i]))
             return mi_set_error(err, "%s: tensor '%s' holds a non-finite value (%g at element %zu); refusing to "
                                      "quantize it", path, name, (double)x[i], i);
+        if (fabs((double)x[i]) > lim)
+            return mi_set_error(err, "%s: tensor '%s' holds %g at element %zu, beyond what %s can hold (%g); keep "
+                                     "it in a wider dtype", path, name, (double)x[i], i, mi_dtype_name(t), lim);
+    }
     return 0;
 }
 
@@ -174,7 +192,7 @@ int mi_model_quantize(const char *in, const char *out, const mi_config *target, 
         rc = (tr) ? mi_model_read_t(mf, nm, 0, (cols), buf, err)                                         \
                   : mi_model_read_rows(mf, nm, 0, (rows), buf, err);                                     \
         if (!rc)                                                                                         \
-            rc = check_finite(buf, (size_t)(rows) * (cols), nm, in, err);                                \
+            rc = check_values((dt), buf, (size_t)(rows) * (cols), nm, in, err);                          \
         if (!rc)                                                                                         \
             rc = mi_model_writer_put_tensor(w, nm, (dt), buf, (rows), (cols), (tr), err);                \
     }

@@ -103,6 +103,13 @@ expect_error "quantize: truncated q8_0 file" "truncated|corrupt" "$bin" generate
 expect_error "wire dtype that does not exist" "--wire-dtype: 'q4_0' is not fp32, fp16 or q8_0" \
     "$bin" generate -m "$model" --wire-dtype q4_0
 expect_error "synth: unknown dtype"     "unknown dtype 'bf16'" "$bin" synth --shape tiny-gqa --dtype bf16 --out "$tmp/s.h5"
+expect_error "kernel family this CPU lacks or that does not exist" "MESHINFER_KERNELS=no-such: unknown kernel family" \
+    env MESHINFER_KERNELS=no-such "$bin" info -m "$model"
+"$bin" synth --shape tiny-gqa --out "$tmp/tiny.h5" >/dev/null 2>&1
+expect_error "bench: a baseline model of another shape" "not the same model" \
+    "$bin" bench -m "$model" --baseline-model "$tmp/tiny.h5" --steps 20
+expect_error "bench: baseline and no baseline" "contradict" \
+    "$bin" bench -m "$model" --baseline-model "$model" --no-baseline
 
 left=$(find "$tmp" -name 'o*.h5*' -o -name 's.h5*' -o -name '*.partial.*' | wc -l)
 if [[ $left -eq 0 ]]; then echo "ok: no partial output files left"; pass=$((pass+1));

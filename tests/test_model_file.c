@@ -1070,6 +1070,27 @@ static void test_quantize_refusals(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "non-finite"));
     CU_ASSERT_FALSE(tu_file_exists(out));
     CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
+    /* a finite value beyond what the dtype holds: refused, naming it */
+    CU_ASSERT_EQUAL_FATAL(write_variant(p, &g_cfg, NULL, NULL, 0, err), 0);
+    f = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+    d = H5Dopen2(f, "layers/001/wk", H5P_DEFAULT);
+    fs = H5Dget_space(d);
+    H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, one, NULL);
+    ms = H5Screate_simple(2, one, NULL);
+    float big = 1e5f;
+    CU_ASSERT(H5Dwrite(d, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, &big) >= 0);
+    H5Sclose(ms);
+    H5Sclose(fs);
+    H5Dclose(d);
+    H5Fclose(f);
+    mi_config h = g_cfg;
+    CU_ASSERT_EQUAL_FATAL(mi_dtypes_apply(&h, "fp16", NULL, NULL, err), 0);
+    err[0] = '\0';
+    CU_ASSERT_EQUAL(mi_model_quantize(p, out, &h, 0, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "layers/001/wk"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "beyond what fp16 can hold"));
+    CU_ASSERT_EQUAL(mi_model_quantize(p, out, &t, 0, err), 0); /* q8_0's scale holds it */
+    unlink(out);
     /* a quantized input is refused; so is an output over the input */
     CU_ASSERT_EQUAL_FATAL(mi_model_quantize(g_model, out, &t, 0, err), 0);
     err[0] = '\0';
@@ -1084,6 +1105,10 @@ static void test_quantize_refusals(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "layer 4 does not exist"));
     CU_ASSERT_EQUAL(mi_dtypes_apply(&u, NULL, "1,2:q8_0", NULL, err), -1);
     CU_ASSERT_EQUAL(mi_dtypes_apply(&u, NULL, "0:q8_0,", NULL, err), -1);
+    CU_ASSERT_EQUAL(mi_dtypes_apply(&u, NULL, "99999999999:q8_0", NULL, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "does not exist"));
+    CU_ASSERT_EQUAL(mi_dtypes_apply(&u, NULL, "0:q8_0_with_a_long_name", NULL, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "unknown dtype"));
     CU_ASSERT_EQUAL(mi_dtypes_apply(&u, "q5_1", NULL, NULL, err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "unknown dtype 'q5_1'"));
     unlink(p);
@@ -1136,7 +1161,21 @@ static void test_damaged_blocks(void)
     hid_t f = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
     CU_ASSERT(H5Adelete_by_name(f, "layers/000/wk", "dtype", H5P_DEFAULT) >= 0);
     H5Fclose(f);
-    expect_open_fails(p, "layers/000/wk", "block dtype");
+    expect_open_fails(p, "layers/000/wk", "dtype attribute");
+    /* a block size this build does not read */
+    CU_ASSERT_EQUAL_FATAL(copy_file(q, p, -1), 0);
+    f = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t g = H5Gopen2(f, "layers/001/wv", H5P_DEFAULT), a = H5Aopen(g, "block_size", H5P_DEFAULT);
+    int sixteen = 16;
+    CU_ASSERT(H5Awrite(a, H5T_NATIVE_INT, &sixteen) >= 0);
+    H5Aclose(a);
+    H5Gclose(g);
+    H5Fclose(f);
+    expect_open_fails(p, "layers/001/wv", "block_size 32");
+    /* q4_0 values stored as signed bytes */
+    CU_ASSERT_EQUAL_FATAL(copy_file(q, p, -1), 0);
+    CU_ASSERT_EQUAL_FATAL(replace_dataset(p, "layers/002/w3/qs", 320, 64, H5T_STD_I8LE), 0);
+    expect_open_fails(p, "layers/002/w3/qs", "not unsigned 8-bit");
     unlink(p);
     unlink(q);
 }

@@ -60,8 +60,9 @@ double mi_now(void);
 size_t mi_rss_bytes(void);
 
 /* Remove `path` (a temporary output written before a rename) if the process
- * exits or is ended by SIGINT, SIGTERM or SIGHUP before mi_temp_file_clear(), so a
- * killed convert, synth or profile leaves nothing half written. One path at a
+ * exits or is ended by SIGINT, SIGTERM, SIGHUP or SIGQUIT before
+ * mi_temp_file_clear(), so a killed convert, quantize, synth or profile
+ * leaves nothing half written. One path at a
  * time; the signal then takes its default action, so the exit status is that
  * of the signal. Signals ignored at start (nohup, background jobs) stay
  * ignored. */
