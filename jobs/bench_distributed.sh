@@ -22,8 +22,12 @@ steps=44
 repeat=2
 wire=fp32
 name=""
+fail() { echo "bench_distributed: error: $*" >&2; exit 2; }
 while (($#)); do
     case "$1" in
+        -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
+        --model|--ranks|--planners|--steps|--repeat|--wire-dtype|--name)
+            (($# >= 2)) || fail "$1 needs a value (see --help)" ;;&
         --model) model=$2; shift 2 ;;
         --ranks) ranks=$2; shift 2 ;;
         --planners) planners=$2; shift 2 ;;
@@ -31,11 +35,17 @@ while (($#)); do
         --repeat) repeat=$2; shift 2 ;;
         --wire-dtype) wire=$2; shift 2 ;;
         --name) name=$2; shift 2 ;;
-        -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
-        *) echo "bench_distributed: error: unknown option '$1' (see --help)" >&2; exit 2 ;;
+        *) fail "unknown option '$1' (see --help)" ;;
     esac
 done
-case "$wire" in fp32|fp16|q8_0) ;; *) echo "bench_distributed: error: --wire-dtype '$wire' is not fp32, fp16 or q8_0" >&2; exit 2 ;; esac
+case "$wire" in fp32|fp16|q8_0) ;; *) fail "--wire-dtype '$wire' is not fp32, fp16 or q8_0" ;; esac
+for n in $ranks; do [[ $n =~ ^[1-9][0-9]*$ ]] || fail "--ranks: '$n' is not a positive rank count"; done
+for p in $planners; do
+    [[ $p =~ ^(layerwise|roundrobin|random|greedy|tp)$ ]] || fail "--planners: unknown planner '$p' (layerwise roundrobin random greedy tp)"
+done
+[[ -n $ranks && -n $planners ]] || fail "an empty --ranks or --planners"
+[[ $steps =~ ^[1-9][0-9]*$ ]] || fail "--steps '$steps' is not a positive number"
+[[ $repeat =~ ^[1-9][0-9]*$ ]] || fail "--repeat '$repeat' is not a positive number"
 [[ -n "$name" ]] || name="$(basename "$model" .h5)-$wire"
 [[ "$name" =~ ^[A-Za-z0-9._-]+$ ]] || { echo "bench_distributed: error: --name '$name' may hold letters, digits, '.', '_', '-'" >&2; exit 2; }
 [[ -x "$bin" ]] || "$root/jobs/build.sh"
@@ -58,9 +68,15 @@ for n in $ranks; do
         if [[ $n -eq 1 && $p != "${planners%% *}" ]]; then continue; fi
         bind="--bind-to core"; ((n > ncores)) && bind="--bind-to none --mca mpi_yield_when_idle 1"
         echo "bench_distributed: $p on $n rank(s), $wire messages..." >&2
-        r=$(mpirun --allow-run-as-root -q --oversubscribe $bind --mca btl self,vader -x OPENBLAS_NUM_THREADS=1 \
+        if ! r=$(mpirun --allow-run-as-root -q --oversubscribe $bind --mca btl self,vader -x OPENBLAS_NUM_THREADS=1 \
               -np "$n" "$bin" bench -m "$model" --steps "$steps" --repeat "$repeat" --planner "$p" \
-              --wire-dtype "$wire" --no-baseline --stream-mb 64 --json 2>/dev/null)
+              --wire-dtype "$wire" --no-baseline --stream-mb 64 --json 2>"$base.err"); then
+            echo "bench_distributed: error: $p on $n rank(s) failed:" >&2
+            grep -m 3 . "$base.err" >&2 || true
+            rm -f "$base.err"
+            exit 1
+        fi
+        rm -f "$base.err"
         ((first)) || echo "," >> "$json"; first=0
         echo "$r" >> "$json"
         node -e '

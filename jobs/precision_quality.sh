@@ -8,8 +8,9 @@
 #     tokens, seeds 101-116, temperature 1, top-p 0.95; held out from nothing,
 #     but the only children's stories reachable here)
 #   out-of-distribution text: Moby Dick chapters 1-3 (models/cache/moby-dick.txt)
-# Writes results/precision/quality.csv and quality.md (and the quantized
-# models it makes, in results/precision/), and prints the table.
+# Writes results/precision/quality.csv and quality.md, and prints the table;
+# the text it samples and the quantized models it makes are kept under
+# results/precision/cache-MODEL-SIZE/ and reused by later runs on that model.
 #
 # usage: jobs/precision_quality.sh [--model models/cache/stories15M.h5] [--out DIR]
 set -euo pipefail
@@ -21,26 +22,35 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$root/build/meshinfer"
 model="$root/models/cache/stories15M.h5"
 out="$root/results/precision"
+fail() { echo "precision_quality: error: $*" >&2; exit 1; }
 while (($#)); do
     case "$1" in
+        --model|--out) (($# >= 2)) || fail "$1 needs a value (see --help)" ;;&
         --model) model=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
-        *) echo "precision_quality: error: unknown option '$1' (see --help)" >&2; exit 2 ;;
+        *) fail "unknown option '$1' (see --help)" ;;
     esac
 done
 [[ -x "$bin" ]] || "$root/jobs/build.sh"
 [[ -f "$model" ]] || model="$("$root/jobs/fetch_model.sh")"
 moby="$root/models/cache/moby-dick.txt"
 [[ -f "$moby" ]] || "$root/jobs/fetch_references.sh" >/dev/null
+[[ -f "$model" ]] || fail "model '$model' not found"
 mkdir -p "$out"
+# what depends on the model is kept apart per model file (name and size)
+cache="$out/cache-$(basename "$model" .h5)-$(stat -c %s "$model")"
+mkdir -p "$cache"
 say() { echo "precision_quality: $*" >&2; }
 mpi() { mpirun --allow-run-as-root -q --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 "$@"; }
 
-stories="$out/own-stories.txt"
+stories="$cache/own-stories.txt"
 if [[ ! -s "$stories" ]]; then
     say "sampling the in-distribution text..."
-    for s in $(seq 101 116); do "$bin" generate -m "$model" -t 1 --top-p 0.95 -s "$s" -n 250 2>/dev/null; echo; done \
-        > "$stories.partial"
+    for s in $(seq 101 116); do
+        "$bin" generate -m "$model" -t 1 --top-p 0.95 -s "$s" -n 250 2>"$cache/err" ||
+            { rm -f "$stories.partial"; fail "sampling with seed $s: $(tail -1 "$cache/err")"; }
+        echo
+    done > "$stories.partial"
     mv "$stories.partial" "$stories"
 fi
 
@@ -67,8 +77,10 @@ for c in "${configs[@]}"; do
     IFS='|' read -r name qopts wire <<<"$c"
     file="$model"
     if [[ -n "$qopts" ]]; then
-        file="$out/$(tr -c 'A-Za-z0-9_-' '_' <<<"$qopts").h5"
-        [[ -f "$file" ]] || "$bin" quantize -m "$model" $qopts --out "$file" >/dev/null 2>&1
+        # a file name from the options: "--dtype q4_0 --embeddings-dtype q8_0" -> dtype-q4_0-embeddings-dtype-q8_0.h5
+        file="$cache/$(sed -E 's/(^| )--/\1/g; s/[^A-Za-z0-9_.]+/-/g; s/-+$//' <<<"$qopts").h5"
+        [[ -f "$file" ]] || "$bin" quantize -m "$model" $qopts --out "$file" >/dev/null 2>"$cache/err" ||
+            fail "quantize $qopts: $(tail -1 "$cache/err")"
     fi
     run=("$bin")
     opts=()
@@ -77,9 +89,12 @@ for c in "${configs[@]}"; do
         opts=(--planner tp --wire-dtype "$wire")
     fi
     say "$name..."
-    p1=$("${run[@]}" perplexity -m "$file" --text "$stories" "${opts[@]}" --json 2>/dev/null)
-    p2=$("${run[@]}" perplexity -m "$file" --text "$moby" "${opts[@]}" --json 2>/dev/null)
-    g=$("${run[@]}" generate -m "$file" -p "$prompt" -n 100 "${opts[@]}" --json 2>/dev/null)
+    p1=$("${run[@]}" perplexity -m "$file" --text "$stories" "${opts[@]}" --json 2>"$cache/err") ||
+        fail "$name: perplexity: $(tail -1 "$cache/err")"
+    p2=$("${run[@]}" perplexity -m "$file" --text "$moby" "${opts[@]}" --json 2>"$cache/err") ||
+        fail "$name: perplexity: $(tail -1 "$cache/err")"
+    g=$("${run[@]}" generate -m "$file" -p "$prompt" -n 100 "${opts[@]}" --json 2>"$cache/err") ||
+        fail "$name: generate: $(tail -1 "$cache/err")"
     toks=$(printf '%s' "$g" | node -e 'console.log(JSON.parse(require("fs").readFileSync(0, "utf8")).tokens.join(" "))')
     [[ -n "$ref_tokens" ]] || ref_tokens="$toks"
     same=$(node -e 'const a = process.argv[1].split(" "), b = process.argv[2].split(" "); let n = 0;
