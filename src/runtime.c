@@ -490,7 +490,6 @@ static void gather_heads(mi_runtime *rt, const mi_step *st, step_rt *sr, int T)
 /* The root, after the access epoch: decode every member's slot. */
 static void gather_decode(mi_runtime *rt, const mi_step *st, step_rt *sr, int T)
 {
-    const mi_config *c = &rt->plan.cfg;
     for (int j = 0; j < st->n_members; j++) {
         int m = st->members[j];
         if (m == rt->rank)
@@ -500,7 +499,6 @@ static void gather_decode(mi_runtime *rt, const mi_step *st, step_rt *sr, int T)
         scatter_heads(rt, st->layer, m, rt->wtmp, T, sr->gbuf);
         rt->m.bytes_recv += (double)T * (double)mi_wire_row_bytes(rt->wire, (size_t)local);
     }
-    (void)c;
 }
 
 /* Broadcast T positions of x (row length dim) from the step's root; with

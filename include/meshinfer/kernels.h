@@ -55,9 +55,9 @@ void mi_softmax(float *x, int n);
  * for `bench`; not bit-reproducible under row partitioning). Process-wide. */
 void mi_use_blas_matvec(int on);
 
-/* Threads per rank for the matrix products (ours and BLAS's); n >= 1. */
+/* Threads per rank for the matrix products (ours, OpenMP, and BLAS's);
+ * n >= 1. Process-wide. */
 void mi_set_threads(int n);
-int mi_get_threads(void);
 
 /* The kernel family in use ("scalar", "avx2", "avx512", "neon",
  * "neon-dotprod"): the best this CPU runs, unless the environment variable

@@ -1,6 +1,7 @@
 /* Matrix products on tensors of any dtype: activation preparation, row
  * tiling for prefill, threads, and the BLAS paths for fp32 (see kernels.h). */
 #include <cblas.h>
+#include <omp.h>
 #include <stdlib.h>
 
 #include "family.h"
@@ -17,11 +18,6 @@ void mi_set_threads(int n)
 {
     g_threads = n > 0 ? n : 1;
     openblas_set_num_threads(g_threads);
-}
-
-int mi_get_threads(void)
-{
-    return g_threads;
 }
 
 void mi_use_blas_matvec(int on)
@@ -112,15 +108,11 @@ static void matmul(float *y, const float *x, const mi_tensor *W, int T, int add)
         run_rows(rows, y, W, 0, n_out, g_acts, T, add);
         return;
     }
+    /* each thread a contiguous share of the rows; a row's result does not
+     * depend on which thread computes it */
 #pragma omp parallel num_threads(nt)
     {
-#ifdef _OPENMP
-        extern int omp_get_thread_num(void);
         int i = omp_get_thread_num();
-#else
-        int i = 0;
-        nt = 1;
-#endif
         int a = (int)((long)n_out * i / nt), b = (int)((long)n_out * (i + 1) / nt);
         run_rows(rows, y, W, a, b, g_acts, T, add);
     }
