@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Cross-compile the kernel unit test (tests/test_kernels.c) for aarch64 and
+# Cross-compile the kernel unit test (tests/unit/test_kernels.c) for aarch64 and
 # run it under qemu-aarch64 twice: as a Raspberry Pi 4 (-cpu cortex-a72: NEON,
 # no int8 dot product: the neon family is tested, neon-dotprod skipped) and
 # with every extension qemu has (-cpu max: both tested; a Pi 5's Cortex-A76

@@ -300,6 +300,7 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
+    mi_world_init(&argc, &argv); /* MPI already runs: this registers mi_fatal's stop-every-rank hook */
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
     mi_set_threads(1);

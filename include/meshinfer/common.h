@@ -2,9 +2,11 @@
  *
  * meshinfer is an MPI program, so "print and exit" is not enough: a rank that
  * fails alone must take the whole job down, or the other ranks hang in their
- * next collective. mi_fatal() therefore calls MPI_Abort when MPI is running
- * with more than one rank, and exit(1) otherwise. Every error is one line on
- * stderr starting with "meshinfer: error: ". */
+ * next collective. mi_fatal() therefore runs a hook the runtime registers
+ * while MPI runs (MPI_Abort with more than one rank, MPI_Finalize alone), then
+ * exit(1). This module itself knows no MPI, so model and plan code and their
+ * unit tests link without it. Every error is one line on stderr starting with
+ * "meshinfer: error: ". */
 #ifndef MESHINFER_COMMON_H
 #define MESHINFER_COMMON_H
 
@@ -22,6 +24,11 @@
 /* Print "meshinfer: error: <msg>" and stop every rank with a non-zero exit.
  * Safe before MPI_Init and after MPI_Finalize. Never returns. */
 MI_NORETURN void mi_fatal(const char *fmt, ...) MI_PRINTF(1, 2);
+
+/* Register (or clear, with NULL) what mi_fatal runs after printing and before
+ * exit(1): the runtime's way to stop the other ranks. Not thread-safe; set
+ * once at start-up and cleared at finalize. */
+void mi_set_fatal_hook(void (*hook)(void));
 
 /* Print "meshinfer: warning: <msg>" on stderr and continue. */
 void mi_warn(const char *fmt, ...) MI_PRINTF(1, 2);

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/kernels/family.h"
+#include "../../src/kernels/family.h"
 #include "meshinfer/tensor.h"
 
 static uint64_t g_rng = 0x1234567887654321ull;

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../src/kernels/family.h"
+#include "../../src/kernels/family.h"
 #include "meshinfer/tensor.h"
 
 static double now(void)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Checks tests/tokenizer_expected.tsv against the live reference tokenizer
+# Checks tests/data/tokenizer_expected.tsv against the live reference tokenizer
 # (llama-tokenizer-js@1.2.2), so the committed fixture cannot drift from it.
 #
-# Usage: tests/tokenizer_compare.sh [MODULE_DIR]
+# Usage: tests/cli/tokenizer_compare.sh [MODULE_DIR]
 #   MODULE_DIR: node_modules dir (or the package dir) holding
 #   llama-tokenizer-js; default $LLAMA_TOKENIZER_JS_DIR, else
 #   <repo>/.cache/npm/node_modules. NODE_PATH is also searched.
@@ -11,9 +11,10 @@
 set -u
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-root=$(dirname "$here")
+root=$(cd "$here/../.." && pwd)
+data=$root/tests/data
 moddir=${1:-${LLAMA_TOKENIZER_JS_DIR:-$root/.cache/npm/node_modules}}
-expected=$here/tokenizer_expected.tsv
+expected=$data/tokenizer_expected.tsv
 
 if ! command -v node >/dev/null 2>&1; then
     echo "tokenizer_compare: SKIP: node not found"
@@ -23,7 +24,7 @@ fi
 tmp=$(mktemp "${TMPDIR:-/tmp}/tokenizer_ref.XXXXXX") || exit 1
 trap 'rm -f "$tmp"' EXIT
 
-node "$here/tokenizer_reference.js" "$tmp" "$moddir"
+node "$data/tokenizer_reference.js" "$tmp" "$moddir"
 rc=$?
 if [ "$rc" -eq 3 ]; then
     echo "tokenizer_compare: SKIP: llama-tokenizer-js@1.2.2 not available"
@@ -38,5 +39,5 @@ if diff -u "$expected" "$tmp"; then
     exit 0
 fi
 echo "tokenizer_compare: FAIL: $expected differs from llama-tokenizer-js output (see diff above);"
-echo "  regenerate with: node tests/tokenizer_reference.js tests/tokenizer_expected.tsv $moddir"
+echo "  regenerate with: node tests/data/tokenizer_reference.js tests/data/tokenizer_expected.tsv $moddir"
 exit 1

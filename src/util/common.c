@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <signal.h>
 #include <math.h>
-#include <mpi.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +13,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Set by the runtime while MPI runs (mi_world_init): util knows no MPI. */
+static void (*fatal_hook)(void);
+
+void mi_set_fatal_hook(void (*hook)(void))
+{
+    fatal_hook = hook;
+}
+
 void mi_fatal(const char *fmt, ...)
 {
     char msg[1024];
@@ -21,26 +28,19 @@ void mi_fatal(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    int init = 0, fin = 0;
-    MPI_Initialized(&init);
-    MPI_Finalized(&fin);
     /* Before MPI_Init every rank of an mpirun job sees the same bad option:
      * let only the first say so, from the launcher's environment. */
     const char *launcher_rank = getenv("OMPI_COMM_WORLD_RANK");
     if (!launcher_rank)
         launcher_rank = getenv("PMI_RANK");
-    if (init || !launcher_rank || atoi(launcher_rank) == 0)
+    if (fatal_hook || !launcher_rank || atoi(launcher_rank) == 0)
         fprintf(stderr, "meshinfer: error: %s\n", msg);
     fflush(stderr);
     fflush(stdout);
-    if (init && !fin) {
-        int size = 1;
-        MPI_Comm_size(MPI_COMM_WORLD, &size);
-        /* Alone we can finalize cleanly (no banner); with peers only
-         * MPI_Abort guarantees they do not wait forever for us. */
-        if (size > 1)
-            MPI_Abort(MPI_COMM_WORLD, 1);
-        MPI_Finalize();
+    if (fatal_hook) {
+        void (*hook)(void) = fatal_hook;
+        fatal_hook = NULL; /* a failure inside the hook must not recurse */
+        hook();
     }
     exit(1);
 }

@@ -29,7 +29,7 @@
 #include "meshinfer/plan.h"
 
 #include "meshinfer/common.h"
-#include "json_keys.h"
+#include "../util/json_keys.h"
 
 #include <cjson/cJSON.h>
 

@@ -68,6 +68,19 @@ static int mpi_running(void)
     return init && !fin;
 }
 
+/* mi_fatal's hook while MPI runs: alone we can finalize cleanly (no
+ * banner); with peers only MPI_Abort guarantees they do not wait forever. */
+static void fatal_stop_world(void)
+{
+    if (!mpi_running())
+        return;
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size > 1)
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    MPI_Finalize();
+}
+
 void mi_world_init(int *argc, char ***argv)
 {
     const char *force = getenv("MESHINFER_MPI");
@@ -77,6 +90,8 @@ void mi_world_init(int *argc, char ***argv)
         launched = atoi(force) != 0;
     if (launched && !mpi_running())
         MPI_Init(argc, argv);
+    if (mpi_running())
+        mi_set_fatal_hook(fatal_stop_world);
 }
 
 int mi_world_rank(void)
@@ -97,6 +112,7 @@ int mi_world_size(void)
 
 void mi_world_finalize(void)
 {
+    mi_set_fatal_hook(NULL);
     if (mpi_running())
         MPI_Finalize();
 }
@@ -120,7 +136,7 @@ void mi_check_all(int failed, const char *msg)
         fprintf(stderr, "meshinfer: error: %s%s\n", msg, size > 1 && rank > 0 ? " (on a worker rank)" : "");
         fflush(stderr);
     }
-    MPI_Finalize();
+    mi_world_finalize();
     exit(1);
 }
 
