@@ -13,6 +13,13 @@
  * out may alias x. */
 void mi_rmsnorm(float *out, const float *x, const float *w, int T, int dim, float eps);
 
+/* Seed 002 device-local RMSNorm: like mi_rmsnorm, but each row's mean
+ * square is over the columns it holds (held[t*dim + i] != 0; pruned or lost
+ * columns are not held) and the others are written as 0. held == NULL, or
+ * every column held, gives mi_rmsnorm's result bit for bit. */
+void mi_rmsnorm_held(float *out, const float *x, const float *w, int T, int dim, float eps,
+                     const unsigned char *held);
+
 /* y[T, W.rows] = x[T, W.cols] @ W^T, for any weight dtype (tensor.h).
  * Decode (T == 1) runs the active kernel family's matrix-vector product,
  * split over mi_set_threads threads by rows; fp32 prefill (T > 1) uses BLAS
@@ -25,6 +32,11 @@ void mi_matmul(float *y, const float *x, const mi_tensor *W, int T);
 
 /* Same as mi_matmul but adds into y (y += x @ W^T); used for residuals. */
 void mi_matmul_add(float *y, const float *x, const mi_tensor *W, int T);
+
+/* mi_matmul on slices of wider buffers: row t of x starts at x + t*ldx,
+ * row t of y at y + t*ldy (ldx >= W.cols, ldy >= W.rows); add: y +=. The
+ * same numbers as mi_matmul on packed copies. */
+void mi_matmul_ld(float *y, int ldy, const float *x, int ldx, const mi_tensor *W, int T, int add);
 
 /* RoPE rotation tables: cos/sin of pos * theta^(-2i/head_dim), [seq_len][head_dim/2]. */
 typedef struct {

@@ -21,6 +21,8 @@ typedef enum {
     MI_PROJ_NONE = 0,
     MI_PROJ_FULL = 1,  /* all of wo: head outputs are gathered here (seed 000) */
     MI_PROJ_HEADS = 2, /* the wo columns of this device's own heads (tensor parallelism) */
+    MI_PROJ_ROWS = 3,  /* rows [o0, o0+no) of wo over every head's output: this device's residual
+                          columns (seed 002 somegather) */
 } mi_proj_kind;
 
 /* What one device holds of one layer. KV heads need not be contiguous
@@ -29,7 +31,11 @@ typedef struct {
     int n_kv;                           /* KV heads held, with their query heads */
     unsigned char kv[MI_MAX_KV_HEADS];  /* their ids, ascending */
     int proj;                           /* mi_proj_kind */
-    int f0, nf;                         /* FFN units [f0, f0+nf) of hidden_dim */
+    int f0, nf;                         /* FFN units [f0, f0+nf) of hidden_dim (w1, w3 rows) */
+    int o0, no;                         /* residual columns [o0, o0+no) this device computes
+                                           (somegather: its wo rows, and its w2 rows when w2_rows) */
+    int w2_rows;                        /* 1: w2 rows [o0, o0+no) over all hidden units (somegather);
+                                           0: the w2 columns of units [f0, f0+nf) (partial sums) */
 } mi_layer_spec;
 
 /* What one device holds of the whole model. */
@@ -37,6 +43,8 @@ typedef struct {
     mi_layer_spec *layers;  /* [n_layers] */
     int embeddings;         /* token embeddings and final norm (the controller) */
     int cls_v0, cls_nv;     /* classifier rows [cls_v0, cls_v0+cls_nv) of vocab_size */
+    int emb_c0, emb_nc;     /* somegather: columns [emb_c0, emb_c0+emb_nc) of every embedding row
+                               (when embeddings == 0; block dtypes hold the blocks covering them) */
 } mi_shard_spec;
 
 /* One layer's weights on this device (only the parts its spec holds; the
@@ -49,10 +57,11 @@ typedef struct {
     mi_tensor wq;           /* [n_kv*group*head_dim, dim], held heads stacked in kv order */
     mi_tensor wk, wv;       /* [n_kv*head_dim, dim] */
     float *k_cache, *v_cache; /* [n_kv][seq_len][head_dim] */
-    mi_tensor wo;           /* [dim, n_in]: n_in = n_heads*head_dim (FULL) or n_kv*group*head_dim (HEADS) */
+    mi_tensor wo;           /* [dim, n_in]: n_in = n_heads*head_dim (FULL) or n_kv*group*head_dim (HEADS);
+                               [no, n_heads*head_dim] (ROWS) */
     float *ffn_norm;        /* [dim], held with the FFN */
     mi_tensor w1, w3;       /* [nf, dim] */
-    mi_tensor w2;           /* [dim, nf]: a column block of w2 */
+    mi_tensor w2;           /* [dim, nf]: a column block of w2; [no, hidden_dim] with w2_rows */
     void *arena;            /* the layer's weights */
     size_t arena_bytes;
 } mi_layer;
@@ -60,7 +69,10 @@ typedef struct {
 typedef struct {
     mi_config cfg;
     int has_embeddings;
-    mi_tensor tok_embeddings; /* [vocab_size, dim] when held */
+    mi_tensor tok_embeddings; /* [vocab_size, dim] when held; [vocab_size, covering columns] for a
+                                 somegather column slice */
+    int emb_c0, emb_nc;     /* the embedding columns held: [emb_c0, emb_c0+emb_nc) of dim */
+    int emb_skip;           /* column of tok_embeddings where emb_c0 is (the covering blocks start earlier) */
     float *norm;            /* [dim] final RMSNorm, held with embeddings or a classifier slice */
     int cls_v0, cls_nv;
     mi_tensor classifier;   /* [cls_nv, dim]; may be a view of rows of tok_embeddings when tied */
@@ -75,13 +87,15 @@ typedef struct {
 
 /* Where shard bytes come from. The loader asks for stored rows of datasets
  * (a tensor, or the qs / d part of a block-format one; model_file.h) as raw
- * bytes, in a fixed order (the same on every rank for a given spec), so the
- * same routine serves reading the HDF5 file and receiving a shard from rank 0
- * (--weights scatter). fetch returns 0 or -1 with err set. When discard is
- * set the loader drops every piece right after fetching it (rank 0 streaming
- * another rank's shard). */
+ * bytes: bytes [byte0, byte0+nbytes) of each row of row_bytes bytes (whole
+ * rows: byte0 = 0, nbytes = row_bytes), in a fixed order (the same on every
+ * rank for a given spec), so the same routine serves reading the HDF5 file
+ * and receiving a shard from rank 0 (--weights scatter). fetch returns 0 or
+ * -1 with err set. When discard is set the loader drops every piece right
+ * after fetching it (rank 0 streaming another rank's shard). */
 typedef struct {
-    int (*fetch)(void *ctx, const char *dataset, size_t row0, size_t nrows, size_t row_bytes, void *out, char *err);
+    int (*fetch)(void *ctx, const char *dataset, size_t row0, size_t nrows, size_t row_bytes, size_t byte0,
+                 size_t nbytes, void *out, char *err);
     void *ctx;
     int discard;
 } mi_weight_source;
@@ -95,6 +109,10 @@ mi_layer_spec mi_layer_spec_full(const mi_config *c);
 /* Spec for holding everything: all layers, embeddings and the classifier.
  * layers must hold n_layers entries. */
 mi_shard_spec mi_shard_spec_full(const mi_config *c, mi_layer_spec *layers);
+
+/* The stored embedding columns [*a, *b) a device holding columns [c0, c0+nc)
+ * loads: those columns, widened to whole blocks for a block dtype. */
+void mi_emb_cover(const mi_config *c, int c0, int nc, int *a, int *b);
 
 /* Bytes of weights a spec holds in the model's dtypes (what mi_model_load
  * stores), excluding the KV cache. */
@@ -115,6 +133,10 @@ int mi_model_load(mi_model *m, const mi_weight_source *src, const mi_config *cfg
 void mi_model_load_path(mi_model *m, const char *path, mi_tokenizer *tok);
 
 void mi_model_free(mi_model *m);
+
+/* Columns [emb_c0, emb_c0+emb_nc) of token tok's embedding row into
+ * out[emb_nc] (the whole row for a device holding all embeddings). */
+void mi_model_embed(const mi_model *m, int tok, float *out);
 
 /* Free layer l's weights and KV cache (its arena), leaving it empty. */
 void mi_layer_free(mi_layer *L);

@@ -75,6 +75,13 @@ int mi_model_read_rows(mi_model_file *mf, const char *name, size_t row0, size_t 
 int mi_model_read_raw(mi_model_file *mf, const char *name, size_t row0, size_t nrows, size_t row_bytes, void *out,
                       char *err);
 
+/* The same for bytes [byte0, byte0+nbytes) of each of those rows (a column
+ * hyperslab: a somegather shard's columns of the embeddings, its rows of the
+ * stored-transposed wo_t and w2_t); out receives nrows * nbytes bytes. The
+ * range must be whole elements of the stored type. Returns 0 or -1 with err. */
+int mi_model_read_raw_cols(mi_model_file *mf, const char *name, size_t row0, size_t nrows, size_t row_bytes,
+                           size_t byte0, size_t nbytes, void *out, char *err);
+
 /* Read rows [row0, row0+nrows) of a transposed dataset (wo_t, w2_t: [k, n]) and
  * store them transposed as out[n][nrows], i.e. the column block of the original
  * [n, k] matrix, so the forward pass uses one matrix orientation everywhere. */

@@ -1,8 +1,7 @@
 /* Placement plans: pure data saying which rank holds which shard of every
- * layer, the planners that produce them, the schedule of compute and
- * communication steps a plan implies, and the cost model that predicts memory,
- * bytes moved and time. No MPI here: planners are unit-tested and reusable by
- * a simulator.
+ * layer, and the planners that produce them. What each rank then computes
+ * and sends is partition.h (programs); time and bytes are cost.h. No MPI
+ * here: planners are unit-tested and reusable by a simulator.
  *
  * Units: bytes, seconds, bytes/second. Rank 0 is the controller (embeddings,
  * final norm, sampling, the token loop); seed 000 "Splitting by heads". */
@@ -71,6 +70,7 @@ typedef enum {
     MI_PLANNER_RANDOM,        /* every unit on a random worker (seeded) */
     MI_PLANNER_GREEDY,        /* seed 000: FFN and projection first, then heads, balancing time under budgets */
     MI_PLANNER_TP,            /* tensor parallel: every layer's heads and FFN split over all workers */
+    MI_N_PLANNERS
 } mi_planner;
 
 /* A contiguous slice [v0, v0+n) of FFN units or vocabulary rows on one rank. */
@@ -183,87 +183,5 @@ int mi_plan_deserialize(const int *buf, size_t n_ints, const mi_config *c, mi_pl
  * but the model has 6") and validates the structure. Returns 0 or -1 with err. */
 int mi_plan_save_json(const mi_plan *plan, const char *path, char *err);
 int mi_plan_load_json(const char *path, const mi_config *c, mi_plan *plan, char *err);
-
-/* ------------------------------------------------------------ schedule */
-
-/* The steps one forward pass executes, in order, the same list on every
- * rank (each rank runs the steps it is a member of). Built from the plan by
- * following which ranks hold the current residual stream. */
-typedef enum {
-    MI_STEP_BCAST,        /* root sends the residual (dim floats per position) to the other members */
-    MI_STEP_ATTN,         /* members compute attention of their KV heads */
-    MI_STEP_GATHER,       /* head outputs put into the root's window (RMA), root = projection rank */
-    MI_STEP_PROJ,         /* root: residual += wo @ heads */
-    MI_STEP_PROJ_PARTIAL, /* members: partial projection of their own heads, then allreduce */
-    MI_STEP_FFN,          /* root (only member): residual += FFN(residual) */
-    MI_STEP_FFN_PARTIAL,  /* members: partial FFN of their slices, then allreduce */
-    MI_STEP_LOGITS,       /* members compute logits of their vocabulary rows, gathered at rank 0 */
-    /* inter-layer speculation from layer l to l+1 (seed 000 "Speculating across layers") */
-    MI_STEP_SPEC_BCAST,   /* non-blocking broadcast of Z from the projection rank to the FFN rank and
-                             layer l+1's head ranks */
-    MI_STEP_SPEC_ATTN,    /* members: layer l+1 attention on Z, before the FFN of layer l finishes */
-    MI_STEP_DECIDE,       /* FFN rank: ratio ||FFN(Z)||/||Z|| against the tolerance; broadcast the flag and
-                             the exact residual X = Z + FFN(Z) */
-    MI_STEP_ATTN_CHECK,   /* members: keep the speculative attention, or recompute it (and its KV
-                             entries) from X when the flag says so */
-} mi_step_kind;
-
-typedef struct {
-    mi_step_kind kind;
-    int layer;            /* -1 for LOGITS */
-    int root;             /* sending/receiving/compute rank where it applies, else -1 */
-    int n_members;
-    int members[MI_MAX_RANKS]; /* ascending; includes root */
-} mi_step;
-
-typedef struct {
-    int n_steps;
-    mi_step *steps;
-} mi_schedule;
-
-/* Build the schedule of a plan. Returns 0 or -1 (out of memory). */
-int mi_schedule_build(const mi_plan *plan, mi_schedule *s);
-void mi_schedule_free(mi_schedule *s);
-
-/* Payload floats one member contributes/receives per position in a step:
- * BCAST, SPEC_BCAST: dim to each non-root; DECIDE: dim + 1 (the flag);
- * GATHER: n_kv*group*head_dim from each non-root;
- * PROJ_PARTIAL/FFN_PARTIAL allreduce: dim; LOGITS: the member's vocabulary rows. */
-size_t mi_step_floats(const mi_plan *plan, const mi_step *st, int member);
-
-/* Those floats as bytes on the wire per position, in the plan's wire dtype
- * (mi_wire_row_bytes; DECIDE's flag always travels as 4 bytes). */
-double mi_step_bytes(const mi_plan *plan, const mi_step *st, int member);
-
-/* The partial sums of PROJ_PARTIAL and FFN_PARTIAL are reduced the same
- * way in every wire dtype, so that every member ends with identical values
- * and no partial is quantized twice: two members swap their encoded partials
- * and both add the decoded ones in member order (one round of messages);
- * more members reduce-scatter then allgather (one round each): member j of n
- * owns columns [c0, c0+len) of dim, whole blocks of 32 split as evenly as
- * possible, receives the others' slices of its columns, sums them in fp32 in
- * member order, encodes the sum once, and every member decodes the same sums. */
-void mi_wire_slice(int dim, int n_members, int j, int *c0, int *len);
-
-/* Bytes each rank sends and receives per position in one forward pass,
- * by the conventions in mi_step_bytes, reductions as their messages (above).
- * sent/recv: [n_ranks], may be NULL.
- * Returns the total bytes moved per position. */
-double mi_plan_bytes(const mi_plan *plan, const mi_schedule *s, double *sent, double *recv);
-
-/* ---------------------------------------------------------- cost model */
-
-typedef struct {
-    double token_s;                /* predicted time of one decode step */
-    double busy_s[MI_MAX_RANKS];   /* compute time per rank per token */
-    double bytes_per_token;        /* total payload moved */
-    size_t weight_bytes[MI_MAX_RANKS];
-    size_t kv_bytes[MI_MAX_RANKS];
-} mi_prediction;
-
-/* Predict one decode step at context position ctx (KV read cost) by walking
- * the schedule: compute = bytes read / (mem_bw * speed), each message =
- * latency + bytes / bandwidth, collectives in log2(members) rounds. */
-void mi_plan_predict(const mi_plan *plan, const mi_schedule *s, const mi_cluster *cl, int ctx, mi_prediction *p);
 
 #endif

@@ -1,8 +1,9 @@
-/* The MPI runtime that carries out a plan (seed 000, "Splitting by heads"):
- * every rank loads only its shard, builds the communicators and RMA windows
- * the plan's schedule needs, and runs the schedule's steps for every forward
- * pass. Rank 0 (the controller) drives the token loop; the other ranks serve
- * forward passes until told to stop.
+/* The MPI runtime that carries out a plan: every rank loads only its shard,
+ * builds the communicators and RMA windows its programs need (partition.h),
+ * and runs its program for every forward pass: the decode program for one
+ * position, the prefill program for more. It knows no partitioning scheme,
+ * only op kinds. Rank 0 (the controller) drives the token loop; the other
+ * ranks serve forward passes until told to stop.
  *
  * All functions here are collective over MPI_COMM_WORLD unless noted. */
 #ifndef MESHINFER_RUNTIME_H
@@ -20,7 +21,7 @@ typedef struct {
     double attn, proj, ffn, logits; /* compute */
     double comm;                    /* inside MPI calls of the schedule (transfer and waiting for peers) */
     double idle;                    /* outside forward passes: workers waiting for the next token */
-    double bytes_sent, bytes_recv;  /* payload bytes, conventions of mi_step_floats */
+    double bytes_sent, bytes_recv;  /* payload bytes handed to MPI (partition.h mi_exchange_bytes) */
     long forwards, positions;       /* forward passes and positions processed */
     double weight_bytes, kv_bytes;  /* held by this rank */
     double rss_weights;             /* resident memory growth while loading the shard */

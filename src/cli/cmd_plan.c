@@ -9,6 +9,8 @@
 #include "cli.h"
 #include "meshinfer/common.h"
 #include "meshinfer/model_file.h"
+#include "meshinfer/cost.h"
+#include "meshinfer/partition.h"
 #include "meshinfer/plan.h"
 
 static void help(void)
@@ -199,17 +201,18 @@ int cmd_plan(int argc, char **argv)
         mi_plan p;
         if (mi_plan_make(&c, &cl, &po, &p, err))
             mi_fatal("%s: %s", mi_planner_name(pl), err);
-        mi_schedule s;
-        mi_schedule_build(&p, &s);
+        mi_programs prog;
+        if (mi_programs_compile(&p, &prog, err))
+            mi_fatal("%s: %s", mi_planner_name(pl), err);
         mi_prediction pr;
-        mi_plan_predict(&p, &s, &cl, ctx, &pr);
+        mi_predict(&p, &prog, &cl, ctx, &pr);
         if (json)
             print_json(&p, &pr, i == 0);
         else
             print_plan(&p, &cl, &pr, !all);
         if (out && mi_plan_save_json(&p, out, err))
             mi_fatal("%s", err);
-        mi_schedule_free(&s);
+        mi_programs_free(&prog);
         mi_plan_free(&p);
     }
     if (json)

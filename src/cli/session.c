@@ -255,8 +255,9 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
         mi_plan_mark_speculation(&ss->plan, &cl, NULL, o->min_acceptance);
     if (!rc) {
         ss->plan_ms = ss->plan.plan_seconds * 1e3;
-        mi_schedule_build(&ss->plan, &ss->sched);
-        mi_plan_predict(&ss->plan, &ss->sched, &cl, ss->cfg.seq_len / 2, &ss->pred);
+        rc = mi_programs_compile(&ss->plan, &ss->prog, err);
+        if (!rc)
+            mi_predict(&ss->plan, &ss->prog, &cl, ss->cfg.seq_len / 2, &ss->pred);
         memory_of_plan(ss);
     }
     ss->cl = cl;
@@ -295,7 +296,8 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
     failed = mi_plan_deserialize(buf, (size_t)nl, &ss->cfg, &plan, err) != 0;
     free(buf);
     mi_check_all(failed, err);
-    mi_runtime_options ro = {path, o->scatter, chunk, o->trace != NULL, o->tolerance};
+    mi_runtime_options ro = {.model_path = path, .scatter = o->scatter, .max_T = chunk, .trace = o->trace != NULL,
+                             .tolerance = o->tolerance};
     ss->max_T = chunk < ss->cfg.seq_len ? chunk : ss->cfg.seq_len;
     ss->rt = mi_runtime_create(&plan, &ro);
     mi_plan_free(&plan);
@@ -312,7 +314,7 @@ void session_close(mi_session *ss, const session_opts *o)
     mi_runtime_free(ss->rt);
     if (ss->rank == 0) {
         mi_tokenizer_free(&ss->tok);
-        mi_schedule_free(&ss->sched);
+        mi_programs_free(&ss->prog);
         mi_plan_free(&ss->plan);
         mi_cluster_free(&ss->cl);
         free(ss->acc);
@@ -392,8 +394,10 @@ static void memory_check(mi_session *ss, int pos0, int T)
         ev.moved = 1;
         mi_plan_free(cur);
         *cur = np;
-        mi_schedule_free(&ss->sched);
-        mi_schedule_build(cur, &ss->sched);
+        mi_programs_free(&ss->prog);
+        char perr[MI_ERRLEN];
+        if (mi_programs_compile(cur, &ss->prog, perr))
+            mi_fatal("re-placement: %s", perr);
         memory_of_plan(ss);
     }
     char why[256];

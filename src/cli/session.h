@@ -7,6 +7,8 @@
 #include <getopt.h>
 #include <stdio.h>
 
+#include "meshinfer/cost.h"
+#include "meshinfer/partition.h"
 #include "meshinfer/plan.h"
 #include "meshinfer/runtime.h"
 #include "meshinfer/tokenizer.h"
@@ -69,7 +71,7 @@ typedef struct {
     double load_seconds;
     double plan_ms;
     mi_prediction pred;     /* rank 0: the cost model's view of the plan */
-    mi_schedule sched;      /* rank 0 */
+    mi_programs prog;       /* rank 0: the plan's programs */
     mi_plan plan;           /* rank 0 */
     double rtt_s[MI_MAX_RANKS]; /* rank 0: measured round trip to each rank (0 for itself) */
     mi_cluster cl;          /* rank 0: the devices the plan was made for (with measured RTTs) */

@@ -51,8 +51,8 @@ static void *scratch(size_t bytes, int T)
 
 /* Rows [r0, r1) for every position: weight rows in tiles of about 32 KB so
  * a tile stays in cache while the T positions pass over it. */
-static void run_rows(mi_rows_fn rows, float *y, const mi_tensor *W, int r0, int r1, const mi_act *acts, int T,
-                     int add)
+static void run_rows(mi_rows_fn rows, float *y, int ldy, const mi_tensor *W, int r0, int r1, const mi_act *acts,
+                     int T, int add)
 {
     if (T == 1) {
         rows(y + r0, W, r0, r1, &acts[0], add);
@@ -63,11 +63,11 @@ static void run_rows(mi_rows_fn rows, float *y, const mi_tensor *W, int r0, int 
     for (int a = r0; a < r1; a += tile) {
         int b = a + tile < r1 ? a + tile : r1;
         for (int t = 0; t < T; t++)
-            rows(y + (size_t)t * W->rows + a, W, a, b, &acts[t], add);
+            rows(y + (size_t)t * ldy + a, W, a, b, &acts[t], add);
     }
 }
 
-static void matmul(float *y, const float *x, const mi_tensor *W, int T, int add)
+static void matmul(float *y, int ldy, const float *x, int ldx, const mi_tensor *W, int T, int add)
 {
     const int n_in = W->cols, n_out = W->rows;
     if (T < 1 || n_out < 1)
@@ -76,8 +76,8 @@ static void matmul(float *y, const float *x, const mi_tensor *W, int T, int add)
         if (T == 1)
             cblas_sgemv(CblasRowMajor, CblasNoTrans, n_out, n_in, 1.0f, W->q, n_in, x, 1, add ? 1.0f : 0.0f, y, 1);
         else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, n_out, n_in, 1.0f, x, n_in, W->q, n_in,
-                        add ? 1.0f : 0.0f, y, n_out);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, n_out, n_in, 1.0f, x, ldx, W->q, n_in,
+                        add ? 1.0f : 0.0f, y, ldy);
         return;
     }
     const mi_kernel_family *f = mi_kernel_active();
@@ -91,11 +91,11 @@ static void matmul(float *y, const float *x, const mi_tensor *W, int T, int add)
     char *buf = scratch(prep ? ab * (size_t)T : 64, T);
     for (int t = 0; t < T; t++) {
         if (prep) {
-            prep(x + (size_t)t * n_in, n_in, buf + (size_t)t * ab, &g_acts[t]);
+            prep(x + (size_t)t * ldx, n_in, buf + (size_t)t * ab, &g_acts[t]);
         } else {
             g_acts[t] = (mi_act){0};
             g_acts[t].n = n_in;
-            g_acts[t].x = x + (size_t)t * n_in;
+            g_acts[t].x = x + (size_t)t * ldx;
         }
     }
     int nt = g_threads;
@@ -105,7 +105,7 @@ static void matmul(float *y, const float *x, const mi_tensor *W, int T, int add)
     if (nt > n_out)
         nt = n_out;
     if (nt == 1) {
-        run_rows(rows, y, W, 0, n_out, g_acts, T, add);
+        run_rows(rows, y, ldy, W, 0, n_out, g_acts, T, add);
         return;
     }
     /* each thread a contiguous share of the rows; a row's result does not
@@ -114,16 +114,21 @@ static void matmul(float *y, const float *x, const mi_tensor *W, int T, int add)
     {
         int i = omp_get_thread_num();
         int a = (int)((long)n_out * i / nt), b = (int)((long)n_out * (i + 1) / nt);
-        run_rows(rows, y, W, a, b, g_acts, T, add);
+        run_rows(rows, y, ldy, W, a, b, g_acts, T, add);
     }
 }
 
 void mi_matmul(float *y, const float *x, const mi_tensor *W, int T)
 {
-    matmul(y, x, W, T, 0);
+    matmul(y, W->rows, x, W->cols, W, T, 0);
 }
 
 void mi_matmul_add(float *y, const float *x, const mi_tensor *W, int T)
 {
-    matmul(y, x, W, T, 1);
+    matmul(y, W->rows, x, W->cols, W, T, 1);
+}
+
+void mi_matmul_ld(float *y, int ldy, const float *x, int ldx, const mi_tensor *W, int T, int add)
+{
+    matmul(y, ldy, x, ldx, W, T, add);
 }

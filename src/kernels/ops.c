@@ -23,6 +23,32 @@ void mi_rmsnorm(float *out, const float *x, const float *w, int T, int dim, floa
     }
 }
 
+void mi_rmsnorm_held(float *out, const float *x, const float *w, int T, int dim, float eps,
+                     const unsigned char *held)
+{
+    if (!held) {
+        mi_rmsnorm(out, x, w, T, dim, eps);
+        return;
+    }
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (size_t)t * dim;
+        const unsigned char *ht = held + (size_t)t * dim;
+        float *ot = out + (size_t)t * dim;
+        /* the same order of additions as mi_rmsnorm: absent columns add
+         * nothing, so with every column held the result is identical */
+        float ss = 0.0f;
+        int n = 0;
+        for (int i = 0; i < dim; i++)
+            if (ht[i]) {
+                ss += xt[i] * xt[i];
+                n++;
+            }
+        float s = n > 0 ? 1.0f / sqrtf(ss / (float)n + eps) : 0.0f;
+        for (int i = 0; i < dim; i++)
+            ot[i] = ht[i] ? w[i] * (s * xt[i]) : 0.0f;
+    }
+}
+
 void mi_rope_init(mi_rope_table *r, int seq_len, int head_dim, float theta)
 {
     int half = head_dim / 2;

@@ -10,9 +10,10 @@
 
 #include "meshinfer/common.h"
 
-static int file_fetch(void *ctx, const char *name, size_t row0, size_t nrows, size_t row_bytes, void *out, char *err)
+static int file_fetch(void *ctx, const char *name, size_t row0, size_t nrows, size_t row_bytes, size_t byte0,
+                      size_t nbytes, void *out, char *err)
 {
-    return mi_model_read_raw((mi_model_file *)ctx, name, row0, nrows, row_bytes, out, err);
+    return mi_model_read_raw_cols((mi_model_file *)ctx, name, row0, nrows, row_bytes, byte0, nbytes, out, err);
 }
 
 mi_weight_source mi_weight_source_file(mi_model_file *mf)
@@ -38,15 +39,45 @@ mi_shard_spec mi_shard_spec_full(const mi_config *c, mi_layer_spec *layers)
 {
     for (int l = 0; l < c->n_layers; l++)
         layers[l] = mi_layer_spec_full(c);
-    mi_shard_spec s = {layers, 1, 0, c->vocab_size};
+    mi_shard_spec s;
+    memset(&s, 0, sizeof s);
+    s.layers = layers;
+    s.embeddings = 1;
+    s.cls_nv = c->vocab_size;
     return s;
+}
+
+void mi_emb_cover(const mi_config *c, int c0, int nc, int *a, int *b)
+{
+    int q = mi_dtype_blocked(c->emb_dtype) ? MI_QK : 1;
+    *a = c0 / q * q;
+    *b = (c0 + nc + q - 1) / q * q;
+    if (*b > c->dim)
+        *b = c->dim;
+}
+
+void mi_model_embed(const mi_model *m, int tok, float *out)
+{
+    const mi_tensor *t = &m->tok_embeddings;
+    if (m->emb_skip == 0 && m->emb_nc == t->cols) {
+        mi_tensor_row_f32(t, tok, out);
+        return;
+    }
+    float row[t->cols];
+    mi_tensor_row_f32(t, tok, row);
+    memcpy(out, row + m->emb_skip, (size_t)m->emb_nc * sizeof(float));
 }
 
 size_t mi_shard_weight_bytes(const mi_config *c, const mi_shard_spec *spec)
 {
     size_t norm = (size_t)c->dim * sizeof(float), n = 0;
-    if (spec->embeddings)
+    if (spec->embeddings) {
         n += mi_embedding_bytes(c);
+    } else if (spec->emb_nc > 0) {
+        int a, b;
+        mi_emb_cover(c, spec->emb_c0, spec->emb_nc, &a, &b);
+        n += (size_t)c->vocab_size * mi_dtype_row_bytes(c->emb_dtype, (size_t)(b - a));
+    }
     if (spec->embeddings || spec->cls_nv > 0)
         n += norm;
     if (spec->cls_nv > 0 && !(spec->embeddings && c->shared_classifier))
@@ -55,12 +86,19 @@ size_t mi_shard_weight_bytes(const mi_config *c, const mi_shard_spec *spec)
         const mi_layer_spec *s = &spec->layers[l];
         if (s->n_kv > 0)
             n += norm + (size_t)s->n_kv * mi_head_group_bytes(c, l);
+        size_t nq = (size_t)c->n_heads * c->head_dim;
         if (s->proj == MI_PROJ_FULL)
             n += mi_proj_bytes(c, l, c->n_kv_heads);
         else if (s->proj == MI_PROJ_HEADS)
             n += mi_proj_bytes(c, l, s->n_kv);
-        if (s->nf > 0)
+        else if (s->proj == MI_PROJ_ROWS)
+            n += (size_t)s->no * mi_dtype_row_bytes(c->dtype[l][MI_WO], nq);
+        if (s->nf > 0 && !s->w2_rows)
             n += norm + mi_ffn_bytes(c, l, s->nf);
+        else if (s->nf > 0)
+            n += norm + (size_t)s->nf * (mi_dtype_row_bytes(c->dtype[l][MI_W1], (size_t)c->dim) +
+                                         mi_dtype_row_bytes(c->dtype[l][MI_W3], (size_t)c->dim)) +
+                 (size_t)s->no * mi_dtype_row_bytes(c->dtype[l][MI_W2], (size_t)c->hidden_dim);
     }
     return n;
 }
@@ -121,6 +159,7 @@ typedef struct {
     char name[128];
     int dtype;
     size_t stored_cols;
+    size_t c0, nc;    /* stored columns [c0, c0+nc) (all: 0, stored_cols): a transposed tensor's rows */
     int transposed;
     int n;
     size_t r0[MAX_RANGES], len[MAX_RANGES];
@@ -148,6 +187,7 @@ static treq *want(loader *ld, int layer, const char *t, int dtype, size_t stored
         snprintf(r->name, sizeof r->name, "%s", t);
     r->dtype = dtype;
     r->stored_cols = stored_cols;
+    r->nc = stored_cols;
     r->transposed = transposed;
     return r;
 }
@@ -188,15 +228,15 @@ static size_t stored_elem_bytes(int dtype)
 /* Fetch the stored rows of one part (values or scales) of r into out:
  * rows are scaled by num/den (q4_0 values pack two rows per byte row of a
  * transposed tensor; scales hold one row per 32). */
-static void fetch_part(loader *ld, const treq *r, const char *ds, size_t row_bytes, size_t num, size_t den,
-                       unsigned char *out)
+static void fetch_part(loader *ld, const treq *r, const char *ds, size_t row_bytes, size_t byte0, size_t nbytes,
+                       size_t num, size_t den, unsigned char *out)
 {
     size_t off = 0;
     for (int i = 0; i < r->n && !ld->rc; i++) {
         size_t a = r->r0[i] * num / den, n = r->len[i] * num / den;
-        if (ld->src->fetch(ld->src->ctx, ds, a, n, row_bytes, out ? out + off : NULL, ld->err))
+        if (ld->src->fetch(ld->src->ctx, ds, a, n, row_bytes, byte0, nbytes, out ? out + off : NULL, ld->err))
             ld->rc = -1;
-        off += n * row_bytes;
+        off += n * nbytes;
     }
 }
 
@@ -207,11 +247,14 @@ static void load_one(loader *ld, treq *r, unsigned char *stage)
     snprintf(ds, sizeof ds, blocked ? "%s/qs" : "%s", r->name);
     mi_tensor *t = &r->t;
     if (!r->transposed) {
+        /* a column slice of a block dtype is whole blocks (the caller covers the columns it needs) */
         size_t qrow = mi_dtype_q_row_bytes(r->dtype, r->stored_cols);
-        fetch_part(ld, r, ds, qrow, 1, 1, stage ? stage : t->q);
+        size_t qa = mi_dtype_q_row_bytes(r->dtype, r->c0), qn = mi_dtype_q_row_bytes(r->dtype, r->nc);
+        fetch_part(ld, r, ds, qrow, qa, qn, 1, 1, stage ? stage : t->q);
         if (blocked) {
             snprintf(ds, sizeof ds, "%s/d", r->name);
-            fetch_part(ld, r, ds, 2 * (r->stored_cols / MI_QK), 1, 1, stage ? stage : (unsigned char *)t->d);
+            fetch_part(ld, r, ds, 2 * (r->stored_cols / MI_QK), 2 * (r->c0 / MI_QK), 2 * (r->nc / MI_QK), 1, 1,
+                       stage ? stage : (unsigned char *)t->d);
         }
         return;
     }
@@ -223,16 +266,17 @@ static void load_one(loader *ld, treq *r, unsigned char *stage)
                                   mi_dtype_name(r->dtype), MI_QK);
             return;
         }
+    /* stored columns [c0, c0+nc) are the product's rows: any range (blocks run along the stored rows) */
     size_t es = stored_elem_bytes(r->dtype), row_bytes = r->stored_cols * es, n = total_rows(r);
     size_t num = 1, den = r->dtype == MI_Q4_0 ? 2 : 1, qrows = n * num / den;
-    fetch_part(ld, r, ds, row_bytes, num, den, stage);
+    fetch_part(ld, r, ds, row_bytes, r->c0 * es, r->nc * es, num, den, stage);
     if (!ld->rc && !ld->src->discard)
-        transpose_bytes(stage, qrows, r->stored_cols, es, t->q);
+        transpose_bytes(stage, qrows, r->nc, es, t->q);
     if (blocked && !ld->rc) {
         snprintf(ds, sizeof ds, "%s/d", r->name);
-        fetch_part(ld, r, ds, 2 * r->stored_cols, 1, MI_QK, stage);
+        fetch_part(ld, r, ds, 2 * r->stored_cols, 2 * r->c0, 2 * r->nc, 1, MI_QK, stage);
         if (!ld->rc && !ld->src->discard)
-            transpose_bytes(stage, n / MI_QK, r->stored_cols, 2, (unsigned char *)t->d);
+            transpose_bytes(stage, n / MI_QK, r->nc, 2, (unsigned char *)t->d);
     }
 }
 
@@ -244,10 +288,9 @@ static void load_group(loader *ld, void **arena, size_t *arena_bytes)
     for (int i = 0; i < ld->n_req; i++) {
         treq *r = &ld->req[i];
         size_t n = total_rows(r);
-        r->t = r->transposed ? mi_tensor_shape(r->dtype, (int)r->stored_cols, (int)n)
-                             : mi_tensor_shape(r->dtype, (int)n, (int)r->stored_cols);
+        r->t = r->transposed ? mi_tensor_shape(r->dtype, (int)r->nc, (int)n) : mi_tensor_shape(r->dtype, (int)n, (int)r->nc);
         total += mi_tensor_place_bytes(r->dtype, (size_t)r->t.rows, (size_t)r->t.cols);
-        size_t need = ld->src->discard || r->transposed ? mi_tensor_place_bytes(r->dtype, n, r->stored_cols) : 0;
+        size_t need = ld->src->discard || r->transposed ? mi_tensor_place_bytes(r->dtype, n, r->nc) : 0;
         if (need > stage_bytes)
             stage_bytes = need;
     }
@@ -296,9 +339,11 @@ int mi_model_load(mi_model *m, const mi_weight_source *src, const mi_config *c, 
     }
     for (int l = 0; l < c->n_layers; l++) {
         const mi_layer_spec *s = &spec->layers[l];
+        int rows = s->proj == MI_PROJ_ROWS || s->w2_rows;
         int bad = s->n_kv < 0 || s->n_kv > c->n_kv_heads || s->f0 < 0 || s->nf < 0 ||
-                  s->f0 + s->nf > c->hidden_dim || s->proj < MI_PROJ_NONE || s->proj > MI_PROJ_HEADS ||
-                  (s->proj == MI_PROJ_HEADS && s->n_kv == 0);
+                  s->f0 + s->nf > c->hidden_dim || s->proj < MI_PROJ_NONE || s->proj > MI_PROJ_ROWS ||
+                  (s->proj == MI_PROJ_HEADS && s->n_kv == 0) ||
+                  (rows && (s->o0 < 0 || s->no <= 0 || s->o0 + s->no > c->dim));
         for (int i = 0; i < s->n_kv && !bad; i++)
             bad = s->kv[i] >= c->n_kv_heads || (i > 0 && s->kv[i] <= s->kv[i - 1]);
         if (bad) {
@@ -306,12 +351,30 @@ int mi_model_load(mi_model *m, const mi_weight_source *src, const mi_config *c, 
             return mi_set_error(err, "layer %d: shard ranges are outside the model", l);
         }
     }
-    m->has_embeddings = spec->embeddings;
+    m->has_embeddings = spec->embeddings || spec->emb_nc > 0;
     m->cls_v0 = spec->cls_v0;
     m->cls_nv = spec->cls_nv;
     int cls_view = spec->cls_nv > 0 && spec->embeddings && c->shared_classifier;
-    if (spec->embeddings)
+    if (spec->embeddings) {
         add_range(want(&ld, -1, "tok_embeddings", c->emb_dtype, d, 0), 0, V)->dst = &m->tok_embeddings;
+        m->emb_c0 = 0;
+        m->emb_nc = (int)d;
+    } else if (spec->emb_nc > 0) {
+        if (spec->emb_c0 < 0 || (size_t)(spec->emb_c0 + spec->emb_nc) > d) {
+            mi_model_free(m);
+            return mi_set_error(err, "embedding columns [%d, %d) are outside dim %zu", spec->emb_c0,
+                                spec->emb_c0 + spec->emb_nc, d);
+        }
+        int a, b;
+        mi_emb_cover(c, spec->emb_c0, spec->emb_nc, &a, &b);
+        treq *r = want(&ld, -1, "tok_embeddings", c->emb_dtype, d, 0);
+        r->c0 = (size_t)a;
+        r->nc = (size_t)(b - a);
+        add_range(r, 0, V)->dst = &m->tok_embeddings;
+        m->emb_c0 = spec->emb_c0;
+        m->emb_nc = spec->emb_nc;
+        m->emb_skip = spec->emb_c0 - a;
+    }
     if (spec->embeddings || spec->cls_nv > 0) {
         treq *r = want(&ld, -1, "norm", MI_F32, 1, 0);
         add_range(r, 0, d);
@@ -357,7 +420,11 @@ int mi_model_load(mi_model *m, const mi_weight_source *src, const mi_config *c, 
         }
         if (s->proj != MI_PROJ_NONE) {
             r = want(&ld, l, "wo_t", dt[MI_WO], d, 1);
-            if (s->proj == MI_PROJ_FULL)
+            if (s->proj == MI_PROJ_ROWS) {
+                r->c0 = (size_t)s->o0;
+                r->nc = (size_t)s->no;
+            }
+            if (s->proj == MI_PROJ_FULL || s->proj == MI_PROJ_ROWS)
                 add_range(r, 0, nq);
             else
                 for (int i = 0; i < nk; i++)
@@ -370,7 +437,15 @@ int mi_model_load(mi_model *m, const mi_weight_source *src, const mi_config *c, 
             r->vec = &L->ffn_norm;
             add_range(want(&ld, l, "w1", dt[MI_W1], d, 0), (size_t)s->f0, (size_t)s->nf)->dst = &L->w1;
             add_range(want(&ld, l, "w3", dt[MI_W3], d, 0), (size_t)s->f0, (size_t)s->nf)->dst = &L->w3;
-            add_range(want(&ld, l, "w2_t", dt[MI_W2], d, 1), (size_t)s->f0, (size_t)s->nf)->dst = &L->w2;
+            r = want(&ld, l, "w2_t", dt[MI_W2], d, 1);
+            if (s->w2_rows) {
+                r->c0 = (size_t)s->o0;
+                r->nc = (size_t)s->no;
+                add_range(r, 0, (size_t)c->hidden_dim);
+            } else {
+                add_range(r, (size_t)s->f0, (size_t)s->nf);
+            }
+            r->dst = &L->w2;
         }
         load_group(&ld, &L->arena, &L->arena_bytes);
     }

@@ -430,7 +430,7 @@ void mi_model_close(mi_model_file *mf)
  * (as_float: HDF5 converts any float type) or as the file's own bytes, whose
  * row size must then be row_bytes. */
 static int read_rows(mi_model_file *mf, const char *name, size_t row0, size_t nrows, int as_float, size_t row_bytes,
-                     void *out, char *err)
+                     size_t byte0, size_t nbytes, void *out, char *err)
 {
     hid_t d = H5Lexists(mf->file, name, H5P_DEFAULT) > 0 ? H5Dopen2(mf->file, name, H5P_DEFAULT) : -1;
     if (d < 0)
@@ -440,15 +440,20 @@ static int read_rows(mi_model_file *mf, const char *name, size_t row0, size_t nr
     hsize_t dims[2] = {0, 1};
     if (rank >= 1 && rank <= 2)
         H5Sget_simple_extent_dims(fs, dims, NULL);
-    size_t have = (size_t)(rank == 2 ? dims[1] : 1) * H5Tget_size(ft);
+    size_t es = H5Tget_size(ft), have = (size_t)(rank == 2 ? dims[1] : 1) * es;
+    if (as_float) /* whole rows, converted */
+        byte0 = 0, nbytes = have;
     int rc = 0;
     if (rank < 1 || rank > 2 || (!as_float && have != row_bytes)) {
         rc = mi_set_error(err, "%s: tensor '%s' has rows of %zu bytes, expected %zu", mf->path, name, have, row_bytes);
     } else if (row0 + nrows > dims[0]) {
         rc = mi_set_error(err, "%s: rows [%zu, %zu) of '%s' are outside its %llu rows", mf->path, row0, row0 + nrows,
                           name, (unsigned long long)dims[0]);
-    } else if (nrows > 0) {
-        hsize_t start[2] = {row0, 0}, count[2] = {nrows, rank == 2 ? dims[1] : 1};
+    } else if (byte0 % es || nbytes % es || byte0 + nbytes > have || (rank == 1 && nbytes != have)) {
+        rc = mi_set_error(err, "%s: bytes [%zu, %zu) of the rows of '%s' are not whole elements inside them", mf->path,
+                          byte0, byte0 + nbytes, name);
+    } else if (nrows > 0 && nbytes > 0) {
+        hsize_t start[2] = {row0, byte0 / es}, count[2] = {nrows, rank == 2 ? nbytes / es : 1};
         H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
         hid_t ms = H5Screate_simple(rank, count, NULL);
         /* raw: the file's own type as the memory type, so bytes arrive unconverted */
@@ -464,13 +469,19 @@ static int read_rows(mi_model_file *mf, const char *name, size_t row0, size_t nr
 
 int mi_model_read_rows(mi_model_file *mf, const char *name, size_t row0, size_t nrows, float *out, char *err)
 {
-    return read_rows(mf, name, row0, nrows, 1, 0, out, err);
+    return read_rows(mf, name, row0, nrows, 1, 0, 0, 0, out, err);
 }
 
 int mi_model_read_raw(mi_model_file *mf, const char *name, size_t row0, size_t nrows, size_t row_bytes, void *out,
                       char *err)
 {
-    return read_rows(mf, name, row0, nrows, 0, row_bytes, out, err);
+    return read_rows(mf, name, row0, nrows, 0, row_bytes, 0, row_bytes, out, err);
+}
+
+int mi_model_read_raw_cols(mi_model_file *mf, const char *name, size_t row0, size_t nrows, size_t row_bytes,
+                           size_t byte0, size_t nbytes, void *out, char *err)
+{
+    return read_rows(mf, name, row0, nrows, 0, row_bytes, byte0, nbytes, out, err);
 }
 
 int mi_model_read_t(mi_model_file *mf, const char *name, size_t row0, size_t nrows, float *out, char *err)

@@ -9,16 +9,16 @@
 #include "meshinfer/common.h"
 #include "meshinfer/sampler.h"
 
-static const char *planner_names[] = {"layerwise", "roundrobin", "random", "greedy", "tp"};
+static const char *planner_names[MI_N_PLANNERS] = {"layerwise", "roundrobin", "random", "greedy", "tp"};
 
 const char *mi_planner_name(mi_planner p)
 {
-    return (unsigned)p < 5 ? planner_names[p] : "?";
+    return (unsigned)p < MI_N_PLANNERS ? planner_names[p] : "?";
 }
 
 int mi_planner_parse(const char *name, mi_planner *p)
 {
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < MI_N_PLANNERS; i++)
         if (!strcmp(name, planner_names[i])) {
             *p = (mi_planner)i;
             return 0;
@@ -84,7 +84,7 @@ void mi_plan_shard(const mi_plan *plan, int rank, mi_shard_spec *spec)
 void mi_plan_rank_memory(const mi_plan *plan, int rank, size_t *weight_bytes, size_t *kv_bytes)
 {
     mi_layer_spec *layers = mi_malloc((size_t)plan->cfg.n_layers * sizeof *layers, "layer specs");
-    mi_shard_spec spec = {layers, 0, 0, 0};
+    mi_shard_spec spec = {.layers = layers};
     mi_plan_shard(plan, rank, &spec);
     if (weight_bytes)
         *weight_bytes = mi_shard_weight_bytes(&plan->cfg, &spec);

@@ -498,7 +498,7 @@ static void test_partial_load(void)
     mi_shard_spec full_shard = mi_shard_spec_full(&c, full_spec);
     for (int l = 0; l < L; l++)
         part_spec[l] = one;
-    mi_shard_spec part_shard = {part_spec, 0, 0, 0};
+    mi_shard_spec part_shard = {.layers = part_spec};
     CU_ASSERT_EQUAL(full_spec[0].n_kv, 2);
     CU_ASSERT_EQUAL(full_spec[0].proj, MI_PROJ_FULL);
     CU_ASSERT_EQUAL(full_spec[0].nf, 320);
@@ -1006,7 +1006,7 @@ static void test_quantized_shards(void)
     mi_layer_spec one = {.n_kv = 1, .kv = {1}, .proj = MI_PROJ_HEADS, .f0 = 96, .nf = 64};
     for (int l = 0; l < L; l++)
         ls[l] = one;
-    mi_shard_spec spec = {ls, 0, 0, 0};
+    mi_shard_spec spec = {.layers = ls};
     mi_weight_source src = mi_weight_source_file(mf);
     mi_model part, full;
     CU_ASSERT_EQUAL_FATAL(mi_model_load(&part, &src, &c, &spec, err), 0);

@@ -1,0 +1,169 @@
+/* Programs: what every rank computes and sends in one forward pass.
+ *
+ * A partitioning scheme compiles a plan (plan.h: which rank holds which
+ * shard) into one program per rank, an ordered list of operations on named
+ * activation buffers: compute on column slices of them, and communication
+ * (broadcast, put into a window, allreduce, gatherv) on a
+ * communicator of the ranks involved. The runtime (runtime.h) executes
+ * programs and knows no scheme; the cost model (cost.h) walks the same
+ * programs to predict time and bytes. A plan compiles to a prefill program
+ * and a decode program per rank; they may differ.
+ *
+ * Schemes: seed 000's head-level units (layerwise, roundrobin, random,
+ * greedy, tp: one rank holds the residual stream between blocks, which moves
+ * by broadcasts, RMA gathers and reductions).
+ *
+ * No MPI here: programs are plain data, unit-tested without MPI. */
+#ifndef MESHINFER_PARTITION_H
+#define MESHINFER_PARTITION_H
+
+#include <stdio.h>
+
+#include "meshinfer/plan.h"
+
+/* Activation buffers of a rank, each [T, width] row-major float32 with T <=
+ * the runtime's chunk; columns are in global (whole-model) order, so a slice
+ * means the same columns on every rank. */
+typedef enum {
+    MI_BUF_X = 0,       /* [T, dim] residual stream */
+    MI_BUF_XN,          /* [T, dim] normalised input of a block */
+    MI_BUF_HEADS,       /* [T, n_heads*head_dim] attention outputs of all heads, head order */
+    MI_BUF_HEADS_LOCAL, /* [T, n_heads*head_dim] this rank's attention outputs packed from column 0 */
+    MI_BUF_TMP,         /* [T, dim] a block's output before it joins the residual (partial sums) */
+    MI_BUF_HIDDEN,      /* [T, hidden_dim] FFN hidden activations silu(w1 x) * w3 x, unit order */
+    MI_BUF_LOGITS,      /* [T, vocab_size] logits, vocabulary order */
+    MI_N_BUFS
+} mi_buf;
+
+/* Columns of buffer b for model c. */
+int mi_buf_width(const mi_config *c, int b);
+const char *mi_buf_name(int b);
+
+typedef enum { MI_NORM_ATTN = 0, MI_NORM_FFN, MI_NORM_FINAL } mi_norm_kind;
+
+typedef enum {
+    /* compute (no messages) */
+    MI_OP_EMBED = 0, /* X[:, c0:c0+n] = the tokens' embedding rows, columns [c0, c0+n) */
+    MI_OP_NORM,      /* XN = RMSNorm(X) * weight (norm of `layer`, or the final one) */
+    MI_OP_ATTN,      /* buf[:, c0:c0+n] = attention of this rank's heads of `layer` on XN (its heads in
+                        ascending order); appends their K and V at the positions to the KV cache */
+    MI_OP_PROJ,      /* buf[:, c0:c0+n] (+)= in[:, i0:i0+ni] @ wo^T, wo = this rank's [n, ni] of `layer` */
+    MI_OP_FFN_UP,    /* HIDDEN[:, c0:c0+n] = silu(w1 XN) * (w3 XN), this rank's n units */
+    MI_OP_FFN_DOWN,  /* buf[:, c0:c0+n] (+)= in[:, i0:i0+ni] @ w2^T, w2 = this rank's [n, ni] */
+    MI_OP_ADD,       /* X[:, c0:c0+n] += TMP[:, c0:c0+n] */
+    MI_OP_SPEC_TEST, /* seed 000 speculation test of `layer`: accepted = max over positions of
+                        ||TMP|| / ||X|| < tolerance (before the ADD) */
+    MI_OP_LOGITS,    /* LOGITS[:, c0:c0+n] = classifier rows [c0, c0+n) @ XN, last positions only */
+    /* communication: xid names the exchange (mi_exchange) every member's matching op shares */
+    MI_OP_BCAST,     /* buf's columns from the root to the other members (FLAG: with the decision) */
+    MI_OP_IBCAST,    /* the same, non-blocking at the root until its next communication (seed 000 Z) */
+    MI_OP_PUT,       /* members put their HEADS_LOCAL into the root's window; the root places them
+                        into HEADS (seed 000 "gathered by RMA at the projection rank") */
+    MI_OP_ALLREDUCE, /* X[:, c0:c0+n] += sum over members of TMP, the same sums on every member */
+    MI_OP_GATHERV,   /* each member's LOGITS columns to the root */
+    MI_N_OPS
+} mi_op_kind;
+
+/* op flags */
+enum {
+    MI_OPF_ADD = 1,         /* PROJ, FFN_DOWN: accumulate into buf */
+    MI_OPF_FLAG = 2,        /* BCAST: the speculation decision travels after the rows (4 bytes) */
+    MI_OPF_IF_REJECTED = 4, /* NORM, ATTN: only when the last speculation test rejected */
+    MI_OPF_LAST = 8,        /* NORM, LOGITS, GATHERV: only the positions whose logits are wanted
+                               (the last one, or all), written to rows 0.. */
+};
+
+typedef struct {
+    unsigned char kind;  /* mi_op_kind */
+    unsigned char buf;   /* the buffer written (compute) or moved (communication) */
+    unsigned char in;    /* the buffer read by PROJ and FFN_DOWN */
+    unsigned char flags; /* MI_OPF_* */
+    short layer;         /* -1: none */
+    short norm;          /* NORM: mi_norm_kind */
+    int xid;             /* communication: index into mi_programs.xchg; -1 for compute */
+    int c0, n;           /* columns written (compute) */
+    int i0, ni;          /* columns read from `in` */
+} mi_op;
+
+/* A set of columns, as ascending runs [c0[i], c0[i] + len[i]). */
+typedef struct {
+    int n_runs;
+    int *c0, *len;
+    int count;           /* sum of len */
+} mi_colset;
+
+/* One exchange: the messages of one communication op, matched across its
+ * members (every member's program holds one op with this xid). */
+typedef struct {
+    int kind;            /* mi_op_kind of the ops that execute it */
+    int comm;            /* index into mi_programs.comms */
+    int buf;             /* the buffer moved */
+    int root;            /* member index of the root (BCAST, IBCAST, PUT, GATHERV), -1 for the others */
+    int layer;           /* -1: none */
+    int flag;            /* carries the 4-byte speculation decision (BCAST) */
+    mi_colset *send;     /* [n_members]: the columns member j sends (BCAST: the root's; PUT, GATHERV: each
+                            non-root's; ALLREDUCE: unused) */
+} mi_exchange;
+
+typedef struct {
+    int n_members;
+    int *members;        /* world ranks, ascending */
+} mi_comm;
+
+typedef struct {
+    int n_ops, cap;
+    mi_op *ops;
+} mi_program;
+
+typedef enum { MI_PHASE_PREFILL = 0, MI_PHASE_DECODE = 1, MI_N_PHASES } mi_phase;
+
+typedef struct {
+    int n_ranks;
+    int wire;            /* mi_dtype of activation messages (the plan's) */
+    int n_comms;
+    mi_comm *comms;
+    int n_xchg;
+    mi_exchange *xchg;
+    mi_program *prog[MI_N_PHASES]; /* [n_ranks] each */
+} mi_programs;
+
+/* Compile plan into per-rank programs with the scheme of plan->planner.
+ * Returns 0, or -1 with one line in err (a plan the scheme cannot run). */
+int mi_programs_compile(const mi_plan *plan, mi_programs *p, char *err);
+void mi_programs_free(mi_programs *p);
+
+/* Name of an op kind ("attention", "allreduce", ...), for traces and listings. */
+const char *mi_op_name(int kind);
+/* 1 for the communication kinds. */
+int mi_op_is_comm(int kind);
+
+/* Member index of world rank `rank` in communicator comm, -1 if not a member. */
+int mi_comm_index(const mi_comm *comm, int rank);
+
+/* Payload bytes per position that member `from` sends to member `to` in
+ * exchange xid (0 when it sends nothing to it), in the programs' wire dtype
+ * (tensor.h mi_wire_row_bytes; the speculation flag is 4 bytes). Reductions
+ * count their messages as runtime.h describes them. This is the single
+ * definition of every op kind's payload: the cost model and the memory and
+ * traffic tables use it, and the runtime's own byte counters must agree. */
+double mi_exchange_bytes(const mi_programs *p, int xid, int from, int to);
+
+/* Bytes each rank sends and receives per position in one forward pass of
+ * phase ph (sent/recv: [n_ranks], may be NULL). Returns the total. For
+ * LOGITS exchanges a position is a position whose logits are wanted. */
+double mi_programs_bytes(const mi_programs *p, int ph, double *sent, double *recv);
+
+/* The partial sums of an ALLREDUCE are reduced the same way in every wire
+ * dtype, so that every member ends with identical values and no partial is
+ * quantized twice: two members swap their encoded partials and both add the
+ * decoded ones in member order (one round of messages); more members
+ * reduce-scatter then allgather (one round each): member j of n owns columns
+ * [c0, c0+len) of dim, whole blocks of 32 split as evenly as possible,
+ * receives the others' slices of its columns, sums them in fp32 in member
+ * order, encodes the sum once, and every member decodes the same sums. */
+void mi_wire_slice(int dim, int n_members, int j, int *c0, int *len);
+
+/* Write the programs as text, one line per op, for `meshinfer plan --programs`. */
+void mi_programs_print(const mi_programs *p, const mi_config *c, FILE *f);
+
+#endif

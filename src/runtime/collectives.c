@@ -1,0 +1,345 @@
+/* The messages of each communication op kind (see partition.h for what each
+ * moves). Every message carries activations encoded in the plan's wire dtype
+ * (tensor.h); a rank always keeps its own values exactly. Byte counters count
+ * what is handed to MPI, so tests can hold them against the plan's
+ * prediction (mi_exchange_bytes). */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "meshinfer/common.h"
+
+/* Finish the non-blocking broadcast this rank started as root, before its
+ * next communication (the buffer and MPI's ordering rules need it). */
+double rt_complete_pending(mi_runtime *rt)
+{
+    if (rt->pending == MPI_REQUEST_NULL)
+        return 0.0;
+    double t0 = mi_now();
+    MPI_Wait(&rt->pending, MPI_STATUS_IGNORE);
+    return mi_now() - t0;
+}
+
+/* ob1 has no asynchronous progress: a pending broadcast only advances inside
+ * MPI calls, so long computations poke it between chunks. */
+void rt_poke(mi_runtime *rt)
+{
+    if (rt->pending != MPI_REQUEST_NULL) {
+        int done = 0;
+        MPI_Test(&rt->pending, &done, MPI_STATUS_IGNORE);
+    }
+}
+
+/* Gather the columns of set s from T rows of buf (row width W) into dense
+ * out [T, s->count]. */
+static void gather_cols(const float *buf, int W, int T, const mi_colset *s, float *out)
+{
+    for (int t = 0; t < T; t++) {
+        float *o = out + (size_t)t * s->count;
+        for (int i = 0; i < s->n_runs; i++) {
+            memcpy(o, buf + (size_t)t * W + s->c0[i], (size_t)s->len[i] * sizeof(float));
+            o += s->len[i];
+        }
+    }
+}
+
+/* The inverse: dense in [T, s->count] into the columns of set s. */
+static void scatter_cols(const float *in, int T, const mi_colset *s, float *buf, int W)
+{
+    for (int t = 0; t < T; t++) {
+        const float *p = in + (size_t)t * s->count;
+        for (int i = 0; i < s->n_runs; i++) {
+            memcpy(buf + (size_t)t * W + s->c0[i], p, (size_t)s->len[i] * sizeof(float));
+            p += s->len[i];
+        }
+    }
+}
+
+/* Encode T rows of set s of buf as one message: the set's columns, dense,
+ * one wire row per position. Returns its bytes. */
+static size_t pack_set(mi_runtime *rt, const float *buf, int W, int T, const mi_colset *s, void *out)
+{
+    size_t rb = mi_wire_row_bytes(rt->wire, (size_t)s->count);
+    if (s->n_runs == 1) {
+        mi_wire_pack(rt->wire, buf + s->c0[0], (size_t)T, (size_t)s->count, (size_t)W, out);
+    } else {
+        gather_cols(buf, W, T, s, rt->wtmp);
+        mi_wire_pack(rt->wire, rt->wtmp, (size_t)T, (size_t)s->count, (size_t)s->count, out);
+    }
+    return (size_t)T * rb;
+}
+
+static void unpack_set(mi_runtime *rt, const void *in, int T, const mi_colset *s, float *buf, int W)
+{
+    if (s->n_runs == 1) {
+        mi_wire_unpack(rt->wire, in, (size_t)T, (size_t)s->count, (size_t)W, buf + s->c0[0]);
+    } else {
+        mi_wire_unpack(rt->wire, in, (size_t)T, (size_t)s->count, (size_t)s->count, rt->wtmp);
+        scatter_cols(rt->wtmp, T, s, buf, W);
+    }
+}
+
+/* ------------------------------------------------------------ broadcast */
+
+/* The root's columns of buf (and with x->flag one float after the T rows,
+ * the speculation decision, always exact) to the other members. A
+ * non-blocking broadcast sends from its own copy and stays pending at the
+ * root (rt_complete_pending); the receivers wait for it. */
+double rt_bcast(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, int nonblocking, const fwd *f)
+{
+    const mi_colset *s = &x->send[x->root];
+    float *buf = rt->buf[x->buf];
+    int W = rt->width[x->buf], T = f->T, root = xr->me == x->root;
+    int n = rt->prog.comms[x->comm].n_members;
+    size_t rows = (size_t)T * mi_wire_row_bytes(rt->wire, (size_t)s->count);
+    size_t bytes = rows + (x->flag ? 4 : 0);
+    unsigned char *msg = nonblocking ? rt->zwire : rt->wbuf;
+    double t0 = mi_now();
+    if (!nonblocking && rt->wire == MI_F32 && s->n_runs == 1 && s->count == W) {
+        /* the rows are the message: no copy (the flag sits right after them) */
+        MPI_Bcast(buf, (int)(bytes / 4), MPI_FLOAT, x->root, xr->comm);
+    } else {
+        if (root) {
+            pack_set(rt, buf, W, T, s, msg);
+            if (x->flag)
+                memcpy(msg + rows, buf + (size_t)T * W, 4);
+        }
+        if (nonblocking && root) {
+            MPI_Ibcast(msg, (int)bytes, MPI_BYTE, x->root, xr->comm, &rt->pending);
+        } else if (nonblocking) {
+            MPI_Request rq;
+            MPI_Ibcast(msg, (int)bytes, MPI_BYTE, x->root, xr->comm, &rq);
+            MPI_Wait(&rq, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Bcast(msg, (int)bytes, MPI_BYTE, x->root, xr->comm);
+        }
+        if (!root) {
+            unpack_set(rt, msg, T, s, buf, W);
+            if (x->flag)
+                memcpy(buf + (size_t)T * W, msg + rows, 4);
+        }
+    }
+    if (root)
+        rt->m.bytes_sent += (double)bytes * (n - 1);
+    else
+        rt->m.bytes_recv += (double)bytes;
+    return mi_now() - t0;
+}
+
+/* ------------------------------------------------------------ RMA put */
+
+/* Seed 000: head outputs go to the projection rank by RMA. Each head rank
+ * puts its [T, its heads] outputs, encoded in the wire dtype, into its own
+ * slot of the root's window (one MPI_Put); the root then decodes every slot
+ * into place in HEADS. The root's own heads are copied exactly. */
+double rt_put(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *f)
+{
+    const mi_programs *p = &rt->prog;
+    const mi_comm *cm = &p->comms[x->comm];
+    int T = f->T, Wl = rt->width[MI_BUF_HEADS_LOCAL], W = rt->width[MI_BUF_HEADS];
+    const float *local = rt->buf[MI_BUF_HEADS_LOCAL];
+    float *heads = rt->buf[MI_BUF_HEADS];
+    double t0 = mi_now();
+    if (xr->me != x->root) {
+        const mi_colset *s = &x->send[xr->me];
+        size_t bytes = (size_t)T * mi_wire_row_bytes(rt->wire, (size_t)s->count);
+        MPI_Win_start(xr->peers, 0, xr->win);
+        mi_wire_pack(rt->wire, local, (size_t)T, (size_t)s->count, (size_t)Wl, rt->wbuf);
+        MPI_Put(rt->wbuf, (int)bytes, MPI_BYTE, x->root, (MPI_Aint)xr->slot_off[xr->me], (int)bytes, MPI_BYTE,
+                xr->win);
+        MPI_Win_complete(xr->win);
+        rt->m.bytes_sent += (double)bytes;
+        return mi_now() - t0;
+    }
+    if (xr->win != MPI_WIN_NULL)
+        MPI_Win_post(xr->peers, 0, xr->win);
+    /* its own heads, packed in HEADS_LOCAL, go to their columns exactly */
+    const mi_colset *own = &x->send[xr->me];
+    for (int t = 0; t < T; t++) {
+        const float *src = local + (size_t)t * Wl;
+        for (int i = 0; i < own->n_runs; i++) {
+            memcpy(heads + (size_t)t * W + own->c0[i], src, (size_t)own->len[i] * sizeof(float));
+            src += own->len[i];
+        }
+    }
+    if (xr->win == MPI_WIN_NULL)
+        return 0.0;
+    MPI_Win_wait(xr->win);
+    for (int j = 0; j < cm->n_members; j++) {
+        if (j == x->root)
+            continue;
+        const mi_colset *s = &x->send[j];
+        unpack_set(rt, xr->slots + xr->slot_off[j], T, s, heads, W);
+        rt->m.bytes_recv += (double)T * (double)mi_wire_row_bytes(rt->wire, (size_t)s->count);
+    }
+    return mi_now() - t0;
+}
+
+/* ------------------------------------------------------------ all to all */
+
+/* Every member sends sbuf + sdispls[j] (scounts[j] bytes) to member j and
+ * receives rcounts[j] bytes from j at rbuf + rdispls[j], all messages posted
+ * at once: one round of link latency. (MPI_Alltoallv and MPI_Allgatherv
+ * proceed in up to n-1 pairwise rounds; with 5 ms links that made a lossy
+ * reduction slower than an fp32 MPI_Allreduce.) */
+static void exchange_all(MPI_Comm comm, int n, int me, const unsigned char *sbuf, const int *scounts,
+                         const int *sdispls, unsigned char *rbuf, const int *rcounts, const int *rdispls)
+{
+    MPI_Request req[2 * MI_MAX_RANKS];
+    int nr = 0;
+    for (int j = 0; j < n; j++)
+        if (j != me && rcounts[j] > 0)
+            MPI_Irecv(rbuf + rdispls[j], rcounts[j], MPI_BYTE, j, TAG_XCHG, comm, &req[nr++]);
+    for (int j = 0; j < n; j++)
+        if (j != me && scounts[j] > 0)
+            MPI_Isend(sbuf + sdispls[j], scounts[j], MPI_BYTE, j, TAG_XCHG, comm, &req[nr++]);
+    MPI_Waitall(nr, req, MPI_STATUSES_IGNORE);
+}
+
+/* X[:, c0:c0+n] += the sum over members of TMP, with the same sums on every
+ * member, in every wire dtype (partition.h, mi_wire_slice). Two members swap
+ * their encoded partials and both add the two decoded partials in member
+ * order: one round of messages. More members reduce-scatter then allgather,
+ * one round each: member j receives the others' encoded partials of its
+ * columns, sums them with its own in fp32 in member order, encodes the sum
+ * once, and every member decodes the same sums. So residuals stay identical
+ * across ranks (MPI_Allreduce does not promise that), no partial is quantized
+ * twice, and the reduction takes two rounds of link latency where
+ * MPI_Allreduce's recursive doubling takes up to log2(n) + 1 and
+ * Alltoallv/Allgatherv up to n - 1 each (measured on 5 ms links: tp over 5
+ * ranks 27.2 s with MPI_Allreduce, 21.9 s like this). A user-defined MPI_Op
+ * inside MPI_Allreduce would re-quantize at every step of the reduction tree,
+ * differently on different ranks. */
+double rt_allreduce(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const mi_op *op, const fwd *f)
+{
+    const int d = op->n, ld = rt->width[MI_BUF_X], T = f->T, w = rt->wire;
+    float *tmp = rt->buf[MI_BUF_TMP] + op->c0, *xx = rt->buf[MI_BUF_X] + op->c0;
+    int *counts = rt->counts, *displs = counts + MI_MAX_RANKS, *counts2 = displs + MI_MAX_RANKS,
+        *displs2 = counts2 + MI_MAX_RANKS;
+    double comm_t = 0;
+    const int M = rt->prog.comms[x->comm].n_members, me = xr->me;
+    if (xr->comm != MPI_COMM_NULL && M == 2) {
+        const int other = 1 - me;
+        size_t rb = mi_wire_row_bytes(w, (size_t)d), bytes = (size_t)T * rb;
+        unsigned char *mine = rt->wbuf, *theirs = rt->wbuf + bytes;
+        mi_wire_pack(w, tmp, (size_t)T, (size_t)d, (size_t)ld, mine);
+        counts[me] = counts2[me] = 0;
+        counts[other] = counts2[other] = (int)bytes;
+        displs[other] = displs2[other] = 0;
+        double t0 = mi_now();
+        exchange_all(xr->comm, 2, me, mine, counts, displs, theirs, counts2, displs2);
+        comm_t += mi_now() - t0;
+        /* both members add decoded(member 0) + decoded(member 1), in that order */
+        float *p0 = rt->wtmp, *p1 = rt->wtmp + (size_t)T * d;
+        mi_wire_unpack(w, me == 0 ? mine : theirs, (size_t)T, (size_t)d, (size_t)d, p0);
+        mi_wire_unpack(w, me == 0 ? theirs : mine, (size_t)T, (size_t)d, (size_t)d, p1);
+        for (int t = 0; t < T; t++)
+            for (int k = 0; k < d; k++)
+                tmp[(size_t)t * ld + k] = p0[(size_t)t * d + k] + p1[(size_t)t * d + k];
+        rt->m.bytes_sent += (double)bytes;
+        rt->m.bytes_recv += (double)bytes;
+    } else if (xr->comm != MPI_COMM_NULL) {
+        int c0[MI_MAX_RANKS] = {0}, len[MI_MAX_RANKS] = {0};
+        for (int j = 0; j < M; j++)
+            mi_wire_slice(d, M, j, &c0[j], &len[j]);
+        size_t mine = (size_t)T * mi_wire_row_bytes(w, (size_t)len[me]), off = 0;
+        unsigned char *send = rt->wbuf, *recv;
+        /* reduce-scatter: my partial's columns of member j go to j */
+        for (int j = 0; j < M; j++) {
+            size_t b = j == me ? 0 : (size_t)T * mi_wire_row_bytes(w, (size_t)len[j]);
+            if (b)
+                mi_wire_pack(w, tmp + c0[j], (size_t)T, (size_t)len[j], (size_t)ld, send + off);
+            counts[j] = (int)b;
+            displs[j] = (int)off;
+            off += b;
+        }
+        recv = send + off;
+        for (int j = 0; j < M; j++) {
+            counts2[j] = j == me ? 0 : (int)mine;
+            displs2[j] = j * (int)mine;
+        }
+        double t0 = mi_now();
+        exchange_all(xr->comm, M, me, send, counts, displs, recv, counts2, displs2);
+        comm_t += mi_now() - t0;
+        /* my columns: the members' partials summed in member order */
+        float *sum = rt->wtmp, *part = rt->wtmp + (size_t)T * len[me];
+        memset(sum, 0, (size_t)T * len[me] * sizeof(float));
+        for (int j = 0; j < M; j++) {
+            if (j == me) {
+                for (int t = 0; t < T; t++)
+                    for (int k = 0; k < len[me]; k++)
+                        sum[(size_t)t * len[me] + k] += tmp[(size_t)t * ld + c0[me] + k];
+                continue;
+            }
+            mi_wire_unpack(w, recv + displs2[j], (size_t)T, (size_t)len[me], (size_t)len[me], part);
+            for (size_t k = 0; k < (size_t)T * len[me]; k++)
+                sum[k] += part[k];
+        }
+        /* allgather the encoded sums; every member decodes all of them */
+        unsigned char *all = recv + (size_t)M * mine;
+        size_t aoff = 0;
+        for (int j = 0; j < M; j++) {
+            counts[j] = (int)((size_t)T * mi_wire_row_bytes(w, (size_t)len[j]));
+            displs[j] = (int)aoff;
+            aoff += (size_t)counts[j];
+        }
+        mi_wire_pack(w, sum, (size_t)T, (size_t)len[me], (size_t)len[me], all + displs[me]);
+        for (int j = 0; j < M; j++) { /* my encoded sum to everyone */
+            counts2[j] = j == me ? 0 : (int)mine;
+            displs2[j] = displs[me];
+        }
+        t0 = mi_now();
+        exchange_all(xr->comm, M, me, all, counts2, displs2, all, counts, displs);
+        comm_t += mi_now() - t0;
+        for (int j = 0; j < M; j++)
+            mi_wire_unpack(w, all + displs[j], (size_t)T, (size_t)len[j], (size_t)ld, tmp + c0[j]);
+        double b = (double)(off + (size_t)(M - 1) * mine); /* what I send; I receive as much */
+        rt->m.bytes_sent += b;
+        rt->m.bytes_recv += b;
+    }
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < d; k++)
+            xx[(size_t)t * ld + k] += tmp[(size_t)t * ld + k];
+    return comm_t;
+}
+
+/* ------------------------------------------------------------ gatherv */
+
+/* Every non-root member's LOGITS columns for the positions whose logits are
+ * wanted, encoded, to the root, which places them (its own are in place). */
+double rt_gatherv(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *f)
+{
+    const mi_comm *cm = &rt->prog.comms[x->comm];
+    int T = f->T_logits, W = rt->width[x->buf];
+    float *buf = rt->buf[x->buf];
+    int *counts = rt->counts, *displs = counts + MI_MAX_RANKS;
+    double t0 = mi_now();
+    unsigned char *dst = rt->wbuf;
+    int mine = 0;
+    if (xr->me == x->root) {
+        int off = 0;
+        for (int j = 0; j < cm->n_members; j++) {
+            counts[j] = j == x->root ? 0 : (int)((size_t)T * mi_wire_row_bytes(rt->wire, (size_t)x->send[j].count));
+            displs[j] = off;
+            off += counts[j];
+        }
+        dst = rt->wbuf;
+    } else {
+        mine = (int)pack_set(rt, buf, W, T, &x->send[xr->me], rt->wbuf);
+        dst = NULL;
+    }
+    MPI_Gatherv(xr->me == x->root ? NULL : rt->wbuf, mine, MPI_BYTE, dst, counts, displs, MPI_BYTE, x->root,
+                xr->comm);
+    if (xr->me == x->root) {
+        for (int j = 0; j < cm->n_members; j++) {
+            if (j == x->root)
+                continue;
+            unpack_set(rt, rt->wbuf + displs[j], T, &x->send[j], buf, W);
+            rt->m.bytes_recv += (double)counts[j];
+        }
+    } else {
+        rt->m.bytes_sent += (double)mine;
+    }
+    return mi_now() - t0;
+}

@@ -1,0 +1,234 @@
+/* Executing programs: one function per op kind, chosen by a table. The
+ * executor knows op kinds, never partitioning schemes (partition.h). */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <string.h>
+
+#include "internal.h"
+#include "meshinfer/common.h"
+#include "meshinfer/kernels.h"
+
+/* Where an op's seconds are counted. */
+static double *bucket_of(mi_runtime *rt, const mi_op *op)
+{
+    switch (op->kind) {
+    case MI_OP_NORM:
+        return op->norm == MI_NORM_ATTN ? &rt->m.attn : op->norm == MI_NORM_FFN ? &rt->m.ffn : &rt->m.logits;
+    case MI_OP_ATTN: return &rt->m.attn;
+    case MI_OP_PROJ: return &rt->m.proj;
+    case MI_OP_FFN_UP:
+    case MI_OP_FFN_DOWN:
+    case MI_OP_SPEC_TEST: return &rt->m.ffn;
+    case MI_OP_LOGITS: return &rt->m.logits;
+    default: return NULL;
+    }
+}
+
+typedef double (*op_fn)(mi_runtime *rt, const mi_op *op, const fwd *f);
+
+/* ------------------------------------------------------------ compute */
+
+static double op_embed(mi_runtime *rt, const mi_op *op, const fwd *f)
+{
+    int W = rt->width[MI_BUF_X];
+    for (int t = 0; t < f->T; t++)
+        mi_model_embed(&rt->model, rt->tokens[t], rt->buf[MI_BUF_X] + (size_t)t * W + op->c0);
+    return 0;
+}
+
+static const float *norm_weight(const mi_runtime *rt, const mi_op *op)
+{
+    return op->norm == MI_NORM_FINAL  ? rt->model.norm
+           : op->norm == MI_NORM_ATTN ? rt->model.layers[op->layer].attention_norm
+                                      : rt->model.layers[op->layer].ffn_norm;
+}
+
+/* The positions a norm works on: all, or (LAST) those whose logits are wanted. */
+static int norm_rows(const mi_op *op, const fwd *f, int *first)
+{
+    *first = op->flags & MI_OPF_LAST ? f->T - f->T_logits : 0;
+    return op->flags & MI_OPF_LAST ? f->T_logits : f->T;
+}
+
+static double op_norm(mi_runtime *rt, const mi_op *op, const fwd *f)
+{
+    if ((op->flags & MI_OPF_IF_REJECTED) && rt->accepted)
+        return 0; /* keep the attention computed on Z */
+    const mi_config *c = &rt->plan.cfg;
+    int first, T = norm_rows(op, f, &first);
+    mi_rmsnorm(rt->buf[MI_BUF_XN], rt->buf[MI_BUF_X] + (size_t)first * c->dim, norm_weight(rt, op), T, c->dim,
+               c->norm_eps);
+    return 0;
+}
+
+
+static double op_attn(mi_runtime *rt, const mi_op *op, const fwd *f)
+{
+    if ((op->flags & MI_OPF_IF_REJECTED) && rt->accepted)
+        return 0;
+    float *local = rt->buf[MI_BUF_HEADS_LOCAL];
+    int Wl = rt->width[MI_BUF_HEADS_LOCAL];
+    mi_attn_block(&rt->model, op->layer, &rt->s, rt->buf[MI_BUF_XN], f->T, f->pos0, local);
+    if (op->buf != MI_BUF_HEADS_LOCAL || op->c0 != 0) {
+        /* attention writes its heads packed; place them at their columns */
+        int W = rt->width[op->buf];
+        for (int t = f->T - 1; t >= 0; t--)
+            memmove(rt->buf[op->buf] + (size_t)t * W + op->c0, local + (size_t)t * op->n, (size_t)op->n * sizeof(float));
+    } else if (op->n != Wl) {
+        /* packed [T, n] rows -> rows of the buffer's width */
+        for (int t = f->T - 1; t > 0; t--)
+            memmove(local + (size_t)t * Wl, local + (size_t)t * op->n, (size_t)op->n * sizeof(float));
+    }
+    return 0;
+}
+
+/* y = in @ W^T on buffer slices, for decode in row chunks with progress
+ * calls between them when a non-blocking send is pending (every row is the
+ * same product as unchunked, so results do not depend on the chunking). */
+static void product(mi_runtime *rt, const mi_tensor *Wt, float *y, int ldy, const float *x, int ldx, int T, int add)
+{
+    if (T > 1 || rt->pending == MPI_REQUEST_NULL) {
+        mi_matmul_ld(y, ldy, x, ldx, Wt, T, add);
+        return;
+    }
+    const int chunks = 8;
+    for (int k = 0; k < chunks; k++) {
+        int a = Wt->rows * k / chunks, b = Wt->rows * (k + 1) / chunks;
+        mi_tensor part = mi_tensor_rows(Wt, a, b - a);
+        mi_matmul_ld(y + a, ldy, x, ldx, &part, 1, add);
+        rt_poke(rt);
+    }
+}
+
+static double op_proj(mi_runtime *rt, const mi_op *op, const fwd *f)
+{
+    const mi_layer *L = &rt->model.layers[op->layer];
+    product(rt, &L->wo, rt->buf[op->buf] + op->c0, rt->width[op->buf], rt->buf[op->in] + op->i0,
+            rt->width[op->in], f->T, op->flags & MI_OPF_ADD);
+    return 0;
+}
+
+static double op_ffn_up(mi_runtime *rt, const mi_op *op, const fwd *f)
+{
+    const mi_layer *L = &rt->model.layers[op->layer];
+    int W = rt->width[MI_BUF_HIDDEN], d = rt->width[MI_BUF_XN];
+    float *h1 = rt->buf[MI_BUF_HIDDEN] + op->c0, *h3 = rt->s.h3;
+    product(rt, &L->w1, h1, W, rt->buf[MI_BUF_XN], d, f->T, 0);
+    product(rt, &L->w3, h3, op->n, rt->buf[MI_BUF_XN], d, f->T, 0);
+    for (int t = 0; t < f->T; t++)
+        mi_swiglu(h1 + (size_t)t * W, h3 + (size_t)t * op->n, (size_t)op->n);
+    return 0;
+}
+
+static double op_ffn_down(mi_runtime *rt, const mi_op *op, const fwd *f)
+{
+    const mi_layer *L = &rt->model.layers[op->layer];
+    product(rt, &L->w2, rt->buf[op->buf] + op->c0, rt->width[op->buf], rt->buf[op->in] + op->i0,
+            rt->width[op->in], f->T, op->flags & MI_OPF_ADD);
+    return 0;
+}
+
+static double op_add(mi_runtime *rt, const mi_op *op, const fwd *f)
+{
+    int W = rt->width[MI_BUF_X];
+    float *x = rt->buf[MI_BUF_X], *tmp = rt->buf[MI_BUF_TMP];
+    for (int t = 0; t < f->T; t++)
+        for (int k = op->c0; k < op->c0 + op->n; k++)
+            x[(size_t)t * W + k] += tmp[(size_t)t * W + k];
+    return 0;
+}
+
+/* Seed 000's test: is the FFN's contribution small next to Z? */
+static double op_spec_test(mi_runtime *rt, const mi_op *op, const fwd *f)
+{
+    int d = rt->width[MI_BUF_X], l = op->layer;
+    const float *x = rt->buf[MI_BUF_X], *tmp = rt->buf[MI_BUF_TMP];
+    double worst = 0;
+    for (int t = 0; t < f->T; t++) {
+        double fz = 0, zz = 0;
+        for (int k = 0; k < d; k++) {
+            double a = tmp[(size_t)t * d + k], z = x[(size_t)t * d + k];
+            fz += a * a;
+            zz += z * z;
+        }
+        double r = zz > 0 ? sqrt(fz / zz) : INFINITY;
+        if (r > worst)
+            worst = r;
+    }
+    rt->accepted = worst < rt->tolerance;
+    if (l < MI_SPEC_MAX_LAYERS) {
+        rt->m.spec_decided[l] += 1;
+        rt->m.spec_accepted[l] += rt->accepted;
+        rt->m.spec_ratio_sum[l] += worst;
+    }
+    return 0;
+}
+
+static double op_logits(mi_runtime *rt, const mi_op *op, const fwd *f)
+{
+    mi_matmul_ld(rt->buf[MI_BUF_LOGITS] + op->c0, rt->width[MI_BUF_LOGITS], rt->buf[MI_BUF_XN], rt->width[MI_BUF_XN],
+                 &rt->model.classifier, f->T_logits, 0);
+    return 0;
+}
+
+/* ------------------------------------------------------------ communication */
+
+static double op_bcast(mi_runtime *rt, const mi_op *op, const fwd *f)
+{
+    if (op->flags & MI_OPF_FLAG)
+        rt->buf[MI_BUF_X][(size_t)f->T * rt->width[MI_BUF_X]] = rt->accepted ? 1.0f : 0.0f;
+    double t = rt_bcast(rt, &rt->prog.xchg[op->xid], &rt->xr[op->xid], op->kind == MI_OP_IBCAST, f);
+    if (op->flags & MI_OPF_FLAG)
+        rt->accepted = rt->buf[MI_BUF_X][(size_t)f->T * rt->width[MI_BUF_X]] != 0.0f;
+    return t;
+}
+
+static double op_put(mi_runtime *rt, const mi_op *op, const fwd *f)
+{
+    return rt_put(rt, &rt->prog.xchg[op->xid], &rt->xr[op->xid], f);
+}
+
+static double op_allreduce(mi_runtime *rt, const mi_op *op, const fwd *f)
+{
+    return rt_allreduce(rt, &rt->prog.xchg[op->xid], &rt->xr[op->xid], op, f);
+}
+
+static double op_gatherv(mi_runtime *rt, const mi_op *op, const fwd *f)
+{
+    return rt_gatherv(rt, &rt->prog.xchg[op->xid], &rt->xr[op->xid], f);
+}
+
+static const op_fn exec_table[MI_N_OPS] = {
+    [MI_OP_EMBED] = op_embed,           [MI_OP_NORM] = op_norm,         [MI_OP_ATTN] = op_attn,
+    [MI_OP_PROJ] = op_proj,             [MI_OP_FFN_UP] = op_ffn_up,     [MI_OP_FFN_DOWN] = op_ffn_down,
+    [MI_OP_ADD] = op_add,               [MI_OP_SPEC_TEST] = op_spec_test, [MI_OP_LOGITS] = op_logits,
+    [MI_OP_BCAST] = op_bcast,           [MI_OP_IBCAST] = op_bcast,      [MI_OP_PUT] = op_put,
+    [MI_OP_ALLREDUCE] = op_allreduce,   [MI_OP_GATHERV] = op_gatherv,
+};
+
+void rt_run_program(mi_runtime *rt, const fwd *f)
+{
+    const mi_program *g = &rt->prog.prog[f->T == 1 ? MI_PHASE_DECODE : MI_PHASE_PREFILL][rt->rank];
+    for (int i = 0; i < g->n_ops; i++) {
+        const mi_op *op = &g->ops[i];
+        double comm = 0;
+        int is_comm = mi_op_is_comm(op->kind);
+        if (is_comm && rt->xr[op->xid].comm != MPI_COMM_NULL)
+            comm += rt_complete_pending(rt);
+        double t0 = mi_now();
+        double in_mpi = exec_table[op->kind](rt, op, f);
+        double t1 = mi_now();
+        if (is_comm) {
+            comm += in_mpi;
+        } else {
+            double *b = bucket_of(rt, op);
+            if (b)
+                *b += t1 - t0;
+        }
+        rt->m.comm += comm;
+        rt_record(rt, op->kind, op->layer, t0, t1);
+    }
+    rt->m.comm += rt_complete_pending(rt);
+    rt->m.forwards++;
+    rt->m.positions += f->T;
+}

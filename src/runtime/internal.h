@@ -1,0 +1,109 @@
+/* The runtime's state, shared by its files (internal to runtime/):
+ *   runtime.c   creation, the token loop's commands, workers' serve loop
+ *   world.c     the MPI world, collective error checks
+ *   load.c      loading this rank's shard (from the file, or streamed from rank 0)
+ *   comms.c     communicators and RMA windows of a programs' exchanges
+ *   exec.c      executing programs: one function per op kind
+ *   collectives.c  the messages of each communication op kind
+ *   migrate.c   re-placement: new shard, KV cache moved between ranks
+ *   metrics.c   counters and the Chrome trace */
+#ifndef MESHINFER_RUNTIME_INTERNAL_H
+#define MESHINFER_RUNTIME_INTERNAL_H
+
+#include <mpi.h>
+
+#include "meshinfer/partition.h"
+#include "meshinfer/runtime.h"
+
+enum { CMD_FORWARD = 1, CMD_RESET = 2, CMD_STOP = 3, CMD_RESET_METRICS = 4, CMD_REPLAN = 5 };
+enum { TAG_KV_MOVE = 77, TAG_XCHG = 78, TAG_CMD = 79 };
+
+typedef struct {
+    short kind, layer;
+    double t0, t1;
+} trace_event;
+
+/* trace kinds beyond the op kinds */
+enum { TRACE_FORWARD = 100, TRACE_IDLE = 101, TRACE_REPLAN = 102 };
+
+/* This rank's side of one exchange. */
+typedef struct {
+    int me;               /* member index, -1 when not a member */
+    MPI_Comm comm;        /* MPI_COMM_NULL when not a member or alone */
+    MPI_Win win;          /* PUT: the root's window */
+    MPI_Group peers;      /* PUT: the other side of the access epoch */
+    unsigned char *slots; /* PUT root: one slot per member for its encoded head outputs */
+    size_t *slot_off;     /* PUT: byte offset of each member's slot */
+} xchg_rt;
+
+struct mi_runtime {
+    int rank, size;
+    mi_runtime_options opt;
+    const unsigned char *keep_layers; /* during a re-placement: layers whose shard stays (not reloaded) */
+    int keep_globals;                 /* ... and embeddings / classifier stay */
+    mi_plan plan;
+    mi_programs prog;
+    mi_model model;
+    mi_scratch s;
+    int max_T;
+    float *buf[MI_N_BUFS];     /* [max_T, width] each (X has one more float: the speculation flag) */
+    int width[MI_N_BUFS];
+    MPI_Comm *comms;           /* [n_comms], MPI_COMM_NULL where not a member */
+    xchg_rt *xr;               /* [n_xchg] */
+    int *tokens;               /* [max_T] the tokens of the current forward pass */
+    int wire;                  /* wire dtype of activation messages (the plan's) */
+    unsigned char *wbuf;       /* encoded messages being sent or received */
+    size_t wbuf_bytes;
+    float *wtmp;               /* decoded messages */
+    unsigned char *zwire;      /* a non-blocking broadcast's own copy of what it sends */
+    size_t zwire_bytes;
+    int *counts;               /* [4 * MI_MAX_RANKS] per-member byte counts and displacements */
+    MPI_Request pending;       /* a non-blocking broadcast this rank is root of, not yet complete */
+    double tolerance;
+    int accepted;              /* the last speculation decision */
+    mi_rank_metrics m;
+    int trace;
+    trace_event *ev;
+    size_t n_ev, cap_ev;
+    double t_origin, idle_since;
+};
+
+/* What the current forward pass runs on. */
+typedef struct {
+    int T, pos0, T_logits;
+} fwd;
+
+/* load.c */
+void rt_load_shard(mi_runtime *rt);
+
+/* comms.c */
+void rt_build_comms(mi_runtime *rt);
+void rt_free_comms(mi_runtime *rt);
+
+/* exec.c */
+void rt_run_program(mi_runtime *rt, const fwd *f);
+
+/* collectives.c: each returns seconds spent in MPI calls */
+double rt_complete_pending(mi_runtime *rt);
+void rt_poke(mi_runtime *rt);
+double rt_bcast(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, int nonblocking, const fwd *f);
+double rt_put(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *f);
+double rt_allreduce(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const mi_op *op, const fwd *f);
+double rt_gatherv(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *f);
+
+/* migrate.c */
+void rt_replan_local(mi_runtime *rt, const mi_plan *np, int n_pos);
+
+/* runtime.c: everything that depends on the plan (used again by re-placement) */
+void rt_setup_shard(mi_runtime *rt, const mi_plan *plan);
+void rt_setup_rest(mi_runtime *rt);
+void rt_teardown(mi_runtime *rt);
+
+/* runtime.c: rank 0 tells the workers what to do next */
+void rt_send_cmd(mi_runtime *rt, int cmd, int T, int pos0, int T_logits, const int *tokens);
+
+/* metrics.c */
+void rt_record(mi_runtime *rt, int kind, int layer, double t0, double t1);
+void rt_reset_metrics_local(mi_runtime *rt);
+
+#endif

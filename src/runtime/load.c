@@ -1,0 +1,106 @@
+/* Loading this rank's shard of the plan: every rank reads its own
+ * hyperslabs of the model file, or (--weights scatter) rank 0 reads every
+ * shard and streams it to its rank (devices without a copy of the model). */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "meshinfer/common.h"
+#include "meshinfer/model_file.h"
+
+typedef struct {
+    mi_model_file *mf;
+    int dest;
+} send_ctx;
+
+/* Shards travel as the raw stored bytes (any dtype), in pieces of at most
+ * 1 GiB so that counts fit an int. */
+#define PIECE ((size_t)1 << 30)
+
+static int fetch_and_send(void *ctx, const char *name, size_t row0, size_t nrows, size_t row_bytes, size_t byte0,
+                          size_t nbytes, void *out, char *err)
+{
+    send_ctx *sc = ctx;
+    if (mi_model_read_raw_cols(sc->mf, name, row0, nrows, row_bytes, byte0, nbytes, out, err))
+        mi_fatal("%s", err); /* the receiver is blocked in MPI_Recv: abort the job */
+    size_t n = nrows * nbytes;
+    for (size_t off = 0; off < n; off += PIECE)
+        MPI_Send((char *)out + off, (int)(n - off < PIECE ? n - off : PIECE), MPI_BYTE, sc->dest, 7, MPI_COMM_WORLD);
+    return 0;
+}
+
+static int fetch_recv(void *ctx, const char *name, size_t row0, size_t nrows, size_t row_bytes, size_t byte0,
+                      size_t nbytes, void *out, char *err)
+{
+    (void)ctx, (void)name, (void)row0, (void)row_bytes, (void)byte0, (void)err;
+    size_t n = nrows * nbytes;
+    for (size_t off = 0; off < n; off += PIECE)
+        MPI_Recv((char *)out + off, (int)(n - off < PIECE ? n - off : PIECE), MPI_BYTE, 0, 7, MPI_COMM_WORLD,
+                 MPI_STATUS_IGNORE);
+    return 0;
+}
+
+void rt_load_shard(mi_runtime *rt)
+{
+    const mi_runtime_options *opt = &rt->opt;
+    const mi_config *c = &rt->plan.cfg;
+    char err[MI_ERRLEN] = "";
+    mi_layer_spec *layers = mi_malloc((size_t)c->n_layers * sizeof *layers, "layer specs");
+    mi_shard_spec spec;
+    memset(&spec, 0, sizeof spec);
+    spec.layers = layers;
+    /* resident growth is measured from after the file is open, so the HDF5
+     * library's own caches do not count as weights */
+    size_t rss0 = mi_rss_bytes();
+    int rc = 0;
+    if (!opt->scatter) {
+        mi_config fc;
+        mi_model_file *mf = mi_model_open(opt->model_path, &fc, err);
+        rss0 = mi_rss_bytes();
+        if (!mf) {
+            rc = -1;
+        } else {
+            mi_plan_shard(&rt->plan, rt->rank, &spec);
+            for (int l = 0; rt->keep_layers && l < c->n_layers; l++)
+                if (rt->keep_layers[l])
+                    memset(&spec.layers[l], 0, sizeof spec.layers[l]);
+            if (rt->keep_globals)
+                spec.embeddings = spec.emb_nc = spec.cls_v0 = spec.cls_nv = 0;
+            mi_weight_source src = mi_weight_source_file(mf);
+            rc = mi_model_load(&rt->model, &src, c, &spec, err);
+            mi_model_close(mf);
+        }
+        mi_check_all(rc != 0, err);
+    } else if (rt->rank == 0) {
+        mi_config fc;
+        mi_model_file *mf = mi_model_open(opt->model_path, &fc, err);
+        if (!mf)
+            mi_fatal("%s", err);
+        rss0 = mi_rss_bytes();
+        for (int r = 1; r < rt->size; r++) {
+            mi_plan_shard(&rt->plan, r, &spec);
+            send_ctx sc = {mf, r};
+            mi_weight_source src = {fetch_and_send, &sc, 1};
+            mi_model other;
+            if (mi_model_load(&other, &src, c, &spec, err))
+                mi_fatal("%s", err);
+            mi_model_free(&other);
+        }
+        mi_plan_shard(&rt->plan, 0, &spec);
+        mi_weight_source src = mi_weight_source_file(mf);
+        if (mi_model_load(&rt->model, &src, c, &spec, err))
+            mi_fatal("%s", err);
+        mi_model_close(mf);
+    } else {
+        mi_plan_shard(&rt->plan, rt->rank, &spec);
+        mi_weight_source src = {fetch_recv, NULL, 0};
+        if (mi_model_load(&rt->model, &src, c, &spec, err))
+            mi_fatal("%s", err);
+    }
+    size_t rss1 = mi_rss_bytes();
+    rt->m.rss_weights = rss1 > rss0 ? (double)(rss1 - rss0) : 0.0;
+    rt->m.weight_bytes = (double)rt->model.weight_bytes;
+    rt->m.kv_bytes = (double)rt->model.kv_bytes;
+    free(layers);
+}
