@@ -1,7 +1,9 @@
 /* MPI test: for every planner, the distributed runtime on this job's ranks
  * produces the same greedy tokens as a single device, with logits within
- * 1e-4 (bit-identical logits for the head-level planners, whose
- * arithmetic per output row is unchanged by partitioning); the bytes every
+ * 1e-4 (bit-identical logits for the head-level planners and somegather,
+ * whose arithmetic per output row is unchanged by partitioning; somegather
+ * is refused, saying why, where the ranks do not divide the KV heads); the
+ * bytes every
  * rank moves per decode step equal the plan's prediction; head-level
  * placement moves more bytes than layer-wise; and with the real model each
  * rank's resident memory growth while loading is within 10% of its shard.
@@ -181,6 +183,14 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
         mi_plan_options po = {(mi_planner)pl, 3, -1, 0, NULL, 0.7, 0, wire};
         mi_plan plan;
         char err[MI_ERRLEN];
+        if (pl == MI_PLANNER_SOMEGATHER && c->n_kv_heads % g_size) {
+            /* seed 002 needs equal shares of whole heads: refused, saying why */
+            CHECK(mi_plan_make(c, &cl, &po, &plan, err) != 0 &&
+                      (strstr(err, "does not divide") || strstr(err, "the model has only")),
+                  "somegather on %d ranks of %d KV heads was not refused: %s", g_size, c->n_kv_heads, err);
+            mi_cluster_free(&cl);
+            continue;
+        }
         if (mi_plan_make(c, &cl, &po, &plan, err)) {
             CHECK(0, "%s: %s", mi_planner_name((mi_planner)pl), err);
             mi_cluster_free(&cl);
@@ -233,7 +243,12 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
             if (wire == MI_F32) {
                 CHECK(memcmp(got.tokens, ref.tokens, sizeof got.tokens) == 0, "%s on %d ranks, %s (%s): tokens differ",
                       mi_planner_name((mi_planner)pl), g_size, c->name, dts);
-                /* head-level planners compute every row as one device does. tp
+                /* head-level planners compute every row as one device does.
+                 * So does somegather (it gathers the logits, never sums
+                 * them), except that with fp32 weights prefill's BLAS sgemm
+                 * on a rank's rows of wo and w2 may round a last bit
+                 * differently from sgemm on all rows (1e-4; our own kernels,
+                 * used for every other dtype, do not depend on the rows). tp
                  * sums partial products in another order (1e-4); with block
                  * dtypes the residual's last-bit differences also flip the
                  * rounding of an activation to int8 here and there (a step of
@@ -245,7 +260,10 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
                 for (size_t i = 0; i < (1 + N_DECODE) * V; i++)
                     scale = fmax(scale, fabs(ref.logits[i]));
                 int blocked = mi_dtype_blocked(c->dtype[0][MI_WQ]) || mi_dtype_blocked(c->cls_dtype);
-                double limit = pl == MI_PLANNER_TP ? (blocked ? 0.05 * scale : 1e-4) : 0.0;
+                int f32 = c->dtype[0][MI_WO] == MI_F32;
+                double limit = pl == MI_PLANNER_TP           ? (blocked ? 0.05 * scale : 1e-4)
+                               : pl == MI_PLANNER_SOMEGATHER ? (f32 ? 1e-4 : 0.0)
+                                                             : 0.0;
                 CHECK(worst <= limit, "%s on %d ranks, %s (%s): max logit difference %.3g > %g",
                       mi_planner_name((mi_planner)pl), g_size, c->name, dts, worst, limit);
             } else {
@@ -284,7 +302,7 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
         free(all);
         mi_runtime_free(rt);
         mi_programs_free(&prog);
-        if (pl != MI_PLANNER_TP && wire == MI_F32)
+        if (pl != MI_PLANNER_TP && pl != MI_PLANNER_SOMEGATHER && wire == MI_F32)
             check_speculation(path, c, &plan, prompt, &got);
         mi_plan_free(&plan);
         mi_cluster_free(&cl);

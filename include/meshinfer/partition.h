@@ -3,7 +3,7 @@
  * A partitioning scheme compiles a plan (plan.h: which rank holds which
  * shard) into one program per rank, an ordered list of operations on named
  * activation buffers: compute on column slices of them, and communication
- * (broadcast, put into a window, allreduce, gatherv) on a
+ * (broadcast, put into a window, allreduce, allgatherv, gatherv) on a
  * communicator of the ranks involved. The runtime (runtime.h) executes
  * programs and knows no scheme; the cost model (cost.h) walks the same
  * programs to predict time and bytes. A plan compiles to a prefill program
@@ -11,7 +11,9 @@
  *
  * Schemes: seed 000's head-level units (layerwise, roundrobin, random,
  * greedy, tp: one rank holds the residual stream between blocks, which moves
- * by broadcasts, RMA gathers and reductions).
+ * by broadcasts, RMA gathers and reductions) and seed 002's somegather (every
+ * rank holds a column slice of the residual stream; every exchange is an
+ * allgather of activation columns, optionally pruned).
  *
  * No MPI here: programs are plain data, unit-tested without MPI. */
 #ifndef MESHINFER_PARTITION_H
@@ -54,12 +56,17 @@ typedef enum {
     MI_OP_SPEC_TEST, /* seed 000 speculation test of `layer`: accepted = max over positions of
                         ||TMP|| / ||X|| < tolerance (before the ADD) */
     MI_OP_LOGITS,    /* LOGITS[:, c0:c0+n] = classifier rows [c0, c0+n) @ XN, last positions only */
+    MI_OP_NORM_LOCAL,/* seed 002 device-local norm: NORM with the mean square over the columns of X this
+                        rank holds after the last allgather (its own and those received; not the pruned or
+                        lost ones, which become 0): with every column held, NORM's result exactly */
     /* communication: xid names the exchange (mi_exchange) every member's matching op shares */
     MI_OP_BCAST,     /* buf's columns from the root to the other members (FLAG: with the decision) */
     MI_OP_IBCAST,    /* the same, non-blocking at the root until its next communication (seed 000 Z) */
     MI_OP_PUT,       /* members put their HEADS_LOCAL into the root's window; the root places them
                         into HEADS (seed 000 "gathered by RMA at the projection rank") */
     MI_OP_ALLREDUCE, /* X[:, c0:c0+n] += sum over members of TMP, the same sums on every member */
+    MI_OP_ALLGATHERV,/* each member's sent columns of buf to every other member (seed 002 somegather:
+                        pruned columns never travel; lost ones arrive as absent) */
     MI_OP_GATHERV,   /* each member's LOGITS columns to the root */
     MI_N_OPS
 } mi_op_kind;
@@ -69,7 +76,7 @@ enum {
     MI_OPF_ADD = 1,         /* PROJ, FFN_DOWN: accumulate into buf */
     MI_OPF_FLAG = 2,        /* BCAST: the speculation decision travels after the rows (4 bytes) */
     MI_OPF_IF_REJECTED = 4, /* NORM, ATTN: only when the last speculation test rejected */
-    MI_OPF_LAST = 8,        /* NORM, LOGITS, GATHERV: only the positions whose logits are wanted
+    MI_OPF_LAST = 8,        /* NORM(_LOCAL), LOGITS, GATHERV: only the positions whose logits are wanted
                                (the last one, or all), written to rows 0.. */
 };
 
@@ -100,9 +107,14 @@ typedef struct {
     int buf;             /* the buffer moved */
     int root;            /* member index of the root (BCAST, IBCAST, PUT, GATHERV), -1 for the others */
     int layer;           /* -1: none */
+    int what;            /* mi_xch_kind (ALLGATHERV), MI_XCH_NONE otherwise */
     int flag;            /* carries the 4-byte speculation decision (BCAST) */
     mi_colset *send;     /* [n_members]: the columns member j sends (BCAST: the root's; PUT, GATHERV: each
-                            non-root's; ALLREDUCE: unused) */
+                            non-root's; ALLGATHERV: each member's kept columns; ALLREDUCE: unused) */
+    mi_colset *own;      /* [n_members] ALLGATHERV only: the columns member j owns (send minus own =
+                            its pruned columns); NULL otherwise */
+    int mask_own;        /* ALLGATHERV: the owner too treats its pruned columns as absent (ordinary
+                            magnitude pruning, the baseline of seed 002); 0: only receivers do */
 } mi_exchange;
 
 typedef struct {
@@ -125,6 +137,7 @@ typedef struct {
     int n_xchg;
     mi_exchange *xchg;
     mi_program *prog[MI_N_PHASES]; /* [n_ranks] each */
+    int embed_all;       /* every rank embeds (needs the tokens), not just rank 0 */
 } mi_programs;
 
 /* Compile plan into per-rank programs with the scheme of plan->planner.
@@ -132,7 +145,7 @@ typedef struct {
 int mi_programs_compile(const mi_plan *plan, mi_programs *p, char *err);
 void mi_programs_free(mi_programs *p);
 
-/* Name of an op kind ("attention", "allreduce", ...), for traces and listings. */
+/* Name of an op kind ("attention", "allgatherv", ...), for traces and listings. */
 const char *mi_op_name(int kind);
 /* 1 for the communication kinds. */
 int mi_op_is_comm(int kind);

@@ -70,8 +70,42 @@ typedef enum {
     MI_PLANNER_RANDOM,        /* every unit on a random worker (seeded) */
     MI_PLANNER_GREEDY,        /* seed 000: FFN and projection first, then heads, balancing time under budgets */
     MI_PLANNER_TP,            /* tensor parallel: every layer's heads and FFN split over all workers */
+    MI_PLANNER_SOMEGATHER,    /* seed 002: the residual stream split by columns over all ranks, each with its
+                                 heads, FFN units and rows of wo and w2; every exchange an allgather */
     MI_N_PLANNERS
 } mi_planner;
+
+/* Seed 002's exchanges of a layer (and the last one before the classifier):
+ * what pruning and message loss act on. */
+typedef enum {
+    MI_XCH_NONE = -1,
+    MI_XCH_ATTN_IN = 0,  /* the residual before attention (then normalised locally) */
+    MI_XCH_HEADS,        /* head outputs before wo */
+    MI_XCH_FFN_IN,       /* the post-attention residual before the FFN (normalised locally again) */
+    MI_XCH_HIDDEN,       /* hidden activations before w2 */
+    MI_XCH_FINAL,        /* the last residual before the classifier (never pruned) */
+    MI_N_XCH
+} mi_xch_kind;
+#define MI_N_PRUNED_XCH 4 /* the four exchanges of a layer */
+
+/* Names as on the command line and in plan files: attn_in heads ffn_in hidden final. */
+const char *mi_xch_name(int k);
+/* The kind of a name, or -1. */
+int mi_xch_parse(const char *name);
+
+/* Seed 002 "communication-aware pruning" and the baseline it is compared with. */
+typedef enum {
+    MI_PRUNE_AWARE = 0,     /* a rank's columns ranked by the absolute weights they feed on the other ranks;
+                               the lowest are never sent, their owner still uses them */
+    MI_PRUNE_MAGNITUDE = 1, /* ordinary magnitude pruning: ranked by all the absolute weights they feed; the
+                               lowest are dropped for every rank, owner included (same bytes on the wire) */
+} mi_prune_mode;
+
+/* The columns one rank sends in one exchange, ascending, inside its own. */
+typedef struct {
+    int n;
+    int *cols;
+} mi_keep;
 
 /* A contiguous slice [v0, v0+n) of FFN units or vocabulary rows on one rank. */
 typedef struct {
@@ -101,7 +135,22 @@ typedef struct {
     int wire;               /* mi_dtype of every activation message (seed 003 "communication scaling"):
                                MI_F32 (exact), MI_F16 or MI_Q8_0 */
     double plan_seconds;    /* time the planner took */
+    /* seed 002 somegather (MI_PLANNER_SOMEGATHER; other planners: n_cols = 0, keep = NULL). The layers'
+     * kv_rank say each rank's heads, their ffn slices its units, proj_rank is -1. */
+    int n_cols;             /* residual-column slices, one per rank */
+    mi_slice *cols;         /* [n_cols], ascending, covering [0, dim) */
+    double prune[MI_N_PRUNED_XCH]; /* fraction of a rank's columns of each exchange it never sends */
+    int prune_mode;         /* mi_prune_mode */
+    mi_keep *keep;          /* NULL: nothing pruned; else [n_layers][MI_N_PRUNED_XCH][n_ranks] (mi_plan_keep) */
 } mi_plan;
+
+/* The send list of `rank` in exchange kind x of layer l (NULL: it sends all it owns). */
+const mi_keep *mi_plan_keep(const mi_plan *plan, int l, int x, int rank);
+
+/* The columns [*c0, *c0 + *n) that `rank` owns in exchange kind x of a
+ * somegather plan (its residual columns, its heads' output columns, its FFN
+ * units). */
+void mi_plan_owned(const mi_plan *plan, int l, int x, int rank, int *c0, int *n);
 
 typedef struct {
     mi_planner planner;
@@ -116,7 +165,7 @@ typedef struct {
     int wire;               /* wire dtype of activation messages (mi_plan.wire); 0 = fp32 */
 } mi_plan_options;
 
-/* Planner names as on the command line: layerwise roundrobin random greedy tp. */
+/* Planner names as on the command line: layerwise roundrobin random greedy tp somegather. */
 const char *mi_planner_name(mi_planner p);
 /* Returns 0 and sets *p, or -1 for an unknown name. */
 int mi_planner_parse(const char *name, mi_planner *p);
@@ -145,6 +194,8 @@ double mi_plan_spec_saving(const mi_plan *plan, const mi_cluster *cl, int l, dou
 int mi_plan_validate(const mi_plan *plan, const mi_cluster *cl, char *err);
 
 void mi_plan_free(mi_plan *plan);
+/* Drop the send lists (nothing pruned any more). */
+void mi_plan_free_keep(mi_plan *plan);
 
 /* What `rank` holds: fills spec (spec->layers must hold n_layers entries). */
 void mi_plan_shard(const mi_plan *plan, int rank, mi_shard_spec *spec);

@@ -9,6 +9,7 @@
 #ifndef MESHINFER_RUNTIME_H
 #define MESHINFER_RUNTIME_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "meshinfer/forward.h"
@@ -22,6 +23,8 @@ typedef struct {
     double comm;                    /* inside MPI calls of the schedule (transfer and waiting for peers) */
     double idle;                    /* outside forward passes: workers waiting for the next token */
     double bytes_sent, bytes_recv;  /* payload bytes handed to MPI (partition.h mi_exchange_bytes) */
+    double msgs_recv, msgs_lost;    /* seed 002 allgather messages (one per sender and position) received,
+                                       and of them lost to the emulated message loss */
     long forwards, positions;       /* forward passes and positions processed */
     double weight_bytes, kv_bytes;  /* held by this rank */
     double rss_weights;             /* resident memory growth while loading the shard */
@@ -35,6 +38,16 @@ typedef struct {
 
 typedef struct mi_runtime mi_runtime;
 
+/* Seed 002's three modes of message loss in an all-to-all exchange. */
+typedef enum {
+    MI_LOSS_LINK = 0,  /* receiver j misses sender i's message */
+    MI_LOSS_RECEIVER,  /* receiver j gets nothing from anyone in that exchange */
+    MI_LOSS_SENDER,    /* nobody gets sender i's message */
+} mi_loss_mode;
+/* Names link receiver sender; parse returns -1 for an unknown one. */
+const char *mi_loss_mode_name(int m);
+int mi_loss_mode_parse(const char *name);
+
 typedef struct {
     const char *model_path;  /* HDF5 model; with scatter only rank 0 opens it */
     int scatter;             /* rank 0 reads every shard and sends it (devices without a copy) */
@@ -42,6 +55,13 @@ typedef struct {
     int trace;               /* record per-step events for a Chrome trace */
     double tolerance;        /* speculation: keep the speculative attention when ||FFN(Z)||/||Z|| is
                                 below this (seed 000: 0.05); 0 always recomputes (bit-exact) */
+    /* seed 002 message loss in allgather exchanges, emulated: each message (sender, position) is lost
+     * with probability loss, decided by a generator seeded with loss_seed and keyed by (position,
+     * layer, exchange, sender, receiver) as loss_mode says, so every rank agrees where it must. A
+     * lost message's columns are absent: zero, and left out of the device-local norm. */
+    int loss_mode;           /* mi_loss_mode */
+    double loss;             /* probability in [0, 1]; 0: no loss */
+    uint64_t loss_seed;
 } mi_runtime_options;
 
 /* Load this rank's shard of plan (identical on all ranks), build

@@ -1,5 +1,5 @@
 /* Programs as data: buffers, op kinds, exchanges and their payload (see
- * partition.h). The scheme that fills them is headlevel.c. */
+ * partition.h). The schemes that fill them are headlevel.c and somegather.c. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,8 +31,8 @@ static const char *const op_names[MI_N_OPS] = {
     [MI_OP_EMBED] = "embed",         [MI_OP_NORM] = "norm",           [MI_OP_ATTN] = "attention",
     [MI_OP_PROJ] = "projection",     [MI_OP_FFN_UP] = "ffn up",       [MI_OP_FFN_DOWN] = "ffn down",
     [MI_OP_ADD] = "add",             [MI_OP_SPEC_TEST] = "speculation test",
-    [MI_OP_LOGITS] = "logits",       [MI_OP_BCAST] = "bcast",         [MI_OP_IBCAST] = "ibcast",
-    [MI_OP_PUT] = "put (RMA)",       [MI_OP_ALLREDUCE] = "allreduce",
+    [MI_OP_LOGITS] = "logits",       [MI_OP_NORM_LOCAL] = "norm (local)", [MI_OP_BCAST] = "bcast",         [MI_OP_IBCAST] = "ibcast",
+    [MI_OP_PUT] = "put (RMA)",       [MI_OP_ALLREDUCE] = "allreduce", [MI_OP_ALLGATHERV] = "allgatherv",
     [MI_OP_GATHERV] = "gatherv",
 };
 
@@ -120,6 +120,7 @@ int pb_exchange(mi_programs *p, int kind, int comm, int buf, int root, int layer
     x->buf = buf;
     x->root = root;
     x->layer = layer;
+    x->what = MI_XCH_NONE;
     x->send = mi_calloc((size_t)p->comms[comm].n_members, sizeof(mi_colset), "exchange");
     return p->n_xchg++;
 }
@@ -161,9 +162,13 @@ void mi_programs_free(mi_programs *p)
     for (int i = 0; i < p->n_xchg; i++) {
         mi_exchange *x = &p->xchg[i];
         int n = p->comms[x->comm].n_members;
-        for (int j = 0; j < n; j++)
+        for (int j = 0; j < n; j++) {
             cols_free(&x->send[j]);
+            if (x->own)
+                cols_free(&x->own[j]);
+        }
         free(x->send);
+        free(x->own);
     }
     free(p->xchg);
     for (int i = 0; i < p->n_comms; i++)
@@ -174,6 +179,8 @@ void mi_programs_free(mi_programs *p)
 
 int mi_programs_compile(const mi_plan *plan, mi_programs *p, char *err)
 {
+    if (plan->planner == MI_PLANNER_SOMEGATHER)
+        return pb_compile_somegather(plan, p, err);
     return pb_compile_headlevel(plan, p, err);
 }
 
@@ -214,6 +221,8 @@ double mi_exchange_bytes(const mi_programs *p, int xid, int from, int to)
     case MI_OP_PUT:
     case MI_OP_GATHERV:
         return to == x->root ? cols_bytes(w, &x->send[from]) : 0;
+    case MI_OP_ALLGATHERV:
+        return cols_bytes(w, &x->send[from]);
     case MI_OP_ALLREDUCE: {
         /* two members swap whole partials; more reduce-scatter (from's partial
          * of to's slice) then allgather (from's summed slice) */
@@ -317,12 +326,14 @@ void mi_programs_print(const mi_programs *p, const mi_config *c, FILE *f)
                     fprintf(f, " %s on c%d", mi_buf_name(x->buf), x->comm);
                     if (x->root >= 0)
                         fprintf(f, " root %d", cm->members[x->root]);
+                    if (x->what >= 0)
+                        fprintf(f, " (%s)", mi_xch_name(x->what));
                     if (me >= 0 && x->kind != MI_OP_ALLREDUCE) {
                         fprintf(f, " sends ");
                         print_cols(f, &x->send[me]);
                     }
                 } else {
-                    if (op->kind == MI_OP_NORM)
+                    if (op->kind == MI_OP_NORM || op->kind == MI_OP_NORM_LOCAL)
                         fprintf(f, " %s", op->norm == MI_NORM_ATTN ? "attention" : op->norm == MI_NORM_FFN ? "ffn" : "final");
                     else
                         fprintf(f, " %s[%d,%d)", mi_buf_name(op->buf), op->c0, op->c0 + op->n);

@@ -18,5 +18,6 @@ int pb_exchange(mi_programs *p, int kind, int comm, int buf, int root, int layer
 void pb_cols_add(mi_colset *s, int c0, int len);
 
 int pb_compile_headlevel(const mi_plan *plan, mi_programs *p, char *err);
+int pb_compile_somegather(const mi_plan *plan, mi_programs *p, char *err);
 
 #endif

@@ -9,7 +9,8 @@
 #include "meshinfer/common.h"
 #include "meshinfer/sampler.h"
 
-static const char *planner_names[MI_N_PLANNERS] = {"layerwise", "roundrobin", "random", "greedy", "tp"};
+static const char *planner_names[MI_N_PLANNERS] = {"layerwise", "roundrobin", "random", "greedy", "tp",
+                                                   "somegather"};
 
 const char *mi_planner_name(mi_planner p)
 {
@@ -26,14 +27,83 @@ int mi_planner_parse(const char *name, mi_planner *p)
     return -1;
 }
 
+static const char *xch_names[MI_N_XCH] = {"attn_in", "heads", "ffn_in", "hidden", "final"};
+
+const char *mi_xch_name(int k)
+{
+    return k >= 0 && k < MI_N_XCH ? xch_names[k] : "?";
+}
+
+int mi_xch_parse(const char *name)
+{
+    for (int i = 0; i < MI_N_XCH; i++)
+        if (!strcmp(name, xch_names[i]))
+            return i;
+    return -1;
+}
+
+static size_t n_keep(const mi_plan *plan)
+{
+    return (size_t)plan->cfg.n_layers * MI_N_PRUNED_XCH * (size_t)plan->n_ranks;
+}
+
+void mi_plan_free_keep(mi_plan *plan)
+{
+    if (plan->keep)
+        for (size_t i = 0; i < n_keep(plan); i++)
+            free(plan->keep[i].cols);
+    free(plan->keep);
+    plan->keep = NULL;
+}
+
 void mi_plan_free(mi_plan *plan)
 {
     if (plan->layers)
         for (int l = 0; l < plan->cfg.n_layers; l++)
             free(plan->layers[l].ffn);
+    mi_plan_free_keep(plan);
     free(plan->layers);
     free(plan->cls);
+    free(plan->cols);
     memset(plan, 0, sizeof *plan);
+}
+
+const mi_keep *mi_plan_keep(const mi_plan *plan, int l, int x, int rank)
+{
+    if (!plan->keep || x < 0 || x >= MI_N_PRUNED_XCH)
+        return NULL;
+    return &plan->keep[((size_t)l * MI_N_PRUNED_XCH + (size_t)x) * (size_t)plan->n_ranks + (size_t)rank];
+}
+
+void mi_plan_owned(const mi_plan *plan, int l, int x, int rank, int *c0, int *n)
+{
+    const mi_config *c = &plan->cfg;
+    *c0 = *n = 0;
+    if (x == MI_XCH_HEADS) {
+        int w = mi_kv_group(c) * c->head_dim, first = -1, cnt = 0;
+        for (int k = 0; k < c->n_kv_heads; k++)
+            if (plan->layers[l].kv_rank[k] == rank) {
+                if (first < 0)
+                    first = k;
+                cnt++;
+            }
+        if (first >= 0) {
+            *c0 = first * w;
+            *n = cnt * w;
+        }
+    } else if (x == MI_XCH_HIDDEN) {
+        for (int i = 0; i < plan->layers[l].n_ffn; i++)
+            if (plan->layers[l].ffn[i].rank == rank) {
+                *c0 = plan->layers[l].ffn[i].v0;
+                *n = plan->layers[l].ffn[i].n;
+            }
+    } else {
+        for (int i = 0; i < plan->n_cols; i++)
+            if (plan->cols[i].rank == rank) {
+                *c0 = plan->cols[i].v0;
+                *n = plan->cols[i].n;
+            }
+    }
 }
 
 /* ------------------------------------------------------- unit sizes */
@@ -64,15 +134,29 @@ void mi_plan_shard(const mi_plan *plan, int rank, mi_shard_spec *spec)
                 s->kv[s->n_kv++] = (unsigned char)k;
         if (lp->proj_rank == rank)
             s->proj = MI_PROJ_FULL;
-        else if (lp->proj_rank < 0 && s->n_kv > 0)
+        else if (lp->proj_rank < 0 && s->n_kv > 0 && plan->planner != MI_PLANNER_SOMEGATHER)
             s->proj = MI_PROJ_HEADS;
         for (int i = 0; i < lp->n_ffn; i++)
             if (lp->ffn[i].rank == rank) {
                 s->f0 = lp->ffn[i].v0;
                 s->nf = lp->ffn[i].n;
             }
+        for (int i = 0; i < plan->n_cols; i++)
+            if (plan->cols[i].rank == rank) {
+                /* seed 002: this rank's residual columns are its rows of wo and w2 */
+                s->proj = MI_PROJ_ROWS;
+                s->o0 = plan->cols[i].v0;
+                s->no = plan->cols[i].n;
+                s->w2_rows = 1;
+            }
     }
-    spec->embeddings = rank == 0;
+    spec->embeddings = rank == 0 && plan->n_cols == 0;
+    spec->emb_c0 = spec->emb_nc = 0;
+    for (int i = 0; i < plan->n_cols; i++)
+        if (plan->cols[i].rank == rank) {
+            spec->emb_c0 = plan->cols[i].v0;
+            spec->emb_nc = plan->cols[i].n;
+        }
     spec->cls_v0 = spec->cls_nv = 0;
     for (int i = 0; i < plan->n_cls; i++)
         if (plan->cls[i].rank == rank) {
@@ -122,8 +206,12 @@ int mi_plan_fullest_rank(const mi_plan *plan, const mi_cluster *cl, int n_pos, d
 int mi_plan_same_placement(const mi_plan *a, const mi_plan *b)
 {
     const mi_config *c = &a->cfg;
-    if (a->n_ranks != b->n_ranks || a->n_cls != b->n_cls || c->n_layers != b->cfg.n_layers)
+    if (a->n_ranks != b->n_ranks || a->n_cls != b->n_cls || c->n_layers != b->cfg.n_layers ||
+        a->n_cols != b->n_cols)
         return 0;
+    for (int i = 0; i < a->n_cols; i++)
+        if (memcmp(&a->cols[i], &b->cols[i], sizeof(mi_slice)))
+            return 0;
     for (int i = 0; i < a->n_cls; i++)
         if (memcmp(&a->cls[i], &b->cls[i], sizeof(mi_slice)))
             return 0;
@@ -166,6 +254,62 @@ static int check_slices(const mi_slice *s, int n, int total, int n_ranks, const 
     return 0;
 }
 
+/* Seed 002: every rank owns one slice of the residual, one run of whole KV
+ * heads and one FFN slice, and its send lists lie inside what it owns. */
+static int validate_somegather(const mi_plan *plan, char *err)
+{
+    const mi_config *c = &plan->cfg;
+    int n = plan->n_ranks;
+    if (check_slices(plan->cols, plan->n_cols, c->dim, n, "residual columns", -1, err))
+        return -1;
+    if (plan->n_cols != n)
+        return mi_set_error(err, "plan: somegather needs residual columns on every one of the %d ranks (%d slices)",
+                            n, plan->n_cols);
+    for (int i = 0; i < MI_N_PRUNED_XCH; i++)
+        if (!(plan->prune[i] >= 0 && plan->prune[i] < 1))
+            return mi_set_error(err, "plan: pruning ratio %g of exchange %s is outside [0, 1)", plan->prune[i],
+                                mi_xch_name(i));
+    if (plan->prune_mode != MI_PRUNE_AWARE && plan->prune_mode != MI_PRUNE_MAGNITUDE)
+        return mi_set_error(err, "plan: unknown pruning mode %d", plan->prune_mode);
+    for (int l = 0; l < c->n_layers; l++) {
+        const mi_layer_plan *lp = &plan->layers[l];
+        if (lp->proj_rank != -1 || lp->speculate)
+            return mi_set_error(err, "plan: layer %d: somegather has no projection rank and no speculation", l);
+        if (lp->n_ffn != n)
+            return mi_set_error(err, "plan: layer %d: somegather needs an FFN slice on every rank", l);
+        for (int r = 0; r < n; r++) {
+            int first = -1, last = -1;
+            for (int k = 0; k < c->n_kv_heads; k++)
+                if (lp->kv_rank[k] == r) {
+                    if (first < 0)
+                        first = k;
+                    else if (last != k - 1)
+                        return mi_set_error(err, "plan: layer %d: rank %d's KV heads are not one run (somegather "
+                                                 "ranks hold contiguous heads)", l, r);
+                    last = k;
+                }
+            if (first < 0)
+                return mi_set_error(err, "plan: layer %d: rank %d holds no attention head (somegather gives every "
+                                         "rank heads)", l, r);
+        }
+        for (int x = 0; x < MI_N_PRUNED_XCH && plan->keep; x++)
+            for (int r = 0; r < n; r++) {
+                const mi_keep *k = mi_plan_keep(plan, l, x, r);
+                int o0, on;
+                mi_plan_owned(plan, l, x, r, &o0, &on);
+                if (k->n < 0 || k->n > on)
+                    return mi_set_error(err, "plan: layer %d exchange %s: rank %d sends %d columns but owns %d", l,
+                                        mi_xch_name(x), r, k->n, on);
+                for (int i = 0; i < k->n; i++)
+                    if (k->cols[i] < o0 || k->cols[i] >= o0 + on || (i > 0 && k->cols[i] <= k->cols[i - 1]))
+                        return mi_set_error(err, "plan: layer %d exchange %s: rank %d's send list has column %d, "
+                                                 "outside its columns [%d, %d) or out of order", l, mi_xch_name(x), r,
+                                            k->cols[i], o0, o0 + on);
+            }
+    }
+    return 0;
+}
+
 int mi_plan_validate(const mi_plan *plan, const mi_cluster *cl, char *err)
 {
     const mi_config *c = &plan->cfg;
@@ -188,6 +332,8 @@ int mi_plan_validate(const mi_plan *plan, const mi_cluster *cl, char *err)
         /* seed 003 tensor parallelism with block dtypes: a rank's columns of
          * w2 (its FFN slice) and of a split wo (its heads) must be whole blocks */
         int fa = mi_ffn_align(c, l), ka = mi_kv_align(c, l);
+        if (plan->planner == MI_PLANNER_SOMEGATHER) /* wo and w2 split by rows: blocks stay whole */
+            fa = ka = 1;
         for (int i = 0; i < lp->n_ffn && fa > 1; i++)
             if (lp->ffn[i].v0 % fa || lp->ffn[i].n % fa)
                 return mi_set_error(err, "plan: layer %d: rank %d's FFN slice [%d, %d) cuts the %s blocks of w2 (FFN "
@@ -210,6 +356,10 @@ int mi_plan_validate(const mi_plan *plan, const mi_cluster *cl, char *err)
                                 lp->accept_permille);
     }
     if (check_slices(plan->cls, plan->n_cls, c->vocab_size, n, "classifier", -1, err))
+        return -1;
+    if ((plan->planner == MI_PLANNER_SOMEGATHER) != (plan->n_cols > 0))
+        return mi_set_error(err, "plan: residual-column slices belong to somegather plans, and only to them");
+    if (plan->n_cols > 0 && validate_somegather(plan, err))
         return -1;
     if (!cl)
         return 0;
@@ -474,6 +624,52 @@ static void plan_tp(mi_plan *plan, placer *p)
     memcpy(plan->cls, tmp, (size_t)plan->n_cls * sizeof(mi_slice));
 }
 
+/* Seed 002 "Partitioning strategy on top of somegather": D = all ranks, each
+ * with an equal share of the KV heads (whole groups of query heads), of the
+ * residual columns, of the FFN units and of the vocabulary. */
+static int plan_somegather(mi_plan *plan, int D, char *err)
+{
+    const mi_config *c = &plan->cfg;
+    if (D > c->n_kv_heads)
+        return mi_set_error(err, "somegather on %d ranks: the model has only %d %s (every rank needs at least one "
+                                 "head)", D, c->n_kv_heads, c->n_kv_heads < c->n_heads ? "KV-head groups" : "heads");
+    if (c->n_kv_heads % D) {
+        char ok[128] = "";
+        for (int d = 1, o = 0; d <= c->n_kv_heads && o < (int)sizeof ok - 8; d++)
+            if (c->n_kv_heads % d == 0)
+                o += snprintf(ok + o, sizeof ok - (size_t)o, "%s%d", o ? ", " : "", d);
+        return mi_set_error(err, "somegather on %d ranks: %d does not divide the model's %d %s (every rank gets an "
+                                 "equal share of whole heads%s, as an unequal share would make the largest the "
+                                 "bottleneck of every exchange): run on %s ranks", D, D, c->n_kv_heads,
+                            c->n_kv_heads < c->n_heads ? "KV heads" : "heads",
+                            c->n_kv_heads < c->n_heads ? " with the query heads that share each KV head" : "", ok);
+    }
+    int per = c->n_kv_heads / D;
+    plan->n_cols = D;
+    plan->cols = mi_malloc((size_t)D * sizeof(mi_slice), "plan columns");
+    for (int r = 0; r < D; r++)
+        plan->cols[r] = (mi_slice){r, c->dim / D * r, c->dim / D};
+    for (int l = 0; l < c->n_layers; l++) {
+        mi_layer_plan *lp = &plan->layers[l];
+        for (int k = 0; k < c->n_kv_heads; k++)
+            lp->kv_rank[k] = k / per;
+        lp->proj_rank = -1;
+        lp->n_ffn = D;
+        lp->ffn = mi_malloc((size_t)D * sizeof(mi_slice), "plan FFN slices");
+        for (int r = 0; r < D; r++) {
+            int a = (int)((long)c->hidden_dim * r / D), b = (int)((long)c->hidden_dim * (r + 1) / D);
+            lp->ffn[r] = (mi_slice){r, a, b - a};
+        }
+    }
+    plan->n_cls = D;
+    plan->cls = mi_malloc((size_t)D * sizeof(mi_slice), "plan classifier slices");
+    for (int r = 0; r < D; r++) {
+        int a = (int)((long)c->vocab_size * r / D), b = (int)((long)c->vocab_size * (r + 1) / D);
+        plan->cls[r] = (mi_slice){r, a, b - a};
+    }
+    return 0;
+}
+
 int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, mi_plan *plan, char *err)
 {
     double t0 = mi_now();
@@ -486,9 +682,12 @@ int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options
     plan->planner = opt->planner;
     int cw = opt->controller_works;
     if (cw < 0)
-        cw = opt->planner == MI_PLANNER_TP;
+        cw = opt->planner == MI_PLANNER_TP || opt->planner == MI_PLANNER_SOMEGATHER;
     if (n == 1)
         cw = 1;
+    if (opt->planner == MI_PLANNER_SOMEGATHER && !cw)
+        return mi_set_error(err, "somegather gives every rank a share, the controller (rank 0) too: drop "
+                                 "--controller-works 0");
     plan->controller_works = cw;
     plan->kv_positions = opt->kv_positions > 0 && opt->kv_positions < c->seq_len ? opt->kv_positions : c->seq_len;
     plan->wire = opt->wire;
@@ -513,6 +712,7 @@ int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options
         rc = plan_greedy(plan, &p, opt, err);
         break;
     case MI_PLANNER_TP: plan_tp(plan, &p); break;
+    case MI_PLANNER_SOMEGATHER: rc = plan_somegather(plan, n, err); break;
     default: rc = mi_set_error(err, "plan: unknown planner %d", (int)opt->planner);
     }
     if (rc == 0 && !plan->cls) {
@@ -520,7 +720,7 @@ int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options
         plan->cls = mi_malloc(sizeof(mi_slice), "plan classifier slices");
         plan->cls[0] = (mi_slice){0, 0, c->vocab_size};
     }
-    if (rc == 0 && opt->speculate)
+    if (rc == 0 && opt->speculate && opt->planner != MI_PLANNER_SOMEGATHER)
         mi_plan_mark_speculation(plan, cl, opt->acceptance, opt->min_acceptance);
     plan->plan_seconds = mi_now() - t0;
     if (rc == 0)
@@ -580,9 +780,12 @@ int mi_plan_mark_speculation(mi_plan *plan, const mi_cluster *cl, const double *
 int *mi_plan_serialize(const mi_plan *plan, size_t *n_ints)
 {
     const mi_config *c = &plan->cfg;
-    size_t n = 8 + (size_t)plan->n_cls * 3;
+    size_t n = 8 + (size_t)plan->n_cls * 3 + 3 + 3 * (size_t)plan->n_cols + MI_N_PRUNED_XCH;
     for (int l = 0; l < c->n_layers; l++)
         n += (size_t)c->n_kv_heads + 4 + 3 * (size_t)plan->layers[l].n_ffn;
+    if (plan->keep)
+        for (size_t i = 0; i < n_keep(plan); i++)
+            n += 1 + (size_t)plan->keep[i].n;
     int *b = mi_malloc(n * sizeof(int), "plan buffer"), *q = b;
     *q++ = plan->n_ranks;
     *q++ = c->n_layers;
@@ -611,6 +814,22 @@ int *mi_plan_serialize(const mi_plan *plan, size_t *n_ints)
             *q++ = lp->ffn[i].n;
         }
     }
+    *q++ = plan->n_cols;
+    for (int i = 0; i < plan->n_cols; i++) {
+        *q++ = plan->cols[i].rank;
+        *q++ = plan->cols[i].v0;
+        *q++ = plan->cols[i].n;
+    }
+    for (int i = 0; i < MI_N_PRUNED_XCH; i++)
+        *q++ = (int)(plan->prune[i] * 1e6 + 0.5); /* parts per million */
+    *q++ = plan->prune_mode;
+    *q++ = plan->keep != NULL;
+    if (plan->keep)
+        for (size_t i = 0; i < n_keep(plan); i++) {
+            *q++ = plan->keep[i].n;
+            memcpy(q, plan->keep[i].cols, (size_t)plan->keep[i].n * sizeof(int));
+            q += plan->keep[i].n;
+        }
     *n_ints = n;
     return b;
 }
@@ -666,6 +885,38 @@ int mi_plan_deserialize(const int *b, size_t n, const mi_config *c, mi_plan *pla
             NEXT(lp->ffn[s].rank);
             NEXT(lp->ffn[s].v0);
             NEXT(lp->ffn[s].n);
+        }
+    }
+    NEXT(plan->n_cols);
+    if (plan->n_cols < 0 || plan->n_cols > MI_MAX_RANKS)
+        goto bad;
+    if (plan->n_cols > 0) {
+        plan->cols = mi_malloc((size_t)plan->n_cols * sizeof(mi_slice), "plan columns");
+        for (int s = 0; s < plan->n_cols; s++) {
+            NEXT(plan->cols[s].rank);
+            NEXT(plan->cols[s].v0);
+            NEXT(plan->cols[s].n);
+        }
+    }
+    for (int x = 0; x < MI_N_PRUNED_XCH; x++) {
+        int ppm;
+        NEXT(ppm);
+        plan->prune[x] = ppm / 1e6;
+    }
+    NEXT(plan->prune_mode);
+    int has_keep;
+    NEXT(has_keep);
+    if (has_keep) {
+        if (plan->n_ranks < 1 || plan->n_ranks > MI_MAX_RANKS)
+            goto bad;
+        plan->keep = mi_calloc(n_keep(plan), sizeof(mi_keep), "send lists");
+        for (size_t k = 0; k < n_keep(plan); k++) {
+            NEXT(plan->keep[k].n);
+            if (plan->keep[k].n < 0 || (size_t)plan->keep[k].n > n - i)
+                goto bad;
+            plan->keep[k].cols = mi_malloc((size_t)(plan->keep[k].n ? plan->keep[k].n : 1) * sizeof(int), "send list");
+            memcpy(plan->keep[k].cols, b + i, (size_t)plan->keep[k].n * sizeof(int));
+            i += (size_t)plan->keep[k].n;
         }
     }
 #undef NEXT

@@ -4,6 +4,7 @@
  * what is handed to MPI, so tests can hold them against the plan's
  * prediction (mi_exchange_bytes). */
 #define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -342,4 +343,144 @@ double rt_gatherv(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *
         rt->m.bytes_sent += (double)mine;
     }
     return mi_now() - t0;
+}
+
+/* ------------------------------------------------------------ allgatherv */
+
+/* splitmix64: the loss generator's mixing step */
+static uint64_t mix(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Seed 002 message loss: is the message of sender s (world rank) to receiver
+ * r at position pos of this exchange lost? Keyed by what the mode says must
+ * agree: link (s, r), receiver (r: nothing reaches it), sender (s: it reaches
+ * nobody), so every rank decides the same without talking. */
+static int lost(const mi_runtime *rt, const mi_exchange *x, int pos, int s, int r)
+{
+    const mi_runtime_options *o = &rt->opt;
+    if (o->loss <= 0 || s == r)
+        return 0;
+    uint64_t h = mix(o->loss_seed ^ 0x5eed);
+    h = mix(h ^ (uint64_t)pos);
+    h = mix(h ^ ((uint64_t)(x->layer + 1) << 8 | (uint64_t)x->what));
+    if (o->loss_mode != MI_LOSS_RECEIVER)
+        h = mix(h ^ ((uint64_t)s << 1 | 1));
+    if (o->loss_mode != MI_LOSS_SENDER)
+        h = mix(h ^ ((uint64_t)r << 1));
+    return (double)(h >> 11) * 0x1.0p-53 < o->loss;
+}
+
+static void mark(unsigned char *held, int W, int T0, int T, const mi_colset *s, unsigned char v)
+{
+    for (int t = T0; t < T0 + T; t++)
+        for (int i = 0; i < s->n_runs; i++)
+            memset(held + (size_t)t * W + s->c0[i], v, (size_t)s->len[i]);
+}
+
+static void zero_cols(float *buf, int W, int t, const mi_colset *s)
+{
+    for (int i = 0; i < s->n_runs; i++)
+        memset(buf + (size_t)t * W + s->c0[i], 0, (size_t)s->len[i] * sizeof(float));
+}
+
+/* Columns of own not in sent (both ascending sets) are absent at row t:
+ * not held, and zero unless they are the owner's own residual values, which
+ * must survive (only the norm and the products leave them out). */
+static void mark_pruned(float *buf, unsigned char *held, int W, int t, const mi_colset *own, const mi_colset *sent,
+                        int keep_values)
+{
+    int si = 0, sc = sent->n_runs ? sent->c0[0] : -1, send_end = sent->n_runs ? sent->c0[0] + sent->len[0] : -1;
+    for (int i = 0; i < own->n_runs; i++)
+        for (int c = own->c0[i]; c < own->c0[i] + own->len[i]; c++) {
+            while (si < sent->n_runs && c >= send_end) {
+                si++;
+                if (si < sent->n_runs) {
+                    sc = sent->c0[si];
+                    send_end = sc + sent->len[si];
+                }
+            }
+            if (si < sent->n_runs && c >= sc)
+                continue; /* sent */
+            if (held)
+                held[(size_t)t * W + c] = 0;
+            if (!keep_values)
+                buf[(size_t)t * W + c] = 0.0f;
+        }
+}
+
+/* Seed 002 somegather: each member sends its kept columns of buf (all it
+ * owns when nothing is pruned), encoded, to every other member, all messages
+ * posted at once (one round of link latency; MPI_Allgatherv's ring or Bruck
+ * takes up to n - 1 or log2 n rounds). What a rank does not hold afterwards
+ * (pruned columns, lost messages) is absent: zero in buf, and for the
+ * residual not held in rt->held, so the next device-local norm leaves it out. */
+double rt_allgatherv(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *f)
+{
+    const mi_comm *cm = &rt->prog.comms[x->comm];
+    const int M = cm->n_members, me = xr->me, T = f->T, W = rt->width[x->buf];
+    float *buf = rt->buf[x->buf];
+    int *counts = rt->counts, *displs = counts + MI_MAX_RANKS, *counts2 = displs + MI_MAX_RANKS,
+        *displs2 = counts2 + MI_MAX_RANKS;
+    double t0 = mi_now();
+    unsigned char *send = rt->wbuf;
+    size_t mine = M > 1 ? pack_set(rt, buf, W, T, &x->send[me], send) : 0, off = mine;
+    for (int j = 0; j < M; j++) {
+        counts[j] = j == me ? 0 : (int)mine;
+        displs[j] = 0;
+        counts2[j] = j == me ? 0 : (int)((size_t)T * mi_wire_row_bytes(rt->wire, (size_t)x->send[j].count));
+        displs2[j] = (int)off;
+        off += (size_t)counts2[j];
+    }
+    if (xr->comm != MPI_COMM_NULL)
+        exchange_all(xr->comm, M, me, send, counts, displs, send, counts2, displs2);
+    double comm_t = mi_now() - t0;
+    int is_x = x->buf == MI_BUF_X;
+    unsigned char *held = is_x ? rt->held : NULL;
+    int pruned = 0;
+    for (int j = 0; j < M; j++)
+        pruned |= x->own && x->own[j].count != x->send[j].count;
+    int any_absent = pruned;
+    for (int j = 0; j < M; j++) {
+        if (j == me)
+            continue;
+        unpack_set(rt, send + displs2[j], T, &x->send[j], buf, W);
+        rt->m.bytes_sent += (double)mine;
+        rt->m.bytes_recv += (double)counts2[j];
+        for (int t = 0; t < T; t++) {
+            rt->m.msgs_recv += 1;
+            if (lost(rt, x, f->pos0 + t, cm->members[j], rt->rank)) {
+                rt->m.msgs_lost += 1;
+                any_absent = 1;
+            }
+        }
+    }
+    if (held)
+        rt->held_all = !any_absent;
+    if (!any_absent)
+        return comm_t;
+    /* absent columns: the others' pruned ones, a lost message's, and with
+     * ordinary magnitude pruning the owner's own pruned ones too */
+    if (held)
+        memset(held, 1, (size_t)T * W);
+    for (int j = 0; j < M; j++) {
+        const mi_colset *own = &x->own[j];
+        int is_me = j == me;
+        for (int t = 0; t < T; t++) {
+            int gone = !is_me && lost(rt, x, f->pos0 + t, cm->members[j], rt->rank);
+            if (gone) {
+                /* nothing of j's arrived at this position */
+                if (held)
+                    mark(held, W, t, 1, own, 0);
+                zero_cols(buf, W, t, own);
+            } else if (own->count != x->send[j].count && (!is_me || x->mask_own)) {
+                mark_pruned(buf, held, W, t, own, &x->send[j], is_me && is_x);
+            }
+        }
+    }
+    return comm_t;
 }

@@ -13,6 +13,7 @@ static double *bucket_of(mi_runtime *rt, const mi_op *op)
 {
     switch (op->kind) {
     case MI_OP_NORM:
+    case MI_OP_NORM_LOCAL:
         return op->norm == MI_NORM_ATTN ? &rt->m.attn : op->norm == MI_NORM_FFN ? &rt->m.ffn : &rt->m.logits;
     case MI_OP_ATTN: return &rt->m.attn;
     case MI_OP_PROJ: return &rt->m.proj;
@@ -61,6 +62,15 @@ static double op_norm(mi_runtime *rt, const mi_op *op, const fwd *f)
     return 0;
 }
 
+static double op_norm_local(mi_runtime *rt, const mi_op *op, const fwd *f)
+{
+    const mi_config *c = &rt->plan.cfg;
+    int first, T = norm_rows(op, f, &first);
+    size_t d = (size_t)c->dim;
+    mi_rmsnorm_held(rt->buf[MI_BUF_XN], rt->buf[MI_BUF_X] + (size_t)first * d, norm_weight(rt, op), T, c->dim,
+                    c->norm_eps, rt->held_all ? NULL : rt->held + (size_t)first * d);
+    return 0;
+}
 
 static double op_attn(mi_runtime *rt, const mi_op *op, const fwd *f)
 {
@@ -193,6 +203,11 @@ static double op_allreduce(mi_runtime *rt, const mi_op *op, const fwd *f)
     return rt_allreduce(rt, &rt->prog.xchg[op->xid], &rt->xr[op->xid], op, f);
 }
 
+static double op_allgatherv(mi_runtime *rt, const mi_op *op, const fwd *f)
+{
+    return rt_allgatherv(rt, &rt->prog.xchg[op->xid], &rt->xr[op->xid], f);
+}
+
 static double op_gatherv(mi_runtime *rt, const mi_op *op, const fwd *f)
 {
     return rt_gatherv(rt, &rt->prog.xchg[op->xid], &rt->xr[op->xid], f);
@@ -204,6 +219,8 @@ static const op_fn exec_table[MI_N_OPS] = {
     [MI_OP_ADD] = op_add,               [MI_OP_SPEC_TEST] = op_spec_test, [MI_OP_LOGITS] = op_logits,
     [MI_OP_BCAST] = op_bcast,           [MI_OP_IBCAST] = op_bcast,      [MI_OP_PUT] = op_put,
     [MI_OP_ALLREDUCE] = op_allreduce,   [MI_OP_GATHERV] = op_gatherv,
+    /* seed 002 somegather */
+    [MI_OP_NORM_LOCAL] = op_norm_local, [MI_OP_ALLGATHERV] = op_allgatherv,
 };
 
 void rt_run_program(mi_runtime *rt, const fwd *f)

@@ -48,6 +48,8 @@ struct mi_runtime {
     int max_T;
     float *buf[MI_N_BUFS];     /* [max_T, width] each (X has one more float: the speculation flag) */
     int width[MI_N_BUFS];
+    unsigned char *held;       /* [max_T, dim]: residual columns this rank holds after the last allgather */
+    int held_all;              /* ... every one of them (then held is not consulted) */
     MPI_Comm *comms;           /* [n_comms], MPI_COMM_NULL where not a member */
     xchg_rt *xr;               /* [n_xchg] */
     int *tokens;               /* [max_T] the tokens of the current forward pass */
@@ -89,6 +91,7 @@ void rt_poke(mi_runtime *rt);
 double rt_bcast(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, int nonblocking, const fwd *f);
 double rt_put(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *f);
 double rt_allreduce(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const mi_op *op, const fwd *f);
+double rt_allgatherv(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *f);
 double rt_gatherv(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *f);
 
 /* migrate.c */

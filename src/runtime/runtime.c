@@ -9,6 +9,21 @@
 #include "internal.h"
 #include "meshinfer/common.h"
 
+static const char *loss_names[] = {"link", "receiver", "sender"};
+
+const char *mi_loss_mode_name(int m)
+{
+    return m >= 0 && m < 3 ? loss_names[m] : "?";
+}
+
+int mi_loss_mode_parse(const char *name)
+{
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, loss_names[i]))
+            return i;
+    return -1;
+}
+
 /* ------------------------------------------------------------ set-up */
 
 /* Everything that depends on the plan, in two parts: the plan copy, its
@@ -42,6 +57,8 @@ void rt_setup_rest(mi_runtime *rt)
         if ((size_t)rt->width[b] > widest)
             widest = (size_t)rt->width[b];
     }
+    rt->held = mi_calloc(T * (size_t)c->dim, 1, "held columns");
+    rt->held_all = 1;
     rt->tokens = mi_calloc(T, sizeof(int), "tokens");
     rt->wire = rt->plan.wire;
     /* wbuf holds at most a reduction's three parts (sends, receives,
@@ -69,11 +86,13 @@ void rt_teardown(mi_runtime *rt)
         free(rt->buf[b]);
         rt->buf[b] = NULL;
     }
+    free(rt->held);
     free(rt->tokens);
     free(rt->wbuf);
     free(rt->wtmp);
     free(rt->zwire);
     free(rt->counts);
+    rt->held = NULL;
     rt->tokens = rt->counts = NULL;
     rt->wbuf = rt->zwire = NULL;
     rt->wtmp = NULL;
@@ -109,13 +128,21 @@ void mi_runtime_free(mi_runtime *rt)
 
 /* ------------------------------------------------------------ commands */
 
+/* A command travels with up to CMD_TOKENS tokens inline, so that a decode
+ * step (one token) is one message even when every rank embeds. */
+#define CMD_TOKENS 16
+
 void rt_send_cmd(mi_runtime *rt, int cmd, int T, int pos0, int T_logits, const int *tokens)
 {
-    (void)tokens;
     if (rt->size == 1)
         return;
-    int hdr[4] = {cmd, T, pos0, T_logits};
-    MPI_Bcast(hdr, 4, MPI_INT, 0, MPI_COMM_WORLD);
+    int hdr[4 + CMD_TOKENS] = {cmd, T, pos0, T_logits};
+    int ship = cmd == CMD_FORWARD && rt->prog.embed_all;
+    if (ship)
+        memcpy(hdr + 4, tokens, (size_t)(T < CMD_TOKENS ? T : CMD_TOKENS) * sizeof(int));
+    MPI_Bcast(hdr, 4 + CMD_TOKENS, MPI_INT, 0, MPI_COMM_WORLD);
+    if (ship && T > CMD_TOKENS)
+        MPI_Bcast((int *)tokens + CMD_TOKENS, T - CMD_TOKENS, MPI_INT, 0, MPI_COMM_WORLD);
 }
 
 float *mi_runtime_forward(mi_runtime *rt, const int *tokens, int T, int pos0, int all_logits)
@@ -175,9 +202,9 @@ void mi_runtime_replan(mi_runtime *rt, const mi_plan *plan, int n_pos)
 void mi_runtime_serve(mi_runtime *rt)
 {
     for (;;) {
-        int hdr[4];
+        int hdr[4 + CMD_TOKENS];
         double t0 = mi_now();
-        MPI_Bcast(hdr, 4, MPI_INT, 0, MPI_COMM_WORLD);
+        MPI_Bcast(hdr, 4 + CMD_TOKENS, MPI_INT, 0, MPI_COMM_WORLD);
         double t1 = mi_now();
         rt->m.idle += t1 - t0;
         rt_record(rt, TRACE_IDLE, -1, t0, t1);
@@ -189,6 +216,11 @@ void mi_runtime_serve(mi_runtime *rt)
             rt_reset_metrics_local(rt);
         } else if (hdr[0] == CMD_FORWARD) {
             fwd f = {hdr[1], hdr[2], hdr[3]};
+            if (rt->prog.embed_all) {
+                memcpy(rt->tokens, hdr + 4, (size_t)(f.T < CMD_TOKENS ? f.T : CMD_TOKENS) * sizeof(int));
+                if (f.T > CMD_TOKENS)
+                    MPI_Bcast(rt->tokens + CMD_TOKENS, f.T - CMD_TOKENS, MPI_INT, 0, MPI_COMM_WORLD);
+            }
             rt_run_program(rt, &f);
         } else if (hdr[0] == CMD_REPLAN) {
             int *buf = mi_malloc((size_t)hdr[2] * sizeof(int), "plan buffer");
