@@ -1,0 +1,212 @@
+/* CUnit tests of programs (src/partition/) and the cost model (src/cost/),
+ * linked without MPI: that they link at all is part of the test.
+ *
+ * For every planner and 1..7 ranks of the stories15M shape (and the
+ * grouped-query tiny-gqa shape), in fp32 and q8_0 messages:
+ *   - every exchange is executed by exactly its members, once each, and the
+ *     cost model runs every program to its end (communication ops match);
+ *   - layer-wise placement moves the residual three times per token;
+ *   - somegather moves, per token, (D-1) copies of every exchanged vector
+ *     (4 per layer: dim, n_heads*head_dim, dim, hidden_dim; then dim) plus
+ *     the logits of the other ranks' vocabulary rows, and its shards add up
+ *     to the whole model with only the norms held more than once;
+ *   - somegather is refused, naming the reason, where D does not divide the
+ *     KV heads or exceeds them.
+ *
+ * Exit status: 0 when every test passed, 1 otherwise. */
+#include <CUnit/Basic.h>
+#include <CUnit/CUnit.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "meshinfer/common.h"
+#include "meshinfer/config.h"
+#include "meshinfer/cost.h"
+#include "meshinfer/partition.h"
+#include "meshinfer/plan.h"
+
+static int make(const char *shape, int planner, int n, int wire, mi_config *c, mi_plan *plan, mi_programs *p,
+                char *err)
+{
+    CU_ASSERT_EQUAL_FATAL(mi_config_from_shape(shape, c), 0);
+    mi_cluster cl;
+    mi_cluster_default(&cl, n, 1e12);
+    mi_plan_options po = {(mi_planner)planner, 3, -1, 0, NULL, 0.7, 0, wire};
+    int rc = mi_plan_make(c, &cl, &po, plan, err);
+    if (rc == 0)
+        rc = mi_programs_compile(plan, p, err);
+    mi_cluster_free(&cl);
+    return rc;
+}
+
+/* Each exchange appears once in each member's program (per phase) and
+ * nowhere else. */
+static void check_matching(const mi_programs *p)
+{
+    for (int ph = 0; ph < MI_N_PHASES; ph++)
+        for (int x = 0; x < p->n_xchg; x++) {
+            const mi_comm *cm = &p->comms[p->xchg[x].comm];
+            for (int r = 0; r < p->n_ranks; r++) {
+                int seen = 0;
+                for (int i = 0; i < p->prog[ph][r].n_ops; i++)
+                    seen += p->prog[ph][r].ops[i].xid == x;
+                CU_ASSERT_EQUAL(seen, mi_comm_index(cm, r) >= 0 ? 1 : 0);
+            }
+        }
+}
+
+static void test_every_planner(void)
+{
+    const char *shapes[] = {"stories15M", "tiny-gqa"};
+    char err[MI_ERRLEN];
+    for (int s = 0; s < 2; s++)
+        for (int pl = 0; pl < MI_N_PLANNERS; pl++)
+            for (int n = 1; n <= 7; n++)
+                for (int w = 0; w < 2; w++) {
+                    mi_config c;
+                    mi_plan plan;
+                    mi_programs p;
+                    int wire = w ? MI_Q8_0 : MI_F32;
+                    if (make(shapes[s], pl, n, wire, &c, &plan, &p, err)) {
+                        /* only somegather refuses, and only where D does not fit the heads */
+                        CU_ASSERT(pl == MI_PLANNER_SOMEGATHER && (n > c.n_kv_heads || c.n_kv_heads % n));
+                        continue;
+                    }
+                    check_matching(&p);
+                    mi_cluster cl;
+                    mi_cluster_default(&cl, n, 1e12);
+                    mi_prediction pr;
+                    mi_predict(&plan, &p, &cl, 100, &pr); /* aborts if the programs cannot all finish */
+                    CU_ASSERT(pr.token_s > 0);
+                    double sent[MI_MAX_RANKS], recv[MI_MAX_RANKS], ts = 0, tr = 0;
+                    double total = mi_programs_bytes(&p, MI_PHASE_DECODE, sent, recv);
+                    for (int r = 0; r < n; r++) {
+                        ts += sent[r];
+                        tr += recv[r];
+                    }
+                    CU_ASSERT(fabs(ts - total) < 1e-6 && fabs(tr - total) < 1e-6);
+                    CU_ASSERT_EQUAL(n == 1, total == 0);
+                    mi_cluster_free(&cl);
+                    mi_programs_free(&p);
+                    mi_plan_free(&plan);
+                }
+}
+
+static void test_layerwise_bytes(void)
+{
+    mi_config c;
+    mi_plan plan;
+    mi_programs p;
+    char err[MI_ERRLEN];
+    CU_ASSERT_EQUAL_FATAL(make("stories15M", MI_PLANNER_LAYERWISE, 3, MI_F32, &c, &plan, &p, err), 0);
+    /* controller -> first worker -> second worker -> controller (logits) */
+    CU_ASSERT_EQUAL(mi_programs_bytes(&p, MI_PHASE_DECODE, NULL, NULL), 3.0 * 4 * c.dim);
+    mi_programs_free(&p);
+    mi_plan_free(&plan);
+}
+
+static void test_somegather_bytes_and_shards(void)
+{
+    int Ds[] = {2, 3, 6};
+    char err[MI_ERRLEN];
+    for (int i = 0; i < 3; i++)
+        for (int w = 0; w < 2; w++) {
+            int D = Ds[i], wire = w ? MI_Q8_0 : MI_F32;
+            mi_config c;
+            mi_plan plan;
+            mi_programs p;
+            CU_ASSERT_EQUAL_FATAL(make("stories15M", MI_PLANNER_SOMEGATHER, D, wire, &c, &plan, &p, err), 0);
+            int nq = c.n_heads * c.head_dim;
+            /* every rank's slice of each vector reaches the D-1 others */
+            double per_rank = 0;
+            int widths[4] = {c.dim, nq, c.dim, c.hidden_dim};
+            for (int l = 0; l < c.n_layers; l++)
+                for (int x = 0; x < 4; x++)
+                    per_rank += (double)mi_wire_row_bytes(wire, (size_t)(widths[x] / D));
+            per_rank += (double)mi_wire_row_bytes(wire, (size_t)(c.dim / D));
+            double logits = 0;
+            for (int k = 0; k < plan.n_cls; k++)
+                if (plan.cls[k].rank != 0)
+                    logits += (double)mi_wire_row_bytes(wire, (size_t)plan.cls[k].n);
+            CU_ASSERT_EQUAL(mi_programs_bytes(&p, MI_PHASE_DECODE, NULL, NULL), per_rank * D * (D - 1) + logits);
+            /* ops per rank: 4 allgathers per layer and one before the classifier */
+            for (int r = 0; r < D; r++) {
+                int ag = 0, norms = 0;
+                for (int k = 0; k < p.prog[MI_PHASE_DECODE][r].n_ops; k++) {
+                    ag += p.prog[MI_PHASE_DECODE][r].ops[k].kind == MI_OP_ALLGATHERV;
+                    norms += p.prog[MI_PHASE_DECODE][r].ops[k].kind == MI_OP_NORM_LOCAL;
+                }
+                CU_ASSERT_EQUAL(ag, 4 * c.n_layers + 1);
+                CU_ASSERT_EQUAL(norms, 2 * c.n_layers + 1);
+            }
+            /* the shards' layer weights add up to the model's, norms held by every rank */
+            size_t sum = 0, full = 0;
+            for (int r = 0; r < D; r++) {
+                size_t wb;
+                mi_plan_rank_memory(&plan, r, &wb, NULL);
+                sum += wb;
+            }
+            mi_plan one;
+            mi_programs p1;
+            CU_ASSERT_EQUAL_FATAL(make("stories15M", MI_PLANNER_SOMEGATHER, 1, wire, &c, &one, &p1, err), 0);
+            mi_plan_rank_memory(&one, 0, &full, NULL);
+            /* D copies of 2 norms per layer and the final norm; embeddings (columns) and the
+             * tied classifier (rows) are both split, so each adds up once */
+            size_t norms = (size_t)(2 * c.n_layers + 1) * c.dim * 4;
+            CU_ASSERT_EQUAL(sum, full + (size_t)(D - 1) * norms);
+            mi_programs_free(&p1);
+            mi_plan_free(&one);
+            mi_programs_free(&p);
+            mi_plan_free(&plan);
+        }
+}
+
+static void test_somegather_refusals(void)
+{
+    mi_config c;
+    mi_plan plan;
+    mi_programs p;
+    char err[MI_ERRLEN];
+    CU_ASSERT_NOT_EQUAL(make("stories15M", MI_PLANNER_SOMEGATHER, 4, MI_F32, &c, &plan, &p, err), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "4 does not divide the model's 6 heads"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "1, 2, 3, 6"));
+    CU_ASSERT_NOT_EQUAL(make("stories15M", MI_PLANNER_SOMEGATHER, 7, MI_F32, &c, &plan, &p, err), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "has only 6 heads"));
+    CU_ASSERT_NOT_EQUAL(make("tiny-gqa", MI_PLANNER_SOMEGATHER, 3, MI_F32, &c, &plan, &p, err), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "KV-head groups"));
+}
+
+static void test_wire_slices(void)
+{
+    for (int dim = 1; dim < 300; dim += 37)
+        for (int n = 1; n <= 7; n++) {
+            int next = 0;
+            for (int j = 0; j < n; j++) {
+                int c0, len;
+                mi_wire_slice(dim, n, j, &c0, &len);
+                CU_ASSERT_EQUAL(c0, next);
+                CU_ASSERT(c0 % MI_QK == 0);
+                next = c0 + len;
+            }
+            CU_ASSERT_EQUAL(next, dim);
+        }
+}
+
+int main(void)
+{
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 1;
+    CU_pSuite s = CU_add_suite("partition", NULL, NULL);
+    CU_add_test(s, "every planner: exchanges match, programs finish, bytes balance", test_every_planner);
+    CU_add_test(s, "layer-wise moves the residual three times", test_layerwise_bytes);
+    CU_add_test(s, "somegather bytes, ops and shards", test_somegather_bytes_and_shards);
+    CU_add_test(s, "somegather refuses D that does not fit the heads", test_somegather_refusals);
+    CU_add_test(s, "reduction slices are whole blocks covering dim", test_wire_slices);
+    CU_basic_set_mode(CU_BRM_NORMAL);
+    CU_basic_run_tests();
+    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
+    CU_cleanup_registry();
+    return failed ? 1 : 0;
+}
