@@ -4,7 +4,12 @@
 # compute budget) and every TCP link between ranks gets delay, jitter and loss
 # (mi_netem on an NFQUEUE, since this kernel has no tc netem). Everything it
 # creates (cgroups, iptables rules, the emulator process) is removed on exit,
-# also when interrupted.
+# also when interrupted. TCP autocorking is off during the run (restored
+# after): Linux holds a small segment back while the socket's previous one is
+# still queued in the host, and NFQUEUE keeps it queued for the whole delay,
+# so every second message sent back to back on a link arrived one delay late
+# (two 1 KB sends 5 ms apart instead of together); a real link drains the
+# queue in microseconds.
 #
 # usage: jobs/testbed.sh [options] -- MESHINFER_ARGS...
 #   --ranks N          ranks (default 5: a controller and 4 workers)
@@ -61,8 +66,10 @@ cgroot=/sys/fs/cgroup/cpu
 tag="meshinfer-testbed-$$"
 queue=$(( ($$ % 60000) + 100 ))
 netem_pid=""
+autocork=$(sysctl -n net.ipv4.tcp_autocorking 2>/dev/null || echo "")
 cleanup() {
     set +e
+    [[ -n "$autocork" ]] && sysctl -qw net.ipv4.tcp_autocorking="$autocork" 2>/dev/null
     [[ -n "$netem_pid" ]] && kill "$netem_pid" 2>/dev/null && wait "$netem_pid" 2>/dev/null
     for dir in dport sport; do
         iptables -D OUTPUT -o lo -p tcp --$dir "$port:$((port + 99))" -j NFQUEUE --queue-num "$queue" 2>/dev/null
@@ -83,6 +90,7 @@ for ((r = 0; r < ranks; r++)); do
     echo $((period * 1000)) > "$g/cpu.cfs_period_us"
     echo $((cpu * period * 10)) > "$g/cpu.cfs_quota_us"
 done
+[[ -n "$autocork" ]] && sysctl -qw net.ipv4.tcp_autocorking=0
 "$root/build/mi_netem" --queue "$queue" --delay-ms "$delay" --jitter-ms "$jitter" --loss-pct "$loss" &
 netem_pid=$!
 sleep 0.3

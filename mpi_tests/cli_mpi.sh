@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # meshinfer under mpirun, as a user runs it: every planner on 2, 3 and 5 ranks
+# (somegather on 2, 3 and 6, the ranks that divide stories15M's 6 heads)
 # prints the single-device greedy continuation; shared memory and TCP give the
 # same text; --weights scatter works; the trace has one track per rank; fresh
 # processes hold about their shard in memory; bad distributed input fails on
@@ -23,9 +24,16 @@ for np in 2 3 5; do
         else bad "$p on $np ranks: got '$out' ($(tail -1 "$tmp/err"))"; fi
     done
 done
-out=$(run -np 3 --mca btl self,tcp --mca btl_tcp_if_include lo --mca osc pt2pt "$bin" generate -m "$model" \
-      -p "$prompt" -n 38 --planner greedy 2>"$tmp/err")
-[[ "$out" == "$want" ]] && ok "greedy on 3 ranks over TCP (osc pt2pt): same text" || bad "TCP run: '$out' $(cat "$tmp/err")"
+for np in 2 3 6; do
+    out=$(run -np $np --mca btl self,vader "$bin" generate -m "$model" -p "$prompt" -n 38 --planner somegather 2>"$tmp/err")
+    if [[ "$out" == "$want" ]]; then ok "somegather on $np ranks (shared memory): known continuation"
+    else bad "somegather on $np ranks: got '$out' ($(tail -1 "$tmp/err"))"; fi
+done
+for p in greedy somegather; do
+    out=$(run -np 3 --mca btl self,tcp --mca btl_tcp_if_include lo --mca osc pt2pt "$bin" generate -m "$model" \
+          -p "$prompt" -n 38 --planner $p 2>"$tmp/err")
+    [[ "$out" == "$want" ]] && ok "$p on 3 ranks over TCP (osc pt2pt): same text" || bad "TCP run ($p): '$out' $(cat "$tmp/err")"
+done
 out=$(run -np 3 "$bin" generate -m "$model" -p "$prompt" -n 38 --planner roundrobin --weights scatter 2>"$tmp/err")
 [[ "$out" == "$want" ]] && ok "--weights scatter: same text" || bad "scatter: '$out' $(cat "$tmp/err")"
 
@@ -126,5 +134,38 @@ expect_error "--plan-file with a planner" "--plan-file fixes the placement" \
     -np 3 "$bin" generate -m "$model" --plan-file "$tmp/plan3.json" --planner roundrobin
 expect_error "--kv-positions past the context" "kv-positions 300 is more than the model's context" \
     -np 2 "$bin" generate -m "$model" --kv-positions 300
+# seed 002 somegather
+expect_error "somegather on 4 ranks of 6 heads" "4 does not divide the model's 6 heads.*run on 1, 2, 3, 6 ranks" \
+    -np 4 "$bin" generate -m "$model" --planner somegather
+expect_error "somegather on 7 ranks of 6 heads" "the model has only 6 heads" -np 7 "$bin" generate -m "$model" --planner somegather
+expect_error "--prune 1" "outside \\[0, 1\\)" -np 2 "$bin" generate -m "$model" --planner somegather --prune 1
+expect_error "--prune negative" "--prune" -np 2 "$bin" generate -m "$model" --planner somegather --prune -0.1
+expect_error "--prune unknown exchange" "unknown exchange 'qkv'" -np 2 "$bin" generate -m "$model" --planner somegather --prune qkv=0.5
+expect_error "--prune-mode unknown" "not aware or magnitude" -np 2 "$bin" generate -m "$model" --planner somegather --prune-mode best
+expect_error "--loss above 1" "--loss" -np 2 "$bin" generate -m "$model" --planner somegather --loss 1.5
+expect_error "--loss-mode unknown" "not link, receiver or sender" -np 2 "$bin" generate -m "$model" --planner somegather --loss-mode all
+expect_error "--prune with a head-level planner" "apply to --planner somegather" -np 2 "$bin" generate -m "$model" --prune 0.5
+expect_error "--loss with a head-level planner" "apply to somegather" -np 2 "$bin" generate -m "$model" --loss 0.1
+expect_error "--speculate with somegather" "--speculate needs a head-level planner" \
+    -np 2 "$bin" generate -m "$model" --planner somegather --speculate
+"$bin" plan -m "$model" --ranks 3 --planner somegather --out "$tmp/sg3.json" >/dev/null
+node -e 'const f = process.argv[1], p = JSON.parse(require("fs").readFileSync(f));
+  p.somegather.send = [{layer: 0, exchange: "heads", rank: 1, columns: [0, 1]}];
+  require("fs").writeFileSync(process.argv[2], JSON.stringify(p));
+  p.somegather.send = [{layer: 9, exchange: "heads", rank: 1, columns: []}];
+  require("fs").writeFileSync(process.argv[3], JSON.stringify(p));
+  p.somegather.send = [{layer: 0, exchange: "qkv", rank: 1, columns: []}];
+  require("fs").writeFileSync(process.argv[4], JSON.stringify(p));' \
+  "$tmp/sg3.json" "$tmp/sg-col.json" "$tmp/sg-layer.json" "$tmp/sg-xch.json"
+out=$(run -np 3 "$bin" generate -m "$model" -p "$prompt" -n 38 --plan-file "$tmp/sg3.json" 2>"$tmp/err")
+[[ "$out" == "$want" ]] && ok "somegather plan file: same text" || bad "somegather plan file: '$out' $(cat "$tmp/err")"
+expect_error "send list with another rank's columns" "rank 1's send list has column 0, outside its columns" \
+    -np 3 "$bin" generate -m "$model" --plan-file "$tmp/sg-col.json"
+expect_error "send list for a layer the model lacks" "layer must be a layer of the model" \
+    -np 3 "$bin" generate -m "$model" --plan-file "$tmp/sg-layer.json"
+expect_error "send list for an unknown exchange" "exchange must be attn_in, heads, ffn_in or hidden" \
+    -np 3 "$bin" generate -m "$model" --plan-file "$tmp/sg-xch.json"
+expect_error "--prune with a plan file" "--plan-file fixes the placement" \
+    -np 3 "$bin" generate -m "$model" --plan-file "$tmp/sg3.json" --prune 0.5
 echo "$pass passed, $fail failed"
 ((fail == 0))

@@ -62,9 +62,13 @@ typedef enum {
     /* communication: xid names the exchange (mi_exchange) every member's matching op shares */
     MI_OP_BCAST,     /* buf's columns from the root to the other members (FLAG: with the decision) */
     MI_OP_IBCAST,    /* the same, non-blocking at the root until its next communication (seed 000 Z) */
+    MI_OP_POST,      /* the root of a PUT exposes its window (MPI_Win_post) ahead of the PUT, so the
+                        origins' puts never wait for the post to travel */
     MI_OP_PUT,       /* members put their HEADS_LOCAL into the root's window; the root places them
                         into HEADS (seed 000 "gathered by RMA at the projection rank") */
-    MI_OP_ALLREDUCE, /* X[:, c0:c0+n] += sum over members of TMP, the same sums on every member */
+    MI_OP_ALLREDUCE, /* X[:, c0:c0+n] += sum over members of TMP, the same sums on every member, in
+                        the exchange's rounds (1: every member sends its whole partial to every other;
+                        2: reduce-scatter then allgather, fewer bytes) */
     MI_OP_ALLGATHERV,/* each member's sent columns of buf to every other member (seed 002 somegather:
                         pruned columns never travel; lost ones arrive as absent) */
     MI_OP_GATHERV,   /* each member's LOGITS columns to the root */
@@ -109,6 +113,7 @@ typedef struct {
     int layer;           /* -1: none */
     int what;            /* mi_xch_kind (ALLGATHERV), MI_XCH_NONE otherwise */
     int flag;            /* carries the 4-byte speculation decision (BCAST) */
+    int rounds;          /* ALLREDUCE: 1 (latency-bound decode) or 2 (bandwidth-bound prefill) */
     mi_colset *send;     /* [n_members]: the columns member j sends (BCAST: the root's; PUT, GATHERV: each
                             non-root's; ALLGATHERV: each member's kept columns; ALLREDUCE: unused) */
     mi_colset *own;      /* [n_members] ALLGATHERV only: the columns member j owns (send minus own =

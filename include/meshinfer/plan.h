@@ -147,6 +147,21 @@ typedef struct {
 /* The send list of `rank` in exchange kind x of layer l (NULL: it sends all it owns). */
 const mi_keep *mi_plan_keep(const mi_plan *plan, int l, int x, int rank);
 
+/* Seed 002 "communication-aware pruning": fill the send lists of a somegather
+ * plan from the weights in model_path (read one layer at a time). Per layer,
+ * exchange kind x (ratio[x] in [0, 1), MI_N_PRUNED_XCH entries) and rank,
+ * the rank's columns are ranked by the absolute weights they feed (through
+ * the norm's gain for residual columns) on the other ranks (MI_PRUNE_AWARE)
+ * or on all ranks (MI_PRUNE_MAGNITUDE, the seed's baseline), and the lowest
+ * ceil(ratio * owned) are left out. All ratios 0: no send lists. Returns 0
+ * or -1 with one line in err (not somegather, a ratio outside [0, 1), the
+ * model file unreadable). */
+int mi_plan_prune(mi_plan *plan, const char *model_path, const double *ratio, int mode, char *err);
+
+/* Send lists with n < 0 (left out of a plan file) become every column
+ * their rank owns. */
+void mi_plan_fill_keep(mi_plan *plan);
+
 /* The columns [*c0, *c0 + *n) that `rank` owns in exchange kind x of a
  * somegather plan (its residual columns, its heads' output columns, its FFN
  * units). */

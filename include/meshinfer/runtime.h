@@ -62,6 +62,12 @@ typedef struct {
     int loss_mode;           /* mi_loss_mode */
     double loss;             /* probability in [0, 1]; 0: no loss */
     uint64_t loss_seed;
+    /* How long a wait for a message spins before it releases the CPU between tests (seconds; 0:
+     * spin until it arrives). Messages over shared memory arrive within microseconds, so spinning
+     * keeps their latency; a wait on a slow link (milliseconds) should sleep instead of burning the
+     * device's CPU (its battery; on the testbed, its CPU quota, which would leave it throttled when
+     * the data arrives). The environment variable MESHINFER_SPIN_US overrides it. */
+    double spin_s;
 } mi_runtime_options;
 
 /* Load this rank's shard of plan (identical on all ranks), build
@@ -100,6 +106,13 @@ void mi_runtime_stop(mi_runtime *rt);
 /* Collective: this rank's counters, and on rank 0 everyone's ([n_ranks], else NULL). */
 const mi_rank_metrics *mi_runtime_metrics(mi_runtime *rt, mi_rank_metrics *all);
 
+/* Collective: the rate (bytes/s) at which this rank streams its own weights
+ * through the matrix-vector kernels, measured for at least min_seconds (a
+ * device's compute speed as the cost model, cost.h, counts it); on rank 0
+ * every rank's rate in all ([n_ranks]; may be NULL elsewhere). A rank that
+ * holds no weights reports 0. */
+double mi_runtime_stream_rate(mi_runtime *rt, double min_seconds, double *all);
+
 /* Rank 0 only: zero every rank's counters and trace (e.g. after warm-up). */
 void mi_runtime_reset_metrics(mi_runtime *rt);
 
@@ -123,6 +136,11 @@ void mi_world_init(int *argc, char ***argv);
 int mi_world_rank(void);
 int mi_world_size(void);
 void mi_world_finalize(void);
+
+/* Collective: on rank 0, rtt_s[r] = the round trip of a small message to
+ * rank r (median of 9, seconds; rtt_s[0] = 0), measured without spinning so
+ * that a CPU-limited device answers as it would while idle. */
+void mi_world_rtt(double *rtt_s);
 
 /* Collective error check: every rank passes whether it failed and its
  * message; if any failed, the lowest failing rank prints

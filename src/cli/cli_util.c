@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "meshinfer/plan.h"
 #include "meshinfer/common.h"
 #include "meshinfer/quantize.h"
 #include "meshinfer/tensor.h"
@@ -126,4 +127,30 @@ void cli_dtypes_apply(const cli_dtypes *d, mi_config *c, const char *cmd)
     char err[MI_ERRLEN];
     if (cli_dtypes_given(d) && mi_dtypes_apply(c, d->dtype, d->layer, d->emb, err))
         mi_fatal("%s: %s", cmd, err);
+}
+
+/* --prune SPEC: "R" for all four exchange kinds, or a comma list mixing "R"
+ * and "kind=R". */
+void cli_parse_prune(const char *arg, double *ratio)
+{
+    char buf[256];
+    if (strlen(arg) >= sizeof buf || !*arg)
+        mi_fatal("--prune: '%s' is not a ratio or a list like 0.5,hidden=0.9", arg);
+    strcpy(buf, arg);
+    for (char *save = NULL, *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(item, '=');
+        int x = -1;
+        if (eq) {
+            *eq = '\0';
+            x = mi_xch_parse(item);
+            if (x < 0 || x >= MI_N_PRUNED_XCH)
+                mi_fatal("--prune: unknown exchange '%s' (attn_in, heads, ffn_in, hidden)", item);
+        }
+        double r = mi_parse_double("--prune", eq ? eq + 1 : item, 0.0, 1.0);
+        if (r >= 1.0)
+            mi_fatal("--prune: ratio %s is outside [0, 1) (1 would send nothing at all)", eq ? eq + 1 : item);
+        for (int k = 0; k < MI_N_PRUNED_XCH; k++)
+            if (x < 0 || k == x)
+                ratio[k] = r;
+    }
 }

@@ -1,10 +1,17 @@
 /* `meshinfer plan`: make a placement plan and show its predicted memory,
- * bytes moved and time, without running the model (no MPI needed). */
+ * bytes moved and time, without running the model (no MPI needed); with
+ * --memory-model, seed 002's memory and traffic model of somegather and its
+ * baselines over D = 1..N devices (cost.h mi_mem_model_make) as a table,
+ * CSV and a gnuplot figure. */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "meshinfer/common.h"
@@ -20,7 +27,8 @@ static void help(void)
            "output projection and the FFN; per device, the predicted weight and KV-cache memory\n"
            "against its budget and the predicted compute time per token; and the predicted time\n"
            "and bytes moved per decoded token. Nothing is loaded or run.\n"
-           "  --planner NAME        layerwise | roundrobin | random | greedy | tp | all (default greedy)\n"
+           "  --planner NAME        layerwise | roundrobin | random | greedy | tp | somegather | all\n"
+           "                        (default greedy; all skips somegather where it cannot run)\n"
            "  --ranks N             N equal devices (default memory: 4000 MB each)\n"
            "  --cluster FILE        devices and links (JSON, see hostfiles/)\n"
            "  --mem-mb MB           memory of each device with --ranks\n"
@@ -32,8 +40,34 @@ static void help(void)
            "                        plan for weights in these dtypes (as `meshinfer quantize` takes them)\n"
            "                        instead of the file's (with --shape: fp32)\n"
            "  --wire-dtype T        activation messages in fp32 (default), fp16 or q8_0\n"
+           "  --prune SPEC          somegather (seed 002): leave out this fraction of each rank's columns\n"
+           "                        in every exchange (R, or per kind: 0.5,hidden=0.9); needs --model,\n"
+           "                        whose weights rank the columns; the send lists go into --out\n"
+           "  --prune-mode M        aware (default) or magnitude (the ordinary-pruning baseline)\n"
+           "  --programs            print every rank's program: its ops in order, with the\n"
+           "                        communicators and what each exchange sends\n"
            "  --out FILE            save the plan as JSON (use with --plan-file)\n"
-           "  --json                print the prediction as JSON\n");
+           "  --json                print the prediction as JSON\n"
+           "Besides time and bytes, the plan reports the one-way link delays on a decoded token's\n"
+           "critical path (what its data dependencies need; the testbed measures the same).\n\n"
+           "usage: meshinfer plan --memory-model (--model MODEL.h5 | --shape SHAPE) [options]\n\n"
+           "Seed 002's memory and traffic model (Q1, Fig. 4): for D = 1..max devices, per device the\n"
+           "weights stored (MB), the weights still multiplied with once other devices' pruned columns\n"
+           "never arrive, the KV cache and activations for N positions (KB), the KB it sends per\n"
+           "decoded token, and the KB moved per token by all devices, for somegather at each pruning\n"
+           "ratio and three baselines: token split with whole weights (hu2024edge), the same with\n"
+           "4-bit K/V (liu2025communication) and head split with allreduces (bochem2025distributed,\n"
+           "our tp planner). Per-device figures are the busiest device's; '*' marks D our runtime\n"
+           "runs (somegather: D divides the KV heads; head split: the tp planner's compiled programs).\n"
+           "With --model only the config is read.\n"
+           "  --max-devices N       D = 1..N (default 16, at most 256)\n"
+           "  --prune R[,R...]      somegather pruning ratios in [0, 1) (default 0,0.9)\n"
+           "  --positions N         positions of KV cache and activations (default seq_len)\n"
+           "  --wire-dtype T        activation messages in fp32 (default), fp16 or q8_0\n"
+           "  --dtype T, --layer-dtype SPEC, --embeddings-dtype T   weights in these dtypes\n"
+           "  --csv FILE            also write the table as CSV (bytes; one row per scheme and D)\n"
+           "  --png FILE            draw RAM and traffic per token against D (gnuplot,\n"
+           "                        jobs/lib/memory_model.gp)\n");
 }
 
 static void print_plan(const mi_plan *p, const mi_cluster *cl, const mi_prediction *pr, int verbose)
@@ -52,6 +86,8 @@ static void print_plan(const mi_plan *p, const mi_cluster *cl, const mi_predicti
                 printf(k ? " %d" : "%d", lp->kv_rank[k]);
             if (lp->proj_rank >= 0)
                 printf("]  proj %d  ffn", lp->proj_rank);
+            else if (p->n_cols > 0)
+                printf("]  wo, w2 rows: each rank's columns  ffn");
             else
                 printf("]  proj split  ffn");
             for (int i = 0; i < lp->n_ffn; i++)
@@ -64,6 +100,16 @@ static void print_plan(const mi_plan *p, const mi_cluster *cl, const mi_predicti
         for (int i = 0; i < p->n_cls; i++)
             printf(" %d[%d+%d]", p->cls[i].rank, p->cls[i].v0, p->cls[i].n);
         printf("\n");
+        if (p->n_cols > 0) {
+            printf("  residual columns");
+            for (int i = 0; i < p->n_cols; i++)
+                printf(" %d[%d+%d]", p->cols[i].rank, p->cols[i].v0, p->cols[i].n);
+            printf("  (4 allgathers per layer on all ranks)\n");
+            if (p->keep)
+                printf("  pruning (%s): attn_in %.2f, heads %.2f, ffn_in %.2f, hidden %.2f of each rank's columns "
+                       "never sent\n", p->prune_mode == MI_PRUNE_MAGNITUDE ? "ordinary magnitude" : "communication-aware",
+                       p->prune[0], p->prune[1], p->prune[2], p->prune[3]);
+        }
     }
     printf("  KV cache budgeted for %d of %d positions\n", p->kv_positions, c->seq_len);
     printf("  rank  device            weights_MB    kv_MB   budget_MB   use  busy_ms/token  holds\n");
@@ -81,7 +127,7 @@ static void print_plan(const mi_plan *p, const mi_cluster *cl, const mi_predicti
         for (int i = 0; i < p->n_cls; i++)
             cls += p->cls[i].rank == r;
         char holds[128];
-        int n = snprintf(holds, sizeof holds, "%s", r == 0 ? "embeddings " : "");
+        int n = snprintf(holds, sizeof holds, "%s", p->n_cols > 0 ? "embedding columns " : r == 0 ? "embeddings " : "");
         if (heads)
             n += snprintf(holds + n, sizeof holds - (size_t)n, "%d KV heads ", heads);
         if (proj)
@@ -101,16 +147,347 @@ static void print_plan(const mi_plan *p, const mi_cluster *cl, const mi_predicti
            pr->token_s * 1e3, 1.0 / pr->token_s, pr->bytes_per_token, p->plan_seconds * 1e3);
 }
 
-static void print_json(const mi_plan *p, const mi_prediction *pr, int first)
+static void print_json(const mi_plan *p, const mi_prediction *pr, double delays, int first)
 {
     printf("%s{\"planner\": \"%s\", \"ranks\": %d, \"wire_dtype\": \"%s\", \"plan_ms\": %.4f, "
-           "\"predicted_token_ms\": %.4f, \"predicted_bytes_per_token\": %.0f, \"devices\": [", first ? "" : ",\n ",
-           mi_planner_name(p->planner), p->n_ranks, mi_dtype_name(p->wire), p->plan_seconds * 1e3, pr->token_s * 1e3,
-           pr->bytes_per_token);
+           "\"predicted_token_ms\": %.4f, \"predicted_bytes_per_token\": %.0f, \"critical_path_delays\": %.0f, "
+           "\"devices\": [", first ? "" : ",\n ", mi_planner_name(p->planner), p->n_ranks, mi_dtype_name(p->wire),
+           p->plan_seconds * 1e3, pr->token_s * 1e3, pr->bytes_per_token, delays);
     for (int r = 0; r < p->n_ranks; r++)
         printf("%s{\"rank\": %d, \"weight_bytes\": %zu, \"kv_cache_bytes\": %zu, \"busy_ms\": %.4f}", r ? ", " : "",
                r, pr->weight_bytes[r], pr->kv_bytes[r], pr->busy_s[r] * 1e3);
     printf("]}");
+}
+
+/* ------------------------------------------------ --memory-model (seed 002 Q1) */
+
+#define MAX_PRUNE 16
+
+typedef struct {
+    int max_devices, n_pos, wire;
+    int n_prune;
+    double prune[MAX_PRUNE];
+    const char *csv, *png;
+} mem_opts;
+
+/* --prune R[,R...]: each a ratio in [0, 1) (1 would send nothing at all). */
+static void parse_prune_list(const char *arg, mem_opts *o)
+{
+    char buf[512];
+    if (strlen(arg) >= sizeof buf)
+        mi_fatal("option --prune: the list is too long");
+    strcpy(buf, arg);
+    o->n_prune = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (o->n_prune == MAX_PRUNE)
+            mi_fatal("option --prune: more than %d ratios", MAX_PRUNE);
+        double r = mi_parse_double("--prune", t, -1e300, 1e300);
+        if (!(r >= 0.0 && r < 1.0))
+            mi_fatal("option --prune: %g is outside [0, 1)%s", r, r >= 1.0 ? " (a ratio of 1 would send nothing)" : "");
+        o->prune[o->n_prune++] = r;
+    }
+    if (o->n_prune == 0 || arg[strlen(arg) - 1] == ',' || arg[0] == ',' || strstr(arg, ",,"))
+        mi_fatal("option --prune: '%s' is not a comma-separated list of ratios", arg);
+}
+
+/* The rows of the table: somegather at each ratio, then the baselines. */
+typedef struct {
+    int scheme;
+    double prune;
+} mem_series;
+
+static int mem_series_list(const mem_opts *o, mem_series *s)
+{
+    int n = 0;
+    for (int i = 0; i < o->n_prune; i++)
+        s[n++] = (mem_series){MI_MEM_SOMEGATHER, o->prune[i]};
+    for (int k = MI_MEM_TOKEN_SPLIT; k < MI_MEM_N_SCHEMES; k++)
+        s[n++] = (mem_series){k, 0.0};
+    return n;
+}
+
+static const char *mem_label(const mem_series *s, char *buf, size_t n)
+{
+    static const char *const names[MI_MEM_N_SCHEMES] = {"somegather", "token split", "token split 4-bit",
+                                                        "head split"};
+    if (s->scheme == MI_MEM_SOMEGATHER)
+        snprintf(buf, n, "somegather r=%g", s->prune);
+    else
+        snprintf(buf, n, "%s (%s)", names[s->scheme], mi_mem_scheme_source(s->scheme));
+    return buf;
+}
+
+/* The busiest device's KV cache plus activations. */
+static double mem_activations(const mi_mem_model *m)
+{
+    double a = 0;
+    for (int i = 0; i < m->n_devices; i++)
+        if (m->dev[i].kv_bytes + m->dev[i].act_bytes > a)
+            a = m->dev[i].kv_bytes + m->dev[i].act_bytes;
+    return a;
+}
+
+static void mem_make(const mi_config *c, const mem_opts *o, const mem_series *s, int D, mi_mem_model *m)
+{
+    char err[MI_ERRLEN];
+    mi_mem_query q = {s->scheme, D, s->prune, o->wire, o->n_pos, 0};
+    if (mi_mem_model_make(c, &q, m, err))
+        mi_fatal("plan: %s", err);
+}
+
+static void mem_print_table(const mi_config *c, const mem_opts *o, const mem_series *ser, int n_ser)
+{
+    char dts[160], lab[64];
+    printf("memory model (seed 002 Q1) for %s: dim %d, %d layers, %d heads in %d KV groups, hidden %d, vocab %d; "
+           "weights %s, messages %s, %d positions\n", c->name, c->dim, c->n_layers, c->n_heads, c->n_kv_heads,
+           c->hidden_dim, c->vocab_size, mi_config_dtype_summary(c, dts, sizeof dts), mi_dtype_name(o->wire),
+           o->n_pos);
+    printf("per device: the busiest device; MB = 10^6 bytes, KB = 10^3 bytes; activations include the KV cache;\n"
+           "* = our runtime runs it (somegather: D divides the %d KV heads; head split: tp planner's programs)\n",
+           c->n_kv_heads);
+    printf("%4s  %-44s %12s %12s %16s %14s %14s\n", "D", "scheme", "weights_MB", "needed_MB", "activations_KB",
+           "sent_KB/token", "moved_KB/token");
+    mi_mem_model *m = mi_malloc(sizeof *m, "memory model");
+    for (int D = 1; D <= o->max_devices; D++) {
+        for (int i = 0; i < n_ser; i++) {
+            mem_make(c, o, &ser[i], D, m);
+            printf("%4d  %-42s %s %12.2f %12.2f %16.1f %14.2f %14.2f\n", D, mem_label(&ser[i], lab, sizeof lab),
+                   m->runnable ? "*" : " ", m->max.weight_bytes / 1e6, m->max.weight_needed_bytes / 1e6,
+                   mem_activations(m) / 1e3, m->max.sent_bytes / 1e3, m->moved_bytes / 1e3);
+        }
+        if (D < o->max_devices)
+            printf("\n");
+    }
+    free(m);
+}
+
+/* A temporary name next to path, renamed over it once complete. */
+static void temp_name(const char *path, const char *tag, char *out, size_t n)
+{
+    if ((size_t)snprintf(out, n, "%s.%s.%ld", path, tag, (long)getpid()) >= n)
+        mi_fatal("%s: path too long", path);
+}
+
+static void csv_name(const char *name, char *out, size_t n)
+{
+    snprintf(out, n, "%s", name);
+    for (char *p = out; *p; p++)
+        if (*p == ',' || *p == '"' || *p == '\n')
+            *p = '_';
+}
+
+/* One row per series and D, series after series (what a plot reads). */
+static int mem_write_csv(FILE *f, const mi_config *c, const mem_opts *o, const mem_series *ser, int n_ser)
+{
+    char name[sizeof c->name];
+    csv_name(c->name, name, sizeof name);
+    fprintf(f, "model,D,scheme,source,prune,runnable,from_programs,wire,positions,weights_bytes,"
+               "weights_needed_bytes,kv_bytes,act_bytes,activations_bytes,ram_bytes,sent_max_bytes,"
+               "sent_mean_bytes,moved_bytes\n");
+    mi_mem_model *m = mi_malloc(sizeof *m, "memory model");
+    for (int i = 0; i < n_ser; i++)
+        for (int D = 1; D <= o->max_devices; D++) {
+            mem_make(c, o, &ser[i], D, m);
+            fprintf(f, "%s,%d,%s,%s,%g,%d,%d,%s,%d,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.0f,%.2f,%.0f\n", name, D,
+                    mi_mem_scheme_name(ser[i].scheme), mi_mem_scheme_source(ser[i].scheme), ser[i].prune,
+                    m->runnable, m->from_programs, mi_dtype_name(o->wire), o->n_pos, m->max.weight_bytes,
+                    m->max.weight_needed_bytes, m->max.kv_bytes, m->max.act_bytes, mem_activations(m),
+                    m->max.ram_bytes, m->max.sent_bytes, m->moved_bytes / D, m->moved_bytes);
+        }
+    free(m);
+    return ferror(f);
+}
+
+/* Fail now, naming path, if a file cannot be created next to it. */
+static void check_writable(const char *path, const char *what)
+{
+    char tmp[PATH_MAX + 64];
+    temp_name(path, "partial", tmp, sizeof tmp);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        mi_fatal("%s: cannot write the %s file (%s)", path, what, strerror(errno));
+    fclose(f);
+    remove(tmp);
+}
+
+/* Write the CSV to path through a temporary name. */
+static void mem_save_csv(const char *path, const mi_config *c, const mem_opts *o, const mem_series *ser,
+                         int n_ser)
+{
+    char tmp[PATH_MAX + 64];
+    temp_name(path, "partial", tmp, sizeof tmp);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        mi_fatal("%s: cannot write the CSV file (%s)", path, strerror(errno));
+    mi_temp_file_set(tmp);
+    int bad = mem_write_csv(f, c, o, ser, n_ser);
+    bad |= fclose(f) != 0;
+    if (!bad)
+        bad = rename(tmp, path) != 0;
+    int e = errno;
+    mi_temp_file_clear();
+    if (bad) {
+        remove(tmp);
+        mi_fatal("%s: cannot write the CSV file (%s)", path, strerror(e));
+    }
+}
+
+/* jobs/lib/memory_model.gp of the repository this binary was built in
+ * (build/meshinfer -> ../jobs/lib), else under the current directory. */
+static int find_gp_script(char *out, size_t n)
+{
+    char exe[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    const char *rel[] = {"/../jobs/lib/memory_model.gp", "/../../jobs/lib/memory_model.gp"};
+    if (len > 0) {
+        exe[len] = 0;
+        char *slash = strrchr(exe, '/');
+        if (slash)
+            *slash = 0;
+        for (int i = 0; i < 2; i++)
+            if ((size_t)snprintf(out, n, "%s%s", exe, rel[i]) < n && access(out, R_OK) == 0)
+                return 0;
+    }
+    snprintf(out, n, "jobs/lib/memory_model.gp");
+    return access(out, R_OK) == 0 ? 0 : -1;
+}
+
+/* Run gnuplot -c script csv png title ratios; its stderr is collected so a
+ * failure is one line. Returns the exit status, 127 when gnuplot cannot be
+ * started. */
+static int run_gnuplot(char *const argv[], char *msg, size_t n)
+{
+    int fd[2];
+    msg[0] = 0;
+    if (pipe(fd))
+        return 127;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        return 127;
+    if (pid == 0) {
+        close(fd[0]);
+        dup2(fd[1], 2);
+        dup2(fd[1], 1);
+        execvp("gnuplot", argv);
+        _exit(127);
+    }
+    close(fd[1]);
+    size_t got = 0;
+    ssize_t k;
+    char sink[256];
+    while ((k = read(fd[0], got + 1 < n ? msg + got : sink, got + 1 < n ? n - 1 - got : sizeof sink)) > 0)
+        if (got + 1 < n)
+            got += (size_t)k;
+    msg[got] = 0;
+    close(fd[0]);
+    int st;
+    if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st))
+        return 1;
+    return WEXITSTATUS(st);
+}
+
+static const char *first_line(char *s)
+{
+    while (*s == '\n' || *s == ' ')
+        s++;
+    char *e = strchr(s, '\n');
+    if (e)
+        *e = 0;
+    return *s ? s : "no message";
+}
+
+/* Draw png from csv; returns 0, or -1 with one line in err. */
+static int mem_draw_png(const char *png, const char *csv, const mi_config *c, const mem_opts *o, char *err)
+{
+    char gp[PATH_MAX], tmp[PATH_MAX + 64], title[512], ratios[MAX_PRUNE * 24] = "", msg[2048], dts[160];
+    if (find_gp_script(gp, sizeof gp))
+        return mi_set_error(err, "%s: cannot find jobs/lib/memory_model.gp (run meshinfer from its build "
+                                 "directory in the repository)", png);
+    temp_name(png, "partial.png", tmp, sizeof tmp);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return mi_set_error(err, "%s: cannot write the PNG file (%s)", png, strerror(errno));
+    fclose(f);
+    snprintf(title, sizeof title, "%s (dim %d, %d layers, %d KV heads, weights %s): %d positions, %s messages",
+             c->name, c->dim, c->n_layers, c->n_kv_heads, mi_config_dtype_summary(c, dts, sizeof dts), o->n_pos,
+             mi_dtype_name(o->wire));
+    for (int i = 0; i < o->n_prune; i++)
+        snprintf(ratios + strlen(ratios), sizeof ratios - strlen(ratios), "%s%g", i ? " " : "", o->prune[i]);
+    char *argv[] = {"gnuplot", "-c", gp, (char *)csv, tmp, title, ratios, NULL};
+    mi_temp_file_set(tmp);
+    int rc = run_gnuplot(argv, msg, sizeof msg);
+    if (rc == 0 && rename(tmp, png) != 0) {
+        rc = -1;
+        snprintf(msg, sizeof msg, "%s", strerror(errno));
+    }
+    mi_temp_file_clear();
+    if (rc == 0)
+        return 0;
+    remove(tmp);
+    if (rc == 127)
+        return mi_set_error(err, "%s: --png needs gnuplot, which is not installed (jobs/build.sh installs it)", png);
+    if (rc < 0)
+        return mi_set_error(err, "%s: cannot write the PNG file (%s)", png, msg);
+    return mi_set_error(err, "%s: gnuplot failed: %s", png, first_line(msg));
+}
+
+static int mem_run(const mi_config *c, const mem_opts *o)
+{
+    mem_series ser[MAX_PRUNE + MI_MEM_N_SCHEMES];
+    int n_ser = mem_series_list(o, ser);
+    /* outputs first: a bad path fails before any work is shown */
+    if (o->png)
+        check_writable(o->png, "PNG");
+    if (o->csv)
+        mem_save_csv(o->csv, c, o, ser, n_ser);
+    if (o->png) {
+        char tmp_csv[PATH_MAX + 64];
+        const char *csv = o->csv;
+        if (!csv) {
+            temp_name(o->png, "csv", tmp_csv, sizeof tmp_csv);
+            mem_save_csv(tmp_csv, c, o, ser, n_ser);
+            csv = tmp_csv;
+        }
+        char err[MI_ERRLEN];
+        int rc = mem_draw_png(o->png, csv, c, o, err);
+        if (!o->csv)
+            remove(tmp_csv);
+        if (rc)
+            mi_fatal("%s", err);
+    }
+    mem_print_table(c, o, ser, n_ser);
+    if (o->csv)
+        printf("wrote %s\n", o->csv);
+    if (o->png)
+        printf("wrote %s\n", o->png);
+    return 0;
+}
+
+/* The config of --model (nothing else is read) or --shape, with the dtype options. */
+static void load_config(const char *model, const char *shape, const cli_dtypes *dt, mi_config *c)
+{
+    char err[MI_ERRLEN];
+    if (model) {
+        mi_model_file *mf = mi_model_open(model, c, err);
+        if (!mf)
+            mi_fatal("%s", err);
+        mi_model_close(mf);
+    } else if (mi_config_from_shape(shape, c)) {
+        mi_fatal("plan: unknown shape '%s' (known: %s)", shape, mi_config_shape_names());
+    }
+    cli_dtypes_apply(dt, c, "plan");
+}
+
+static int memory_model_main(const char *model, const char *shape, const cli_dtypes *dt, int wire, mem_opts *mo)
+{
+    mi_config c;
+    load_config(model, shape, dt, &c);
+    mo->wire = wire;
+    if (mo->n_pos == 0)
+        mo->n_pos = c.seq_len;
+    return mem_run(&c, mo);
 }
 
 int cmd_plan(int argc, char **argv)
@@ -124,6 +501,10 @@ int cmd_plan(int argc, char **argv)
         {"kv-positions", required_argument, 0, 'K'},
         {"json", no_argument, 0, 'j'},            {"help", no_argument, 0, 'h'},
         {"wire-dtype", required_argument, 0, 'W'}, CLI_DTYPE_LONG_OPTS,
+        {"memory-model", no_argument, 0, 3000},   {"max-devices", required_argument, 0, 3001},
+        {"prune", required_argument, 0, 3002},    {"positions", required_argument, 0, 3003},
+        {"csv", required_argument, 0, 3004},      {"png", required_argument, 0, 3005},
+        {"prune-mode", required_argument, 0, 3006}, {"programs", no_argument, 0, 3007},
         {0, 0, 0, 0}};
     const char *model = NULL, *shape = NULL, *cluster = NULL, *planner = "greedy", *out = NULL;
     cli_dtypes dt = {0};
@@ -131,8 +512,29 @@ int cmd_plan(int argc, char **argv)
     mi_dtype wire = MI_F32;
     double mem_mb = 4000;
     uint64_t seed = 1;
+    int memory_model = 0, show_programs = 0, prune_mode = MI_PRUNE_AWARE;
+    const char *prune_arg = NULL; /* --prune: ratios of the memory model, or somegather's send lists */
+    const char *plan_only = NULL, *memory_only = NULL; /* an option of the other mode, for the error */
+    mem_opts mo = {16, 0, MI_F32, 2, {0.0, 0.9}, NULL, NULL};
     while ((o = getopt_long(argc, argv, ":m:s:n:c:p:h", opts, NULL)) != -1) {
+        const char *given = argv[optind - (optarg && optarg == argv[optind - 1] ? 2 : 1)];
+        if (o >= 3001 && o <= 3005 && o != 3002)
+            memory_only = given;
+        else if (o != 3000 && o != 3002 && o != 'm' && o != 's' && o != 'W' && o != 'h' && !(o >= 2000 && o <= 2002))
+            plan_only = given;
         switch (o) {
+        case 3000: memory_model = 1; break;
+        case 3001: mo.max_devices = (int)mi_parse_long("--max-devices", optarg, 1, MI_MAX_RANKS); break;
+        case 3002: prune_arg = optarg; break;
+        case 3006:
+            if (strcmp(optarg, "aware") && strcmp(optarg, "magnitude"))
+                mi_fatal("--prune-mode: '%s' is not aware or magnitude", optarg);
+            prune_mode = !strcmp(optarg, "magnitude") ? MI_PRUNE_MAGNITUDE : MI_PRUNE_AWARE;
+            break;
+        case 3007: show_programs = 1; break;
+        case 3003: mo.n_pos = (int)mi_parse_long("--positions", optarg, 1, 1 << 24); break;
+        case 3004: mo.csv = optarg; break;
+        case 3005: mo.png = optarg; break;
         case 'm': model = optarg; break;
         case 's': shape = optarg; break;
         case 'n': ranks = (int)mi_parse_long("--ranks", optarg, 1, MI_MAX_RANKS); break;
@@ -159,19 +561,28 @@ int cmd_plan(int argc, char **argv)
     cli_no_positional("plan", optind, argc, argv);
     if ((!model) == (!shape))
         mi_fatal("plan: give exactly one of --model or --shape (see meshinfer plan --help)");
+    if (memory_model && plan_only)
+        mi_fatal("plan: %s does not apply to --memory-model (see meshinfer plan --help)", plan_only);
+    if (!memory_model && memory_only)
+        mi_fatal("plan: %s needs --memory-model (see meshinfer plan --help)", memory_only);
+    if (memory_model) {
+        if (prune_arg)
+            parse_prune_list(prune_arg, &mo);
+        return memory_model_main(model, shape, &dt, wire, &mo);
+    }
+    double prune[MI_N_PRUNED_XCH] = {0};
+    if (prune_arg) {
+        cli_parse_prune(prune_arg, prune);
+        if (strcmp(planner, "somegather"))
+            mi_fatal("plan: --prune applies to --planner somegather (seed 002's exchanges)");
+        if (!model)
+            mi_fatal("plan: --prune ranks columns by the weights they feed: give --model, not --shape");
+    }
     if ((!ranks) == (!cluster))
         mi_fatal("plan: give exactly one of --ranks or --cluster (see meshinfer plan --help)");
     char err[MI_ERRLEN];
     mi_config c;
-    if (model) {
-        mi_model_file *mf = mi_model_open(model, &c, err);
-        if (!mf)
-            mi_fatal("%s", err);
-        mi_model_close(mf);
-    } else if (mi_config_from_shape(shape, &c)) {
-        mi_fatal("plan: unknown shape '%s' (known: %s)", shape, mi_config_shape_names());
-    }
-    cli_dtypes_apply(&dt, &c, "plan");
+    load_config(model, shape, &dt, &c);
     mi_cluster cl;
     if (cluster) {
         if (mi_cluster_load(cluster, &cl, err))
@@ -186,30 +597,43 @@ int cmd_plan(int argc, char **argv)
     int all = !strcmp(planner, "all");
     mi_planner which;
     if (!all && mi_planner_parse(planner, &which))
-        mi_fatal("plan: unknown planner '%s' (layerwise, roundrobin, random, greedy, tp, all)", planner);
+        mi_fatal("plan: unknown planner '%s' (layerwise, roundrobin, random, greedy, tp, somegather, all)", planner);
     if (all && out)
         mi_fatal("plan: --out needs one planner, not 'all'");
     char dts[160];
     if (json)
         printf("{\"model\": \"%s\", \"synthetic_weights\": %s, \"weights\": \"%s\", \"plans\": [", c.name,
                c.synthetic ? "true" : "false", mi_config_dtype_summary(&c, dts, sizeof dts));
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0, shown = 0; i < MI_N_PLANNERS; i++) {
         mi_planner pl = all ? (mi_planner)i : which;
         if (!all && i > 0)
             break;
         mi_plan_options po = {pl, seed, cw, 0, NULL, 0.0, kvpos, wire};
         mi_plan p;
-        if (mi_plan_make(&c, &cl, &po, &p, err))
+        if (mi_plan_make(&c, &cl, &po, &p, err)) {
+            if (all && pl == MI_PLANNER_SOMEGATHER) {
+                fprintf(stderr, "plan: somegather skipped: %s\n", err);
+                continue;
+            }
             mi_fatal("%s: %s", mi_planner_name(pl), err);
+        }
+        if (prune_arg && mi_plan_prune(&p, model, prune, prune_mode, err))
+            mi_fatal("%s", err);
         mi_programs prog;
         if (mi_programs_compile(&p, &prog, err))
             mi_fatal("%s: %s", mi_planner_name(pl), err);
         mi_prediction pr;
         mi_predict(&p, &prog, &cl, ctx, &pr);
-        if (json)
-            print_json(&p, &pr, i == 0);
-        else
+        double delays = mi_predict_delays(&p, &prog);
+        if (json) {
+            print_json(&p, &pr, delays, shown == 0);
+        } else {
             print_plan(&p, &cl, &pr, !all);
+            printf("  critical path: %.0f one-way link delays per decoded token\n", delays);
+        }
+        shown++;
+        if (show_programs && !json)
+            mi_programs_print(&prog, &c, stdout);
         if (out && mi_plan_save_json(&p, out, err))
             mi_fatal("%s", err);
         mi_programs_free(&prog);

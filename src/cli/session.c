@@ -16,7 +16,7 @@
 
 const char *SESSION_HELP =
     "Distribution (one rank per device; run under mpirun for several):\n"
-    "      --planner NAME      layerwise | roundrobin | random | greedy | tp (default greedy)\n"
+    "      --planner NAME      layerwise | roundrobin | random | greedy | tp | somegather (default greedy)\n"
     "      --cluster FILE      devices' memory budgets and speeds, links (JSON; default: equal devices\n"
     "                          sharing this machine's free memory)\n"
     "      --plan-file FILE    use a saved plan (from `meshinfer plan --out`)\n"
@@ -29,6 +29,18 @@ const char *SESSION_HELP =
     "                          q8_0 (blocks of 32 with an fp16 scale: about 27% of the fp32 bytes);\n"
     "                          partial sums are summed in fp32 so that every rank holds the same sums\n"
     "                          (a plan file carries its own wire dtype: `meshinfer plan --wire-dtype`)\n"
+    "Somegather (seed 002; --planner somegather, on D ranks dividing the KV heads):\n"
+    "      --prune SPEC        leave out this fraction (in [0, 1)) of each rank's columns in every\n"
+    "                          exchange: R for all four, or per kind, e.g. 0.5,hidden=0.9 (kinds:\n"
+    "                          attn_in heads ffn_in hidden; default 0); the send lists are in the plan\n"
+    "      --prune-mode M      aware (default: columns ranked by the weights they feed on other ranks;\n"
+    "                          their owner keeps them) or magnitude (ordinary magnitude pruning: ranked\n"
+    "                          by all the weights they feed, dropped for every rank; same bandwidth)\n"
+    "      --loss P            emulated message loss: each message (sender, position) of an allgather\n"
+    "                          is lost with probability P in [0, 1]; its columns count as absent\n"
+    "      --loss-mode M       link (default: receiver j misses sender i), receiver (j gets nothing in\n"
+    "                          that exchange) or sender (nobody gets i's message)\n"
+    "      --loss-seed S       seed of the loss generator (default 1)\n"
     "Inter-layer speculation (seed 000; head-level planners):\n"
     "      --speculate         send each layer's Z to the next layer's head ranks before the FFN ends\n"
     "      --tolerance T       keep the speculative attention when ||FFN(Z)||/||Z|| < T (default 0.05;\n"
@@ -49,6 +61,7 @@ void session_opts_init(session_opts *o)
     o->controller_works = -1;
     o->tolerance = 0.05;
     o->min_acceptance = 0.7;
+    o->loss_seed = 1;
 }
 
 int session_opt(session_opts *o, int code, const char *arg)
@@ -57,7 +70,7 @@ int session_opt(session_opts *o, int code, const char *arg)
     case 1000: {
         mi_planner p;
         if (mi_planner_parse(arg, &p))
-            mi_fatal("--planner: unknown planner '%s' (layerwise, roundrobin, random, greedy, tp)", arg);
+            mi_fatal("--planner: unknown planner '%s' (layerwise, roundrobin, random, greedy, tp, somegather)", arg);
         o->planner = arg;
         o->placement_opts = 1;
         return 1;
@@ -95,6 +108,33 @@ int session_opt(session_opts *o, int code, const char *arg)
         o->wire = cli_wire_dtype(arg);
         o->wire_set = 1;
         return 1;
+    case 1014:
+        cli_parse_prune(arg, o->prune);
+        o->prune_set = 1;
+        return 1;
+    case 1015:
+        if (!strcmp(arg, "aware"))
+            o->prune_mode = MI_PRUNE_AWARE;
+        else if (!strcmp(arg, "magnitude"))
+            o->prune_mode = MI_PRUNE_MAGNITUDE;
+        else
+            mi_fatal("--prune-mode: '%s' is not aware or magnitude", arg);
+        o->prune_set = 1;
+        return 1;
+    case 1016:
+        o->loss = mi_parse_double("--loss", arg, 0.0, 1.0);
+        o->loss_set = 1;
+        return 1;
+    case 1017:
+        o->loss_mode = mi_loss_mode_parse(arg);
+        if (o->loss_mode < 0)
+            mi_fatal("--loss-mode: '%s' is not link, receiver or sender", arg);
+        o->loss_set = 1;
+        return 1;
+    case 1018:
+        o->loss_seed = mi_parse_u64("--loss-seed", arg);
+        o->loss_set = 1;
+        return 1;
     default: return 0;
     }
 }
@@ -128,40 +168,6 @@ static double mem_available(void)
             fclose(g);
     }
     return avail;
-}
-
-/* Seed 000: "measure round-trip times at startup". Rank 0 ping-pongs a
- * small message with every rank (median of 9); collective. */
-static void measure_rtt(mi_session *ss)
-{
-    enum { REPS = 9 };
-    float b = 0;
-    for (int r = 1; r < ss->size; r++) {
-        if (ss->rank != 0 && ss->rank != r)
-            continue;
-        double t[REPS];
-        for (int k = 0; k < REPS + 1; k++) {
-            double t0 = mi_now();
-            if (ss->rank == 0) {
-                MPI_Send(&b, 1, MPI_FLOAT, r, 11, MPI_COMM_WORLD);
-                MPI_Recv(&b, 1, MPI_FLOAT, r, 11, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            } else {
-                MPI_Recv(&b, 1, MPI_FLOAT, 0, 11, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-                MPI_Send(&b, 1, MPI_FLOAT, 0, 11, MPI_COMM_WORLD);
-            }
-            if (k > 0) /* the first exchange sets up the connection */
-                t[k - 1] = mi_now() - t0;
-        }
-        if (ss->rank == 0) {
-            for (int i = 1; i < REPS; i++)
-                for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
-                    double x = t[j];
-                    t[j] = t[j - 1];
-                    t[j - 1] = x;
-                }
-            ss->rtt_s[r] = t[REPS / 2];
-        }
-    }
 }
 
 /* The current plan's memory per rank, so the check before every forward pass
@@ -213,10 +219,22 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
         mi_cluster_free(&cl);
         return mi_set_error(err, "--replan needs a planner: it cannot re-make a --plan-file placement");
     }
-    if (o->plan_file && (o->placement_opts || o->controller_works >= 0 || o->kv_positions || o->wire_set)) {
+    if (o->plan_file && (o->placement_opts || o->controller_works >= 0 || o->kv_positions || o->wire_set ||
+                         o->prune_set)) {
         mi_cluster_free(&cl);
         return mi_set_error(err, "--plan-file fixes the placement: --planner, --plan-seed, --controller-works, "
-                                 "--kv-positions and --wire-dtype belong to `meshinfer plan` when the plan is made");
+                                 "--kv-positions, --wire-dtype and --prune belong to `meshinfer plan` when the plan "
+                                 "is made");
+    }
+    int sg = !o->plan_file && !strcmp(o->planner, "somegather");
+    if (!o->plan_file && !sg && o->prune_set) {
+        mi_cluster_free(&cl);
+        return mi_set_error(err, "--prune and --prune-mode apply to --planner somegather (seed 002's exchanges)");
+    }
+    if (sg && o->speculate) {
+        mi_cluster_free(&cl);
+        return mi_set_error(err, "--speculate needs a head-level planner: somegather has no projection rank to "
+                                 "speculate from");
     }
     int kvpos = o->kv_positions;
     if (kvpos > ss->cfg.seq_len) {
@@ -251,6 +269,11 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
         ss->po = po;
         ss->acc = acc;
     }
+    if (!rc && !o->plan_file && ss->plan.planner == MI_PLANNER_SOMEGATHER && o->prune_set)
+        rc = mi_plan_prune(&ss->plan, path, o->prune, o->prune_mode, err);
+    if (!rc && o->loss_set && ss->plan.planner != MI_PLANNER_SOMEGATHER)
+        rc = mi_set_error(err, "--loss, --loss-mode and --loss-seed apply to somegather's allgather exchanges "
+                               "(--planner somegather)");
     if (!rc && o->plan_file && o->speculate)
         mi_plan_mark_speculation(&ss->plan, &cl, NULL, o->min_acceptance);
     if (!rc) {
@@ -277,7 +300,7 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
     if (ss->rank == 0 && ss->size > MI_MAX_RANKS)
         failed = mi_set_error(err, "%d ranks is more than the %d meshinfer supports", ss->size, MI_MAX_RANKS);
     if (ss->size > 1 && ss->size <= MI_MAX_RANKS)
-        measure_rtt(ss);
+        mi_world_rtt(ss->rtt_s); /* seed 000: "measure round-trip times at startup" */
     if (ss->rank == 0 && ss->size <= MI_MAX_RANKS)
         failed = controller_setup(ss, path, o, err) != 0;
     mi_check_all(failed, err);
@@ -296,11 +319,27 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
     failed = mi_plan_deserialize(buf, (size_t)nl, &ss->cfg, &plan, err) != 0;
     free(buf);
     mi_check_all(failed, err);
+    /* spin on fast links, sleep between tests on slow ones (runtime.h spin_s):
+     * the slowest round trip measured at start-up decides, on every rank */
+    double rtt_max = 0;
+    for (int r = 0; r < ss->size; r++)
+        if (ss->rtt_s[r] > rtt_max)
+            rtt_max = ss->rtt_s[r];
+    if (ss->size > 1)
+        MPI_Bcast(&rtt_max, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     mi_runtime_options ro = {.model_path = path, .scatter = o->scatter, .max_T = chunk, .trace = o->trace != NULL,
-                             .tolerance = o->tolerance};
+                             .tolerance = o->tolerance, .loss_mode = o->loss_mode, .loss = o->loss,
+                             .loss_seed = o->loss_seed, .spin_s = rtt_max > 1e-3 ? 100e-6 : 0};
     ss->max_T = chunk < ss->cfg.seq_len ? chunk : ss->cfg.seq_len;
+    ss->loss_mode = o->loss_mode;
+    ss->loss = o->loss;
+    ss->loss_seed = o->loss_seed;
     ss->rt = mi_runtime_create(&plan, &ro);
     mi_plan_free(&plan);
+    /* what each device computes per second, for the calibrated prediction
+     * (the cost model with measured rates and round trips, no margins) */
+    if (ss->size > 1)
+        mi_runtime_stream_rate(ss->rt, 0.03, ss->stream_rate);
     ss->load_seconds = mi_now() - t0;
     if (ss->rank == 0 && ss->cfg.synthetic)
         fprintf(stderr, "meshinfer: %s: %s has synthetic weights (seeded random): text and perplexity are "
@@ -419,6 +458,8 @@ static void memory_check(mi_session *ss, int pos0, int T)
 float *session_forward(mi_session *ss, const int *tokens, int T, int pos0, int all_logits)
 {
     memory_check(ss, pos0, T);
+    if (pos0 + T > ss->pos_hi)
+        ss->pos_hi = pos0 + T;
     return mi_runtime_forward(ss->rt, tokens, T, pos0, all_logits);
 }
 
@@ -517,6 +558,35 @@ void session_check_logits(const float *logits, int n, int pos)
                      "overflow fp32", i, pos);
 }
 
+/* The cost model with what this job measured instead of what the plan
+ * assumed: each rank's weight-streaming rate and the round trips halved
+ * (no margin), at the run's mean context. 0 when not measured (one rank). */
+static double calibrated_token_s(const mi_session *ss)
+{
+    if (ss->size < 2 || ss->stream_rate[0] <= 0)
+        return 0;
+    int n = ss->size;
+    mi_cluster cl = ss->cl;
+    cl.dev = mi_malloc((size_t)n * sizeof *cl.dev, "devices");
+    memcpy(cl.dev, ss->cl.dev, (size_t)n * sizeof *cl.dev);
+    cl.rtt_s = NULL;
+    cl.mem_bw = 1.0;
+    for (int r = 0; r < n; r++)
+        cl.dev[r].speed = ss->stream_rate[r] > 0 ? ss->stream_rate[r] : ss->stream_rate[0];
+    double *rtt = mi_calloc((size_t)n * n, sizeof(double), "RTT matrix");
+    for (int a = 0; a < n; a++)
+        for (int b = 0; b < n; b++)
+            rtt[a * n + b] = a == b ? 0.0 : a == 0 ? ss->rtt_s[b] : b == 0 ? ss->rtt_s[a]
+                                                 : 0.5 * (ss->rtt_s[a] + ss->rtt_s[b]);
+    mi_cluster_set_rtt(&cl, rtt, 0.0);
+    free(rtt);
+    mi_prediction pr;
+    mi_predict(&ss->plan, &ss->prog, &cl, ss->pos_hi / 2, &pr);
+    free(cl.rtt_s);
+    free(cl.dev);
+    return pr.token_s;
+}
+
 void session_metrics_json(mi_session *ss, FILE *f)
 {
     mi_rank_metrics *all = ss->rank == 0 ? mi_calloc((size_t)ss->size, sizeof *all, "metrics") : NULL;
@@ -530,6 +600,19 @@ void session_metrics_json(mi_session *ss, FILE *f)
             mi_config_dtype_summary(&ss->cfg, dts, sizeof dts), mi_planner_name(ss->plan.planner),
             ss->plan.controller_works ? "true" : "false", mi_dtype_name(ss->plan.wire), ss->plan_ms,
             ss->pred.token_s * 1e3, ss->pred.bytes_per_token);
+    fprintf(f, "\"calibrated_token_ms\": %.4f, \"critical_path_delays\": %.2f, \"stream_gbs\": [",
+            calibrated_token_s(ss) * 1e3, mi_predict_delays(&ss->plan, &ss->prog));
+    for (int r = 0; r < ss->size; r++)
+        fprintf(f, "%s%.3f", r ? ", " : "", ss->stream_rate[r] / 1e9);
+    fprintf(f, "], ");
+    if (ss->plan.planner == MI_PLANNER_SOMEGATHER) {
+        fprintf(f, "\"somegather\": {\"prune_mode\": \"%s\", \"prune\": {",
+                ss->plan.prune_mode == MI_PRUNE_MAGNITUDE ? "magnitude" : "aware");
+        for (int x = 0; x < MI_N_PRUNED_XCH; x++)
+            fprintf(f, "%s\"%s\": %.4f", x ? ", " : "", mi_xch_name(x), ss->plan.prune[x]);
+        fprintf(f, "}, \"loss_mode\": \"%s\", \"loss\": %.6f, \"loss_seed\": %llu}, ",
+                mi_loss_mode_name(ss->loss_mode), ss->loss, (unsigned long long)ss->loss_seed);
+    }
     /* each transition is decided by one rank (its FFN rank): sum over ranks */
     fprintf(f, "\"rtt_ms\": [");
     for (int r = 0; r < ss->size; r++)
@@ -567,11 +650,12 @@ void session_metrics_json(mi_session *ss, FILE *f)
                    "\"bytes_sent\": %.0f, \"bytes_recv\": %.0f, \"bytes_sent_per_forward\": %.1f, "
                    "\"bytes_recv_per_forward\": %.1f, \"seconds\": {\"attention\": %.6f, \"projection\": %.6f, "
                    "\"ffn\": %.6f, \"logits\": %.6f, \"communication\": %.6f, \"idle\": %.6f, "
-                   "\"replan\": %.6f}, \"kv_bytes_moved_sent\": %.0f, \"kv_bytes_moved_recv\": %.0f}",
+                   "\"replan\": %.6f}, \"kv_bytes_moved_sent\": %.0f, \"kv_bytes_moved_recv\": %.0f, "
+                   "\"messages_received\": %.0f, \"messages_lost\": %.0f}",
                 r ? ", " : "", r, m->weight_bytes, m->kv_bytes, m->rss_weights, ss->pred.weight_bytes[r],
                 m->forwards, m->positions, m->bytes_sent, m->bytes_recv, m->bytes_sent / fw, m->bytes_recv / fw,
                 m->attn, m->proj, m->ffn, m->logits, m->comm, m->idle, m->replan_s, m->moved_bytes_sent,
-                m->moved_bytes_recv);
+                m->moved_bytes_recv, m->msgs_recv, m->msgs_lost);
     }
     fprintf(f, "]");
     free(all);
@@ -588,6 +672,10 @@ void session_metrics_table(mi_session *ss)
                     "messages %s, kernels %s\n", mi_planner_name(ss->plan.planner), ss->pred.token_s * 1e3,
             ss->pred.bytes_per_token, ss->plan_ms, mi_config_dtype_summary(&ss->cfg, dts, sizeof dts),
             mi_dtype_name(ss->plan.wire), mi_kernels_name());
+    if (ss->size > 1)
+        fprintf(stderr, "calibrated prediction %.3f ms/token (measured streaming rates and round trips, no margin); "
+                        "%.0f link delays on a token's critical path\n", calibrated_token_s(ss) * 1e3,
+                mi_predict_delays(&ss->plan, &ss->prog));
     double dec = 0, acc = 0;
     int n_spec = 0;
     for (int l = 0; l < ss->cfg.n_layers - 1 && l < MI_SPEC_MAX_LAYERS; l++)
@@ -601,6 +689,18 @@ void session_metrics_table(mi_session *ss)
     if (n_spec)
         fprintf(stderr, "speculation: %d transitions, %.0f of %.0f tests accepted (%.1f%%)\n", n_spec, acc, dec,
                 dec > 0 ? 100.0 * acc / dec : 0.0);
+    if (ss->plan.planner == MI_PLANNER_SOMEGATHER) {
+        double got = 0, lost = 0;
+        for (int r = 0; r < ss->size; r++) {
+            got += all[r].msgs_recv;
+            lost += all[r].msgs_lost;
+        }
+        fprintf(stderr, "somegather: pruning %s attn_in %.2f heads %.2f ffn_in %.2f hidden %.2f; message loss %s %.3f "
+                        "(seed %llu): %.0f of %.0f messages lost\n",
+                ss->plan.prune_mode == MI_PRUNE_MAGNITUDE ? "magnitude" : "aware", ss->plan.prune[0],
+                ss->plan.prune[1], ss->plan.prune[2], ss->plan.prune[3], mi_loss_mode_name(ss->loss_mode), ss->loss,
+                (unsigned long long)ss->loss_seed, lost, got);
+    }
     fprintf(stderr, "rank  weights_MB  kv_MB  sent_B/fwd  recv_B/fwd   attn_s   proj_s    ffn_s  logits_s   comm_s   idle_s\n");
     for (int r = 0; r < ss->size; r++) {
         const mi_rank_metrics *m = &all[r];

@@ -30,6 +30,13 @@ typedef struct {
     int kv_positions;        /* --kv-positions: KV positions the first placement budgets (0: default) */
     int wire;                /* --wire-dtype: dtype of activation messages (mi_dtype; default fp32) */
     int wire_set;            /* --wire-dtype given (a plan file carries its own) */
+    double prune[MI_N_PRUNED_XCH]; /* --prune: seed 002 pruning ratio per exchange kind */
+    int prune_mode;          /* --prune-mode (mi_prune_mode) */
+    int prune_set;           /* --prune or --prune-mode given (somegather only; a plan file has its own) */
+    double loss;             /* --loss: seed 002 message-loss probability */
+    int loss_mode;           /* --loss-mode (mi_loss_mode) */
+    uint64_t loss_seed;      /* --loss-seed */
+    int loss_set;            /* --loss, --loss-mode or --loss-seed given (somegather only) */
 } session_opts;
 
 /* getopt_long entries for the options above (codes >= 1000), to append to a
@@ -41,7 +48,10 @@ typedef struct {
     {"weights", required_argument, 0, 1006}, {"speculate", no_argument, 0, 1007}, \
     {"tolerance", required_argument, 0, 1008}, {"min-acceptance", required_argument, 0, 1009}, \
     {"spec-profile", required_argument, 0, 1010}, {"replan", no_argument, 0, 1011}, \
-    {"kv-positions", required_argument, 0, 1012}, {"wire-dtype", required_argument, 0, 1013}
+    {"kv-positions", required_argument, 0, 1012}, {"wire-dtype", required_argument, 0, 1013}, \
+    {"prune", required_argument, 0, 1014}, {"prune-mode", required_argument, 0, 1015}, \
+    {"loss", required_argument, 0, 1016}, {"loss-mode", required_argument, 0, 1017}, \
+    {"loss-seed", required_argument, 0, 1018}
 extern const char *SESSION_HELP;
 
 void session_opts_init(session_opts *o);
@@ -82,6 +92,11 @@ typedef struct {
     double mem_w[MI_MAX_RANKS], mem_kv[MI_MAX_RANKS]; /* rank 0: per rank, weight bytes and KV bytes per
                                                          position of the current plan (checked every pass) */
     int max_T;              /* positions per forward pass */
+    double stream_rate[MI_MAX_RANKS]; /* rank 0: each rank's measured weight-streaming rate, bytes/s */
+    int pos_hi;             /* rank 0: the highest position a forward pass has reached */
+    int loss_mode;          /* seed 002 emulated message loss (runtime options) */
+    double loss;
+    uint64_t loss_seed;
     int n_replans;
     session_replan replans[SESSION_MAX_REPLANS];
 } mi_session;

@@ -2,6 +2,7 @@
 #include "meshinfer/cost.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "meshinfer/common.h"
@@ -36,16 +37,88 @@ double mi_op_compute_s(const mi_plan *plan, const mi_op *op, const mi_cluster *c
     return op_bytes_read(plan, op, ctx) / (cl->mem_bw * cl->dev[rank].speed);
 }
 
-/* Rounds of messages an exchange takes, as the runtime sends them. */
-static double rounds(const mi_exchange *x, int n)
+/* One message of exchange xid from member a to member b: latency plus
+ * transfer, in seconds. */
+static double msg_s(const mi_programs *p, const mi_cluster *cl, int xid, int a, int b)
 {
+    const mi_comm *cm = &p->comms[p->xchg[xid].comm];
+    return mi_cluster_latency(cl, cm->members[a], cm->members[b]) + mi_exchange_bytes(p, xid, a, b) / cl->bandwidth;
+}
+
+/* Every member receives every other member's message of the exchange (one
+ * round of an all-to-all: allgathers, one-round reductions). */
+static void all_to_all(const mi_programs *p, const mi_cluster *cl, int xid, double *ready)
+{
+    const mi_comm *cm = &p->comms[p->xchg[xid].comm];
+    double next[MI_MAX_RANKS];
+    for (int i = 0; i < cm->n_members; i++) {
+        double t = ready[cm->members[i]];
+        for (int j = 0; j < cm->n_members; j++)
+            if (j != i && mi_exchange_bytes(p, xid, j, i) > 0) {
+                double a = ready[cm->members[j]] + msg_s(p, cl, xid, j, i);
+                if (a > t)
+                    t = a;
+            }
+        next[i] = t;
+    }
+    for (int i = 0; i < cm->n_members; i++)
+        ready[cm->members[i]] = next[i];
+}
+
+/* Complete exchange xid, every member having reached it: the members'
+ * clocks move as the runtime's messages would (collectives.c). Sends are
+ * eager (a sender goes on at once); receivers wait for what they need. */
+static void complete(const mi_programs *p, const mi_cluster *cl, int xid, const double *post, double *ready)
+{
+    const mi_exchange *x = &p->xchg[xid];
+    const mi_comm *cm = &p->comms[x->comm];
+    int n = cm->n_members, root = x->root;
     if (n < 2)
-        return 0;
+        return;
     switch (x->kind) {
     case MI_OP_BCAST:
-    case MI_OP_IBCAST: return ceil(log2((double)n));
-    case MI_OP_ALLREDUCE: return n == 2 ? 1 : 2;
-    default: return 1;
+    case MI_OP_IBCAST:
+        for (int j = 0; j < n; j++)
+            if (j != root) {
+                double a = ready[cm->members[root]] + msg_s(p, cl, xid, root, j);
+                if (a > ready[cm->members[j]])
+                    ready[cm->members[j]] = a;
+            }
+        break;
+    case MI_OP_PUT: {
+        /* an origin's put waits for the root's post, then travels */
+        double t = ready[cm->members[root]];
+        for (int j = 0; j < n; j++) {
+            if (j == root)
+                continue;
+            int m = cm->members[j];
+            double posted = post[xid] + mi_cluster_latency(cl, cm->members[root], m);
+            if (posted > ready[m])
+                ready[m] = posted;
+            double a = ready[m] + msg_s(p, cl, xid, j, root);
+            if (a > t)
+                t = a;
+        }
+        ready[cm->members[root]] = t;
+        break;
+    }
+    case MI_OP_GATHERV: {
+        double t = ready[cm->members[root]];
+        for (int j = 0; j < n; j++)
+            if (j != root) {
+                double a = ready[cm->members[j]] + msg_s(p, cl, xid, j, root);
+                if (a > t)
+                    t = a;
+            }
+        ready[cm->members[root]] = t;
+        break;
+    }
+    case MI_OP_ALLREDUCE:
+        all_to_all(p, cl, xid, ready);
+        if (n > 2 && x->rounds != 1)
+            all_to_all(p, cl, xid, ready); /* the allgather after the reduce-scatter */
+        break;
+    default: all_to_all(p, cl, xid, ready); break;
     }
 }
 
@@ -55,15 +128,26 @@ void mi_predict(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
     memset(out, 0, sizeof *out);
     double ready[MI_MAX_RANKS] = {0};
     int pc[MI_MAX_RANKS] = {0};
+    double *post = mi_calloc((size_t)p->n_xchg + 1, sizeof(double), "post times");
     const mi_program *prog = p->prog[MI_PHASE_DECODE];
+    /* the token's command reaches each worker one link latency after rank 0 sends it */
+    for (int r = 1; r < n; r++)
+        ready[r] = mi_cluster_latency(cl, 0, r);
     for (;;) {
-        /* run every rank up to its next communication op */
+        /* run every rank up to its next communication op (posts are local: they only start a clock) */
         int left = 0;
         for (int r = 0; r < n; r++) {
-            while (pc[r] < prog[r].n_ops && !mi_op_is_comm(prog[r].ops[pc[r]].kind)) {
-                double t = mi_op_compute_s(plan, &prog[r].ops[pc[r]], cl, r, ctx);
-                ready[r] += t;
-                out->busy_s[r] += t;
+            while (pc[r] < prog[r].n_ops) {
+                const mi_op *op = &prog[r].ops[pc[r]];
+                if (op->kind == MI_OP_POST) {
+                    post[op->xid] = ready[r];
+                } else if (!mi_op_is_comm(op->kind)) {
+                    double t = mi_op_compute_s(plan, op, cl, r, ctx);
+                    ready[r] += t;
+                    out->busy_s[r] += t;
+                } else {
+                    break;
+                }
                 pc[r]++;
             }
             left += pc[r] < prog[r].n_ops;
@@ -77,8 +161,7 @@ void mi_predict(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
             if (pc[r] >= prog[r].n_ops)
                 continue;
             int xid = prog[r].ops[pc[r]].xid;
-            const mi_exchange *x = &p->xchg[xid];
-            const mi_comm *cm = &p->comms[x->comm];
+            const mi_comm *cm = &p->comms[p->xchg[xid].comm];
             int all = 1;
             for (int j = 0; j < cm->n_members && all; j++) {
                 int m = cm->members[j];
@@ -86,39 +169,41 @@ void mi_predict(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
             }
             if (!all)
                 continue;
-            double start = 0, lat = 0, maxb = 0;
-            for (int a = 0; a < cm->n_members; a++) {
-                int ma = cm->members[a];
-                if (ready[ma] > start)
-                    start = ready[ma];
-                for (int b = 0; b < cm->n_members; b++) {
-                    double by = mi_exchange_bytes(p, xid, a, b);
-                    if (by <= 0)
-                        continue;
-                    double l = mi_cluster_latency(cl, ma, cm->members[b]);
-                    if (l > lat)
-                        lat = l;
-                    if (by > maxb)
-                        maxb = by;
-                }
-            }
-            double end = start + rounds(x, cm->n_members) * (lat + maxb / cl->bandwidth);
-            for (int j = 0; j < cm->n_members; j++) {
-                int m = cm->members[j];
-                ready[m] = end;
-                pc[m]++;
-            }
+            complete(p, cl, xid, post, ready);
+            for (int j = 0; j < cm->n_members; j++)
+                pc[cm->members[j]]++;
             done = 1;
         }
         if (!done)
             mi_fatal("internal error: the programs' communication ops do not match (cost model)");
     }
-    double end = 0;
-    for (int r = 0; r < n; r++)
-        if (ready[r] > end)
-            end = ready[r];
+    free(post);
+    /* the next token starts when rank 0 has its logits and every worker
+     * would be ready by the time its next command arrives */
+    double end = ready[0];
+    for (int r = 1; r < n; r++) {
+        double t = ready[r] - mi_cluster_latency(cl, 0, r);
+        if (t > end)
+            end = t;
+    }
     out->token_s = end;
     out->bytes_per_token = mi_programs_bytes(p, MI_PHASE_DECODE, NULL, NULL);
     for (int r = 0; r < n && r < MI_MAX_RANKS; r++)
         mi_plan_rank_memory(plan, r, &out->weight_bytes[r], &out->kv_bytes[r]);
+}
+
+double mi_predict_delays(const mi_plan *plan, const mi_programs *p)
+{
+    /* a cluster whose only cost is one unit per link crossing */
+    mi_cluster cl;
+    mi_cluster_default(&cl, plan->n_ranks, 1e30);
+    cl.latency_s = 1.0;
+    cl.bandwidth = 1e300;
+    cl.mem_bw = 1e300;
+    free(cl.rtt_s);
+    cl.rtt_s = NULL;
+    mi_prediction pr;
+    mi_predict(plan, p, &cl, 0, &pr);
+    mi_cluster_free(&cl);
+    return pr.token_s;
 }

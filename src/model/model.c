@@ -68,6 +68,13 @@ void mi_model_embed(const mi_model *m, int tok, float *out)
     memcpy(out, row + m->emb_skip, (size_t)m->emb_nc * sizeof(float));
 }
 
+/* The spec holds every column of the embeddings (all of them, or a
+ * somegather slice that is the whole width): a tied classifier is a view. */
+static int whole_table(const mi_config *c, const mi_shard_spec *spec)
+{
+    return spec->embeddings || (spec->emb_c0 == 0 && spec->emb_nc == c->dim);
+}
+
 size_t mi_shard_weight_bytes(const mi_config *c, const mi_shard_spec *spec)
 {
     size_t norm = (size_t)c->dim * sizeof(float), n = 0;
@@ -80,7 +87,7 @@ size_t mi_shard_weight_bytes(const mi_config *c, const mi_shard_spec *spec)
     }
     if (spec->embeddings || spec->cls_nv > 0)
         n += norm;
-    if (spec->cls_nv > 0 && !(spec->embeddings && c->shared_classifier))
+    if (spec->cls_nv > 0 && !(whole_table(c, spec) && c->shared_classifier))
         n += mi_classifier_bytes(c, spec->cls_nv);
     for (int l = 0; l < c->n_layers; l++) {
         const mi_layer_spec *s = &spec->layers[l];
@@ -354,7 +361,7 @@ int mi_model_load(mi_model *m, const mi_weight_source *src, const mi_config *c, 
     m->has_embeddings = spec->embeddings || spec->emb_nc > 0;
     m->cls_v0 = spec->cls_v0;
     m->cls_nv = spec->cls_nv;
-    int cls_view = spec->cls_nv > 0 && spec->embeddings && c->shared_classifier;
+    int cls_view = spec->cls_nv > 0 && whole_table(c, spec) && c->shared_classifier;
     if (spec->embeddings) {
         add_range(want(&ld, -1, "tok_embeddings", c->emb_dtype, d, 0), 0, V)->dst = &m->tok_embeddings;
         m->emb_c0 = 0;

@@ -15,7 +15,13 @@
  * with the exact residual; layer l+1's heads recompute only if rejected.
  *
  * Every rank's program is the subsequence of one global order of steps that
- * it takes part in, so communication ops meet in the same order everywhere. */
+ * it takes part in, so communication ops meet in the same order everywhere.
+ * The two phases differ in two ways that only latency decides: decode
+ * reduces partial sums in one round of messages (every member sends its whole
+ * partial to every other: each message is small), prefill in two (reduce-
+ * scatter then allgather: fewer bytes for many positions); and each RMA
+ * window is exposed (POST) when the forward pass starts, so the origins'
+ * puts never wait for the post message on the critical path. */
 #include <string.h>
 
 #include "meshinfer/common.h"
@@ -29,6 +35,7 @@ typedef struct {
     const mi_plan *plan;
     mi_programs *p;
     int n;
+    int ph; /* the phase being compiled */
 } hl;
 
 static void set_clear(rankset *s) { memset(s, 0, sizeof *s); }
@@ -55,12 +62,12 @@ static void to_all(hl *h, const rankset *s, mi_op op)
 {
     for (int r = 0; r < h->n; r++)
         if (s->has[r])
-            pb_op(h->p, MI_PHASE_PREFILL, r, op);
+            pb_op(h->p, h->ph, r, op);
 }
 
 static void to_one(hl *h, int r, mi_op op)
 {
-    pb_op(h->p, MI_PHASE_PREFILL, r, op);
+    pb_op(h->p, h->ph, r, op);
 }
 
 /* A communication op over the ranks of s, root `root` (world rank or -1),
@@ -172,21 +179,63 @@ static void reduce(hl *h, const rankset *s, int l)
         return;
     }
     mi_exchange *x = comm_step(h, MI_OP_ALLREDUCE, s, -1, MI_BUF_X, l, 0);
+    x->rounds = h->ph == MI_PHASE_DECODE ? 1 : 2;
     for (int j = 0; j < k; j++)
         pb_cols_add(&x->send[j], 0, c->dim);
 }
 
+/* Each PUT window of this phase exposed at the start of its root's program. */
+static void post_ahead(hl *h, int first_xid)
+{
+    mi_programs *p = h->p;
+    for (int r = 0; r < h->n; r++) {
+        int n_post = 0;
+        for (int x = first_xid; x < p->n_xchg; x++)
+            n_post += p->xchg[x].kind == MI_OP_PUT && p->comms[p->xchg[x].comm].n_members > 1 &&
+                      p->comms[p->xchg[x].comm].members[p->xchg[x].root] == r;
+        if (!n_post)
+            continue;
+        mi_program *g = &p->prog[h->ph][r];
+        int old = g->n_ops;
+        for (int i = 0; i < n_post; i++)
+            pb_op(p, h->ph, r, pb_compute(MI_OP_ADD, -1, 0, 0, 0)); /* room */
+        memmove(g->ops + n_post, g->ops, (size_t)old * sizeof(mi_op));
+        int k = 0;
+        for (int x = first_xid; x < p->n_xchg; x++) {
+            const mi_exchange *e = &p->xchg[x];
+            if (e->kind == MI_OP_PUT && p->comms[e->comm].n_members > 1 && p->comms[e->comm].members[e->root] == r) {
+                mi_op op = pb_compute(MI_OP_POST, e->layer, MI_BUF_HEADS, 0, 0);
+                op.xid = x;
+                g->ops[k++] = op;
+            }
+        }
+    }
+}
+
+static void compile_phase(hl *h);
+
 int pb_compile_headlevel(const mi_plan *plan, mi_programs *p, char *err)
 {
     (void)err;
-    const mi_config *c = &plan->cfg;
-    hl h = {plan, p, plan->n_ranks};
-    int nq = c->n_heads * c->head_dim;
     pb_init(p, plan->n_ranks, plan->wire);
+    for (int ph = 0; ph < MI_N_PHASES; ph++) {
+        hl h = {plan, p, plan->n_ranks, ph};
+        int first = p->n_xchg;
+        compile_phase(&h);
+        post_ahead(&h, first);
+    }
+    return 0;
+}
+
+static void compile_phase(hl *h)
+{
+    const mi_plan *plan = h->plan;
+    const mi_config *c = &plan->cfg;
+    int nq = c->n_heads * c->head_dim;
     rankset holders, need, heads;
     set_clear(&holders);
     holders.has[0] = 1; /* the controller embeds the tokens */
-    to_one(&h, 0, pb_compute(MI_OP_EMBED, -1, MI_BUF_X, 0, c->dim));
+    to_one(h, 0, pb_compute(MI_OP_EMBED, -1, MI_BUF_X, 0, c->dim));
     for (int l = 0; l < c->n_layers; l++) {
         const mi_layer_plan *lp = &plan->layers[l];
         set_clear(&heads);
@@ -197,17 +246,17 @@ int pb_compile_headlevel(const mi_plan *plan, mi_programs *p, char *err)
             need.has[lp->proj_rank] = 1;
         if (l > 0 && plan->layers[l - 1].speculate) {
             /* attention already ran on Z; the decision gave every member X */
-            attention(&h, &heads, l, MI_OPF_IF_REJECTED);
+            attention(h, &heads, l, MI_OPF_IF_REJECTED);
         } else {
-            ensure(&h, &holders, &need, l);
-            attention(&h, &heads, l, 0);
+            ensure(h, &holders, &need, l);
+            attention(h, &heads, l, 0);
         }
         if (lp->proj_rank >= 0) {
             int pr = lp->proj_rank;
             rankset g = heads;
             g.has[pr] = 1;
-            int m[MI_MAX_RANKS], k = members_of(&g, h.n, m);
-            mi_exchange *x = comm_step(&h, MI_OP_PUT, &g, pr, MI_BUF_HEADS, l, 0);
+            int m[MI_MAX_RANKS], k = members_of(&g, h->n, m);
+            mi_exchange *x = comm_step(h, MI_OP_PUT, &g, pr, MI_BUF_HEADS, l, 0);
             for (int j = 0; j < k; j++)
                 head_cols(plan, l, m[j], &x->send[j]);
             mi_op op = pb_compute(MI_OP_PROJ, l, MI_BUF_X, 0, c->dim);
@@ -215,18 +264,18 @@ int pb_compile_headlevel(const mi_plan *plan, mi_programs *p, char *err)
             op.i0 = 0;
             op.ni = nq;
             op.flags = MI_OPF_ADD;
-            to_one(&h, pr, op);
+            to_one(h, pr, op);
             set_clear(&holders);
             holders.has[pr] = 1;
         } else {
-            for (int r = 0; r < h.n; r++)
+            for (int r = 0; r < h->n; r++)
                 if (heads.has[r]) {
                     mi_op op = pb_compute(MI_OP_PROJ, l, MI_BUF_TMP, 0, c->dim);
                     op.in = MI_BUF_HEADS_LOCAL;
                     op.ni = held_heads_width(plan, l, r);
-                    to_one(&h, r, op);
+                    to_one(h, r, op);
                 }
-            reduce(&h, &heads, l);
+            reduce(h, &heads, l);
             holders = heads;
         }
         rankset f;
@@ -244,49 +293,45 @@ int pb_compile_headlevel(const mi_plan *plan, mi_programs *p, char *err)
             sb.has[lp->proj_rank] = 1;
             sb.has[fr] = 1;
             int sm[MI_MAX_RANKS];
-            if (members_of(&sb, h.n, sm) > 1)
-                bcast(&h, &sb, lp->proj_rank, l, MI_OP_IBCAST, 0);
-            attention(&h, &h1, l + 1, 0);
-            ffn(&h, l, fr, 0, c->hidden_dim);
-            to_one(&h, fr, pb_compute(MI_OP_SPEC_TEST, l, MI_BUF_X, 0, c->dim));
-            to_one(&h, fr, pb_compute(MI_OP_ADD, l, MI_BUF_X, 0, c->dim));
+            if (members_of(&sb, h->n, sm) > 1)
+                bcast(h, &sb, lp->proj_rank, l, MI_OP_IBCAST, 0);
+            attention(h, &h1, l + 1, 0);
+            ffn(h, l, fr, 0, c->hidden_dim);
+            to_one(h, fr, pb_compute(MI_OP_SPEC_TEST, l, MI_BUF_X, 0, c->dim));
+            to_one(h, fr, pb_compute(MI_OP_ADD, l, MI_BUF_X, 0, c->dim));
             dec = h1;
             dec.has[fr] = 1;
             if (nx->proj_rank >= 0)
                 dec.has[nx->proj_rank] = 1;
-            if (members_of(&dec, h.n, sm) > 1)
-                bcast(&h, &dec, fr, l, MI_OP_BCAST, 1);
+            if (members_of(&dec, h->n, sm) > 1)
+                bcast(h, &dec, fr, l, MI_OP_BCAST, 1);
             holders = dec;
             continue;
         }
-        ensure(&h, &holders, &f, l);
+        ensure(h, &holders, &f, l);
         for (int i = 0; i < lp->n_ffn; i++)
-            ffn(&h, l, lp->ffn[i].rank, lp->ffn[i].v0, lp->ffn[i].n);
-        reduce(&h, &f, l);
+            ffn(h, l, lp->ffn[i].rank, lp->ffn[i].v0, lp->ffn[i].n);
+        reduce(h, &f, l);
         holders = f;
     }
     rankset cls;
     set_clear(&cls);
     for (int i = 0; i < plan->n_cls; i++)
         cls.has[plan->cls[i].rank] = 1;
-    ensure(&h, &holders, &cls, -1);
+    ensure(h, &holders, &cls, -1);
     for (int i = 0; i < plan->n_cls; i++) {
-        to_one(&h, plan->cls[i].rank, norm_op(-1, MI_NORM_FINAL, MI_OPF_LAST));
+        to_one(h, plan->cls[i].rank, norm_op(-1, MI_NORM_FINAL, MI_OPF_LAST));
         mi_op op = pb_compute(MI_OP_LOGITS, -1, MI_BUF_LOGITS, plan->cls[i].v0, plan->cls[i].n);
         op.flags = MI_OPF_LAST;
-        to_one(&h, plan->cls[i].rank, op);
+        to_one(h, plan->cls[i].rank, op);
     }
     cls.has[0] = 1; /* logits are gathered at the controller */
-    int m[MI_MAX_RANKS], k = members_of(&cls, h.n, m);
+    int m[MI_MAX_RANKS], k = members_of(&cls, h->n, m);
     if (k > 1) {
-        mi_exchange *x = comm_step(&h, MI_OP_GATHERV, &cls, 0, MI_BUF_LOGITS, -1, MI_OPF_LAST);
+        mi_exchange *x = comm_step(h, MI_OP_GATHERV, &cls, 0, MI_BUF_LOGITS, -1, MI_OPF_LAST);
         for (int j = 0; j < k; j++)
             for (int i = 0; i < plan->n_cls; i++)
                 if (plan->cls[i].rank == m[j])
                     pb_cols_add(&x->send[j], plan->cls[i].v0, plan->cls[i].n);
     }
-    /* one program serves both phases */
-    for (int r = 0; r < h.n; r++)
-        p->prog[MI_PHASE_DECODE][r] = p->prog[MI_PHASE_PREFILL][r];
-    return 0;
 }

@@ -32,7 +32,7 @@ static const char *const op_names[MI_N_OPS] = {
     [MI_OP_PROJ] = "projection",     [MI_OP_FFN_UP] = "ffn up",       [MI_OP_FFN_DOWN] = "ffn down",
     [MI_OP_ADD] = "add",             [MI_OP_SPEC_TEST] = "speculation test",
     [MI_OP_LOGITS] = "logits",       [MI_OP_NORM_LOCAL] = "norm (local)", [MI_OP_BCAST] = "bcast",         [MI_OP_IBCAST] = "ibcast",
-    [MI_OP_PUT] = "put (RMA)",       [MI_OP_ALLREDUCE] = "allreduce", [MI_OP_ALLGATHERV] = "allgatherv",
+    [MI_OP_POST] = "post (RMA)",     [MI_OP_PUT] = "put (RMA)",       [MI_OP_ALLREDUCE] = "allreduce", [MI_OP_ALLGATHERV] = "allgatherv",
     [MI_OP_GATHERV] = "gatherv",
 };
 
@@ -224,12 +224,13 @@ double mi_exchange_bytes(const mi_programs *p, int xid, int from, int to)
     case MI_OP_ALLGATHERV:
         return cols_bytes(w, &x->send[from]);
     case MI_OP_ALLREDUCE: {
-        /* two members swap whole partials; more reduce-scatter (from's partial
-         * of to's slice) then allgather (from's summed slice) */
+        /* two members, or one round: whole partials to every other member;
+         * two rounds: reduce-scatter (from's partial of to's slice) then
+         * allgather (from's summed slice) */
         int dim = x->send[0].count, c0, lt, lf;
         mi_wire_slice(dim, n, to, &c0, &lt);
         mi_wire_slice(dim, n, from, &c0, &lf);
-        if (n == 2)
+        if (n == 2 || x->rounds == 1)
             return (double)mi_wire_row_bytes(w, (size_t)dim);
         return (double)mi_wire_row_bytes(w, (size_t)lt) + (double)mi_wire_row_bytes(w, (size_t)lf);
     }

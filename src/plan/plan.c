@@ -75,6 +75,24 @@ const mi_keep *mi_plan_keep(const mi_plan *plan, int l, int x, int rank)
     return &plan->keep[((size_t)l * MI_N_PRUNED_XCH + (size_t)x) * (size_t)plan->n_ranks + (size_t)rank];
 }
 
+void mi_plan_fill_keep(mi_plan *plan)
+{
+    for (int l = 0; l < plan->cfg.n_layers; l++)
+        for (int x = 0; x < MI_N_PRUNED_XCH; x++)
+            for (int r = 0; r < plan->n_ranks; r++) {
+                mi_keep *k = (mi_keep *)mi_plan_keep(plan, l, x, r);
+                if (k->n >= 0)
+                    continue;
+                int c0, n;
+                mi_plan_owned(plan, l, x, r, &c0, &n);
+                free(k->cols);
+                k->cols = mi_malloc((size_t)(n ? n : 1) * sizeof(int), "send list");
+                for (int i = 0; i < n; i++)
+                    k->cols[i] = c0 + i;
+                k->n = n;
+            }
+}
+
 void mi_plan_owned(const mi_plan *plan, int l, int x, int rank, int *c0, int *n)
 {
     const mi_config *c = &plan->cfg;

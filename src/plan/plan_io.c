@@ -62,6 +62,46 @@ static cJSON *slices_json(const mi_slice *s, int n)
     return arr;
 }
 
+/* Seed 002: the residual columns of each rank, the pruning and its send
+ * lists (one entry per layer, exchange and rank: the columns it sends). */
+static int somegather_json(cJSON *doc, const mi_plan *plan)
+{
+    const mi_config *c = &plan->cfg;
+    cJSON *sg = cJSON_AddObjectToObject(doc, "somegather");
+    cJSON *cols = sg ? slices_json(plan->cols, plan->n_cols) : NULL;
+    if (!cols || !cJSON_AddItemToObject(sg, "columns", cols)) {
+        cJSON_Delete(cols);
+        return 0;
+    }
+    cJSON *pr = cJSON_AddObjectToObject(sg, "prune");
+    if (!pr || !cJSON_AddStringToObject(pr, "mode", plan->prune_mode == MI_PRUNE_MAGNITUDE ? "magnitude" : "aware"))
+        return 0;
+    cJSON *ratio = cJSON_AddObjectToObject(pr, "ratio");
+    for (int x = 0; ratio && x < MI_N_PRUNED_XCH; x++)
+        if (!cJSON_AddNumberToObject(ratio, mi_xch_name(x), plan->prune[x]))
+            return 0;
+    if (!ratio)
+        return 0;
+    if (!plan->keep)
+        return 1;
+    cJSON *send = cJSON_AddArrayToObject(sg, "send");
+    for (int l = 0; send && l < c->n_layers; l++)
+        for (int x = 0; x < MI_N_PRUNED_XCH; x++)
+            for (int r = 0; r < plan->n_ranks; r++) {
+                const mi_keep *k = mi_plan_keep(plan, l, x, r);
+                cJSON *e = cJSON_CreateObject();
+                cJSON *list = cJSON_CreateIntArray(k->cols, k->n);
+                int ok = e && list && cJSON_AddItemToArray(send, e) && cJSON_AddNumberToObject(e, "layer", l) &&
+                         cJSON_AddStringToObject(e, "exchange", mi_xch_name(x)) &&
+                         cJSON_AddNumberToObject(e, "rank", r) && cJSON_AddItemToObject(e, "columns", list);
+                if (!ok) {
+                    cJSON_Delete(list);
+                    return 0;
+                }
+            }
+    return send != NULL;
+}
+
 static cJSON *plan_json(const mi_plan *plan, const char *planner_name)
 {
     const mi_config *c = &plan->cfg;
@@ -74,7 +114,8 @@ static cJSON *plan_json(const mi_plan *plan, const char *planner_name)
              cJSON_AddNumberToObject(doc, "kv_positions", plan->kv_positions > 0 ? plan->kv_positions : c->seq_len) != NULL &&
              cJSON_AddStringToObject(doc, "wire_dtype", mi_dtype_name(plan->wire)) != NULL;
     cJSON *model = ok ? cJSON_AddObjectToObject(doc, "model") : NULL;
-    ok = model && cJSON_AddNumberToObject(model, "n_layers", c->n_layers) &&
+    ok = model && cJSON_AddNumberToObject(model, "dim", c->dim) &&
+         cJSON_AddNumberToObject(model, "n_layers", c->n_layers) &&
          cJSON_AddNumberToObject(model, "n_kv_heads", c->n_kv_heads) &&
          cJSON_AddNumberToObject(model, "hidden_dim", c->hidden_dim) &&
          cJSON_AddNumberToObject(model, "vocab_size", c->vocab_size);
@@ -107,6 +148,10 @@ static cJSON *plan_json(const mi_plan *plan, const char *planner_name)
         cJSON_Delete(doc);
         return NULL;
     }
+    if (plan->n_cols > 0 && !somegather_json(doc, plan)) {
+        cJSON_Delete(doc);
+        return NULL;
+    }
     return doc;
 }
 
@@ -130,7 +175,30 @@ static int write_doc(FILE *f, const cJSON *doc)
     for (const cJSON *it = doc->child; it; it = it->next) {
         if (fprintf(f, "  \"%s\": ", it->string) < 0)
             return -1;
-        if (strcmp(it->string, "layers") == 0) {
+        if (strcmp(it->string, "somegather") == 0) {
+            /* the send lists one per line, the rest compact */
+            if (fputs("{\n", f) < 0)
+                return -1;
+            for (const cJSON *k = it->child; k; k = k->next) {
+                if (fprintf(f, "    \"%s\": ", k->string) < 0)
+                    return -1;
+                if (strcmp(k->string, "send") == 0) {
+                    if (fputs("[\n", f) < 0)
+                        return -1;
+                    for (const cJSON *e = k->child; e; e = e->next)
+                        if (fputs("      ", f) < 0 || put_value(f, e) || fputs(e->next ? ",\n" : "\n", f) < 0)
+                            return -1;
+                    if (fputs("    ]", f) < 0)
+                        return -1;
+                } else if (put_value(f, k)) {
+                    return -1;
+                }
+                if (fputs(k->next ? ",\n" : "\n", f) < 0)
+                    return -1;
+            }
+            if (fputs("  }", f) < 0)
+                return -1;
+        } else if (strcmp(it->string, "layers") == 0) {
             if (fputs("[\n", f) < 0)
                 return -1;
             for (const cJSON *l = it->child; l; l = l->next) {
@@ -263,11 +331,108 @@ static int model_int(const cJSON *model, const char *key, int *out, const char *
     return 0;
 }
 
+static int as_ratio(const cJSON *v, double *out)
+{
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return 0;
+    *out = v->valuedouble;
+    return 1;
+}
+
+/* The "somegather" block: columns [[rank, c0, n], ...], prune {mode,
+ * ratio {exchange: r}}, and optionally send [{layer, exchange, rank,
+ * columns}] (an entry left out: that rank sends every column it owns). The
+ * lists are checked against what each rank owns once the whole plan is known
+ * (mi_plan_validate). */
+static int parse_somegather(const cJSON *sg, const mi_config *c, mi_plan *plan, const char *prefix, char *err)
+{
+    static const char *const sg_keys[] = {"columns", "prune", "send", NULL};
+    static const char *const prune_keys[] = {"mode", "ratio", NULL};
+    static const char *const send_keys[] = {"layer", "exchange", "rank", "columns", NULL};
+    if (!cJSON_IsObject(sg))
+        return mi_set_error(err, "%s: 'somegather' must be an object with columns, prune and send", prefix);
+    if (mi_json_check_keys(sg, sg_keys, prefix, "somegather", err))
+        return -1;
+    if (parse_slices(cJSON_GetObjectItemCaseSensitive(sg, "columns"), "somegather.columns", "residual columns (dim)",
+                     c->dim, plan->n_ranks, &plan->cols, &plan->n_cols, prefix, err))
+        return -1;
+    const cJSON *pr = cJSON_GetObjectItemCaseSensitive(sg, "prune");
+    if (pr) {
+        if (!cJSON_IsObject(pr) || mi_json_check_keys(pr, prune_keys, prefix, "somegather.prune", err))
+            return cJSON_IsObject(pr) ? -1 : mi_set_error(err, "%s: somegather.prune must be an object", prefix);
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(pr, "mode");
+        if (m && (!cJSON_IsString(m) || (strcmp(m->valuestring, "aware") && strcmp(m->valuestring, "magnitude"))))
+            return mi_set_error(err, "%s: somegather.prune.mode must be \"aware\" or \"magnitude\"", prefix);
+        plan->prune_mode = m && !strcmp(m->valuestring, "magnitude") ? MI_PRUNE_MAGNITUDE : MI_PRUNE_AWARE;
+        const cJSON *ra = cJSON_GetObjectItemCaseSensitive(pr, "ratio");
+        if (ra && !cJSON_IsObject(ra))
+            return mi_set_error(err, "%s: somegather.prune.ratio must be an object {exchange: ratio}", prefix);
+        for (const cJSON *e = ra ? ra->child : NULL; e; e = e->next) {
+            int x = mi_xch_parse(e->string);
+            if (x < 0 || x >= MI_N_PRUNED_XCH)
+                return mi_set_error(err, "%s: somegather.prune.ratio has unknown exchange '%s' (attn_in, heads, "
+                                         "ffn_in, hidden)", prefix, e->string);
+            if (!as_ratio(e, &plan->prune[x]) || plan->prune[x] < 0 || plan->prune[x] >= 1)
+                return mi_set_error(err, "%s: somegather.prune.ratio.%s must be a number in [0, 1)", prefix,
+                                    e->string);
+        }
+    }
+    const cJSON *send = cJSON_GetObjectItemCaseSensitive(sg, "send");
+    if (!send)
+        return 0;
+    if (!cJSON_IsArray(send))
+        return mi_set_error(err, "%s: somegather.send must be a list of {layer, exchange, rank, columns}", prefix);
+    size_t nk = (size_t)c->n_layers * MI_N_PRUNED_XCH * (size_t)plan->n_ranks;
+    plan->keep = mi_calloc(nk, sizeof(mi_keep), "send lists");
+    unsigned char *seen = mi_calloc(nk, 1, "send lists");
+    int i = 0, rc = 0;
+    for (const cJSON *e = send->child; e && !rc; e = e->next, i++) {
+        char where[48];
+        snprintf(where, sizeof where, "somegather.send[%d]", i);
+        int l, r;
+        const cJSON *xj = cJSON_GetObjectItemCaseSensitive(e, "exchange");
+        const cJSON *cols = cJSON_GetObjectItemCaseSensitive(e, "columns");
+        int x = cJSON_IsString(xj) ? mi_xch_parse(xj->valuestring) : -1;
+        if (!cJSON_IsObject(e) || mi_json_check_keys(e, send_keys, prefix, where, err)) {
+            rc = cJSON_IsObject(e) ? -1 : mi_set_error(err, "%s: %s must be an object", prefix, where);
+        } else if (!as_int(cJSON_GetObjectItemCaseSensitive(e, "layer"), &l) || l < 0 || l >= c->n_layers) {
+            rc = mi_set_error(err, "%s: %s.layer must be a layer of the model (0..%d)", prefix, where,
+                              c->n_layers - 1);
+        } else if (x < 0 || x >= MI_N_PRUNED_XCH) {
+            rc = mi_set_error(err, "%s: %s.exchange must be attn_in, heads, ffn_in or hidden", prefix, where);
+        } else if (!as_int(cJSON_GetObjectItemCaseSensitive(e, "rank"), &r) || r < 0 || r >= plan->n_ranks) {
+            rc = mi_set_error(err, "%s: %s.rank must be a rank (0..%d)", prefix, where, plan->n_ranks - 1);
+        } else if (!cJSON_IsArray(cols)) {
+            rc = mi_set_error(err, "%s: %s.columns must be a list of column indices", prefix, where);
+        } else {
+            size_t k = ((size_t)l * MI_N_PRUNED_XCH + (size_t)x) * (size_t)plan->n_ranks + (size_t)r;
+            if (seen[k]++) {
+                rc = mi_set_error(err, "%s: %s repeats layer %d exchange %s rank %d", prefix, where, l,
+                                  mi_xch_name(x), r);
+                break;
+            }
+            int n = cJSON_GetArraySize(cols), j = 0;
+            plan->keep[k].cols = mi_malloc((size_t)(n ? n : 1) * sizeof(int), "send list");
+            plan->keep[k].n = n;
+            for (const cJSON *v = cols->child; v && !rc; v = v->next, j++)
+                if (!as_int(v, &plan->keep[k].cols[j]))
+                    rc = mi_set_error(err, "%s: %s.columns[%d] must be an integer column", prefix, where, j);
+        }
+    }
+    /* a rank without an entry sends every column it owns (checked once the plan is whole) */
+    for (size_t k = 0; k < nk && !rc; k++)
+        if (!seen[k])
+            plan->keep[k].n = -1;
+    free(seen);
+    return rc;
+}
+
 static int build_plan(const cJSON *root, const mi_config *c, mi_plan *plan, const char *prefix, char *err)
 {
     static const char *const top_keys[] = {"description", "planner", "n_ranks", "controller_works",
-                                           "kv_positions", "wire_dtype", "model", "layers", "classifier", NULL};
-    static const char *const model_keys[] = {"n_layers", "n_kv_heads", "hidden_dim", "vocab_size", NULL};
+                                           "kv_positions", "wire_dtype", "model", "layers", "classifier",
+                                           "somegather", NULL};
+    static const char *const model_keys[] = {"dim", "n_layers", "n_kv_heads", "hidden_dim", "vocab_size", NULL};
     static const char *const layer_keys[] = {"kv_rank", "proj_rank", "ffn", NULL};
 
     if (!cJSON_IsObject(root))
@@ -284,7 +449,8 @@ static int build_plan(const cJSON *root, const mi_config *c, mi_plan *plan, cons
     if (!pj)
         return mi_set_error(err, "%s: 'planner' is missing", prefix);
     if (!cJSON_IsString(pj) || mi_planner_parse(pj->valuestring, &plan->planner) != 0)
-        return mi_set_error(err, "%s: 'planner' must be one of layerwise, roundrobin, random, greedy, tp", prefix);
+        return mi_set_error(err, "%s: 'planner' must be one of layerwise, roundrobin, random, greedy, tp, "
+                                 "somegather", prefix);
 
     /* n_ranks, controller_works */
     const cJSON *nr = cJSON_GetObjectItemCaseSensitive(root, "n_ranks");
@@ -330,6 +496,12 @@ static int build_plan(const cJSON *root, const mi_config *c, mi_plan *plan, cons
         return mi_set_error(err, "%s: plan has FFN hidden_dim %d but the model has %d", prefix, hd, c->hidden_dim);
     if (vs != c->vocab_size)
         return mi_set_error(err, "%s: plan has vocab_size %d but the model has %d", prefix, vs, c->vocab_size);
+    const cJSON *dj = cJSON_GetObjectItemCaseSensitive(model, "dim");
+    int dim;
+    if (dj && !as_int(dj, &dim))
+        return mi_set_error(err, "%s: model.dim must be an integer", prefix);
+    if (dj && dim != c->dim)
+        return mi_set_error(err, "%s: plan has dim %d but the model has %d", prefix, dim, c->dim);
 
     /* layers */
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(root, "layers");
@@ -388,7 +560,12 @@ static int build_plan(const cJSON *root, const mi_config *c, mi_plan *plan, cons
     if (parse_slices(cJSON_GetObjectItemCaseSensitive(root, "classifier"), "classifier", "vocabulary rows",
                      c->vocab_size, plan->n_ranks, &plan->cls, &plan->n_cls, prefix, err))
         return -1;
-    return 0;
+    const cJSON *sg = cJSON_GetObjectItemCaseSensitive(root, "somegather");
+    if ((sg != NULL) != (plan->planner == MI_PLANNER_SOMEGATHER))
+        return mi_set_error(err, "%s: a 'somegather' block belongs to somegather plans, and they need one", prefix);
+    if (sg && !dj)
+        return mi_set_error(err, "%s: a somegather plan needs model.dim (its columns are columns of dim)", prefix);
+    return sg ? parse_somegather(sg, c, plan, prefix, err) : 0;
 }
 
 int mi_plan_load_json(const char *path, const mi_config *c, mi_plan *plan, char *err)
@@ -426,6 +603,8 @@ int mi_plan_load_json(const char *path, const mi_config *c, mi_plan *plan, char 
     plan->plan_seconds = 0;
     int rc = build_plan(root, c, plan, prefix, err);
     cJSON_Delete(root);
+    if (rc == 0 && plan->keep)
+        mi_plan_fill_keep(plan);
     if (rc == 0) {
         char verr[MI_ERRLEN];
         verr[0] = '\0';

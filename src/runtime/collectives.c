@@ -7,28 +7,63 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 #include "meshinfer/common.h"
+
+/* How long a wait spins before it starts releasing the CPU between tests
+ * (mi_runtime_options.spin_s; MESHINFER_SPIN_US overrides it). */
+static double g_spin = -1;
+
+void rt_set_spin(double s)
+{
+    const char *e = getenv("MESHINFER_SPIN_US");
+    g_spin = e && *e ? atof(e) * 1e-6 : s;
+}
+
+static double spin_s(void)
+{
+    return g_spin < 0 ? 1e30 : g_spin;
+}
+
+void rt_waitall(int n, MPI_Request *req)
+{
+    if (n <= 0)
+        return;
+    double t0 = mi_now(), spin = spin_s();
+    struct timespec nap = {0, 20000};
+    for (;;) {
+        int done = 0;
+        MPI_Testall(n, req, &done, MPI_STATUSES_IGNORE);
+        if (done)
+            return;
+        if (mi_now() - t0 > spin)
+            nanosleep(&nap, NULL);
+    }
+}
 
 /* Finish the non-blocking broadcast this rank started as root, before its
  * next communication (the buffer and MPI's ordering rules need it). */
 double rt_complete_pending(mi_runtime *rt)
 {
-    if (rt->pending == MPI_REQUEST_NULL)
+    if (rt->n_pend == 0)
         return 0.0;
     double t0 = mi_now();
-    MPI_Wait(&rt->pending, MPI_STATUS_IGNORE);
+    rt_waitall(rt->n_pend, rt->pend);
+    rt->n_pend = 0;
     return mi_now() - t0;
 }
 
-/* ob1 has no asynchronous progress: a pending broadcast only advances inside
- * MPI calls, so long computations poke it between chunks. */
+/* ob1 has no asynchronous progress: a pending send only advances inside MPI
+ * calls, so long computations poke it between chunks. */
 void rt_poke(mi_runtime *rt)
 {
-    if (rt->pending != MPI_REQUEST_NULL) {
+    if (rt->n_pend > 0) {
         int done = 0;
-        MPI_Test(&rt->pending, &done, MPI_STATUS_IGNORE);
+        MPI_Testall(rt->n_pend, rt->pend, &done, MPI_STATUSES_IGNORE);
+        if (done)
+            rt->n_pend = 0;
     }
 }
 
@@ -84,7 +119,9 @@ static void unpack_set(mi_runtime *rt, const void *in, int T, const mi_colset *s
 /* ------------------------------------------------------------ broadcast */
 
 /* The root's columns of buf (and with x->flag one float after the T rows,
- * the speculation decision, always exact) to the other members. A
+ * the speculation decision, always exact) to the other members: the root
+ * sends to each directly, so every member has them one link latency after
+ * the root sends (MPI_Bcast's binomial tree takes log2(n) hops). A
  * non-blocking broadcast sends from its own copy and stays pending at the
  * root (rt_complete_pending); the receivers wait for it. */
 double rt_bcast(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, int nonblocking, const fwd *f)
@@ -95,27 +132,30 @@ double rt_bcast(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, int nonblocki
     int n = rt->prog.comms[x->comm].n_members;
     size_t rows = (size_t)T * mi_wire_row_bytes(rt->wire, (size_t)s->count);
     size_t bytes = rows + (x->flag ? 4 : 0);
-    unsigned char *msg = nonblocking ? rt->zwire : rt->wbuf;
+    /* whole fp32 rows are the message as they lie (the flag sits right after them) */
+    int in_place = !nonblocking && rt->wire == MI_F32 && s->n_runs == 1 && s->count == W;
+    unsigned char *msg = in_place ? (unsigned char *)buf : nonblocking ? rt->zwire : rt->wbuf;
     double t0 = mi_now();
-    if (!nonblocking && rt->wire == MI_F32 && s->n_runs == 1 && s->count == W) {
-        /* the rows are the message: no copy (the flag sits right after them) */
-        MPI_Bcast(buf, (int)(bytes / 4), MPI_FLOAT, x->root, xr->comm);
-    } else {
-        if (root) {
+    if (root) {
+        if (!in_place) {
             pack_set(rt, buf, W, T, s, msg);
             if (x->flag)
                 memcpy(msg + rows, buf + (size_t)T * W, 4);
         }
-        if (nonblocking && root) {
-            MPI_Ibcast(msg, (int)bytes, MPI_BYTE, x->root, xr->comm, &rt->pending);
-        } else if (nonblocking) {
-            MPI_Request rq;
-            MPI_Ibcast(msg, (int)bytes, MPI_BYTE, x->root, xr->comm, &rq);
-            MPI_Wait(&rq, MPI_STATUS_IGNORE);
-        } else {
-            MPI_Bcast(msg, (int)bytes, MPI_BYTE, x->root, xr->comm);
-        }
-        if (!root) {
+        MPI_Request local[MI_MAX_RANKS], *req = nonblocking ? rt->pend : local;
+        int k = 0;
+        for (int j = 0; j < n; j++)
+            if (j != x->root)
+                MPI_Isend(msg, (int)bytes, MPI_BYTE, j, TAG_XCHG, xr->comm, &req[k++]);
+        if (nonblocking)
+            rt->n_pend = k;
+        else
+            rt_waitall(k, req);
+    } else {
+        MPI_Request rq;
+        MPI_Irecv(msg, (int)bytes, MPI_BYTE, x->root, TAG_XCHG, xr->comm, &rq);
+        rt_waitall(1, &rq);
+        if (!in_place) {
             unpack_set(rt, msg, T, s, buf, W);
             if (x->flag)
                 memcpy(buf + (size_t)T * W, msg + rows, 4);
@@ -153,8 +193,7 @@ double rt_put(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *f)
         rt->m.bytes_sent += (double)bytes;
         return mi_now() - t0;
     }
-    if (xr->win != MPI_WIN_NULL)
-        MPI_Win_post(xr->peers, 0, xr->win);
+    /* (the window was exposed by this exchange's POST, earlier) */
     /* its own heads, packed in HEADS_LOCAL, go to their columns exactly */
     const mi_colset *own = &x->send[xr->me];
     for (int t = 0; t < T; t++) {
@@ -166,7 +205,15 @@ double rt_put(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *f)
     }
     if (xr->win == MPI_WIN_NULL)
         return 0.0;
-    MPI_Win_wait(xr->win);
+    /* MPI_Win_wait, releasing the CPU while the origins' puts travel */
+    double w0 = mi_now();
+    for (int done = 0; !done;) {
+        MPI_Win_test(xr->win, &done);
+        if (!done && mi_now() - w0 > spin_s()) {
+            struct timespec nap = {0, 20000};
+            nanosleep(&nap, NULL);
+        }
+    }
     for (int j = 0; j < cm->n_members; j++) {
         if (j == x->root)
             continue;
@@ -195,14 +242,15 @@ static void exchange_all(MPI_Comm comm, int n, int me, const unsigned char *sbuf
     for (int j = 0; j < n; j++)
         if (j != me && scounts[j] > 0)
             MPI_Isend(sbuf + sdispls[j], scounts[j], MPI_BYTE, j, TAG_XCHG, comm, &req[nr++]);
-    MPI_Waitall(nr, req, MPI_STATUSES_IGNORE);
+    rt_waitall(nr, req);
 }
 
 /* X[:, c0:c0+n] += the sum over members of TMP, with the same sums on every
- * member, in every wire dtype (partition.h, mi_wire_slice). Two members swap
- * their encoded partials and both add the two decoded partials in member
- * order: one round of messages. More members reduce-scatter then allgather,
- * one round each: member j receives the others' encoded partials of its
+ * member, in every wire dtype (partition.h, mi_wire_slice). In one round
+ * (two members, or the exchange says so): every member sends its encoded
+ * partial to every other, and all add the decoded partials (their own
+ * decoded too) in member order. In two rounds, a reduce-scatter then an
+ * allgather: member j receives the others' encoded partials of its
  * columns, sums them with its own in fp32 in member order, encodes the sum
  * once, and every member decodes the same sums. So residuals stay identical
  * across ranks (MPI_Allreduce does not promise that), no partial is quantized
@@ -220,26 +268,29 @@ double rt_allreduce(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const mi_
         *displs2 = counts2 + MI_MAX_RANKS;
     double comm_t = 0;
     const int M = rt->prog.comms[x->comm].n_members, me = xr->me;
-    if (xr->comm != MPI_COMM_NULL && M == 2) {
-        const int other = 1 - me;
+    if (xr->comm != MPI_COMM_NULL && (M == 2 || x->rounds == 1)) {
         size_t rb = mi_wire_row_bytes(w, (size_t)d), bytes = (size_t)T * rb;
-        unsigned char *mine = rt->wbuf, *theirs = rt->wbuf + bytes;
-        mi_wire_pack(w, tmp, (size_t)T, (size_t)d, (size_t)ld, mine);
-        counts[me] = counts2[me] = 0;
-        counts[other] = counts2[other] = (int)bytes;
-        displs[other] = displs2[other] = 0;
+        unsigned char *all = rt->wbuf; /* member j's encoded partial at j * bytes */
+        mi_wire_pack(w, tmp, (size_t)T, (size_t)d, (size_t)ld, all + (size_t)me * bytes);
+        for (int j = 0; j < M; j++) {
+            counts[j] = counts2[j] = j == me ? 0 : (int)bytes;
+            displs[j] = (int)((size_t)me * bytes);
+            displs2[j] = (int)((size_t)j * bytes);
+        }
         double t0 = mi_now();
-        exchange_all(xr->comm, 2, me, mine, counts, displs, theirs, counts2, displs2);
+        exchange_all(xr->comm, M, me, all, counts, displs, all, counts2, displs2);
         comm_t += mi_now() - t0;
-        /* both members add decoded(member 0) + decoded(member 1), in that order */
-        float *p0 = rt->wtmp, *p1 = rt->wtmp + (size_t)T * d;
-        mi_wire_unpack(w, me == 0 ? mine : theirs, (size_t)T, (size_t)d, (size_t)d, p0);
-        mi_wire_unpack(w, me == 0 ? theirs : mine, (size_t)T, (size_t)d, (size_t)d, p1);
+        float *part = rt->wtmp;
         for (int t = 0; t < T; t++)
-            for (int k = 0; k < d; k++)
-                tmp[(size_t)t * ld + k] = p0[(size_t)t * d + k] + p1[(size_t)t * d + k];
-        rt->m.bytes_sent += (double)bytes;
-        rt->m.bytes_recv += (double)bytes;
+            memset(tmp + (size_t)t * ld, 0, (size_t)d * sizeof(float));
+        for (int j = 0; j < M; j++) {
+            mi_wire_unpack(w, all + (size_t)j * bytes, (size_t)T, (size_t)d, (size_t)d, part);
+            for (int t = 0; t < T; t++)
+                for (int k = 0; k < d; k++)
+                    tmp[(size_t)t * ld + k] += part[(size_t)t * d + k];
+        }
+        rt->m.bytes_sent += (double)bytes * (M - 1);
+        rt->m.bytes_recv += (double)bytes * (M - 1);
     } else if (xr->comm != MPI_COMM_NULL) {
         int c0[MI_MAX_RANKS] = {0}, len[MI_MAX_RANKS] = {0};
         for (int j = 0; j < M; j++)
@@ -330,8 +381,10 @@ double rt_gatherv(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *
         mine = (int)pack_set(rt, buf, W, T, &x->send[xr->me], rt->wbuf);
         dst = NULL;
     }
-    MPI_Gatherv(xr->me == x->root ? NULL : rt->wbuf, mine, MPI_BYTE, dst, counts, displs, MPI_BYTE, x->root,
-                xr->comm);
+    MPI_Request rq;
+    MPI_Igatherv(xr->me == x->root ? NULL : rt->wbuf, mine, MPI_BYTE, dst, counts, displs, MPI_BYTE, x->root,
+                 xr->comm, &rq);
+    rt_waitall(1, &rq);
     if (xr->me == x->root) {
         for (int j = 0; j < cm->n_members; j++) {
             if (j == x->root)

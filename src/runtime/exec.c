@@ -97,7 +97,7 @@ static double op_attn(mi_runtime *rt, const mi_op *op, const fwd *f)
  * same product as unchunked, so results do not depend on the chunking). */
 static void product(mi_runtime *rt, const mi_tensor *Wt, float *y, int ldy, const float *x, int ldx, int T, int add)
 {
-    if (T > 1 || rt->pending == MPI_REQUEST_NULL) {
+    if (T > 1 || rt->n_pend == 0) {
         mi_matmul_ld(y, ldy, x, ldx, Wt, T, add);
         return;
     }
@@ -193,6 +193,15 @@ static double op_bcast(mi_runtime *rt, const mi_op *op, const fwd *f)
     return t;
 }
 
+static double op_post(mi_runtime *rt, const mi_op *op, const fwd *f)
+{
+    (void)f;
+    xchg_rt *xr = &rt->xr[op->xid];
+    if (xr->win != MPI_WIN_NULL)
+        MPI_Win_post(xr->peers, 0, xr->win);
+    return 0;
+}
+
 static double op_put(mi_runtime *rt, const mi_op *op, const fwd *f)
 {
     return rt_put(rt, &rt->prog.xchg[op->xid], &rt->xr[op->xid], f);
@@ -218,6 +227,7 @@ static const op_fn exec_table[MI_N_OPS] = {
     [MI_OP_PROJ] = op_proj,             [MI_OP_FFN_UP] = op_ffn_up,     [MI_OP_FFN_DOWN] = op_ffn_down,
     [MI_OP_ADD] = op_add,               [MI_OP_SPEC_TEST] = op_spec_test, [MI_OP_LOGITS] = op_logits,
     [MI_OP_BCAST] = op_bcast,           [MI_OP_IBCAST] = op_bcast,      [MI_OP_PUT] = op_put,
+    [MI_OP_POST] = op_post,
     [MI_OP_ALLREDUCE] = op_allreduce,   [MI_OP_GATHERV] = op_gatherv,
     /* seed 002 somegather */
     [MI_OP_NORM_LOCAL] = op_norm_local, [MI_OP_ALLGATHERV] = op_allgatherv,

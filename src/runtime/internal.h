@@ -60,7 +60,9 @@ struct mi_runtime {
     unsigned char *zwire;      /* a non-blocking broadcast's own copy of what it sends */
     size_t zwire_bytes;
     int *counts;               /* [4 * MI_MAX_RANKS] per-member byte counts and displacements */
-    MPI_Request pending;       /* a non-blocking broadcast this rank is root of, not yet complete */
+    MPI_Request pend[MI_MAX_RANKS]; /* the sends of a non-blocking broadcast this rank is root of */
+    int n_pend;                /* ... not yet complete */
+    int *cmd;                  /* [4 + max_T] a command and its tokens, as received */
     double tolerance;
     int accepted;              /* the last speculation decision */
     mi_rank_metrics m;
@@ -86,6 +88,8 @@ void rt_free_comms(mi_runtime *rt);
 void rt_run_program(mi_runtime *rt, const fwd *f);
 
 /* collectives.c: each returns seconds spent in MPI calls */
+void rt_waitall(int n, MPI_Request *req);
+void rt_set_spin(double s);
 double rt_complete_pending(mi_runtime *rt);
 void rt_poke(mi_runtime *rt);
 double rt_bcast(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, int nonblocking, const fwd *f);

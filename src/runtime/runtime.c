@@ -71,7 +71,8 @@ void rt_setup_rest(mi_runtime *rt)
     rt->zwire_bytes = T * mi_wire_row_bytes(rt->wire, widest) + 8;
     rt->zwire = mi_calloc(rt->zwire_bytes, 1, "message buffer");
     rt->counts = mi_calloc(4 * (size_t)MI_MAX_RANKS, sizeof(int), "message counts");
-    rt->pending = MPI_REQUEST_NULL;
+    rt->n_pend = 0;
+    rt->cmd = mi_calloc(4 + T, sizeof(int), "command");
     rt_build_comms(rt);
 }
 
@@ -92,6 +93,8 @@ void rt_teardown(mi_runtime *rt)
     free(rt->wtmp);
     free(rt->zwire);
     free(rt->counts);
+    free(rt->cmd);
+    rt->cmd = NULL;
     rt->held = NULL;
     rt->tokens = rt->counts = NULL;
     rt->wbuf = rt->zwire = NULL;
@@ -106,6 +109,7 @@ mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_runtime_options *opt
     if (plan->n_ranks != rt->size)
         mi_fatal("plan is for %d ranks but the job has %d", plan->n_ranks, rt->size);
     rt->opt = *opt;
+    rt_set_spin(opt->spin_s > 0 ? opt->spin_s : -1);
     rt->trace = opt->trace;
     rt->tolerance = opt->tolerance;
     rt_setup_shard(rt, plan);
@@ -128,21 +132,23 @@ void mi_runtime_free(mi_runtime *rt)
 
 /* ------------------------------------------------------------ commands */
 
-/* A command travels with up to CMD_TOKENS tokens inline, so that a decode
- * step (one token) is one message even when every rank embeds. */
-#define CMD_TOKENS 16
-
+/* A command goes from rank 0 to every worker directly, with the tokens when
+ * every rank embeds: one message, one link latency to every rank (a
+ * broadcast tree would take log2(ranks) hops at the start of every token). */
 void rt_send_cmd(mi_runtime *rt, int cmd, int T, int pos0, int T_logits, const int *tokens)
 {
     if (rt->size == 1)
         return;
-    int hdr[4 + CMD_TOKENS] = {cmd, T, pos0, T_logits};
-    int ship = cmd == CMD_FORWARD && rt->prog.embed_all;
-    if (ship)
-        memcpy(hdr + 4, tokens, (size_t)(T < CMD_TOKENS ? T : CMD_TOKENS) * sizeof(int));
-    MPI_Bcast(hdr, 4 + CMD_TOKENS, MPI_INT, 0, MPI_COMM_WORLD);
-    if (ship && T > CMD_TOKENS)
-        MPI_Bcast((int *)tokens + CMD_TOKENS, T - CMD_TOKENS, MPI_INT, 0, MPI_COMM_WORLD);
+    int *m = rt->cmd, n = 4;
+    m[0] = cmd, m[1] = T, m[2] = pos0, m[3] = T_logits;
+    if (cmd == CMD_FORWARD && rt->prog.embed_all) {
+        memcpy(m + 4, tokens, (size_t)T * sizeof(int));
+        n += T;
+    }
+    MPI_Request req[MI_MAX_RANKS];
+    for (int r = 1; r < rt->size; r++)
+        MPI_Isend(m, n, MPI_INT, r, TAG_CMD, MPI_COMM_WORLD, &req[r - 1]);
+    rt_waitall(rt->size - 1, req);
 }
 
 float *mi_runtime_forward(mi_runtime *rt, const int *tokens, int T, int pos0, int all_logits)
@@ -202,9 +208,11 @@ void mi_runtime_replan(mi_runtime *rt, const mi_plan *plan, int n_pos)
 void mi_runtime_serve(mi_runtime *rt)
 {
     for (;;) {
-        int hdr[4 + CMD_TOKENS];
+        int *hdr = rt->cmd;
         double t0 = mi_now();
-        MPI_Bcast(hdr, 4 + CMD_TOKENS, MPI_INT, 0, MPI_COMM_WORLD);
+        MPI_Request rq;
+        MPI_Irecv(hdr, 4 + rt->max_T, MPI_INT, 0, TAG_CMD, MPI_COMM_WORLD, &rq);
+        rt_waitall(1, &rq);
         double t1 = mi_now();
         rt->m.idle += t1 - t0;
         rt_record(rt, TRACE_IDLE, -1, t0, t1);
@@ -216,11 +224,8 @@ void mi_runtime_serve(mi_runtime *rt)
             rt_reset_metrics_local(rt);
         } else if (hdr[0] == CMD_FORWARD) {
             fwd f = {hdr[1], hdr[2], hdr[3]};
-            if (rt->prog.embed_all) {
-                memcpy(rt->tokens, hdr + 4, (size_t)(f.T < CMD_TOKENS ? f.T : CMD_TOKENS) * sizeof(int));
-                if (f.T > CMD_TOKENS)
-                    MPI_Bcast(rt->tokens + CMD_TOKENS, f.T - CMD_TOKENS, MPI_INT, 0, MPI_COMM_WORLD);
-            }
+            if (rt->prog.embed_all)
+                memcpy(rt->tokens, hdr + 4, (size_t)f.T * sizeof(int));
             rt_run_program(rt, &f);
         } else if (hdr[0] == CMD_REPLAN) {
             int *buf = mi_malloc((size_t)hdr[2] * sizeof(int), "plan buffer");

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "internal.h"
 #include "meshinfer/common.h"
 #include "meshinfer/runtime.h"
 
@@ -86,4 +87,49 @@ void mi_check_all(int failed, const char *msg)
     }
     mi_world_finalize();
     exit(1);
+}
+
+/* Ping-pong of a 4-byte message between rank 0 and each rank in turn, the
+ * median of 9 after one that sets the connection up. Waits release the CPU
+ * (rt_waitall with the slow-link setting): a spinning rank on a device with a
+ * CPU quota would be throttled and answer late, inflating the round trip. */
+void mi_world_rtt(double *rtt_s)
+{
+    enum { REPS = 9 };
+    int rank = mi_world_rank(), size = mi_world_size();
+    float b = 0;
+    rt_set_spin(20e-6);
+    for (int r = 1; r < size; r++) {
+        if (rank != 0 && rank != r)
+            continue;
+        double t[REPS];
+        for (int k = 0; k < REPS + 1; k++) {
+            double t0 = mi_now();
+            MPI_Request q;
+            if (rank == 0) {
+                MPI_Isend(&b, 1, MPI_FLOAT, r, 11, MPI_COMM_WORLD, &q);
+                rt_waitall(1, &q);
+                MPI_Irecv(&b, 1, MPI_FLOAT, r, 11, MPI_COMM_WORLD, &q);
+                rt_waitall(1, &q);
+            } else {
+                MPI_Irecv(&b, 1, MPI_FLOAT, 0, 11, MPI_COMM_WORLD, &q);
+                rt_waitall(1, &q);
+                MPI_Isend(&b, 1, MPI_FLOAT, 0, 11, MPI_COMM_WORLD, &q);
+                rt_waitall(1, &q);
+            }
+            if (k > 0)
+                t[k - 1] = mi_now() - t0;
+        }
+        if (rank == 0) {
+            for (int i = 1; i < REPS; i++)
+                for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+                    double x = t[j];
+                    t[j] = t[j - 1];
+                    t[j - 1] = x;
+                }
+            rtt_s[r] = t[REPS / 2];
+        }
+    }
+    if (rank == 0)
+        rtt_s[0] = 0;
 }

@@ -11,7 +11,9 @@
  *     the logits of the other ranks' vocabulary rows, and its shards add up
  *     to the whole model with only the norms held more than once;
  *   - somegather is refused, naming the reason, where D does not divide the
- *     KV heads or exceeds them.
+ *     KV heads or exceeds them;
+ *   - the cost model counts the link delays a token's dependencies need
+ *     (layer-wise 3, tp 14, somegather 27 on 3 ranks).
  *
  * Exit status: 0 when every test passed, 1 otherwise. */
 #include <CUnit/Basic.h>
@@ -41,18 +43,39 @@ static int make(const char *shape, int planner, int n, int wire, mi_config *c, m
     return rc;
 }
 
-/* Each exchange appears once in each member's program (per phase) and
- * nowhere else. */
+/* Each exchange a phase uses appears once in each member's program of that
+ * phase and nowhere else; a window's root exposes it once (POST), before. */
 static void check_matching(const mi_programs *p)
 {
     for (int ph = 0; ph < MI_N_PHASES; ph++)
         for (int x = 0; x < p->n_xchg; x++) {
-            const mi_comm *cm = &p->comms[p->xchg[x].comm];
-            for (int r = 0; r < p->n_ranks; r++) {
-                int seen = 0;
+            const mi_exchange *e = &p->xchg[x];
+            const mi_comm *cm = &p->comms[e->comm];
+            int used = 0;
+            for (int r = 0; r < p->n_ranks; r++)
                 for (int i = 0; i < p->prog[ph][r].n_ops; i++)
-                    seen += p->prog[ph][r].ops[i].xid == x;
+                    used |= p->prog[ph][r].ops[i].xid == x;
+            if (!used)
+                continue; /* the other phase's */
+            for (int r = 0; r < p->n_ranks; r++) {
+                int seen = 0, posts = 0, post_at = -1, put_at = -1;
+                for (int i = 0; i < p->prog[ph][r].n_ops; i++) {
+                    const mi_op *op = &p->prog[ph][r].ops[i];
+                    if (op->xid != x)
+                        continue;
+                    if (op->kind == MI_OP_POST) {
+                        posts++;
+                        post_at = i;
+                    } else {
+                        seen++;
+                        put_at = i;
+                    }
+                }
                 CU_ASSERT_EQUAL(seen, mi_comm_index(cm, r) >= 0 ? 1 : 0);
+                int root = e->kind == MI_OP_PUT && cm->n_members > 1 && cm->members[e->root] == r;
+                CU_ASSERT_EQUAL(posts, root);
+                if (root)
+                    CU_ASSERT(post_at < put_at);
             }
         }
 }
@@ -152,10 +175,11 @@ static void test_somegather_bytes_and_shards(void)
             mi_programs p1;
             CU_ASSERT_EQUAL_FATAL(make("stories15M", MI_PLANNER_SOMEGATHER, 1, wire, &c, &one, &p1, err), 0);
             mi_plan_rank_memory(&one, 0, &full, NULL);
-            /* D copies of 2 norms per layer and the final norm; embeddings (columns) and the
-             * tied classifier (rows) are both split, so each adds up once */
+            /* D copies of 2 norms per layer and the final norm; the embeddings (split by
+             * columns) and the tied classifier (split by rows) each add up once, but on
+             * more than one rank the classifier is no longer a view of the embeddings */
             size_t norms = (size_t)(2 * c.n_layers + 1) * c.dim * 4;
-            CU_ASSERT_EQUAL(sum, full + (size_t)(D - 1) * norms);
+            CU_ASSERT_EQUAL(sum, full + (size_t)(D - 1) * norms + mi_classifier_bytes(&c, c.vocab_size));
             mi_programs_free(&p1);
             mi_plan_free(&one);
             mi_programs_free(&p);
@@ -176,6 +200,27 @@ static void test_somegather_refusals(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "has only 6 heads"));
     CU_ASSERT_NOT_EQUAL(make("tiny-gqa", MI_PLANNER_SOMEGATHER, 3, MI_F32, &c, &plan, &p, err), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "KV-head groups"));
+}
+
+/* One-way link delays on the critical path of a decoded token, stories15M on
+ * 3 ranks: layer-wise hands the residual 0 -> 1 -> 2 -> 0; tp (controller
+ * working) needs the command, one round per reduction (12) and the logits
+ * gather; somegather the command, 4 allgathers per layer, the final one and
+ * the logits gather. */
+static void test_critical_path_delays(void)
+{
+    struct { int planner; double delays; } want[] = {
+        {MI_PLANNER_LAYERWISE, 3}, {MI_PLANNER_TP, 1 + 2 * 6 + 1}, {MI_PLANNER_SOMEGATHER, 1 + 4 * 6 + 1 + 1}};
+    char err[MI_ERRLEN];
+    for (int i = 0; i < 3; i++) {
+        mi_config c;
+        mi_plan plan;
+        mi_programs p;
+        CU_ASSERT_EQUAL_FATAL(make("stories15M", want[i].planner, 3, MI_F32, &c, &plan, &p, err), 0);
+        CU_ASSERT_EQUAL(mi_predict_delays(&plan, &p), want[i].delays);
+        mi_programs_free(&p);
+        mi_plan_free(&plan);
+    }
 }
 
 static void test_wire_slices(void)
@@ -204,6 +249,7 @@ int main(void)
     CU_add_test(s, "somegather bytes, ops and shards", test_somegather_bytes_and_shards);
     CU_add_test(s, "somegather refuses D that does not fit the heads", test_somegather_refusals);
     CU_add_test(s, "reduction slices are whole blocks covering dim", test_wire_slices);
+    CU_add_test(s, "link delays on the critical path", test_critical_path_delays);
     CU_basic_set_mode(CU_BRM_NORMAL);
     CU_basic_run_tests();
     unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
