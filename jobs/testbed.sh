@@ -4,7 +4,10 @@
 # compute budget) and every TCP link between ranks gets delay, jitter and loss
 # (mi_netem on an NFQUEUE, since this kernel has no tc netem). Everything it
 # creates (cgroups, iptables rules, the emulator process) is removed on exit,
-# also when interrupted. TCP autocorking is off during the run (restored
+# also when interrupted; what a testbed killed outright (SIGKILL) left behind
+# is removed by the next run (state in /run/meshinfer-testbed). The shaped
+# port range is reserved during the run (net.ipv4.ip_local_reserved_ports), so
+# no other program's connection is shaped or caught by it. TCP autocorking is off during the run (restored
 # after): Linux holds a small segment back while the socket's previous one is
 # still queued in the host, and NFQUEUE keeps it queued for the whole delay,
 # so every second message sent back to back on a link arrived one delay late
@@ -21,12 +24,14 @@
 #   --delay-ms D       one-way delay added to each packet (default 5: RTT about 10 ms)
 #   --jitter-ms J      uniform jitter (default 1)
 #   --loss-pct L       packet loss (default 0; TCP retransmits)
+#   --rate-mbit R      one medium of R Mbit/s that every packet shares in turn,
+#                      like a wireless channel (default 0: unlimited)
 #   --port P           first TCP port of the ranks' links (default 46000)
 # example:
 #   jobs/testbed.sh -- generate -m models/cache/stories15M.h5 --planner greedy --speculate --json
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-ranks=5 cpu=40 period=5 delay=5 jitter=1 loss=0 port=46000
+ranks=5 cpu=40 period=5 delay=5 jitter=1 loss=0 rate=0 port=46000
 while (($#)); do
     case "$1" in
         --ranks) ranks=$2; shift 2 ;;
@@ -35,6 +40,7 @@ while (($#)); do
         --delay-ms) delay=$2; shift 2 ;;
         --jitter-ms) jitter=$2; shift 2 ;;
         --loss-pct) loss=$2; shift 2 ;;
+        --rate-mbit) rate=$2; shift 2 ;;
         --port) port=$2; shift 2 ;;
         -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
         --) shift; break ;;
@@ -45,7 +51,7 @@ done
 for v in "ranks=$ranks" "cpu-pct=$cpu" "cpu-period-ms=$period" "port=$port"; do
     [[ ${v#*=} =~ ^[1-9][0-9]{0,5}$ ]] || { echo "testbed: error: --${v%%=*} '${v#*=}' is not a positive integer" >&2; exit 2; }
 done
-for v in "delay-ms=$delay" "jitter-ms=$jitter" "loss-pct=$loss"; do
+for v in "delay-ms=$delay" "jitter-ms=$jitter" "loss-pct=$loss" "rate-mbit=$rate"; do
     [[ ${v#*=} =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "testbed: error: --${v%%=*} '${v#*=}' is not a number" >&2; exit 2; }
 done
 ((cpu <= 100)) || { echo "testbed: error: --cpu-pct $cpu is more than one core (100)" >&2; exit 2; }
@@ -65,21 +71,55 @@ cgroot=/sys/fs/cgroup/cpu
 
 tag="meshinfer-testbed-$$"
 queue=$(( ($$ % 60000) + 100 ))
-netem_pid=""
-autocork=$(sysctl -n net.ipv4.tcp_autocorking 2>/dev/null || echo "")
-cleanup() {
-    set +e
-    [[ -n "$autocork" ]] && sysctl -qw net.ipv4.tcp_autocorking="$autocork" 2>/dev/null
-    [[ -n "$netem_pid" ]] && kill "$netem_pid" 2>/dev/null && wait "$netem_pid" 2>/dev/null
+netem_pid="" mpi_pid=""
+# What a run changed is written down before it changes it, so that a testbed
+# killed too hard to clean up (SIGKILL, a lost session) is cleaned up by the
+# next one: its NFQUEUE rules, left without a reader, would drop every packet
+# on those ports, hanging any program whose connection happens to use one.
+statedir=/run/meshinfer-testbed
+state="$statedir/$$.state"
+save_state() {
+    printf 's_tag=%q s_queue=%q s_port=%q s_ranks=%q s_autocork=%q s_reserved=%q s_netem=%q s_mpi=%q\n' \
+        "$tag" "$queue" "$port" "$ranks" "$autocork" "$reserved" "$netem_pid" "$mpi_pid" > "$state.tmp" &&
+        mv "$state.tmp" "$state"
+}
+# remove TAG QUEUE PORT RANKS AUTOCORK RESERVED NETEM_PID MPIRUN_PID
+remove_testbed() {
+    local tag=$1 queue=$2 port=$3 ranks=$4 autocork=$5 reserved=$6 netem=$7 mpi=$8 r g p
+    [[ -n "$mpi" && "$(cat "/proc/$mpi/comm" 2>/dev/null)" == mpirun ]] && kill -KILL "$mpi" 2>/dev/null
+    [[ -n "$netem" && "$(cat "/proc/$netem/comm" 2>/dev/null)" == mi_netem ]] && kill "$netem" 2>/dev/null
     for dir in dport sport; do
-        iptables -D OUTPUT -o lo -p tcp --$dir "$port:$((port + 99))" -j NFQUEUE --queue-num "$queue" 2>/dev/null
+        while iptables -D OUTPUT -o lo -p tcp --$dir "$port:$((port + 99))" -j NFQUEUE --queue-num "$queue" 2>/dev/null; do :; done
     done
+    [[ -n "$autocork" ]] && sysctl -qw net.ipv4.tcp_autocorking="$autocork" 2>/dev/null
+    [[ "$reserved" != "-" ]] && sysctl -qw net.ipv4.ip_local_reserved_ports="$reserved" 2>/dev/null
     for ((r = 0; r < ranks; r++)); do
         g="$cgroot/$tag-rank$r"
         [[ -d "$g" ]] || continue
         while read -r p; do echo "$p" > "$cgroot/cgroup.procs"; done < "$g/cgroup.procs" 2>/dev/null
         rmdir "$g" 2>/dev/null
     done
+    return 0
+}
+mkdir -p "$statedir"
+for f in "$statedir"/*.state; do
+    [[ -f "$f" ]] || continue
+    pid=${f##*/}; pid=${pid%.state}
+    { tr '\0' ' ' < "/proc/$pid/cmdline"; } 2>/dev/null | grep -q testbed.sh && continue
+    (set +eu; . "$f"; remove_testbed "$s_tag" "$s_queue" "$s_port" "$s_ranks" "$s_autocork" "$s_reserved" "$s_netem" "$s_mpi")
+    rm -f "$f"
+    echo "testbed: removed what testbed $pid left behind (it was killed before it could clean up)" >&2
+done
+# read after the clean-up above, which restores what a killed run changed
+autocork=$(sysctl -n net.ipv4.tcp_autocorking 2>/dev/null || echo "")
+reserved=$(sysctl -n net.ipv4.ip_local_reserved_ports 2>/dev/null || echo "-")
+save_state
+cleanup() {
+    set +e
+    [[ -n "$netem_pid" ]] && kill "$netem_pid" 2>/dev/null && wait "$netem_pid" 2>/dev/null
+    netem_pid=""
+    remove_testbed "$tag" "$queue" "$port" "$ranks" "$autocork" "$reserved" "" ""
+    rm -f "$state"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -91,13 +131,17 @@ for ((r = 0; r < ranks; r++)); do
     echo $((cpu * period * 10)) > "$g/cpu.cfs_quota_us"
 done
 [[ -n "$autocork" ]] && sysctl -qw net.ipv4.tcp_autocorking=0
-"$root/build/mi_netem" --queue "$queue" --delay-ms "$delay" --jitter-ms "$jitter" --loss-pct "$loss" &
+# no other program's outgoing connection may take a port of the shaped range
+[[ "$reserved" != "-" ]] && sysctl -qw net.ipv4.ip_local_reserved_ports="${reserved:+$reserved,}$port-$((port + 99))"
+"$root/build/mi_netem" --queue "$queue" --delay-ms "$delay" --jitter-ms "$jitter" --loss-pct "$loss" --rate-mbit "$rate" &
 netem_pid=$!
+save_state
 sleep 0.3
 # both directions of every rank-to-rank TCP connection, each packet once
 iptables -I OUTPUT -o lo -p tcp --dport "$port:$((port + 99))" -j NFQUEUE --queue-num "$queue"
 iptables -I OUTPUT -o lo -p tcp --sport "$port:$((port + 99))" -j NFQUEUE --queue-num "$queue"
-echo "testbed: $ranks ranks at ${cpu}% of a core each, links ${delay} +- ${jitter} ms one way, ${loss}% loss" \
+echo "testbed: $ranks ranks at ${cpu}% of a core each, links ${delay} +- ${jitter} ms one way, ${loss}% loss," \
+     "$( [[ $rate == 0 ]] && echo "unlimited rate" || echo "one shared ${rate} Mbit/s medium")" \
      "(cgroups $tag-rank*, NFQUEUE $queue on ports $port-$((port + 99)))" >&2
 
 wrapper="$(mktemp)"
@@ -116,6 +160,7 @@ mpirun --allow-run-as-root -q --oversubscribe --bind-to none -np "$ranks" \
     --mca btl_tcp_port_min_v4 "$port" --mca btl_tcp_port_range_v4 100 \
     -x OPENBLAS_NUM_THREADS=1 "$wrapper" "$root/build/meshinfer" "$@" < /dev/null &
 mpi_pid=$!
+save_state
 stop_run() {
     kill -TERM "$mpi_pid" 2>/dev/null || true
     for _ in $(seq 50); do kill -0 "$mpi_pid" 2>/dev/null || break; sleep 0.1; done

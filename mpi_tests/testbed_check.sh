@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The emulated device testbed (jobs/testbed.sh) on a short run: the text is the
 # one-rank text, the measured RTT reflects the added delay, a lossy link still
-# gives the same text (TCP retransmits), and everything the testbed creates
-# (cgroups, iptables rules, mi_netem) is gone afterwards, also when the script
-# is sent SIGTERM mid-run. Skipped (exit 77) without root or a writable cgroup-v1
+# gives the same text (TCP retransmits), a token waits for as many link delays
+# as its programs' dependencies need (layer-wise 3, somegather 27 on 3 ranks:
+# TPOT's growth per ms of delay, within 10%) and the calibrated cost model
+# predicts TPOT within 15%, and everything the testbed creates (cgroups,
+# iptables rules, mi_netem, TCP autocorking turned off) is undone afterwards,
+# also when the script is sent SIGTERM mid-run. Skipped (exit 77) without root or a writable cgroup-v1
 # cpu controller.
 # usage: testbed_check.sh MESHINFER MODEL
 set -uo pipefail
@@ -38,6 +41,26 @@ check "measured RTT $rtt ms is at least the added 2 x (2 - 0.4) ms and under 40 
     "awk 'BEGIN {exit !($rtt >= 3.2 && $rtt < 40)}'"
 check "no cgroup, iptables rule or mi_netem left after a run" "[[ \"\$(leftovers '$tmp/a.err')\" == '0 0 0' ]]"
 
+# critical path: the TPOT's slope over the link delay counts the delays a token waits for;
+# the calibrated prediction is checked where the links dominate (8 ms): its compute
+# part comes from a streaming rate measured past the caches, so it over-estimates
+# shards that stay cache-resident (layerwise at 2 ms: +16%)
+autocork=$(sysctl -n net.ipv4.tcp_autocorking 2>/dev/null)
+for p in layerwise somegather; do
+    for d in 2 8; do
+        "$root/jobs/testbed.sh" --ranks 3 --cpu-pct 60 --delay-ms $d --jitter-ms 0 --port $port -- \
+            generate -m "$model" -n 16 --planner $p --json > "$tmp/cp-$p-$d.json" 2> "$tmp/cp.err" || tail -3 "$tmp/cp.err"
+    done
+    res=$(node -e 'const f = (p) => JSON.parse(require("fs").readFileSync(p));
+      const a = f(process.argv[1]), b = f(process.argv[2]);
+      const slope = (b.tpot_ms - a.tpot_ms) / 6, want = a.critical_path_delays, err = b.calibrated_token_ms / b.tpot_ms - 1;
+      console.log(slope.toFixed(2), want, (100 * err).toFixed(0),
+                  Math.abs(slope - want) <= 0.1 * want && Math.abs(err) <= 0.15 ? "ok" : "BAD")' \
+        "$tmp/cp-$p-2.json" "$tmp/cp-$p-8.json" 2>&1)
+    check "$p: delays per token measured/programs, calibrated prediction error %: $res" "[[ '$res' == *ok ]]"
+done
+check "TCP autocorking restored after the runs" "[[ \"\$(sysctl -n net.ipv4.tcp_autocorking 2>/dev/null)\" == '$autocork' ]]"
+
 "$root/jobs/testbed.sh" --ranks 3 --cpu-pct 60 --delay-ms 1 --loss-pct 3 --port $port -- \
     generate -m "$model" -n 12 --planner roundrobin > "$tmp/b.txt" 2> "$tmp/b.err"
 rc=$?
@@ -55,6 +78,23 @@ sleep 1
 check "SIGTERM: exit 130 with a message" "[[ $rc == 130 ]] && grep -q 'interrupted' '$tmp/c.err'"
 check "SIGTERM: no meshinfer rank, cgroup, iptables rule or mi_netem left" \
     "[[ \"\$(leftovers '$tmp/c.err')\" == '0 0 0' && \$(pgrep -fc 'meshinfer generate.*-n 240' || true) == 0 ]]"
+
+# killed outright, a testbed cannot clean up: the next run removes what it left
+reserved=$(sysctl -n net.ipv4.ip_local_reserved_ports)
+"$root/jobs/testbed.sh" --ranks 2 --delay-ms 5 --port $port -- \
+    generate -m "$model" -n 240 --ignore-eos > /dev/null 2> "$tmp/k.err" &
+tb=$!
+for _ in $(seq 150); do grep -q "^testbed: 2 ranks" "$tmp/k.err" && break; sleep 0.2; done
+check "while it runs, the shaped ports are reserved from other programs' connections" \
+    "sysctl -n net.ipv4.ip_local_reserved_ports | grep -q '$port-$((port + 99))'"
+kill -KILL "$tb"; wait "$tb" 2>/dev/null
+check "SIGKILL: its 2 iptables rules and 2 cgroups stay behind" "[[ \"\$(leftovers '$tmp/k.err')\" == '2 2 '* ]]"
+"$root/jobs/testbed.sh" --ranks 2 --delay-ms 1 --port $port -- generate -m "$model" -n 4 > /dev/null 2> "$tmp/l.err"
+rc=$?
+check "the next run exits 0 and says it removed them" "[[ $rc == 0 ]] && grep -q 'removed what testbed $tb left behind' '$tmp/l.err'"
+sleep 1
+check "nothing of either run left; reserved ports and autocorking restored" \
+    "[[ \"\$(leftovers '$tmp/k.err') \$(leftovers '$tmp/l.err')\" == '0 0 0 0 0 0' && \"\$(sysctl -n net.ipv4.ip_local_reserved_ports)\" == '$reserved' && \"\$(sysctl -n net.ipv4.tcp_autocorking)\" == '$autocork' && \$(pgrep -fc 'meshinfer generate.*-n 240' || true) == 0 ]]"
 
 "$root/jobs/testbed.sh" --ranks 3 --bogus 1 -- info > /dev/null 2> "$tmp/d.err"; rc=$?
 check "unknown option: exit 2 naming it" "[[ $rc == 2 ]] && grep -q 'bogus' '$tmp/d.err'"

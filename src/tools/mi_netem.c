@@ -3,9 +3,12 @@
  * Packets that iptables sends to NFQUEUE queue Q are held for delay +- jitter
  * (uniform) and released in arrival order (a link does not reorder), or
  * dropped with probability loss. Every packet that passes is delayed once, so
- * a rule matching both directions gives an RTT of about 2 x delay.
+ * a rule matching both directions gives an RTT of about 2 x delay. With a
+ * rate, every packet also occupies one shared medium for its bits / rate in
+ * arrival order, as on a wireless channel that all devices share (seed 002's
+ * mesh): bytes cost time and traffic queues.
  *
- * usage: mi_netem --queue Q --delay-ms D [--jitter-ms J] [--loss-pct L] [--seed S]
+ * usage: mi_netem --queue Q --delay-ms D [--jitter-ms J] [--loss-pct L] [--rate-mbit R] [--seed S]
  * Runs until SIGINT/SIGTERM, then releases every held packet and exits 0. */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -29,7 +32,8 @@ static struct {
     int drop;
 } held[CAP];
 static size_t head, tail;
-static double delay_s, jitter_s, loss;
+static double delay_s, jitter_s, loss, rate_bps;
+static double medium_free; /* when the shared medium finishes the packets before */
 static uint64_t rng = 88172645463325252ull;
 static double last_release;
 static volatile sig_atomic_t stop;
@@ -59,7 +63,17 @@ static int on_packet(struct nfq_q_handle *qh, struct nfgenmsg *msg, struct nfq_d
     uint32_t id = ntohl(ph->packet_id);
     if ((tail + 1) % CAP == head) /* queue full: let it through rather than stall the link */
         return nfq_set_verdict(qh, id, NF_ACCEPT, 0, NULL);
-    double r = now() + delay_s + (2.0 * uniform() - 1.0) * jitter_s;
+    double t = now(), sent = t;
+    if (rate_bps > 0) {
+        /* the IPv4 header's total length (the queue copies the first 20 bytes) */
+        unsigned char *ip = NULL;
+        int n = nfq_get_payload(nfa, &ip);
+        double bytes = n >= 4 ? (double)(((unsigned)ip[2] << 8) | ip[3]) : 64.0;
+        double start = t > medium_free ? t : medium_free;
+        medium_free = start + 8.0 * bytes / rate_bps;
+        sent = medium_free;
+    }
+    double r = sent + delay_s + (2.0 * uniform() - 1.0) * jitter_s;
     if (r < last_release) /* FIFO: never overtake the packet ahead */
         r = last_release;
     last_release = r;
@@ -79,10 +93,10 @@ static void on_signal(int s)
 int main(int argc, char **argv)
 {
     int queue = -1, o;
-    double delay_ms = -1, jitter_ms = 0, loss_pct = 0;
+    double delay_ms = -1, jitter_ms = 0, loss_pct = 0, rate_mbit = 0;
     static const struct option opts[] = {{"queue", 1, 0, 'q'}, {"delay-ms", 1, 0, 'd'}, {"jitter-ms", 1, 0, 'j'},
-                                         {"loss-pct", 1, 0, 'l'}, {"seed", 1, 0, 's'}, {"help", 0, 0, 'h'},
-                                         {0, 0, 0, 0}};
+                                         {"loss-pct", 1, 0, 'l'}, {"seed", 1, 0, 's'}, {"rate-mbit", 1, 0, 'r'},
+                                         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         char *end = NULL;
         switch (o) {
@@ -90,10 +104,12 @@ int main(int argc, char **argv)
         case 'd': delay_ms = strtod(optarg, &end); break;
         case 'j': jitter_ms = strtod(optarg, &end); break;
         case 'l': loss_pct = strtod(optarg, &end); break;
+        case 'r': rate_mbit = strtod(optarg, &end); break;
         case 's': rng = strtoull(optarg, &end, 10) | 1; break;
         case 'h':
-            printf("usage: mi_netem --queue Q --delay-ms D [--jitter-ms J] [--loss-pct L] [--seed S]\n"
-                   "Holds NFQUEUE packets for D +- J ms in FIFO order, drops L%%; stops on SIGINT/SIGTERM.\n");
+            printf("usage: mi_netem --queue Q --delay-ms D [--jitter-ms J] [--loss-pct L] [--rate-mbit R] [--seed S]\n"
+                   "Holds NFQUEUE packets for D +- J ms in FIFO order, drops L%%; with R, packets also take\n"
+                   "turns on one shared medium of R Mbit/s (0: unlimited); stops on SIGINT/SIGTERM.\n");
             return 0;
         default: fprintf(stderr, "mi_netem: error: bad option (see --help)\n"); return 2;
         }
@@ -103,14 +119,15 @@ int main(int argc, char **argv)
         }
     }
     if (queue < 0 || queue > 65535 || delay_ms < 0 || jitter_ms < 0 || jitter_ms > delay_ms || loss_pct < 0 ||
-        loss_pct > 100) {
+        loss_pct > 100 || rate_mbit < 0) {
         fprintf(stderr, "mi_netem: error: need --queue 0..65535, --delay-ms >= 0, 0 <= --jitter-ms <= delay, "
-                        "--loss-pct 0..100\n");
+                        "--loss-pct 0..100, --rate-mbit >= 0\n");
         return 2;
     }
     delay_s = delay_ms / 1e3;
     jitter_s = jitter_ms / 1e3;
     loss = loss_pct;
+    rate_bps = rate_mbit * 1e6;
     struct nfq_handle *h = nfq_open();
     if (!h) {
         fprintf(stderr, "mi_netem: error: nfq_open failed (root and the nfnetlink_queue module are needed)\n");
@@ -122,7 +139,8 @@ int main(int argc, char **argv)
         return 1;
     }
     struct nfq_q_handle *qh = nfq_create_queue(h, (uint16_t)queue, on_packet, NULL);
-    if (!qh || nfq_set_mode(qh, NFQNL_COPY_META, 0) < 0) {
+    /* with a rate the IPv4 header is needed for the packet's length */
+    if (!qh || nfq_set_mode(qh, rate_bps > 0 ? NFQNL_COPY_PACKET : NFQNL_COPY_META, rate_bps > 0 ? 20 : 0) < 0) {
         fprintf(stderr, "mi_netem: error: cannot create queue %d (in use?)\n", queue);
         return 1;
     }
@@ -131,7 +149,8 @@ int main(int argc, char **argv)
     signal(SIGTERM, on_signal);
     int fd = nfq_fd(h);
     char buf[65536] __attribute__((aligned));
-    fprintf(stderr, "mi_netem: queue %d, delay %.2f ms +- %.2f, loss %.2f%%\n", queue, delay_ms, jitter_ms, loss_pct);
+    fprintf(stderr, "mi_netem: queue %d, delay %.2f ms +- %.2f, loss %.2f%%, rate %s\n", queue, delay_ms, jitter_ms,
+            loss_pct, rate_bps > 0 ? "limited" : "unlimited");
     while (!stop) {
         double t = now();
         while (head != tail && (held[head].release <= t || stop)) {
