@@ -11,8 +11,9 @@
 # (compute, communication, idle).
 # Writes results/somegather_testbed/latency.csv, latency.md and latency.png.
 #
-# usage: jobs/somegather_testbed.sh [--quick] [--out DIR]
+# usage: jobs/somegather_testbed.sh [--quick] [--replot] [--out DIR]
 #   --quick   stories15M only, unlimited rate only
+#   --replot  no runs: redraw latency.md and latency.png from DIR/latency.csv
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
@@ -21,62 +22,67 @@ fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$root/build/meshinfer"
 out="$root/results/somegather_testbed"
-quick=0
+quick=0 replot=0
 fail() { echo "somegather_testbed: error: $*" >&2; exit 1; }
+say() { echo "somegather_testbed: $*" >&2; }
 while (($#)); do
     case "$1" in
         --quick) quick=1; shift ;;
+        --replot) replot=1; shift ;;
         --out) (($# >= 2)) || fail "--out needs a value"; out=$2; shift 2 ;;
         *) fail "unknown option '$1' (see --help)" ;;
     esac
 done
 command -v gnuplot >/dev/null || fail "gnuplot is not installed (apt-get install gnuplot-nox)"
-[[ -x "$bin" ]] || "$root/jobs/build.sh"
-stories="$root/models/cache/stories15M.h5"
-[[ -f "$stories" ]] || stories="$("$root/jobs/fetch_model.sh")"
-tiny="$root/models/cache/tinyllama-synth-q4_0.h5"
-if ((!quick)) && [[ ! -f "$tiny" ]]; then
-    echo "somegather_testbed: writing the synthetic TinyLlama-shaped q4_0 model (seeded random weights)..." >&2
-    "$bin" synth --shape tinyllama-1.1b --dtype q4_0 --out "$tiny" >/dev/null
-fi
-mkdir -p "$out"
-say() { echo "somegather_testbed: $*" >&2; }
-csv="$out/latency.csv.partial"
-echo "model,link,ranks,scheme,prune,tpot_ms,calibrated_ms,delays,bytes_per_token,compute_s,comm_s,idle_s" > "$csv"
-one() { # model label link-label rate D planner prune steps
-    local m=$1 label=$2 link=$3 rate=$4 D=$5 p=$6 r=$7 n=$8 extra=()
-    [[ $p == somegather && $r != 0 ]] && extra=(--prune "$r")
-    say "$label, $link, D=$D, $p${extra[*]:+ r=$r}"
-    if ! "$root/jobs/testbed.sh" --ranks "$D" --delay-ms 5 --jitter-ms 0 --rate-mbit "$rate" -- \
-         generate -m "$m" -n "$n" --planner "$p" "${extra[@]}" --json > "$out/run.json" 2> "$out/err"; then
-        grep -q "does not divide\|has only\|cut\|does not fit" "$out/err" && { say "  skipped: $(grep -o 'error: .*' "$out/err")"; return; }
-        fail "$label $p on $D ranks: $(tail -1 "$out/err")"
+if ((replot)); then
+    [[ -f "$out/latency.csv" ]] || fail "--replot: no $out/latency.csv (run without --replot first)"
+else
+    [[ -x "$bin" ]] || "$root/jobs/build.sh"
+    stories="$root/models/cache/stories15M.h5"
+    [[ -f "$stories" ]] || stories="$("$root/jobs/fetch_model.sh")"
+    tiny="$root/models/cache/tinyllama-synth-q4_0.h5"
+    if ((!quick)) && [[ ! -f "$tiny" ]]; then
+        echo "somegather_testbed: writing the synthetic TinyLlama-shaped q4_0 model (seeded random weights)..." >&2
+        "$bin" synth --shape tinyllama-1.1b --dtype q4_0 --out "$tiny" >/dev/null
     fi
-    node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1]));
-      let c = 0, m = 0, i = 0;
-      for (const r of j.ranks) { const s = r.seconds; c += s.attention + s.projection + s.ffn + s.logits; m += s.communication; i += s.idle; }
-      const n = j.ranks.length;
-      console.log([...process.argv.slice(2), j.tpot_ms, j.calibrated_token_ms, j.critical_path_delays,
-                   j.plan.predicted_bytes_per_token, c / n, m / n, i / n].join(","))' \
-        "$out/run.json" "$label" "$link" "$D" "$p" "$r" >> "$csv"
-}
-models=("$stories|stories15M|16")
-((quick)) || models+=("$tiny|tinyllama-synth-q4_0|6")
-links=("unlimited|0")
-((quick)) || links+=("10Mbit-shared|10")
-for mm in "${models[@]}"; do
-    IFS='|' read -r m label n <<<"$mm"
-    for ll in "${links[@]}"; do
-        IFS='|' read -r link rate <<<"$ll"
-        for D in 2 3 4 5 6; do
-            one "$m" "$label" "$link" "$rate" "$D" layerwise 0 "$n"
-            one "$m" "$label" "$link" "$rate" "$D" tp 0 "$n"
-            for r in 0 0.5 0.9; do one "$m" "$label" "$link" "$rate" "$D" somegather "$r" "$n"; done
+    mkdir -p "$out"
+    csv="$out/latency.csv.partial"
+    echo "model,link,ranks,scheme,prune,tpot_ms,calibrated_ms,delays,bytes_per_token,compute_s,comm_s,idle_s" > "$csv"
+    one() { # model label link-label rate D planner prune steps
+        local m=$1 label=$2 link=$3 rate=$4 D=$5 p=$6 r=$7 n=$8 extra=()
+        [[ $p == somegather && $r != 0 ]] && extra=(--prune "$r")
+        say "$label, $link, D=$D, $p${extra[*]:+ r=$r}"
+        if ! "$root/jobs/testbed.sh" --ranks "$D" --delay-ms 5 --jitter-ms 0 --rate-mbit "$rate" -- \
+             generate -m "$m" -n "$n" --planner "$p" "${extra[@]}" --json > "$out/run.json" 2> "$out/err"; then
+            grep -q "does not divide\|has only\|cut\|does not fit" "$out/err" && { say "  skipped: $(grep -o 'error: .*' "$out/err")"; return; }
+            fail "$label $p on $D ranks: $(tail -1 "$out/err")"
+        fi
+        node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1]));
+          let c = 0, m = 0, i = 0;
+          for (const r of j.ranks) { const s = r.seconds; c += s.attention + s.projection + s.ffn + s.logits; m += s.communication; i += s.idle; }
+          const n = j.ranks.length;
+          console.log([...process.argv.slice(2), j.tpot_ms, j.calibrated_token_ms, j.critical_path_delays,
+                       j.plan.predicted_bytes_per_token, c / n, m / n, i / n].join(","))' \
+            "$out/run.json" "$label" "$link" "$D" "$p" "$r" >> "$csv"
+    }
+    models=("$stories|stories15M|16")
+    ((quick)) || models+=("$tiny|tinyllama-synth-q4_0|6")
+    links=("unlimited|0")
+    ((quick)) || links+=("10Mbit-shared|10")
+    for mm in "${models[@]}"; do
+        IFS='|' read -r m label n <<<"$mm"
+        for ll in "${links[@]}"; do
+            IFS='|' read -r link rate <<<"$ll"
+            for D in 2 3 4 5 6; do
+                one "$m" "$label" "$link" "$rate" "$D" layerwise 0 "$n"
+                one "$m" "$label" "$link" "$rate" "$D" tp 0 "$n"
+                for r in 0 0.5 0.9; do one "$m" "$label" "$link" "$rate" "$D" somegather "$r" "$n"; done
+            done
         done
     done
-done
-rm -f "$out/run.json" "$out/err"
-mv "$csv" "$out/latency.csv"
+    rm -f "$out/run.json" "$out/err"
+    mv "$csv" "$out/latency.csv"
+fi
 node - "$out/latency.csv" > "$out/latency.md" <<'JS'
 const rows = require("fs").readFileSync(process.argv[2], "utf8").trim().split("\n").slice(1).map(l => l.split(","));
 let o = "";
@@ -117,7 +123,7 @@ for (const g of groups) {
 fs.writeFileSync(process.argv[3], o);
 JS
 n_groups=$(cut -d, -f1,2 "$out/latency.csv" | tail -n +2 | sort -u | wc -l)
-titles=$(cut -d, -f1,2 "$out/latency.csv" | tail -n +2 | awk '!seen[$0]++' | tr ',' ' ' | tr '\n' ';')
+titles=$(cut -d, -f1,2 "$out/latency.csv" | tail -n +2 | awk '!seen[$0]++' | tr ',\n' '  ')
 gnuplot <<GP
 set terminal pngcairo size $((n_groups > 1 ? 1200 : 700)),$((n_groups > 2 ? 900 : 480)) font ",10"
 set output "$out/latency.png.partial"
@@ -127,6 +133,7 @@ set grid
 set xlabel "devices D"
 set ylabel "ms per token"
 set xrange [1.7:6.3]
+set xtics 1
 set key top left font ",9"
 titles = "$titles"
 do for [g = 0:$((n_groups - 1))] {

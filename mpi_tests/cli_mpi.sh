@@ -50,7 +50,7 @@ tracks=$(node -e 'const t = JSON.parse(require("fs").readFileSync(process.argv[1
 # so shards are tens of MB)
 "$bin" synth --shape stories110M --dtype q4_0 --out "$tmp/q4.h5" >/dev/null 2>&1 || bad "synth q4_0 model"
 for m in "$model" "$tmp/q4.h5"; do
-    for p in layerwise tp; do
+    for p in layerwise tp somegather; do
         run -np 3 "$bin" generate -m "$m" -n 5 --planner $p --json > "$tmp/m.json" 2>/dev/null
         res=$(node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1]));
           for (const r of j.ranks) if (r.weight_bytes >= 8e6)

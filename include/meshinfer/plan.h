@@ -162,6 +162,15 @@ int mi_plan_prune(mi_plan *plan, const char *model_path, const double *ratio, in
  * their rank owns. */
 void mi_plan_fill_keep(mi_plan *plan);
 
+/* Split `total` units (heads, FFN units, vocabulary rows) over n parts in
+ * proportion to weight[0..n) (NULL: equal parts), in order: part i's share
+ * ends at the nearest unit to its cumulative weight, and every part gets at
+ * least one unit while units remain for the parts after it. Writes count[i]
+ * (0 for parts beyond total) and returns how many parts got units. Pure; the
+ * tp planner and seed 002's memory model share it so that the model's shards
+ * are the planner's. No errors (n >= 1, total >= 0, weights > 0). */
+int mi_split_units(int total, const double *weight, int n, int *count);
+
 /* The columns [*c0, *c0 + *n) that `rank` owns in exchange kind x of a
  * somegather plan (its residual columns, its heads' output columns, its FFN
  * units). */

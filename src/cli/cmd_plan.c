@@ -126,17 +126,21 @@ static void print_plan(const mi_plan *p, const mi_cluster *cl, const mi_predicti
         }
         for (int i = 0; i < p->n_cls; i++)
             cls += p->cls[i].rank == r;
-        char holds[128];
-        int n = snprintf(holds, sizeof holds, "%s", p->n_cols > 0 ? "embedding columns " : r == 0 ? "embeddings " : "");
+        char holds[128] = "";
+        size_t n = 0;
+#define HOLDS(...) (n += (size_t)snprintf(holds + n, sizeof holds - n, n ? ", " : ""), \
+                    n += (size_t)snprintf(holds + n, sizeof holds - n, __VA_ARGS__))
+        if (p->n_cols > 0 || r == 0)
+            HOLDS("%s", p->n_cols > 0 ? "embedding columns" : "embeddings");
         if (heads)
-            n += snprintf(holds + n, sizeof holds - (size_t)n, "%d KV heads ", heads);
+            HOLDS("%d KV heads", heads);
         if (proj)
-            n += snprintf(holds + n, sizeof holds - (size_t)n, "%d wo ", proj);
+            HOLDS("%d wo", proj);
         if (ffn)
-            n += snprintf(holds + n, sizeof holds - (size_t)n, "%d FFN%s ", ffn,
-                          p->layers[0].n_ffn > 1 ? " slices" : "");
+            HOLDS("%d FFN%s", ffn, p->layers[0].n_ffn > 1 ? " slices" : "");
         if (cls)
-            n += snprintf(holds + n, sizeof holds - (size_t)n, "classifier");
+            HOLDS("classifier");
+#undef HOLDS
         if (n == 0)
             snprintf(holds, sizeof holds, "idle (more ranks than units)");
         printf("  %4d  %-16s  %10.2f  %7.2f  %10.2f  %3.0f%%  %8.3f       %s\n", r, cl->dev[r].name,

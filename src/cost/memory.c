@@ -71,27 +71,14 @@ static int split_floor(int total, int D, int i)
 }
 
 /* Device i's units when total is split as the tp planner splits over equal
- * devices (plan.c split_by_speed with every speed 1): nearest rounding, one
- * unit kept for every later device when there are enough. */
+ * devices. */
 static int split_nearest(int total, int D, int i)
 {
-    int next = 0;
-    double acc = 0;
-    for (int j = 0; j < D && next < total; j++) {
-        acc += 1.0;
-        int end = j == D - 1 ? total : (int)(acc / D * total + 0.5);
-        int left = D - 1 - j;
-        if (end > total - left && total - left > next)
-            end = total - left;
-        if (end <= next)
-            end = next + 1;
-        if (end > total)
-            end = total;
-        if (j == i)
-            return end - next;
-        next = end;
-    }
-    return 0;
+    int *count = mi_malloc((size_t)D * sizeof(int), "split counts");
+    mi_split_units(total, NULL, D, count);
+    int n = count[i];
+    free(count);
+    return n;
 }
 
 static int n_q(const mi_config *c) { return c->n_heads * c->head_dim; }

@@ -60,6 +60,19 @@ static mi_op norm_op(int layer, int kind, int flags)
     return op;
 }
 
+/* A product that adds into the rank's own residual columns from the whole of
+ * a gathered buffer: wo over every head output, w2 over every hidden unit
+ * (the rank holds those rows of wo_t / w2_t). */
+static mi_op add_into_own(int kind, int layer, const mi_slice *cols, int in, int width)
+{
+    mi_op op = pb_compute(kind, layer, MI_BUF_X, cols->v0, cols->n);
+    op.in = in;
+    op.i0 = 0;
+    op.ni = width;
+    op.flags = MI_OPF_ADD;
+    return op;
+}
+
 int pb_compile_somegather(const mi_plan *plan, mi_programs *p, char *err)
 {
     const mi_config *c = &plan->cfg;
@@ -85,15 +98,8 @@ int pb_compile_somegather(const mi_plan *plan, mi_programs *p, char *err)
             pb_op(p, MI_PHASE_PREFILL, r, pb_compute(MI_OP_ATTN, l, MI_BUF_HEADS, h0, hn));
         }
         exchange(plan, p, comm, MI_XCH_HEADS, l, MI_BUF_HEADS);
-        for (int r = 0; r < n; r++) {
-            const mi_slice *cr = &plan->cols[r];
-            mi_op op = pb_compute(MI_OP_PROJ, l, MI_BUF_X, cr->v0, cr->n);
-            op.in = MI_BUF_HEADS;
-            op.i0 = 0;
-            op.ni = nq;
-            op.flags = MI_OPF_ADD;
-            pb_op(p, MI_PHASE_PREFILL, r, op);
-        }
+        for (int r = 0; r < n; r++)
+            pb_op(p, MI_PHASE_PREFILL, r, add_into_own(MI_OP_PROJ, l, &plan->cols[r], MI_BUF_HEADS, nq));
         exchange(plan, p, comm, MI_XCH_FFN_IN, l, MI_BUF_X);
         for (int r = 0; r < n; r++) {
             int f0, nf;
@@ -102,15 +108,8 @@ int pb_compile_somegather(const mi_plan *plan, mi_programs *p, char *err)
             pb_op(p, MI_PHASE_PREFILL, r, pb_compute(MI_OP_FFN_UP, l, MI_BUF_HIDDEN, f0, nf));
         }
         exchange(plan, p, comm, MI_XCH_HIDDEN, l, MI_BUF_HIDDEN);
-        for (int r = 0; r < n; r++) {
-            const mi_slice *cr = &plan->cols[r];
-            mi_op op = pb_compute(MI_OP_FFN_DOWN, l, MI_BUF_X, cr->v0, cr->n);
-            op.in = MI_BUF_HIDDEN;
-            op.i0 = 0;
-            op.ni = c->hidden_dim;
-            op.flags = MI_OPF_ADD;
-            pb_op(p, MI_PHASE_PREFILL, r, op);
-        }
+        for (int r = 0; r < n; r++)
+            pb_op(p, MI_PHASE_PREFILL, r, add_into_own(MI_OP_FFN_DOWN, l, &plan->cols[r], MI_BUF_HIDDEN, c->hidden_dim));
     }
     exchange(plan, p, comm, MI_XCH_FINAL, -1, MI_BUF_X);
     int m[MI_MAX_RANKS], k = 0;

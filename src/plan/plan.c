@@ -428,28 +428,47 @@ static void set_single_ffn(mi_plan *plan, int l, int rank)
     lp->ffn[0] = (mi_slice){rank, 0, plan->cfg.hidden_dim};
 }
 
-/* Split [0, total) over ranks in proportion to their speed; every rank gets
- * at least one unit when total allows (ranks beyond total get none). */
-static int split_by_speed(const placer *p, int total, const int *ranks, int n, mi_slice *out)
+int mi_split_units(int total, const double *weight, int n, int *count)
 {
     double sum = 0;
     for (int i = 0; i < n; i++)
-        sum += p->cl->dev[ranks[i]].speed;
+        sum += weight ? weight[i] : 1.0;
     int m = 0, next = 0;
     double acc = 0;
-    for (int i = 0; i < n && next < total; i++) {
-        acc += p->cl->dev[ranks[i]].speed;
+    for (int i = 0; i < n; i++) {
+        count[i] = 0;
+        if (next >= total)
+            continue;
+        acc += weight ? weight[i] : 1.0;
         int end = i == n - 1 ? total : (int)(acc / sum * total + 0.5);
-        int left = n - 1 - i; /* keep one unit for each later rank when possible */
+        int left = n - 1 - i; /* keep one unit for each later part when possible */
         if (end > total - left && total - left > next)
             end = total - left;
         if (end <= next)
             end = next + 1;
         if (end > total)
             end = total;
-        out[m++] = (mi_slice){ranks[i], next, end - next};
+        count[i] = end - next;
         next = end;
+        m++;
     }
+    return m;
+}
+
+/* Split [0, total) over ranks in proportion to their speed (mi_split_units). */
+static int split_by_speed(const placer *p, int total, const int *ranks, int n, mi_slice *out)
+{
+    double *speed = mi_malloc((size_t)n * sizeof(double), "speeds");
+    int *count = mi_malloc((size_t)n * sizeof(int), "split counts");
+    for (int i = 0; i < n; i++)
+        speed[i] = p->cl->dev[ranks[i]].speed;
+    int m = mi_split_units(total, speed, n, count), next = 0;
+    for (int i = 0; i < m; i++) {
+        out[i] = (mi_slice){ranks[i], next, count[i]};
+        next += count[i];
+    }
+    free(speed);
+    free(count);
     return m;
 }
 
