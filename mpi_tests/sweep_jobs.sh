@@ -24,10 +24,12 @@ row() { awk -F, -v p="$1" -v s="$2" -v t="$3" 'NR > 1 && $3 == p && $4 == s && (
 hdr=$(head -1 "$csv")
 field() { local n; n=$(tr ',' '\n' <<<"$hdr" | grep -nx "$1" | cut -d: -f1); cut -d, -f"$n"; }
 check "256-position columns: 14 prompt tokens + 6 generated" "[[ \$(col positions | sort -u) == 20 ]]"
-check "tolerance 0 accepts nothing on any of the 5 transitions" \
-    "[[ \$(row greedy 1 0 | field acceptance_per_layer) == '0.000 0.000 0.000 0.000 0.000' ]]"
-check "tolerance 1e9 accepts every transition" \
-    "[[ \$(row greedy 1 1e9 | field acceptance_per_layer) == '1.000 1.000 1.000 1.000 1.000' ]]"
+# which of the 5 transitions speculate is the cost model's choice from the
+# round trips measured at start-up (microseconds here, and noisy): each run
+# must speculate on at least one, and the tolerance decides what they accept
+all_are() { local v; v=$(row greedy 1 "$1" | field acceptance_per_layer); [[ -n "$v" ]] && ! tr ' ' '\n' <<<"$v" | grep -qvx "$2"; }
+check "tolerance 0 accepts nothing on any speculating transition" "all_are 0 0.000"
+check "tolerance 1e9 accepts every speculating transition" "all_are 1e9 1.000"
 check "per-device compute time: one value per rank" \
     "[[ \$(row layerwise 0 0 | field active_s_per_rank | wc -w) == 3 ]]"
 lw=$(row layerwise 0 0 | field bytes_total); hl=$(row greedy 0 0 | field bytes_total)
