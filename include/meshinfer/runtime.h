@@ -118,8 +118,10 @@ void mi_runtime_reset_metrics(mi_runtime *rt);
 
 /* Collective: gather trace events at rank 0 and write a Chrome trace-event
  * JSON file (one track per rank; opens in Perfetto / chrome://tracing).
- * Returns 0, or -1 on rank 0 if the file cannot be written. */
-int mi_runtime_write_trace(mi_runtime *rt, const char *path);
+ * Written through output.h (temporary name, then renamed); the caller checks
+ * the path with mi_output_check before the run. Returns 0, or -1 on rank 0
+ * with one line in err (MI_ERRLEN) if the file cannot be written. */
+int mi_runtime_write_trace(mi_runtime *rt, const char *path, char *err);
 
 /* Collective: free windows, communicators, the shard and buffers. */
 void mi_runtime_free(mi_runtime *rt);

@@ -11,16 +11,17 @@
 #include "meshinfer/checkpoint.h"
 #include "meshinfer/common.h"
 #include "meshinfer/model_file.h"
+#include "meshinfer/output.h"
 #include "meshinfer/quantize.h"
 #include "meshinfer/synth.h"
 #include "meshinfer/tokenizer.h"
 
-/* Refuse to write the output over one of the inputs. */
+/* Refuse to write the output over one of the inputs (output.h). */
 static void check_not_input(const char *out, const char *in)
 {
-    struct stat a, b;
-    if (stat(out, &a) == 0 && stat(in, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
-        mi_fatal("%s: output is the same file as the input %s; refusing to overwrite it", out, in);
+    char err[MI_ERRLEN];
+    if (mi_output_check(out, "model file", &in, 1, err))
+        mi_fatal("%s", err);
 }
 
 int cmd_convert(int argc, char **argv)

@@ -79,6 +79,7 @@ int cmd_perplexity(int argc, char **argv)
     if (rank == 0)
         text = cli_read_text_err(path, &len, err);
     mi_check_all(rank == 0 && !text, err);
+    so.text_input = path;
     mi_session ss;
     session_open(&ss, "perplexity", model, &so, 64, threads);
     const mi_config *c = &ss.cfg;

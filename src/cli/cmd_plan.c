@@ -15,6 +15,7 @@
 
 #include "cli.h"
 #include "meshinfer/common.h"
+#include "meshinfer/output.h"
 #include "meshinfer/model_file.h"
 #include "meshinfer/cost.h"
 #include "meshinfer/partition.h"
@@ -303,38 +304,21 @@ static int mem_write_csv(FILE *f, const mi_config *c, const mem_opts *o, const m
     return ferror(f);
 }
 
-/* Fail now, naming path, if a file cannot be created next to it. */
-static void check_writable(const char *path, const char *what)
-{
-    char tmp[PATH_MAX + 64];
-    temp_name(path, "partial", tmp, sizeof tmp);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        mi_fatal("%s: cannot write the %s file (%s)", path, what, strerror(errno));
-    fclose(f);
-    remove(tmp);
-}
-
-/* Write the CSV to path through a temporary name. */
+/* Write the CSV to path (output.h). */
 static void mem_save_csv(const char *path, const mi_config *c, const mem_opts *o, const mem_series *ser,
                          int n_ser)
 {
-    char tmp[PATH_MAX + 64];
-    temp_name(path, "partial", tmp, sizeof tmp);
-    FILE *f = fopen(tmp, "w");
+    char err[MI_ERRLEN];
+    mi_output out;
+    FILE *f = mi_output_open(&out, path, err);
     if (!f)
-        mi_fatal("%s: cannot write the CSV file (%s)", path, strerror(errno));
-    mi_temp_file_set(tmp);
-    int bad = mem_write_csv(f, c, o, ser, n_ser);
-    bad |= fclose(f) != 0;
-    if (!bad)
-        bad = rename(tmp, path) != 0;
-    int e = errno;
-    mi_temp_file_clear();
-    if (bad) {
-        remove(tmp);
-        mi_fatal("%s: cannot write the CSV file (%s)", path, strerror(e));
+        mi_fatal("%s", err);
+    if (mem_write_csv(f, c, o, ser, n_ser)) {
+        mi_output_abort(&out);
+        mi_fatal("%s: cannot write the CSV file", path);
     }
+    if (mi_output_commit(&out, err))
+        mi_fatal("%s", err);
 }
 
 /* jobs/lib/memory_model.gp of the repository this binary was built in
@@ -405,31 +389,23 @@ static const char *first_line(char *s)
 /* Draw png from csv; returns 0, or -1 with one line in err. */
 static int mem_draw_png(const char *png, const char *csv, const mi_config *c, const mem_opts *o, char *err)
 {
-    char gp[PATH_MAX], tmp[PATH_MAX + 64], title[512], ratios[MAX_PRUNE * 24] = "", msg[2048], dts[160];
+    char gp[PATH_MAX], title[512], ratios[MAX_PRUNE * 24] = "", msg[2048], dts[160];
     if (find_gp_script(gp, sizeof gp))
         return mi_set_error(err, "%s: cannot find jobs/lib/memory_model.gp (run meshinfer from its build "
                                  "directory in the repository)", png);
-    temp_name(png, "partial.png", tmp, sizeof tmp);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return mi_set_error(err, "%s: cannot write the PNG file (%s)", png, strerror(errno));
-    fclose(f);
     snprintf(title, sizeof title, "%s (dim %d, %d layers, %d KV heads, weights %s): %d positions, %s messages",
              c->name, c->dim, c->n_layers, c->n_kv_heads, mi_config_dtype_summary(c, dts, sizeof dts), o->n_pos,
              mi_dtype_name(o->wire));
     for (int i = 0; i < o->n_prune; i++)
         snprintf(ratios + strlen(ratios), sizeof ratios - strlen(ratios), "%s%g", i ? " " : "", o->prune[i]);
-    char *argv[] = {"gnuplot", "-c", gp, (char *)csv, tmp, title, ratios, NULL};
-    mi_temp_file_set(tmp);
+    mi_output out; /* gnuplot writes the temporary file; renamed when it succeeded */
+    if (mi_output_begin(&out, png, err))
+        return -1;
+    char *argv[] = {"gnuplot", "-c", gp, (char *)csv, out.tmp, title, ratios, NULL};
     int rc = run_gnuplot(argv, msg, sizeof msg);
-    if (rc == 0 && rename(tmp, png) != 0) {
-        rc = -1;
-        snprintf(msg, sizeof msg, "%s", strerror(errno));
-    }
-    mi_temp_file_clear();
     if (rc == 0)
-        return 0;
-    remove(tmp);
+        return mi_output_commit(&out, err);
+    mi_output_abort(&out);
     if (rc == 127)
         return mi_set_error(err, "%s: --png needs gnuplot, which is not installed (jobs/build.sh installs it)", png);
     if (rc < 0)
@@ -441,9 +417,6 @@ static int mem_run(const mi_config *c, const mem_opts *o)
 {
     mem_series ser[MAX_PRUNE + MI_MEM_N_SCHEMES];
     int n_ser = mem_series_list(o, ser);
-    /* outputs first: a bad path fails before any work is shown */
-    if (o->png)
-        check_writable(o->png, "PNG");
     if (o->csv)
         mem_save_csv(o->csv, c, o, ser, n_ser);
     if (o->png) {
@@ -486,6 +459,14 @@ static void load_config(const char *model, const char *shape, const cli_dtypes *
 
 static int memory_model_main(const char *model, const char *shape, const cli_dtypes *dt, int wire, mem_opts *mo)
 {
+    /* outputs first: a bad path fails before any work is shown */
+    char err[MI_ERRLEN];
+    if (mo->csv && mi_output_check(mo->csv, "CSV file", &model, 1, err))
+        mi_fatal("%s", err);
+    if (mo->png && mi_output_check(mo->png, "PNG file", &model, 1, err))
+        mi_fatal("%s", err);
+    if (mo->csv && mo->png && !strcmp(mo->csv, mo->png))
+        mi_fatal("%s: --csv and --png name the same file", mo->csv);
     mi_config c;
     load_config(model, shape, dt, &c);
     mo->wire = wire;
@@ -585,6 +566,9 @@ int cmd_plan(int argc, char **argv)
     if ((!ranks) == (!cluster))
         mi_fatal("plan: give exactly one of --ranks or --cluster (see meshinfer plan --help)");
     char err[MI_ERRLEN];
+    const char *inputs[] = {model, cluster};
+    if (out && mi_output_check(out, "plan file", inputs, 2, err))
+        mi_fatal("%s", err);
     mi_config c;
     load_config(model, shape, &dt, &c);
     mi_cluster cl;

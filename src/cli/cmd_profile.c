@@ -14,6 +14,7 @@
 
 #include "cli.h"
 #include "meshinfer/common.h"
+#include "meshinfer/output.h"
 #include "meshinfer/forward.h"
 #include "meshinfer/model_file.h"
 #include "meshinfer/plan.h"
@@ -77,6 +78,9 @@ int cmd_profile(int argc, char **argv)
     if (mi_planner_parse(planner, &pl))
         mi_fatal("profile: unknown planner '%s'", planner);
     char err[MI_ERRLEN];
+    const char *inputs[] = {model, path, cluster};
+    if (mi_output_check(out, "profile file", inputs, 3, err))
+        mi_fatal("%s", err);
     size_t len;
     char *text = cli_read_text_err(path, &len, err);
     if (!text)
@@ -112,12 +116,10 @@ int cmd_profile(int argc, char **argv)
     mi_plan plan;
     if (mi_plan_make(c, &cl, &po, &plan, err))
         mi_fatal("profile: %s", err);
-    char tmp_path[4200];
-    snprintf(tmp_path, sizeof tmp_path, "%s.partial.%ld", out, (long)getpid());
-    FILE *f = fopen(tmp_path, "w");
+    mi_output of; /* a profile killed during its long pass leaves nothing (output.h) */
+    FILE *f = mi_output_open(&of, out, err);
     if (!f)
-        mi_fatal("%s: cannot create the profile file (missing or read-only directory)", out);
-    mi_temp_file_set(tmp_path); /* a profile killed during its long pass leaves no .partial */
+        mi_fatal("%s", err);
     int L = c->n_layers, W = c->seq_len, chunk = 64, d = c->dim;
     size_t cap = (size_t)n_text + (size_t)(n_text / (W - 1) + 1);
     double *ratios = mi_malloc((size_t)(L - 1) * cap * sizeof(double), "ratios");
@@ -195,12 +197,8 @@ int cmd_profile(int argc, char **argv)
                r[(size_t)(0.9 * (double)(n_pos - 1))], saving * 1e6, spec ? "yes" : "no");
     }
     fprintf(f, "]}\n");
-    int bad_close = fclose(f) != 0 || rename(tmp_path, out) != 0;
-    mi_temp_file_clear();
-    if (bad_close) {
-        remove(tmp_path);
-        mi_fatal("%s: cannot write the profile file", out);
-    }
+    if (mi_output_commit(&of, err))
+        mi_fatal("%s", err);
     printf("profile: %zu positions of %s in %.1f s -> %s%s\n", n_pos, path, mi_now() - t0, out,
            c->synthetic ? " (synthetic weights)" : "");
     if (json) {

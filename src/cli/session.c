@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "meshinfer/common.h"
+#include "meshinfer/output.h"
 #include "meshinfer/kernels.h"
 #include "meshinfer/model_file.h"
 #include "cli.h"
@@ -183,6 +184,10 @@ static void memory_of_plan(mi_session *ss)
 /* Rank 0's part of the set-up; returns 0 or -1 with err set. */
 static int controller_setup(mi_session *ss, const char *path, const session_opts *o, char *err)
 {
+    /* an output is checked before anything is loaded or run (output.h) */
+    const char *inputs[] = {path, o->cluster, o->plan_file, o->spec_profile, o->text_input};
+    if (o->trace && mi_output_check(o->trace, "trace file", inputs, 5, err))
+        return -1;
     mi_model_file *mf = mi_model_open(path, &ss->cfg, err);
     if (!mf)
         return -1;
@@ -348,8 +353,10 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
 
 void session_close(mi_session *ss, const session_opts *o)
 {
-    if (o->trace && mi_runtime_write_trace(ss->rt, o->trace) != 0)
-        mi_warn("cannot write trace file %s", o->trace);
+    char err[MI_ERRLEN] = "";
+    /* collective; a failure here (a full disk) still ends the job with one line and exit 1 */
+    if (o->trace && mi_runtime_write_trace(ss->rt, o->trace, err) != 0)
+        mi_fatal("%s", err);
     mi_runtime_free(ss->rt);
     if (ss->rank == 0) {
         mi_tokenizer_free(&ss->tok);

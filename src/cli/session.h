@@ -18,6 +18,7 @@ typedef struct {
     const char *cluster;     /* cluster file, NULL: equal devices */
     const char *plan_file;   /* saved plan to use instead of a planner */
     const char *trace;       /* Chrome trace output */
+    const char *text_input;  /* another input of the command (perplexity's --text): no output may replace it */
     uint64_t plan_seed;
     int controller_works;    /* -1 default, 0 no, 1 yes */
     int scatter;             /* --weights scatter */

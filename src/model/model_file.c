@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "meshinfer/common.h"
+#include "meshinfer/output.h"
 #include "meshinfer/tensor.h"
 
 struct mi_model_file {
@@ -22,8 +23,7 @@ struct mi_model_file {
 
 struct mi_model_writer {
     hid_t file;
-    char path[4096];
-    char tmp[4200];
+    mi_output out; /* the destination and the temporary name it is written under */
 };
 
 static void quiet_hdf5(void)
@@ -55,18 +55,11 @@ static hid_t f16_type(void)
     return t;
 }
 
-/* The output must be a new or regular file in an existing writable
- * directory with room for `bytes`; checked before anything is written. */
+/* The output checks every output gets (output.h), and room for `bytes`. */
 static int check_output(const char *path, double bytes, char *err)
 {
-    struct stat st;
-    if (!path || !*path)
-        return mi_set_error(err, "output path is empty");
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        return mi_set_error(err, "%s: output is a directory", path);
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
-        return mi_set_error(err, "%s: output exists and is not a regular file (a device or FIFO); refusing to "
-                                 "replace it", path);
+    if (mi_output_check(path, "model file", NULL, 0, err))
+        return -1;
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
@@ -76,10 +69,6 @@ static int check_output(const char *path, double bytes, char *err)
         dir[1] = '\0';
     else
         *slash = '\0';
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return mi_set_error(err, "%s: cannot create output file (directory %s does not exist)", path, dir);
-    if (access(dir, W_OK) != 0)
-        return mi_set_error(err, "%s: cannot create output file (directory %s is not writable)", path, dir);
     struct statvfs vfs;
     if (statvfs(dir, &vfs) == 0) {
         double free_b = (double)vfs.f_bavail * (double)vfs.f_frsize;
@@ -626,12 +615,13 @@ mi_model_writer *mi_model_writer_create(const char *path, const mi_config *c, ch
     if (check_output(path, bytes, err))
         return NULL;
     mi_model_writer *w = mi_calloc(1, sizeof *w, "model writer");
-    snprintf(w->path, sizeof w->path, "%s", path);
-    snprintf(w->tmp, sizeof w->tmp, "%s.partial.%ld", path, (long)getpid());
-    mi_temp_file_set(w->tmp);
-    w->file = H5Fcreate(w->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (mi_output_begin(&w->out, path, err)) {
+        free(w);
+        return NULL;
+    }
+    w->file = H5Fcreate(w->out.tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (w->file < 0) {
-        mi_temp_file_clear();
+        mi_output_abort(&w->out);
         mi_set_error(err, "%s: cannot create output file (directory missing or not writable)", path);
         free(w);
         return NULL;
@@ -733,7 +723,7 @@ int mi_model_writer_put_tensor(mi_model_writer *w, const char *name, int dtype, 
         free(vals);
     } else {
         if (cols % MI_QK != 0)
-            return mi_set_error(err, "%s: tensor '%s' has rows of %zu values, not whole blocks of %d for %s", w->path,
+            return mi_set_error(err, "%s: tensor '%s' has rows of %zu values, not whole blocks of %d for %s", w->out.path,
                                 name, cols, MI_QK, mi_dtype_name(dtype));
         size_t qrow = mi_dtype_q_row_bytes(dtype, cols), nb = cols / MI_QK;
         unsigned char *q = mi_malloc(rows * qrow, "quantized values");
@@ -768,7 +758,7 @@ int mi_model_writer_put_tensor(mi_model_writer *w, const char *name, int dtype, 
         free(d);
     }
     if (bad)
-        return mi_set_error(err, "%s: writing tensor '%s' failed (disk full?)", w->path, name);
+        return mi_set_error(err, "%s: writing tensor '%s' failed (disk full?)", w->out.path, name);
     return 0;
 }
 
@@ -818,20 +808,18 @@ int mi_model_writer_put_tokenizer(mi_model_writer *w, const mi_tokenizer *tok, c
     }
     free(off);
     free(bytes);
-    return bad ? mi_set_error(err, "%s: writing the tokenizer failed", w->path) : 0;
+    return bad ? mi_set_error(err, "%s: writing the tokenizer failed", w->out.path) : 0;
 }
 
 int mi_model_writer_commit(mi_model_writer *w, char *err)
 {
     int rc = 0;
     if (H5Fflush(w->file, H5F_SCOPE_GLOBAL) < 0 || H5Fclose(w->file) < 0) {
-        rc = mi_set_error(err, "%s: finishing the output file failed (disk full?)", w->path);
-        unlink(w->tmp);
-    } else if (rename(w->tmp, w->path) != 0) {
-        rc = mi_set_error(err, "%s: cannot move the finished file into place", w->path);
-        unlink(w->tmp);
+        rc = mi_set_error(err, "%s: finishing the output file failed (disk full?)", w->out.path);
+        mi_output_abort(&w->out);
+    } else {
+        rc = mi_output_commit(&w->out, err);
     }
-    mi_temp_file_clear();
     free(w);
     return rc;
 }
@@ -841,7 +829,6 @@ void mi_model_writer_abort(mi_model_writer *w)
     if (!w)
         return;
     H5Fclose(w->file);
-    unlink(w->tmp);
-    mi_temp_file_clear();
+    mi_output_abort(&w->out);
     free(w);
 }

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "meshinfer/common.h"
+#include "meshinfer/output.h"
 #include "meshinfer/model_file.h"
 
 static int parse_dtype(const char *s, const char *what, mi_dtype *t, char *err)
@@ -138,9 +139,8 @@ static int check_values(int t, const float *x, size_t n, const char *name, const
 
 int mi_model_quantize(const char *in, const char *out, const mi_config *target, int progress, char *err)
 {
-    struct stat a, b;
-    if (stat(out, &a) == 0 && stat(in, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
-        return mi_set_error(err, "%s: output is the same file as the input; refusing to overwrite it", out);
+    if (mi_output_check(out, "model file", &in, 1, err))
+        return -1;
     mi_config c;
     mi_model_file *mf = mi_model_open(in, &c, err);
     if (!mf)

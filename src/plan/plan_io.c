@@ -31,6 +31,7 @@
 #include "meshinfer/plan.h"
 
 #include "meshinfer/common.h"
+#include "meshinfer/output.h"
 #include "../util/json_keys.h"
 
 #include <cjson/cJSON.h>
@@ -234,39 +235,19 @@ int mi_plan_save_json(const mi_plan *plan, const char *path, char *err)
     if (!doc)
         return mi_set_error(err, "%s: out of memory building the plan JSON", path);
 
-    char tmp[4200];
-    int tn = snprintf(tmp, sizeof tmp, "%s.partial.%ld", path, (long)getpid());
-    if (tn < 0 || (size_t)tn >= sizeof tmp) {
-        cJSON_Delete(doc);
-        return mi_set_error(err, "%s: path too long", path);
-    }
-    FILE *f = fopen(tmp, "w");
+    mi_output out;
+    FILE *f = mi_output_open(&out, path, err);
     if (!f) {
-        int e = errno;
         cJSON_Delete(doc);
-        return mi_set_error(err, "cannot create plan file %s: %s", path, strerror(e));
+        return -1;
     }
     int bad = write_doc(f, doc);
     cJSON_Delete(doc);
-    if (!bad && fflush(f) != 0)
-        bad = 1;
-    if (!bad && fsync(fileno(f)) != 0 && errno != EINVAL && errno != EROFS)
-        bad = 1;
-    int e = errno;
-    if (fclose(f) != 0 && !bad) {
-        bad = 1;
-        e = errno;
-    }
     if (bad) {
-        unlink(tmp);
-        return mi_set_error(err, "cannot write plan file %s: %s", path, strerror(e));
+        mi_output_abort(&out);
+        return mi_set_error(err, "cannot write plan file %s", path);
     }
-    if (rename(tmp, path) != 0) {
-        e = errno;
-        unlink(tmp);
-        return mi_set_error(err, "cannot write plan file %s (rename failed: %s)", path, strerror(e));
-    }
-    return 0;
+    return mi_output_commit(&out, err);
 }
 
 /* --------------------------------------------------------------- load */

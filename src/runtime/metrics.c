@@ -6,6 +6,7 @@
 
 #include "internal.h"
 #include "meshinfer/common.h"
+#include "meshinfer/output.h"
 
 void rt_record(mi_runtime *rt, int kind, int layer, double t0, double t1)
 {
@@ -64,7 +65,7 @@ static const char *trace_name(int k)
     }
 }
 
-int mi_runtime_write_trace(mi_runtime *rt, const char *path)
+int mi_runtime_write_trace(mi_runtime *rt, const char *path, char *err)
 {
     int n = (int)rt->n_ev;
     int *counts = NULL, *displs = NULL;
@@ -90,9 +91,8 @@ int mi_runtime_write_trace(mi_runtime *rt, const char *path)
         memcpy(all, rt->ev, (size_t)n * sizeof(trace_event));
     int rc = 0;
     if (rt->rank == 0) {
-        char tmp[4200];
-        snprintf(tmp, sizeof tmp, "%s.partial", path);
-        FILE *f = fopen(tmp, "w");
+        mi_output out;
+        FILE *f = mi_output_open(&out, path, err);
         if (!f) {
             rc = -1;
         } else {
@@ -114,10 +114,7 @@ int mi_runtime_write_trace(mi_runtime *rt, const char *path)
                         (ev->t1 - ev->t0) * 1e6, ev->layer, e + 1 < total ? "," : "");
             }
             fprintf(f, "]}\n");
-            if (fclose(f) != 0 || rename(tmp, path) != 0) {
-                remove(tmp);
-                rc = -1;
-            }
+            rc = mi_output_commit(&out, err);
         }
         free(all);
         free(counts);

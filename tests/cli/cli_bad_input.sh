@@ -76,7 +76,7 @@ expect_error "convert: garbage header"  "corrupt header|not a llama2.c" \
     "$bin" convert --checkpoint "$tmp/garbage.bin" --tokenizer "$tokbin" --out "$tmp/o4.h5"
 expect_error "convert: truncated tokenizer" "trunc" \
     "$bin" convert --checkpoint "$ckpt" --tokenizer "$tmp/trunc_tok.bin" --out "$tmp/o5.h5"
-expect_error "convert: output dir missing" "cannot create output file" \
+expect_error "convert: output dir missing" "cannot write the model file: directory .*nodir does not exist" \
     "$bin" convert --checkpoint "$ckpt" --tokenizer "$tokbin" --out "$tmp/nodir/o6.h5"
 
 # --- quantize: bad dtypes and specs, quantized or damaged input, output over the input
@@ -99,6 +99,37 @@ expect_error "quantize: output is the input" "same file as the input" \
     "$bin" quantize -m "$tmp/input-copy.h5" --dtype q4_0 --out "$tmp/input-copy.h5"
 cmp -s "$model" "$tmp/input-copy.h5" && { echo "ok: the input was not touched"; pass=$((pass+1)); } ||
     { echo "FAIL: quantize damaged its input"; fail=$((fail+1)); }
+# outputs (one path, output.h): checked before any work, never over an input,
+# by any name of it; nothing left by a refused or failed write
+echo "Once upon a time there was a dog." > "$tmp/in.txt"
+ln -sf "$tmp/input-copy.h5" "$tmp/link.h5"
+expect_error "--trace over the model" "trace file is the same file as the input" \
+    "$bin" generate -m "$tmp/input-copy.h5" -n 2 --trace "$tmp/input-copy.h5"
+expect_error "--trace over the model, through a symlink" "same file as the input" \
+    "$bin" generate -m "$tmp/input-copy.h5" -n 2 --trace "$tmp/link.h5"
+expect_error "--trace into a missing directory (before the run)" "directory .*nodir does not exist" \
+    "$bin" generate -m "$model" -n 2 --trace "$tmp/nodir/t.json"
+expect_error "--trace is a directory" "trace file is a directory" "$bin" generate -m "$model" -n 2 --trace "$tmp"
+expect_error "perplexity --trace over its text" "same file as the input .*in.txt" \
+    "$bin" perplexity -m "$model" --text "$tmp/in.txt" --trace "$tmp/in.txt"
+expect_error "profile --out over its text" "profile file is the same file as the input" \
+    "$bin" profile -m "$model" --text "$tmp/in.txt" --out "$tmp/in.txt"
+expect_error "plan --out over the model" "plan file is the same file as the input" \
+    "$bin" plan -m "$tmp/input-copy.h5" --ranks 2 --out "$tmp/link.h5"
+expect_error "plan --memory-model --csv over the model" "CSV file is the same file as the input" \
+    "$bin" plan --memory-model -m "$tmp/input-copy.h5" --csv "$tmp/input-copy.h5"
+expect_error "plan --memory-model --png into a missing directory" "nodir does not exist" \
+    "$bin" plan --memory-model --shape stories15M --png "$tmp/nodir/m.png"
+if cmp -s "$model" "$tmp/input-copy.h5" && [[ "$(cat "$tmp/in.txt")" == "Once upon a time there was a dog." ]] &&
+   [[ -z "$(find "$tmp" -name '*.partial*')" && ! -e "$tmp/nodir" ]]; then
+    echo "ok: no input touched, nothing partial left"; pass=$((pass+1))
+else
+    echo "FAIL: an output damaged an input or left a partial file"; fail=$((fail+1))
+fi
+"$bin" generate -m "$model" -n 2 --trace "$tmp/t.json" > /dev/null 2>&1
+node -e 'JSON.parse(require("fs").readFileSync(process.argv[1]))' "$tmp/t.json" 2>/dev/null &&
+    { echo "ok: a good --trace path still gets its trace"; pass=$((pass+1)); } ||
+    { echo "FAIL: --trace to a good path wrote no valid JSON"; fail=$((fail+1)); }
 expect_error "quantize: truncated q8_0 file" "truncated|corrupt" "$bin" generate -m "$tmp/trunc-q8.h5"
 expect_error "wire dtype that does not exist" "--wire-dtype: 'q4_0' is not fp32, fp16 or q8_0" \
     "$bin" generate -m "$model" --wire-dtype q4_0

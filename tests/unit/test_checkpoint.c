@@ -846,7 +846,7 @@ static void test_bad_output(void)
     /* directory does not exist */
     tu_path(o, sizeof o, g_dir, "missing-dir/out.h5");
     CU_ASSERT_EQUAL(mi_convert(c, g_tok_path, o, "x", err), -1);
-    CU_ASSERT(has(err, "cannot create"));
+    CU_ASSERT(has(err, "does not exist"));
     CU_ASSERT_FALSE(tu_file_exists(o));
     CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
     /* the output path is a directory: refused before anything is written */
@@ -854,7 +854,7 @@ static void test_bad_output(void)
     CU_ASSERT_EQUAL_FATAL(mkdir(o, 0700), 0);
     err[0] = '\0';
     CU_ASSERT_EQUAL(mi_convert(c, g_tok_path, o, "x", err), -1);
-    CU_ASSERT(has(err, "output is a directory"));
+    CU_ASSERT(has(err, "is a directory"));
     CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
     struct stat st;
     CU_ASSERT(stat(o, &st) == 0 && S_ISDIR(st.st_mode));

@@ -1,0 +1,139 @@
+/* CUnit tests of the one output path (src/util/output.c), no MPI:
+ *   - refused before anything is written: an empty path, a directory, a
+ *     FIFO, a missing directory, and the same file as an input by any name
+ *     (the input itself, a symlink, a hard link); an input that does not
+ *     exist yet is no conflict;
+ *   - a committed output has exactly what was written and no temporary
+ *     file is left; an aborted one leaves nothing and an existing
+ *     destination untouched;
+ *   - a writer that creates the temporary file itself (HDF5, gnuplot) is
+ *     renamed into place by mi_output_commit.
+ *
+ * Exit status: 0 when every test passed, 1 otherwise. */
+#define _POSIX_C_SOURCE 200809L
+#include <CUnit/Basic.h>
+#include <CUnit/CUnit.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "meshinfer/common.h"
+#include "meshinfer/output.h"
+#include "test_util.h"
+
+static char g_dir[512];
+
+static int has(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
+
+static void read_all(const char *path, char *buf, size_t n)
+{
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    size_t k = fread(buf, 1, n - 1, f);
+    buf[k] = '\0';
+    fclose(f);
+}
+
+static void test_refusals(void)
+{
+    char err[MI_ERRLEN], in[600], link_s[600], link_h[600], fifo[600], p[700];
+    tu_path(in, sizeof in, g_dir, "model.h5");
+    CU_ASSERT_EQUAL_FATAL(tu_write_text(in, "weights"), 0);
+    tu_path(link_s, sizeof link_s, g_dir, "sym.h5");
+    tu_path(link_h, sizeof link_h, g_dir, "hard.h5");
+    tu_path(fifo, sizeof fifo, g_dir, "fifo");
+    CU_ASSERT_EQUAL_FATAL(symlink(in, link_s), 0);
+    CU_ASSERT_EQUAL_FATAL(link(in, link_h), 0);
+    CU_ASSERT_EQUAL_FATAL(mkfifo(fifo, 0600), 0);
+    const char *inputs[] = {NULL, in};
+
+    CU_ASSERT_EQUAL(mi_output_check("", "trace file", NULL, 0, err), -1);
+    CU_ASSERT(has(err, "trace file path is empty"));
+    CU_ASSERT_EQUAL(mi_output_check(g_dir, "trace file", NULL, 0, err), -1);
+    CU_ASSERT(has(err, "is a directory"));
+    CU_ASSERT_EQUAL(mi_output_check(fifo, "plan file", NULL, 0, err), -1);
+    CU_ASSERT(has(err, "not a regular file"));
+    snprintf(p, sizeof p, "%s/nodir/x.json", g_dir);
+    CU_ASSERT_EQUAL(mi_output_check(p, "plan file", NULL, 0, err), -1);
+    CU_ASSERT(has(err, "nodir does not exist"));
+    const char *names[] = {in, link_s, link_h};
+    for (int i = 0; i < 3; i++) {
+        err[0] = '\0';
+        CU_ASSERT_EQUAL(mi_output_check(names[i], "profile file", inputs, 2, err), -1);
+        CU_ASSERT(has(err, "same file as the input") && has(err, "profile file"));
+    }
+    /* the same names are fine when the input is another file */
+    tu_path(p, sizeof p, g_dir, "other.txt");
+    const char *other[] = {p};
+    CU_ASSERT_EQUAL(mi_output_check(in, "model file", other, 1, err), 0);
+    /* a new file in an existing directory */
+    tu_path(p, sizeof p, g_dir, "new.json");
+    CU_ASSERT_EQUAL(mi_output_check(p, "trace file", inputs, 2, err), 0);
+    char buf[64];
+    read_all(in, buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(buf, "weights");
+    CU_ASSERT_FALSE(tu_file_exists(p));
+}
+
+static void test_commit_and_abort(void)
+{
+    char err[MI_ERRLEN], p[600], buf[64];
+    mi_output o;
+    tu_path(p, sizeof p, g_dir, "out.json");
+    FILE *f = mi_output_open(&o, p, err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs("{\"a\": 1}\n", f);
+    CU_ASSERT_FALSE(tu_file_exists(p)); /* nothing at the destination until committed */
+    CU_ASSERT_TRUE(tu_dir_has_partial(g_dir));
+    CU_ASSERT_EQUAL(mi_output_commit(&o, err), 0);
+    read_all(p, buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(buf, "{\"a\": 1}\n");
+    CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
+
+    /* abort: the existing destination keeps its content, nothing partial */
+    f = mi_output_open(&o, p, err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs("half", f);
+    mi_output_abort(&o);
+    mi_output_abort(&o); /* twice is harmless */
+    read_all(p, buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(buf, "{\"a\": 1}\n");
+    CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
+
+    /* a writer that creates the temporary file itself */
+    CU_ASSERT_EQUAL_FATAL(mi_output_begin(&o, p, err), 0);
+    CU_ASSERT_EQUAL_FATAL(tu_write_text(o.tmp, "png"), 0);
+    CU_ASSERT_EQUAL(mi_output_commit(&o, err), 0);
+    read_all(p, buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(buf, "png");
+    CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
+
+    /* the temporary file vanished before the commit: an error naming the path, no crash */
+    CU_ASSERT_EQUAL_FATAL(mi_output_begin(&o, p, err), 0);
+    CU_ASSERT_EQUAL(mi_output_commit(&o, err), -1);
+    CU_ASSERT(has(err, p) && has(err, "nothing was written"));
+    read_all(p, buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(buf, "png");
+}
+
+int main(void)
+{
+    if (tu_make_scratch(g_dir, sizeof g_dir, "test_output"))
+        return 1;
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 1;
+    CU_pSuite s = CU_add_suite("outputs", NULL, NULL);
+    CU_add_test(s, "refused before any work: directories, FIFOs, missing directories, inputs by any name",
+                test_refusals);
+    CU_add_test(s, "committed whole, aborted without a trace", test_commit_and_abort);
+    CU_basic_set_mode(CU_BRM_NORMAL);
+    CU_basic_run_tests();
+    unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
+    CU_cleanup_registry();
+    tu_rm_tree(g_dir);
+    return failed ? 1 : 0;
+}
