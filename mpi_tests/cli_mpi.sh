@@ -45,6 +45,16 @@ tracks=$(node -e 'const t = JSON.parse(require("fs").readFileSync(process.argv[1
   console.log(names.length + " " + new Set(x.map(e => e.tid)).size)' "$tmp/trace.json" 2>&1)
 [[ "$tracks" == "4 4" ]] && ok "trace: 4 named tracks with events" || bad "trace tracks: $tracks"
 
+# stdout and stderr travel apart under mpirun: the summary must still start a
+# line of its own when both go to one terminal (mixed in 2 of 10 runs before)
+glued=0
+for _ in 1 2 3 4 5 6; do
+    run -np 2 "$bin" generate -m "$model" -n 6 > "$tmp/both" 2>&1
+    grep -q '^generate: ' "$tmp/both" || glued=$((glued + 1))
+done
+[[ $glued == 0 ]] && ok "summary line on its own line in 6 of 6 runs under mpirun" ||
+    bad "summary glued to the text in $glued of 6 runs"
+
 # memory: a fresh process holds about its shard (resident growth within 10%),
 # fp32 and q4_0 (0.5625 bytes a weight; a stories110M-shaped synthetic model,
 # so shards are tens of MB)

@@ -137,6 +137,9 @@ void mi_runtime_free(mi_runtime *rt);
 void mi_world_init(int *argc, char ***argv);
 int mi_world_rank(void);
 int mi_world_size(void);
+/* 1 when a launcher (mpirun, srun) started this process: its stdout and
+ * stderr are then forwarded separately and may interleave. */
+int mi_world_launched(void);
 void mi_world_finalize(void);
 
 /* Collective: on rank 0, rtt_s[r] = the round trip of a small message to

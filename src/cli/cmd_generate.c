@@ -113,8 +113,11 @@ int cmd_generate(int argc, char **argv)
                 break;
             }
             out[n_out++] = next;
-            int len;
-            const char *piece = mi_tokenizer_decode(&ss.tok, prev, next, &len);
+            int len = 1;
+            /* with --ignore-eos a story can end mid-stream (BOS or EOS): the
+             * next one starts on a line of its own, not glued on ("sunshine.Once") */
+            const char *piece = next == MI_TOK_BOS || next == MI_TOK_EOS ? "\n"
+                                                                         : mi_tokenizer_decode(&ss.tok, prev, next, &len);
             if (text_len + (size_t)len + 1 > text_cap) {
                 text_cap = 2 * (text_len + (size_t)len + 1);
                 char *nt = realloc(text, text_cap);
@@ -149,6 +152,11 @@ int cmd_generate(int argc, char **argv)
                    c->synthetic ? "true" : "false", size, n_prompt, n_out, stop, ttft * 1e3, tpot * 1e3,
                    tpot > 0 ? 1.0 / tpot : 0.0, ss.load_seconds);
             cli_json_string(stdout, text, text_len);
+            if (temperature > 0)
+                printf(", \"decoding\": {\"mode\": \"sampled\", \"temperature\": %g, \"top_p\": %g, \"seed\": %llu}",
+                       temperature, topp, (unsigned long long)seed);
+            else
+                printf(", \"decoding\": {\"mode\": \"greedy\"}");
             printf(", \"tokens\": [");
             for (int i = 0; i < n_out; i++)
                 printf(i ? ", %d" : "%d", out[i]);
@@ -159,9 +167,15 @@ int cmd_generate(int argc, char **argv)
             char tp[64] = "TPOT n/a (one token)";
             if (n_decode > 0)
                 snprintf(tp, sizeof tp, "TPOT %.2f ms, %.1f tokens/s", tpot * 1e3, 1.0 / tpot);
-            fprintf(stderr, "generate: %d prompt + %d new tokens on %d rank%s (%s), TTFT %.1f ms, %s%s\n", n_prompt,
-                    n_out, size, size > 1 ? "s" : "", mi_planner_name(ss.plan.planner), ttft * 1e3, tp,
-                    c->synthetic ? " (synthetic weights)" : "");
+            char mode[96] = "greedy"; /* the decoding mode, apart from the placement */
+            if (temperature > 0)
+                snprintf(mode, sizeof mode, "sampled at T %g, top-p %g, seed %llu", temperature, topp,
+                         (unsigned long long)seed);
+            /* under a launcher stdout and stderr travel apart and the text's last
+             * line can arrive after this one: start it on a line of its own */
+            fprintf(stderr, "%sgenerate: %d prompt + %d new tokens, %s, on %d rank%s (planner %s), TTFT %.1f ms, %s%s\n",
+                    mi_world_launched() ? "\n" : "", n_prompt, n_out, mode, size, size > 1 ? "s" : "", mi_planner_name(ss.plan.planner), ttft * 1e3,
+                    tp, c->synthetic ? " (synthetic weights)" : "");
         }
         free(text);
         free(out);

@@ -30,11 +30,16 @@ static void fatal_stop_world(void)
     MPI_Finalize();
 }
 
+int mi_world_launched(void)
+{
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK") || getenv("PMI_SIZE") ||
+           getenv("SLURM_STEP_ID");
+}
+
 void mi_world_init(int *argc, char ***argv)
 {
     const char *force = getenv("MESHINFER_MPI");
-    int launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK") ||
-                   getenv("PMI_SIZE") || getenv("SLURM_STEP_ID");
+    int launched = mi_world_launched();
     if (force && *force)
         launched = atoi(force) != 0;
     if (launched && !mpi_running())

@@ -24,5 +24,16 @@ if [[ "$node_check" != "$want|38|38|14|false" ]]; then
 else
     echo "ok: --json parses and holds the same text, 38 tokens, 14 prompt tokens"
 fi
-if ((fail)); then echo "0 passed, 1 failed"; exit 1; fi
-echo "2 passed, 0 failed"
+# --ignore-eos past the story's end: the model starts a new story with BOS
+# (token 217 here); it must begin on a line of its own, not glued on
+out=$("$bin" generate -m "$model" -n 240 --ignore-eos --json 2>/dev/null | node -e '
+  const j = JSON.parse(require("fs").readFileSync(0));
+  console.log(j.tokens[217], j.text.includes("sunshine.\nOnce upon a time"), j.text.includes("sunshine.Once"), j.decoding.mode)')
+if [[ "$out" == "1 true false greedy" ]]; then echo "ok: a story begun mid-stream (BOS) starts on its own line"
+else echo "FAIL: BOS mid-stream with --ignore-eos: $out (want: 1 true false greedy)"; fail=1; fi
+line=$("$bin" generate -m "$model" -n 4 -t 0.8 --top-p 0.9 -s 7 2>&1 >/dev/null)
+if [[ "$line" == "generate: 5 prompt + 4 new tokens, sampled at T 0.8, top-p 0.9, seed 7, on 1 rank (planner "* ]]; then
+    echo "ok: the summary says the decoding mode apart from the planner"
+else echo "FAIL: summary line: $line"; fail=1; fi
+if ((fail)); then echo "some failed"; exit 1; fi
+echo "4 passed, 0 failed"
