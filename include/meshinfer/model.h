@@ -132,6 +132,13 @@ int mi_model_load(mi_model *m, const mi_weight_source *src, const mi_config *cfg
  * the tokenizer into tok when tok != NULL. */
 void mi_model_load_path(mi_model *m, const char *path, mi_tokenizer *tok);
 
+/* Every weight m holds finite (issue 11 "files checked whole"; `meshinfer
+ * check`): the embeddings, norms, classifier and every layer matrix, read
+ * row by row in their dtype. Sets *n_weights (may be NULL) to the values
+ * checked. Returns 0, or -1 with one line in err naming path, the tensor
+ * and the first bad element. */
+int mi_model_check_finite(const mi_model *m, const char *path, size_t *n_weights, char *err);
+
 void mi_model_free(mi_model *m);
 
 /* Columns [emb_c0, emb_c0+emb_nc) of token tok's embedding row into

@@ -1,6 +1,7 @@
 /* Model-file commands: convert, synth, info, tokenize. None needs MPI. */
 #define _POSIX_C_SOURCE 200809L
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "cli.h"
 #include "meshinfer/checkpoint.h"
 #include "meshinfer/common.h"
+#include "meshinfer/model.h"
 #include "meshinfer/model_file.h"
 #include "meshinfer/output.h"
 #include "meshinfer/quantize.h"
@@ -295,5 +297,50 @@ int cmd_tokenize(int argc, char **argv)
     printf("\n");
     free(ids);
     mi_tokenizer_free(&tok);
+    return 0;
+}
+
+int cmd_check(int argc, char **argv)
+{
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'}, {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *model = NULL;
+    int o;
+    while ((o = getopt_long(argc, argv, ":m:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'm': model = optarg; break;
+        case 'h':
+            printf("usage: meshinfer check --model MODEL.h5\n\n"
+                   "Validates a model file whole: the config attributes against every stored tensor (layer\n"
+                   "count, shapes, dtypes and block formats), the tokenizer against the vocabulary size, and\n"
+                   "every weight finite (reading all of them). Prints one line and exits 0 when the file is\n"
+                   "good; otherwise one error line naming the tensor and the first bad element, exit 1.\n");
+            return 0;
+        default: cli_bad_option("check", o, argv);
+        }
+    }
+    cli_no_positional("check", optind, argc, argv);
+    if (!model)
+        mi_fatal("check: --model is required (see meshinfer check --help)");
+    char err[MI_ERRLEN];
+    mi_config c;
+    mi_model_file *mf = mi_model_open(model, &c, err); /* config against every tensor's shape and dtype */
+    if (!mf)
+        mi_fatal("%s", err);
+    mi_model_close(mf);
+    double t0 = mi_now();
+    mi_model m;
+    mi_tokenizer tok;
+    mi_model_load_path(&m, model, &tok); /* reads every byte, tokenizer included */
+    size_t n = 0;
+    if (mi_model_check_finite(&m, model, &n, err))
+        mi_fatal("%s", err);
+    char dts[160];
+    printf("check: %s: ok: %s%s, %d layers, dim %d, %d heads (%d KV), vocab %d; %zu weights (%s), all finite; "
+           "tokenizer of %d pieces; %.2f s\n",
+           model, c.name, c.synthetic ? " (synthetic weights)" : "", c.n_layers, c.dim, c.n_heads, c.n_kv_heads,
+           c.vocab_size, n, mi_config_dtype_summary(&c, dts, sizeof dts), tok.vocab_size, mi_now() - t0);
+    mi_tokenizer_free(&tok);
+    mi_model_free(&m);
     return 0;
 }

@@ -24,6 +24,7 @@ static const struct {
     {"synth", cmd_synth, "write a seeded synthetic model of a real model's shape", 0},
     {"quantize", cmd_quantize, "copy an fp32 model with weights in fp16, q8_0 or q4_0 (per layer too)", 0},
     {"info", cmd_info, "print a model file's config", 0},
+    {"check", cmd_check, "validate a model file whole: config against tensors, tokenizer, every weight finite", 0},
     {"tokenize", cmd_tokenize, "print the token ids of a text", 0},
 };
 

@@ -3,6 +3,7 @@
 #include "meshinfer/model.h"
 
 #include <malloc.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -513,4 +514,73 @@ void mi_model_reset(mi_model *m)
             memset(L->v_cache, 0, n * sizeof(float));
         }
     }
+}
+
+/* --------------------------------------------------------- validation */
+
+/* First non-finite value of t: 1 with its row, column and value, else 0. */
+static int tensor_nonfinite(const mi_tensor *t, int *r, int *col, float *v)
+{
+    float *row = mi_malloc((size_t)t->cols * sizeof(float), "check row");
+    int bad = 0;
+    for (int i = 0; i < t->rows && !bad; i++) {
+        mi_tensor_row_f32(t, i, row);
+        for (int j = 0; j < t->cols && !bad; j++)
+            if (!isfinite(row[j])) {
+                *r = i, *col = j, *v = row[j];
+                bad = 1;
+            }
+    }
+    free(row);
+    return bad;
+}
+
+static int check_tensor(const char *path, const char *name, const mi_tensor *t, size_t *n, char *err)
+{
+    int r, col;
+    float v;
+    if (tensor_nonfinite(t, &r, &col, &v))
+        return mi_set_error(err, "%s: tensor '%s' holds a non-finite value (%g at row %d, column %d of the loaded "
+                                 "[%d, %d] matrix)", path, name, (double)v, r, col, t->rows, t->cols);
+    *n += (size_t)t->rows * (size_t)t->cols;
+    return 0;
+}
+
+static int check_vector(const char *path, const char *name, const float *x, int len, size_t *n, char *err)
+{
+    for (int i = 0; i < len; i++)
+        if (!isfinite(x[i]))
+            return mi_set_error(err, "%s: tensor '%s' holds a non-finite value (%g at element %d)", path, name,
+                                (double)x[i], i);
+    *n += (size_t)len;
+    return 0;
+}
+
+int mi_model_check_finite(const mi_model *m, const char *path, size_t *n_weights, char *err)
+{
+    const mi_config *c = &m->cfg;
+    size_t n = 0;
+    char name[128];
+    if ((m->has_embeddings && check_tensor(path, "tok_embeddings", &m->tok_embeddings, &n, err)) ||
+        (m->norm && check_vector(path, "norm", m->norm, c->dim, &n, err)) ||
+        (m->cls_nv > 0 && !m->cls_alias && check_tensor(path, "classifier", &m->classifier, &n, err)))
+        return -1;
+    for (int l = 0; l < c->n_layers; l++) {
+        const mi_layer *L = &m->layers[l];
+        const mi_tensor *mats[MI_N_LAYER_MATS] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w3, &L->w2};
+        mi_model_layer_name(name, sizeof name, l, "attention_norm");
+        if (L->attention_norm && check_vector(path, name, L->attention_norm, c->dim, &n, err))
+            return -1;
+        mi_model_layer_name(name, sizeof name, l, "ffn_norm");
+        if (L->ffn_norm && check_vector(path, name, L->ffn_norm, c->dim, &n, err))
+            return -1;
+        for (int k = 0; k < MI_N_LAYER_MATS; k++) {
+            mi_model_layer_name(name, sizeof name, l, mi_layer_mat_names[k]);
+            if (mats[k]->q && check_tensor(path, name, mats[k], &n, err))
+                return -1;
+        }
+    }
+    if (n_weights)
+        *n_weights = n;
+    return 0;
 }

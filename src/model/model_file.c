@@ -3,6 +3,7 @@
 #include "meshinfer/model_file.h"
 
 #include <hdf5.h>
+#include <math.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <stdint.h>
@@ -319,6 +320,19 @@ static int check_all_tensors(mi_model_file *mf, char *err)
             return -1;
         c->cls_dtype = (unsigned char)t;
     }
+    /* the stored layers must be exactly the config's: an n_layers attribute
+     * smaller than what is stored would silently run a truncated model */
+    hsize_t stored = 0;
+    hid_t lg = H5Lexists(mf->file, "layers", H5P_DEFAULT) > 0 ? H5Gopen2(mf->file, "layers", H5P_DEFAULT) : -1;
+    if (lg >= 0) {
+        H5G_info_t info;
+        if (H5Gget_info(lg, &info) >= 0)
+            stored = info.nlinks;
+        H5Gclose(lg);
+    }
+    if (stored != (hsize_t)c->n_layers)
+        return mi_set_error(err, "%s: the config says n_layers = %d but the file stores %llu layers under /layers",
+                            mf->path, c->n_layers, (unsigned long long)stored);
     /* the layer matrices, in the order of the dtype table (MI_WQ ...) */
     const hsize_t rows[MI_N_LAYER_MATS] = {q, kv, kv, q, h, h, h};
     char name[128];
@@ -698,6 +712,11 @@ int mi_model_writer_put_tensor(mi_model_writer *w, const char *name, int dtype, 
 {
     int rank = cols == 1 && !transpose ? 1 : 2;
     hsize_t dims[2] = {transpose ? cols : rows, transpose ? rows : cols};
+    /* a non-finite weight turns every logit it reaches into NaN: refuse to store one */
+    for (size_t i = 0; i < rows * cols; i++)
+        if (!isfinite(data[i]))
+            return mi_set_error(err, "%s: tensor '%s' holds a non-finite value (%g at row %zu, column %zu); refusing "
+                                     "to write it", w->out.path, name, (double)data[i], i / cols, i % cols);
     int bad = 0;
     if (dtype == MI_F32 || dtype == MI_F16) {
         size_t n = rows * cols, es = dtype == MI_F32 ? 4 : 2;

@@ -43,6 +43,12 @@ expect_error "no command"               "no command given"       "$bin"
 expect_error "unknown command"          "unknown command 'frobnicate'" "$bin" frobnicate
 expect_error "missing --model"          "--model is required"    "$bin" generate
 expect_error "model file missing"       "no-such.h5.*cannot open" "$bin" generate -m "$tmp/no-such.h5"
+out=$("$bin" check -m "$model" 2>&1); rc=$?
+[[ $rc == 0 && "$out" == "check: $model: ok: stories15M, 6 layers"*"all finite; tokenizer of 32000 pieces"* ]] &&
+    { echo "ok: check passes the real model"; pass=$((pass+1)); } || { echo "FAIL: check on the real model: $rc $out"; fail=$((fail+1)); }
+expect_error "check: random bytes"       "not an HDF5 file"       "$bin" check -m "$tmp/random.h5"
+expect_error "check: truncated"          "truncated or corrupt"   "$bin" check -m "$tmp/half.h5"
+expect_error "check: no --model"         "check: --model is required" "$bin" check
 expect_error "model is random bytes"    "not an HDF5 file"       "$bin" generate -m "$tmp/random.h5"
 expect_error "model truncated"          "truncated|corrupt"      "$bin" generate -m "$tmp/half.h5"
 expect_error "model is a .bin checkpoint" "not an HDF5 file"     "$bin" generate -m "$ckpt"

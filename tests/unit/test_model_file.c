@@ -694,6 +694,24 @@ static void test_missing_attr(void)
     expect_open_fails(p, "missing", "seq_len");
 }
 
+static void test_layer_count_mismatch(void)
+{
+    /* n_layers smaller or larger than the layers stored: named at open, never a truncated model */
+    char p[4300];
+    mi_config c0;
+    mi_model_file *mf = mi_model_open(g_model, &c0, (char[MI_ERRLEN]){0});
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mf);
+    mi_model_close(mf);
+    tu_path(p, sizeof p, g_dir, "layers.h5");
+    char want[64];
+    for (int d = -1; d <= 1; d += 2) {
+        CU_ASSERT_EQUAL_FATAL(copy_file(g_model, p, -1), 0);
+        CU_ASSERT_EQUAL_FATAL(set_root_int_attr(p, "n_layers", c0.n_layers + d), 0);
+        snprintf(want, sizeof want, "stores %d layers", c0.n_layers);
+        expect_open_fails(p, d < 0 ? "n_layers = 3" : "n_layers = 5", want);
+    }
+}
+
 static void test_bad_heads(void)
 {
     char p[4300];
@@ -794,6 +812,42 @@ static void test_no_tokenizer(void)
 }
 
 /* ---- writer ---- */
+
+static void test_nonfinite_weights(void)
+{
+    char p[4300], err[MI_ERRLEN] = "";
+    /* the writer refuses a non-finite weight (convert took an all-NaN tensor before) */
+    tu_path(p, sizeof p, g_dir, "nan.h5");
+    mi_model_writer *w = mi_model_writer_create(p, &g_cfg, err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(w);
+    float x[128];
+    for (int i = 0; i < 128; i++)
+        x[i] = i == 77 ? NAN : 1.0f;
+    CU_ASSERT_EQUAL(mi_model_writer_put(w, "norm", x, 128, 1, 0, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "'norm' holds a non-finite value"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "row 77"));
+    mi_model_writer_abort(w);
+    CU_ASSERT_FALSE(tu_file_exists(p));
+    CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
+
+    /* `meshinfer check`: every loaded weight finite, the first bad one named */
+    mi_model m;
+    mi_model_load_path(&m, g_model, NULL);
+    size_t n = 0;
+    CU_ASSERT_EQUAL(mi_model_check_finite(&m, g_model, &n, err), 0);
+    CU_ASSERT_EQUAL(n, mi_model_params(&g_cfg));
+    CU_ASSERT_EQUAL_FATAL(m.layers[1].w1.dtype, MI_F32);
+    float *w1 = m.layers[1].w1.q;
+    w1[3 * m.layers[1].w1.cols + 5] = INFINITY;
+    CU_ASSERT_EQUAL(mi_model_check_finite(&m, g_model, &n, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "'layers/001/w1'"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "row 3, column 5"));
+    w1[3 * m.layers[1].w1.cols + 5] = 0.0f;
+    m.layers[2].ffn_norm[9] = NAN;
+    CU_ASSERT_EQUAL(mi_model_check_finite(&m, g_model, &n, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "'layers/002/ffn_norm'"));
+    mi_model_free(&m);
+}
 
 static void test_writer_abort(void)
 {
@@ -1207,12 +1261,14 @@ int main(void)
         {"bad file: non-scalar attribute", test_attr_not_scalar},
         {"bad file: missing attribute", test_missing_attr},
         {"bad file: invalid head config", test_bad_heads},
+        {"bad file: n_layers differs from the layers stored", test_layer_count_mismatch},
         {"writer helper control model opens", test_writer_variant_ok},
         {"bad file: tensor of wrong shape", test_wrong_shape},
         {"bad file: tensor not float32", test_wrong_dtype},
         {"bad file: missing tensor", test_missing_tensor},
         {"model without tokenizer", test_no_tokenizer},
         {"writer abort leaves nothing", test_writer_abort},
+        {"non-finite weights: refused by the writer, named by check", test_nonfinite_weights},
         {"writer commit and transpose", test_writer_commit},
         {"writer in missing directory fails", test_writer_bad_dir},
         {"writer rejects invalid config", test_writer_bad_config},
