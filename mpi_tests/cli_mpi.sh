@@ -144,6 +144,19 @@ expect_error "--plan-file with a planner" "--plan-file fixes the placement" \
     -np 3 "$bin" generate -m "$model" --plan-file "$tmp/plan3.json" --planner roundrobin
 expect_error "--kv-positions past the context" "kv-positions 300 is more than the model's context" \
     -np 2 "$bin" generate -m "$model" --kv-positions 300
+# environment faults named: a transport without a one-sided component, too little /dev/shm
+expect_error "TCP without --mca osc pt2pt" "one-sided window.*--mca osc pt2pt" \
+    -np 3 --mca btl self,tcp --mca btl_tcp_if_include lo "$bin" generate -m "$model" -n 2 --planner greedy
+if unshare -m true 2>/dev/null; then
+    unshare -m sh -c 'mount -t tmpfs -o size=64k tmpfs /dev/shm && exec "$@"' sh \
+        timeout 120 mpirun --allow-run-as-root -q --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 \
+        -np 3 "$bin" generate -m "$model" -n 2 --planner greedy > /dev/null 2> "$tmp/shm.err"; rc=$?
+    if [[ $rc -ne 0 && $rc -ne 124 && $(grep -c . "$tmp/shm.err") == 1 ]] && grep -q "/dev/shm has [0-9]* KB free" "$tmp/shm.err"; then
+        ok "64 KB /dev/shm -> $(cat "$tmp/shm.err")"
+    else bad "64 KB /dev/shm: exit $rc: $(cat "$tmp/shm.err")"; fi
+else
+    echo "skip: 64 KB /dev/shm (no unshare -m here)"
+fi
 # seed 002 somegather
 expect_error "somegather on 4 ranks of 6 heads" "4 does not divide the model's 6 heads.*run on 1, 2, 3, 6 ranks" \
     -np 4 "$bin" generate -m "$model" --planner somegather

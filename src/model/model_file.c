@@ -353,6 +353,32 @@ static int check_all_tensors(mi_model_file *mf, char *err)
     return 0;
 }
 
+/* H5Ewalk2 callback: did HDF5 fail to take its file lock? */
+static herr_t find_lock(unsigned n, const H5E_error2_t *e, void *found)
+{
+    (void)n;
+    /* "unable to lock file, errno = 11" (held by another process), ENOLCK or
+     * ENOSYS (a file system without locks); not "sblock" of a truncated file */
+    if (e->desc && strstr(e->desc, "unable to lock"))
+        *(int *)found = 1;
+    return 0;
+}
+
+/* Why H5Fopen failed, from HDF5's error stack: a lock it could not take is
+ * an environment fault (another process writing the file, or a file system
+ * without locks such as some NFS mounts), not a damaged file. */
+static void open_failed(const char *path, char *err)
+{
+    int locked = 0;
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, find_lock, &locked);
+    if (locked)
+        mi_set_error(err, "%s: HDF5 cannot lock the file: another process holds it open for writing, or the file "
+                          "system has no file locks (NFS); if nothing is writing it, set HDF5_USE_FILE_LOCKING=FALSE",
+                     path);
+    else
+        mi_set_error(err, "%s: cannot open HDF5 file (truncated or corrupt)", path);
+}
+
 mi_model_file *mi_model_open(const char *path, mi_config *cfg, char *err)
 {
     quiet_hdf5();
@@ -365,7 +391,7 @@ mi_model_file *mi_model_open(const char *path, mi_config *cfg, char *err)
     }
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0) {
-        mi_set_error(err, "%s: cannot open HDF5 file (truncated or corrupt)", path);
+        open_failed(path, err);
         return NULL;
     }
     mi_model_file *mf = mi_calloc(1, sizeof *mf, "model file");

@@ -1,9 +1,12 @@
 /* Communicators and RMA windows for a programs' exchanges (see internal.h). */
+#include <stdio.h>
+#include <sys/statvfs.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
 #include "meshinfer/common.h"
+#include "meshinfer/runtime.h"
 
 void rt_build_comms(mi_runtime *rt)
 {
@@ -31,6 +34,7 @@ void rt_build_comms(mi_runtime *rt)
         }
         MPI_Group_free(&world);
     }
+    char win_err[MI_ERRLEN] = "";
     for (int i = 0; i < p->n_xchg; i++) {
         const mi_exchange *x = &p->xchg[i];
         xchg_rt *xr = &rt->xr[i];
@@ -55,7 +59,26 @@ void rt_build_comms(mi_runtime *rt)
             xr->slots = mi_calloc(wbytes ? wbytes : 1, 1, "head gather window");
         if (xr->comm == MPI_COMM_NULL)
             continue;
-        MPI_Win_create(xr->slots, xr->me == x->root ? (MPI_Aint)wbytes : 0, 1, MPI_INFO_NULL, xr->comm, &xr->win);
+        /* a failure here is the environment's (a transport without a one-sided
+         * component, no room for MPI's shared memory): report it, not abort */
+        MPI_Comm_set_errhandler(xr->comm, MPI_ERRORS_RETURN);
+        int rc = MPI_Win_create(xr->slots, xr->me == x->root ? (MPI_Aint)wbytes : 0, 1, MPI_INFO_NULL, xr->comm,
+                                &xr->win);
+        MPI_Comm_set_errhandler(xr->comm, MPI_ERRORS_ARE_FATAL);
+        if (rc != MPI_SUCCESS) {
+            char es[MPI_MAX_ERROR_STRING];
+            int len = 0;
+            MPI_Error_string(rc, es, &len);
+            struct statvfs v;
+            double shm_free = statvfs("/dev/shm", &v) == 0 ? (double)v.f_bavail * (double)v.f_frsize : -1;
+            snprintf(win_err, sizeof win_err,
+                     "MPI cannot create the one-sided window that gathers head outputs (%s). Over TCP, Debian's Open "
+                     "MPI needs --mca osc pt2pt (it has no other one-sided component for TCP); on one host, "
+                     "/dev/shm has %.0f KB free: enlarge it, or use --mca osc pt2pt too",
+                     es, shm_free / 1e3);
+            xr->win = MPI_WIN_NULL;
+            continue;
+        }
         /* post/start/complete/wait synchronises only the ranks that talk, one
          * message each way, where a fence costs a barrier */
         MPI_Group g;
@@ -67,6 +90,10 @@ void rt_build_comms(mi_runtime *rt)
             MPI_Group_incl(g, 1, &root, &xr->peers);
         MPI_Group_free(&g);
     }
+    /* every rank takes part, so a window that failed anywhere ends the job
+     * on every rank with one line, not with MPI's abort banner */
+    if (rt->size > 1)
+        mi_check_all(win_err[0] != '\0', win_err);
 }
 
 void rt_free_comms(mi_runtime *rt)
