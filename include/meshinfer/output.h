@@ -7,10 +7,15 @@
  * existing file that is not a regular file (a device, a FIFO), a missing or
  * unwritable directory, and the same file as any input of the command
  * (compared by device and inode, so another name, a symlink or a hard link
- * of the input is caught too). It is then written under a temporary name in
- * the same directory and renamed over the destination only when complete,
- * so a failure or an interruption (exit, SIGINT, SIGTERM, SIGHUP, SIGQUIT)
- * leaves nothing, and an input is never damaged.
+ * of the input is caught too), and a place where no file can be created
+ * (tried, since access() says yes to root on a read-only mount or in /proc).
+ * It is then written under a temporary name in the same directory, created
+ * exclusively and never through a link (a planted symlink cannot redirect
+ * it), and renamed over the destination only when complete, so a failure or
+ * an interruption (exit, SIGINT, SIGTERM, SIGHUP, SIGQUIT) leaves nothing and
+ * an input is never damaged. A destination that is a symlink is written
+ * through: its target gets the content and the link stays; the file keeps
+ * the mode it had.
  *
  * No MPI: under mpirun only the rank that writes calls these. */
 #ifndef MESHINFER_OUTPUT_H
@@ -22,6 +27,7 @@ typedef struct {
     char path[4096]; /* the destination */
     char tmp[4200];  /* "<path>.partial.<pid>", in the destination's directory */
     FILE *f;         /* open on tmp after mi_output_open, else NULL */
+    int fd;          /* tmp's descriptor after mi_output_begin (-1 once f owns it) */
 } mi_output;
 
 /* Check `path` as an output named `what` (e.g. "trace file") of a command
@@ -30,10 +36,10 @@ typedef struct {
  * and the reason. Writes nothing. */
 int mi_output_check(const char *path, const char *what, const char *const *inputs, int n_inputs, char *err);
 
-/* Choose the temporary name for `path` and register it for removal at exit
- * or on a signal (mi_temp_file_set; one output at a time). For writers that
- * create the file themselves (HDF5, gnuplot). Returns 0, or -1 with err set
- * when the path is too long. */
+/* Create the temporary file for `path` (empty, mode 0600) and register it
+ * for removal at exit or on a signal (mi_temp_file_set; one output at a
+ * time). For writers that then open o->tmp themselves (HDF5, gnuplot).
+ * Returns 0, or -1 with err set (path too long, cannot create). */
 int mi_output_begin(mi_output *o, const char *path, char *err);
 
 /* mi_output_begin, then open the temporary file for writing. Returns the

@@ -133,10 +133,16 @@ void cli_dtypes_apply(const cli_dtypes *d, mi_config *c, const char *cmd)
  * and "kind=R". */
 void cli_parse_prune(const char *arg, double *ratio)
 {
+    /* R sets every exchange kind, KIND=R one kind; a bare R is the default
+     * whatever its position, each at most once, no empty items */
     char buf[256];
-    if (strlen(arg) >= sizeof buf || !*arg)
-        mi_fatal("--prune: '%s' is not a ratio or a list like 0.5,hidden=0.9", arg);
+    size_t len = strlen(arg);
+    if (len >= sizeof buf || !*arg || arg[0] == ',' || arg[len - 1] == ',' || strstr(arg, ",,"))
+        mi_fatal("--prune: '%s' is not a ratio or a list like 0.5,hidden=0.9 (no empty items)", arg);
     strcpy(buf, arg);
+    double all = -1, kind[MI_N_PRUNED_XCH];
+    for (int k = 0; k < MI_N_PRUNED_XCH; k++)
+        kind[k] = -1;
     for (char *save = NULL, *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(item, '=');
         int x = -1;
@@ -149,8 +155,14 @@ void cli_parse_prune(const char *arg, double *ratio)
         double r = mi_parse_double("--prune", eq ? eq + 1 : item, 0.0, 1.0);
         if (r >= 1.0)
             mi_fatal("--prune: ratio %s is outside [0, 1) (1 would send nothing at all)", eq ? eq + 1 : item);
-        for (int k = 0; k < MI_N_PRUNED_XCH; k++)
-            if (x < 0 || k == x)
-                ratio[k] = r;
+        double *slot = x < 0 ? &all : &kind[x];
+        if (*slot >= 0)
+            mi_fatal(x < 0 ? "--prune: '%s' gives two ratios for all exchanges (one R, then KIND=R for the others; "
+                             "a list of ratios is plan --memory-model's)"
+                           : "--prune: '%s' gives exchange %s twice",
+                     arg, x < 0 ? "" : item);
+        *slot = r;
     }
+    for (int k = 0; k < MI_N_PRUNED_XCH; k++)
+        ratio[k] = kind[k] >= 0 ? kind[k] : all >= 0 ? all : 0.0;
 }

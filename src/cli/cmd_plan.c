@@ -603,6 +603,9 @@ int cmd_plan(int argc, char **argv)
                 fprintf(stderr, "plan: somegather skipped: %s\n", err);
                 continue;
             }
+            /* somegather's errors name it already */
+            if (!strncmp(err, mi_planner_name(pl), strlen(mi_planner_name(pl))))
+                mi_fatal("%s", err);
             mi_fatal("%s: %s", mi_planner_name(pl), err);
         }
         if (prune_arg && mi_plan_prune(&p, model, prune, prune_mode, err))

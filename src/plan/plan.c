@@ -667,14 +667,15 @@ static void plan_tp(mi_plan *plan, placer *p)
 static int plan_somegather(mi_plan *plan, int D, char *err)
 {
     const mi_config *c = &plan->cfg;
+    char ok[128] = ""; /* the rank counts that work */
+    for (int d = 1, o = 0; d <= c->n_kv_heads && o < (int)sizeof ok - 8; d++)
+        if (c->n_kv_heads % d == 0)
+            o += snprintf(ok + o, sizeof ok - (size_t)o, "%s%d", o ? ", " : "", d);
     if (D > c->n_kv_heads)
         return mi_set_error(err, "somegather on %d ranks: the model has only %d %s (every rank needs at least one "
-                                 "head)", D, c->n_kv_heads, c->n_kv_heads < c->n_heads ? "KV-head groups" : "heads");
+                                 "head): run on %s ranks", D, c->n_kv_heads,
+                            c->n_kv_heads < c->n_heads ? "KV-head groups" : "heads", ok);
     if (c->n_kv_heads % D) {
-        char ok[128] = "";
-        for (int d = 1, o = 0; d <= c->n_kv_heads && o < (int)sizeof ok - 8; d++)
-            if (c->n_kv_heads % d == 0)
-                o += snprintf(ok + o, sizeof ok - (size_t)o, "%s%d", o ? ", " : "", d);
         return mi_set_error(err, "somegather on %d ranks: %d does not divide the model's %d %s (every rank gets an "
                                  "equal share of whole heads%s, as an unequal share would make the largest the "
                                  "bottleneck of every exchange): run on %s ranks", D, D, c->n_kv_heads,
@@ -817,7 +818,7 @@ int mi_plan_mark_speculation(mi_plan *plan, const mi_cluster *cl, const double *
 int *mi_plan_serialize(const mi_plan *plan, size_t *n_ints)
 {
     const mi_config *c = &plan->cfg;
-    size_t n = 8 + (size_t)plan->n_cls * 3 + 3 + 3 * (size_t)plan->n_cols + MI_N_PRUNED_XCH;
+    size_t n = 8 + (size_t)plan->n_cls * 3 + 3 + 3 * (size_t)plan->n_cols + 2 * MI_N_PRUNED_XCH;
     for (int l = 0; l < c->n_layers; l++)
         n += (size_t)c->n_kv_heads + 4 + 3 * (size_t)plan->layers[l].n_ffn;
     if (plan->keep)
@@ -857,8 +858,11 @@ int *mi_plan_serialize(const mi_plan *plan, size_t *n_ints)
         *q++ = plan->cols[i].v0;
         *q++ = plan->cols[i].n;
     }
-    for (int i = 0; i < MI_N_PRUNED_XCH; i++)
-        *q++ = (int)(plan->prune[i] * 1e6 + 0.5); /* parts per million */
+    _Static_assert(sizeof(double) == 2 * sizeof(int), "a pruning ratio travels as two ints");
+    /* the ratios bit for bit (two ints each): rounding them made 0.99999999,
+     * accepted by the planner, arrive as 1 and fail validation on the workers */
+    for (int i = 0; i < MI_N_PRUNED_XCH; i++, q += 2)
+        memcpy(q, &plan->prune[i], sizeof(double));
     *q++ = plan->prune_mode;
     *q++ = plan->keep != NULL;
     if (plan->keep)
@@ -936,9 +940,10 @@ int mi_plan_deserialize(const int *b, size_t n, const mi_config *c, mi_plan *pla
         }
     }
     for (int x = 0; x < MI_N_PRUNED_XCH; x++) {
-        int ppm;
-        NEXT(ppm);
-        plan->prune[x] = ppm / 1e6;
+        if (i + 2 > n)
+            goto bad;
+        memcpy(&plan->prune[x], b + i, sizeof(double));
+        i += 2;
     }
     NEXT(plan->prune_mode);
     int has_keep;

@@ -1,9 +1,12 @@
 /* One path for every output file (see output.h). */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* O_NOFOLLOW, O_CLOEXEC, realpath */
 #include "meshinfer/output.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -23,14 +26,40 @@ static void dir_of(const char *path, char *dir, size_t n)
         *slash = '\0';
 }
 
+/* The file an output really writes: a symlink's target (so the link stays a
+ * link and the file it names gets the content), else path itself. */
+static void resolve(const char *path, char *out, size_t n)
+{
+    struct stat st;
+    char real[PATH_MAX];
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && realpath(path, real))
+        snprintf(out, n, "%s", real);
+    else
+        snprintf(out, n, "%s", path);
+}
+
+/* Create a new file exclusively, never through a link: 0 and fd, or -1. A
+ * predictable temporary name must not let anyone plant a symlink there. */
+static int create_new(const char *name)
+{
+    return open(name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+}
+
 int mi_output_check(const char *path, const char *what, const char *const *inputs, int n_inputs, char *err)
 {
     if (!path || !*path)
         return mi_set_error(err, "the %s path is empty", what);
     if (strlen(path) >= sizeof ((mi_output *)0)->path)
         return mi_set_error(err, "%s: the %s path is too long", path, what);
+    char real[sizeof ((mi_output *)0)->path];
+    resolve(path, real, sizeof real);
     struct stat st;
-    int exists = stat(path, &st) == 0;
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && stat(path, &st) != 0)
+        return mi_set_error(err, "%s: the %s is a symbolic link to nothing; give a file name", path, what);
+    if (!strncmp(real, "/proc/", 6) || !strncmp(real, "/sys/", 5) || !strncmp(real, "/dev/", 5))
+        return mi_set_error(err, "%s: the %s would be written into %s, which holds no ordinary files", path, what,
+                            real);
+    int exists = stat(real, &st) == 0;
     if (exists && S_ISDIR(st.st_mode))
         return mi_set_error(err, "%s: the %s is a directory; give a file name", path, what);
     if (exists && !S_ISREG(st.st_mode))
@@ -43,21 +72,43 @@ int mi_output_check(const char *path, const char *what, const char *const *input
                                 what, inputs[i]);
     }
     char dir[4096];
-    dir_of(path, dir, sizeof dir);
+    dir_of(real, dir, sizeof dir);
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return mi_set_error(err, "%s: cannot write the %s: directory %s does not exist", path, what, dir);
-    if (access(dir, W_OK | X_OK) != 0)
-        return mi_set_error(err, "%s: cannot write the %s: directory %s is not writable", path, what, dir);
+    /* try it: access() says yes to root on a read-only mount or in /proc */
+    char probe[sizeof ((mi_output *)0)->tmp + 16];
+    snprintf(probe, sizeof probe, "%s.partial.%ld.probe", real, (long)getpid());
+    int fd = create_new(probe);
+    if (fd < 0)
+        return mi_set_error(err, "%s: cannot write the %s: cannot create files in %s (%s)", path, what, dir,
+                            strerror(errno));
+    close(fd);
+    unlink(probe);
     return 0;
 }
 
 int mi_output_begin(mi_output *o, const char *path, char *err)
 {
     memset(o, 0, sizeof *o);
-    int n = snprintf(o->path, sizeof o->path, "%s", path);
-    int t = snprintf(o->tmp, sizeof o->tmp, "%s.partial.%ld", path, (long)getpid());
-    if (n < 0 || (size_t)n >= sizeof o->path || t < 0 || (size_t)t >= sizeof o->tmp)
+    o->fd = -1;
+    char real[sizeof o->path];
+    resolve(path, real, sizeof real);
+    if ((size_t)snprintf(o->path, sizeof o->path, "%s", real) >= sizeof o->path)
         return mi_set_error(err, "%s: path too long", path);
+    /* a fresh name each try: an existing file (or planted link) is never opened */
+    for (int k = 0; k < 100; k++) {
+        if ((size_t)snprintf(o->tmp, sizeof o->tmp, k ? "%s.partial.%ld.%d" : "%s.partial.%ld", o->path,
+                             (long)getpid(), k) >= sizeof o->tmp)
+            return mi_set_error(err, "%s: path too long", path);
+        o->fd = create_new(o->tmp);
+        if (o->fd >= 0 || errno != EEXIST)
+            break;
+    }
+    if (o->fd < 0) {
+        int e = errno;
+        o->tmp[0] = '\0';
+        return mi_set_error(err, "%s: cannot create it (%s)", path, strerror(e));
+    }
     mi_temp_file_set(o->tmp);
     return 0;
 }
@@ -66,12 +117,13 @@ FILE *mi_output_open(mi_output *o, const char *path, char *err)
 {
     if (mi_output_begin(o, path, err))
         return NULL;
-    o->f = fopen(o->tmp, "w");
+    o->f = fdopen(o->fd, "w");
     if (!o->f) {
         mi_set_error(err, "%s: cannot create it (%s)", path, strerror(errno));
         mi_output_abort(o);
         return NULL;
     }
+    o->fd = -1; /* the stream owns it now */
     return o->f;
 }
 
@@ -80,7 +132,7 @@ int mi_output_commit(mi_output *o, char *err)
     int bad = 0, e = 0;
     if (o->f) {
         bad = ferror(o->f) || fflush(o->f) != 0;
-        /* EINVAL/EROFS: a pipe or a file system without fsync; the rename still orders it */
+        /* EINVAL/EROFS: a file system without fsync; the rename still orders it */
         if (!bad && fsync(fileno(o->f)) != 0 && errno != EINVAL && errno != EROFS)
             bad = 1;
         e = errno;
@@ -89,6 +141,25 @@ int mi_output_commit(mi_output *o, char *err)
             e = errno;
         }
         o->f = NULL;
+    }
+    if (o->fd >= 0) {
+        close(o->fd);
+        o->fd = -1;
+    }
+    /* the file keeps the mode the destination had (a read-only file stays
+     * read-only); a new one gets the usual 0666 less the umask */
+    struct stat st;
+    mode_t mode;
+    if (stat(o->path, &st) == 0) {
+        mode = st.st_mode & 07777;
+    } else {
+        mode_t mask = umask(0);
+        umask(mask);
+        mode = 0666 & ~mask;
+    }
+    if (!bad && chmod(o->tmp, mode) != 0) {
+        bad = 1;
+        e = errno;
     }
     if (!bad && rename(o->tmp, o->path) != 0) {
         bad = 1;
@@ -109,7 +180,11 @@ void mi_output_abort(mi_output *o)
     if (o->f)
         fclose(o->f);
     o->f = NULL;
+    if (o->fd >= 0)
+        close(o->fd);
+    o->fd = -1;
     if (o->tmp[0])
         unlink(o->tmp);
+    o->tmp[0] = '\0';
     mi_temp_file_clear();
 }

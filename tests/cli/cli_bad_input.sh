@@ -58,6 +58,16 @@ HDF5_USE_FILE_LOCKING=FALSE "$bin" generate -m "$tmp/locked.h5" -n 2 > /dev/null
     { echo "ok: HDF5_USE_FILE_LOCKING=FALSE reads it"; pass=$((pass+1)); } ||
     { echo "FAIL: HDF5_USE_FILE_LOCKING=FALSE did not help"; fail=$((fail+1)); }
 exec 9<&-
+# --prune's grammar: one bare ratio (the default) and KIND=R each at most once, no empty items
+expect_error "--prune trailing comma"    "no empty items"          "$bin" plan -m "$model" --ranks 3 --planner somegather --prune 0.5,
+expect_error "--prune exchange twice"    "gives exchange attn_in twice" \
+    "$bin" plan -m "$model" --ranks 3 --planner somegather --prune attn_in=0.5,attn_in=0.6
+expect_error "--prune a list of ratios"  "two ratios for all exchanges" \
+    "$bin" plan -m "$model" --ranks 3 --planner somegather --prune 0,0.5,0.9
+out=$("$bin" plan -m "$model" --ranks 3 --planner somegather --prune hidden=0.9,0.5 2>&1 | grep pruning)
+[[ "$out" == *"attn_in 0.50, heads 0.50, ffn_in 0.50, hidden 0.90"* ]] &&
+    { echo "ok: a bare ratio is the default whatever its place: $out"; pass=$((pass+1)); } ||
+    { echo "FAIL: --prune hidden=0.9,0.5 gave: $out"; fail=$((fail+1)); }
 expect_error "model is random bytes"    "not an HDF5 file"       "$bin" generate -m "$tmp/random.h5"
 expect_error "model truncated"          "truncated|corrupt"      "$bin" generate -m "$tmp/half.h5"
 expect_error "model is a .bin checkpoint" "not an HDF5 file"     "$bin" generate -m "$ckpt"

@@ -6,8 +6,12 @@
  *   - a committed output has exactly what was written and no temporary
  *     file is left; an aborted one leaves nothing and an existing
  *     destination untouched;
- *   - a writer that creates the temporary file itself (HDF5, gnuplot) is
- *     renamed into place by mi_output_commit.
+ *   - a writer that opens the temporary file itself (HDF5, gnuplot) is
+ *     renamed into place by mi_output_commit;
+ *   - a destination that is a symlink is written through (the link stays),
+ *     a read-only destination keeps its mode, a symlink planted at the
+ *     temporary name is never followed, and /proc, /dev and dangling links
+ *     are refused.
  *
  * Exit status: 0 when every test passed, 1 otherwise. */
 #define _POSIX_C_SOURCE 200809L
@@ -114,10 +118,66 @@ static void test_commit_and_abort(void)
 
     /* the temporary file vanished before the commit: an error naming the path, no crash */
     CU_ASSERT_EQUAL_FATAL(mi_output_begin(&o, p, err), 0);
+    CU_ASSERT_EQUAL_FATAL(unlink(o.tmp), 0);
     CU_ASSERT_EQUAL(mi_output_commit(&o, err), -1);
     CU_ASSERT(has(err, p) && has(err, "nothing was written"));
     read_all(p, buf, sizeof buf);
     CU_ASSERT_STRING_EQUAL(buf, "png");
+}
+
+static void test_links_and_modes(void)
+{
+    char err[MI_ERRLEN], target[600], lnk[600], tmpname[700], victim[600], buf[64];
+    mi_output o;
+    /* a destination that is a symlink: written through, the link stays a link */
+    tu_path(target, sizeof target, g_dir, "target.json");
+    tu_path(lnk, sizeof lnk, g_dir, "link.json");
+    CU_ASSERT_EQUAL_FATAL(tu_write_text(target, "old"), 0);
+    CU_ASSERT_EQUAL_FATAL(symlink(target, lnk), 0);
+    CU_ASSERT_EQUAL(mi_output_check(lnk, "plan file", NULL, 0, err), 0);
+    FILE *f = mi_output_open(&o, lnk, err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs("new", f);
+    CU_ASSERT_EQUAL(mi_output_commit(&o, err), 0);
+    struct stat st;
+    CU_ASSERT(lstat(lnk, &st) == 0 && S_ISLNK(st.st_mode));
+    read_all(target, buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(buf, "new");
+    /* a read-only destination stays read-only */
+    CU_ASSERT_EQUAL_FATAL(chmod(target, 0444), 0);
+    f = mi_output_open(&o, target, err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs("newer", f);
+    CU_ASSERT_EQUAL(mi_output_commit(&o, err), 0);
+    CU_ASSERT(stat(target, &st) == 0 && (st.st_mode & 0777) == 0444);
+    /* a symlink planted at the predictable temporary name is never followed */
+    tu_path(victim, sizeof victim, g_dir, "victim.txt");
+    CU_ASSERT_EQUAL_FATAL(tu_write_text(victim, "precious"), 0);
+    char out[600];
+    tu_path(out, sizeof out, g_dir, "out.json");
+    snprintf(tmpname, sizeof tmpname, "%s.partial.%ld", out, (long)getpid());
+    CU_ASSERT_EQUAL_FATAL(symlink(victim, tmpname), 0);
+    f = mi_output_open(&o, out, err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    CU_ASSERT_STRING_NOT_EQUAL(o.tmp, tmpname);
+    fputs("plan", f);
+    CU_ASSERT_EQUAL(mi_output_commit(&o, err), 0);
+    read_all(victim, buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(buf, "precious");
+    read_all(out, buf, sizeof buf);
+    CU_ASSERT_STRING_EQUAL(buf, "plan");
+    CU_ASSERT(lstat(out, &st) == 0 && S_ISREG(st.st_mode));
+    unlink(tmpname);
+    /* places that hold no ordinary files, or where nothing can be created */
+    CU_ASSERT_EQUAL(mi_output_check("/proc/x", "trace file", NULL, 0, err), -1);
+    CU_ASSERT(has(err, "holds no ordinary files"));
+    CU_ASSERT_EQUAL(mi_output_check("/dev/stdout", "trace file", NULL, 0, err), -1);
+    char dangling[600];
+    tu_path(dangling, sizeof dangling, g_dir, "dangling.json");
+    CU_ASSERT_EQUAL_FATAL(symlink("/nonexistent/x", dangling), 0);
+    CU_ASSERT_EQUAL(mi_output_check(dangling, "trace file", NULL, 0, err), -1);
+    CU_ASSERT(has(err, "symbolic link to nothing"));
+    CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
 }
 
 int main(void)
@@ -130,6 +190,7 @@ int main(void)
     CU_add_test(s, "refused before any work: directories, FIFOs, missing directories, inputs by any name",
                 test_refusals);
     CU_add_test(s, "committed whole, aborted without a trace", test_commit_and_abort);
+    CU_add_test(s, "symlinks written through, modes kept, planted temporary links ignored", test_links_and_modes);
     CU_basic_set_mode(CU_BRM_NORMAL);
     CU_basic_run_tests();
     unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
