@@ -65,6 +65,13 @@ int mi_checkpoint_open(mi_checkpoint *ck, const char *path, char *err)
     } else {
         memcpy(h, base, sizeof h);
         shared = h[5] > 0;
+        /* v0 stores an unshared classifier as a negative vocab_size; INT32_MIN
+         * has no positive counterpart (negating it is undefined) */
+        if (h[5] == INT32_MIN) {
+            munmap(map, size);
+            return mi_set_error(err, "%s: not a llama2.c checkpoint, or corrupt header (vocab_size %d)", path,
+                                (int)INT32_MIN);
+        }
         if (h[5] < 0)
             h[5] = -h[5];
         header = sizeof h;

@@ -95,6 +95,10 @@ static int get_number(const cJSON *obj, const char *key, int allow_zero, double 
     double d = v->valuedouble;
     if (d < 0 || (!allow_zero && d <= 0))
         return mi_set_error(err, "%s: %s%s%s must be %s (got %g)", prefix, where, dot, key, what, d);
+    /* far beyond any device or link, and small enough that sums over 256
+     * devices stay finite (speeds near 1e308 made the tp planner's sum NaN) */
+    if (d > 1e9)
+        return mi_set_error(err, "%s: %s%s%s must be at most 1e9 (got %g)", prefix, where, dot, key, d);
     *out = d;
     return 0;
 }

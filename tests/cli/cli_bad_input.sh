@@ -68,6 +68,24 @@ out=$("$bin" plan -m "$model" --ranks 3 --planner somegather --prune hidden=0.9,
 [[ "$out" == *"attn_in 0.50, heads 0.50, ffn_in 0.50, hidden 0.90"* ]] &&
     { echo "ok: a bare ratio is the default whatever its place: $out"; pass=$((pass+1)); } ||
     { echo "FAIL: --prune hidden=0.9,0.5 gave: $out"; fail=$((fail+1)); }
+# a full disk (a tmpfs of 64 KB, filled, in a private mount namespace): one error line, no partial file
+if unshare -m true 2>/dev/null; then
+    mkdir -p "$tmp/full"
+    unshare -m sh -c 'mount -t tmpfs -o size=64k tmpfs "$1" && dd if=/dev/zero of="$1/fill" bs=4k count=64 2>/dev/null;
+        "$2" quantize -m "$3" --dtype q8_0 --out "$1/q.h5" > /dev/null 2> "$4/full1.err"; echo $? > "$4/full1.rc";
+        "$2" generate -m "$3" -n 8 --trace "$1/t.json" > /dev/null 2> "$4/full2.err"; echo $? > "$4/full2.rc";
+        ls -A "$1" > "$4/full.ls"' sh "$tmp/full" "$bin" "$model" "$tmp"
+    if [[ $(cat "$tmp/full1.rc") == 1 && $(grep -c . "$tmp/full1.err") == 1 ]] && grep -q "not enough disk space" "$tmp/full1.err" &&
+       [[ $(cat "$tmp/full2.rc") == 1 ]] && grep -q "^meshinfer: error: .*t.json: cannot write it (No space left on device); nothing was written" "$tmp/full2.err" &&
+       [[ "$(cat "$tmp/full.ls")" == "fill" ]]; then
+        echo "ok: full disk: quantize refused before the work, --trace fails in one line, nothing partial left"; pass=$((pass+1))
+    else
+        echo "FAIL: full disk: quantize $(cat "$tmp/full1.rc") $(cat "$tmp/full1.err"); trace $(cat "$tmp/full2.rc") $(cat "$tmp/full2.err"); left: $(cat "$tmp/full.ls")"
+        fail=$((fail+1))
+    fi
+else
+    echo "skip: full disk (no unshare -m here)"
+fi
 expect_error "model is random bytes"    "not an HDF5 file"       "$bin" generate -m "$tmp/random.h5"
 expect_error "model truncated"          "truncated|corrupt"      "$bin" generate -m "$tmp/half.h5"
 expect_error "model is a .bin checkpoint" "not an HDF5 file"     "$bin" generate -m "$ckpt"

@@ -224,6 +224,15 @@ static void test_cluster_limits(void)
     name[64] = '\0';
     snprintf(json, sizeof json, "{\"devices\": [{\"mem_mb\": 1}, {\"name\": \"%s\", \"mem_mb\": 1}]}", name);
     expect_cluster_error(json, "devices[1].name", "63");
+
+    /* numbers: 1e9 is the most any device or link value may be, so that
+     * sums over 256 devices stay finite (a speed of 1e308 made the tp
+     * planner's sum NaN and its placement nonsense) */
+    CU_ASSERT_EQUAL(mi_cluster_parse("{\"devices\": [{\"mem_mb\": 1e9, \"speed\": 1e9}]}", &cl, err), 0);
+    mi_cluster_free(&cl);
+    expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"speed\": 1e308}, {\"mem_mb\": 1}]}",
+                         "devices[0].speed", "at most 1e9");
+    expect_cluster_error("{\"devices\": [{\"mem_mb\": 1e300}]}", "devices[0].mem_mb", "at most 1e9");
 }
 
 static void test_cluster_load(void)
