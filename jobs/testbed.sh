@@ -27,6 +27,8 @@
 #   --rate-mbit R      one medium of R Mbit/s that every packet shares in turn,
 #                      like a wireless channel (default 0: unlimited)
 #   --port P           first TCP port of the ranks' links (default 46000)
+# environment: MESHINFER_BIN  the meshinfer binary to run (default build/meshinfer,
+#                              built first)
 # example:
 #   jobs/testbed.sh -- generate -m models/cache/stories15M.h5 --planner greedy --speculate --json
 set -euo pipefail
@@ -64,7 +66,9 @@ done
 if [[ -n "${missing:-}" ]]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
-"$root/jobs/build.sh"
+bin="${MESHINFER_BIN:-$root/build/meshinfer}"
+[[ -n "${MESHINFER_BIN:-}" ]] || "$root/jobs/build.sh"
+[[ -x "$bin" ]] || { echo "testbed: error: $bin is not an executable (MESHINFER_BIN)" >&2; exit 2; }
 cmake -S "$root" -B "$root/build" >/dev/null && cmake --build "$root/build" --target mi_netem >/dev/null
 cgroot=/sys/fs/cgroup/cpu
 [[ -w "$cgroot" ]] || { echo "testbed: error: $cgroot (cgroup v1 cpu controller) is not writable" >&2; exit 1; }
@@ -158,7 +162,7 @@ chmod +x "$wrapper"
 mpirun --allow-run-as-root -q --oversubscribe --bind-to none -np "$ranks" \
     --mca btl self,tcp --mca btl_tcp_if_include lo --mca osc pt2pt --mca mpi_yield_when_idle 1 \
     --mca btl_tcp_port_min_v4 "$port" --mca btl_tcp_port_range_v4 100 \
-    -x OPENBLAS_NUM_THREADS=1 "$wrapper" "$root/build/meshinfer" "$@" < /dev/null &
+    -x OPENBLAS_NUM_THREADS=1 "$wrapper" "$bin" "$@" < /dev/null &
 mpi_pid=$!
 save_state
 stop_run() {

@@ -4,9 +4,11 @@
 # tolerance 0 (nothing may be accepted) and 1e9 (everything must be), then the
 # summary (CSV, table with ratios to layer-wise, per-device compute time) and
 # the plots. Also the summary's and sweep.sh's errors on bad input.
-# usage: sweep_jobs.sh MODEL
+# usage: sweep_jobs.sh MODEL [MESHINFER]
 set -uo pipefail
-model=${1:?usage: sweep_jobs.sh MODEL}
+model=${1:?usage: sweep_jobs.sh MODEL [MESHINFER]}
+# the binary under test, not whatever build/ holds
+[[ -n "${2:-}" ]] && export MESHINFER_BIN="$2"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 fail=0

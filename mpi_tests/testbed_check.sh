@@ -11,6 +11,7 @@
 # usage: testbed_check.sh MESHINFER MODEL
 set -uo pipefail
 mi=${1:?usage: testbed_check.sh MESHINFER MODEL}; model=${2:?}
+export MESHINFER_BIN="$mi" # the testbed runs the binary under test, not whatever build/ holds
 root="$(cd "$(dirname "$0")/.." && pwd)"
 # (testbed.sh installs iptables and libnetfilter-queue-dev itself when missing)
 [[ $(id -u) -eq 0 && -w /sys/fs/cgroup/cpu ]] || { echo "skip: needs root and cgroup-v1 cpu"; exit 77; }
