@@ -63,10 +63,12 @@ void mi_model_close(mi_model_file *mf);
 void mi_model_layer_name(char *buf, size_t n, int layer, const char *tensor);
 
 /* Read rows [row0, row0+nrows) of a 2-D float32 dataset (or elements of a 1-D
- * one, with row_len 1 per row) into out (nrows * row_len floats, row-major).
- * Only those bytes are read from disk. Returns 0 or -1 with err set. */
+ * one, with row_len 1 per row) into out (nrows * row_len floats, row-major;
+ * out holds out_cap floats, and a file whose rows would not fit is an error,
+ * since the file, not the caller, decides row_len). Only those bytes are read
+ * from disk. Returns 0 or -1 with err set. */
 int mi_model_read_rows(mi_model_file *mf, const char *name, size_t row0, size_t nrows,
-                       float *out, char *err);
+                       float *out, size_t out_cap, char *err);
 
 /* Read stored rows [row0, row0+nrows) of dataset `name` (a whole tensor, or
  * the qs or d part of a block-format group) as raw bytes, row_bytes each (the

@@ -459,7 +459,7 @@ void mi_model_close(mi_model_file *mf)
  * (as_float: HDF5 converts any float type) or as the file's own bytes, whose
  * row size must then be row_bytes. */
 static int read_rows(mi_model_file *mf, const char *name, size_t row0, size_t nrows, int as_float, size_t row_bytes,
-                     size_t byte0, size_t nbytes, void *out, char *err)
+                     size_t byte0, size_t nbytes, void *out, size_t out_bytes, char *err)
 {
     hid_t d = H5Lexists(mf->file, name, H5P_DEFAULT) > 0 ? H5Dopen2(mf->file, name, H5P_DEFAULT) : -1;
     if (d < 0)
@@ -478,6 +478,10 @@ static int read_rows(mi_model_file *mf, const char *name, size_t row0, size_t nr
     } else if (row0 + nrows > dims[0]) {
         rc = mi_set_error(err, "%s: rows [%zu, %zu) of '%s' are outside its %llu rows", mf->path, row0, row0 + nrows,
                           name, (unsigned long long)dims[0]);
+    } else if (as_float && nrows * (nbytes / es) * sizeof(float) > out_bytes) {
+        /* the file decides a row's length: never more than the caller's buffer holds */
+        rc = mi_set_error(err, "%s: rows of '%s' hold %zu values each; %zu rows do not fit the %zu floats given",
+                          mf->path, name, nbytes / es, nrows, out_bytes / sizeof(float));
     } else if (byte0 % es || nbytes % es || byte0 + nbytes > have || (rank == 1 && nbytes != have)) {
         rc = mi_set_error(err, "%s: bytes [%zu, %zu) of the rows of '%s' are not whole elements inside them", mf->path,
                           byte0, byte0 + nbytes, name);
@@ -496,21 +500,22 @@ static int read_rows(mi_model_file *mf, const char *name, size_t row0, size_t nr
     return rc;
 }
 
-int mi_model_read_rows(mi_model_file *mf, const char *name, size_t row0, size_t nrows, float *out, char *err)
+int mi_model_read_rows(mi_model_file *mf, const char *name, size_t row0, size_t nrows, float *out, size_t out_cap,
+                       char *err)
 {
-    return read_rows(mf, name, row0, nrows, 1, 0, 0, 0, out, err);
+    return read_rows(mf, name, row0, nrows, 1, 0, 0, 0, out, out_cap * sizeof(float), err);
 }
 
 int mi_model_read_raw(mi_model_file *mf, const char *name, size_t row0, size_t nrows, size_t row_bytes, void *out,
                       char *err)
 {
-    return read_rows(mf, name, row0, nrows, 0, row_bytes, 0, row_bytes, out, err);
+    return read_rows(mf, name, row0, nrows, 0, row_bytes, 0, row_bytes, out, (size_t)-1, err);
 }
 
 int mi_model_read_raw_cols(mi_model_file *mf, const char *name, size_t row0, size_t nrows, size_t row_bytes,
                            size_t byte0, size_t nbytes, void *out, char *err)
 {
-    return read_rows(mf, name, row0, nrows, 0, row_bytes, byte0, nbytes, out, err);
+    return read_rows(mf, name, row0, nrows, 0, row_bytes, byte0, nbytes, out, (size_t)-1, err);
 }
 
 int mi_model_read_t(mi_model_file *mf, const char *name, size_t row0, size_t nrows, float *out, char *err)
@@ -525,7 +530,7 @@ int mi_model_read_t(mi_model_file *mf, const char *name, size_t row0, size_t nro
     H5Dclose(d);
     size_t n = (size_t)dims[1];
     float *tmp = mi_malloc(nrows * n * sizeof(float), "transposed tensor staging");
-    int rc = mi_model_read_rows(mf, name, row0, nrows, tmp, err);
+    int rc = mi_model_read_rows(mf, name, row0, nrows, tmp, nrows * n, err);
     if (rc == 0)
         for (size_t i = 0; i < nrows; i++)
             for (size_t j = 0; j < n; j++)

@@ -190,7 +190,7 @@ int mi_model_quantize(const char *in, const char *out, const mi_config *target, 
 #define COPY(nm, dt, rows, cols, tr)                                                                     \
     if (!rc) {                                                                                           \
         rc = (tr) ? mi_model_read_t(mf, nm, 0, (cols), buf, err)                                         \
-                  : mi_model_read_rows(mf, nm, 0, (rows), buf, err);                                     \
+                  : mi_model_read_rows(mf, nm, 0, (rows), buf, biggest, err);                            \
         if (!rc)                                                                                         \
             rc = check_values((dt), buf, (size_t)(rows) * (cols), nm, in, err);                          \
         if (!rc)                                                                                         \

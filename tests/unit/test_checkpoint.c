@@ -359,7 +359,7 @@ static float *read_all(mi_model_file *mf, const char *name, size_t rows, size_t 
 {
     char err[MI_ERRLEN];
     float *p = malloc(rows * cols * sizeof(float));
-    if (mi_model_read_rows(mf, name, 0, rows, p, err) != 0) {
+    if (mi_model_read_rows(mf, name, 0, rows, p, rows * cols, err) != 0) {
         free(p);
         return NULL;
     }
@@ -466,14 +466,14 @@ static void check_converted(const char *p0, const char *p1, const src_model *m, 
     }
     /* a few elements spelled out: wo_t[l][i][j] == wo[l][j][i], w2_t[l][i][j] == w2[l][j][i] */
     float row[64];
-    CU_ASSERT_EQUAL_FATAL(mi_model_read_rows(f1, "layers/001/wo_t", 5, 1, row, err), 0);
+    CU_ASSERT_EQUAL_FATAL(mi_model_read_rows(f1, "layers/001/wo_t", 5, 1, row, 64, err), 0);
     CU_ASSERT_EQUAL(row[7], m->wo[1 * d * d + 7 * d + 5]);
     CU_ASSERT_EQUAL(row[63], m->wo[1 * d * d + 63 * d + 5]);
     CU_ASSERT(row[7] != m->wo[1 * d * d + 5 * d + 7]); /* not the untransposed value */
-    CU_ASSERT_EQUAL_FATAL(mi_model_read_rows(f0, "layers/000/w2_t", 159, 1, row, err), 0);
+    CU_ASSERT_EQUAL_FATAL(mi_model_read_rows(f0, "layers/000/w2_t", 159, 1, row, 64, err), 0);
     CU_ASSERT_EQUAL(row[0], m->w2[0 * d * h + 0 * h + 159]);
     CU_ASSERT_EQUAL(row[42], m->w2[42 * h + 159]);
-    CU_ASSERT_EQUAL_FATAL(mi_model_read_rows(f0, "layers/001/wk", (size_t)m->kv - 1, 1, row, err), 0);
+    CU_ASSERT_EQUAL_FATAL(mi_model_read_rows(f0, "layers/001/wk", (size_t)m->kv - 1, 1, row, 64, err), 0);
     CU_ASSERT_EQUAL(row[3], m->wk[1 * kv * d + (kv - 1) * d + 3]);
 
     /* tokenizer: same pieces and scores as the tokenizer.bin */

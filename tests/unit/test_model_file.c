@@ -200,7 +200,7 @@ static float *read_full(mi_model_file *mf, const char *name, size_t rows, size_t
 {
     char err[MI_ERRLEN];
     float *p = malloc(rows * cols * sizeof(float));
-    if (mi_model_read_rows(mf, name, 0, rows, p, err) != 0) {
+    if (mi_model_read_rows(mf, name, 0, rows, p, rows * cols, err) != 0) {
         fprintf(stderr, "read_full(%s): %s\n", name, err);
         free(p);
         return NULL;
@@ -334,34 +334,34 @@ static void test_read_rows(void)
     const size_t r0 = 37, n = 21;
     float *part = malloc((n + 1) * d * sizeof(float));
     part[n * d] = -777.0f; /* sentinel after the requested rows */
-    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "layers/001/wq", r0, n, part, err), 0);
+    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "layers/001/wq", r0, n, part, (n + 1) * d, err), 0);
     CU_ASSERT_EQUAL(memcmp(part, full + r0 * d, n * d * sizeof(float)), 0);
     CU_ASSERT_EQUAL(part[n * d], -777.0f);
 
     /* last row, and a zero-row read that must not touch out */
-    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "layers/001/wq", q - 1, 1, part, err), 0);
+    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "layers/001/wq", q - 1, 1, part, (n + 1) * d, err), 0);
     CU_ASSERT_EQUAL(memcmp(part, full + (q - 1) * d, d * sizeof(float)), 0);
     part[0] = 5.0f;
-    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "layers/001/wq", 3, 0, part, err), 0);
+    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "layers/001/wq", 3, 0, part, (n + 1) * d, err), 0);
     CU_ASSERT_EQUAL(part[0], 5.0f);
 
     /* out of range: error names the tensor, out untouched */
     err[0] = '\0';
     part[0] = 6.0f;
-    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "layers/001/wq", q - 2, 3, part, err), -1);
+    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "layers/001/wq", q - 2, 3, part, (n + 1) * d, err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "outside"));
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "layers/001/wq"));
     CU_ASSERT_EQUAL(part[0], 6.0f);
 
     /* missing tensor */
     err[0] = '\0';
-    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "layers/001/nope", 0, 1, part, err), -1);
+    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "layers/001/nope", 0, 1, part, (n + 1) * d, err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "missing"));
 
     /* 1-D: norm is all 1.0, also a sub-range */
     float *norm = malloc((d + 1) * sizeof(float));
     norm[d] = -5.0f;
-    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "norm", 0, d, norm, err), 0);
+    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "norm", 0, d, norm, d + 1, err), 0);
     int ones = 0;
     for (size_t i = 0; i < d; i++)
         ones += norm[i] == 1.0f;
@@ -369,10 +369,10 @@ static void test_read_rows(void)
     CU_ASSERT_EQUAL(norm[d], -5.0f);
     for (size_t i = 0; i < d; i++)
         norm[i] = 0.0f;
-    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "layers/002/ffn_norm", 10, 5, norm, err), 0);
+    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "layers/002/ffn_norm", 10, 5, norm, d + 1, err), 0);
     CU_ASSERT(norm[0] == 1.0f && norm[4] == 1.0f);
     CU_ASSERT_EQUAL(norm[5], 0.0f);
-    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "norm", d - 1, 2, norm, err), -1);
+    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "norm", d - 1, 2, norm, d + 1, err), -1);
 
     free(norm);
     free(part);
@@ -739,9 +739,14 @@ static void test_writer_variant_ok(void)
     mi_config c;
     mi_model_file *mf = mi_model_open(p, &c, err);
     CU_ASSERT_PTR_NOT_NULL_FATAL(mf);
+    /* a row is dim values: a 3-float buffer is refused, not overrun */
     float v[3];
-    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "layers/003/w3", 319, 1, v, err), 0);
-    CU_ASSERT_EQUAL(v[0], 0.01f);
+    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "layers/003/w3", 319, 1, v, 3, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "do not fit the 3 floats given"));
+    float *row = malloc((size_t)c.dim * sizeof(float));
+    CU_ASSERT_EQUAL(mi_model_read_rows(mf, "layers/003/w3", 319, 1, row, (size_t)c.dim, err), 0);
+    CU_ASSERT_EQUAL(row[0], 0.01f);
+    free(row);
     mi_model_close(mf);
 }
 
