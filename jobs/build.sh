@@ -11,7 +11,7 @@ if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
 fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
 pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-pthread-dev
-      libhdf5-dev hdf5-tools libhwloc-dev hwloc libcunit1-dev libcjson-dev gnuplot-nox)
+      libhdf5-dev hdf5-tools libhwloc-dev hwloc libcunit1-dev libcjson-dev gnuplot-nox clang libclang-rt-dev)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -33,9 +33,10 @@ ref="${MESHINFER_BIN:-$root/build/meshinfer}"
 [[ -x "$ref" ]] || { echo "sanitize: error: $ref is not built (jobs/build.sh)" >&2; exit 2; }
 flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 echo "sanitize: building $dir with $flags" >&2
+mkdir -p "$dir"
 cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS="$flags" \
-      -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" > "$dir.log" 2>&1 &&
-    cmake --build "$dir" -j2 >> "$dir.log" 2>&1 || { echo "sanitize: error: build failed (see $dir.log)" >&2; exit 1; }
+      -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" > "$dir/build.log" 2>&1 &&
+    cmake --build "$dir" -j2 >> "$dir/build.log" 2>&1 || { echo "sanitize: error: build failed (see $dir/build.log)" >&2; exit 1; }
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
 fail=0 pass=0
 echo "sanitize: unit tests" >&2

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Fuzz every parser of outside input with libFuzzer (clang, AddressSanitizer,
+# UndefinedBehaviorSanitizer): cluster files (and every planner on what
+# parses), plan files, tokenizer.bin and llama2.c checkpoint headers. Starts
+# from the seed corpus in fuzz/corpus/HARNESS/ (new inputs that reach new
+# code go to BUILD/corpus/HARNESS, the repository's seeds stay as they are);
+# a crash is saved as BUILD/crash-HARNESS-* and makes the run fail: fix it and
+# keep the input in fuzz/corpus/HARNESS/ as a regression seed.
+#
+# usage: jobs/fuzz.sh [--seconds N] [--build-dir DIR] [HARNESS...]
+#   --seconds N      per harness (default 60; the test suite runs 8)
+#   --build-dir DIR  the clang tree (default build-fuzz)
+#   HARNESS          cluster plan tokenizer checkpoint (default all)
+set -uo pipefail
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
+    exit 0
+fi
+root="$(cd "$(dirname "$0")/.." && pwd)"
+dir="$root/build-fuzz" seconds=60 harnesses=()
+while (($#)); do
+    case "$1" in
+        --seconds) [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz: error: --seconds needs a positive integer" >&2; exit 2; }
+                   seconds=$2; shift 2 ;;
+        --build-dir) (($# >= 2)) || { echo "fuzz: error: --build-dir needs a value" >&2; exit 2; }; dir=$2; shift 2 ;;
+        cluster|plan|tokenizer|checkpoint) harnesses+=("$1"); shift ;;
+        *) echo "fuzz: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+((${#harnesses[@]})) || harnesses=(cluster plan tokenizer checkpoint)
+command -v clang > /dev/null || { echo "fuzz: clang is not installed (apt-get install clang): skipped" >&2; exit 77; }
+flags="-g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined"
+echo "fuzz: building $dir with clang" >&2
+mkdir -p "$dir"
+CC=clang cmake -S "$root" -B "$dir" -DMESHINFER_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS="$flags" \
+    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" > "$dir/build.log" 2>&1 &&
+    cmake --build "$dir" -j2 --target $(printf 'fuzz_%s ' "${harnesses[@]}") >> "$dir/build.log" 2>&1 ||
+    { echo "fuzz: error: build failed (see $dir/build.log)" >&2; exit 1; }
+export ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1
+fail=0
+for h in "${harnesses[@]}"; do
+    mkdir -p "$dir/corpus/$h"
+    echo "fuzz: $h for $seconds s" >&2
+    if (cd "$dir" && "./fuzz_$h" -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=4096 \
+            -artifact_prefix="$dir/crash-$h-" "$dir/corpus/$h" "$root/fuzz/corpus/$h" > "$dir/fuzz-$h.log" 2>&1); then
+        echo "ok: $h: $(grep -o 'Done [0-9]* runs' "$dir/fuzz-$h.log" | tail -1) without a finding"
+    else
+        echo "FAIL: $h: $(grep -m1 -E 'ERROR: |runtime error|deadly signal' "$dir/fuzz-$h.log") (input: $(ls "$dir"/crash-"$h"-* 2>/dev/null | head -1))"
+        fail=1
+    fi
+done
+exit $fail
