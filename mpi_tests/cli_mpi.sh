@@ -182,6 +182,16 @@ node -e 'const f = process.argv[1], p = JSON.parse(require("fs").readFileSync(f)
   "$tmp/sg3.json" "$tmp/sg-col.json" "$tmp/sg-layer.json" "$tmp/sg-xch.json"
 out=$(run -np 3 "$bin" generate -m "$model" -p "$prompt" -n 38 --plan-file "$tmp/sg3.json" 2>"$tmp/err")
 [[ "$out" == "$want" ]] && ok "somegather plan file: same text" || bad "somegather plan file: '$out' $(cat "$tmp/err")"
+# a hand-edited plan: its stated ratio without the send lists that implement it
+"$bin" plan -m "$model" --ranks 3 --planner somegather --prune 0.5 --out "$tmp/sg-half.json" > /dev/null
+node -e 'const fs = require("fs"), p = JSON.parse(fs.readFileSync(process.argv[1]));
+  delete p.somegather.send; fs.writeFileSync(process.argv[2], JSON.stringify(p));' "$tmp/sg-half.json" "$tmp/sg-nosend.json"
+run -np 3 "$bin" generate -m "$model" -n 3 --plan-file "$tmp/sg-nosend.json" --json > "$tmp/ns.json" 2> "$tmp/ns.err"
+ns=$(node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1]));
+  console.log(j.somegather.prune.hidden, j.somegather.unsent_fraction.hidden)' "$tmp/ns.json" 2>&1)
+if [[ "$ns" == "0.5 0" ]] && grep -q "prune.ratio disagrees with the send lists, which are what runs" "$tmp/ns.err"; then
+    ok "plan file whose ratio disagrees with its send lists: warned, --json reports what ran ($ns)"
+else bad "plan file ratio vs send lists: $ns $(cat "$tmp/ns.err")"; fi
 expect_error "send list with another rank's columns" "rank 1's send list has column 0, outside its columns" \
     -np 3 "$bin" generate -m "$model" --plan-file "$tmp/sg-col.json"
 expect_error "send list for a layer the model lacks" "layer must be a layer of the model" \

@@ -147,6 +147,22 @@ void session_mpi_init(int *argc, char ***argv, int *rank, int *size)
     *size = mi_world_size();
 }
 
+/* The fraction of exchange kind x's columns that the plan's send lists leave
+ * out (0 without send lists). */
+static double unsent_fraction(const mi_plan *plan, int x)
+{
+    double owned = 0, sent = 0;
+    for (int l = 0; l < plan->cfg.n_layers; l++)
+        for (int r = 0; r < plan->n_ranks; r++) {
+            int c0, n;
+            mi_plan_owned(plan, l, x, r, &c0, &n);
+            const mi_keep *k = mi_plan_keep(plan, l, x, r);
+            owned += n;
+            sent += k ? k->n : n;
+        }
+    return owned > 0 ? 1.0 - sent / owned : 0.0;
+}
+
 static double mem_available(void)
 {
     FILE *f = fopen("/proc/meminfo", "r");
@@ -251,6 +267,14 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
     ss->from_plan_file = o->plan_file != NULL;
     if (o->plan_file) {
         rc = mi_plan_load_json(o->plan_file, &ss->cfg, &ss->plan, err);
+        char differ[256] = "";
+        for (int x = 0, n = 0; !rc && ss->plan.planner == MI_PLANNER_SOMEGATHER && x < MI_N_PRUNED_XCH; x++)
+            if (fabs(unsent_fraction(&ss->plan, x) - ss->plan.prune[x]) > 0.05)
+                n += snprintf(differ + n, sizeof differ - (size_t)n, "%s%s %.2f (lists %.2f)", n ? ", " : "",
+                              mi_xch_name(x), ss->plan.prune[x], unsent_fraction(&ss->plan, x));
+        if (differ[0]) /* a hand-edited file: say what will really run */
+            mi_warn("plan file %s: prune.ratio disagrees with the send lists, which are what runs: %s", o->plan_file,
+                    differ);
         if (!rc && ss->plan.n_ranks != ss->size) {
             rc = mi_set_error(err, "plan file %s is for %d ranks but the job has %d", o->plan_file, ss->plan.n_ranks,
                               ss->size);
@@ -617,6 +641,10 @@ void session_metrics_json(mi_session *ss, FILE *f)
                 ss->plan.prune_mode == MI_PRUNE_MAGNITUDE ? "magnitude" : "aware");
         for (int x = 0; x < MI_N_PRUNED_XCH; x++)
             fprintf(f, "%s\"%s\": %.4f", x ? ", " : "", mi_xch_name(x), ss->plan.prune[x]);
+        /* what the send lists that ran leave out, whatever ratio a (hand-edited) plan file states */
+        fprintf(f, "}, \"unsent_fraction\": {");
+        for (int x = 0; x < MI_N_PRUNED_XCH; x++)
+            fprintf(f, "%s\"%s\": %.4f", x ? ", " : "", mi_xch_name(x), unsent_fraction(&ss->plan, x));
         fprintf(f, "}, \"loss_mode\": \"%s\", \"loss\": %.6f, \"loss_seed\": %llu}, ",
                 mi_loss_mode_name(ss->loss_mode), ss->loss, (unsigned long long)ss->loss_seed);
     }
