@@ -125,7 +125,8 @@ summary=$(node -e 'const j = JSON.parse(process.argv[1]);
     || bad "--replan text differs: $(head -c 200 "$tmp/text")"
 grep -q "re-placement at position [0-9]*: .*new placement" "$tmp/err" && ok "--replan: progress line per re-placement" \
     || bad "--replan: no progress line"
-expect_error "static placement outgrows a budget" "memory: at position [0-9]+ device small1 .*over its budget.*--replan" \
+# which small device fills first depends on the placement, and the placement on the round trips measured at start-up
+expect_error "static placement outgrows a budget" "memory: at position [0-9]+ device small[0-9] .*over its budget.*--replan" \
     -np 4 "$bin" generate -m "$model" -n 200 --ignore-eos --cluster "$tight" --kv-positions 32
 sed 's/"mem_mb": 20/"mem_mb": 9.2/' "$tight" > "$tmp/tooshort.json"
 # (progress lines of the re-placements before it, then one error line)
