@@ -195,6 +195,11 @@ if [[ "$ns" == "0.5 0" ]] && grep -q "prune.ratio disagrees with the send lists,
 else bad "plan file ratio vs send lists: $ns $(cat "$tmp/ns.err")"; fi
 expect_error "send list with another rank's columns" "rank 1's send list has column 0, outside its columns" \
     -np 3 "$bin" generate -m "$model" --plan-file "$tmp/sg-col.json"
+node -e 'const fs = require("fs"), p = JSON.parse(fs.readFileSync(process.argv[1]));
+  p.somegather.send = [{layer: 0, exchange: "heads", rank: 1, columns: [96, 96]}];
+  fs.writeFileSync(process.argv[2], JSON.stringify(p));' "$tmp/sg3.json" "$tmp/sg-dup.json"
+expect_error "send list naming a column twice" "rank 1's send list has column 96 twice" \
+    -np 3 "$bin" generate -m "$model" --plan-file "$tmp/sg-dup.json"
 expect_error "send list for a layer the model lacks" "layer must be a layer of the model" \
     -np 3 "$bin" generate -m "$model" --plan-file "$tmp/sg-layer.json"
 expect_error "send list for an unknown exchange" "exchange must be attn_in, heads, ffn_in or hidden" \

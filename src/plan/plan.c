@@ -318,11 +318,16 @@ static int validate_somegather(const mi_plan *plan, char *err)
                 if (k->n < 0 || k->n > on)
                     return mi_set_error(err, "plan: layer %d exchange %s: rank %d sends %d columns but owns %d", l,
                                         mi_xch_name(x), r, k->n, on);
-                for (int i = 0; i < k->n; i++)
-                    if (k->cols[i] < o0 || k->cols[i] >= o0 + on || (i > 0 && k->cols[i] <= k->cols[i - 1]))
+                for (int i = 0; i < k->n; i++) {
+                    if (k->cols[i] < o0 || k->cols[i] >= o0 + on)
                         return mi_set_error(err, "plan: layer %d exchange %s: rank %d's send list has column %d, "
-                                                 "outside its columns [%d, %d) or out of order", l, mi_xch_name(x), r,
-                                            k->cols[i], o0, o0 + on);
+                                                 "outside its columns [%d, %d)", l, mi_xch_name(x), r, k->cols[i],
+                                            o0, o0 + on);
+                    if (i > 0 && k->cols[i] <= k->cols[i - 1])
+                        return mi_set_error(err, "plan: layer %d exchange %s: rank %d's send list has column %d %s "
+                                                 "(columns are listed once each, increasing)", l, mi_xch_name(x), r,
+                                            k->cols[i], k->cols[i] == k->cols[i - 1] ? "twice" : "out of order");
+                }
             }
     }
     return 0;
