@@ -36,6 +36,10 @@ typedef struct {
  * and the reason. Writes nothing. */
 int mi_output_check(const char *path, const char *what, const char *const *inputs, int n_inputs, char *err);
 
+/* The directory part of path into dir[n] ("." when path has none, "/" for a
+ * file at the root): where the output and its temporary file are created. */
+void mi_output_dir(const char *path, char *dir, size_t n);
+
 /* Create the temporary file for `path` (empty, mode 0600) and register it
  * for removal at exit or on a signal (mi_temp_file_set; one output at a
  * time). For writers that then open o->tmp themselves (HDF5, gnuplot).

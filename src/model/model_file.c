@@ -62,14 +62,7 @@ static int check_output(const char *path, double bytes, char *err)
     if (mi_output_check(path, "model file", NULL, 0, err))
         return -1;
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == dir)
-        dir[1] = '\0';
-    else
-        *slash = '\0';
+    mi_output_dir(path, dir, sizeof dir);
     struct statvfs vfs;
     if (statvfs(dir, &vfs) == 0) {
         double free_b = (double)vfs.f_bavail * (double)vfs.f_frsize;

@@ -13,8 +13,7 @@
 
 #include "meshinfer/common.h"
 
-/* The directory part of path ("." when it has none). */
-static void dir_of(const char *path, char *dir, size_t n)
+void mi_output_dir(const char *path, char *dir, size_t n)
 {
     snprintf(dir, n, "%s", path);
     char *slash = strrchr(dir, '/');
@@ -72,7 +71,7 @@ int mi_output_check(const char *path, const char *what, const char *const *input
                                 what, inputs[i]);
     }
     char dir[4096];
-    dir_of(real, dir, sizeof dir);
+    mi_output_dir(real, dir, sizeof dir);
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return mi_set_error(err, "%s: cannot write the %s: directory %s does not exist", path, what, dir);
     /* try it: access() says yes to root on a read-only mount or in /proc */
