@@ -16,7 +16,9 @@
 #
 # usage: jobs/testbed.sh [options] -- MESHINFER_ARGS...
 #   --ranks N          ranks (default 5: a controller and 4 workers)
-#   --cpu-pct P        CPU quota of each rank, % of one core (default 40)
+#   --cpu-pct P[,P...] CPU quota of each rank, % of one core (default 40); a
+#                      list gives rank 0, 1, ... their own (the last repeats):
+#                      a heterogeneous cluster, e.g. 100,50,25,25
 #   --cpu-period-ms T  quota period (default 5): a rank that used its share
 #                      waits out the rest of the period, so long periods add
 #                      stalls of up to T*(1-P/100) ms that a slower device
@@ -50,15 +52,24 @@ while (($#)); do
     esac
 done
 (($#)) || { echo "testbed: error: give the meshinfer command after --" >&2; exit 2; }
-for v in "ranks=$ranks" "cpu-pct=$cpu" "cpu-period-ms=$period" "port=$port"; do
+for v in "ranks=$ranks" "cpu-period-ms=$period" "port=$port"; do
     [[ ${v#*=} =~ ^[1-9][0-9]{0,5}$ ]] || { echo "testbed: error: --${v%%=*} '${v#*=}' is not a positive integer" >&2; exit 2; }
 done
+IFS=, read -r -a cpus <<< "$cpu"
+((${#cpus[@]} >= 1)) || { echo "testbed: error: --cpu-pct is empty" >&2; exit 2; }
+for c in "${cpus[@]}"; do
+    [[ $c =~ ^[1-9][0-9]{0,5}$ ]] || { echo "testbed: error: --cpu-pct '$c' is not a positive integer" >&2; exit 2; }
+done
+# the quota of rank r (the list's last entry for ranks beyond it)
+cpu_of() { local i=$1; ((i < ${#cpus[@]})) || i=$((${#cpus[@]} - 1)); echo "${cpus[$i]}"; }
 for v in "delay-ms=$delay" "jitter-ms=$jitter" "loss-pct=$loss" "rate-mbit=$rate"; do
     [[ ${v#*=} =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "testbed: error: --${v%%=*} '${v#*=}' is not a number" >&2; exit 2; }
 done
-((cpu <= 100)) || { echo "testbed: error: --cpu-pct $cpu is more than one core (100)" >&2; exit 2; }
-# the kernel's smallest quota is 1 ms
-((cpu * period * 10 >= 1000)) || { echo "testbed: error: --cpu-pct $cpu of a ${period} ms period is under the kernel's 1 ms minimum quota; use --cpu-period-ms $(( (100 + cpu - 1) / cpu ))" >&2; exit 2; }
+for cpu in "${cpus[@]}"; do
+    ((cpu <= 100)) || { echo "testbed: error: --cpu-pct $cpu is more than one core (100)" >&2; exit 2; }
+    # the kernel's smallest quota is 1 ms
+    ((cpu * period * 10 >= 1000)) || { echo "testbed: error: --cpu-pct $cpu of a ${period} ms period is under the kernel's 1 ms minimum quota; use --cpu-period-ms $(( (100 + cpu - 1) / cpu ))" >&2; exit 2; }
+done
 [[ $(id -u) -eq 0 ]] || { echo "testbed: error: needs root (cgroups and iptables)" >&2; exit 1; }
 for p in libnetfilter-queue-dev iptables; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="${missing:-} $p"
@@ -132,7 +143,7 @@ for ((r = 0; r < ranks; r++)); do
     g="$cgroot/$tag-rank$r"
     mkdir "$g"
     echo $((period * 1000)) > "$g/cpu.cfs_period_us"
-    echo $((cpu * period * 10)) > "$g/cpu.cfs_quota_us"
+    echo $(($(cpu_of $r) * period * 10)) > "$g/cpu.cfs_quota_us"
 done
 [[ -n "$autocork" ]] && sysctl -qw net.ipv4.tcp_autocorking=0
 # no other program's outgoing connection may take a port of the shaped range
@@ -144,7 +155,9 @@ sleep 0.3
 # both directions of every rank-to-rank TCP connection, each packet once
 iptables -I OUTPUT -o lo -p tcp --dport "$port:$((port + 99))" -j NFQUEUE --queue-num "$queue"
 iptables -I OUTPUT -o lo -p tcp --sport "$port:$((port + 99))" -j NFQUEUE --queue-num "$queue"
-echo "testbed: $ranks ranks at ${cpu}% of a core each, links ${delay} +- ${jitter} ms one way, ${loss}% loss," \
+quotas=""
+for ((r = 0; r < ranks; r++)); do quotas+="${quotas:+/}$(cpu_of $r)"; done
+echo "testbed: $ranks ranks at ${quotas}% of a core, links ${delay} +- ${jitter} ms one way, ${loss}% loss," \
      "$( [[ $rate == 0 ]] && echo "unlimited rate" || echo "one shared ${rate} Mbit/s medium")" \
      "(cgroups $tag-rank*, NFQUEUE $queue on ports $port-$((port + 99)))" >&2
 

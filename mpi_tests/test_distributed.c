@@ -13,6 +13,9 @@
  * in q8_0 and q4_0 and the small one in q4_0 (each against one device with
  * the same weights); with q8_0 (real model) and fp16 (small one) messages,
  * every rank's bytes equal the prediction and are at most 30% (52%) of fp32's.
+ * Seed 003's hybrid planner on a heterogeneous, memory-tight cluster runs the
+ * prompt on its prefill placement, re-places to its decode placement (the KV
+ * heads that change owner moved and counted) and gives one device's tokens.
  *
  * usage: mpirun -np N test_distributed REAL_MODEL.h5 */
 #define _POSIX_C_SOURCE 200809L
@@ -212,7 +215,7 @@ static void check_somegather(const char *path, const mi_config *c, const int *pr
     char err[MI_ERRLEN] = "";
     mi_cluster cl;
     mi_cluster_default(&cl, g_size, 1e12);
-    mi_plan_options po = {MI_PLANNER_SOMEGATHER, 1, -1, 0, NULL, 0.7, 0, MI_F32};
+    mi_plan_options po = {MI_PLANNER_SOMEGATHER, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0};
     mi_plan plan;
     CHECK(mi_plan_make(c, &cl, &po, &plan, err) == 0, "somegather: %s", err);
     mi_programs p0, p9;
@@ -303,6 +306,111 @@ static void check_somegather(const char *path, const mi_config *c, const int *pr
     mi_cluster_free(&cl);
 }
 
+/* Seed 003 hybrid parallelism on a heterogeneous, memory-tight cluster
+ * (speeds 1, 1/2, 1/3, ...; rank 0 with room for the embeddings and about a
+ * third of the layers, the others less): the prefill placement runs the
+ * prompt, the runtime re-places to the decode placement (KV heads moved to
+ * their decode owners), and the tokens equal one device's; logits within
+ * tp's bounds (sublayers under tensor parallelism sum partial products in
+ * another order). On 3 ranks with the fp32 model the two placements must
+ * differ, so that the phase switch is exercised. */
+static void check_hybrid(const char *path, const mi_config *c, const int *prompt, const run_result *ref)
+{
+    mi_cluster cl;
+    mi_cluster_default(&cl, g_size, 0);
+    double cls = (double)mi_classifier_bytes(c, c->vocab_size);
+    double layers = (double)mi_decode_weight_bytes(c) - cls + (double)mi_kv_cache_bytes(c, c->seq_len);
+    double head = (double)mi_embedding_bytes(c) + (c->shared_classifier ? 0 : cls);
+    for (int r = 0; r < g_size; r++) {
+        mi_device *d = &cl.dev[r];
+        d->mem_bytes = r == 0 ? head + 0.35 * layers + 1e6 : (g_size == 2 ? 0.9 : 0.5) * layers;
+        d->calibrated = 1;
+        for (int t = 0; t < MI_N_DTYPES; t++) {
+            d->pass_s[t] = 0.14e-9 * (1 + r);
+            d->pos_s[t] = 0.027e-9 * (1 + r);
+        }
+        d->kv_s = 0.23e-9 * (1 + r);
+        d->op_s = 2e-6;
+    }
+    cl.latency_s = 1e-3;
+    cl.bandwidth = 100e6 / 8;
+    mi_plan_options po = {MI_PLANNER_HYBRID, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, CHUNK};
+    mi_plan dec, pre;
+    char err[MI_ERRLEN];
+    int ok = mi_plan_make(c, &cl, &po, &dec, err) == 0;
+    CHECK(ok, "hybrid (decode) on %d ranks, %s: %s", g_size, c->name, err);
+    po.prefill = 1;
+    int ok2 = ok && mi_plan_make(c, &cl, &po, &pre, err) == 0;
+    CHECK(!ok || ok2, "hybrid (prefill) on %d ranks, %s: %s", g_size, c->name, err);
+    if (!ok2) {
+        if (ok)
+            mi_plan_free(&dec);
+        mi_cluster_free(&cl);
+        return;
+    }
+    int differ = !mi_plan_same_placement(&dec, &pre);
+    int fp32 = c->dtype[0][MI_WQ] == MI_F32;
+    if (g_size == 3 && fp32)
+        CHECK(differ, "hybrid on 3 ranks, %s: prefill and decode placements are the same (the test needs them apart)",
+              c->name);
+    int spread = 0;
+    for (int k = 0; k < c->n_kv_heads; k++)
+        spread |= dec.layers[c->n_layers - 1].kv_rank[k] != 0 || pre.layers[c->n_layers - 1].kv_rank[k] != 0;
+    CHECK(g_size == 1 || spread, "hybrid on %d ranks, %s: everything stayed on rank 0 (the cluster should not allow it)",
+          g_size, c->name);
+    mi_runtime_options ro = {.model_path = path, .max_T = CHUNK, .tolerance = 0.05};
+    mi_runtime *rt = mi_runtime_create(&pre, &ro);
+    mi_rank_metrics *all = g_rank == 0 ? calloc((size_t)g_size, sizeof *all) : NULL;
+    if (g_rank == 0) {
+        size_t V = (size_t)c->vocab_size;
+        /* the logits live in the runtime's buffers, which a re-placement replaces */
+        float *first = malloc(V * sizeof(float)), *lg = first;
+        memcpy(first, mi_runtime_prefill(rt, prompt, N_PROMPT, 0), V * sizeof(float));
+        mi_runtime_replan(rt, &dec, N_PROMPT);
+        double worst = 0, scale = 0;
+        int same = 1;
+        for (int k = 0; k <= N_DECODE; k++) {
+            for (size_t i = 0; i < V; i++) {
+                worst = fmax(worst, fabs((double)lg[i] - ref->logits[(size_t)k * V + i]));
+                scale = fmax(scale, fabs(ref->logits[(size_t)k * V + i]));
+            }
+            int next = mi_argmax(lg, c->vocab_size);
+            same &= next == ref->tokens[N_PROMPT + k];
+            if (k < N_DECODE)
+                lg = mi_runtime_forward(rt, &next, 1, N_PROMPT + k, 0);
+        }
+        mi_runtime_stop(rt);
+        free(first);
+        int blocked = mi_dtype_blocked(c->dtype[0][MI_WQ]);
+        double limit = blocked ? 0.05 * scale : 1e-4;
+        CHECK(same, "hybrid on %d ranks, %s: tokens differ from one device", g_size, c->name);
+        CHECK(worst <= limit, "hybrid on %d ranks, %s: max logit difference %.3g > %g", g_size, c->name, worst, limit);
+        printf("  hybrid     %d ranks %-14s prefill and decode placements %s, max |logit diff| %.3g\n", g_size,
+               c->name, differ ? "apart (re-placed after the prompt)" : "the same", worst);
+    } else {
+        mi_runtime_serve(rt);
+    }
+    mi_runtime_metrics(rt, all);
+    if (g_rank == 0 && differ) {
+        /* KV heads whose owner differs between the phases travel, and are counted */
+        int moved_heads = 0;
+        for (int l = 0; l < c->n_layers; l++)
+            for (int k = 0; k < c->n_kv_heads; k++)
+                moved_heads += pre.layers[l].kv_rank[k] != dec.layers[l].kv_rank[k];
+        double sent = 0;
+        for (int r = 0; r < g_size; r++)
+            sent += all[r].moved_bytes_sent;
+        double expect = (double)moved_heads * 2.0 * N_PROMPT * c->head_dim * sizeof(float);
+        CHECK(sent == expect, "hybrid phase switch on %d ranks, %s: %.0f KV bytes moved, %d heads changed owner "
+              "(expected %.0f)", g_size, c->name, sent, moved_heads, expect);
+    }
+    free(all);
+    mi_runtime_free(rt);
+    mi_plan_free(&dec);
+    mi_plan_free(&pre);
+    mi_cluster_free(&cl);
+}
+
 /* wire: the dtype of activation messages. With fp32 the distributed run
  * must reproduce one device (bit-identical for head-level planners); with a
  * lossy one only the bytes are checked (the plan's prediction, and at most
@@ -328,7 +436,7 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
     for (int pl = 0; pl < MI_N_PLANNERS; pl++) {
         mi_cluster cl;
         mi_cluster_default(&cl, g_size, 1e12);
-        mi_plan_options po = {(mi_planner)pl, 3, -1, 0, NULL, 0.7, 0, wire};
+        mi_plan_options po = {(mi_planner)pl, 3, -1, 0, NULL, 0.7, 0, wire, 0, 0};
         mi_plan plan;
         char err[MI_ERRLEN];
         if (pl == MI_PLANNER_SOMEGATHER && c->n_kv_heads % g_size) {
@@ -409,7 +517,7 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
                     scale = fmax(scale, fabs(ref.logits[i]));
                 int blocked = mi_dtype_blocked(c->dtype[0][MI_WQ]) || mi_dtype_blocked(c->cls_dtype);
                 int f32 = c->dtype[0][MI_WO] == MI_F32;
-                double limit = pl == MI_PLANNER_TP           ? (blocked ? 0.05 * scale : 1e-4)
+                double limit = pl == MI_PLANNER_TP || pl == MI_PLANNER_HYBRID ? (blocked ? 0.05 * scale : 1e-4)
                                : pl == MI_PLANNER_SOMEGATHER ? (f32 ? 1e-4 : 0.0)
                                                              : 0.0;
                 CHECK(worst <= limit, "%s on %d ranks, %s (%s): max logit difference %.3g > %g",
@@ -450,13 +558,15 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
         free(all);
         mi_runtime_free(rt);
         mi_programs_free(&prog);
-        if (pl != MI_PLANNER_TP && pl != MI_PLANNER_SOMEGATHER && wire == MI_F32)
+        if (pl != MI_PLANNER_TP && pl != MI_PLANNER_SOMEGATHER && pl != MI_PLANNER_HYBRID && wire == MI_F32)
             check_speculation(path, c, &plan, prompt, &got);
         mi_plan_free(&plan);
         mi_cluster_free(&cl);
     }
     if (wire == MI_F32 && real && !mi_dtype_blocked(c->dtype[0][MI_WQ]))
         check_somegather(path, c, prompt, &ref);
+    if (wire == MI_F32 && real && g_size > 1)
+        check_hybrid(path, c, prompt, &ref);
     if (g_rank == 0 && g_size >= 3 && wire == MI_F32)
         CHECK(headlevel_bytes > layerwise_bytes, "%s: head-level moves %.0f bytes/token, layer-wise %.0f", c->name,
               headlevel_bytes, layerwise_bytes);

@@ -12,31 +12,97 @@
 #include "meshinfer/plan.h"
 
 typedef struct {
-    double token_s;                /* predicted time of one decode step */
+    double token_s;                /* predicted time of the pass (one decode step: a token) */
     double busy_s[MI_MAX_RANKS];   /* compute time per rank per token */
     double bytes_per_token;        /* total payload moved */
     size_t weight_bytes[MI_MAX_RANKS];
     size_t kv_bytes[MI_MAX_RANKS];
 } mi_prediction;
 
-/* Seconds op (of `rank`'s decode program) computes at context position ctx:
- * the bytes it reads (weights in their dtypes, the KV cache it attends over)
- * over the device's weight streaming rate mem_bw * speed. Communication ops
- * cost 0 here (see mi_predict). */
-double mi_op_compute_s(const mi_plan *plan, const mi_op *op, const mi_cluster *cl, int rank, int ctx);
+/* Seconds a compute op of `rank`'s programs takes at T positions after ctx
+ * cached ones, on the device's compute model (plan.h mi_device: weights of
+ * each dtype over T positions, attention over the cached and new
+ * positions, a fixed cost per op; logits for the last position only).
+ * Communication ops cost 0 here (see mi_predict_pass). */
+double mi_op_compute_s(const mi_plan *plan, const mi_op *op, const mi_cluster *cl, int rank, int T, int ctx);
 
-/* Predict one decode step at context position ctx by running every rank's
- * decode program on a clock per rank, message by message, as the runtime
- * sends them (seed 000's cost model, on programs): the command reaches each
- * worker one link latency after rank 0 sends it; a compute op advances its
- * rank's clock (mi_op_compute_s); sends are eager (the sender goes on) and a
- * receiver waits for latency + bytes / bandwidth after the sender reached the
+/* Predict one forward pass of phase ph (mi_phase) over T positions at
+ * context position ctx by running every rank's program on a clock per rank,
+ * message by message, as the runtime sends them (seed 000's cost model, on
+ * programs): the command reaches each worker one link latency after rank 0
+ * sends it; a compute op advances its rank's clock (mi_op_compute_s); sends
+ * are eager (the sender goes on) and a receiver waits for latency + T *
+ * bytes per position / bandwidth of that link after the sender reached the
  * op: broadcasts from the root to each member directly, puts after the
  * root's post has arrived, gathers at the root, allgathers and one-round
  * reductions every member from every other (two-round reductions twice).
- * The token's time is when rank 0 has its logits, or later if a worker would
- * still be busy when its next command arrives. */
+ * The pass's time (token_s) is when rank 0 has its logits, or later if a
+ * worker would still be busy when its next command arrives. */
+void mi_predict_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, int ph, int T, int ctx,
+                     mi_prediction *out);
+
+/* One decode step at context position ctx: mi_predict_pass(decode, T = 1). */
 void mi_predict(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, int ctx, mi_prediction *out);
+
+/* Seconds to the first token (TTFT, seed 003): the prefill program over a
+ * prompt of n_prompt tokens in passes of at most `chunk` positions, as
+ * mi_runtime_prefill runs it. */
+double mi_predict_ttft(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, int n_prompt, int chunk);
+
+/* Mean seconds per output token (TPOT) over n_steps decode steps from
+ * context position ctx0. */
+double mi_predict_tpot(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, int ctx0, int n_steps);
+
+/* ------------------------------------------------- comparing schemes */
+
+/* One scheme's plan and prediction (mi_plan_compare). */
+typedef struct {
+    mi_planner planner;
+    int fits;              /* 0: the planner failed; why says how */
+    char why[512];
+    int phases_differ;     /* hybrid: its prefill placement differs from its decode one */
+    double ttft_s;         /* predicted TTFT of the prompt (prefill plan) */
+    double tpot_s;         /* predicted mean TPOT over the steps (decode plan) */
+    double total_s;        /* ttft_s + n_steps * tpot_s: what the request is judged by */
+    double bytes_per_token;/* decode payload per token, all ranks */
+    double plan_ms;        /* planner time (both phases) */
+} mi_compare_row;
+#define MI_COMPARE_MAX 8
+
+/* Issue 10 item 6 (`plan --planner all`, `--planner auto`): plan model c on
+ * cluster cl with each scheme worth choosing (layerwise, greedy, tp,
+ * somegather, hybrid with both phases), options from base (planner,
+ * controller_works and speculation set per scheme), and predict a request
+ * of n_prompt prompt tokens (prefill passes of `chunk`) and n_steps decoded
+ * tokens. Fills rows[0..*n_rows) (MI_COMPARE_MAX room) and returns the index
+ * of the fastest that fits by total_s, or -1 when none fits. */
+int mi_plan_compare(const mi_config *c, const mi_cluster *cl, const mi_plan_options *base, int n_prompt,
+                    int n_steps, int chunk, mi_compare_row *rows, int *n_rows);
+
+/* ------------------------------------------------------------ calibration
+ *
+ * Seed 003 4.2.1: computation time from "a regression model based on ...
+ * device type, layer type, precision, input token length, and the number of
+ * tokens accumulated in the KV cache", measured on the device itself (issue
+ * 10 item 1). No MPI: `meshinfer calibrate` runs it on every rank. */
+
+typedef struct {
+    int dim, hidden_dim;  /* the matrix measured: [hidden_dim, dim], multiples of 32 */
+    int head_dim, group;  /* attention: query heads per KV head, head size */
+    double min_seconds;   /* per measurement (best of 3 runs of a third each) */
+    double work_bytes;    /* weights one pass streams, at least (memory, not a cache) */
+} mi_calib_options;
+
+/* Shapes of model c (NULL: stories15M's), 0.05 s per measurement, 48 MB. */
+void mi_calib_defaults(mi_calib_options *o, const mi_config *c);
+
+/* Measure this device's compute model into d (plan.h mi_device: pass_s and
+ * pos_s per dtype from matrix products over T = 1, 4, 16, 64 positions,
+ * kv_s from attention over 512 cached positions, op_s from a 32x32 product;
+ * calibrated = 1; the rest of d untouched). Takes about 20 * min_seconds
+ * plus the weights' set-up. Returns 0, or -1 with err for a shape that is
+ * not whole blocks of 32. */
+int mi_calibrate_compute(const mi_calib_options *o, mi_device *d, char *err);
 
 /* One-way link delays on a decoded token's critical path under the programs
  * (mi_predict with free compute and bandwidth and one unit of latency per

@@ -23,6 +23,24 @@ typedef struct {
     char name[64];
     double mem_bytes;  /* budget for weights + KV cache on this device */
     double speed;      /* relative compute speed; 1.0 = reference device */
+    /* The compute model of the cost model (cost.h), per device. A calibrated
+     * device (`meshinfer calibrate`, seed 003 4.2.1 "a regression model based
+     * on ... device type, layer type, precision, input token length, and the
+     * number of tokens accumulated in the KV cache") has them measured; for
+     * the others mi_cluster_finish derives them from mem_bw, speed and gflops
+     * (a roofline: weights streamed once per pass, 2 flops per weight per
+     * position). A matrix product of E weight elements of dtype d over T
+     * positions takes op_s + E * (pass_s[d] + (T - 1) * pos_s[d]); attention
+     * at T positions after ctx cached ones takes kv_s * head_dim *
+     * (T * ctx + T * (T + 1) / 2) per query head when calibrated (attention
+     * is then dot products, one set per query head) and per KV head in the
+     * roofline (each KV head's cache streamed once). */
+    char host[64];     /* host the calibration was measured on ("": unknown) */
+    int calibrated;    /* 1: the figures below were measured on the device */
+    double pass_s[MI_N_DTYPES];  /* [MI_N_DTYPES] seconds per weight element of a one-position pass */
+    double pos_s[MI_N_DTYPES];  /* [MI_N_DTYPES] seconds per weight element per further position */
+    double kv_s;       /* seconds per head_dim element of a cached position (per query or KV head, above) */
+    double op_s;       /* fixed seconds per compute op (dispatch, norms, small vectors) */
 } mi_device;
 
 /* The devices of a job (device i runs rank i) and their links. */
@@ -32,7 +50,11 @@ typedef struct {
     double latency_s;     /* one-way per-message link latency */
     double bandwidth;     /* link bandwidth, bytes/s */
     double mem_bw;        /* weight bytes/s streamed by a speed-1.0 device while decoding */
+    double gflops;        /* matrix-product Gflop/s of a speed-1.0 device (uncalibrated prefill) */
     double *rtt_s;        /* optional [n_devices * n_devices] measured round-trip times, NULL if unmeasured */
+    double *bw;           /* optional [n_devices * n_devices] measured link bandwidths, bytes/s; NULL: bandwidth */
+    int calib_ranks;      /* > 0: measured by `meshinfer calibrate` on a job of this many ranks, which
+                             must be the job that uses it (hosts in dev[].host) */
 } mi_cluster;
 
 /* Default cluster of n equal devices with mem_each bytes each, links of
@@ -60,6 +82,22 @@ void mi_cluster_set_rtt(mi_cluster *cl, const double *rtt_s, double margin);
 /* One-way latency between two devices (from measured RTTs when present). */
 double mi_cluster_latency(const mi_cluster *cl, int a, int b);
 
+/* Bandwidth of the link a -> b, bytes/s (measured when present). */
+double mi_cluster_bandwidth(const mi_cluster *cl, int a, int b);
+
+/* Fill the compute model of every uncalibrated device from mem_bw, speed
+ * and gflops (the roofline above); calibrated devices are left as measured.
+ * mi_cluster_default and the parser call it; call it again after changing
+ * speed or mem_bw. */
+void mi_cluster_finish(mi_cluster *cl);
+
+/* Write cl as a cluster file (the format of mi_cluster_parse, with the
+ * calibration when present; hw: optional [n_devices] JSON objects describing
+ * each device (hwinfo.h), written under "hwloc", or NULL). Returns 0 or -1
+ * with err. The write goes through output.h (temporary name, then rename). */
+int mi_cluster_save(const mi_cluster *cl, const char *const *hw, const char *description, const char *path,
+                    char *err);
+
 void mi_cluster_free(mi_cluster *cl);
 
 /* ---------------------------------------------------------------- plan */
@@ -72,6 +110,8 @@ typedef enum {
     MI_PLANNER_TP,            /* tensor parallel: every layer's heads and FFN split over all workers */
     MI_PLANNER_SOMEGATHER,    /* seed 002: the residual stream split by columns over all ranks, each with its
                                  heads, FFN units and rows of wo and w2; every exchange an allgather */
+    MI_PLANNER_HYBRID,        /* seed 003 Voltron: per layer and sublayer, model or tensor parallelism,
+                                 whichever the cost model predicts faster for the phase (prefill or decode) */
     MI_N_PLANNERS
 } mi_planner;
 
@@ -187,9 +227,11 @@ typedef struct {
                                Fewer lets a placement start on smaller devices and be re-made as the
                                cache grows (seed 000 "Memory needs active management") */
     int wire;               /* wire dtype of activation messages (mi_plan.wire); 0 = fp32 */
+    int prefill;            /* hybrid: plan for the prefill phase (1) or for decode (0) */
+    int prefill_T;          /* hybrid, prefill: positions per pass judged (0: 64, the runtime's chunk) */
 } mi_plan_options;
 
-/* Planner names as on the command line: layerwise roundrobin random greedy tp somegather. */
+/* Planner names as on the command line: layerwise roundrobin random greedy tp somegather hybrid. */
 const char *mi_planner_name(mi_planner p);
 /* Returns 0 and sets *p, or -1 for an unknown name. */
 int mi_planner_parse(const char *name, mi_planner *p);

@@ -113,6 +113,14 @@ const mi_rank_metrics *mi_runtime_metrics(mi_runtime *rt, mi_rank_metrics *all);
  * holds no weights reports 0. */
 double mi_runtime_stream_rate(mi_runtime *rt, double min_seconds, double *all);
 
+/* Collective (issue 10 item 1): ping-pong between every pair of ranks, one
+ * pair at a time so that no two share a medium. On rank 0, rtt_s[a*n+b] is
+ * the median round trip of 8 bytes (seconds) and bw[a*n+b] the bandwidth
+ * (bytes/s) from round trips of `big` bytes (at most 64 MiB): 2 * big /
+ * (rtt(big) - rtt(8)); both symmetric, 0 on the diagonal. Other ranks may
+ * pass NULL. */
+void mi_calibrate_links(size_t big, double *rtt_s, double *bw);
+
 /* Rank 0 only: zero every rank's counters and trace (e.g. after warm-up). */
 void mi_runtime_reset_metrics(mi_runtime *rt);
 

@@ -72,6 +72,8 @@ int cmd_generate(int argc, char **argv)
     int rank, size;
     session_mpi_init(&argc, &argv, &rank, &size);
     mi_session ss;
+    so.auto_steps = steps > 0 ? (int)(steps < 4096 ? steps : 4096) : 0;
+    so.auto_prompt = (int)(strlen(prompt) / 4) + 2; /* about 4 characters per token, and BOS */
     session_open(&ss, "generate", model, &so, 64, threads);
     const mi_config *c = &ss.cfg;
     int n_prompt;
@@ -105,6 +107,9 @@ int cmd_generate(int argc, char **argv)
         session_check_logits(logits, c->vocab_size, n_prompt - 1);
         int next = mi_sample(&smp, logits);
         double t_first = mi_now();
+        /* seed 003: a hybrid plan's decode placement takes over once the first
+         * token is out (its cost falls in TPOT and is reported apart) */
+        session_phase(&ss, 0, n_prompt);
         int n_out = 0, prev = prompt_ids[n_prompt - 1];
         const char *stop = "length";
         for (;;) {
@@ -157,6 +162,10 @@ int cmd_generate(int argc, char **argv)
                        temperature, topp, (unsigned long long)seed);
             else
                 printf(", \"decoding\": {\"mode\": \"greedy\"}");
+            double pt, pp;
+            session_predict(&ss, n_prompt, n_decode > 0 ? n_decode : 1, &pt, &pp);
+            printf(", \"predicted_ttft_ms\": %.3f, \"predicted_tpot_ms\": %.4f, \"phase_switches\": %d, "
+                   "\"phase_switch_ms\": %.3f", pt * 1e3, pp * 1e3, ss.n_switches, ss.switch_s * 1e3);
             printf(", \"tokens\": [");
             for (int i = 0; i < n_out; i++)
                 printf(i ? ", %d" : "%d", out[i]);

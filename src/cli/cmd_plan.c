@@ -28,8 +28,14 @@ static void help(void)
            "output projection and the FFN; per device, the predicted weight and KV-cache memory\n"
            "against its budget and the predicted compute time per token; and the predicted time\n"
            "and bytes moved per decoded token. Nothing is loaded or run.\n"
-           "  --planner NAME        layerwise | roundrobin | random | greedy | tp | somegather | all\n"
-           "                        (default greedy; all skips somegather where it cannot run)\n"
+           "  --planner NAME        layerwise | roundrobin | random | greedy | tp | somegather | hybrid\n"
+           "                        | all | auto (default greedy). hybrid (seed 003) chooses model or\n"
+           "                        tensor parallelism per layer and sublayer, for prefill and decode\n"
+           "                        apart; all prints every plan, then a table of every scheme's\n"
+           "                        predicted TTFT and TPOT; auto prints the table and the fastest plan\n"
+           "  --prompt-tokens N     prompt length of the predicted TTFT (default 32, or a quarter of a\n"
+           "                        shorter context)\n"
+           "  --steps N             decoded tokens of the predicted TPOT (default 128, or the rest)\n"
            "  --ranks N             N equal devices (default memory: 4000 MB each)\n"
            "  --cluster FILE        devices and links (JSON, see hostfiles/)\n"
            "  --mem-mb MB           memory of each device with --ranks\n"
@@ -490,10 +496,11 @@ int cmd_plan(int argc, char **argv)
         {"prune", required_argument, 0, 3002},    {"positions", required_argument, 0, 3003},
         {"csv", required_argument, 0, 3004},      {"png", required_argument, 0, 3005},
         {"prune-mode", required_argument, 0, 3006}, {"programs", no_argument, 0, 3007},
+        {"prompt-tokens", required_argument, 0, 3008}, {"steps", required_argument, 0, 3009},
         {0, 0, 0, 0}};
     const char *model = NULL, *shape = NULL, *cluster = NULL, *planner = "greedy", *out = NULL;
     cli_dtypes dt = {0};
-    int ranks = 0, ctx = -1, json = 0, cw = -1, kvpos = 0, o;
+    int ranks = 0, ctx = -1, json = 0, cw = -1, kvpos = 0, o, n_prompt = 0, n_steps = 0;
     mi_dtype wire = MI_F32;
     double mem_mb = 4000;
     uint64_t seed = 1;
@@ -517,6 +524,8 @@ int cmd_plan(int argc, char **argv)
             prune_mode = !strcmp(optarg, "magnitude") ? MI_PRUNE_MAGNITUDE : MI_PRUNE_AWARE;
             break;
         case 3007: show_programs = 1; break;
+        case 3008: n_prompt = (int)mi_parse_long("--prompt-tokens", optarg, 1, 1 << 24); break;
+        case 3009: n_steps = (int)mi_parse_long("--steps", optarg, 1, 1 << 24); break;
         case 3003: mo.n_pos = (int)mi_parse_long("--positions", optarg, 1, 1 << 24); break;
         case 3004: mo.csv = optarg; break;
         case 3005: mo.png = optarg; break;
@@ -582,25 +591,46 @@ int cmd_plan(int argc, char **argv)
         ctx = c.seq_len / 2;
     if (kvpos > c.seq_len)
         mi_fatal("plan: --kv-positions %d is more than the model's context (%d)", kvpos, c.seq_len);
-    int all = !strcmp(planner, "all");
-    mi_planner which;
-    if (!all && mi_planner_parse(planner, &which))
-        mi_fatal("plan: unknown planner '%s' (layerwise, roundrobin, random, greedy, tp, somegather, all)", planner);
+    int all = !strcmp(planner, "all"), autop = !strcmp(planner, "auto");
+    mi_planner which = MI_PLANNER_GREEDY;
+    if (!all && !autop && mi_planner_parse(planner, &which))
+        mi_fatal("plan: unknown planner '%s' (layerwise, roundrobin, random, greedy, tp, somegather, hybrid, all, "
+                 "auto)", planner);
     if (all && out)
         mi_fatal("plan: --out needs one planner, not 'all'");
+    int given = n_prompt || n_steps;
+    if (!n_prompt) /* defaults that fit any context: 32 and 128, or a quarter and the rest */
+        n_prompt = c.seq_len >= 160 ? 32 : c.seq_len / 4 > 0 ? c.seq_len / 4 : 1;
+    if (!n_steps)
+        n_steps = c.seq_len - n_prompt >= 128 ? 128 : c.seq_len - n_prompt > 0 ? c.seq_len - n_prompt : 1;
+    if (given && n_prompt + n_steps > c.seq_len)
+        mi_fatal("plan: --prompt-tokens %d plus --steps %d is more than the model's context (%d)", n_prompt, n_steps,
+                 c.seq_len);
+    const int chunk = 64; /* the runtime's prefill pass (generate, bench) */
     char dts[160];
     if (json)
-        printf("{\"model\": \"%s\", \"synthetic_weights\": %s, \"weights\": \"%s\", \"plans\": [", c.name,
-               c.synthetic ? "true" : "false", mi_config_dtype_summary(&c, dts, sizeof dts));
+        printf("{\"model\": \"%s\", \"synthetic_weights\": %s, \"weights\": \"%s\", \"prompt_tokens\": %d, "
+               "\"steps\": %d, \"plans\": [", c.name, c.synthetic ? "true" : "false",
+               mi_config_dtype_summary(&c, dts, sizeof dts), n_prompt, n_steps);
+    mi_compare_row rows[MI_COMPARE_MAX];
+    int n_rows = 0, best = -1;
+    if (all || autop) {
+        mi_plan_options base = {MI_PLANNER_GREEDY, seed, -1, 0, NULL, 0.0, kvpos, wire, 0, 0};
+        best = mi_plan_compare(&c, &cl, &base, n_prompt, n_steps, chunk, rows, &n_rows);
+        if (best < 0)
+            mi_fatal("plan: no scheme fits this cluster (%s: %s)", mi_planner_name(rows[0].planner), rows[0].why);
+        which = rows[best].planner;
+    }
     for (int i = 0, shown = 0; i < MI_N_PLANNERS; i++) {
         mi_planner pl = all ? (mi_planner)i : which;
         if (!all && i > 0)
             break;
-        mi_plan_options po = {pl, seed, cw, 0, NULL, 0.0, kvpos, wire};
-        mi_plan p;
+        mi_plan_options po = {pl, seed, cw, 0, NULL, 0.0, kvpos, wire, 0, 0};
+        mi_plan p, pre;
+        int two = 0;
         if (mi_plan_make(&c, &cl, &po, &p, err)) {
-            if (all && pl == MI_PLANNER_SOMEGATHER) {
-                fprintf(stderr, "plan: somegather skipped: %s\n", err);
+            if (all) {
+                fprintf(stderr, "plan: %s skipped: %s\n", mi_planner_name(pl), err);
                 continue;
             }
             /* somegather's errors name it already */
@@ -610,17 +640,39 @@ int cmd_plan(int argc, char **argv)
         }
         if (prune_arg && mi_plan_prune(&p, model, prune, prune_mode, err))
             mi_fatal("%s", err);
-        mi_programs prog;
-        if (mi_programs_compile(&p, &prog, err))
+        if (pl == MI_PLANNER_HYBRID) {
+            po.prefill = 1;
+            po.prefill_T = chunk;
+            if (mi_plan_make(&c, &cl, &po, &pre, err))
+                mi_fatal("hybrid (prefill): %s", err);
+            two = !mi_plan_same_placement(&p, &pre);
+            if (!two)
+                mi_plan_free(&pre);
+        }
+        mi_programs prog, prog_pre;
+        if (mi_programs_compile(&p, &prog, err) || (two && mi_programs_compile(&pre, &prog_pre, err)))
             mi_fatal("%s: %s", mi_planner_name(pl), err);
         mi_prediction pr;
         mi_predict(&p, &prog, &cl, ctx, &pr);
         double delays = mi_predict_delays(&p, &prog);
+        double ttft = mi_predict_ttft(two ? &pre : &p, two ? &prog_pre : &prog, &cl, n_prompt, chunk);
+        double tpot = mi_predict_tpot(&p, &prog, &cl, n_prompt, n_steps);
         if (json) {
             print_json(&p, &pr, delays, shown == 0);
+            printf("\b, \"predicted_ttft_ms\": %.4f, \"predicted_tpot_ms\": %.4f, \"phases_differ\": %s}", ttft * 1e3,
+                   tpot * 1e3, two ? "true" : "false");
         } else {
+            if (two) {
+                mi_prediction pp;
+                mi_predict_pass(&pre, &prog_pre, &cl, MI_PHASE_PREFILL, chunk < n_prompt ? chunk : n_prompt, 0, &pp);
+                printf("prefill ");
+                print_plan(&pre, &cl, &pp, !all);
+                printf("decode ");
+            }
             print_plan(&p, &cl, &pr, !all);
             printf("  critical path: %.0f one-way link delays per decoded token\n", delays);
+            printf("  predicted TTFT %.3f ms for a %d-token prompt%s, TPOT %.3f ms over %d steps\n", ttft * 1e3, n_prompt,
+                   two ? " (prefill placement)" : "", tpot * 1e3, n_steps);
         }
         shown++;
         if (show_programs && !json)
@@ -629,6 +681,49 @@ int cmd_plan(int argc, char **argv)
             mi_fatal("%s", err);
         mi_programs_free(&prog);
         mi_plan_free(&p);
+        if (two) {
+            mi_programs_free(&prog_pre);
+            mi_plan_free(&pre);
+        }
+    }
+    if (all || autop) {
+        if (json) {
+            printf("], \"comparison\": [");
+            for (int i = 0; i < n_rows; i++) {
+                const mi_compare_row *r = &rows[i];
+                printf("%s{\"planner\": \"%s\", \"fits\": %s", i ? ", " : "", mi_planner_name(r->planner),
+                       r->fits ? "true" : "false");
+                if (r->fits)
+                    printf(", \"predicted_ttft_ms\": %.4f, \"predicted_tpot_ms\": %.4f, \"predicted_total_ms\": %.3f, "
+                           "\"bytes_per_token\": %.0f, \"plan_ms\": %.4f, \"phases_differ\": %s", r->ttft_s * 1e3,
+                           r->tpot_s * 1e3, r->total_s * 1e3, r->bytes_per_token, r->plan_ms,
+                           r->phases_differ ? "true" : "false");
+                else {
+                    printf(", \"why\": ");
+                    cli_json_string(stdout, r->why, strlen(r->why));
+                }
+                printf("}");
+            }
+            printf("], \"auto\": \"%s\"", mi_planner_name(rows[best].planner));
+            printf("}\n");
+        } else {
+            printf("\nschemes compared for a %d-token prompt and %d decoded tokens (seed 003's TTFT and TPOT):\n",
+                   n_prompt, n_steps);
+            printf("  planner       TTFT_ms    TPOT_ms   total_ms   vs_best  bytes/token  plan_ms  note\n");
+            for (int i = 0; i < n_rows; i++) {
+                const mi_compare_row *r = &rows[i];
+                if (!r->fits) {
+                    printf("  %-10s  does not fit: %s\n", mi_planner_name(r->planner), r->why);
+                    continue;
+                }
+                printf("  %-10s %9.3f %10.4f %10.2f %8.2fx %12.0f %8.3f  %s%s\n", mi_planner_name(r->planner),
+                       r->ttft_s * 1e3, r->tpot_s * 1e3, r->total_s * 1e3, r->total_s / rows[best].total_s,
+                       r->bytes_per_token, r->plan_ms, i == best ? "auto's choice" : "",
+                       r->phases_differ ? (i == best ? "; prefill and decode placed apart" : "prefill and decode placed apart") : "");
+            }
+        }
+        mi_cluster_free(&cl);
+        return 0;
     }
     if (json)
         printf("]}\n");

@@ -6,6 +6,7 @@
 #include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "meshinfer/common.h"
 #include "meshinfer/output.h"
@@ -17,7 +18,13 @@
 
 const char *SESSION_HELP =
     "Distribution (one rank per device; run under mpirun for several):\n"
-    "      --planner NAME      layerwise | roundrobin | random | greedy | tp | somegather (default greedy)\n"
+    "      --planner NAME      layerwise | roundrobin | random | greedy | tp | somegather | hybrid |\n"
+    "                          auto (default greedy). hybrid (seed 003): per layer and sublayer model\n"
+    "                          or tensor parallelism, whichever the cost model predicts faster, for\n"
+    "                          prefill and decode apart (the run re-places after the first token when\n"
+    "                          they differ); auto: every scheme predicted, the fastest that fits run\n"
+    "      --phase-plans both|decode|prefill  hybrid: each phase its own placement (default), or one\n"
+    "                          phase's for both (to measure what planning the phases apart gains)\n"
     "      --cluster FILE      devices' memory budgets and speeds, links (JSON; default: equal devices\n"
     "                          sharing this machine's free memory)\n"
     "      --plan-file FILE    use a saved plan (from `meshinfer plan --out`)\n"
@@ -68,10 +75,21 @@ void session_opts_init(session_opts *o)
 int session_opt(session_opts *o, int code, const char *arg)
 {
     switch (code) {
+    case 1019:
+        if (!strcmp(arg, "both"))
+            o->phase_plans = 0;
+        else if (!strcmp(arg, "decode"))
+            o->phase_plans = 1;
+        else if (!strcmp(arg, "prefill"))
+            o->phase_plans = 2;
+        else
+            mi_fatal("--phase-plans: '%s' is not both, decode or prefill", arg);
+        return 1;
     case 1000: {
         mi_planner p;
-        if (mi_planner_parse(arg, &p))
-            mi_fatal("--planner: unknown planner '%s' (layerwise, roundrobin, random, greedy, tp, somegather)", arg);
+        if (strcmp(arg, "auto") && mi_planner_parse(arg, &p))
+            mi_fatal("--planner: unknown planner '%s' (layerwise, roundrobin, random, greedy, tp, somegather, hybrid, "
+                     "auto)", arg);
         o->planner = arg;
         o->placement_opts = 1;
         return 1;
@@ -216,17 +234,31 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
         if (mi_cluster_load(o->cluster, &cl, err))
             return -1;
         if (cl.n_devices != ss->size) {
-            mi_set_error(err, "cluster file %s lists %d devices but the job has %d ranks (one rank per device)",
-                         o->cluster, cl.n_devices, ss->size);
+            if (cl.calib_ranks > 0)
+                mi_set_error(err, "cluster file %s was calibrated on %d ranks but the job has %d: run meshinfer "
+                                  "calibrate on this job's ranks and hosts", o->cluster, cl.calib_ranks, ss->size);
+            else
+                mi_set_error(err, "cluster file %s lists %d devices but the job has %d ranks (one rank per device)",
+                             o->cluster, cl.n_devices, ss->size);
             mi_cluster_free(&cl);
             return -1;
         }
+        /* a calibration describes the devices it ran on, not whatever runs the ranks now */
+        for (int r = 0; r < ss->size && cl.calib_ranks > 0; r++)
+            if (cl.dev[r].host[0] && ss->hosts && strcmp(cl.dev[r].host, ss->hosts[r])) {
+                mi_set_error(err, "cluster file %s was calibrated with rank %d on host '%s' but rank %d runs on '%s': "
+                                  "run meshinfer calibrate on this job's hosts", o->cluster, r, cl.dev[r].host, r,
+                             ss->hosts[r]);
+                mi_cluster_free(&cl);
+                return -1;
+            }
     } else {
         mi_cluster_default(&cl, ss->size, mem_available() / ss->size);
     }
-    if (ss->size > 1) {
+    if (ss->size > 1 && !cl.rtt_s) {
         /* links the planner sees: measured RTTs plus a 15% margin (seed 000
-         * "WiFi needs margins"); worker pairs are estimated through rank 0 */
+         * "WiFi needs margins"); worker pairs are estimated through rank 0.
+         * A calibrated cluster file has every pair measured: kept. */
         int n = ss->size;
         double *rtt = mi_calloc((size_t)n * n, sizeof(double), "RTT matrix");
         for (int a = 0; a < n; a++)
@@ -246,6 +278,11 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
         return mi_set_error(err, "--plan-file fixes the placement: --planner, --plan-seed, --controller-works, "
                                  "--kv-positions, --wire-dtype and --prune belong to `meshinfer plan` when the plan "
                                  "is made");
+    }
+    if (o->phase_plans && (o->plan_file || strcmp(o->planner, "hybrid"))) {
+        mi_cluster_free(&cl);
+        return mi_set_error(err, "--phase-plans applies to --planner hybrid (the one planner that places the phases "
+                                 "apart)");
     }
     int sg = !o->plan_file && !strcmp(o->planner, "somegather");
     if (!o->plan_file && !sg && o->prune_set) {
@@ -291,10 +328,52 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
             rc = session_load_profile(o->spec_profile, &ss->cfg, o->tolerance, acc, err);
         }
         mi_plan_options po = {MI_PLANNER_GREEDY, o->plan_seed, o->controller_works, o->speculate, acc,
-                              o->min_acceptance, kvpos, o->wire};
+                              o->min_acceptance, kvpos, o->wire, 0, 0};
         mi_planner_parse(o->planner, &po.planner);
+        if (!rc && !strcmp(o->planner, "auto")) {
+            /* issue 10 item 6: every scheme predicted for this cluster, the fastest that fits */
+            int np = o->auto_prompt > 0 ? o->auto_prompt : 32, ns = o->auto_steps > 0 ? o->auto_steps : 128;
+            if (np + ns > ss->cfg.seq_len) {
+                np = np < ss->cfg.seq_len / 4 ? np : (ss->cfg.seq_len / 4 > 0 ? ss->cfg.seq_len / 4 : 1);
+                ns = ss->cfg.seq_len - np > 0 ? ss->cfg.seq_len - np : 1;
+            }
+            mi_compare_row rows[MI_COMPARE_MAX];
+            int n_rows = 0, best = mi_plan_compare(&ss->cfg, &cl, &po, np, ns, ss->max_T, rows, &n_rows);
+            if (best < 0) {
+                rc = mi_set_error(err, "--planner auto: no scheme fits this cluster (%s: %s)",
+                                  mi_planner_name(rows[0].planner), rows[0].why);
+            } else {
+                po.planner = rows[best].planner;
+                fprintf(stderr, "meshinfer: --planner auto: %s (predicted TTFT %.1f ms, TPOT %.2f ms for %d + %d "
+                                "tokens);", mi_planner_name(po.planner), rows[best].ttft_s * 1e3,
+                        rows[best].tpot_s * 1e3, np, ns);
+                for (int i = 0; i < n_rows; i++)
+                    if (i != best && rows[i].fits)
+                        fprintf(stderr, " %s %.2fx", mi_planner_name(rows[i].planner),
+                                rows[i].total_s / rows[best].total_s);
+                    else if (i != best)
+                        fprintf(stderr, " %s does not fit", mi_planner_name(rows[i].planner));
+                fprintf(stderr, "\n");
+            }
+        }
         if (!rc)
             rc = mi_plan_make(&ss->cfg, &cl, &po, &ss->plan, err);
+        if (!rc && po.planner == MI_PLANNER_HYBRID) {
+            /* seed 003: prefill planned apart; kept only when it differs */
+            mi_plan_options pp = po;
+            pp.prefill = 1;
+            pp.prefill_T = ss->max_T < ss->cfg.seq_len ? ss->max_T : ss->cfg.seq_len;
+            rc = mi_plan_make(&ss->cfg, &cl, &pp, &ss->plan_prefill, err);
+            if (!rc && (mi_plan_same_placement(&ss->plan, &ss->plan_prefill) || o->phase_plans == 1)) {
+                mi_plan_free(&ss->plan_prefill);
+            } else if (!rc && o->phase_plans == 2) {
+                mi_plan_free(&ss->plan); /* the prefill placement for both phases */
+                ss->plan = ss->plan_prefill;
+                memset(&ss->plan_prefill, 0, sizeof ss->plan_prefill);
+            } else if (!rc) {
+                ss->has_prefill_plan = 1;
+            }
+        }
         ss->po = po;
         ss->acc = acc;
     }
@@ -308,6 +387,8 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
     if (!rc) {
         ss->plan_ms = ss->plan.plan_seconds * 1e3;
         rc = mi_programs_compile(&ss->plan, &ss->prog, err);
+        if (!rc && ss->has_prefill_plan)
+            rc = mi_programs_compile(&ss->plan_prefill, &ss->prog_prefill, err);
         if (!rc)
             mi_predict(&ss->plan, &ss->prog, &cl, ss->cfg.seq_len / 2, &ss->pred);
         memory_of_plan(ss);
@@ -322,20 +403,29 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
     memset(ss, 0, sizeof *ss);
     ss->rank = mi_world_rank();
     ss->size = mi_world_size();
+    ss->max_T = chunk; /* what the planners judge a prefill pass by; clamped to the context below */
     mi_set_threads(threads);
     double t0 = mi_now();
     char err[MI_ERRLEN] = "";
     int failed = 0;
     if (ss->rank == 0 && ss->size > MI_MAX_RANKS)
         failed = mi_set_error(err, "%d ranks is more than the %d meshinfer supports", ss->size, MI_MAX_RANKS);
-    if (ss->size > 1 && ss->size <= MI_MAX_RANKS)
+    if (ss->size > 1 && ss->size <= MI_MAX_RANKS) {
         mi_world_rtt(ss->rtt_s); /* seed 000: "measure round-trip times at startup" */
+        char host[64] = "";
+        gethostname(host, sizeof host - 1);
+        if (ss->rank == 0)
+            ss->hosts = mi_calloc((size_t)ss->size, sizeof *ss->hosts, "host names");
+        MPI_Gather(host, 64, MPI_CHAR, ss->hosts, 64, MPI_CHAR, 0, MPI_COMM_WORLD);
+    }
     if (ss->rank == 0 && ss->size <= MI_MAX_RANKS)
         failed = controller_setup(ss, path, o, err) != 0;
     mi_check_all(failed, err);
     /* ship the config and the plan to the workers */
     size_t n = 0;
-    int *buf = ss->rank == 0 ? mi_plan_serialize(&ss->plan, &n) : NULL;
+    /* a hybrid run starts on its prefill plan (a prompt comes first) */
+    ss->installed_prefill = ss->has_prefill_plan;
+    int *buf = ss->rank == 0 ? mi_plan_serialize(ss->has_prefill_plan ? &ss->plan_prefill : &ss->plan, &n) : NULL;
     long nl = (long)n;
     if (ss->size > 1) {
         MPI_Bcast(&ss->cfg, (int)sizeof ss->cfg, MPI_BYTE, 0, MPI_COMM_WORLD);
@@ -386,8 +476,13 @@ void session_close(mi_session *ss, const session_opts *o)
         mi_tokenizer_free(&ss->tok);
         mi_programs_free(&ss->prog);
         mi_plan_free(&ss->plan);
+        if (ss->has_prefill_plan) {
+            mi_programs_free(&ss->prog_prefill);
+            mi_plan_free(&ss->plan_prefill);
+        }
         mi_cluster_free(&ss->cl);
         free(ss->acc);
+        free(ss->hosts);
     }
 }
 
@@ -460,6 +555,7 @@ static void memory_check(mi_session *ss, int pos0, int T)
                 ev.kv_heads_moved += cur->layers[l].kv_rank[k] != np.layers[l].kv_rank[k];
         double t1 = mi_now();
         mi_runtime_replan(ss->rt, &np, pos0);
+        ss->installed_prefill = 0; /* a re-placement installs a decode plan */
         ev.seconds = mi_now() - t1;
         ev.moved = 1;
         mi_plan_free(cur);
@@ -494,8 +590,30 @@ float *session_forward(mi_session *ss, const int *tokens, int T, int pos0, int a
     return mi_runtime_forward(ss->rt, tokens, T, pos0, all_logits);
 }
 
+double session_phase(mi_session *ss, int prefill, int n_pos)
+{
+    if (!ss->has_prefill_plan || ss->installed_prefill == prefill)
+        return 0;
+    double t0 = mi_now();
+    mi_runtime_replan(ss->rt, prefill ? &ss->plan_prefill : &ss->plan, n_pos);
+    double t = mi_now() - t0;
+    ss->installed_prefill = prefill;
+    ss->n_switches++;
+    ss->switch_s += t;
+    return t;
+}
+
+void session_predict(const mi_session *ss, int n_prompt, int n_steps, double *ttft, double *tpot)
+{
+    int pre = ss->has_prefill_plan;
+    *ttft = mi_predict_ttft(pre ? &ss->plan_prefill : &ss->plan, pre ? &ss->prog_prefill : &ss->prog, &ss->cl, n_prompt,
+                            ss->max_T);
+    *tpot = mi_predict_tpot(&ss->plan, &ss->prog, &ss->cl, n_prompt, n_steps);
+}
+
 float *session_prefill(mi_session *ss, const int *tokens, int n, int pos0)
 {
+    session_phase(ss, 1, pos0);
     float *logits = NULL;
     for (int i = 0; i < n;) {
         int T = n - i < ss->max_T ? n - i : ss->max_T;
@@ -601,9 +719,13 @@ static double calibrated_token_s(const mi_session *ss)
     cl.dev = mi_malloc((size_t)n * sizeof *cl.dev, "devices");
     memcpy(cl.dev, ss->cl.dev, (size_t)n * sizeof *cl.dev);
     cl.rtt_s = NULL;
+    cl.bw = NULL;
     cl.mem_bw = 1.0;
-    for (int r = 0; r < n; r++)
+    for (int r = 0; r < n; r++) {
         cl.dev[r].speed = ss->stream_rate[r] > 0 ? ss->stream_rate[r] : ss->stream_rate[0];
+        cl.dev[r].calibrated = 0;
+    }
+    mi_cluster_finish(&cl);
     double *rtt = mi_calloc((size_t)n * n, sizeof(double), "RTT matrix");
     for (int a = 0; a < n; a++)
         for (int b = 0; b < n; b++)

@@ -38,6 +38,9 @@ typedef struct {
     int loss_mode;           /* --loss-mode (mi_loss_mode) */
     uint64_t loss_seed;      /* --loss-seed */
     int loss_set;            /* --loss, --loss-mode or --loss-seed given (somegather only) */
+    int phase_plans;         /* --phase-plans: hybrid's placements, 0 both (default), 1 decode's for
+                                both phases, 2 prefill's for both (to measure what each phase gains) */
+    int auto_prompt, auto_steps; /* --planner auto: the request judged (prompt tokens, decoded tokens) */
 } session_opts;
 
 /* getopt_long entries for the options above (codes >= 1000), to append to a
@@ -52,7 +55,7 @@ typedef struct {
     {"kv-positions", required_argument, 0, 1012}, {"wire-dtype", required_argument, 0, 1013}, \
     {"prune", required_argument, 0, 1014}, {"prune-mode", required_argument, 0, 1015}, \
     {"loss", required_argument, 0, 1016}, {"loss-mode", required_argument, 0, 1017}, \
-    {"loss-seed", required_argument, 0, 1018}
+    {"loss-seed", required_argument, 0, 1018}, {"phase-plans", required_argument, 0, 1019}
 extern const char *SESSION_HELP;
 
 void session_opts_init(session_opts *o);
@@ -94,12 +97,21 @@ typedef struct {
                                                          position of the current plan (checked every pass) */
     int max_T;              /* positions per forward pass */
     double stream_rate[MI_MAX_RANKS]; /* rank 0: each rank's measured weight-streaming rate, bytes/s */
+    char (*hosts)[64];      /* rank 0: the host each rank runs on ([size]), to hold a calibration to */
     int pos_hi;             /* rank 0: the highest position a forward pass has reached */
     int loss_mode;          /* seed 002 emulated message loss (runtime options) */
     double loss;
     uint64_t loss_seed;
     int n_replans;
     session_replan replans[SESSION_MAX_REPLANS];
+    /* seed 003: a hybrid plan for the prefill phase apart from the decode
+     * plan (plan), when the planner made them differ */
+    int has_prefill_plan;   /* rank 0 */
+    mi_plan plan_prefill;   /* rank 0 */
+    mi_programs prog_prefill; /* rank 0: its programs (the cost model's TTFT) */
+    int installed_prefill;  /* rank 0: the runtime runs plan_prefill now */
+    int n_switches;         /* rank 0: phase switches (each a re-placement: shards loaded, KV heads moved) */
+    double switch_s;        /* rank 0: their time */
 } mi_session;
 
 void session_mpi_init(int *argc, char ***argv, int *rank, int *size);
@@ -122,7 +134,20 @@ void session_close(mi_session *ss, const session_opts *o);
  * run with one error line. Also stops when no placement fits any more. */
 float *session_forward(mi_session *ss, const int *tokens, int T, int pos0, int all_logits);
 
-/* Rank 0: session_forward over n tokens in chunks (prompt processing). */
+/* Rank 0: install the plan of a phase (prefill = 1 or decode) with n_pos
+ * positions cached: with a hybrid plan whose phases differ this is a
+ * re-placement (runtime.h mi_runtime_replan: shards loaded, KV heads moved
+ * to where the other phase's program expects them, counted in the
+ * metrics); otherwise nothing. Returns the seconds it took. */
+double session_phase(mi_session *ss, int prefill, int n_pos);
+
+/* Rank 0: predicted TTFT of a prompt of n_prompt tokens and TPOT of n_steps
+ * decode steps after it (cost.h, on the cluster the plan was made for),
+ * seconds; the phase's own plan for each. */
+void session_predict(const mi_session *ss, int n_prompt, int n_steps, double *ttft, double *tpot);
+
+/* Rank 0: session_forward over n tokens in chunks (prompt processing), on
+ * the prefill plan (session_phase). */
 float *session_prefill(mi_session *ss, const int *tokens, int n, int pos0);
 
 /* Rank 0: encode a prompt with BOS; mi_fatal for an empty prompt, invalid

@@ -7,55 +7,74 @@
 
 #include "meshinfer/common.h"
 
-static double op_bytes_read(const mi_plan *plan, const mi_op *op, int ctx)
+/* Seconds for E weight elements of dtype t over T positions on device d
+ * (plan.h mi_device: the regression calibrate fits, or the roofline). */
+static double mat_s(const mi_device *d, int t, double elems, int T)
 {
+    return elems * (d->pass_s[t] + (T - 1) * d->pos_s[t]);
+}
+
+double mi_op_compute_s(const mi_plan *plan, const mi_op *op, const mi_cluster *cl, int rank, int T, int ctx)
+{
+    if (mi_op_is_comm(op->kind) || op->kind == MI_OP_POST)
+        return 0;
     const mi_config *c = &plan->cfg;
+    const mi_device *d = &cl->dev[rank];
+    double D = c->dim, hd = c->head_dim;
     int l = op->layer;
+    double t = d->op_s;
     switch (op->kind) {
     case MI_OP_ATTN: {
-        int w = mi_kv_group(c) * c->head_dim, nk = (op->n + w - 1) / w;
+        int g = mi_kv_group(c), nk = (op->n + g * c->head_dim - 1) / (g * c->head_dim);
         double share = 1.0;
         /* a checked speculative attention is recomputed only when rejected */
         if ((op->flags & MI_OPF_IF_REJECTED) && l > 0)
             share = 1.0 - plan->layers[l - 1].accept_permille / 1000.0;
-        return share * nk * ((double)mi_head_group_bytes(c, l) + 4.0 * 2.0 * ctx * c->head_dim);
+        double w = mat_s(d, c->dtype[l][MI_WQ], nk * g * hd * D, T) + mat_s(d, c->dtype[l][MI_WK], nk * hd * D, T) +
+                   mat_s(d, c->dtype[l][MI_WV], nk * hd * D, T);
+        double cached = (double)T * ctx + (double)T * (T + 1) / 2.0;
+        double heads = d->calibrated ? (double)nk * g : nk;
+        return t + share * (w + heads * d->kv_s * hd * cached);
     }
-    case MI_OP_PROJ: return (double)op->n * (double)mi_dtype_row_bytes(c->dtype[l][MI_WO], (size_t)op->ni);
+    case MI_OP_PROJ: return t + mat_s(d, c->dtype[l][MI_WO], (double)op->n * op->ni, T);
     case MI_OP_FFN_UP:
-        return (double)op->n * (double)(mi_dtype_row_bytes(c->dtype[l][MI_W1], (size_t)c->dim) +
-                                         mi_dtype_row_bytes(c->dtype[l][MI_W3], (size_t)c->dim));
-    case MI_OP_FFN_DOWN: return (double)op->n * (double)mi_dtype_row_bytes(c->dtype[l][MI_W2], (size_t)op->ni);
-    case MI_OP_LOGITS: return (double)mi_classifier_bytes(c, op->n);
-    default: return 0; /* norms, adds, embedding rows: negligible next to the weights */
+        return t + mat_s(d, c->dtype[l][MI_W1], (double)op->n * D, T) + mat_s(d, c->dtype[l][MI_W3], (double)op->n * D, T);
+    case MI_OP_FFN_DOWN: return t + mat_s(d, c->dtype[l][MI_W2], (double)op->n * op->ni, T);
+    case MI_OP_LOGITS: return t + mat_s(d, c->cls_dtype, (double)op->n * D, 1); /* the last position only */
+    default: return t; /* norms, adds, embedding rows: small next to the weights */
     }
 }
 
-double mi_op_compute_s(const mi_plan *plan, const mi_op *op, const mi_cluster *cl, int rank, int ctx)
-{
-    if (mi_op_is_comm(op->kind))
-        return 0;
-    return op_bytes_read(plan, op, ctx) / (cl->mem_bw * cl->dev[rank].speed);
-}
+/* One simulated pass: the programs of a phase at T positions from ctx. */
+typedef struct {
+    const mi_programs *p;
+    const mi_cluster *cl;
+    int T;
+} sim;
 
 /* One message of exchange xid from member a to member b: latency plus
- * transfer, in seconds. */
-static double msg_s(const mi_programs *p, const mi_cluster *cl, int xid, int a, int b)
+ * transfer, in seconds (logits travel for the last position only). */
+static double msg_s(const sim *s, int xid, int a, int b)
 {
+    const mi_programs *p = s->p;
     const mi_comm *cm = &p->comms[p->xchg[xid].comm];
-    return mi_cluster_latency(cl, cm->members[a], cm->members[b]) + mi_exchange_bytes(p, xid, a, b) / cl->bandwidth;
+    int A = cm->members[a], B = cm->members[b];
+    double npos = p->xchg[xid].buf == MI_BUF_LOGITS ? 1 : s->T;
+    return mi_cluster_latency(s->cl, A, B) + npos * mi_exchange_bytes(p, xid, a, b) / mi_cluster_bandwidth(s->cl, A, B);
 }
 
 /* Every member receives every other member's message of the exchange (one
  * round of an all-to-all: allgathers, one-round reductions). */
-static void all_to_all(const mi_programs *p, const mi_cluster *cl, int xid, double *ready)
+static void all_to_all(const sim *s, int xid, double *ready)
 {
+    const mi_programs *p = s->p;
     const mi_comm *cm = &p->comms[p->xchg[xid].comm];
     double next[MI_MAX_RANKS];
     for (int i = 0; i < cm->n_members; i++) {
         double t = ready[cm->members[i]];
         for (int j = 0; j < cm->n_members; j++)
             if (j != i && mi_exchange_bytes(p, xid, j, i) > 0) {
-                double a = ready[cm->members[j]] + msg_s(p, cl, xid, j, i);
+                double a = ready[cm->members[j]] + msg_s(s, xid, j, i);
                 if (a > t)
                     t = a;
             }
@@ -68,8 +87,10 @@ static void all_to_all(const mi_programs *p, const mi_cluster *cl, int xid, doub
 /* Complete exchange xid, every member having reached it: the members'
  * clocks move as the runtime's messages would (collectives.c). Sends are
  * eager (a sender goes on at once); receivers wait for what they need. */
-static void complete(const mi_programs *p, const mi_cluster *cl, int xid, const double *post, double *ready)
+static void complete(const sim *s, int xid, const double *post, double *ready)
 {
+    const mi_programs *p = s->p;
+    const mi_cluster *cl = s->cl;
     const mi_exchange *x = &p->xchg[xid];
     const mi_comm *cm = &p->comms[x->comm];
     int n = cm->n_members, root = x->root;
@@ -80,7 +101,7 @@ static void complete(const mi_programs *p, const mi_cluster *cl, int xid, const 
     case MI_OP_IBCAST:
         for (int j = 0; j < n; j++)
             if (j != root) {
-                double a = ready[cm->members[root]] + msg_s(p, cl, xid, root, j);
+                double a = ready[cm->members[root]] + msg_s(s, xid, root, j);
                 if (a > ready[cm->members[j]])
                     ready[cm->members[j]] = a;
             }
@@ -95,7 +116,7 @@ static void complete(const mi_programs *p, const mi_cluster *cl, int xid, const 
             double posted = post[xid] + mi_cluster_latency(cl, cm->members[root], m);
             if (posted > ready[m])
                 ready[m] = posted;
-            double a = ready[m] + msg_s(p, cl, xid, j, root);
+            double a = ready[m] + msg_s(s, xid, j, root);
             if (a > t)
                 t = a;
         }
@@ -106,7 +127,7 @@ static void complete(const mi_programs *p, const mi_cluster *cl, int xid, const 
         double t = ready[cm->members[root]];
         for (int j = 0; j < n; j++)
             if (j != root) {
-                double a = ready[cm->members[j]] + msg_s(p, cl, xid, j, root);
+                double a = ready[cm->members[j]] + msg_s(s, xid, j, root);
                 if (a > t)
                     t = a;
             }
@@ -114,22 +135,24 @@ static void complete(const mi_programs *p, const mi_cluster *cl, int xid, const 
         break;
     }
     case MI_OP_ALLREDUCE:
-        all_to_all(p, cl, xid, ready);
+        all_to_all(s, xid, ready);
         if (n > 2 && x->rounds != 1)
-            all_to_all(p, cl, xid, ready); /* the allgather after the reduce-scatter */
+            all_to_all(s, xid, ready); /* the allgather after the reduce-scatter */
         break;
-    default: all_to_all(p, cl, xid, ready); break;
+    default: all_to_all(s, xid, ready); break;
     }
 }
 
-void mi_predict(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, int ctx, mi_prediction *out)
+void mi_predict_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, int phase, int T, int ctx,
+                     mi_prediction *out)
 {
+    sim s = {p, cl, T};
     int n = plan->n_ranks;
     memset(out, 0, sizeof *out);
     double ready[MI_MAX_RANKS] = {0};
     int pc[MI_MAX_RANKS] = {0};
     double *post = mi_calloc((size_t)p->n_xchg + 1, sizeof(double), "post times");
-    const mi_program *prog = p->prog[MI_PHASE_DECODE];
+    const mi_program *prog = p->prog[phase];
     /* the token's command reaches each worker one link latency after rank 0 sends it */
     for (int r = 1; r < n; r++)
         ready[r] = mi_cluster_latency(cl, 0, r);
@@ -142,7 +165,7 @@ void mi_predict(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
                 if (op->kind == MI_OP_POST) {
                     post[op->xid] = ready[r];
                 } else if (!mi_op_is_comm(op->kind)) {
-                    double t = mi_op_compute_s(plan, op, cl, r, ctx);
+                    double t = mi_op_compute_s(plan, op, cl, r, T, ctx);
                     ready[r] += t;
                     out->busy_s[r] += t;
                 } else {
@@ -169,7 +192,7 @@ void mi_predict(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
             }
             if (!all)
                 continue;
-            complete(p, cl, xid, post, ready);
+            complete(&s, xid, post, ready);
             for (int j = 0; j < cm->n_members; j++)
                 pc[cm->members[j]]++;
             done = 1;
@@ -187,9 +210,37 @@ void mi_predict(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
             end = t;
     }
     out->token_s = end;
-    out->bytes_per_token = mi_programs_bytes(p, MI_PHASE_DECODE, NULL, NULL);
+    out->bytes_per_token = mi_programs_bytes(p, phase, NULL, NULL);
     for (int r = 0; r < n && r < MI_MAX_RANKS; r++)
         mi_plan_rank_memory(plan, r, &out->weight_bytes[r], &out->kv_bytes[r]);
+}
+
+void mi_predict(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, int ctx, mi_prediction *out)
+{
+    mi_predict_pass(plan, p, cl, MI_PHASE_DECODE, 1, ctx, out);
+}
+
+double mi_predict_ttft(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, int n_prompt, int chunk)
+{
+    double t = 0;
+    mi_prediction pr;
+    if (chunk < 1)
+        chunk = 1;
+    for (int i = 0; i < n_prompt; i += chunk) {
+        int T = n_prompt - i < chunk ? n_prompt - i : chunk;
+        mi_predict_pass(plan, p, cl, MI_PHASE_PREFILL, T, i, &pr);
+        t += pr.token_s;
+    }
+    return t;
+}
+
+double mi_predict_tpot(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, int ctx0, int n_steps)
+{
+    /* a step's time is linear in its context (attention), so the mean over
+     * the steps is the step at the middle one */
+    mi_prediction pr;
+    mi_predict(plan, p, cl, ctx0 + (n_steps > 1 ? (n_steps - 1) / 2 : 0), &pr);
+    return pr.token_s;
 }
 
 double mi_predict_delays(const mi_plan *plan, const mi_programs *p)
@@ -200,6 +251,8 @@ double mi_predict_delays(const mi_plan *plan, const mi_programs *p)
     cl.latency_s = 1.0;
     cl.bandwidth = 1e300;
     cl.mem_bw = 1e300;
+    cl.gflops = 1e300;
+    mi_cluster_finish(&cl);
     free(cl.rtt_s);
     cl.rtt_s = NULL;
     mi_prediction pr;

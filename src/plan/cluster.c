@@ -12,8 +12,19 @@
  *     "devices": [                                        required, 1..MI_MAX_RANKS entries
  *       {"name": "pi-ctl", "mem_mb": 3500, "speed": 1.0}, name, speed optional
  *       ...
- *     ]
+ *     ],
+ *     "gflops": 10,                                       optional
+ *     "links": {"latency_ms": [[..]], "bandwidth_mbit": [[..]]},   optional n x n
+ *     "calibration": {"n_ranks": 3, "tool": "...", "date": "..."}  optional
  *   }
+ *
+ * `meshinfer calibrate` writes the last two and, per device, "host" (where
+ * it was measured), "hwloc" (the device's description, kept for people, not
+ * read back) and "compute": {"pass_ns": {"f32": .., "f16": .., "q8_0": ..,
+ * "q4_0": ..}, "pos_ns": {...}, "kv_ns": .., "op_us": ..} (plan.h mi_device,
+ * in nanoseconds per weight element and microseconds per op). A device with
+ * "compute" is calibrated; its speed is then only what the seed 000 planners
+ * (greedy) weigh.
  *
  * Units and conversions:
  *   latency_ms         one-way per-message latency in milliseconds (>= 0)  -> seconds (x * 1e-3)
@@ -23,12 +34,16 @@
  *                      not MiB) (> 0)                                      -> bytes (x * 1e6)
  *   speed              relative compute speed (> 0, default 1.0)
  *   name               at most 63 characters, default "dev<i>"
+ *   gflops             matrix-product rate of a speed-1.0 device, Gflop/s (uncalibrated prefill)
+ *   links.latency_ms   one-way latency per pair (diagonal ignored)           -> RTT matrix
+ *   links.bandwidth_mbit  bandwidth per pair (diagonal ignored)              -> bytes/s
  * "description" is the one free-form key (JSON has no comments). Defaults for
  * a missing "link"/"mem_bandwidth_gbs" are those of mi_cluster_default. */
 #define _POSIX_C_SOURCE 200809L
 #include "meshinfer/plan.h"
 
 #include "meshinfer/common.h"
+#include "meshinfer/output.h"
 #include "../util/json_keys.h"
 
 #include <cjson/cJSON.h>
@@ -42,6 +57,7 @@
 #define DEFAULT_LATENCY_S 20e-6
 #define DEFAULT_BANDWIDTH 5e9 /* bytes/s */
 #define DEFAULT_MEM_BW 20e9   /* bytes/s */
+#define DEFAULT_GFLOPS 10.0   /* a core's sustained fp32 matrix-product rate, order of magnitude */
 #define MAX_FILE_BYTES (64L << 20)
 
 void mi_cluster_default(mi_cluster *cl, int n, double mem_each)
@@ -59,7 +75,25 @@ void mi_cluster_default(mi_cluster *cl, int n, double mem_each)
     cl->latency_s = DEFAULT_LATENCY_S;
     cl->bandwidth = DEFAULT_BANDWIDTH;
     cl->mem_bw = DEFAULT_MEM_BW;
+    cl->gflops = DEFAULT_GFLOPS;
     cl->rtt_s = NULL;
+    mi_cluster_finish(cl);
+}
+
+void mi_cluster_finish(mi_cluster *cl)
+{
+    for (int i = 0; i < cl->n_devices; i++) {
+        mi_device *d = &cl->dev[i];
+        if (d->calibrated)
+            continue;
+        double s = d->speed > 0 ? d->speed : 1.0;
+        for (int t = 0; t < MI_N_DTYPES; t++) {
+            d->pass_s[t] = (double)mi_dtype_row_bytes(t, 32) / 32.0 / (cl->mem_bw * s);
+            d->pos_s[t] = 2.0 / (cl->gflops * 1e9 * s);
+        }
+        d->kv_s = 8.0 / (cl->mem_bw * s); /* a cached position's K and V, fp32, read once per KV head */
+        d->op_s = 0;
+    }
 }
 
 /* ------------------------------------------------------------ parsing */
@@ -103,9 +137,55 @@ static int get_number(const cJSON *obj, const char *key, int allow_zero, double 
     return 0;
 }
 
+/* A per-dtype table {"f32": x, "f16": x, "q8_0": x, "q4_0": x}, every key
+ * required and positive: nanoseconds per weight element. */
+static int parse_dtype_table(const cJSON *o, const char *key, double *out, const char *prefix, const char *where,
+                             char *err)
+{
+    static const char *const keys[] = {"fp32", "fp16", "q8_0", "q4_0", NULL};
+    char w[64];
+    snprintf(w, sizeof w, "%s.compute.%s", where, key);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!cJSON_IsObject(t))
+        return mi_set_error(err, "%s: %s must be an object {\"fp32\": ns, \"fp16\": ns, \"q8_0\": ns, \"q4_0\": ns}",
+                            prefix, w);
+    if (mi_json_check_keys(t, keys, prefix, w, err))
+        return -1;
+    for (int d = 0; d < MI_N_DTYPES; d++) {
+        double v = -1;
+        if (get_number(t, mi_dtype_name(d), 0, &v, prefix, w, err))
+            return -1;
+        if (v < 0)
+            return mi_set_error(err, "%s: %s.%s is missing", prefix, w, mi_dtype_name(d));
+        out[d] = v * 1e-9;
+    }
+    return 0;
+}
+
+static int parse_compute(const cJSON *cp, mi_device *dev, const char *prefix, const char *where, char *err)
+{
+    static const char *const keys[] = {"pass_ns", "pos_ns", "kv_ns", "op_us", NULL};
+    char w[48];
+    snprintf(w, sizeof w, "%s.compute", where);
+    if (!cJSON_IsObject(cp))
+        return mi_set_error(err, "%s: %s must be an object (written by meshinfer calibrate)", prefix, w);
+    if (mi_json_check_keys(cp, keys, prefix, w, err) || parse_dtype_table(cp, "pass_ns", dev->pass_s, prefix, where, err) ||
+        parse_dtype_table(cp, "pos_ns", dev->pos_s, prefix, where, err))
+        return -1;
+    double kv = -1, op = 0;
+    if (get_number(cp, "kv_ns", 0, &kv, prefix, w, err) || get_number(cp, "op_us", 1, &op, prefix, w, err))
+        return -1;
+    if (kv < 0)
+        return mi_set_error(err, "%s: %s.kv_ns is missing", prefix, w);
+    dev->kv_s = kv * 1e-9;
+    dev->op_s = op * 1e-6;
+    dev->calibrated = 1;
+    return 0;
+}
+
 static int parse_device(const cJSON *d, int i, mi_device *dev, const char *prefix, char *err)
 {
-    static const char *const keys[] = {"name", "mem_mb", "speed", NULL};
+    static const char *const keys[] = {"name", "mem_mb", "speed", "host", "compute", "hwloc", NULL};
     char where[32];
     snprintf(where, sizeof where, "devices[%d]", i);
     if (!cJSON_IsObject(d))
@@ -139,6 +219,89 @@ static int parse_device(const cJSON *d, int i, mi_device *dev, const char *prefi
     dev->speed = 1.0;
     if (get_number(d, "speed", 0, &dev->speed, prefix, where, err))
         return -1;
+
+    const cJSON *host = cJSON_GetObjectItemCaseSensitive(d, "host");
+    if (host) {
+        if (!cJSON_IsString(host) || strlen(host->valuestring) >= sizeof dev->host)
+            return mi_set_error(err, "%s: %s.host must be a host name of at most %zu characters", prefix, where,
+                                sizeof dev->host - 1);
+        strcpy(dev->host, host->valuestring);
+    }
+    const cJSON *hw = cJSON_GetObjectItemCaseSensitive(d, "hwloc");
+    if (hw && !cJSON_IsObject(hw))
+        return mi_set_error(err, "%s: %s.hwloc must be an object (the device's description)", prefix, where);
+    const cJSON *cp = cJSON_GetObjectItemCaseSensitive(d, "compute");
+    if (cp)
+        return parse_compute(cp, dev, prefix, where, err);
+    return 0;
+}
+
+/* An n x n matrix of non-negative numbers (diagonal ignored) into out[n*n],
+ * scaled. */
+static int parse_matrix(const cJSON *m, const char *key, int n, double scale, double *out, const char *prefix,
+                        char *err)
+{
+    if (!cJSON_IsArray(m) || cJSON_GetArraySize(m) != n)
+        return mi_set_error(err, "%s: links.%s must be %d rows of %d numbers (one per device)", prefix, key, n, n);
+    int i = 0;
+    for (const cJSON *row = m->child; row; row = row->next, i++) {
+        if (!cJSON_IsArray(row) || cJSON_GetArraySize(row) != n)
+            return mi_set_error(err, "%s: links.%s[%d] must be a row of %d numbers", prefix, key, i, n);
+        int j = 0;
+        for (const cJSON *v = row->child; v; v = v->next, j++) {
+            if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < 0 || v->valuedouble > 1e9 ||
+                (i != j && !strcmp(key, "bandwidth_mbit") && v->valuedouble <= 0))
+                return mi_set_error(err, "%s: links.%s[%d][%d] must be a %s number of at most 1e9", prefix, key, i, j,
+                                    strcmp(key, "bandwidth_mbit") ? "non-negative" : "positive");
+            out[(size_t)i * n + j] = i == j ? 0.0 : v->valuedouble * scale;
+        }
+    }
+    return 0;
+}
+
+static int parse_links(const cJSON *root, mi_cluster *cl, const char *prefix, char *err)
+{
+    static const char *const keys[] = {"latency_ms", "bandwidth_mbit", NULL};
+    const cJSON *links = cJSON_GetObjectItemCaseSensitive(root, "links");
+    if (!links)
+        return 0;
+    if (!cJSON_IsObject(links))
+        return mi_set_error(err, "%s: 'links' must be an object {\"latency_ms\": [[..]], \"bandwidth_mbit\": [[..]]}",
+                            prefix);
+    if (mi_json_check_keys(links, keys, prefix, "links", err))
+        return -1;
+    size_t n = (size_t)cl->n_devices;
+    const cJSON *lat = cJSON_GetObjectItemCaseSensitive(links, "latency_ms");
+    if (lat) {
+        cl->rtt_s = mi_calloc(n * n, sizeof(double), "link latencies");
+        /* a one-way latency is half a round trip (mi_cluster_latency) */
+        if (parse_matrix(lat, "latency_ms", (int)n, 2e-3, cl->rtt_s, prefix, err))
+            return -1;
+    }
+    const cJSON *bw = cJSON_GetObjectItemCaseSensitive(links, "bandwidth_mbit");
+    if (bw) {
+        cl->bw = mi_calloc(n * n, sizeof(double), "link bandwidths");
+        if (parse_matrix(bw, "bandwidth_mbit", (int)n, 1e6 / 8, cl->bw, prefix, err))
+            return -1;
+    }
+    return 0;
+}
+
+static int parse_calibration(const cJSON *root, mi_cluster *cl, const char *prefix, char *err)
+{
+    static const char *const keys[] = {"n_ranks", "tool", "date", "model", "seconds", NULL};
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "calibration");
+    if (!c)
+        return 0;
+    if (!cJSON_IsObject(c))
+        return mi_set_error(err, "%s: 'calibration' must be an object (written by meshinfer calibrate)", prefix);
+    if (mi_json_check_keys(c, keys, prefix, "calibration", err))
+        return -1;
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(c, "n_ranks");
+    if (!cJSON_IsNumber(n) || n->valuedouble != cl->n_devices)
+        return mi_set_error(err, "%s: calibration.n_ranks must equal the number of devices (%d)", prefix,
+                            cl->n_devices);
+    cl->calib_ranks = cl->n_devices;
     return 0;
 }
 
@@ -146,7 +309,8 @@ static int parse_device(const cJSON *d, int i, mi_device *dev, const char *prefi
  * left empty (safe to mi_cluster_free). */
 static int parse_cluster(const char *json, size_t len, mi_cluster *cl, const char *prefix, char *err)
 {
-    static const char *const top_keys[] = {"description", "link", "mem_bandwidth_gbs", "devices", NULL};
+    static const char *const top_keys[] = {"description", "link", "mem_bandwidth_gbs", "gflops", "devices",
+                                           "links", "calibration", NULL};
     static const char *const link_keys[] = {"latency_ms", "bandwidth_mbit", NULL};
     memset(cl, 0, sizeof *cl);
 
@@ -199,6 +363,8 @@ static int parse_cluster(const char *json, size_t len, mi_cluster *cl, const cha
     if (get_number(root, "mem_bandwidth_gbs", 0, &gbs, prefix, "", err))
         goto done;
     tmp.mem_bw = gbs * 1e9;
+    if (get_number(root, "gflops", 0, &tmp.gflops, prefix, "", err))
+        goto done;
 
     const cJSON *devs = cJSON_GetObjectItemCaseSensitive(root, "devices");
     int n = cJSON_IsArray(devs) ? cJSON_GetArraySize(devs) : 0;
@@ -218,6 +384,9 @@ static int parse_cluster(const char *json, size_t len, mi_cluster *cl, const cha
     for (const cJSON *d = devs->child; d; d = d->next, i++)
         if (parse_device(d, i, &tmp.dev[i], prefix, err))
             goto done;
+    if (parse_links(root, &tmp, prefix, err) || parse_calibration(root, &tmp, prefix, err))
+        goto done;
+    mi_cluster_finish(&tmp);
 
     *cl = tmp;
     memset(&tmp, 0, sizeof tmp);
@@ -267,6 +436,13 @@ void mi_cluster_set_rtt(mi_cluster *cl, const double *rtt_s, double margin)
     }
 }
 
+double mi_cluster_bandwidth(const mi_cluster *cl, int a, int b)
+{
+    if (cl->bw && a != b && a >= 0 && b >= 0 && a < cl->n_devices && b < cl->n_devices)
+        return cl->bw[(size_t)a * (size_t)cl->n_devices + (size_t)b];
+    return cl->bandwidth;
+}
+
 double mi_cluster_latency(const mi_cluster *cl, int a, int b)
 {
     if (a == b)
@@ -282,5 +458,86 @@ void mi_cluster_free(mi_cluster *cl)
         return;
     free(cl->dev);
     free(cl->rtt_s);
+    free(cl->bw);
     memset(cl, 0, sizeof *cl);
+}
+
+/* ------------------------------------------------------------- saving */
+
+static cJSON *matrix_json(const double *m, int n, double scale)
+{
+    cJSON *rows = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) {
+        cJSON *row = cJSON_CreateArray();
+        for (int j = 0; j < n; j++)
+            cJSON_AddItemToArray(row, cJSON_CreateNumber(i == j ? 0.0 : m[(size_t)i * n + j] * scale));
+        cJSON_AddItemToArray(rows, row);
+    }
+    return rows;
+}
+
+static cJSON *dtype_json(const double *v)
+{
+    cJSON *o = cJSON_CreateObject();
+    for (int t = 0; t < MI_N_DTYPES; t++)
+        cJSON_AddNumberToObject(o, mi_dtype_name(t), v[t] * 1e9);
+    return o;
+}
+
+int mi_cluster_save(const mi_cluster *cl, const char *const *hw, const char *description, const char *path,
+                    char *err)
+{
+    cJSON *root = cJSON_CreateObject();
+    if (description)
+        cJSON_AddStringToObject(root, "description", description);
+    cJSON *link = cJSON_AddObjectToObject(root, "link");
+    cJSON_AddNumberToObject(link, "latency_ms", cl->latency_s * 1e3);
+    cJSON_AddNumberToObject(link, "bandwidth_mbit", cl->bandwidth * 8 / 1e6);
+    cJSON_AddNumberToObject(root, "mem_bandwidth_gbs", cl->mem_bw / 1e9);
+    cJSON_AddNumberToObject(root, "gflops", cl->gflops);
+    cJSON *devs = cJSON_AddArrayToObject(root, "devices");
+    for (int i = 0; i < cl->n_devices; i++) {
+        const mi_device *d = &cl->dev[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", d->name);
+        cJSON_AddNumberToObject(o, "mem_mb", d->mem_bytes / 1e6);
+        cJSON_AddNumberToObject(o, "speed", d->speed);
+        if (d->host[0])
+            cJSON_AddStringToObject(o, "host", d->host);
+        if (d->calibrated) {
+            cJSON *c = cJSON_AddObjectToObject(o, "compute");
+            cJSON_AddItemToObject(c, "pass_ns", dtype_json(d->pass_s));
+            cJSON_AddItemToObject(c, "pos_ns", dtype_json(d->pos_s));
+            cJSON_AddNumberToObject(c, "kv_ns", d->kv_s * 1e9);
+            cJSON_AddNumberToObject(c, "op_us", d->op_s * 1e6);
+        }
+        cJSON *h = hw && hw[i] ? cJSON_Parse(hw[i]) : NULL;
+        if (h)
+            cJSON_AddItemToObject(o, "hwloc", h);
+        cJSON_AddItemToArray(devs, o);
+    }
+    if (cl->rtt_s || cl->bw) {
+        cJSON *links = cJSON_AddObjectToObject(root, "links");
+        if (cl->rtt_s)
+            cJSON_AddItemToObject(links, "latency_ms", matrix_json(cl->rtt_s, cl->n_devices, 0.5e3));
+        if (cl->bw)
+            cJSON_AddItemToObject(links, "bandwidth_mbit", matrix_json(cl->bw, cl->n_devices, 8 / 1e6));
+    }
+    if (cl->calib_ranks > 0) {
+        cJSON *c = cJSON_AddObjectToObject(root, "calibration");
+        cJSON_AddNumberToObject(c, "n_ranks", cl->calib_ranks);
+        cJSON_AddStringToObject(c, "tool", "meshinfer calibrate");
+    }
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    mi_output out;
+    FILE *f = mi_output_open(&out, path, err);
+    if (!f) {
+        free(text);
+        return -1;
+    }
+    fputs(text, f);
+    fputc('\n', f);
+    free(text);
+    return mi_output_commit(&out, err);
 }

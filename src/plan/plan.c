@@ -8,9 +8,10 @@
 
 #include "meshinfer/common.h"
 #include "meshinfer/sampler.h"
+#include "planners.h"
 
 static const char *planner_names[MI_N_PLANNERS] = {"layerwise", "roundrobin", "random", "greedy", "tp",
-                                                   "somegather"};
+                                                   "somegather", "hybrid"};
 
 const char *mi_planner_name(mi_planner p)
 {
@@ -725,7 +726,8 @@ int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options
     plan->planner = opt->planner;
     int cw = opt->controller_works;
     if (cw < 0)
-        cw = opt->planner == MI_PLANNER_TP || opt->planner == MI_PLANNER_SOMEGATHER;
+        cw = opt->planner == MI_PLANNER_TP || opt->planner == MI_PLANNER_SOMEGATHER ||
+             opt->planner == MI_PLANNER_HYBRID;
     if (n == 1)
         cw = 1;
     if (opt->planner == MI_PLANNER_SOMEGATHER && !cw)
@@ -756,6 +758,7 @@ int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options
         break;
     case MI_PLANNER_TP: plan_tp(plan, &p); break;
     case MI_PLANNER_SOMEGATHER: rc = plan_somegather(plan, n, err); break;
+    case MI_PLANNER_HYBRID: rc = mi_plan_hybrid(plan, cl, opt, err); break;
     default: rc = mi_set_error(err, "plan: unknown planner %d", (int)opt->planner);
     }
     if (rc == 0 && !plan->cls) {

@@ -58,3 +58,76 @@ double mi_runtime_stream_rate(mi_runtime *rt, double min_seconds, double *all)
         all[0] = rate;
     return rate;
 }
+
+/* Median of n values (sorts v). */
+static double median(double *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return v[n / 2];
+}
+
+/* Round trips of `bytes` between this rank and `peer` (the initiator when
+ * first), median of reps after one warm-up. */
+static double ping_pong(int peer, int first, char *buf, int bytes, int reps)
+{
+    double t[16];
+    for (int k = 0; k <= reps; k++) {
+        double t0 = mi_now();
+        MPI_Request q;
+        for (int leg = 0; leg < 2; leg++) {
+            if ((leg == 0) == first)
+                MPI_Isend(buf, bytes, MPI_BYTE, peer, 12, MPI_COMM_WORLD, &q);
+            else
+                MPI_Irecv(buf, bytes, MPI_BYTE, peer, 12, MPI_COMM_WORLD, &q);
+            rt_waitall(1, &q);
+        }
+        if (k > 0)
+            t[k - 1] = mi_now() - t0;
+    }
+    return median(t, reps);
+}
+
+void mi_calibrate_links(size_t big, double *rtt_s, double *bw)
+{
+    int rank = mi_world_rank(), n = mi_world_size();
+    if (big > (1u << 26))
+        big = 1u << 26;
+    char *buf = mi_calloc(big > 8 ? big : 8, 1, "link calibration");
+    double *mine = mi_calloc((size_t)n * 2, sizeof(double), "link calibration");
+    rt_set_spin(20e-6);
+    /* one pair at a time, so that no two measurements share a medium */
+    for (int a = 0; a < n; a++)
+        for (int b = a + 1; b < n; b++) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            if (rank != a && rank != b)
+                continue;
+            int peer = rank == a ? b : a;
+            double small = ping_pong(peer, rank == a, buf, 8, 9);
+            double large = ping_pong(peer, rank == a, buf, (int)big, 5);
+            if (rank == a) {
+                mine[2 * b] = small;
+                /* the large message's extra time over a small one is its transfer, both ways */
+                mine[2 * b + 1] = large > small ? 2.0 * (double)big / (large - small) : 1e12;
+            }
+        }
+    double *all = rank == 0 ? mi_calloc((size_t)n * n * 2, sizeof(double), "link calibration") : NULL;
+    MPI_Gather(mine, 2 * n, MPI_DOUBLE, all, 2 * n, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    if (rank == 0)
+        for (int a = 0; a < n; a++)
+            for (int b = a + 1; b < n; b++) {
+                double r = all[(size_t)a * 2 * n + 2 * b], w = all[(size_t)a * 2 * n + 2 * b + 1];
+                rtt_s[a * n + b] = rtt_s[b * n + a] = r;
+                bw[a * n + b] = bw[b * n + a] = w;
+            }
+    if (rank == 0)
+        for (int a = 0; a < n; a++)
+            rtt_s[a * n + a] = bw[a * n + a] = 0;
+    free(all);
+    free(mine);
+    free(buf);
+}

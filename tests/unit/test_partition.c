@@ -35,7 +35,7 @@ static int make(const char *shape, int planner, int n, int wire, mi_config *c, m
     CU_ASSERT_EQUAL_FATAL(mi_config_from_shape(shape, c), 0);
     mi_cluster cl;
     mi_cluster_default(&cl, n, 1e12);
-    mi_plan_options po = {(mi_planner)planner, 3, -1, 0, NULL, 0.7, 0, wire};
+    mi_plan_options po = {(mi_planner)planner, 3, -1, 0, NULL, 0.7, 0, wire, 0, 0};
     int rc = mi_plan_make(c, &cl, &po, plan, err);
     if (rc == 0)
         rc = mi_programs_compile(plan, p, err);
@@ -110,7 +110,20 @@ static void test_every_planner(void)
                         tr += recv[r];
                     }
                     CU_ASSERT(fabs(ts - total) < 1e-6 && fabs(tr - total) < 1e-6);
-                    CU_ASSERT_EQUAL(n == 1, total == 0);
+                    if (pl == MI_PLANNER_HYBRID) {
+                        /* hybrid keeps a sublayer on one device when the cost model says so: it
+                         * moves nothing exactly when every unit is on the controller */
+                        int alone = 1;
+                        for (int l = 0; l < c.n_layers; l++) {
+                            alone &= plan.layers[l].proj_rank == 0 && plan.layers[l].n_ffn == 1 &&
+                                     plan.layers[l].ffn[0].rank == 0;
+                            for (int k = 0; k < c.n_kv_heads; k++)
+                                alone &= plan.layers[l].kv_rank[k] == 0;
+                        }
+                        CU_ASSERT_EQUAL(alone, total == 0);
+                    } else {
+                        CU_ASSERT_EQUAL(n == 1, total == 0);
+                    }
                     mi_cluster_free(&cl);
                     mi_programs_free(&p);
                     mi_plan_free(&plan);

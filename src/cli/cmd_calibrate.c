@@ -1,0 +1,275 @@
+/* `meshinfer calibrate`: every rank measures its own device and every link
+ * it has, and rank 0 writes a cluster file the planners read (issue 10 item
+ * 1; seed 003 4.2.1: computation time from a regression on the device,
+ * layer type, precision, input length and KV length; communication time
+ * from the size of the data and the link). */
+#define _POSIX_C_SOURCE 200809L
+#include <getopt.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "meshinfer/common.h"
+#include "meshinfer/cost.h"
+#include "meshinfer/hwinfo.h"
+#include "meshinfer/model_file.h"
+#include "meshinfer/output.h"
+#include "meshinfer/plan.h"
+#include "meshinfer/runtime.h"
+
+static void help(void)
+{
+    printf("usage: mpirun -np N meshinfer calibrate --out CLUSTER.json [options]\n\n"
+           "Every rank measures the device it runs on and every link between ranks, and rank 0\n"
+           "writes a cluster file for --cluster: per device its description (hwloc: cores, caches,\n"
+           "NUMA nodes, memory cross-checked with the kernel's figure, CPU quota, binding), the\n"
+           "time of a matrix product per weight element for each dtype (fp32 fp16 q8_0 q4_0) at\n"
+           "1, 4, 16 and 64 positions (fitted as one pass plus a cost per further position), of\n"
+           "attention per cached position, and per op; per pair of ranks the latency and\n"
+           "bandwidth (ping-pong of 8 bytes and of --link-bytes). Ranks on one host measure in\n"
+           "turn, so that none measures another's load. Use the file on the same ranks and hosts.\n"
+           "  -o, --out FILE        the cluster file to write (required)\n"
+           "  --cluster FILE        names and memory budgets (mem_mb) of the devices, kept in the\n"
+           "                        output (default: rank i is \"<host>-<i>\" with the host's usable\n"
+           "                        memory shared among the host's ranks)\n"
+           "  -m, --model FILE      measure matrices of this model's shape (default stories15M's)\n"
+           "  --seconds S           time per measurement (default 0.05; about 20 per device)\n"
+           "  --link-bytes N        the large ping-pong message (default 1048576)\n"
+           "  --threads N           compute threads per rank, as for generate (default 1)\n"
+           "  --no-bind             do not bind each rank to its own cores\n"
+           "  -h, --help\n");
+}
+
+/* What each rank sends rank 0. */
+typedef struct {
+    char host[64];
+    double pass_s[MI_N_DTYPES], pos_s[MI_N_DTYPES], kv_s, op_s, mem_bytes;
+    int local_size;
+} rank_result;
+
+int cmd_calibrate(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"out", required_argument, 0, 'o'},     {"cluster", required_argument, 0, 'c'},
+        {"model", required_argument, 0, 'm'},   {"seconds", required_argument, 0, 's'},
+        {"link-bytes", required_argument, 0, 'b'}, {"threads", required_argument, 0, 't'},
+        {"no-bind", no_argument, 0, 'B'},       {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    const char *out = NULL, *cluster = NULL, *model = NULL;
+    double seconds = 0.05;
+    long link_bytes = 1L << 20, threads = 1;
+    int bind = 1, o;
+    while ((o = getopt_long(argc, argv, ":o:c:m:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'o': out = optarg; break;
+        case 'c': cluster = optarg; break;
+        case 'm': model = optarg; break;
+        case 's': seconds = mi_parse_double("--seconds", optarg, 1e-3, 60); break;
+        case 'b': link_bytes = mi_parse_long("--link-bytes", optarg, 1024, 1L << 26); break;
+        case 't': threads = mi_parse_long("--threads", optarg, 1, 256); break;
+        case 'B': bind = 0; break;
+        case 'h': help(); return 0;
+        default: cli_bad_option("calibrate", o, argv);
+        }
+    }
+    cli_no_positional("calibrate", optind, argc, argv);
+    if (!out)
+        mi_fatal("calibrate: --out is required (see meshinfer calibrate --help)");
+
+    mi_world_init(&argc, &argv);
+    int rank = mi_world_rank(), size = mi_world_size();
+    char err[MI_ERRLEN] = "";
+    int failed = 0;
+    mi_cluster in;
+    memset(&in, 0, sizeof in);
+    mi_calib_options co;
+    mi_calib_defaults(&co, NULL);
+    if (rank == 0) {
+        const char *inputs[] = {cluster, model};
+        failed = mi_output_check(out, "cluster file", inputs, 2, err);
+        if (!failed && cluster) {
+            failed = mi_cluster_load(cluster, &in, err);
+            if (!failed && in.n_devices != size)
+                failed = mi_set_error(err, "cluster file %s lists %d devices but the job has %d ranks (one rank "
+                                           "per device)", cluster, in.n_devices, size);
+        }
+        if (!failed && model) {
+            mi_config c;
+            mi_model_file *mf = mi_model_open(model, &c, err);
+            failed = !mf;
+            if (mf) {
+                mi_model_close(mf);
+                mi_calib_defaults(&co, &c);
+            }
+        }
+    }
+    if (size > 1) {
+        mi_check_all(failed, err);
+        MPI_Bcast(&co, sizeof co, MPI_BYTE, 0, MPI_COMM_WORLD);
+    } else if (failed) {
+        mi_fatal("%s", err);
+    }
+    co.min_seconds = seconds;
+
+    /* who shares this host: they measure in turn and split its cores */
+    int local_rank = 0, local_size = 1;
+    MPI_Comm local = MPI_COMM_NULL;
+    if (size > 1) {
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+        MPI_Comm_rank(local, &local_rank);
+        MPI_Comm_size(local, &local_size);
+    }
+    mi_hwinfo hw;
+    failed = mi_hwinfo_probe(&hw, err);
+    /* each rank its own cores, so that its threads never run on another
+     * rank's; with more ranks than cores (an emulated testbed of CPU-quota
+     * cgroups) a binding would stack quotas on one core: leave them free */
+    bind = bind && local_size <= hw.allowed_cores;
+    if (!failed && bind)
+        failed = mi_hwinfo_bind(local_rank, local_size, err);
+    if (!failed && bind)
+        failed = mi_hwinfo_probe(&hw, err); /* the binding, as it now is */
+    if (size > 1)
+        mi_check_all(failed, err);
+    else if (failed)
+        mi_fatal("calibrate: %s", err);
+    mi_set_threads((int)threads);
+
+    if (rank == 0)
+        fprintf(stderr, "calibrate: %d rank%s; measuring devices (%s matrices %dx%d, %.2g s each)...\n", size,
+                size > 1 ? "s" : "", model ? "the model's" : "stories15M's", co.hidden_dim, co.dim, seconds);
+    mi_device me;
+    memset(&me, 0, sizeof me);
+    for (int turn = 0; turn < local_size; turn++) {
+        if (local != MPI_COMM_NULL)
+            MPI_Barrier(local);
+        if (turn == local_rank && mi_calibrate_compute(&co, &me, err))
+            mi_fatal("calibrate: %s", err); /* the shape came from a checked model: cannot fail */
+    }
+    rank_result mine;
+    memset(&mine, 0, sizeof mine);
+    snprintf(mine.host, sizeof mine.host, "%.63s", hw.hostname);
+    memcpy(mine.pass_s, me.pass_s, sizeof mine.pass_s);
+    memcpy(mine.pos_s, me.pos_s, sizeof mine.pos_s);
+    mine.kv_s = me.kv_s;
+    mine.op_s = me.op_s;
+    mine.mem_bytes = (double)hw.mem_bytes;
+    mine.local_size = local_size;
+    char *hwjson = NULL;
+    size_t hwlen = 0;
+    FILE *mf = open_memstream(&hwjson, &hwlen);
+    mi_hwinfo_json(&hw, mf);
+    fclose(mf);
+
+    rank_result *all = rank == 0 ? mi_calloc((size_t)size, sizeof *all, "calibration") : NULL;
+    char **hws = rank == 0 ? mi_calloc((size_t)size, sizeof(char *), "calibration") : NULL;
+    double *rtt = rank == 0 ? mi_calloc((size_t)size * size, sizeof(double), "calibration") : NULL;
+    double *bw = rank == 0 ? mi_calloc((size_t)size * size, sizeof(double), "calibration") : NULL;
+    if (size > 1) {
+        MPI_Gather(&mine, sizeof mine, MPI_BYTE, all, sizeof mine, MPI_BYTE, 0, MPI_COMM_WORLD);
+        int len = (int)hwlen + 1, *lens = rank == 0 ? mi_calloc((size_t)size, sizeof(int), "lens") : NULL;
+        MPI_Gather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        int *displ = NULL, tot = 0;
+        char *cat = NULL;
+        if (rank == 0) {
+            displ = mi_calloc((size_t)size, sizeof(int), "displ");
+            for (int r = 0; r < size; r++) {
+                displ[r] = tot;
+                tot += lens[r];
+            }
+            cat = mi_malloc((size_t)tot, "hwloc descriptions");
+        }
+        MPI_Gatherv(hwjson, len, MPI_CHAR, cat, lens, displ, MPI_CHAR, 0, MPI_COMM_WORLD);
+        if (rank == 0)
+            for (int r = 0; r < size; r++)
+                hws[r] = strdup(cat + displ[r]);
+        free(cat);
+        free(displ);
+        free(lens);
+        if (rank == 0)
+            fprintf(stderr, "calibrate: measuring %d link%s (ping-pong of 8 and %ld bytes)...\n",
+                    size * (size - 1) / 2, size * (size - 1) / 2 == 1 ? "" : "s", link_bytes);
+        mi_calibrate_links((size_t)link_bytes, rtt, bw);
+    } else {
+        all[0] = mine;
+        hws[0] = strdup(hwjson);
+    }
+    free(hwjson);
+
+    int rc = 0;
+    if (rank == 0) {
+        mi_cluster cl;
+        mi_cluster_default(&cl, size, 0);
+        if (cluster) {
+            cl.latency_s = in.latency_s;
+            cl.bandwidth = in.bandwidth;
+        }
+        double lat = 0, bsum = 0;
+        int pairs = 0;
+        for (int r = 0; r < size; r++) {
+            mi_device *d = &cl.dev[r];
+            if (cluster)
+                snprintf(d->name, sizeof d->name, "%s", in.dev[r].name);
+            else
+                snprintf(d->name, sizeof d->name, "%.40s-%d", all[r].host, r);
+            d->mem_bytes = cluster ? in.dev[r].mem_bytes : all[r].mem_bytes / all[r].local_size;
+            snprintf(d->host, sizeof d->host, "%s", all[r].host);
+            memcpy(d->pass_s, all[r].pass_s, sizeof d->pass_s);
+            memcpy(d->pos_s, all[r].pos_s, sizeof d->pos_s);
+            d->kv_s = all[r].kv_s;
+            d->op_s = all[r].op_s;
+            d->calibrated = 1;
+            /* the seed 000 planners weigh devices by speed: decode fp32 relative to rank 0 */
+            d->speed = all[0].pass_s[MI_F32] / all[r].pass_s[MI_F32];
+            for (int q = r + 1; q < size; q++) {
+                lat += rtt[r * size + q] / 2;
+                bsum += bw[r * size + q];
+                pairs++;
+            }
+        }
+        cl.mem_bw = 4.0 / all[0].pass_s[MI_F32];
+        if (pairs) {
+            cl.latency_s = lat / pairs;
+            cl.bandwidth = bsum / pairs;
+            cl.rtt_s = rtt;
+            cl.bw = bw;
+            rtt = bw = NULL;
+        }
+        cl.calib_ranks = size;
+        char desc[256];
+        snprintf(desc, sizeof desc, "measured by meshinfer calibrate on %d rank%s", size, size > 1 ? "s" : "");
+        rc = mi_cluster_save(&cl, (const char *const *)hws, desc, out, err);
+        if (!rc) {
+            printf("rank  device                 host              fp32 GB/s  q4_0 GB/s  fp32 Gflop/s  attn ns/pos\n");
+            for (int r = 0; r < size; r++) {
+                const mi_device *d = &cl.dev[r];
+                printf("%4d  %-22.22s %-16.16s %10.2f %10.2f %13.2f %12.3f\n", r, d->name, d->host,
+                       4.0 / d->pass_s[MI_F32] / 1e9, 0.5625 / d->pass_s[MI_Q4_0] / 1e9,
+                       2.0 / d->pos_s[MI_F32] / 1e9, d->kv_s * 1e9 * co.head_dim);
+            }
+            if (pairs)
+                printf("links: mean one-way latency %.3f ms, mean bandwidth %.1f Mbit/s (%d pairs)\n",
+                       cl.latency_s * 1e3, cl.bandwidth * 8 / 1e6, pairs);
+            printf("wrote %s\n", out);
+        }
+        mi_cluster_free(&cl);
+        for (int r = 0; r < size; r++)
+            free(hws[r]);
+    }
+    free(hws);
+    free(all);
+    free(rtt);
+    free(bw);
+    mi_cluster_free(&in);
+    if (local != MPI_COMM_NULL)
+        MPI_Comm_free(&local);
+    if (size > 1)
+        mi_check_all(rc, err);
+    else if (rc)
+        mi_fatal("%s", err);
+    mi_world_finalize();
+    return 0;
+}

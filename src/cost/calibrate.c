@@ -1,0 +1,166 @@
+/* Measuring a device's compute model (see cost.h mi_calibrate_compute):
+ * the regression of seed 003 4.2.1, fitted on this device's own kernels. */
+#define _POSIX_C_SOURCE 200809L
+#include "meshinfer/cost.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "meshinfer/common.h"
+#include "meshinfer/kernels.h"
+#include "meshinfer/sampler.h"
+
+#define N_T 4
+static const int pass_T[N_T] = {1, 4, 16, 64}; /* decode, and prefill chunks up to the runtime's 64 */
+
+void mi_calib_defaults(mi_calib_options *o, const mi_config *c)
+{
+    memset(o, 0, sizeof *o);
+    /* stories15M's shape unless a model is given: small enough for any device */
+    o->dim = c ? c->dim : 288;
+    o->hidden_dim = c ? c->hidden_dim : 768;
+    o->head_dim = c ? c->head_dim : 48;
+    o->group = c ? mi_kv_group(c) : 1;
+    o->min_seconds = 0.05;
+    o->work_bytes = 48e6;
+}
+
+/* Seconds per call of fn, the best of three runs of at least min_s/3 each
+ * (the least disturbed by other processes: what the device can do). */
+typedef void (*work_fn)(void *ctx);
+static double time_best(work_fn fn, void *ctx, double min_s)
+{
+    fn(ctx); /* warm: pages touched, caches as in steady running */
+    double best = 1e30;
+    for (int r = 0; r < 3; r++) {
+        long n = 0;
+        double t0 = mi_now(), t;
+        do {
+            fn(ctx);
+            n++;
+            t = mi_now() - t0;
+        } while (t < min_s / 3);
+        if (t / n < best)
+            best = t / n;
+    }
+    return best;
+}
+
+typedef struct {
+    mi_tensor *w;
+    int k, T;
+    float *x, *y;
+} mat_job;
+
+static void run_mats(void *ctx)
+{
+    mat_job *j = ctx;
+    for (int i = 0; i < j->k; i++)
+        mi_matmul(j->y, j->x, &j->w[i], j->T);
+}
+
+typedef struct {
+    float *out, *q, *kc, *vc, *att;
+    int T, pos0, n_q, group, hd, S;
+} attn_job;
+
+static void run_attn(void *ctx)
+{
+    attn_job *j = ctx;
+    mi_attention(j->out, j->q, j->kc, j->vc, j->T, j->pos0, j->n_q, j->group, j->hd, j->S, j->att);
+}
+
+static void fill(float *v, size_t n, uint64_t *rng)
+{
+    for (size_t i = 0; i < n; i++)
+        v[i] = mi_rand_f32(rng) - 0.5f;
+}
+
+int mi_calibrate_compute(const mi_calib_options *o, mi_device *d, char *err)
+{
+    int R = o->hidden_dim, C = o->dim;
+    if (R < 32 || C < 32 || R % 32 || C % 32 || o->head_dim < 1 || o->group < 1 || o->min_seconds <= 0)
+        return mi_set_error(err, "calibration shape %dx%d (head_dim %d, group %d): rows and columns must be "
+                                 "multiples of 32", R, C, o->head_dim, o->group);
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    int maxT = pass_T[N_T - 1];
+    float *x = mi_malloc((size_t)maxT * C * sizeof(float), "calibration input");
+    float *y = mi_malloc((size_t)maxT * R * sizeof(float), "calibration output");
+    float *row = mi_malloc((size_t)C * sizeof(float), "calibration row");
+    fill(x, (size_t)maxT * C, &rng);
+    for (int t = 0; t < MI_N_DTYPES; t++) {
+        /* enough copies that a pass streams work_bytes from memory, as a
+         * shard's weights are, not from a cache that holds one matrix */
+        size_t one = mi_tensor_place_bytes(t, (size_t)R, (size_t)C);
+        int k = (int)(o->work_bytes / (double)one) + 1;
+        if (k > 256)
+            k = 256;
+        mi_tensor *w = mi_calloc((size_t)k, sizeof *w, "calibration weights");
+        unsigned char *mem = mi_malloc((size_t)k * one, "calibration weights");
+        for (int i = 0; i < k; i++) {
+            w[i] = mi_tensor_shape(t, R, C);
+            mi_tensor_place(&w[i], mem + (size_t)i * one);
+            for (int r = 0; r < R; r++) {
+                fill(row, (size_t)C, &rng);
+                size_t qb = mi_dtype_q_row_bytes(t, (size_t)C);
+                mi_quantize_row(t, row, C, (unsigned char *)w[i].q + (size_t)r * qb,
+                                w[i].d ? w[i].d + (size_t)r * (C / MI_QK) : NULL);
+            }
+        }
+        double elems = (double)k * R * C, per[N_T];
+        for (int i = 0; i < N_T; i++) {
+            mat_job j = {w, k, pass_T[i], x, y};
+            per[i] = time_best(run_mats, &j, o->min_seconds) / elems;
+        }
+        /* t(T) = pass + (T - 1) * pos: pass as measured at T = 1 (decode is
+         * where a device spends most of a generation), pos the least-squares
+         * slope through it */
+        double num = 0, den = 0;
+        for (int i = 1; i < N_T; i++) {
+            num += (pass_T[i] - 1) * (per[i] - per[0]);
+            den += (double)(pass_T[i] - 1) * (pass_T[i] - 1);
+        }
+        d->pass_s[t] = per[0];
+        d->pos_s[t] = num / den > per[0] * 1e-3 ? num / den : per[0] * 1e-3;
+        free(mem);
+        free(w);
+    }
+
+    /* attention: one KV head with its query heads, over S cached positions */
+    int S = 512, hd = o->head_dim, nq = o->group;
+    attn_job a = {mi_malloc((size_t)16 * nq * hd * sizeof(float), "calibration"),
+                  mi_malloc((size_t)16 * nq * hd * sizeof(float), "calibration"),
+                  mi_malloc((size_t)S * hd * sizeof(float), "calibration"),
+                  mi_malloc((size_t)S * hd * sizeof(float), "calibration"),
+                  mi_malloc((size_t)S * sizeof(float), "calibration"), 1, S - 1, nq, nq, hd, S};
+    fill(a.q, (size_t)16 * nq * hd, &rng);
+    fill(a.kc, (size_t)S * hd, &rng);
+    fill(a.vc, (size_t)S * hd, &rng);
+    double t_sum = 0, x_sum = 0;
+    for (int T = 1; T <= 16; T += 15) {
+        a.T = T;
+        a.pos0 = S - T;
+        t_sum += time_best(run_attn, &a, o->min_seconds);
+        x_sum += (double)nq * hd * ((double)T * a.pos0 + (double)T * (T + 1) / 2.0);
+    }
+    d->kv_s = t_sum / x_sum;
+    free(a.out);
+    free(a.q);
+    free(a.kc);
+    free(a.vc);
+    free(a.att);
+
+    /* a fixed cost per op: a matrix too small to be anything else */
+    mi_tensor small = mi_tensor_shape(MI_F32, 32, 32);
+    void *sm = mi_calloc(1, mi_tensor_place_bytes(MI_F32, 32, 32), "calibration");
+    mi_tensor_place(&small, sm);
+    mat_job j = {&small, 1, 1, x, y};
+    double op = time_best(run_mats, &j, o->min_seconds / 4) - 1024.0 * d->pass_s[MI_F32];
+    d->op_s = op > 0 ? op : 0;
+    free(sm);
+    free(x);
+    free(y);
+    free(row);
+    d->calibrated = 1;
+    return 0;
+}

@@ -1,0 +1,321 @@
+/* CUnit tests for seed 003's pieces without MPI: calibrated cluster files
+ * (compute model, link matrices, calibration block: parse, save, round
+ * trip, errors), the cost model's phases (a prefill pass and TTFT against
+ * the regression's own arithmetic), the hybrid planner's choices (model
+ * parallelism when one device is much faster or links are slow, tensor
+ * parallelism for the FFN when devices are equal and links fast, memory
+ * budgets forcing a spread), and the scheme comparison behind --planner
+ * auto. Exit status: 0 when every test passed. */
+#define _POSIX_C_SOURCE 200809L
+
+#include "meshinfer/common.h"
+#include "meshinfer/config.h"
+#include "meshinfer/cost.h"
+#include "meshinfer/partition.h"
+#include "meshinfer/plan.h"
+#include "test_util.h"
+
+#include <CUnit/Basic.h>
+#include <CUnit/CUnit.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char g_dir[4096];
+
+#define NEAR(a, b, rel) CU_ASSERT(fabs((double)(a) - (double)(b)) <= (rel) * fabs((double)(b)))
+
+static const char *calibrated_json =
+    "{\"devices\": ["
+    " {\"name\": \"a\", \"mem_mb\": 100, \"host\": \"h0\", \"compute\": {\"pass_ns\": {\"fp32\": 0.2, \"fp16\": 0.1,"
+    "  \"q8_0\": 0.06, \"q4_0\": 0.04}, \"pos_ns\": {\"fp32\": 0.02, \"fp16\": 0.03, \"q8_0\": 0.03, \"q4_0\": 0.03},"
+    "  \"kv_ns\": 0.25, \"op_us\": 3}, \"hwloc\": {\"cores\": 2}},"
+    " {\"name\": \"b\", \"mem_mb\": 50, \"speed\": 0.5}],"
+    " \"links\": {\"latency_ms\": [[0, 2], [2, 0]], \"bandwidth_mbit\": [[0, 80], [80, 0]]},"
+    " \"calibration\": {\"n_ranks\": 2, \"tool\": \"test\"}}";
+
+static void test_parse_calibrated(void)
+{
+    mi_cluster cl;
+    char err[MI_ERRLEN] = "";
+    CU_ASSERT_EQUAL_FATAL(mi_cluster_parse(calibrated_json, &cl, err), 0);
+    CU_ASSERT_EQUAL(cl.calib_ranks, 2);
+    CU_ASSERT(cl.dev[0].calibrated && !cl.dev[1].calibrated);
+    CU_ASSERT_STRING_EQUAL(cl.dev[0].host, "h0");
+    NEAR(cl.dev[0].pass_s[MI_F32], 0.2e-9, 1e-12);
+    NEAR(cl.dev[0].pos_s[MI_Q4_0], 0.03e-9, 1e-12);
+    NEAR(cl.dev[0].kv_s, 0.25e-9, 1e-12);
+    NEAR(cl.dev[0].op_s, 3e-6, 1e-12);
+    /* the uncalibrated device gets the roofline: 4 bytes over mem_bw * speed */
+    NEAR(cl.dev[1].pass_s[MI_F32], 4.0 / (20e9 * 0.5), 1e-12);
+    NEAR(cl.dev[1].pass_s[MI_Q4_0], 18.0 / 32 / (20e9 * 0.5), 1e-12);
+    NEAR(cl.dev[1].pos_s[MI_F32], 2.0 / (10e9 * 0.5), 1e-12);
+    /* links: one-way latency from the matrix, bandwidth in bytes/s */
+    NEAR(mi_cluster_latency(&cl, 0, 1), 2e-3, 1e-12);
+    NEAR(mi_cluster_bandwidth(&cl, 1, 0), 80e6 / 8, 1e-12);
+    NEAR(mi_cluster_bandwidth(&cl, 0, 0), cl.bandwidth, 1e-12);
+
+    /* save and parse back: the same model */
+    char path[4200];
+    tu_path(path, sizeof path, g_dir, "saved.json");
+    const char *hw[] = {"{\"cores\": 2}", NULL};
+    CU_ASSERT_EQUAL_FATAL(mi_cluster_save(&cl, hw, "round trip", path, err), 0);
+    mi_cluster back;
+    CU_ASSERT_EQUAL_FATAL(mi_cluster_load(path, &back, err), 0);
+    CU_ASSERT_EQUAL(back.calib_ranks, 2);
+    CU_ASSERT_STRING_EQUAL(back.dev[0].name, "a");
+    for (int t = 0; t < MI_N_DTYPES; t++) {
+        NEAR(back.dev[0].pass_s[t], cl.dev[0].pass_s[t], 1e-9);
+        NEAR(back.dev[0].pos_s[t], cl.dev[0].pos_s[t], 1e-9);
+        NEAR(back.dev[1].pass_s[t], cl.dev[1].pass_s[t], 1e-9);
+    }
+    NEAR(mi_cluster_latency(&back, 1, 0), 2e-3, 1e-9);
+    NEAR(mi_cluster_bandwidth(&back, 0, 1), 80e6 / 8, 1e-9);
+    CU_ASSERT(!tu_dir_has_partial(g_dir));
+    mi_cluster_free(&back);
+    mi_cluster_free(&cl);
+}
+
+static void expect_error(const char *json, const char *word)
+{
+    mi_cluster cl;
+    char err[MI_ERRLEN] = "";
+    CU_ASSERT_EQUAL(mi_cluster_parse(json, &cl, err), -1);
+    if (!strstr(err, word)) {
+        fprintf(stderr, "\n  expected '%s' in: %s\n", word, err);
+        CU_FAIL("error lacks the expected word");
+    }
+    CU_ASSERT_PTR_NULL(strchr(err, '\n'));
+}
+
+static void test_calibrated_errors(void)
+{
+    const char *dev = "{\"name\": \"a\", \"mem_mb\": 1";
+    char buf[1024];
+    /* a compute block missing a dtype, a negative time, an unknown key */
+    snprintf(buf, sizeof buf, "{\"devices\": [%s, \"compute\": {\"pass_ns\": {\"fp32\": 1, \"fp16\": 1, \"q8_0\": 1},"
+                              " \"pos_ns\": {\"fp32\": 1, \"fp16\": 1, \"q8_0\": 1, \"q4_0\": 1}, \"kv_ns\": 1}}]}", dev);
+    expect_error(buf, "q4_0 is missing");
+    snprintf(buf, sizeof buf, "{\"devices\": [%s, \"compute\": {\"pass_ns\": {\"fp32\": -1, \"fp16\": 1, \"q8_0\": 1, "
+                              "\"q4_0\": 1}, \"pos_ns\": {\"fp32\": 1, \"fp16\": 1, \"q8_0\": 1, \"q4_0\": 1}, \"kv_ns\": 1}}]}", dev);
+    expect_error(buf, "pass_ns");
+    snprintf(buf, sizeof buf, "{\"devices\": [%s, \"compute\": {\"flops\": 1}}]}", dev);
+    expect_error(buf, "flops");
+    /* link matrices of the wrong size, a zero bandwidth */
+    snprintf(buf, sizeof buf, "{\"devices\": [%s}, %s}], \"links\": {\"latency_ms\": [[0, 1]]}}", dev, dev);
+    expect_error(buf, "2 rows of 2");
+    snprintf(buf, sizeof buf, "{\"devices\": [%s}, %s}], \"links\": {\"bandwidth_mbit\": [[0, 0], [1, 0]]}}", dev, dev);
+    expect_error(buf, "positive");
+    /* a calibration made on another number of ranks than the devices listed */
+    snprintf(buf, sizeof buf, "{\"devices\": [%s}], \"calibration\": {\"n_ranks\": 3}}", dev);
+    expect_error(buf, "n_ranks");
+}
+
+/* A two-rank plan: every layer whole on rank 1 (rank 0 embeds and classifies). */
+static void one_worker_plan(const mi_config *c, mi_plan *p)
+{
+    memset(p, 0, sizeof *p);
+    p->cfg = *c;
+    p->n_ranks = 2;
+    p->planner = MI_PLANNER_LAYERWISE;
+    p->kv_positions = c->seq_len;
+    p->layers = calloc((size_t)c->n_layers, sizeof *p->layers);
+    for (int l = 0; l < c->n_layers; l++) {
+        for (int k = 0; k < c->n_kv_heads; k++)
+            p->layers[l].kv_rank[k] = 1;
+        p->layers[l].proj_rank = 1;
+        p->layers[l].n_ffn = 1;
+        p->layers[l].ffn = malloc(sizeof(mi_slice));
+        p->layers[l].ffn[0] = (mi_slice){1, 0, c->hidden_dim};
+    }
+    p->n_cls = 1;
+    p->cls = malloc(sizeof(mi_slice));
+    p->cls[0] = (mi_slice){0, 0, c->vocab_size};
+}
+
+static void test_prefill_cost(void)
+{
+    mi_config c;
+    CU_ASSERT_EQUAL_FATAL(mi_config_from_shape("stories15M", &c), 0);
+    mi_cluster cl;
+    mi_cluster_default(&cl, 2, 1e12);
+    for (int r = 0; r < 2; r++) {
+        mi_device *d = &cl.dev[r];
+        d->calibrated = 1;
+        for (int t = 0; t < MI_N_DTYPES; t++) {
+            d->pass_s[t] = 1e-9;
+            d->pos_s[t] = 0.1e-9;
+        }
+        d->kv_s = 0.5e-9;
+        d->op_s = 0;
+    }
+    mi_plan p;
+    one_worker_plan(&c, &p);
+    mi_programs prog;
+    char err[MI_ERRLEN];
+    CU_ASSERT_EQUAL_FATAL(mi_programs_compile(&p, &prog, err), 0);
+    /* rank 1's compute in a pass of T positions at context ctx is the
+     * regression applied to its weights and attention */
+    double D = c.dim, H = c.hidden_dim, hd = c.head_dim, nq = c.n_heads;
+    double wl = nq * hd * D * 3 /* wq wk wv (no GQA) */ + D * nq * hd /* wo */ + 3 * H * D /* w1 w3 w2 */;
+    int T = 16, ctx = 32;
+    mi_prediction pr;
+    mi_predict_pass(&p, &prog, &cl, MI_PHASE_PREFILL, T, ctx, &pr);
+    double cached = (double)T * ctx + T * (T + 1) / 2.0;
+    double expect = c.n_layers * (wl * (1e-9 + (T - 1) * 0.1e-9) + nq * 0.5e-9 * hd * cached);
+    NEAR(pr.busy_s[1], expect, 1e-9);
+    /* a decode step: one position */
+    mi_predict(&p, &prog, &cl, ctx, &pr);
+    NEAR(pr.busy_s[1], c.n_layers * (wl * 1e-9 + nq * 0.5e-9 * hd * (ctx + 1)), 1e-9);
+    /* TTFT of 100 tokens = passes of 64 and 36 */
+    mi_prediction a, b;
+    mi_predict_pass(&p, &prog, &cl, MI_PHASE_PREFILL, 64, 0, &a);
+    mi_predict_pass(&p, &prog, &cl, MI_PHASE_PREFILL, 36, 64, &b);
+    NEAR(mi_predict_ttft(&p, &prog, &cl, 100, 64), a.token_s + b.token_s, 1e-12);
+    /* TPOT over 9 steps from 10 = the step at context 14 */
+    mi_predict(&p, &prog, &cl, 14, &a);
+    NEAR(mi_predict_tpot(&p, &prog, &cl, 10, 9), a.token_s, 1e-12);
+    mi_programs_free(&prog);
+    mi_plan_free(&p);
+    mi_cluster_free(&cl);
+}
+
+/* n calibrated devices: speed[r] relative, budgets mem[r] bytes, links lat/bw. */
+static void cluster_of(mi_cluster *cl, int n, const double *speed, const double *mem, double lat, double bw)
+{
+    mi_cluster_default(cl, n, 1e12);
+    for (int r = 0; r < n; r++) {
+        mi_device *d = &cl->dev[r];
+        d->calibrated = 1;
+        d->mem_bytes = mem ? mem[r] : 1e12;
+        d->speed = speed[r];
+        for (int t = 0; t < MI_N_DTYPES; t++) {
+            d->pass_s[t] = 0.15e-9 / speed[r];
+            d->pos_s[t] = 0.03e-9 / speed[r];
+        }
+        d->kv_s = 0.2e-9 / speed[r];
+        d->op_s = 2e-6;
+    }
+    cl->latency_s = lat;
+    cl->bandwidth = bw;
+}
+
+static int plan_hybrid(const mi_config *c, const mi_cluster *cl, int prefill, mi_plan *p)
+{
+    mi_plan_options po = {MI_PLANNER_HYBRID, 1, -1, 0, NULL, 0.7, 0, MI_F32, prefill, 64};
+    char err[MI_ERRLEN] = "";
+    int rc = mi_plan_make(c, cl, &po, p, err);
+    if (rc)
+        fprintf(stderr, "\n  hybrid: %s\n", err);
+    return rc;
+}
+
+static void test_hybrid_choices(void)
+{
+    mi_config c;
+    CU_ASSERT_EQUAL_FATAL(mi_config_from_shape("tinyllama-1.1b", &c), 0);
+    mi_plan p;
+    /* one fast device with room for all and slow links: everything on it */
+    double fast[] = {1, 0.25, 0.25, 0.25};
+    mi_cluster cl;
+    cluster_of(&cl, 4, fast, NULL, 5e-3, 10e6);
+    CU_ASSERT_EQUAL_FATAL(plan_hybrid(&c, &cl, 0, &p), 0);
+    for (int l = 0; l < c.n_layers; l++) {
+        CU_ASSERT_EQUAL(p.layers[l].proj_rank, 0);
+        CU_ASSERT(p.layers[l].n_ffn == 1 && p.layers[l].ffn[0].rank == 0);
+    }
+    mi_plan_free(&p);
+    mi_cluster_free(&cl);
+    /* equal devices on fast links while decoding: the FFN (the most weights)
+     * is split, every layer alike, each device a quarter */
+    double eq[] = {1, 1, 1, 1};
+    cluster_of(&cl, 4, eq, NULL, 20e-6, 5e9);
+    CU_ASSERT_EQUAL_FATAL(plan_hybrid(&c, &cl, 0, &p), 0);
+    for (int l = 0; l < c.n_layers; l++) {
+        CU_ASSERT_EQUAL(p.layers[l].n_ffn, 4);
+        for (int i = 0; i < p.layers[l].n_ffn; i++)
+            CU_ASSERT_EQUAL(p.layers[l].ffn[i].n, c.hidden_dim / 4);
+    }
+    mi_plan_free(&p);
+    mi_cluster_free(&cl);
+    /* budgets: no device holds more than its share; with these, the layers spread */
+    double mem[] = {2.0e9, 1.2e9, 1.2e9, 1.2e9};
+    cluster_of(&cl, 4, fast, mem, 5e-3, 10e6);
+    CU_ASSERT_EQUAL_FATAL(plan_hybrid(&c, &cl, 0, &p), 0);
+    char err[MI_ERRLEN];
+    CU_ASSERT_EQUAL(mi_plan_validate(&p, &cl, err), 0);
+    int used[4] = {0};
+    for (int l = 0; l < c.n_layers; l++) {
+        for (int k = 0; k < c.n_kv_heads; k++)
+            used[p.layers[l].kv_rank[k]] = 1;
+        for (int i = 0; i < p.layers[l].n_ffn; i++)
+            used[p.layers[l].ffn[i].rank] = 1;
+    }
+    CU_ASSERT(used[0] + used[1] + used[2] + used[3] >= 3);
+    mi_plan_free(&p);
+    /* too little memory in all: one error naming the sublayer */
+    double tiny[] = {0.3e9, 0.1e9, 0.1e9, 0.1e9};
+    mi_cluster_free(&cl);
+    cluster_of(&cl, 4, fast, tiny, 5e-3, 10e6);
+    mi_plan_options po = {MI_PLANNER_HYBRID, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0};
+    err[0] = 0;
+    CU_ASSERT_EQUAL(mi_plan_make(&c, &cl, &po, &p, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "does not fit"));
+    mi_cluster_free(&cl);
+}
+
+static void test_compare(void)
+{
+    mi_config c;
+    CU_ASSERT_EQUAL_FATAL(mi_config_from_shape("stories15M", &c), 0);
+    double sp[] = {1, 0.5, 0.25};
+    double mem[] = {45e6, 16e6, 16e6};
+    mi_cluster cl;
+    cluster_of(&cl, 3, sp, mem, 1e-3, 12.5e6);
+    mi_plan_options base = {MI_PLANNER_GREEDY, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0};
+    mi_compare_row rows[MI_COMPARE_MAX];
+    int n = 0;
+    int best = mi_plan_compare(&c, &cl, &base, 32, 100, 64, rows, &n);
+    CU_ASSERT_EQUAL_FATAL(n, 5);
+    CU_ASSERT_FATAL(best >= 0);
+    for (int i = 0; i < n; i++) {
+        if (!rows[i].fits) {
+            CU_ASSERT(strlen(rows[i].why) > 0);
+            continue;
+        }
+        NEAR(rows[i].total_s, rows[i].ttft_s + 100 * rows[i].tpot_s, 1e-12);
+        CU_ASSERT(rows[best].total_s <= rows[i].total_s);
+    }
+    for (int i = 0; i < n && getenv("VERBOSE"); i++)
+        fprintf(stderr, "%s fits %d total %g why %s\n", mi_planner_name(rows[i].planner), rows[i].fits, rows[i].total_s,
+                rows[i].why);
+    /* the memory-tight case: layer-wise and tp do not fit, hybrid does and wins */
+    CU_ASSERT(!rows[0].fits && !rows[2].fits);
+    CU_ASSERT_EQUAL(rows[best].planner, MI_PLANNER_HYBRID);
+    mi_cluster_free(&cl);
+}
+
+int main(void)
+{
+    if (tu_make_scratch(g_dir, sizeof g_dir, "test_hybrid"))
+        return 1;
+    if (CU_initialize_registry() != CUE_SUCCESS)
+        return 1;
+    CU_pSuite s = CU_add_suite("seed 003: calibration, phases, hybrid, comparison", NULL, NULL);
+    if (!s || !CU_add_test(s, "calibrated cluster files: parse, roofline defaults, save, round trip", test_parse_calibrated) ||
+        !CU_add_test(s, "calibrated cluster files: errors", test_calibrated_errors) ||
+        !CU_add_test(s, "prefill and decode passes, TTFT and TPOT", test_prefill_cost) ||
+        !CU_add_test(s, "hybrid: MP, TP and memory budgets", test_hybrid_choices) ||
+        !CU_add_test(s, "comparison of schemes (--planner all / auto)", test_compare)) {
+        CU_cleanup_registry();
+        return 1;
+    }
+    CU_basic_set_mode(CU_BRM_VERBOSE);
+    CU_basic_run_tests();
+    int failed = (int)CU_get_number_of_failures();
+    CU_cleanup_registry();
+    tu_rm_tree(g_dir);
+    return failed ? 1 : 0;
+}
