@@ -19,6 +19,13 @@
 #   --cpu-pct P[,P...] CPU quota of each rank, % of one core (default 40); a
 #                      list gives rank 0, 1, ... their own (the last repeats):
 #                      a heterogeneous cluster, e.g. 100,50,25,25
+#   --slowdown S[,S...] make rank 0, 1, ... a CPU S times slower (default 1; the
+#                      last repeats): every compute op sleeps S-1 times its own
+#                      time after it (MESHINFER_SLOWDOWN). A CPU quota throttles
+#                      sustained work only: a decode step's burst shorter than
+#                      the quota runs at full speed, so quotas alone make slow
+#                      devices fast at decoding; a slowdown slows both phases
+#                      alike, as a slower CPU does, and keeps the cores free
 #   --cpu-period-ms T  quota period (default 5): a rank that used its share
 #                      waits out the rest of the period, so long periods add
 #                      stalls of up to T*(1-P/100) ms that a slower device
@@ -35,11 +42,12 @@
 #   jobs/testbed.sh -- generate -m models/cache/stories15M.h5 --planner greedy --speculate --json
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-ranks=5 cpu=40 period=5 delay=5 jitter=1 loss=0 rate=0 port=46000
+ranks=5 cpu=40 slowdown=1 period=5 delay=5 jitter=1 loss=0 rate=0 port=46000
 while (($#)); do
     case "$1" in
         --ranks) ranks=$2; shift 2 ;;
         --cpu-pct) cpu=$2; shift 2 ;;
+        --slowdown) slowdown=$2; shift 2 ;;
         --cpu-period-ms) period=$2; shift 2 ;;
         --delay-ms) delay=$2; shift 2 ;;
         --jitter-ms) jitter=$2; shift 2 ;;
@@ -60,6 +68,13 @@ IFS=, read -r -a cpus <<< "$cpu"
 for c in "${cpus[@]}"; do
     [[ $c =~ ^[1-9][0-9]{0,5}$ ]] || { echo "testbed: error: --cpu-pct '$c' is not a positive integer" >&2; exit 2; }
 done
+IFS=, read -r -a slows <<< "$slowdown"
+((${#slows[@]} >= 1)) || { echo "testbed: error: --slowdown is empty" >&2; exit 2; }
+for c in "${slows[@]}"; do
+    [[ $c =~ ^[0-9]+([.][0-9]+)?$ ]] && awk -v s="$c" 'BEGIN {exit !(s >= 1 && s <= 1000)}' ||
+        { echo "testbed: error: --slowdown '$c' is not a number in [1, 1000]" >&2; exit 2; }
+done
+slow_of() { local i=$1; ((i < ${#slows[@]})) || i=$((${#slows[@]} - 1)); echo "${slows[$i]}"; }
 # the quota of rank r (the list's last entry for ranks beyond it)
 cpu_of() { local i=$1; ((i < ${#cpus[@]})) || i=$((${#cpus[@]} - 1)); echo "${cpus[$i]}"; }
 for v in "delay-ms=$delay" "jitter-ms=$jitter" "loss-pct=$loss" "rate-mbit=$rate"; do
@@ -155,9 +170,13 @@ sleep 0.3
 # both directions of every rank-to-rank TCP connection, each packet once
 iptables -I OUTPUT -o lo -p tcp --dport "$port:$((port + 99))" -j NFQUEUE --queue-num "$queue"
 iptables -I OUTPUT -o lo -p tcp --sport "$port:$((port + 99))" -j NFQUEUE --queue-num "$queue"
-quotas=""
-for ((r = 0; r < ranks; r++)); do quotas+="${quotas:+/}$(cpu_of $r)"; done
-echo "testbed: $ranks ranks at ${quotas}% of a core, links ${delay} +- ${jitter} ms one way, ${loss}% loss," \
+quotas="" slowest="" slowlist=""
+for ((r = 0; r < ranks; r++)); do
+    quotas+="${quotas:+/}$(cpu_of $r)"
+    slowlist+="${slowlist:+ }$(slow_of $r)"
+    [[ $(slow_of $r) == 1 ]] || slowest=1
+done
+echo "testbed: $ranks ranks at ${quotas}% of a core$([[ -n $slowest ]] && echo ", slowed down ${slowlist// //}x"), links ${delay} +- ${jitter} ms one way, ${loss}% loss," \
      "$( [[ $rate == 0 ]] && echo "unlimited rate" || echo "one shared ${rate} Mbit/s medium")" \
      "(cgroups $tag-rank*, NFQUEUE $queue on ports $port-$((port + 99)))" >&2
 
@@ -166,6 +185,8 @@ trap 'cleanup; rm -f "$wrapper"' EXIT
 cat > "$wrapper" <<WRAP
 #!/usr/bin/env bash
 echo \$\$ > "$cgroot/$tag-rank\$OMPI_COMM_WORLD_RANK/cgroup.procs"
+slow=($slowlist)
+export MESHINFER_SLOWDOWN=\${slow[\$OMPI_COMM_WORLD_RANK]}
 exec "\$@"
 WRAP
 chmod +x "$wrapper"

@@ -5,7 +5,9 @@
 # same text; --weights scatter works; the trace has one track per rank; fresh
 # processes hold about their shard in memory; bad distributed input fails on
 # every rank with one error line and no hang; memory-triggered re-placement
-# keeps the text and fails cleanly when nothing fits.
+# keeps the text and fails cleanly when nothing fits; calibrate measures every
+# device and link, hybrid and auto on a calibrated heterogeneous cluster keep
+# the text, and a calibration from another rank count or host is refused.
 # usage: cli_mpi.sh MESHINFER MODEL.h5 HOSTFILES_DIR
 set -u
 bin=$1 model=$2 hosts=$3
@@ -206,5 +208,45 @@ expect_error "send list for an unknown exchange" "exchange must be attn_in, head
     -np 3 "$bin" generate -m "$model" --plan-file "$tmp/sg-xch.json"
 expect_error "--prune with a plan file" "--plan-file fixes the placement" \
     -np 3 "$bin" generate -m "$model" --plan-file "$tmp/sg3.json" --prune 0.5
+# seed 003 (issue 10): calibrate on 3 ranks, then hybrid (prefill and decode
+# placed apart on a tight heterogeneous cluster) and auto give the one-rank text
+if run -np 3 "$bin" calibrate -m "$model" --seconds 0.01 --link-bytes 65536 -o "$tmp/cal3.json" > "$tmp/cal.out" 2>"$tmp/err"; then
+    calok=$(node -e 'const c = JSON.parse(require("fs").readFileSync(process.argv[1]));
+      const d = c.devices;
+      const good = d.length === 3 && c.calibration.n_ranks === 3 && d.every(x => x.compute && x.compute.pass_ns.fp32 > 0 &&
+        x.compute.pos_ns.q4_0 > 0 && x.compute.kv_ns > 0 && x.hwloc && x.hwloc.cores >= 1 && x.hwloc.kernel_mem_bytes > 0) &&
+        c.links.latency_ms.length === 3 && c.links.bandwidth_mbit[0][1] > 0;
+      console.log(good ? "ok" : "bad")' "$tmp/cal3.json" 2>&1)
+    [[ $calok == ok ]] && ok "calibrate on 3 ranks: every device measured and described, every link" ||
+        bad "calibrate output: $calok $(head -c 300 "$tmp/cal3.json")"
+else bad "calibrate on 3 ranks: $(cat "$tmp/err")"; fi
+# a tight heterogeneous cluster from that calibration: fast rank 0 with room for the embeddings and
+# a third of the layers, ranks 1 and 2 two and four times slower with less
+node -e 'const fs = require("fs"), c = JSON.parse(fs.readFileSync(process.argv[1]));
+  const k = [1, 2, 4], mem = [46, 13, 13];
+  c.devices.forEach((d, i) => { d.mem_mb = mem[i]; for (const t in d.compute.pass_ns) { d.compute.pass_ns[t] = c.devices[0].compute.pass_ns[t] * k[i]; d.compute.pos_ns[t] = c.devices[0].compute.pos_ns[t] * k[i]; } });
+  fs.writeFileSync(process.argv[2], JSON.stringify(c));' "$tmp/cal3.json" "$tmp/tight3.json"
+out=$(run -np 3 "$bin" generate -m "$model" -p "$prompt" -n 38 --cluster "$tmp/tight3.json" --planner hybrid \
+      --phase-plans both --json 2>"$tmp/err")
+hy=$(node -e 'const j = JSON.parse(process.argv[1]); console.log(j.text === process.argv[2] ? "same" : "differs", j.phase_switches)'      "$out" "${want#"$prompt"}" 2>&1)
+[[ $hy == "same"* ]] && ok "hybrid on 3 ranks of a tight heterogeneous cluster: one-rank text (phase switches: ${hy#same })" ||
+    bad "hybrid: $hy $(tail -2 "$tmp/err")"
+out=$(run -np 3 "$bin" generate -m "$model" -p "$prompt" -n 38 --cluster "$tmp/tight3.json" --planner auto 2>"$tmp/err")
+if [[ "$out" == "$want" ]] && grep -q "planner auto: [a-z]* (predicted TTFT" "$tmp/err"; then
+    ok "--planner auto: $(grep -o 'planner auto: [a-z]*' "$tmp/err"), one-rank text"
+else bad "--planner auto: '$out' $(cat "$tmp/err")"; fi
+expect_error "calibration from another rank count" "calibrated on 3 ranks but the job has 2" \
+    -np 2 "$bin" generate -m "$model" --cluster "$tmp/cal3.json"
+sed 's/"host":[[:space:]]*"[^"]*"/"host": "pi-elsewhere"/' "$tmp/cal3.json" > "$tmp/cal-other.json"
+expect_error "calibration from another machine" "calibrated with rank 0 on host 'pi-elsewhere'" \
+    -np 3 "$bin" generate -m "$model" --cluster "$tmp/cal-other.json"
+expect_error "calibrate over its own input" "same file" \
+    -np 2 "$bin" calibrate -m "$model" -o "$model"
+expect_error "--phase-plans without hybrid" "--phase-plans applies to --planner hybrid" \
+    -np 2 "$bin" generate -m "$model" --planner tp --phase-plans decode
+node -e 'const fs = require("fs"), c = JSON.parse(fs.readFileSync(process.argv[1]));
+  c.devices.forEach(d => d.mem_mb = 5); fs.writeFileSync(process.argv[2], JSON.stringify(c));' "$tmp/cal3.json" "$tmp/none3.json"
+expect_error "--planner auto where nothing fits" "--planner auto: no scheme fits" \
+    -np 3 "$bin" generate -m "$model" --cluster "$tmp/none3.json" --planner auto
 echo "$pass passed, $fail failed"
 ((fail == 0))

@@ -63,6 +63,19 @@ void *mi_calloc(size_t n, size_t size, const char *what);
 /* Wall-clock seconds from a monotonic clock. */
 double mi_now(void);
 
+/* An emulated slower device (the testbed's --slowdown): MESHINFER_SLOWDOWN=S
+ * (a number >= 1, read once; absent: 1) makes every compute op take S times
+ * as long, as a CPU S times slower would, by sleeping (S - 1) times the op's
+ * own time after it. A CPU-quota cgroup throttles only sustained work (a
+ * burst shorter than its quota runs at full speed), so decode steps on it
+ * run faster than a slower CPU would; sleeping stretches bursts alike and
+ * leaves the cores free for the other emulated devices. Sleeps are owed and
+ * paid in pieces of at least 0.2 ms, so tiny ops do not pay a timer's
+ * overshoot each. mi_slowdown: the factor; mi_slowdown_pay(t0): after
+ * compute that started at mi_now() = t0. An unparsable value is fatal. */
+double mi_slowdown(void);
+void mi_slowdown_pay(double t0);
+
 /* Resident set size of this process in bytes (from /proc/self/statm), 0 if unknown. */
 size_t mi_rss_bytes(void);
 

@@ -60,10 +60,12 @@ typedef struct {
     mi_planner planner;
     int fits;              /* 0: the planner failed; why says how */
     char why[512];
-    int phases_differ;     /* hybrid: its prefill placement differs from its decode one */
+    int phases_differ;     /* hybrid: its prefill placement differs from its decode one and pays for
+                              the re-placements (mi_plan_phases_pay; else the decode one serves both) */
     double ttft_s;         /* predicted TTFT of the prompt (prefill plan) */
     double tpot_s;         /* predicted mean TPOT over the steps (decode plan) */
-    double total_s;        /* ttft_s + n_steps * tpot_s: what the request is judged by */
+    double total_s;        /* ttft_s + n_steps * tpot_s (+ the re-placements when phases differ):
+                              what the request is judged by */
     double bytes_per_token;/* decode payload per token, all ranks */
     double plan_ms;        /* planner time (both phases) */
 } mi_compare_row;
@@ -79,6 +81,21 @@ typedef struct {
 int mi_plan_compare(const mi_config *c, const mi_cluster *cl, const mi_plan_options *base, int n_prompt,
                     int n_steps, int chunk, mi_compare_row *rows, int *n_rows);
 
+/* Seconds to re-place from plan `from` to plan `to` with n_pos positions
+ * cached, as the runtime does it (migrate.c): per rank, the weights it does
+ * not already hold in the same layout read from storage at cl->storage_bw,
+ * and the KV heads it newly owns received from their old owners; the
+ * slowest rank's time. */
+double mi_plan_switch_s(const mi_plan *from, const mi_plan *to, const mi_cluster *cl, int n_pos);
+
+/* Seed 003's phases placed apart pay when the prompt's predicted TTFT gain
+ * (decode placement's TTFT minus the prefill placement's) exceeds the two
+ * re-placements per request: to the decode placement after the prompt
+ * (n_prompt positions of KV cache) and back before the next prompt. Returns
+ * 1 if it pays; the two figures in *gain_s, *switch_s (may be NULL). */
+int mi_plan_phases_pay(const mi_plan *dec, const mi_programs *pd, const mi_plan *pre, const mi_programs *pp,
+                       const mi_cluster *cl, int n_prompt, int chunk, double *gain_s, double *switch_s);
+
 /* ------------------------------------------------------------ calibration
  *
  * Seed 003 4.2.1: computation time from "a regression model based on ...
@@ -87,9 +104,10 @@ int mi_plan_compare(const mi_config *c, const mi_cluster *cl, const mi_plan_opti
  * 10 item 1). No MPI: `meshinfer calibrate` runs it on every rank. */
 
 typedef struct {
-    int dim, hidden_dim;  /* the matrix measured: [hidden_dim, dim], multiples of 32 */
+    int dim, hidden_dim;  /* a layer's matrices measured: wq [q_dim, dim], wk and wv [kv_dim, dim], */
+    int q_dim, kv_dim;    /* wo [dim, q_dim], w1 and w3 [hidden_dim, dim], w2 [dim, hidden_dim] */
     int head_dim, group;  /* attention: query heads per KV head, head size */
-    double min_seconds;   /* per measurement (best of 3 runs of a third each) */
+    double min_seconds;   /* per measurement (the median of 5 runs of a fifth each) */
     double work_bytes;    /* weights one pass streams, at least (memory, not a cache) */
 } mi_calib_options;
 
@@ -97,11 +115,12 @@ typedef struct {
 void mi_calib_defaults(mi_calib_options *o, const mi_config *c);
 
 /* Measure this device's compute model into d (plan.h mi_device: pass_s and
- * pos_s per dtype from matrix products over T = 1, 4, 16, 64 positions,
+ * pos_s per dtype from one layer's matrix products (copies of it up to
+ * work_bytes) over T = 1, 4, 16, 64 positions,
  * kv_s from attention over 512 cached positions, op_s from a 32x32 product;
  * calibrated = 1; the rest of d untouched). Takes about 20 * min_seconds
- * plus the weights' set-up. Returns 0, or -1 with err for a shape that is
- * not whole blocks of 32. */
+ * plus the weights' set-up. Returns 0, or -1 with err for a shape whose
+ * columns are not whole blocks of 32. */
 int mi_calibrate_compute(const mi_calib_options *o, mi_device *d, char *err);
 
 /* One-way link delays on a decoded token's critical path under the programs

@@ -40,7 +40,9 @@ typedef struct {
     double pass_s[MI_N_DTYPES];  /* [MI_N_DTYPES] seconds per weight element of a one-position pass */
     double pos_s[MI_N_DTYPES];  /* [MI_N_DTYPES] seconds per weight element per further position */
     double kv_s;       /* seconds per head_dim element of a cached position (per query or KV head, above) */
-    double op_s;       /* fixed seconds per compute op (dispatch, norms, small vectors) */
+    double op_s;       /* fixed seconds per compute op (dispatch) */
+    double vec_s;      /* seconds per output element per position of an op's elementwise work (norms,
+                          RoPE, SwiGLU, residual adds): what a prompt's many positions add up */
 } mi_device;
 
 /* The devices of a job (device i runs rank i) and their links. */
@@ -51,6 +53,10 @@ typedef struct {
     double bandwidth;     /* link bandwidth, bytes/s */
     double mem_bw;        /* weight bytes/s streamed by a speed-1.0 device while decoding */
     double gflops;        /* matrix-product Gflop/s of a speed-1.0 device (uncalibrated prefill) */
+    double storage_bw;    /* bytes/s a device reads weights from storage when it re-places (default
+                             100 MB/s: a Raspberry Pi's SD card; an SSD or the page cache is faster) */
+    double eager_bytes;   /* a message larger than this takes one more round trip before its data
+                             (MPI's rendezvous: Open MPI's TCP transport sends 64 KiB eagerly) */
     double *rtt_s;        /* optional [n_devices * n_devices] measured round-trip times, NULL if unmeasured */
     double *bw;           /* optional [n_devices * n_devices] measured link bandwidths, bytes/s; NULL: bandwidth */
     int calib_ranks;      /* > 0: measured by `meshinfer calibrate` on a job of this many ranks, which

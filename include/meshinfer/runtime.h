@@ -121,6 +121,15 @@ double mi_runtime_stream_rate(mi_runtime *rt, double min_seconds, double *all);
  * pass NULL. */
 void mi_calibrate_links(size_t big, double *rtt_s, double *bw);
 
+/* Collective: this rank's index among the ranks of its host and their
+ * number (1 and 0 without MPI). */
+void mi_world_host(int *local_rank, int *local_size);
+
+/* Collective: fn(ctx) on every rank, the ranks of one host one at a time
+ * (a device measures itself without another's load), the waiting ones
+ * asleep rather than spinning in MPI. */
+void mi_world_host_turns(void (*fn)(void *ctx), void *ctx);
+
 /* Rank 0 only: zero every rank's counters and trace (e.g. after warm-up). */
 void mi_runtime_reset_metrics(mi_runtime *rt);
 

@@ -46,9 +46,22 @@ static void help(void)
 /* What each rank sends rank 0. */
 typedef struct {
     char host[64];
-    double pass_s[MI_N_DTYPES], pos_s[MI_N_DTYPES], kv_s, op_s, mem_bytes;
+    double pass_s[MI_N_DTYPES], pos_s[MI_N_DTYPES], kv_s, op_s, vec_s, mem_bytes;
     int local_size;
 } rank_result;
+
+typedef struct {
+    const mi_calib_options *co;
+    mi_device *d;
+} measure_job;
+
+static void measure(void *ctx)
+{
+    measure_job *j = ctx;
+    char err[MI_ERRLEN];
+    if (mi_calibrate_compute(j->co, j->d, err))
+        mi_fatal("calibrate: %s", err); /* the shape came from a checked model: cannot fail */
+}
 
 int cmd_calibrate(int argc, char **argv)
 {
@@ -116,12 +129,7 @@ int cmd_calibrate(int argc, char **argv)
 
     /* who shares this host: they measure in turn and split its cores */
     int local_rank = 0, local_size = 1;
-    MPI_Comm local = MPI_COMM_NULL;
-    if (size > 1) {
-        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
-        MPI_Comm_rank(local, &local_rank);
-        MPI_Comm_size(local, &local_size);
-    }
+    mi_world_host(&local_rank, &local_size);
     mi_hwinfo hw;
     failed = mi_hwinfo_probe(&hw, err);
     /* each rank its own cores, so that its threads never run on another
@@ -139,16 +147,12 @@ int cmd_calibrate(int argc, char **argv)
     mi_set_threads((int)threads);
 
     if (rank == 0)
-        fprintf(stderr, "calibrate: %d rank%s; measuring devices (%s matrices %dx%d, %.2g s each)...\n", size,
-                size > 1 ? "s" : "", model ? "the model's" : "stories15M's", co.hidden_dim, co.dim, seconds);
+        fprintf(stderr, "calibrate: %d rank%s; measuring devices (%s layer: dim %d, hidden %d; %.2g s each)...\n",
+                size, size > 1 ? "s" : "", model ? "the model's" : "stories15M's", co.dim, co.hidden_dim, seconds);
     mi_device me;
     memset(&me, 0, sizeof me);
-    for (int turn = 0; turn < local_size; turn++) {
-        if (local != MPI_COMM_NULL)
-            MPI_Barrier(local);
-        if (turn == local_rank && mi_calibrate_compute(&co, &me, err))
-            mi_fatal("calibrate: %s", err); /* the shape came from a checked model: cannot fail */
-    }
+    measure_job job = {&co, &me};
+    mi_world_host_turns(measure, &job);
     rank_result mine;
     memset(&mine, 0, sizeof mine);
     snprintf(mine.host, sizeof mine.host, "%.63s", hw.hostname);
@@ -156,6 +160,7 @@ int cmd_calibrate(int argc, char **argv)
     memcpy(mine.pos_s, me.pos_s, sizeof mine.pos_s);
     mine.kv_s = me.kv_s;
     mine.op_s = me.op_s;
+    mine.vec_s = me.vec_s;
     mine.mem_bytes = (double)hw.mem_bytes;
     mine.local_size = local_size;
     char *hwjson = NULL;
@@ -221,6 +226,7 @@ int cmd_calibrate(int argc, char **argv)
             memcpy(d->pos_s, all[r].pos_s, sizeof d->pos_s);
             d->kv_s = all[r].kv_s;
             d->op_s = all[r].op_s;
+            d->vec_s = all[r].vec_s;
             d->calibrated = 1;
             /* the seed 000 planners weigh devices by speed: decode fp32 relative to rank 0 */
             d->speed = all[0].pass_s[MI_F32] / all[r].pass_s[MI_F32];
@@ -264,8 +270,6 @@ int cmd_calibrate(int argc, char **argv)
     free(rtt);
     free(bw);
     mi_cluster_free(&in);
-    if (local != MPI_COMM_NULL)
-        MPI_Comm_free(&local);
     if (size > 1)
         mi_check_all(rc, err);
     else if (rc)

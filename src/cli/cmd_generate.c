@@ -165,7 +165,8 @@ int cmd_generate(int argc, char **argv)
             double pt, pp;
             session_predict(&ss, n_prompt, n_decode > 0 ? n_decode : 1, &pt, &pp);
             printf(", \"predicted_ttft_ms\": %.3f, \"predicted_tpot_ms\": %.4f, \"phase_switches\": %d, "
-                   "\"phase_switch_ms\": %.3f", pt * 1e3, pp * 1e3, ss.n_switches, ss.switch_s * 1e3);
+                   "\"phase_switch_ms\": %.3f, \"tpot_without_switch_ms\": %.4f", pt * 1e3, pp * 1e3, ss.n_switches,
+                   ss.switch_s * 1e3, n_decode > 0 ? (t_end - t_first - ss.switch_s) / n_decode * 1e3 : 0.0);
             printf(", \"tokens\": [");
             for (int i = 0; i < n_out; i++)
                 printf(i ? ", %d" : "%d", out[i]);

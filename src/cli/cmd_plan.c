@@ -655,12 +655,15 @@ int cmd_plan(int argc, char **argv)
         mi_prediction pr;
         mi_predict(&p, &prog, &cl, ctx, &pr);
         double delays = mi_predict_delays(&p, &prog);
-        double ttft = mi_predict_ttft(two ? &pre : &p, two ? &prog_pre : &prog, &cl, n_prompt, chunk);
+        double gain = 0, sw = 0;
+        int pays = two && mi_plan_phases_pay(&p, &prog, &pre, &prog_pre, &cl, n_prompt, chunk, &gain, &sw);
+        double ttft = mi_predict_ttft(pays ? &pre : &p, pays ? &prog_pre : &prog, &cl, n_prompt, chunk);
         double tpot = mi_predict_tpot(&p, &prog, &cl, n_prompt, n_steps);
         if (json) {
             print_json(&p, &pr, delays, shown == 0);
-            printf("\b, \"predicted_ttft_ms\": %.4f, \"predicted_tpot_ms\": %.4f, \"phases_differ\": %s}", ttft * 1e3,
-                   tpot * 1e3, two ? "true" : "false");
+            printf("\b, \"predicted_ttft_ms\": %.4f, \"predicted_tpot_ms\": %.4f, \"phases_differ\": %s, "
+                   "\"phases_apart\": %s, \"prefill_gain_ms\": %.4f, \"replacement_ms\": %.4f}", ttft * 1e3, tpot * 1e3,
+                   two ? "true" : "false", pays ? "true" : "false", gain * 1e3, sw * 1e3);
         } else {
             if (two) {
                 mi_prediction pp;
@@ -671,8 +674,12 @@ int cmd_plan(int argc, char **argv)
             }
             print_plan(&p, &cl, &pr, !all);
             printf("  critical path: %.0f one-way link delays per decoded token\n", delays);
+            if (two)
+                printf("  phases apart: the prefill placement gains %.3f ms of TTFT, the two re-placements per "
+                       "request cost %.3f ms: %s\n", gain * 1e3, sw * 1e3,
+                       pays ? "apart" : "the decode placement serves both (--phase-plans both forces them apart)");
             printf("  predicted TTFT %.3f ms for a %d-token prompt%s, TPOT %.3f ms over %d steps\n", ttft * 1e3, n_prompt,
-                   two ? " (prefill placement)" : "", tpot * 1e3, n_steps);
+                   pays ? " (prefill placement)" : "", tpot * 1e3, n_steps);
         }
         shown++;
         if (show_programs && !json)

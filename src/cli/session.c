@@ -23,8 +23,9 @@ const char *SESSION_HELP =
     "                          or tensor parallelism, whichever the cost model predicts faster, for\n"
     "                          prefill and decode apart (the run re-places after the first token when\n"
     "                          they differ); auto: every scheme predicted, the fastest that fits run\n"
-    "      --phase-plans both|decode|prefill  hybrid: each phase its own placement (default), or one\n"
-    "                          phase's for both (to measure what planning the phases apart gains)\n"
+    "      --phase-plans auto|both|decode|prefill  hybrid: each phase its own placement when the\n"
+    "                          prompt's predicted gain pays for the two re-placements (auto, default),\n"
+    "                          always (both), or one phase's for both (to measure what each gains)\n"
     "      --cluster FILE      devices' memory budgets and speeds, links (JSON; default: equal devices\n"
     "                          sharing this machine's free memory)\n"
     "      --plan-file FILE    use a saved plan (from `meshinfer plan --out`)\n"
@@ -76,14 +77,16 @@ int session_opt(session_opts *o, int code, const char *arg)
 {
     switch (code) {
     case 1019:
-        if (!strcmp(arg, "both"))
+        if (!strcmp(arg, "auto"))
             o->phase_plans = 0;
+        else if (!strcmp(arg, "both"))
+            o->phase_plans = 3;
         else if (!strcmp(arg, "decode"))
             o->phase_plans = 1;
         else if (!strcmp(arg, "prefill"))
             o->phase_plans = 2;
         else
-            mi_fatal("--phase-plans: '%s' is not both, decode or prefill", arg);
+            mi_fatal("--phase-plans: '%s' is not auto, both, decode or prefill", arg);
         return 1;
     case 1000: {
         mi_planner p;
@@ -372,6 +375,22 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
                 memset(&ss->plan_prefill, 0, sizeof ss->plan_prefill);
             } else if (!rc) {
                 ss->has_prefill_plan = 1;
+            }
+            if (ss->has_prefill_plan && o->phase_plans == 0) {
+                mi_programs pd, pq;
+                double gain = 0, sw = 0;
+                int np = o->auto_prompt > 0 ? o->auto_prompt : 32, chunk = pp.prefill_T;
+                if (!mi_programs_compile(&ss->plan, &pd, err) && !mi_programs_compile(&ss->plan_prefill, &pq, err)) {
+                    if (!mi_plan_phases_pay(&ss->plan, &pd, &ss->plan_prefill, &pq, &cl, np, chunk, &gain, &sw)) {
+                        fprintf(stderr, "meshinfer: hybrid: one placement for both phases (the prefill placement "
+                                        "would gain %.1f ms of TTFT for about %d prompt tokens but re-placing costs "
+                                        "%.1f ms; --phase-plans both forces it)\n", gain * 1e3, np, sw * 1e3);
+                        mi_plan_free(&ss->plan_prefill);
+                        ss->has_prefill_plan = 0;
+                    }
+                    mi_programs_free(&pd);
+                    mi_programs_free(&pq);
+                }
             }
         }
         ss->po = po;

@@ -38,8 +38,9 @@ typedef struct {
     int loss_mode;           /* --loss-mode (mi_loss_mode) */
     uint64_t loss_seed;      /* --loss-seed */
     int loss_set;            /* --loss, --loss-mode or --loss-seed given (somegather only) */
-    int phase_plans;         /* --phase-plans: hybrid's placements, 0 both (default), 1 decode's for
-                                both phases, 2 prefill's for both (to measure what each phase gains) */
+    int phase_plans;         /* --phase-plans: hybrid's placements, 0 auto (apart when the prompt's gain
+                                pays for the re-placements), 1 decode's for both phases, 2 prefill's
+                                for both (to measure what each phase gains), 3 apart always */
     int auto_prompt, auto_steps; /* --planner auto: the request judged (prompt tokens, decoded tokens) */
 } session_opts;
 

@@ -21,29 +21,39 @@ void mi_calib_defaults(mi_calib_options *o, const mi_config *c)
     o->hidden_dim = c ? c->hidden_dim : 768;
     o->head_dim = c ? c->head_dim : 48;
     o->group = c ? mi_kv_group(c) : 1;
+    o->q_dim = c ? c->n_heads * c->head_dim : 288;
+    o->kv_dim = c ? c->n_kv_heads * c->head_dim : 288;
     o->min_seconds = 0.05;
     o->work_bytes = 48e6;
 }
 
-/* Seconds per call of fn, the best of three runs of at least min_s/3 each
- * (the least disturbed by other processes: what the device can do). */
+/* Seconds per call of fn: the median of five runs of at least min_s/5
+ * each. Not the best run: a memory-bound pass on a shared machine varies
+ * by a third between runs, and a token is decoded in typical conditions,
+ * not the luckiest. */
 typedef void (*work_fn)(void *ctx);
 static double time_best(work_fn fn, void *ctx, double min_s)
 {
     fn(ctx); /* warm: pages touched, caches as in steady running */
-    double best = 1e30;
-    for (int r = 0; r < 3; r++) {
+    double r[5];
+    for (int k = 0; k < 5; k++) {
         long n = 0;
         double t0 = mi_now(), t;
         do {
+            double c0 = mi_now();
             fn(ctx);
+            mi_slowdown_pay(c0); /* an emulated slower device measures as one */
             n++;
             t = mi_now() - t0;
-        } while (t < min_s / 3);
-        if (t / n < best)
-            best = t / n;
+        } while (t < min_s / 5);
+        r[k] = t / n;
+        for (int i = k; i > 0 && r[i] < r[i - 1]; i--) {
+            double x = r[i];
+            r[i] = r[i - 1];
+            r[i - 1] = x;
+        }
     }
-    return best;
+    return r[2];
 }
 
 typedef struct {
@@ -70,6 +80,23 @@ static void run_attn(void *ctx)
     mi_attention(j->out, j->q, j->kc, j->vc, j->T, j->pos0, j->n_q, j->group, j->hd, j->S, j->att);
 }
 
+typedef struct {
+    float *a, *b, *g;
+    const mi_rope_table *rope;
+    int T, D, H, n_heads;
+} vec_job;
+
+/* a layer's elementwise work at T positions: two norms, RoPE on the
+ * queries, SwiGLU */
+static void run_vec(void *ctx)
+{
+    vec_job *j = ctx;
+    mi_rmsnorm(j->b, j->a, j->g, j->T, j->D, 1e-5f);
+    mi_rmsnorm(j->a, j->b, j->g, j->T, j->D, 1e-5f);
+    mi_rope_apply(j->rope, j->a, j->T, 0, j->n_heads);
+    mi_swiglu(j->a, j->b, (size_t)j->T * j->H);
+}
+
 static void fill(float *v, size_t n, uint64_t *rng)
 {
     for (size_t i = 0; i < n; i++)
@@ -78,38 +105,55 @@ static void fill(float *v, size_t n, uint64_t *rng)
 
 int mi_calibrate_compute(const mi_calib_options *o, mi_device *d, char *err)
 {
-    int R = o->hidden_dim, C = o->dim;
-    if (R < 32 || C < 32 || R % 32 || C % 32 || o->head_dim < 1 || o->group < 1 || o->min_seconds <= 0)
-        return mi_set_error(err, "calibration shape %dx%d (head_dim %d, group %d): rows and columns must be "
-                                 "multiples of 32", R, C, o->head_dim, o->group);
+    /* one layer's matrices [rows, cols]: wq wk wv wo w1 w3 w2 (small and
+     * large products in the model's own proportion: a small one costs more
+     * per weight in a prompt's passes) */
+    const int shape[7][2] = {{o->q_dim, o->dim},        {o->kv_dim, o->dim},        {o->kv_dim, o->dim},
+                             {o->dim, o->q_dim},        {o->hidden_dim, o->dim},    {o->hidden_dim, o->dim},
+                             {o->dim, o->hidden_dim}};
+    for (int i = 0; i < 7; i++)
+        if (shape[i][0] < 1 || shape[i][1] < 32 || shape[i][1] % 32)
+            return mi_set_error(err, "calibration shape %dx%d: columns must be whole blocks of 32", shape[i][0],
+                                shape[i][1]);
+    if (o->head_dim < 1 || o->group < 1 || o->min_seconds <= 0)
+        return mi_set_error(err, "calibration: head_dim %d, group %d and time %g must be positive", o->head_dim,
+                            o->group, o->min_seconds);
     uint64_t rng = 0x9e3779b97f4a7c15ull;
-    int maxT = pass_T[N_T - 1];
-    float *x = mi_malloc((size_t)maxT * C * sizeof(float), "calibration input");
-    float *y = mi_malloc((size_t)maxT * R * sizeof(float), "calibration output");
-    float *row = mi_malloc((size_t)C * sizeof(float), "calibration row");
-    fill(x, (size_t)maxT * C, &rng);
+    int maxT = pass_T[N_T - 1], wide = o->dim > o->hidden_dim ? o->dim : o->hidden_dim;
+    if (o->q_dim > wide)
+        wide = o->q_dim;
+    float *x = mi_malloc((size_t)maxT * wide * sizeof(float), "calibration input");
+    float *y = mi_malloc((size_t)maxT * wide * sizeof(float), "calibration output");
+    float *row = mi_malloc((size_t)wide * sizeof(float), "calibration row");
+    fill(x, (size_t)maxT * wide, &rng);
     for (int t = 0; t < MI_N_DTYPES; t++) {
-        /* enough copies that a pass streams work_bytes from memory, as a
-         * shard's weights are, not from a cache that holds one matrix */
-        size_t one = mi_tensor_place_bytes(t, (size_t)R, (size_t)C);
-        int k = (int)(o->work_bytes / (double)one) + 1;
-        if (k > 256)
-            k = 256;
-        mi_tensor *w = mi_calloc((size_t)k, sizeof *w, "calibration weights");
-        unsigned char *mem = mi_malloc((size_t)k * one, "calibration weights");
-        for (int i = 0; i < k; i++) {
+        size_t layer = 0;
+        double layer_elems = 0;
+        for (int i = 0; i < 7; i++) {
+            layer += mi_tensor_place_bytes(t, (size_t)shape[i][0], (size_t)shape[i][1]);
+            layer_elems += (double)shape[i][0] * shape[i][1];
+        }
+        /* enough layers that a pass streams work_bytes from memory, as a
+         * shard's weights are, not from a cache that holds one layer */
+        int k = (int)(o->work_bytes / (double)layer) + 1;
+        if (k > 64)
+            k = 64;
+        mi_tensor *w = mi_calloc((size_t)k * 7, sizeof *w, "calibration weights");
+        unsigned char *mem = mi_malloc((size_t)k * layer, "calibration weights"), *p = mem;
+        for (int i = 0; i < 7 * k; i++) {
+            int R = shape[i % 7][0], C = shape[i % 7][1];
             w[i] = mi_tensor_shape(t, R, C);
-            mi_tensor_place(&w[i], mem + (size_t)i * one);
+            p += mi_tensor_place(&w[i], p);
+            size_t qb = mi_dtype_q_row_bytes(t, (size_t)C);
             for (int r = 0; r < R; r++) {
                 fill(row, (size_t)C, &rng);
-                size_t qb = mi_dtype_q_row_bytes(t, (size_t)C);
                 mi_quantize_row(t, row, C, (unsigned char *)w[i].q + (size_t)r * qb,
                                 w[i].d ? w[i].d + (size_t)r * (C / MI_QK) : NULL);
             }
         }
-        double elems = (double)k * R * C, per[N_T];
+        double elems = (double)k * layer_elems, per[N_T];
         for (int i = 0; i < N_T; i++) {
-            mat_job j = {w, k, pass_T[i], x, y};
+            mat_job j = {w, 7 * k, pass_T[i], x, y};
             per[i] = time_best(run_mats, &j, o->min_seconds) / elems;
         }
         /* t(T) = pass + (T - 1) * pos: pass as measured at T = 1 (decode is
@@ -149,6 +193,27 @@ int mi_calibrate_compute(const mi_calib_options *o, mi_device *d, char *err)
     free(a.kc);
     free(a.vc);
     free(a.att);
+
+    /* elementwise work per element per position: a prompt pass's norms,
+     * RoPE, SwiGLU and adds over its op's columns */
+    {
+        int T = 64, D = o->dim, H = o->hidden_dim, Q = o->q_dim;
+        float *a = mi_malloc((size_t)T * (H > Q ? H : Q) * sizeof(float), "calibration");
+        float *b = mi_malloc((size_t)T * (H > Q ? H : Q) * sizeof(float), "calibration");
+        float *g = mi_malloc((size_t)D * sizeof(float), "calibration");
+        fill(a, (size_t)T * (H > Q ? H : Q), &rng);
+        fill(b, (size_t)T * (H > Q ? H : Q), &rng);
+        for (int i = 0; i < D; i++)
+            g[i] = 1.0f;
+        mi_rope_table rope;
+        mi_rope_init(&rope, T, o->head_dim, 10000.0f);
+        vec_job v = {a, b, g, &rope, T, D, H, Q / o->head_dim};
+        d->vec_s = time_best(run_vec, &v, o->min_seconds / 2) / ((double)T * (2.0 * D + H + Q));
+        mi_rope_free(&rope);
+        free(a);
+        free(b);
+        free(g);
+    }
 
     /* a fixed cost per op: a matrix too small to be anything else */
     mi_tensor small = mi_tensor_shape(MI_F32, 32, 32);

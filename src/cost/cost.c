@@ -22,7 +22,8 @@ double mi_op_compute_s(const mi_plan *plan, const mi_op *op, const mi_cluster *c
     const mi_device *d = &cl->dev[rank];
     double D = c->dim, hd = c->head_dim;
     int l = op->layer;
-    double t = d->op_s;
+    /* elementwise work on the op's output columns, every position */
+    double t = d->op_s + (double)T * (op->kind == MI_OP_NORM || op->kind == MI_OP_NORM_LOCAL ? c->dim : op->n) * d->vec_s;
     switch (op->kind) {
     case MI_OP_ATTN: {
         int g = mi_kv_group(c), nk = (op->n + g * c->head_dim - 1) / (g * c->head_dim);
@@ -59,8 +60,10 @@ static double msg_s(const sim *s, int xid, int a, int b)
     const mi_programs *p = s->p;
     const mi_comm *cm = &p->comms[p->xchg[xid].comm];
     int A = cm->members[a], B = cm->members[b];
-    double npos = p->xchg[xid].buf == MI_BUF_LOGITS ? 1 : s->T;
-    return mi_cluster_latency(s->cl, A, B) + npos * mi_exchange_bytes(p, xid, a, b) / mi_cluster_bandwidth(s->cl, A, B);
+    double npos = p->xchg[xid].buf == MI_BUF_LOGITS ? 1 : s->T, bytes = npos * mi_exchange_bytes(p, xid, a, b);
+    double lat = mi_cluster_latency(s->cl, A, B);
+    /* past the eager limit the sender waits for the receiver's go-ahead first */
+    return lat * (bytes > s->cl->eager_bytes ? 3 : 1) + bytes / mi_cluster_bandwidth(s->cl, A, B);
 }
 
 /* Every member receives every other member's message of the exchange (one

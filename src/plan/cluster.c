@@ -14,6 +14,8 @@
  *       ...
  *     ],
  *     "gflops": 10,                                       optional
+ *     "eager_bytes": 65536,                               optional
+ *     "storage_mbs": 100,                                 optional (weights read when re-placing, MB/s)
  *     "links": {"latency_ms": [[..]], "bandwidth_mbit": [[..]]},   optional n x n
  *     "calibration": {"n_ranks": 3, "tool": "...", "date": "..."}  optional
  *   }
@@ -21,7 +23,7 @@
  * `meshinfer calibrate` writes the last two and, per device, "host" (where
  * it was measured), "hwloc" (the device's description, kept for people, not
  * read back) and "compute": {"pass_ns": {"f32": .., "f16": .., "q8_0": ..,
- * "q4_0": ..}, "pos_ns": {...}, "kv_ns": .., "op_us": ..} (plan.h mi_device,
+ * "q4_0": ..}, "pos_ns": {...}, "kv_ns": .., "op_us": .., "vec_ns": ..} (plan.h mi_device,
  * in nanoseconds per weight element and microseconds per op). A device with
  * "compute" is calibrated; its speed is then only what the seed 000 planners
  * (greedy) weigh.
@@ -76,6 +78,8 @@ void mi_cluster_default(mi_cluster *cl, int n, double mem_each)
     cl->bandwidth = DEFAULT_BANDWIDTH;
     cl->mem_bw = DEFAULT_MEM_BW;
     cl->gflops = DEFAULT_GFLOPS;
+    cl->eager_bytes = 65536; /* Open MPI's btl_tcp_eager_limit */
+    cl->storage_bw = 100e6;
     cl->rtt_s = NULL;
     mi_cluster_finish(cl);
 }
@@ -164,7 +168,7 @@ static int parse_dtype_table(const cJSON *o, const char *key, double *out, const
 
 static int parse_compute(const cJSON *cp, mi_device *dev, const char *prefix, const char *where, char *err)
 {
-    static const char *const keys[] = {"pass_ns", "pos_ns", "kv_ns", "op_us", NULL};
+    static const char *const keys[] = {"pass_ns", "pos_ns", "kv_ns", "op_us", "vec_ns", NULL};
     char w[48];
     snprintf(w, sizeof w, "%s.compute", where);
     if (!cJSON_IsObject(cp))
@@ -172,9 +176,11 @@ static int parse_compute(const cJSON *cp, mi_device *dev, const char *prefix, co
     if (mi_json_check_keys(cp, keys, prefix, w, err) || parse_dtype_table(cp, "pass_ns", dev->pass_s, prefix, where, err) ||
         parse_dtype_table(cp, "pos_ns", dev->pos_s, prefix, where, err))
         return -1;
-    double kv = -1, op = 0;
-    if (get_number(cp, "kv_ns", 0, &kv, prefix, w, err) || get_number(cp, "op_us", 1, &op, prefix, w, err))
+    double kv = -1, op = 0, vec = 0;
+    if (get_number(cp, "kv_ns", 0, &kv, prefix, w, err) || get_number(cp, "op_us", 1, &op, prefix, w, err) ||
+        get_number(cp, "vec_ns", 1, &vec, prefix, w, err))
         return -1;
+    dev->vec_s = vec * 1e-9;
     if (kv < 0)
         return mi_set_error(err, "%s: %s.kv_ns is missing", prefix, w);
     dev->kv_s = kv * 1e-9;
@@ -310,7 +316,7 @@ static int parse_calibration(const cJSON *root, mi_cluster *cl, const char *pref
 static int parse_cluster(const char *json, size_t len, mi_cluster *cl, const char *prefix, char *err)
 {
     static const char *const top_keys[] = {"description", "link", "mem_bandwidth_gbs", "gflops", "devices",
-                                           "links", "calibration", NULL};
+                                           "links", "calibration", "eager_bytes", "storage_mbs", NULL};
     static const char *const link_keys[] = {"latency_ms", "bandwidth_mbit", NULL};
     memset(cl, 0, sizeof *cl);
 
@@ -363,8 +369,13 @@ static int parse_cluster(const char *json, size_t len, mi_cluster *cl, const cha
     if (get_number(root, "mem_bandwidth_gbs", 0, &gbs, prefix, "", err))
         goto done;
     tmp.mem_bw = gbs * 1e9;
-    if (get_number(root, "gflops", 0, &tmp.gflops, prefix, "", err))
+    if (get_number(root, "gflops", 0, &tmp.gflops, prefix, "", err) ||
+        get_number(root, "eager_bytes", 1, &tmp.eager_bytes, prefix, "", err))
         goto done;
+    double smbs = tmp.storage_bw / 1e6;
+    if (get_number(root, "storage_mbs", 0, &smbs, prefix, "", err))
+        goto done;
+    tmp.storage_bw = smbs * 1e6;
 
     const cJSON *devs = cJSON_GetObjectItemCaseSensitive(root, "devices");
     int n = cJSON_IsArray(devs) ? cJSON_GetArraySize(devs) : 0;
@@ -495,6 +506,8 @@ int mi_cluster_save(const mi_cluster *cl, const char *const *hw, const char *des
     cJSON_AddNumberToObject(link, "bandwidth_mbit", cl->bandwidth * 8 / 1e6);
     cJSON_AddNumberToObject(root, "mem_bandwidth_gbs", cl->mem_bw / 1e9);
     cJSON_AddNumberToObject(root, "gflops", cl->gflops);
+    cJSON_AddNumberToObject(root, "eager_bytes", cl->eager_bytes);
+    cJSON_AddNumberToObject(root, "storage_mbs", cl->storage_bw / 1e6);
     cJSON *devs = cJSON_AddArrayToObject(root, "devices");
     for (int i = 0; i < cl->n_devices; i++) {
         const mi_device *d = &cl->dev[i];
@@ -510,6 +523,7 @@ int mi_cluster_save(const mi_cluster *cl, const char *const *hw, const char *des
             cJSON_AddItemToObject(c, "pos_ns", dtype_json(d->pos_s));
             cJSON_AddNumberToObject(c, "kv_ns", d->kv_s * 1e9);
             cJSON_AddNumberToObject(c, "op_us", d->op_s * 1e6);
+            cJSON_AddNumberToObject(c, "vec_ns", d->vec_s * 1e9);
         }
         cJSON *h = hw && hw[i] ? cJSON_Parse(hw[i]) : NULL;
         if (h)

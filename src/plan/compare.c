@@ -7,6 +7,7 @@
 #include "meshinfer/cost.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "meshinfer/common.h"
@@ -59,11 +60,18 @@ int mi_plan_compare(const mi_config *c, const mi_cluster *cl, const mi_plan_opti
             mi_plan_free(&pre);
             continue;
         }
+        double switch_s = 0;
+        if (two && !mi_plan_phases_pay(&dec, &pd, &pre, &pp, cl, n_prompt, chunk, NULL, &switch_s)) {
+            /* the re-placements would cost more than the prompt gains: one placement */
+            mi_programs_free(&pp);
+            mi_plan_free(&pre);
+            two = 0;
+        }
         r->fits = 1;
         r->phases_differ = two;
         r->ttft_s = mi_predict_ttft(two ? &pre : &dec, two ? &pp : &pd, cl, n_prompt, chunk);
         r->tpot_s = mi_predict_tpot(&dec, &pd, cl, n_prompt, n_steps);
-        r->total_s = r->ttft_s + (double)n_steps * r->tpot_s;
+        r->total_s = r->ttft_s + (double)n_steps * r->tpot_s + (two ? switch_s : 0);
         r->bytes_per_token = mi_programs_bytes(&pd, MI_PHASE_DECODE, NULL, NULL);
         if (best < 0 || r->total_s < rows[best].total_s)
             best = n - 1;
@@ -76,4 +84,52 @@ int mi_plan_compare(const mi_config *c, const mi_cluster *cl, const mi_plan_opti
     }
     *n_rows = n;
     return best;
+}
+
+double mi_plan_switch_s(const mi_plan *from, const mi_plan *to, const mi_cluster *cl, int n_pos)
+{
+    const mi_config *c = &to->cfg;
+    int L = c->n_layers;
+    mi_layer_spec *ls = mi_calloc(2 * (size_t)L, sizeof *ls, "layer specs");
+    double worst = 0;
+    for (int r = 0; r < to->n_ranks; r++) {
+        mi_shard_spec a = {ls, 0, 0, 0, 0, 0}, b = {ls + L, 0, 0, 0, 0, 0};
+        mi_plan_shard(from, r, &a);
+        mi_plan_shard(to, r, &b);
+        /* what the runtime keeps in place (migrate.c): layers whose spec is unchanged, and the
+         * embeddings and classifier when unchanged */
+        for (int l = 0; l < L; l++)
+            if (!memcmp(&a.layers[l], &b.layers[l], sizeof a.layers[l]))
+                memset(&b.layers[l], 0, sizeof b.layers[l]);
+        if (a.embeddings == b.embeddings && a.cls_v0 == b.cls_v0 && a.cls_nv == b.cls_nv &&
+            a.emb_c0 == b.emb_c0 && a.emb_nc == b.emb_nc) {
+            b.embeddings = 0;
+            b.cls_nv = 0;
+            b.emb_nc = 0;
+        }
+        double t = (double)mi_shard_weight_bytes(c, &b) / cl->storage_bw;
+        /* KV heads arriving from their old owners */
+        for (int l = 0; l < L; l++)
+            for (int k = 0; k < c->n_kv_heads; k++) {
+                int o = from->layers[l].kv_rank[k];
+                if (to->layers[l].kv_rank[k] == r && o != r)
+                    t += 2.0 * n_pos * c->head_dim * sizeof(float) / mi_cluster_bandwidth(cl, o, r);
+            }
+        if (t > worst)
+            worst = t;
+    }
+    free(ls);
+    return worst;
+}
+
+int mi_plan_phases_pay(const mi_plan *dec, const mi_programs *pd, const mi_plan *pre, const mi_programs *pp,
+                       const mi_cluster *cl, int n_prompt, int chunk, double *gain_s, double *switch_s)
+{
+    double g = mi_predict_ttft(dec, pd, cl, n_prompt, chunk) - mi_predict_ttft(pre, pp, cl, n_prompt, chunk);
+    double s = mi_plan_switch_s(pre, dec, cl, n_prompt) + mi_plan_switch_s(dec, pre, cl, 0);
+    if (gain_s)
+        *gain_s = g;
+    if (switch_s)
+        *switch_s = s;
+    return g > s;
 }

@@ -20,12 +20,16 @@ static double one_pass(mi_runtime *rt, float *x, float *y)
         const mi_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w3, &L->w2};
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
             if (ts[i]->rows > 0 && ts[i]->cols > 0) {
+                double t0 = mi_now();
                 mi_matmul(y, x, ts[i], 1);
+                mi_slowdown_pay(t0);
                 bytes += (double)mi_tensor_bytes(ts[i]->dtype, (size_t)ts[i]->rows, (size_t)ts[i]->cols);
             }
     }
     if (m->cls_nv > 0) {
+        double t0 = mi_now();
         mi_matmul(y, x, &m->classifier, 1);
+        mi_slowdown_pay(t0);
         bytes += (double)mi_tensor_bytes(m->classifier.dtype, (size_t)m->classifier.rows,
                                          (size_t)m->classifier.cols);
     }
@@ -111,8 +115,11 @@ void mi_calibrate_links(size_t big, double *rtt_s, double *bw)
             double large = ping_pong(peer, rank == a, buf, (int)big, 5);
             if (rank == a) {
                 mine[2 * b] = small;
-                /* the large message's extra time over a small one is its transfer, both ways */
-                mine[2 * b + 1] = large > small ? 2.0 * (double)big / (large - small) : 1e12;
+                /* the large message's extra time over a small one is its transfer, both
+                 * ways, and (past MPI's eager limit) one more round trip each way for the
+                 * receiver's go-ahead */
+                double extra = large - (big > 65536 ? 3 : 1) * small;
+                mine[2 * b + 1] = extra > 0 ? 2.0 * (double)big / extra : 1e12;
             }
         }
     double *all = rank == 0 ? mi_calloc((size_t)n * n * 2, sizeof(double), "link calibration") : NULL;
@@ -130,4 +137,37 @@ void mi_calibrate_links(size_t big, double *rtt_s, double *bw)
     free(all);
     free(mine);
     free(buf);
+}
+
+/* The ranks on this rank's host (calibrate's turns). */
+static MPI_Comm g_host = MPI_COMM_NULL;
+
+void mi_world_host(int *local_rank, int *local_size)
+{
+    *local_rank = 0;
+    *local_size = 1;
+    if (mi_world_size() < 2)
+        return;
+    if (g_host == MPI_COMM_NULL)
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, mi_world_rank(), MPI_INFO_NULL, &g_host);
+    MPI_Comm_rank(g_host, local_rank);
+    MPI_Comm_size(g_host, local_size);
+}
+
+void mi_world_host_turns(void (*fn)(void *ctx), void *ctx)
+{
+    int me, n;
+    mi_world_host(&me, &n);
+    rt_set_spin(20e-6);
+    for (int turn = 0; turn < n; turn++) {
+        if (turn == me)
+            fn(ctx);
+        if (n > 1) {
+            /* the others wait asleep: a rank spinning in MPI_Barrier would
+             * take a core from the one measuring */
+            MPI_Request q;
+            MPI_Ibarrier(g_host, &q);
+            rt_waitall(1, &q);
+        }
+    }
 }

@@ -215,6 +215,39 @@ double mi_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static double g_slowdown = -1, g_owed = 0;
+
+double mi_slowdown(void)
+{
+    if (g_slowdown < 0) {
+        const char *v = getenv("MESHINFER_SLOWDOWN");
+        g_slowdown = 1;
+        if (v && *v) {
+            char *end;
+            errno = 0;
+            double s = strtod(v, &end);
+            if (errno || *end || !(s >= 1) || s > 1000)
+                mi_fatal("MESHINFER_SLOWDOWN='%s' is not a number in [1, 1000]", v);
+            g_slowdown = s;
+        }
+    }
+    return g_slowdown;
+}
+
+void mi_slowdown_pay(double t0)
+{
+    double s = mi_slowdown();
+    if (s <= 1)
+        return;
+    double now = mi_now();
+    g_owed += (s - 1) * (now - t0);
+    if (g_owed < 2e-4)
+        return;
+    struct timespec ts = {(time_t)g_owed, (long)((g_owed - (double)(time_t)g_owed) * 1e9)};
+    nanosleep(&ts, NULL);
+    g_owed -= mi_now() - now; /* what the sleep took, overshoot included, is paid */
+}
+
 size_t mi_rss_bytes(void)
 {
     FILE *f = fopen("/proc/self/statm", "r");

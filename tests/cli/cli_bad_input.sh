@@ -222,5 +222,28 @@ if [[ $started == 1 && $rc -eq 143 && -z "$(find "$tmp" -name 'prof.json*')" ]];
 else
     echo "FAIL: interrupted profile: started $started, exit $rc, left: $(find "$tmp" -name 'prof.json*')"; fail=$((fail+1))
 fi
+# seed 003 (issue 10): an emulated slowdown that is not a number, plan options out of range,
+# calibrated cluster files that contradict themselves
+expect_error "MESHINFER_SLOWDOWN not a number" "MESHINFER_SLOWDOWN='fast' is not a number" \
+    env MESHINFER_SLOWDOWN=fast "$bin" generate -m "$model" -n 2
+expect_error "MESHINFER_SLOWDOWN below 1"      "MESHINFER_SLOWDOWN='0.5' is not a number" \
+    env MESHINFER_SLOWDOWN=0.5 "$bin" generate -m "$model" -n 2
+expect_error "plan: prompt and steps past the context" "--prompt-tokens 200 plus --steps 100 is more than" \
+    "$bin" plan -m "$model" --ranks 3 --planner hybrid --prompt-tokens 200 --steps 100
+printf '{"devices": [{"name": "a", "mem_mb": 100, "compute": {"pass_ns": {"fp32": 1}}}]}' > "$tmp/cal-bad.json"
+expect_error "calibrated device missing a dtype" "compute.pass_ns.fp16 is missing|pass_ns" \
+    "$bin" plan -m "$model" --cluster "$tmp/cal-bad.json" --planner hybrid
+printf '{"devices": [{"name": "a", "mem_mb": 100}, {"name": "b", "mem_mb": 100}], "calibration": {"n_ranks": 3}}' > "$tmp/cal-n.json"
+expect_error "calibration block for another rank count" "calibration.n_ranks must equal the number of devices" \
+    "$bin" plan -m "$model" --cluster "$tmp/cal-n.json"
+expect_error "--phase-plans unknown" "--phase-plans: 'sometimes' is not" "$bin" generate -m "$model" --phase-plans sometimes
+expect_error "calibrate without --out" "calibrate: --out is required" "$bin" calibrate
+# the emulated slowdown stretches compute as a slower CPU would: 3x slower decoding, within the
+# machine's noise (2x to 4.5x; the sleep is owed and paid in pieces, so small ops stretch too)
+t1=$("$bin" bench -m "$model" -n 96 --no-baseline --repeat 2 --json 2>/dev/null | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).tpot_ms))')
+t3=$(MESHINFER_SLOWDOWN=3 "$bin" bench -m "$model" -n 96 --no-baseline --repeat 2 --json 2>/dev/null | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).tpot_ms))')
+if awk -v a="$t1" -v b="$t3" 'BEGIN {exit !(a > 0 && b / a >= 2 && b / a <= 4.5)}'; then
+    echo "ok: MESHINFER_SLOWDOWN=3: TPOT $t1 -> $t3 ms"; pass=$((pass+1))
+else echo "FAIL: MESHINFER_SLOWDOWN=3: TPOT $t1 -> $t3 ms (want 2x to 4.5x)"; fail=$((fail+1)); fi
 echo "$pass passed, $fail failed"
 ((fail == 0))

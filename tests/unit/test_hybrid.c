@@ -113,8 +113,8 @@ static void test_calibrated_errors(void)
     expect_error(buf, "n_ranks");
 }
 
-/* A two-rank plan: every layer whole on rank 1 (rank 0 embeds and classifies). */
-static void one_worker_plan(const mi_config *c, mi_plan *p)
+/* A two-rank plan: every layer whole on rank w (rank 0 embeds and classifies). */
+static void worker_plan(const mi_config *c, mi_plan *p, int w)
 {
     memset(p, 0, sizeof *p);
     p->cfg = *c;
@@ -124,11 +124,11 @@ static void one_worker_plan(const mi_config *c, mi_plan *p)
     p->layers = calloc((size_t)c->n_layers, sizeof *p->layers);
     for (int l = 0; l < c->n_layers; l++) {
         for (int k = 0; k < c->n_kv_heads; k++)
-            p->layers[l].kv_rank[k] = 1;
-        p->layers[l].proj_rank = 1;
+            p->layers[l].kv_rank[k] = w;
+        p->layers[l].proj_rank = w;
         p->layers[l].n_ffn = 1;
         p->layers[l].ffn = malloc(sizeof(mi_slice));
-        p->layers[l].ffn[0] = (mi_slice){1, 0, c->hidden_dim};
+        p->layers[l].ffn[0] = (mi_slice){w, 0, c->hidden_dim};
     }
     p->n_cls = 1;
     p->cls = malloc(sizeof(mi_slice));
@@ -152,7 +152,7 @@ static void test_prefill_cost(void)
         d->op_s = 0;
     }
     mi_plan p;
-    one_worker_plan(&c, &p);
+    worker_plan(&c, &p, 1);
     mi_programs prog;
     char err[MI_ERRLEN];
     CU_ASSERT_EQUAL_FATAL(mi_programs_compile(&p, &prog, err), 0);
@@ -266,6 +266,31 @@ static void test_hybrid_choices(void)
     mi_cluster_free(&cl);
 }
 
+/* Re-placing costs what the runtime moves: nothing between equal plans; to
+ * move every layer from rank 1 to rank 0, rank 0 reads those weights from
+ * storage and receives every KV head's cached positions. */
+static void test_switch_cost(void)
+{
+    mi_config c;
+    CU_ASSERT_EQUAL_FATAL(mi_config_from_shape("stories15M", &c), 0);
+    mi_cluster cl;
+    mi_cluster_default(&cl, 2, 1e12);
+    cl.storage_bw = 50e6;
+    cl.bandwidth = 10e6;
+    mi_plan a, b;
+    worker_plan(&c, &a, 1);
+    worker_plan(&c, &b, 0);
+    CU_ASSERT(mi_plan_switch_s(&a, &a, &cl, 100) == 0.0);
+    size_t wa, wb;
+    mi_plan_rank_memory(&a, 0, &wa, NULL);
+    mi_plan_rank_memory(&b, 0, &wb, NULL);
+    double kv = (double)c.n_layers * c.n_kv_heads * 2.0 * 100 * c.head_dim * sizeof(float);
+    NEAR(mi_plan_switch_s(&a, &b, &cl, 100), (double)(wb - wa) / 50e6 + kv / 10e6, 1e-9);
+    mi_plan_free(&a);
+    mi_plan_free(&b);
+    mi_cluster_free(&cl);
+}
+
 static void test_compare(void)
 {
     mi_config c;
@@ -308,6 +333,7 @@ int main(void)
         !CU_add_test(s, "calibrated cluster files: errors", test_calibrated_errors) ||
         !CU_add_test(s, "prefill and decode passes, TTFT and TPOT", test_prefill_cost) ||
         !CU_add_test(s, "hybrid: MP, TP and memory budgets", test_hybrid_choices) ||
+        !CU_add_test(s, "re-placement cost between phases", test_switch_cost) ||
         !CU_add_test(s, "comparison of schemes (--planner all / auto)", test_compare)) {
         CU_cleanup_registry();
         return 1;
