@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "cli.h"
 #include "meshinfer/common.h"
 #include "meshinfer/cost.h"
@@ -32,9 +34,11 @@ static void help(void)
            "bandwidth (ping-pong of 8 bytes and of --link-bytes). Ranks on one host measure in\n"
            "turn, so that none measures another's load. Use the file on the same ranks and hosts.\n"
            "  -o, --out FILE        the cluster file to write (required)\n"
-           "  --cluster FILE        names and memory budgets (mem_mb) of the devices, kept in the\n"
-           "                        output (default: rank i is \"<host>-<i>\" with the host's usable\n"
-           "                        memory shared among the host's ranks)\n"
+           "  --cluster FILE        names and memory budgets (mem_mb) of the devices, and what calibrate\n"
+           "                        does not measure (description, gflops, eager_bytes, storage_mbs),\n"
+           "                        kept in the output (default: rank i is \"<host>-<i>\" with the\n"
+           "                        kernel's MemTotal, or its cgroup's limit, shared among the host's\n"
+           "                        ranks)\n"
            "  -m, --model FILE      measure matrices of this model's shape (default stories15M's)\n"
            "  --seconds S           time per measurement (default 0.05; about 20 per device)\n"
            "  --link-bytes N        the large ping-pong message (default 1048576)\n"
@@ -49,6 +53,32 @@ typedef struct {
     double pass_s[MI_N_DTYPES], pos_s[MI_N_DTYPES], kv_s, op_s, vec_s, mem_bytes;
     int local_size;
 } rank_result;
+
+/* 1 when path starts with HDF5's signature. */
+static int is_hdf5(const char *path)
+{
+    unsigned char sig[8] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    size_t n = fread(sig, 1, sizeof sig, f);
+    fclose(f);
+    return n == 8 && !memcmp(sig, "\x89HDF\r\n\x1a\n", 8);
+}
+
+/* The input cluster file's "description" (kept in the output), or "". */
+static void read_description(const char *path, char *out, size_t n)
+{
+    char err[MI_ERRLEN];
+    size_t len;
+    char *text = mi_read_text_file(path, "cluster file", 64L << 20, &len, err);
+    cJSON *root = text ? cJSON_Parse(text) : NULL;
+    const cJSON *d = root ? cJSON_GetObjectItemCaseSensitive(root, "description") : NULL;
+    if (cJSON_IsString(d))
+        snprintf(out, n, "%s", d->valuestring);
+    cJSON_Delete(root);
+    free(text);
+}
 
 typedef struct {
     const mi_calib_options *co;
@@ -98,13 +128,19 @@ int cmd_calibrate(int argc, char **argv)
     int failed = 0;
     mi_cluster in;
     memset(&in, 0, sizeof in);
+    char in_desc[768] = "";
     mi_calib_options co;
     mi_calib_defaults(&co, NULL);
     if (rank == 0) {
         const char *inputs[] = {cluster, model};
         failed = mi_output_check(out, "cluster file", inputs, 2, err);
+        if (!failed && is_hdf5(out))
+            failed = mi_set_error(err, "%s is an HDF5 file (a model?): calibrate will not replace it with a cluster "
+                                       "file", out);
         if (!failed && cluster) {
             failed = mi_cluster_load(cluster, &in, err);
+            if (!failed)
+                read_description(cluster, in_desc, sizeof in_desc);
             if (!failed && in.n_devices != size)
                 failed = mi_set_error(err, "cluster file %s lists %d devices but the job has %d ranks (one rank "
                                            "per device)", cluster, in.n_devices, size);
@@ -209,8 +245,12 @@ int cmd_calibrate(int argc, char **argv)
         mi_cluster cl;
         mi_cluster_default(&cl, size, 0);
         if (cluster) {
+            /* what calibrate does not measure comes from the input */
             cl.latency_s = in.latency_s;
             cl.bandwidth = in.bandwidth;
+            cl.gflops = in.gflops;
+            cl.eager_bytes = in.eager_bytes;
+            cl.storage_bw = in.storage_bw;
         }
         double lat = 0, bsum = 0;
         int pairs = 0;
@@ -245,8 +285,9 @@ int cmd_calibrate(int argc, char **argv)
             rtt = bw = NULL;
         }
         cl.calib_ranks = size;
-        char desc[256];
-        snprintf(desc, sizeof desc, "measured by meshinfer calibrate on %d rank%s", size, size > 1 ? "s" : "");
+        char desc[1024];
+        snprintf(desc, sizeof desc, "%s%smeasured by meshinfer calibrate on %d rank%s", in_desc, in_desc[0] ? "; " : "",
+                 size, size > 1 ? "s" : "");
         rc = mi_cluster_save(&cl, (const char *const *)hws, desc, out, err);
         if (!rc) {
             printf("rank  device                 host              fp32 GB/s  q4_0 GB/s  fp32 Gflop/s  attn ns/pos\n");

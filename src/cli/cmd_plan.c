@@ -77,7 +77,8 @@ static void help(void)
            "                        jobs/lib/memory_model.gp)\n");
 }
 
-static void print_plan(const mi_plan *p, const mi_cluster *cl, const mi_prediction *pr, int verbose)
+/* pass_T: 0 for a decode step, else the positions of the prefill pass pr predicts. */
+static void print_plan(const mi_plan *p, const mi_cluster *cl, const mi_prediction *pr, int verbose, int pass_T)
 {
     const mi_config *c = &p->cfg;
     char dts[160];
@@ -149,16 +150,22 @@ static void print_plan(const mi_plan *p, const mi_cluster *cl, const mi_predicti
             HOLDS("classifier");
 #undef HOLDS
         if (n == 0)
-            snprintf(holds, sizeof holds, "idle (more ranks than units)");
+            snprintf(holds, sizeof holds, "%s", p->planner == MI_PLANNER_HYBRID ? "idle (the planner left it empty)"
+                                                                               : "idle (more ranks than units)");
         printf("  %4d  %-16s  %10.2f  %7.2f  %10.2f  %3.0f%%  %8.3f       %s\n", r, cl->dev[r].name,
                pr->weight_bytes[r] / 1e6, pr->kv_bytes[r] / 1e6, cl->dev[r].mem_bytes / 1e6,
                100.0 * need / cl->dev[r].mem_bytes, pr->busy_s[r] * 1e3, holds);
     }
-    printf("  predicted %.3f ms/token (%.1f tokens/s), %.0f bytes moved per token, planned in %.3f ms\n",
-           pr->token_s * 1e3, 1.0 / pr->token_s, pr->bytes_per_token, p->plan_seconds * 1e3);
+    if (pass_T > 0)
+        printf("  predicted %.3f ms per prefill pass of %d positions, %.0f bytes moved per position, planned in "
+               "%.3f ms\n", pr->token_s * 1e3, pass_T, pr->bytes_per_token, p->plan_seconds * 1e3);
+    else
+        printf("  predicted %.3f ms/token (%.1f tokens/s), %.0f bytes moved per token, planned in %.3f ms\n",
+               pr->token_s * 1e3, 1.0 / pr->token_s, pr->bytes_per_token, p->plan_seconds * 1e3);
 }
 
-static void print_json(const mi_plan *p, const mi_prediction *pr, double delays, int first)
+/* One plan as a JSON object; `extra` (may be NULL) is more ", key: value" members. */
+static void print_json(const mi_plan *p, const mi_prediction *pr, double delays, int first, const char *extra)
 {
     printf("%s{\"planner\": \"%s\", \"ranks\": %d, \"wire_dtype\": \"%s\", \"plan_ms\": %.4f, "
            "\"predicted_token_ms\": %.4f, \"predicted_bytes_per_token\": %.0f, \"critical_path_delays\": %.0f, "
@@ -167,7 +174,7 @@ static void print_json(const mi_plan *p, const mi_prediction *pr, double delays,
     for (int r = 0; r < p->n_ranks; r++)
         printf("%s{\"rank\": %d, \"weight_bytes\": %zu, \"kv_cache_bytes\": %zu, \"busy_ms\": %.4f}", r ? ", " : "",
                r, pr->weight_bytes[r], pr->kv_bytes[r], pr->busy_s[r] * 1e3);
-    printf("]}");
+    printf("]%s}", extra ? extra : "");
 }
 
 /* ------------------------------------------------ --memory-model (seed 002 Q1) */
@@ -589,6 +596,8 @@ int cmd_plan(int argc, char **argv)
     }
     if (ctx < 0)
         ctx = c.seq_len / 2;
+    if (ctx >= c.seq_len)
+        mi_fatal("plan: --ctx %d is past the model's context (%d positions)", ctx, c.seq_len);
     if (kvpos > c.seq_len)
         mi_fatal("plan: --kv-positions %d is more than the model's context (%d)", kvpos, c.seq_len);
     int all = !strcmp(planner, "all"), autop = !strcmp(planner, "auto");
@@ -660,24 +669,26 @@ int cmd_plan(int argc, char **argv)
         double ttft = mi_predict_ttft(pays ? &pre : &p, pays ? &prog_pre : &prog, &cl, n_prompt, chunk);
         double tpot = mi_predict_tpot(&p, &prog, &cl, n_prompt, n_steps);
         if (json) {
-            print_json(&p, &pr, delays, shown == 0);
-            printf("\b, \"predicted_ttft_ms\": %.4f, \"predicted_tpot_ms\": %.4f, \"phases_differ\": %s, "
-                   "\"phases_apart\": %s, \"prefill_gain_ms\": %.4f, \"replacement_ms\": %.4f}", ttft * 1e3, tpot * 1e3,
-                   two ? "true" : "false", pays ? "true" : "false", gain * 1e3, sw * 1e3);
+            char extra[512];
+            snprintf(extra, sizeof extra, ", \"predicted_ttft_ms\": %.4f, \"predicted_tpot_ms\": %.4f, "
+                     "\"phases_differ\": %s, \"phases_apart\": %s, \"prefill_gain_ms\": %.4f, \"replacement_ms\": %.4f",
+                     ttft * 1e3, tpot * 1e3, two ? "true" : "false", pays ? "true" : "false", gain * 1e3, sw * 1e3);
+            print_json(&p, &pr, delays, shown == 0, extra);
         } else {
             if (two) {
                 mi_prediction pp;
-                mi_predict_pass(&pre, &prog_pre, &cl, MI_PHASE_PREFILL, chunk < n_prompt ? chunk : n_prompt, 0, &pp);
+                int T0 = chunk < n_prompt ? chunk : n_prompt;
+                mi_predict_pass(&pre, &prog_pre, &cl, MI_PHASE_PREFILL, T0, 0, &pp);
                 printf("prefill ");
-                print_plan(&pre, &cl, &pp, !all);
+                print_plan(&pre, &cl, &pp, !all, T0);
                 printf("decode ");
             }
-            print_plan(&p, &cl, &pr, !all);
+            print_plan(&p, &cl, &pr, !all, 0);
             printf("  critical path: %.0f one-way link delays per decoded token\n", delays);
             if (two)
                 printf("  phases apart: the prefill placement gains %.3f ms of TTFT, the two re-placements per "
                        "request cost %.3f ms: %s\n", gain * 1e3, sw * 1e3,
-                       pays ? "apart" : "the decode placement serves both (--phase-plans both forces them apart)");
+                       pays ? "apart" : "the decode placement serves both (generate --phase-plans both forces them apart)");
             printf("  predicted TTFT %.3f ms for a %d-token prompt%s, TPOT %.3f ms over %d steps\n", ttft * 1e3, n_prompt,
                    pays ? " (prefill placement)" : "", tpot * 1e3, n_steps);
         }

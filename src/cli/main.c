@@ -39,7 +39,9 @@ static void usage(FILE *f)
     fprintf(f, "Environment:\n"
                "  MESHINFER_KERNELS=NAME  matrix-product kernels: %s (default auto:\n"
                "                          the best this CPU runs; now %s)\n"
-               "  MESHINFER_MPI=0|1       without mpirun or srun MPI is not started; 1 starts it anyway\n",
+               "  MESHINFER_MPI=0|1       without mpirun or srun MPI is not started; 1 starts it anyway\n"
+               "  MESHINFER_SLOWDOWN=S    emulate a CPU S times slower (S in [1, 1000]): every compute op\n"
+               "                          sleeps S-1 times its own time after it (the testbed's --slowdown)\n",
             mi_kernels_list(), mi_kernels_name());
 }
 
@@ -61,6 +63,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "meshinfer: error: MESHINFER_KERNELS=%s: %s (%s)\n", kf, kerr, mi_kernels_list());
         return 2;
     }
+    mi_slowdown(); /* checked before any work or output: one error line, from the first rank only */
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name)) {
             /* a one-device command started by mpirun on several ranks would do the

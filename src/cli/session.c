@@ -282,10 +282,10 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
                                  "--kv-positions, --wire-dtype and --prune belong to `meshinfer plan` when the plan "
                                  "is made");
     }
-    if (o->phase_plans && (o->plan_file || strcmp(o->planner, "hybrid"))) {
+    if (o->phase_plans && (o->plan_file || (strcmp(o->planner, "hybrid") && strcmp(o->planner, "auto")))) {
         mi_cluster_free(&cl);
         return mi_set_error(err, "--phase-plans applies to --planner hybrid (the one planner that places the phases "
-                                 "apart)");
+                                 "apart) and to --planner auto when it picks hybrid");
     }
     int sg = !o->plan_file && !strcmp(o->planner, "somegather");
     if (!o->plan_file && !sg && o->prune_set) {
@@ -382,9 +382,14 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
                 int np = o->auto_prompt > 0 ? o->auto_prompt : 32, chunk = pp.prefill_T;
                 if (!mi_programs_compile(&ss->plan, &pd, err) && !mi_programs_compile(&ss->plan_prefill, &pq, err)) {
                     if (!mi_plan_phases_pay(&ss->plan, &pd, &ss->plan_prefill, &pq, &cl, np, chunk, &gain, &sw)) {
-                        fprintf(stderr, "meshinfer: hybrid: one placement for both phases (the prefill placement "
-                                        "would gain %.1f ms of TTFT for about %d prompt tokens but re-placing costs "
-                                        "%.1f ms; --phase-plans both forces it)\n", gain * 1e3, np, sw * 1e3);
+                        if (gain > 0)
+                            fprintf(stderr, "meshinfer: hybrid: one placement for both phases (the prefill "
+                                            "placement would gain %.1f ms of TTFT for a prompt of about %d tokens "
+                                            "but re-placing costs %.1f ms; --phase-plans both forces it)\n",
+                                    gain * 1e3, np, sw * 1e3);
+                        else
+                            fprintf(stderr, "meshinfer: hybrid: one placement for both phases (the prefill "
+                                            "placement would gain no TTFT for a prompt of about %d tokens)\n", np);
                         mi_plan_free(&ss->plan_prefill);
                         ss->has_prefill_plan = 0;
                     }

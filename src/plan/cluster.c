@@ -22,7 +22,7 @@
  *
  * `meshinfer calibrate` writes the last two and, per device, "host" (where
  * it was measured), "hwloc" (the device's description, kept for people, not
- * read back) and "compute": {"pass_ns": {"f32": .., "f16": .., "q8_0": ..,
+ * read back) and "compute": {"pass_ns": {"fp32": .., "fp16": .., "q8_0": ..,
  * "q4_0": ..}, "pos_ns": {...}, "kv_ns": .., "op_us": .., "vec_ns": ..} (plan.h mi_device,
  * in nanoseconds per weight element and microseconds per op). A device with
  * "compute" is calibrated; its speed is then only what the seed 000 planners
@@ -137,6 +137,10 @@ static int get_number(const cJSON *obj, const char *key, int allow_zero, double 
      * devices stay finite (speeds near 1e308 made the tp planner's sum NaN) */
     if (d > 1e9)
         return mi_set_error(err, "%s: %s%s%s must be at most 1e9 (got %g)", prefix, where, dot, key, d);
+    /* and, when positive, large enough that every rate and time derived from it stays a normal
+     * number (1e-300 Mbit/s made predictions of 300 digits, 1e-320 became 0) */
+    if (d > 0 && d < 1e-6)
+        return mi_set_error(err, "%s: %s%s%s must be 0 or at least 1e-6 (got %g)", prefix, where, dot, key, d);
     *out = d;
     return 0;
 }
@@ -256,8 +260,9 @@ static int parse_matrix(const cJSON *m, const char *key, int n, double scale, do
         int j = 0;
         for (const cJSON *v = row->child; v; v = v->next, j++) {
             if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < 0 || v->valuedouble > 1e9 ||
+                (v->valuedouble > 0 && v->valuedouble < 1e-6) ||
                 (i != j && !strcmp(key, "bandwidth_mbit") && v->valuedouble <= 0))
-                return mi_set_error(err, "%s: links.%s[%d][%d] must be a %s number of at most 1e9", prefix, key, i, j,
+                return mi_set_error(err, "%s: links.%s[%d][%d] must be a %s number from 1e-6 to 1e9", prefix, key, i, j,
                                     strcmp(key, "bandwidth_mbit") ? "non-negative" : "positive");
             out[(size_t)i * n + j] = i == j ? 0.0 : v->valuedouble * scale;
         }

@@ -162,6 +162,8 @@ int mi_plan_hybrid(mi_plan *plan, const mi_cluster *cl, const mi_plan_options *o
     }
     plan->cls = mi_malloc((size_t)plan->n_cls * sizeof(mi_slice), "plan classifier slices");
     memcpy(plan->cls, tmp, (size_t)plan->n_cls * sizeof(mi_slice));
+    if (!plan->controller_works && n > 1)
+        h.left[0] = -1; /* --controller-works no: rank 0 holds no layer (no room is how both choices see it) */
 
     int rc = 0;
     for (int l = 0; l < c->n_layers && !rc; l++) {

@@ -238,6 +238,25 @@ expect_error "calibration block for another rank count" "calibration.n_ranks mus
     "$bin" plan -m "$model" --cluster "$tmp/cal-n.json"
 expect_error "--phase-plans unknown" "--phase-plans: 'sometimes' is not" "$bin" generate -m "$model" --phase-plans sometimes
 expect_error "calibrate without --out" "calibrate: --out is required" "$bin" calibrate
+# plan --json is JSON (a backspace once "erased" a brace in it), with the predictions per plan
+if "$bin" plan -m "$model" --ranks 3 --planner all --json > "$tmp/all.json" 2>/dev/null &&
+   node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1]));
+     if (!(j.plans.length >= 4 && j.plans.every(p => p.predicted_ttft_ms > 0 && p.predicted_tpot_ms > 0) &&
+           j.comparison.length === 5 && typeof j.auto === "string")) process.exit(1)' "$tmp/all.json"; then
+    echo "ok: plan --planner all --json parses, every plan with TTFT and TPOT"; pass=$((pass+1))
+else echo "FAIL: plan --planner all --json: $(head -c 300 "$tmp/all.json")"; fail=$((fail+1)); fi
+# hybrid follows --controller-works no: rank 0 keeps no layer
+"$bin" plan -m "$model" --ranks 3 --planner hybrid --controller-works no --out "$tmp/hy.json" > /dev/null 2>&1
+if node -e 'const p = JSON.parse(require("fs").readFileSync(process.argv[1]));
+     if (p.controller_works !== false || p.layers.some(l => l.kv_rank.includes(0) || l.proj_rank === 0 ||
+         l.ffn.some(f => f[0] === 0))) process.exit(1)' "$tmp/hy.json" 2>/dev/null; then
+    echo "ok: hybrid with --controller-works no leaves rank 0 without layers"; pass=$((pass+1))
+else echo "FAIL: hybrid --controller-works no: $(head -c 400 "$tmp/hy.json")"; fail=$((fail+1)); fi
+expect_error "plan --ctx past the context" "--ctx 300 is past the model's context" \
+    "$bin" plan -m "$model" --ranks 2 --ctx 300
+printf '{"gflops": 4.9e-324, "devices": [{"name": "a", "mem_mb": 100}]}' > "$tmp/denorm.json"
+expect_error "a rate too small to be a rate" "gflops must be 0 or at least 1e-6" \
+    "$bin" plan -m "$model" --cluster "$tmp/denorm.json" --planner all
 # the emulated slowdown stretches compute as a slower CPU would: 3x slower decoding, within the
 # machine's noise (2x to 4.5x; the sleep is owed and paid in pieces, so small ops stretch too)
 t1=$("$bin" bench -m "$model" -n 96 --no-baseline --repeat 2 --json 2>/dev/null | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).tpot_ms))')
