@@ -79,6 +79,9 @@ one "tp, 4 ranks" 4 "$model" -n 24 --planner tp
 one "somegather, pruning and loss, 3 ranks" 3 "$model" -n 24 --planner somegather --prune 0.5,hidden=0.9 --loss 0.05
 one "re-placement moving KV heads, 4 ranks" 4 "$model" -n 150 --ignore-eos \
     --cluster "$root/mpi_tests/cluster-tight.json" --kv-positions 32 --replan
+# seed 003: hybrid's prefill placement, then a re-placement to its decode placement after the prompt
+one "hybrid with its phases apart, 3 ranks" 3 "$model" -n 24 --cluster "$root/mpi_tests/cluster-hybrid3.json" \
+    --planner hybrid --phase-plans both
 one "q4_0 weights, q8_0 messages, somegather 2 ranks" 2 "$q4" -n 24 --planner somegather --wire-dtype q8_0
 echo "$pass passed, $fail failed"
 ((fail == 0))
