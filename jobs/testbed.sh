@@ -26,6 +26,11 @@
 #                      the quota runs at full speed, so quotas alone make slow
 #                      devices fast at decoding; a slowdown slows both phases
 #                      alike, as a slower CPU does, and keeps the cores free
+#   --at T:link=D/R    at T seconds into the run, every link's delay becomes D ms
+#                      and the medium's rate R Mbit/s (0: unlimited); repeatable
+#   --at T:rank=K,slowdown=S  at T seconds, rank K becomes S times slower;
+#                      repeatable (issue 10's runtime scaling: a link degrades,
+#                      a device slows down, mid-run)
 #   --cpu-period-ms T  quota period (default 5): a rank that used its share
 #                      waits out the rest of the period, so long periods add
 #                      stalls of up to T*(1-P/100) ms that a slower device
@@ -42,12 +47,13 @@
 #   jobs/testbed.sh -- generate -m models/cache/stories15M.h5 --planner greedy --speculate --json
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-ranks=5 cpu=40 slowdown=1 period=5 delay=5 jitter=1 loss=0 rate=0 port=46000
+ranks=5 cpu=40 slowdown=1 period=5 changes=() delay=5 jitter=1 loss=0 rate=0 port=46000
 while (($#)); do
     case "$1" in
         --ranks) ranks=$2; shift 2 ;;
         --cpu-pct) cpu=$2; shift 2 ;;
         --slowdown) slowdown=$2; shift 2 ;;
+        --at) changes+=("$2"); shift 2 ;;
         --cpu-period-ms) period=$2; shift 2 ;;
         --delay-ms) delay=$2; shift 2 ;;
         --jitter-ms) jitter=$2; shift 2 ;;
@@ -75,6 +81,10 @@ for c in "${slows[@]}"; do
         { echo "testbed: error: --slowdown '$c' is not a number in [1, 1000]" >&2; exit 2; }
 done
 slow_of() { local i=$1; ((i < ${#slows[@]})) || i=$((${#slows[@]} - 1)); echo "${slows[$i]}"; }
+for ch in "${changes[@]}"; do
+    [[ $ch =~ ^[0-9]+([.][0-9]+)?:(link=[0-9]+([.][0-9]+)?/[0-9]+([.][0-9]+)?|rank=[0-9]+,slowdown=[0-9]+([.][0-9]+)?)$ ]] ||
+        { echo "testbed: error: --at '$ch' is not T:link=DELAY_MS/RATE_MBIT or T:rank=K,slowdown=S" >&2; exit 2; }
+done
 # the quota of rank r (the list's last entry for ranks beyond it)
 cpu_of() { local i=$1; ((i < ${#cpus[@]})) || i=$((${#cpus[@]} - 1)); echo "${cpus[$i]}"; }
 for v in "delay-ms=$delay" "jitter-ms=$jitter" "loss-pct=$loss" "rate-mbit=$rate"; do
@@ -163,7 +173,11 @@ done
 [[ -n "$autocork" ]] && sysctl -qw net.ipv4.tcp_autocorking=0
 # no other program's outgoing connection may take a port of the shaped range
 [[ "$reserved" != "-" ]] && sysctl -qw net.ipv4.ip_local_reserved_ports="${reserved:+$reserved,}$port-$((port + 99))"
-"$root/build/mi_netem" --queue "$queue" --delay-ms "$delay" --jitter-ms "$jitter" --loss-pct "$loss" --rate-mbit "$rate" &
+ctl="$(mktemp -d)"
+trap 'cleanup; rm -rf "$ctl"' EXIT
+for ((r = 0; r < ranks; r++)); do echo "$(slow_of $r)" > "$ctl/slow$r"; done
+"$root/build/mi_netem" --queue "$queue" --delay-ms "$delay" --jitter-ms "$jitter" --loss-pct "$loss" --rate-mbit "$rate" \
+    --control "$ctl/link" &
 netem_pid=$!
 save_state
 sleep 0.3
@@ -181,12 +195,13 @@ echo "testbed: $ranks ranks at ${quotas}% of a core$([[ -n $slowest ]] && echo "
      "(cgroups $tag-rank*, NFQUEUE $queue on ports $port-$((port + 99)))" >&2
 
 wrapper="$(mktemp)"
-trap 'cleanup; rm -f "$wrapper"' EXIT
+trap 'cleanup; rm -f "$wrapper"; rm -rf "$ctl"' EXIT
 cat > "$wrapper" <<WRAP
 #!/usr/bin/env bash
 echo \$\$ > "$cgroot/$tag-rank\$OMPI_COMM_WORLD_RANK/cgroup.procs"
 slow=($slowlist)
 export MESHINFER_SLOWDOWN=\${slow[\$OMPI_COMM_WORLD_RANK]}
+export MESHINFER_SLOWDOWN_FILE="$ctl/slow\$OMPI_COMM_WORLD_RANK"
 exec "\$@"
 WRAP
 chmod +x "$wrapper"
@@ -199,7 +214,27 @@ mpirun --allow-run-as-root -q --oversubscribe --bind-to none -np "$ranks" \
     -x OPENBLAS_NUM_THREADS=1 "$wrapper" "$bin" "$@" < /dev/null &
 mpi_pid=$!
 save_state
+# scheduled changes: a link that degrades, a device that slows down
+change_pids=()
+for ch in "${changes[@]}"; do
+    (
+        t=${ch%%:*} what=${ch#*:}
+        sleep "$t"
+        kill -0 "$mpi_pid" 2>/dev/null || exit 0
+        if [[ $what == link=* ]]; then
+            v=${what#link=}
+            echo "${v%/*} ${v#*/}" > "$ctl/link.tmp" && mv "$ctl/link.tmp" "$ctl/link" && kill -USR1 "$netem_pid"
+            echo "testbed: at ${t} s: links ${v%/*} ms, rate ${v#*/} Mbit/s" >&2
+        else
+            k=${what#rank=}; k=${k%%,*}; v=${what##*slowdown=}
+            echo "$v" > "$ctl/slow$k.tmp" && mv "$ctl/slow$k.tmp" "$ctl/slow$k"
+            echo "testbed: at ${t} s: rank $k ${v}x slower" >&2
+        fi
+    ) &
+    change_pids+=($!)
+done
 stop_run() {
+    kill "${change_pids[@]}" 2>/dev/null || true
     kill -TERM "$mpi_pid" 2>/dev/null || true
     for _ in $(seq 50); do kill -0 "$mpi_pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$mpi_pid" 2>/dev/null || true
@@ -209,4 +244,8 @@ stop_run() {
 trap stop_run INT TERM
 rc=0
 wait "$mpi_pid" || rc=$?
+if ((${#change_pids[@]})); then
+    kill "${change_pids[@]}" 2>/dev/null || true
+    wait "${change_pids[@]}" 2>/dev/null || true
+fi
 exit "$rc"

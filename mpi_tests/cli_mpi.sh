@@ -248,5 +248,14 @@ node -e 'const fs = require("fs"), c = JSON.parse(fs.readFileSync(process.argv[1
   c.devices.forEach(d => d.mem_mb = 5); fs.writeFileSync(process.argv[2], JSON.stringify(c));' "$tmp/cal3.json" "$tmp/none3.json"
 expect_error "--planner auto where nothing fits" "--planner auto: no scheme fits" \
     -np 3 "$bin" generate -m "$model" --cluster "$tmp/none3.json" --planner auto
+# seed 003 communication scaling: an unreachable --tpot-ms lowers the messages twice (fp32 -> fp16
+# -> q8_0), each decision logged with its cost, and the run goes on
+run -np 3 "$bin" generate -m "$model" -n 30 --planner tp --tpot-ms 0.01 --json > "$tmp/sc.json" 2> "$tmp/sc.err"
+sc=$(node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1])); const d = j.scaling.decisions;
+  console.log(d.map(x => x.wire_from + ">" + x.wire_to).join(" "), j.scaling.token_ms.length, j.generated_tokens,
+              d.every(x => x.decide_us > 0 && x.apply_ms > 0) ? "costed" : "uncosted")' "$tmp/sc.json" 2>&1)
+[[ $sc == "fp32>fp16 fp16>q8_0 29 30 costed" ]] && grep -q "scaling after token 4: TPOT" "$tmp/sc.err" &&
+    ok "--tpot-ms: messages lowered fp32 -> fp16 -> q8_0, each decision costed, 30 tokens" ||
+    bad "--tpot-ms: $sc $(head -3 "$tmp/sc.err")"
 echo "$pass passed, $fail failed"
 ((fail == 0))

@@ -72,7 +72,10 @@ double mi_now(void);
  * leaves the cores free for the other emulated devices. Sleeps are owed and
  * paid in pieces of at least 0.2 ms, so tiny ops do not pay a timer's
  * overshoot each. mi_slowdown: the factor; mi_slowdown_pay(t0): after
- * compute that started at mi_now() = t0. An unparsable value is fatal. */
+ * compute that started at mi_now() = t0. An unparsable value is fatal.
+ * MESHINFER_SLOWDOWN_FILE=PATH: a factor in that file replaces it whenever
+ * the file changes (read at most every 50 ms; unreadable or out-of-range
+ * contents are ignored): a device that slows down mid-run. */
 double mi_slowdown(void);
 void mi_slowdown_pay(double t0);
 

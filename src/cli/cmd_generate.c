@@ -139,9 +139,12 @@ int cmd_generate(int argc, char **argv)
             if (n_out >= steps)
                 break;
             prev = next;
+            double ts = mi_now();
             logits = session_forward(&ss, &next, 1, n_prompt + n_out - 1, 0);
             session_check_logits(logits, c->vocab_size, n_prompt + n_out - 1);
             next = mi_sample(&smp, logits);
+            /* seed 003 runtime scaling: may re-place (the logits were read) */
+            session_after_step(&ss, mi_now() - ts, n_prompt + n_out);
         }
         double t_end = mi_now();
         mi_runtime_stop(ss.rt);

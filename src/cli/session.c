@@ -23,6 +23,9 @@ const char *SESSION_HELP =
     "                          or tensor parallelism, whichever the cost model predicts faster, for\n"
     "                          prefill and decode apart (the run re-places after the first token when\n"
     "                          they differ); auto: every scheme predicted, the fastest that fits run\n"
+    "      --tpot-ms T         seed 003 communication scaling: when decoding runs over T ms per token,\n"
+    "                          lower the wire dtype of activation messages (fp32 -> fp16 -> q8_0);\n"
+    "                          raise it again when TPOT stays under 60% of T (decisions in --json)\n"
     "      --phase-plans auto|both|decode|prefill  hybrid: each phase its own placement when the\n"
     "                          prompt's predicted gain pays for the two re-placements (auto, default),\n"
     "                          always (both), or one phase's for both (to measure what each gains)\n"
@@ -76,6 +79,7 @@ void session_opts_init(session_opts *o)
 int session_opt(session_opts *o, int code, const char *arg)
 {
     switch (code) {
+    case 1020: o->tpot_ms = mi_parse_double("--tpot-ms", arg, 1e-3, 1e9); return 1;
     case 1019:
         if (!strcmp(arg, "auto"))
             o->phase_plans = 0;
@@ -419,6 +423,9 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
     }
     ss->cl = cl;
     ss->replan = o->replan;
+    ss->tpot_target_s = o->tpot_ms / 1e3;
+    ss->hold = 16;
+    ss->token_ms = mi_calloc(SESSION_MAX_TOKENS, sizeof(float), "token times");
     return rc;
 }
 
@@ -507,6 +514,7 @@ void session_close(mi_session *ss, const session_opts *o)
         mi_cluster_free(&ss->cl);
         free(ss->acc);
         free(ss->hosts);
+        free(ss->token_ms);
     }
 }
 
@@ -625,6 +633,58 @@ double session_phase(mi_session *ss, int prefill, int n_pos)
     ss->n_switches++;
     ss->switch_s += t;
     return t;
+}
+
+void session_after_step(mi_session *ss, double step_s, int n_pos)
+{
+    if (ss->n_tokens < SESSION_MAX_TOKENS)
+        ss->token_ms[ss->n_tokens] = (float)(step_s * 1e3);
+    int k = ++ss->n_tokens;
+    if (ss->tpot_target_s <= 0 || ss->installed_prefill || k < 4 || k > SESSION_MAX_TOKENS ||
+        ss->n_decisions >= SESSION_MAX_DECISIONS)
+        return;
+    double t0 = mi_now();
+    double mean = 0;
+    for (int i = k - 4; i < k; i++)
+        mean += ss->token_ms[i] / 4e3;
+    static const int ladder[] = {MI_F32, MI_F16, MI_Q8_0};
+    int w = ss->plan.wire, at = w == MI_F32 ? 0 : w == MI_F16 ? 1 : 2, to = -1;
+    char trigger[96] = "";
+    if (mean > ss->tpot_target_s && at < 2 && k - ss->last_change >= 4) {
+        to = ladder[at + 1];
+        if (ss->last_was_probe && k - ss->last_change <= 8)
+            ss->hold *= 2; /* the probe failed */
+        snprintf(trigger, sizeof trigger, "TPOT %.2f ms over the %.2f ms target", mean * 1e3, ss->tpot_target_s * 1e3);
+    } else if (at > 0 && k - ss->last_change >= ss->hold && mean < 0.6 * ss->tpot_target_s) {
+        /* the pressure may have gone: try the next higher precision (a probe; if it
+         * brings TPOT back over the target within 8 steps, the next probe waits twice
+         * as long, so a lasting bad link is not probed every few tokens) */
+        to = ladder[at - 1];
+        snprintf(trigger, sizeof trigger, "TPOT %.2f ms, under 60%% of the %.2f ms target for %d steps", mean * 1e3,
+                 ss->tpot_target_s * 1e3, k - ss->last_change);
+    }
+    if (to < 0)
+        return;
+    session_decision *d = &ss->decisions[ss->n_decisions++];
+    d->token = k;
+    snprintf(d->trigger, sizeof d->trigger, "%s", trigger);
+    d->wire_from = w;
+    d->wire_to = to;
+    d->decide_us = (mi_now() - t0) * 1e6;
+    double t1 = mi_now();
+    mi_plan np = ss->plan; /* the same placement; only the messages' dtype changes */
+    np.wire = to;
+    mi_runtime_replan(ss->rt, &np, n_pos);
+    ss->plan.wire = to;
+    mi_programs_free(&ss->prog);
+    char err[MI_ERRLEN];
+    if (mi_programs_compile(&ss->plan, &ss->prog, err))
+        mi_fatal("%s", err);
+    d->apply_ms = (mi_now() - t1) * 1e3;
+    ss->last_change = k;
+    ss->last_was_probe = to == ladder[at > 0 ? at - 1 : 0] && at > 0;
+    fprintf(stderr, "meshinfer: scaling after token %d: %s -> messages %s to %s (decided in %.0f us, installed in "
+                    "%.1f ms)\n", k, trigger, mi_dtype_name(w), mi_dtype_name(to), d->decide_us, d->apply_ms);
 }
 
 void session_predict(const mi_session *ss, int n_prompt, int n_steps, double *ttft, double *tpot)
@@ -771,6 +831,17 @@ void session_metrics_json(mi_session *ss, FILE *f)
     if (ss->rank != 0)
         return;
     char dts[160];
+    fprintf(f, "\"scaling\": {\"tpot_target_ms\": %.3f, \"decisions\": [", ss->tpot_target_s * 1e3);
+    for (int i = 0; i < ss->n_decisions; i++) {
+        const session_decision *d = &ss->decisions[i];
+        fprintf(f, "%s{\"token\": %d, \"trigger\": \"%s\", \"wire_from\": \"%s\", \"wire_to\": \"%s\", "
+                   "\"decide_us\": %.1f, \"apply_ms\": %.3f}", i ? ", " : "", d->token, d->trigger,
+                mi_dtype_name(d->wire_from), mi_dtype_name(d->wire_to), d->decide_us, d->apply_ms);
+    }
+    fprintf(f, "], \"token_ms\": [");
+    for (int i = 0; i < ss->n_tokens && i < SESSION_MAX_TOKENS; i++)
+        fprintf(f, i ? ", %.3f" : "%.3f", ss->token_ms[i]);
+    fprintf(f, "]}, ");
     fprintf(f, "\"weights\": \"%s\", \"plan\": {\"planner\": \"%s\", \"controller_works\": %s, "
                "\"wire_dtype\": \"%s\", \"plan_ms\": %.3f, \"predicted_token_ms\": %.4f, "
                "\"predicted_bytes_per_token\": %.0f}, ",

@@ -42,6 +42,7 @@ typedef struct {
                                 pays for the re-placements), 1 decode's for both phases, 2 prefill's
                                 for both (to measure what each phase gains), 3 apart always */
     int auto_prompt, auto_steps; /* --planner auto: the request judged (prompt tokens, decoded tokens) */
+    double tpot_ms;          /* --tpot-ms: seed 003 communication scaling's target (0: off) */
 } session_opts;
 
 /* getopt_long entries for the options above (codes >= 1000), to append to a
@@ -56,7 +57,8 @@ typedef struct {
     {"kv-positions", required_argument, 0, 1012}, {"wire-dtype", required_argument, 0, 1013}, \
     {"prune", required_argument, 0, 1014}, {"prune-mode", required_argument, 0, 1015}, \
     {"loss", required_argument, 0, 1016}, {"loss-mode", required_argument, 0, 1017}, \
-    {"loss-seed", required_argument, 0, 1018}, {"phase-plans", required_argument, 0, 1019}
+    {"loss-seed", required_argument, 0, 1018}, {"phase-plans", required_argument, 0, 1019}, \
+    {"tpot-ms", required_argument, 0, 1020}
 extern const char *SESSION_HELP;
 
 void session_opts_init(session_opts *o);
@@ -76,6 +78,17 @@ typedef struct {
 } session_replan;
 
 #define SESSION_MAX_REPLANS 64
+
+/* One runtime-scaling decision (seed 003 4.3.2), as reported in --json. */
+typedef struct {
+    int token;              /* the decode step after which it was taken */
+    char trigger[96];       /* what crossed the target */
+    int wire_from, wire_to; /* mi_dtype of activation messages */
+    double decide_us;       /* the decision itself (cost-model predictions included) */
+    double apply_ms;        /* installing it (a re-placement with nothing to move) */
+} session_decision;
+#define SESSION_MAX_DECISIONS 64
+#define SESSION_MAX_TOKENS 65536
 #define SESSION_REPLAN_THRESHOLD 0.85 /* seed 000: re-place when a device crosses 85% of its memory */
 
 typedef struct {
@@ -113,6 +126,15 @@ typedef struct {
     int installed_prefill;  /* rank 0: the runtime runs plan_prefill now */
     int n_switches;         /* rank 0: phase switches (each a re-placement: shards loaded, KV heads moved) */
     double switch_s;        /* rank 0: their time */
+    /* seed 003 4.3.2 communication scaling (--tpot-ms), rank 0 */
+    double tpot_target_s;   /* 0: off */
+    int n_tokens;           /* decode steps timed */
+    float *token_ms;        /* [SESSION_MAX_TOKENS] each step's time */
+    int last_change;        /* step of the last decision */
+    int hold;               /* steps a lowered precision is kept before a probe (16, doubled per failed probe) */
+    int last_was_probe;     /* the last decision raised the precision */
+    int n_decisions;
+    session_decision decisions[SESSION_MAX_DECISIONS];
 } mi_session;
 
 void session_mpi_init(int *argc, char ***argv, int *rank, int *size);
@@ -146,6 +168,15 @@ double session_phase(mi_session *ss, int prefill, int n_pos);
  * decode steps after it (cost.h, on the cluster the plan was made for),
  * seconds; the phase's own plan for each. */
 void session_predict(const mi_session *ss, int n_prompt, int n_steps, double *ttft, double *tpot);
+
+/* Rank 0, after a decode step of step_s seconds that left n_pos positions
+ * cached: record it and, with --tpot-ms, scale communication (seed 003
+ * 4.3.2): when the mean of the last 4 steps is over the target, lower the
+ * wire dtype of activation messages one step (fp32 -> fp16 -> q8_0); when
+ * it stays under 60% of the target for 16 steps, probe the next higher one
+ * (a probe that fails within 8 steps doubles the wait before the next).
+ * Each decision is logged (stderr, --json) with its trigger and cost. */
+void session_after_step(mi_session *ss, double step_s, int n_pos);
 
 /* Rank 0: session_forward over n tokens in chunks (prompt processing), on
  * the prefill plan (session_phase). */

@@ -9,7 +9,11 @@
  * mesh): bytes cost time and traffic queues.
  *
  * usage: mi_netem --queue Q --delay-ms D [--jitter-ms J] [--loss-pct L] [--rate-mbit R] [--seed S]
- * Runs until SIGINT/SIGTERM, then releases every held packet and exits 0. */
+ *                 [--control FILE]
+ * Runs until SIGINT/SIGTERM, then releases every held packet and exits 0.
+ * With --control, SIGUSR1 makes it read "DELAY_MS RATE_MBIT" from FILE and
+ * use them for the packets that arrive from then on (a link that degrades
+ * or recovers mid-run: issue 10's runtime scaling). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -90,13 +94,40 @@ static void on_signal(int s)
     stop = 1;
 }
 
+static volatile sig_atomic_t reread;
+static void on_usr1(int s)
+{
+    (void)s;
+    reread = 1;
+}
+
+/* New delay and rate from the control file (ignored, with a warning, when malformed). */
+static void read_control(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    double d = -1, r = -1;
+    if (!f || fscanf(f, "%lf %lf", &d, &r) != 2 || d < 0 || r < 0 || d > 1e5 || r > 1e6) {
+        fprintf(stderr, "mi_netem: warning: %s does not hold \"DELAY_MS RATE_MBIT\"; link unchanged\n", path);
+    } else {
+        delay_s = d / 1e3;
+        if (jitter_s > delay_s)
+            jitter_s = delay_s;
+        rate_bps = r * 1e6;
+        fprintf(stderr, "mi_netem: link now %.2f ms, rate %s%.0f%s\n", d, r > 0 ? "" : "unlimited", r > 0 ? r : 0,
+                r > 0 ? " Mbit/s" : "");
+    }
+    if (f)
+        fclose(f);
+}
+
 int main(int argc, char **argv)
 {
     int queue = -1, o;
     double delay_ms = -1, jitter_ms = 0, loss_pct = 0, rate_mbit = 0;
+    const char *control = NULL;
     static const struct option opts[] = {{"queue", 1, 0, 'q'}, {"delay-ms", 1, 0, 'd'}, {"jitter-ms", 1, 0, 'j'},
                                          {"loss-pct", 1, 0, 'l'}, {"seed", 1, 0, 's'}, {"rate-mbit", 1, 0, 'r'},
-                                         {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+                                         {"control", 1, 0, 'c'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         char *end = NULL;
         switch (o) {
@@ -106,6 +137,7 @@ int main(int argc, char **argv)
         case 'l': loss_pct = strtod(optarg, &end); break;
         case 'r': rate_mbit = strtod(optarg, &end); break;
         case 's': rng = strtoull(optarg, &end, 10) | 1; break;
+        case 'c': control = optarg; break;
         case 'h':
             printf("usage: mi_netem --queue Q --delay-ms D [--jitter-ms J] [--loss-pct L] [--rate-mbit R] [--seed S]\n"
                    "Holds NFQUEUE packets for D +- J ms in FIFO order, drops L%%; with R, packets also take\n"
@@ -140,18 +172,25 @@ int main(int argc, char **argv)
     }
     struct nfq_q_handle *qh = nfq_create_queue(h, (uint16_t)queue, on_packet, NULL);
     /* with a rate the IPv4 header is needed for the packet's length */
-    if (!qh || nfq_set_mode(qh, rate_bps > 0 ? NFQNL_COPY_PACKET : NFQNL_COPY_META, rate_bps > 0 ? 20 : 0) < 0) {
+    int need_len = rate_bps > 0 || control; /* a rate may be set later */
+    if (!qh || nfq_set_mode(qh, need_len ? NFQNL_COPY_PACKET : NFQNL_COPY_META, need_len ? 20 : 0) < 0) {
         fprintf(stderr, "mi_netem: error: cannot create queue %d (in use?)\n", queue);
         return 1;
     }
     nfq_set_queue_maxlen(qh, CAP - 1);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
+    if (control)
+        signal(SIGUSR1, on_usr1);
     int fd = nfq_fd(h);
     char buf[65536] __attribute__((aligned));
     fprintf(stderr, "mi_netem: queue %d, delay %.2f ms +- %.2f, loss %.2f%%, rate %s\n", queue, delay_ms, jitter_ms,
             loss_pct, rate_bps > 0 ? "limited" : "unlimited");
     while (!stop) {
+        if (reread) {
+            reread = 0;
+            read_control(control);
+        }
         double t = now();
         while (head != tail && (held[head].release <= t || stop)) {
             nfq_set_verdict(qh, held[head].id, held[head].drop ? NF_DROP : NF_ACCEPT, 0, NULL);

@@ -234,9 +234,37 @@ double mi_slowdown(void)
     return g_slowdown;
 }
 
+/* MESHINFER_SLOWDOWN_FILE: a factor that may change during the run (the
+ * testbed slows a device mid-run), read at most every 50 ms. */
+static double slowdown_now(void)
+{
+    static const char *path;
+    static int checked;
+    static double next_read;
+    if (!checked) {
+        checked = 1;
+        path = getenv("MESHINFER_SLOWDOWN_FILE");
+        if (path && !*path)
+            path = NULL;
+    }
+    if (path) {
+        double t = mi_now();
+        if (t >= next_read) {
+            next_read = t + 0.05;
+            FILE *f = fopen(path, "r");
+            double s;
+            if (f && fscanf(f, "%lf", &s) == 1 && s >= 1 && s <= 1000)
+                g_slowdown = s;
+            if (f)
+                fclose(f);
+        }
+    }
+    return mi_slowdown();
+}
+
 void mi_slowdown_pay(double t0)
 {
-    double s = mi_slowdown();
+    double s = slowdown_now();
     if (s <= 1)
         return;
     double now = mi_now();
