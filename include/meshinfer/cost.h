@@ -96,6 +96,45 @@ double mi_plan_switch_s(const mi_plan *from, const mi_plan *to, const mi_cluster
 int mi_plan_phases_pay(const mi_plan *dec, const mi_programs *pd, const mi_plan *pre, const mi_programs *pp,
                        const mi_cluster *cl, int n_prompt, int chunk, double *gain_s, double *switch_s);
 
+/* ------------------------------------------------ mixed precision (seed 003 4.2.2) */
+
+/* A model's importance side file (`meshinfer importance`): per layer, the
+ * rise in perplexity when its seven matrices are lowered to q8_0 and to q4_0. */
+typedef struct {
+    int n_layers;
+    double rise[MI_MAX_LAYERS][2]; /* [layer][0: q8_0, 1: q4_0], perplexity points */
+} mi_importance;
+
+/* Load path for model c. Returns 0, or -1 with one line in err: unreadable,
+ * not an importance file, or one for another model (name, layers, dim or
+ * hidden_dim differ: "importance file F is for X ... but the model is Y"). */
+int mi_importance_load(const char *path, const mi_config *c, mi_importance *imp, char *err);
+
+typedef struct {
+    double ttft_s, tpot_s;    /* targets (0: none) */
+    int n_prompt, n_steps;    /* the request they are judged on */
+    int chunk;                /* prefill pass */
+} mi_precision_query;
+
+typedef struct {
+    mi_config cfg;            /* the chosen weight dtypes */
+    int steps;                /* layer downgrades applied (of up to 2 x n_layers) */
+    int evaluated;            /* configurations planned and predicted */
+    double ttft_s, tpot_s;    /* predicted with the chosen dtypes */
+    double rise;              /* sum of the layers' importances: the expected perplexity rise (additive) */
+    double seconds;           /* the search's time */
+    char spec[8192];          /* the dtypes as `meshinfer quantize --layer-dtype` takes them */
+} mi_precision_result;
+
+/* Seed 003's search: from model c's dtypes down the chain (every layer to
+ * q8_0, least important first, then to q4_0 in the order of what that step
+ * adds), binary search for the fewest downgrades with which the planner of
+ * `po` fits every device's budget and the predicted TTFT and TPOT meet q's
+ * targets. Returns 0 with *out, or -1 with err naming the best reachable
+ * (every layer q4_0) when nothing meets the targets, or that nothing fits. */
+int mi_precision_search(const mi_config *c, const mi_cluster *cl, const mi_plan_options *po, const mi_importance *imp,
+                        const mi_precision_query *q, mi_precision_result *out, char *err);
+
 /* ------------------------------------------------------------ calibration
  *
  * Seed 003 4.2.1: computation time from "a regression model based on ...

@@ -36,6 +36,11 @@ static void help(void)
            "  --prompt-tokens N     prompt length of the predicted TTFT (default 32, or a quarter of a\n"
            "                        shorter context)\n"
            "  --steps N             decoded tokens of the predicted TPOT (default 128, or the rest)\n"
+           "  --importance FILE     seed 003's precision search (file from `meshinfer importance`):\n"
+           "                        lower layers to q8_0, then q4_0, least important first, as few as\n"
+           "                        make the plan fit and meet --ttft-ms and --tpot-ms (binary search);\n"
+           "                        prints the --layer-dtype spec for `meshinfer quantize`\n"
+           "  --ttft-ms T, --tpot-ms T   the search's targets (default: none, fitting is enough)\n"
            "  --ranks N             N equal devices (default memory: 4000 MB each)\n"
            "  --cluster FILE        devices and links (JSON, see hostfiles/)\n"
            "  --mem-mb MB           memory of each device with --ranks\n"
@@ -504,10 +509,14 @@ int cmd_plan(int argc, char **argv)
         {"csv", required_argument, 0, 3004},      {"png", required_argument, 0, 3005},
         {"prune-mode", required_argument, 0, 3006}, {"programs", no_argument, 0, 3007},
         {"prompt-tokens", required_argument, 0, 3008}, {"steps", required_argument, 0, 3009},
+        {"importance", required_argument, 0, 3010}, {"ttft-ms", required_argument, 0, 3011},
+        {"tpot-ms", required_argument, 0, 3012},
         {0, 0, 0, 0}};
     const char *model = NULL, *shape = NULL, *cluster = NULL, *planner = "greedy", *out = NULL;
     cli_dtypes dt = {0};
     int ranks = 0, ctx = -1, json = 0, cw = -1, kvpos = 0, o, n_prompt = 0, n_steps = 0;
+    const char *importance = NULL;
+    double ttft_ms = 0, tpot_ms = 0;
     mi_dtype wire = MI_F32;
     double mem_mb = 4000;
     uint64_t seed = 1;
@@ -533,6 +542,9 @@ int cmd_plan(int argc, char **argv)
         case 3007: show_programs = 1; break;
         case 3008: n_prompt = (int)mi_parse_long("--prompt-tokens", optarg, 1, 1 << 24); break;
         case 3009: n_steps = (int)mi_parse_long("--steps", optarg, 1, 1 << 24); break;
+        case 3010: importance = optarg; break;
+        case 3011: ttft_ms = mi_parse_double("--ttft-ms", optarg, 1e-3, 1e9); break;
+        case 3012: tpot_ms = mi_parse_double("--tpot-ms", optarg, 1e-3, 1e9); break;
         case 3003: mo.n_pos = (int)mi_parse_long("--positions", optarg, 1, 1 << 24); break;
         case 3004: mo.csv = optarg; break;
         case 3005: mo.png = optarg; break;
@@ -621,6 +633,47 @@ int cmd_plan(int argc, char **argv)
         printf("{\"model\": \"%s\", \"synthetic_weights\": %s, \"weights\": \"%s\", \"prompt_tokens\": %d, "
                "\"steps\": %d, \"plans\": [", c.name, c.synthetic ? "true" : "false",
                mi_config_dtype_summary(&c, dts, sizeof dts), n_prompt, n_steps);
+    if ((ttft_ms > 0 || tpot_ms > 0) && !importance)
+        mi_fatal("plan: --ttft-ms and --tpot-ms are the precision search's targets: give --importance FILE too");
+    if (importance) {
+        /* seed 003 4.2.2: the precision search for one planner */
+        if (all || autop)
+            mi_fatal("plan: --importance searches the precision for one planner, not '%s'", planner);
+        if (!model)
+            mi_fatal("plan: --importance needs --model (the importance file names the model)");
+        mi_importance *imp = mi_malloc(sizeof *imp, "importance");
+        if (mi_importance_load(importance, &c, imp, err))
+            mi_fatal("%s", err);
+        mi_plan_options po = {which, seed, cw, 0, NULL, 0.0, kvpos, wire, 0, 0};
+        mi_precision_query q = {ttft_ms / 1e3, tpot_ms / 1e3, n_prompt, n_steps, chunk};
+        mi_precision_result *r = mi_malloc(sizeof *r, "precision search");
+        if (mi_precision_search(&c, &cl, &po, imp, &q, r, err))
+            mi_fatal("%s", err);
+        if (json)
+            printf("{\"model\": \"%s\", \"planner\": \"%s\", \"layer_dtype\": \"%s\", \"downgrades\": %d, "
+                   "\"evaluated\": %d, \"predicted_ttft_ms\": %.4f, \"predicted_tpot_ms\": %.4f, "
+                   "\"expected_perplexity_rise\": %.4f, \"search_ms\": %.3f}\n", c.name, mi_planner_name(which),
+                   r->spec, r->steps, r->evaluated, r->ttft_s * 1e3, r->tpot_s * 1e3, r->rise, r->seconds * 1e3);
+        else
+        {
+            char tt[32] = "none", tp[32] = "none";
+            if (ttft_ms > 0)
+                snprintf(tt, sizeof tt, "%g ms", ttft_ms);
+            if (tpot_ms > 0)
+                snprintf(tp, sizeof tp, "%g ms", tpot_ms);
+            printf("precision search (seed 003 4.2.2), planner %s, targets TTFT %s, TPOT %s, for a %d-token "
+                   "prompt and %d steps:\n  weights: %s\n  %d layer downgrades, %d configurations planned in %.2f ms\n"
+                   "  predicted TTFT %.2f ms, TPOT %.3f ms; expected perplexity rise %.3f (sum of the layers' "
+                   "importances)\n  make it: meshinfer quantize -m %s --layer-dtype %s --out MODEL-mixed.h5\n",
+                   mi_planner_name(which), tt, tp, n_prompt, n_steps,
+                   r->spec, r->steps, r->evaluated, r->seconds * 1e3, r->ttft_s * 1e3, r->tpot_s * 1e3, r->rise,
+                   model, r->spec);
+        }
+        free(r);
+        free(imp);
+        mi_cluster_free(&cl);
+        return 0;
+    }
     mi_compare_row rows[MI_COMPARE_MAX];
     int n_rows = 0, best = -1;
     if (all || autop) {
@@ -652,11 +705,15 @@ int cmd_plan(int argc, char **argv)
         if (pl == MI_PLANNER_HYBRID) {
             po.prefill = 1;
             po.prefill_T = chunk;
-            if (mi_plan_make(&c, &cl, &po, &pre, err))
-                mi_fatal("hybrid (prefill): %s", err);
-            two = !mi_plan_same_placement(&p, &pre);
-            if (!two)
-                mi_plan_free(&pre);
+            if (mi_plan_make(&c, &cl, &po, &pre, err)) {
+                /* the prefill packing can fail where the decode one fits: one placement serves both */
+                if (!json)
+                    printf("(no prefill placement: %s; the decode placement serves both phases)\n", err);
+            } else {
+                two = !mi_plan_same_placement(&p, &pre);
+                if (!two)
+                    mi_plan_free(&pre);
+            }
         }
         mi_programs prog, prog_pre;
         if (mi_programs_compile(&p, &prog, err) || (two && mi_programs_compile(&pre, &prog_pre, err)))

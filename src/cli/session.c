@@ -370,8 +370,12 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
             mi_plan_options pp = po;
             pp.prefill = 1;
             pp.prefill_T = ss->max_T < ss->cfg.seq_len ? ss->max_T : ss->cfg.seq_len;
-            rc = mi_plan_make(&ss->cfg, &cl, &pp, &ss->plan_prefill, err);
-            if (!rc && (mi_plan_same_placement(&ss->plan, &ss->plan_prefill) || o->phase_plans == 1)) {
+            char perr[MI_ERRLEN];
+            int prc = mi_plan_make(&ss->cfg, &cl, &pp, &ss->plan_prefill, perr);
+            if (prc) /* the prefill packing can fail where the decode one fits: one placement serves both */
+                fprintf(stderr, "meshinfer: hybrid: the decode placement serves both phases (no prefill placement: "
+                                "%s)\n", perr);
+            else if (!rc && (mi_plan_same_placement(&ss->plan, &ss->plan_prefill) || o->phase_plans == 1)) {
                 mi_plan_free(&ss->plan_prefill);
             } else if (!rc && o->phase_plans == 2) {
                 mi_plan_free(&ss->plan); /* the prefill placement for both phases */

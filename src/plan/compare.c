@@ -39,13 +39,13 @@ int mi_plan_compare(const mi_config *c, const mi_cluster *cl, const mi_plan_opti
         if (po.planner == MI_PLANNER_HYBRID) {
             po.prefill = 1;
             po.prefill_T = chunk;
-            if (mi_plan_make(c, cl, &po, &pre, r->why)) {
-                mi_plan_free(&dec);
-                continue;
+            char perr[MI_ERRLEN];
+            /* the prefill packing can fail where the decode one fits: one placement serves both */
+            if (!mi_plan_make(c, cl, &po, &pre, perr)) {
+                two = !mi_plan_same_placement(&dec, &pre);
+                if (!two)
+                    mi_plan_free(&pre);
             }
-            two = !mi_plan_same_placement(&dec, &pre);
-            if (!two)
-                mi_plan_free(&pre);
         }
         r->plan_ms = (mi_now() - t0) * 1e3;
         if (mi_programs_compile(&dec, &pd, r->why)) {

@@ -257,6 +257,24 @@ expect_error "plan --ctx past the context" "--ctx 300 is past the model's contex
 printf '{"gflops": 4.9e-324, "devices": [{"name": "a", "mem_mb": 100}]}' > "$tmp/denorm.json"
 expect_error "a rate too small to be a rate" "gflops must be 0 or at least 1e-6" \
     "$bin" plan -m "$model" --cluster "$tmp/denorm.json" --planner all
+# seed 003 importance and the precision search
+"$bin" quantize -m "$model" --dtype q4_0 --out "$tmp/q4.h5" > /dev/null 2>&1
+printf 'Once upon a time, there was a little girl named Lily. She loved to play outside in the sunshine.\n' > "$tmp/story.txt"
+expect_error "importance of a quantized model" "holds q4_0 weights in layer 0: lowering needs fp32 or fp16" \
+    "$bin" importance -m "$tmp/q4.h5" --text "$tmp/story.txt" --out "$tmp/imp-q4.json"
+if "$bin" importance -m "$model" --text "$tmp/story.txt" --out "$tmp/imp.json" > /dev/null 2>&1 &&
+   node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1]));
+     if (!(j.model === "stories15M" && j.layers.length === 6 && j.base_perplexity > 1 &&
+           j.layers.every(l => isFinite(l.q8_0) && l.q4_0 > l.q8_0 - 0.5))) process.exit(1)' "$tmp/imp.json"; then
+    echo "ok: importance: 6 layers, q8_0 and q4_0 rises"; pass=$((pass+1))
+else echo "FAIL: importance output: $(head -c 300 "$tmp/imp.json")"; fail=$((fail+1)); fi
+"$bin" synth --shape tiny-gqa --out "$tmp/gqa.h5" > /dev/null 2>&1
+expect_error "importance file for another model" "is for stories15M .* but the model is tiny-gqa" \
+    "$bin" plan -m "$tmp/gqa.h5" --ranks 2 --planner hybrid --importance "$tmp/imp.json"
+expect_error "search targets without importance" "give --importance FILE too" \
+    "$bin" plan -m "$model" --ranks 2 --planner hybrid --tpot-ms 5
+expect_error "unreachable targets: the best reachable named" "targets cannot be met; the lowest precision .* reaches TTFT" \
+    "$bin" plan -m "$model" --ranks 2 --planner hybrid --importance "$tmp/imp.json" --tpot-ms 0.001
 # the emulated slowdown stretches compute as a slower CPU would: 3x slower decoding, within the
 # machine's noise (2x to 4.5x; the sleep is owed and paid in pieces, so small ops stretch too)
 t1=$("$bin" bench -m "$model" -n 96 --no-baseline --repeat 2 --json 2>/dev/null | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).tpot_ms))')

@@ -291,6 +291,59 @@ static void test_switch_cost(void)
     mi_cluster_free(&cl);
 }
 
+/* Seed 003's precision search: the fewest downgrades, least important first,
+ * that fit; one fewer does not; unreachable targets name the best reachable;
+ * an importance file for another model is refused. */
+static void test_precision_search(void)
+{
+    mi_config c;
+    CU_ASSERT_EQUAL_FATAL(mi_config_from_shape("stories15M", &c), 0);
+    double sp[] = {1, 0.5, 0.25, 0.25};
+    double mem[] = {39e6, 3.5e6, 2e6, 2e6};
+    mi_cluster cl;
+    cluster_of(&cl, 4, sp, mem, 1e-3, 12.5e6);
+    static mi_importance imp;
+    imp.n_layers = c.n_layers;
+    for (int l = 0; l < c.n_layers; l++) {
+        imp.rise[l][0] = 0.01 * (c.n_layers - l); /* the last layers matter least */
+        imp.rise[l][1] = 0.1 * (l + 1);           /* ... unless lowered to q4_0 */
+    }
+    mi_plan_options po = {MI_PLANNER_HYBRID, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0};
+    mi_precision_query q = {0, 0, 32, 64, 64};
+    static mi_precision_result r;
+    char err[MI_ERRLEN] = "";
+    CU_ASSERT_EQUAL_FATAL(mi_precision_search(&c, &cl, &po, &imp, &q, &r, err), 0);
+    CU_ASSERT(r.steps > c.n_layers && r.steps < 2 * c.n_layers); /* all of q8_0 and some of q4_0 */
+    /* q4_0 went to the layers whose step adds least: the first ones */
+    int n4 = r.steps - c.n_layers;
+    for (int l = 0; l < c.n_layers; l++)
+        CU_ASSERT_EQUAL(r.cfg.dtype[l][MI_W1], l < n4 ? MI_Q4_0 : MI_Q8_0);
+    mi_plan p;
+    CU_ASSERT_EQUAL(mi_plan_make(&r.cfg, &cl, &po, &p, err), 0);
+    mi_plan_free(&p);
+    mi_config fewer = r.cfg; /* one downgrade fewer does not fit */
+    for (int m = 0; m < MI_N_LAYER_MATS; m++)
+        fewer.dtype[n4 - 1][m] = MI_Q8_0;
+    CU_ASSERT_NOT_EQUAL(mi_plan_make(&fewer, &cl, &po, &p, err), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.spec, "0:q4_0"));
+    /* a TPOT no configuration reaches: the error names the best reachable */
+    q.tpot_s = 1e-6;
+    CU_ASSERT_EQUAL(mi_precision_search(&c, &cl, &po, &imp, &q, &r, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "cannot be met"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "reaches TTFT"));
+    /* importance files: one for another model, one malformed */
+    char path[4200];
+    tu_path(path, sizeof path, g_dir, "imp.json");
+    tu_write_text(path, "{\"model\": \"tinyllama-1.1b\", \"n_layers\": 22, \"dim\": 2048, \"hidden_dim\": 5632, "
+                        "\"layers\": []}");
+    CU_ASSERT_EQUAL(mi_importance_load(path, &c, &imp, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "is for tinyllama-1.1b"));
+    tu_write_text(path, "{\"model\": \"stories15M\"}");
+    CU_ASSERT_EQUAL(mi_importance_load(path, &c, &imp, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "not an importance file"));
+    mi_cluster_free(&cl);
+}
+
 static void test_compare(void)
 {
     mi_config c;
@@ -334,6 +387,7 @@ int main(void)
         !CU_add_test(s, "prefill and decode passes, TTFT and TPOT", test_prefill_cost) ||
         !CU_add_test(s, "hybrid: MP, TP and memory budgets", test_hybrid_choices) ||
         !CU_add_test(s, "re-placement cost between phases", test_switch_cost) ||
+        !CU_add_test(s, "precision search: fewest downgrades, least important first", test_precision_search) ||
         !CU_add_test(s, "comparison of schemes (--planner all / auto)", test_compare)) {
         CU_cleanup_registry();
         return 1;

@@ -1,0 +1,193 @@
+/* `meshinfer importance`: seed 003 4.2.2's offline profile of how much each
+ * layer matters (issue 10 item 3, first part). On one device, the model's
+ * perplexity on real text is measured as it is, then with one layer's seven
+ * matrices lowered one precision step at a time (to q8_0, to q4_0: each
+ * matrix quantized from the file's weights and used in that dtype by the
+ * same kernels a quantized file would use), one layer after the other. The
+ * rise in perplexity is the layer's importance at that step; a side file
+ * (JSON) keeps them for the precision search. Seed 003 ranks channels inside
+ * a layer by pruning them one by one; we rank whole layers per precision
+ * step, the unit our per-layer dtypes (quantize --layer-dtype) can express. */
+#define _POSIX_C_SOURCE 200809L
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "meshinfer/common.h"
+#include "meshinfer/forward.h"
+#include "meshinfer/model.h"
+#include "meshinfer/output.h"
+#include "meshinfer/tensor.h"
+#include "meshinfer/tokenizer.h"
+
+static void help(void)
+{
+    printf("usage: meshinfer importance -m MODEL.h5 --text FILE --out IMPORTANCE.json [options]\n\n"
+           "Seed 003's layer importance: perplexity of MODEL on FILE (windows of the context, BOS\n"
+           "first) as it is, then with each layer's matrices lowered to q8_0 and then to q4_0, one\n"
+           "layer at a time; the rise is the layer's importance at that step. MODEL must hold\n"
+           "fp32 or fp16 weights. The JSON side file records the model's name and shape.\n"
+           "  --max-tokens N    tokens of FILE to score (default 1024)\n"
+           "  --json            print the result to stdout as well\n");
+}
+
+static double nll_of(const float *l, int V, int target)
+{
+    float mx = l[0];
+    for (int i = 1; i < V; i++)
+        if (l[i] > mx)
+            mx = l[i];
+    double sum = 0;
+    for (int i = 0; i < V; i++)
+        sum += exp((double)(l[i] - mx));
+    return log(sum) + (double)mx - (double)l[target];
+}
+
+/* Perplexity of the tokens in windows of the context. */
+static double perplexity(mi_model *m, mi_scratch *s, const int *ids, int n)
+{
+    const mi_config *c = &m->cfg;
+    int W = c->seq_len, chunk = s->max_T;
+    int *win = mi_malloc((size_t)W * sizeof(int), "window");
+    double nll = 0;
+    long scored = 0;
+    for (int start = 0; start < n; start += W - 1) {
+        int len = n - start < W - 1 ? n - start : W - 1;
+        win[0] = MI_TOK_BOS;
+        memcpy(win + 1, ids + start, (size_t)len * sizeof(int));
+        mi_model_reset(m);
+        for (int i = 0; i < len; i += chunk) {
+            int T = len - i < chunk ? len - i : chunk;
+            const float *lg = mi_forward(m, s, win + i, T, i, 1);
+            for (int t = 0; t < T; t++, scored++)
+                nll += nll_of(lg + (size_t)t * c->vocab_size, c->vocab_size, win[i + t + 1]);
+        }
+    }
+    free(win);
+    return exp(nll / (double)scored);
+}
+
+/* A copy of w in dtype t (rows quantized from w's values), memory in *mem. */
+static mi_tensor lowered(const mi_tensor *w, int t, void **mem)
+{
+    mi_tensor q = mi_tensor_shape((mi_dtype)t, w->rows, w->cols);
+    *mem = mi_malloc(mi_tensor_place_bytes(t, (size_t)w->rows, (size_t)w->cols), "lowered layer");
+    mi_tensor_place(&q, *mem);
+    float *row = mi_malloc((size_t)w->cols * sizeof(float), "row");
+    size_t qb = mi_dtype_q_row_bytes(t, (size_t)w->cols);
+    for (int r = 0; r < w->rows; r++) {
+        mi_tensor_row_f32(w, r, row);
+        mi_quantize_row(t, row, w->cols, (unsigned char *)q.q + (size_t)r * qb,
+                        q.d ? q.d + (size_t)r * (w->cols / MI_QK) : NULL);
+    }
+    free(row);
+    return q;
+}
+
+int cmd_importance(int argc, char **argv)
+{
+    static const struct option opts[] = {{"model", required_argument, 0, 'm'}, {"text", required_argument, 0, 'f'},
+                                         {"out", required_argument, 0, 'o'},   {"max-tokens", required_argument, 0, 'M'},
+                                         {"json", no_argument, 0, 'j'},        {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *model = NULL, *path = NULL, *out = NULL;
+    long max_tokens = 1024;
+    int json = 0, o;
+    while ((o = getopt_long(argc, argv, ":m:f:o:h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'm': model = optarg; break;
+        case 'f': path = optarg; break;
+        case 'o': out = optarg; break;
+        case 'M': max_tokens = mi_parse_long("--max-tokens", optarg, 2, 1L << 24); break;
+        case 'j': json = 1; break;
+        case 'h': help(); return 0;
+        default: cli_bad_option("importance", o, argv);
+        }
+    }
+    cli_no_positional("importance", optind, argc, argv);
+    if (!model || !path || !out)
+        mi_fatal("importance: --model, --text and --out are required (see meshinfer importance --help)");
+    char err[MI_ERRLEN];
+    const char *inputs[] = {model, path};
+    if (mi_output_check(out, "importance file", inputs, 2, err))
+        mi_fatal("%s", err);
+    size_t len;
+    char *text = cli_read_text_err(path, &len, err);
+    if (!text)
+        mi_fatal("%s", err);
+    mi_model m;
+    mi_tokenizer tok;
+    mi_model_load_path(&m, model, &tok);
+    const mi_config *c = &m.cfg;
+    for (int l = 0; l < c->n_layers; l++)
+        for (int k = 0; k < MI_N_LAYER_MATS; k++)
+            if (c->dtype[l][k] != MI_F32 && c->dtype[l][k] != MI_F16)
+                mi_fatal("importance: %s holds %s weights in layer %d: lowering needs fp32 or fp16 weights to start "
+                         "from", model, mi_dtype_name(c->dtype[l][k]), l);
+    if (c->synthetic)
+        fprintf(stderr, "meshinfer: importance: %s has synthetic weights: its importances are meaningless\n", model);
+    int *ids = mi_malloc((len + 3) * sizeof(int), "text tokens");
+    int n = mi_tokenizer_encode(&tok, text, 0, ids, err);
+    free(text);
+    if (n < 0)
+        mi_fatal("%s: %s", path, err);
+    if (n > max_tokens)
+        n = (int)max_tokens;
+    if (n < 2)
+        mi_fatal("%s: fewer than 2 tokens to score", path);
+    mi_scratch s;
+    mi_scratch_init(&s, c, 64);
+    double t0 = mi_now(), base = perplexity(&m, &s, ids, n);
+    static const int steps[] = {MI_Q8_0, MI_Q4_0};
+    double *rise = mi_calloc((size_t)c->n_layers * 2, sizeof(double), "importance");
+    for (int l = 0; l < c->n_layers; l++) {
+        mi_layer *L = &m.layers[l];
+        mi_tensor *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w3, &L->w2};
+        for (int st = 0; st < 2; st++) {
+            mi_tensor keep[7];
+            void *mem[7];
+            for (int k = 0; k < 7; k++) {
+                keep[k] = *mats[k];
+                *mats[k] = lowered(&keep[k], steps[st], &mem[k]);
+            }
+            rise[l * 2 + st] = perplexity(&m, &s, ids, n) - base;
+            for (int k = 0; k < 7; k++) {
+                *mats[k] = keep[k];
+                free(mem[k]);
+            }
+            fprintf(stderr, "\rimportance: layer %d of %d, %s ...", l + 1, c->n_layers, mi_dtype_name(steps[st]));
+        }
+    }
+    fprintf(stderr, "\rimportance: %d layers x 2 steps on %d tokens in %.1f s        \n", c->n_layers, n, mi_now() - t0);
+    mi_output of;
+    FILE *f = mi_output_open(&of, out, err);
+    if (!f)
+        mi_fatal("%s", err);
+    for (int pass = 0; pass < 1 + json; pass++) {
+        FILE *g = pass ? stdout : f;
+        fprintf(g, "{\"model\": \"%s\", \"n_layers\": %d, \"dim\": %d, \"hidden_dim\": %d, \"tokens\": %d, "
+                   "\"base_perplexity\": %.6f, \"layers\": [", c->name, c->n_layers, c->dim, c->hidden_dim, n, base);
+        for (int l = 0; l < c->n_layers; l++)
+            fprintf(g, "%s\n  {\"layer\": %d, \"q8_0\": %.6f, \"q4_0\": %.6f}", l ? "," : "", l, rise[l * 2],
+                    rise[l * 2 + 1]);
+        fprintf(g, "\n]}\n");
+    }
+    if (mi_output_commit(&of, err))
+        mi_fatal("%s", err);
+    if (!json) {
+        printf("base perplexity %.4f on %d tokens; rise when one layer is lowered:\n  layer      q8_0      q4_0\n", base,
+               n);
+        for (int l = 0; l < c->n_layers; l++)
+            printf("  %5d  %8.4f  %8.4f\n", l, rise[l * 2], rise[l * 2 + 1]);
+        printf("wrote %s\n", out);
+    }
+    free(rise);
+    free(ids);
+    mi_scratch_free(&s);
+    mi_model_free(&m);
+    mi_tokenizer_free(&tok);
+    return 0;
+}

@@ -1,0 +1,173 @@
+/* Seed 003 4.2.2 "Importance-aware Mixed Precision" (issue 10 item 3): the
+ * importance side file (`meshinfer importance`) and the search for the
+ * highest-precision configuration that fits every device and meets the
+ * TTFT/TPOT targets. See cost.h. */
+#define _POSIX_C_SOURCE 200809L
+#include "meshinfer/cost.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "meshinfer/common.h"
+
+int mi_importance_load(const char *path, const mi_config *c, mi_importance *imp, char *err)
+{
+    memset(imp, 0, sizeof *imp);
+    size_t len;
+    char *text = mi_read_text_file(path, "importance file", 16L << 20, &len, err);
+    if (!text)
+        return -1;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    int rc = -1;
+    const cJSON *name = root ? cJSON_GetObjectItemCaseSensitive(root, "model") : NULL;
+    const cJSON *nl = root ? cJSON_GetObjectItemCaseSensitive(root, "n_layers") : NULL;
+    const cJSON *dim = root ? cJSON_GetObjectItemCaseSensitive(root, "dim") : NULL;
+    const cJSON *hid = root ? cJSON_GetObjectItemCaseSensitive(root, "hidden_dim") : NULL;
+    const cJSON *layers = root ? cJSON_GetObjectItemCaseSensitive(root, "layers") : NULL;
+    if (!cJSON_IsObject(root) || !cJSON_IsString(name) || !cJSON_IsNumber(nl) || !cJSON_IsNumber(dim) ||
+        !cJSON_IsNumber(hid) || !cJSON_IsArray(layers)) {
+        mi_set_error(err, "importance file %s: not an importance file (model, n_layers, dim, hidden_dim and layers "
+                          "are needed; write one with meshinfer importance)", path);
+        goto done;
+    }
+    if (strcmp(name->valuestring, c->name) || nl->valuedouble != c->n_layers || dim->valuedouble != c->dim ||
+        hid->valuedouble != c->hidden_dim) {
+        mi_set_error(err, "importance file %s is for %s (%g layers, dim %g) but the model is %s (%d layers, dim %d)",
+                     path, name->valuestring, nl->valuedouble, dim->valuedouble, c->name, c->n_layers, c->dim);
+        goto done;
+    }
+    if (cJSON_GetArraySize(layers) != c->n_layers) {
+        mi_set_error(err, "importance file %s: %d layer entries for %d layers", path, cJSON_GetArraySize(layers),
+                     c->n_layers);
+        goto done;
+    }
+    int i = 0;
+    for (const cJSON *e = layers->child; e; e = e->next, i++) {
+        const cJSON *l = cJSON_GetObjectItemCaseSensitive(e, "layer");
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(e, "q8_0");
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(e, "q4_0");
+        if (!cJSON_IsNumber(l) || l->valuedouble != i || !cJSON_IsNumber(a) || !cJSON_IsNumber(b) ||
+            !isfinite(a->valuedouble) || !isfinite(b->valuedouble)) {
+            mi_set_error(err, "importance file %s: layers[%d] must be {\"layer\": %d, \"q8_0\": x, \"q4_0\": y} with "
+                              "finite numbers", path, i, i);
+            goto done;
+        }
+        imp->rise[i][0] = a->valuedouble;
+        imp->rise[i][1] = b->valuedouble;
+    }
+    imp->n_layers = c->n_layers;
+    rc = 0;
+done:
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* One downgrade: layer l's seven matrices to dtype t, costing `rise`. */
+typedef struct {
+    int layer, dtype;
+    double rise;
+} step;
+
+static int by_rise(const void *a, const void *b)
+{
+    const step *x = a, *y = b;
+    return x->rise < y->rise ? -1 : x->rise > y->rise ? 1 : x->layer - y->layer;
+}
+
+/* The configuration after the first k steps. */
+static void apply_steps(const mi_config *c, const step *st, int k, mi_config *out, double *rise)
+{
+    *out = *c;
+    *rise = 0;
+    for (int i = 0; i < k; i++) {
+        for (int m = 0; m < MI_N_LAYER_MATS; m++)
+            out->dtype[st[i].layer][m] = (unsigned char)st[i].dtype;
+        *rise += st[i].rise;
+    }
+}
+
+/* Plan and predict configuration cfg; 1 when it fits and meets the targets. */
+static int judge(const mi_config *cfg, const mi_cluster *cl, const mi_plan_options *po, const mi_precision_query *q,
+                 double *ttft, double *tpot)
+{
+    mi_plan p;
+    mi_programs prog;
+    char err[MI_ERRLEN];
+    *ttft = *tpot = INFINITY;
+    if (mi_plan_make(cfg, cl, po, &p, err))
+        return 0;
+    int ok = 0;
+    if (!mi_programs_compile(&p, &prog, err)) {
+        *ttft = mi_predict_ttft(&p, &prog, cl, q->n_prompt, q->chunk);
+        *tpot = mi_predict_tpot(&p, &prog, cl, q->n_prompt, q->n_steps);
+        ok = (q->ttft_s <= 0 || *ttft <= q->ttft_s) && (q->tpot_s <= 0 || *tpot <= q->tpot_s);
+        mi_programs_free(&prog);
+    }
+    mi_plan_free(&p);
+    return ok;
+}
+
+int mi_precision_search(const mi_config *c, const mi_cluster *cl, const mi_plan_options *po, const mi_importance *imp,
+                        const mi_precision_query *q, mi_precision_result *out, char *err)
+{
+    double t0 = mi_now();
+    memset(out, 0, sizeof *out);
+    int L = c->n_layers, n = 0;
+    step *st = mi_calloc(2 * (size_t)L, sizeof *st, "precision steps");
+    /* seed 003: down the chain, least important first: every layer to q8_0 (ordered by its
+     * q8_0 rise), then every layer to q4_0 (by what that step adds) */
+    for (int t = 0; t < 2; t++) {
+        int first = n;
+        for (int l = 0; l < L; l++) {
+            int target = t ? MI_Q4_0 : MI_Q8_0;
+            /* a layer already at or below the step stays; blocked dtypes need whole blocks (cut ones refused) */
+            int cur = c->dtype[l][MI_WQ];
+            int lower = target == MI_Q8_0 ? (cur == MI_F32 || cur == MI_F16) : cur != MI_Q4_0;
+            if (!lower)
+                continue;
+            st[n++] = (step){l, target, t ? imp->rise[l][1] - imp->rise[l][0] : imp->rise[l][0]};
+        }
+        qsort(st + first, (size_t)(n - first), sizeof *st, by_rise);
+    }
+    /* binary search for the fewest steps that meet everything (memory and time fall as
+     * precision falls: seed 003's monotonic relationship) */
+    mi_config cfg;
+    double rise, ttft, tpot;
+    int lo = 0, hi = n, evaluated = 0;
+    apply_steps(c, st, n, &cfg, &rise);
+    evaluated++;
+    if (!judge(&cfg, cl, po, q, &ttft, &tpot)) {
+        free(st);
+        if (!isfinite(ttft))
+            return mi_set_error(err, "precision search: even with every layer in q4_0 the model does not fit the "
+                                     "cluster's budgets");
+        return mi_set_error(err, "precision search: the targets cannot be met; the lowest precision (every layer "
+                                 "q4_0) reaches TTFT %.1f ms and TPOT %.2f ms (targets %.1f ms, %.2f ms)", ttft * 1e3,
+                            tpot * 1e3, q->ttft_s * 1e3, q->tpot_s * 1e3);
+    }
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        apply_steps(c, st, mid, &cfg, &rise);
+        evaluated++;
+        if (judge(&cfg, cl, po, q, &ttft, &tpot))
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    apply_steps(c, st, lo, &out->cfg, &out->rise);
+    judge(&out->cfg, cl, po, q, &out->ttft_s, &out->tpot_s);
+    out->steps = lo;
+    out->evaluated = evaluated + 1;
+    /* the per-layer spec for `meshinfer quantize --layer-dtype` */
+    size_t o = 0;
+    for (int l = 0; l < L && o < sizeof out->spec - 16; l++)
+        o += (size_t)snprintf(out->spec + o, sizeof out->spec - o, "%s%d:%s", l ? "," : "", l,
+                              mi_dtype_name(out->cfg.dtype[l][MI_WQ]));
+    out->seconds = mi_now() - t0;
+    free(st);
+    return 0;
+}
