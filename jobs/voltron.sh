@@ -2,8 +2,8 @@
 # Seed 003 (Voltron, issue 10) on the emulated testbed (jobs/testbed.sh): a
 # heterogeneous cluster of three device classes (a fast device, one 2x and two
 # 4x slower: --slowdown 1,2,4,4, every rank a full core's quota; links 1 ms one
-# way) with memory budgets that no single device and no tensor-parallel split
-# meets (hostfiles/cluster-voltron-*.json). Per model (stories15M with its real
+# way) with memory budgets that no single device meets (stories15M's also rule
+# out tensor parallelism; hostfiles/cluster-voltron-*.json). Per model (stories15M with its real
 # weights; the TinyLlama-1.1B shape in q4_0, synthetic weights: speed only):
 #   1. meshinfer calibrate on the testbed's ranks (device regressions, links);
 #   2. meshinfer plan --planner all on that calibration (the predictions);
