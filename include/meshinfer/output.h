@@ -5,7 +5,9 @@
  * An output is checked before any work starts, so a long run never ends in
  * "cannot write": refused are an empty path, an existing directory, an
  * existing file that is not a regular file (a device, a FIFO), a missing or
- * unwritable directory, and the same file as any input of the command
+ * unwritable directory, an existing HDF5 file unless `what` is "model file"
+ * (a model is expensive to remake; only the model writers replace one), and
+ * the same file as any input of the command
  * (compared by device and inode, so another name, a symlink or a hard link
  * of the input is caught too), and a place where no file can be created
  * (tried, since access() says yes to root on a read-only mount or in /proc).

@@ -54,18 +54,6 @@ typedef struct {
     int local_size;
 } rank_result;
 
-/* 1 when path starts with HDF5's signature. */
-static int is_hdf5(const char *path)
-{
-    unsigned char sig[8] = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return 0;
-    size_t n = fread(sig, 1, sizeof sig, f);
-    fclose(f);
-    return n == 8 && !memcmp(sig, "\x89HDF\r\n\x1a\n", 8);
-}
-
 /* The input cluster file's "description" (kept in the output), or "". */
 static void read_description(const char *path, char *out, size_t n)
 {
@@ -134,9 +122,6 @@ int cmd_calibrate(int argc, char **argv)
     if (rank == 0) {
         const char *inputs[] = {cluster, model};
         failed = mi_output_check(out, "cluster file", inputs, 2, err);
-        if (!failed && is_hdf5(out))
-            failed = mi_set_error(err, "%s is an HDF5 file (a model?): calibrate will not replace it with a cluster "
-                                       "file", out);
         if (!failed && cluster) {
             failed = mi_cluster_load(cluster, &in, err);
             if (!failed)

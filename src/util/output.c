@@ -44,6 +44,18 @@ static int create_new(const char *name)
     return open(name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 }
 
+/* 1 when path starts with HDF5's signature (a model file). */
+static int is_hdf5(const char *path)
+{
+    unsigned char sig[8] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0;
+    size_t n = fread(sig, 1, sizeof sig, f);
+    fclose(f);
+    return n == sizeof sig && !memcmp(sig, "\x89HDF\r\n\x1a\n", sizeof sig);
+}
+
 int mi_output_check(const char *path, const char *what, const char *const *inputs, int n_inputs, char *err)
 {
     if (!path || !*path)
@@ -64,6 +76,9 @@ int mi_output_check(const char *path, const char *what, const char *const *input
     if (exists && !S_ISREG(st.st_mode))
         return mi_set_error(err, "%s: the %s exists and is not a regular file (a device or FIFO); refusing to "
                                  "replace it", path, what);
+    /* a model is expensive to remake: only a model writer may replace one, even when it is no input */
+    if (exists && strcmp(what, "model file") && is_hdf5(real))
+        return mi_set_error(err, "%s is an HDF5 file (a model?); refusing to replace it with the %s", path, what);
     for (int i = 0; exists && i < n_inputs; i++) {
         struct stat in;
         if (inputs[i] && stat(inputs[i], &in) == 0 && in.st_dev == st.st_dev && in.st_ino == st.st_ino)

@@ -83,6 +83,21 @@ static void test_refusals(void)
     CU_ASSERT_FALSE(tu_file_exists(p));
 }
 
+/* A model file (HDF5) is replaced only by a model writer, even when it is no input. */
+static void test_models_kept(void)
+{
+    char model[4200], err[MI_ERRLEN] = "";
+    tu_path(model, sizeof model, g_dir, "other-model.h5");
+    CU_ASSERT_EQUAL_FATAL(tu_write_text(model, "\x89HDF\r\n\x1a\n and the rest"), 0);
+    CU_ASSERT_EQUAL(mi_output_check(model, "plan file", NULL, 0, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "is an HDF5 file (a model?); refusing to replace it with the plan file"));
+    CU_ASSERT_EQUAL(mi_output_check(model, "model file", NULL, 0, err), 0);
+    char text[4200];
+    tu_path(text, sizeof text, g_dir, "notes.json");
+    CU_ASSERT_EQUAL_FATAL(tu_write_text(text, "{}"), 0);
+    CU_ASSERT_EQUAL(mi_output_check(text, "plan file", NULL, 0, err), 0); /* other files are replaced */
+}
+
 static void test_commit_and_abort(void)
 {
     char err[MI_ERRLEN], p[600], buf[64];
@@ -190,6 +205,7 @@ int main(void)
     CU_add_test(s, "refused before any work: directories, FIFOs, missing directories, inputs by any name",
                 test_refusals);
     CU_add_test(s, "committed whole, aborted without a trace", test_commit_and_abort);
+    CU_add_test(s, "a model is replaced only by a model writer", test_models_kept);
     CU_add_test(s, "symlinks written through, modes kept, planted temporary links ignored", test_links_and_modes);
     CU_basic_set_mode(CU_BRM_NORMAL);
     CU_basic_run_tests();
