@@ -76,15 +76,15 @@ int mi_output_check(const char *path, const char *what, const char *const *input
     if (exists && !S_ISREG(st.st_mode))
         return mi_set_error(err, "%s: the %s exists and is not a regular file (a device or FIFO); refusing to "
                                  "replace it", path, what);
-    /* a model is expensive to remake: only a model writer may replace one, even when it is no input */
-    if (exists && strcmp(what, "model file") && is_hdf5(real))
-        return mi_set_error(err, "%s is an HDF5 file (a model?); refusing to replace it with the %s", path, what);
     for (int i = 0; exists && i < n_inputs; i++) {
         struct stat in;
         if (inputs[i] && stat(inputs[i], &in) == 0 && in.st_dev == st.st_dev && in.st_ino == st.st_ino)
             return mi_set_error(err, "%s: the %s is the same file as the input %s; refusing to overwrite it", path,
                                 what, inputs[i]);
     }
+    /* a model is expensive to remake: only a model writer may replace one, even when it is no input */
+    if (exists && strcmp(what, "model file") && is_hdf5(real))
+        return mi_set_error(err, "%s is an HDF5 file (a model?); refusing to replace it with the %s", path, what);
     char dir[4096];
     mi_output_dir(real, dir, sizeof dir);
     if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))

@@ -257,6 +257,12 @@ expect_error "plan --ctx past the context" "--ctx 300 is past the model's contex
 printf '{"gflops": 4.9e-324, "devices": [{"name": "a", "mem_mb": 100}]}' > "$tmp/denorm.json"
 expect_error "a rate too small to be a rate" "gflops must be 0 or at least 1e-6" \
     "$bin" plan -m "$model" --cluster "$tmp/denorm.json" --planner all
+# a model that is no input of the command is still never replaced by anything but a model writer
+"$bin" quantize -m "$model" --dtype q8_0 --out "$tmp/other.h5" > /dev/null 2>&1
+expect_error "plan --out over another model" "other.h5 is an HDF5 file \\(a model\\?\\); refusing to replace it with the plan file" \
+    "$bin" plan -m "$model" --ranks 2 --out "$tmp/other.h5"
+"$bin" check -m "$tmp/other.h5" > /dev/null 2>&1 &&
+    { echo "ok: the other model is intact"; pass=$((pass+1)); } || { echo "FAIL: the other model was damaged"; fail=$((fail+1)); }
 # seed 003 importance and the precision search
 "$bin" quantize -m "$model" --dtype q4_0 --out "$tmp/q4.h5" > /dev/null 2>&1
 printf 'Once upon a time, there was a little girl named Lily. She loved to play outside in the sunshine.\n' > "$tmp/story.txt"
@@ -276,11 +282,22 @@ expect_error "search targets without importance" "give --importance FILE too" \
 expect_error "unreachable targets: the best reachable named" "targets cannot be met; the lowest precision .* reaches TTFT" \
     "$bin" plan -m "$model" --ranks 2 --planner hybrid --importance "$tmp/imp.json" --tpot-ms 0.001
 # the emulated slowdown stretches compute as a slower CPU would: 3x slower decoding, within the
-# machine's noise (2x to 4.5x; the sleep is owed and paid in pieces, so small ops stretch too)
-t1=$("$bin" bench -m "$model" -n 96 --no-baseline --repeat 2 --json 2>/dev/null | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).tpot_ms))')
-t3=$(MESHINFER_SLOWDOWN=3 "$bin" bench -m "$model" -n 96 --no-baseline --repeat 2 --json 2>/dev/null | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).tpot_ms))')
+# machine's noise (2x to 4.5x; the sleep is owed and paid in pieces, so small ops stretch too).
+# Runs alternate and the best of each counts: another test on the same cores stretches a slowed
+# op's measured time, and so its sleep, twice over.
+tpot() { "$@" bench -m "$model" -n 96 --no-baseline --repeat 3 --json 2>/dev/null |
+         node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).tpot_ms))'; }
+t1=1e9 t3=1e9
+for _ in 1 2 3; do
+    a=$(tpot "$bin"); b=$(tpot env MESHINFER_SLOWDOWN=3 "$bin")
+    t1=$(awk -v x="$t1" -v y="$a" 'BEGIN {print (y < x ? y : x)}'); t3=$(awk -v x="$t3" -v y="$b" 'BEGIN {print (y < x ? y : x)}')
+done
 if awk -v a="$t1" -v b="$t3" 'BEGIN {exit !(a > 0 && b / a >= 2 && b / a <= 4.5)}'; then
     echo "ok: MESHINFER_SLOWDOWN=3: TPOT $t1 -> $t3 ms"; pass=$((pass+1))
 else echo "FAIL: MESHINFER_SLOWDOWN=3: TPOT $t1 -> $t3 ms (want 2x to 4.5x)"; fail=$((fail+1)); fi
+# and leaves the text alone
+a=$("$bin" generate -m "$model" -n 20 2>/dev/null); b=$(MESHINFER_SLOWDOWN=2 "$bin" generate -m "$model" -n 20 2>/dev/null)
+[[ -n "$a" && "$a" == "$b" ]] && { echo "ok: MESHINFER_SLOWDOWN=2: same text"; pass=$((pass+1)); } ||
+    { echo "FAIL: MESHINFER_SLOWDOWN=2 changed the text: '$b' vs '$a'"; fail=$((fail+1)); }
 echo "$pass passed, $fail failed"
 ((fail == 0))
