@@ -150,7 +150,9 @@ typedef struct {
     double work_bytes;    /* weights one pass streams, at least (memory, not a cache) */
 } mi_calib_options;
 
-/* Shapes of model c (NULL: stories15M's), 0.05 s per measurement, 48 MB. */
+/* Shapes of model c (NULL: stories15M's; every width rounded up to whole
+ * blocks of 32, so any model's shape can be measured), 0.05 s per
+ * measurement, 48 MB. */
 void mi_calib_defaults(mi_calib_options *o, const mi_config *c);
 
 /* Measure this device's compute model into d (plan.h mi_device: pass_s and

@@ -55,6 +55,10 @@ int cli_wire_dtype(const char *s);
  * in [0, 1); fills ratio[MI_N_PRUNED_XCH]. mi_fatal names the problem. */
 void cli_parse_prune(const char *arg, double *ratio);
 
+/* Negative log-likelihood (nats) of token `target` under logits[V]
+ * (perplexity, importance). */
+double cli_nll(const float *logits, int V, int target);
+
 /* JSON string escaping of n bytes to stream f (with surrounding quotes). */
 #include <stdio.h>
 void cli_json_string(FILE *f, const char *s, size_t n);

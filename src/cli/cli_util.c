@@ -1,5 +1,6 @@
 /* Helpers shared by the subcommands (see cli.h). */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,4 +166,17 @@ void cli_parse_prune(const char *arg, double *ratio)
     }
     for (int k = 0; k < MI_N_PRUNED_XCH; k++)
         ratio[k] = kind[k] >= 0 ? kind[k] : all >= 0 ? all : 0.0;
+}
+
+double cli_nll(const float *logits, int V, int target)
+{
+    /* log-softmax of the target, in double for a stable sum over the vocabulary */
+    float mx = logits[0];
+    for (int v = 1; v < V; v++)
+        if (logits[v] > mx)
+            mx = logits[v];
+    double sum = 0.0;
+    for (int v = 0; v < V; v++)
+        sum += exp((double)(logits[v] - mx));
+    return log(sum) + (double)mx - (double)logits[target];
 }

@@ -47,10 +47,11 @@ static void help(void)
            "  -h, --help\n");
 }
 
-/* What each rank sends rank 0. */
+/* What each rank sends rank 0: its measured device (name, budget and speed
+ * are filled in there) and what its budget defaults to. */
 typedef struct {
-    char host[64];
-    double pass_s[MI_N_DTYPES], pos_s[MI_N_DTYPES], kv_s, op_s, vec_s, mem_bytes;
+    mi_device d;
+    double mem_bytes;
     int local_size;
 } rank_result;
 
@@ -170,18 +171,11 @@ int cmd_calibrate(int argc, char **argv)
     if (rank == 0)
         fprintf(stderr, "calibrate: %d rank%s; measuring devices (%s layer: dim %d, hidden %d; %.2g s each)...\n",
                 size, size > 1 ? "s" : "", model ? "the model's" : "stories15M's", co.dim, co.hidden_dim, seconds);
-    mi_device me;
-    memset(&me, 0, sizeof me);
-    measure_job job = {&co, &me};
-    mi_world_host_turns(measure, &job);
     rank_result mine;
     memset(&mine, 0, sizeof mine);
-    snprintf(mine.host, sizeof mine.host, "%.63s", hw.hostname);
-    memcpy(mine.pass_s, me.pass_s, sizeof mine.pass_s);
-    memcpy(mine.pos_s, me.pos_s, sizeof mine.pos_s);
-    mine.kv_s = me.kv_s;
-    mine.op_s = me.op_s;
-    mine.vec_s = me.vec_s;
+    measure_job job = {&co, &mine.d};
+    mi_world_host_turns(measure, &job);
+    snprintf(mine.d.host, sizeof mine.d.host, "%.63s", hw.hostname);
     mine.mem_bytes = (double)hw.mem_bytes;
     mine.local_size = local_size;
     char *hwjson = NULL;
@@ -241,27 +235,22 @@ int cmd_calibrate(int argc, char **argv)
         int pairs = 0;
         for (int r = 0; r < size; r++) {
             mi_device *d = &cl.dev[r];
+            *d = all[r].d; /* the measurement and its host */
             if (cluster)
                 snprintf(d->name, sizeof d->name, "%s", in.dev[r].name);
             else
-                snprintf(d->name, sizeof d->name, "%.40s-%d", all[r].host, r);
+                snprintf(d->name, sizeof d->name, "%.40s-%d", all[r].d.host, r);
             d->mem_bytes = cluster ? in.dev[r].mem_bytes : all[r].mem_bytes / all[r].local_size;
-            snprintf(d->host, sizeof d->host, "%s", all[r].host);
-            memcpy(d->pass_s, all[r].pass_s, sizeof d->pass_s);
-            memcpy(d->pos_s, all[r].pos_s, sizeof d->pos_s);
-            d->kv_s = all[r].kv_s;
-            d->op_s = all[r].op_s;
-            d->vec_s = all[r].vec_s;
             d->calibrated = 1;
             /* the seed 000 planners weigh devices by speed: decode fp32 relative to rank 0 */
-            d->speed = all[0].pass_s[MI_F32] / all[r].pass_s[MI_F32];
+            d->speed = all[0].d.pass_s[MI_F32] / all[r].d.pass_s[MI_F32];
             for (int q = r + 1; q < size; q++) {
                 lat += rtt[r * size + q] / 2;
                 bsum += bw[r * size + q];
                 pairs++;
             }
         }
-        cl.mem_bw = 4.0 / all[0].pass_s[MI_F32];
+        cl.mem_bw = 4.0 / all[0].d.pass_s[MI_F32];
         if (pairs) {
             cl.latency_s = lat / pairs;
             cl.bandwidth = bsum / pairs;

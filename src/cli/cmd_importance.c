@@ -34,18 +34,6 @@ static void help(void)
            "  --json            print the result to stdout as well\n");
 }
 
-static double nll_of(const float *l, int V, int target)
-{
-    float mx = l[0];
-    for (int i = 1; i < V; i++)
-        if (l[i] > mx)
-            mx = l[i];
-    double sum = 0;
-    for (int i = 0; i < V; i++)
-        sum += exp((double)(l[i] - mx));
-    return log(sum) + (double)mx - (double)l[target];
-}
-
 /* Perplexity of the tokens in windows of the context. */
 static double perplexity(mi_model *m, mi_scratch *s, const int *ids, int n)
 {
@@ -63,7 +51,7 @@ static double perplexity(mi_model *m, mi_scratch *s, const int *ids, int n)
             int T = len - i < chunk ? len - i : chunk;
             const float *lg = mi_forward(m, s, win + i, T, i, 1);
             for (int t = 0; t < T; t++, scored++)
-                nll += nll_of(lg + (size_t)t * c->vocab_size, c->vocab_size, win[i + t + 1]);
+                nll += cli_nll(lg + (size_t)t * c->vocab_size, c->vocab_size, win[i + t + 1]);
         }
     }
     free(win);

@@ -25,19 +25,6 @@ static void help(void)
            SESSION_HELP);
 }
 
-/* log-softmax of the target, in double for a stable sum over the vocabulary */
-static double nll_of(const float *l, int V, int target)
-{
-    float mx = l[0];
-    for (int v = 1; v < V; v++)
-        if (l[v] > mx)
-            mx = l[v];
-    double sum = 0.0;
-    for (int v = 0; v < V; v++)
-        sum += exp((double)(l[v] - mx));
-    return log(sum) + (double)mx - (double)l[target];
-}
-
 int cmd_perplexity(int argc, char **argv)
 {
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
@@ -120,7 +107,7 @@ int cmd_perplexity(int argc, char **argv)
                 float *lg = session_forward(&ss, win + i, T, i, 1);
                 session_check_logits(lg, T * c->vocab_size, start + i);
                 for (int t = 0; t < T; t++) {
-                    nll += nll_of(lg + (size_t)t * c->vocab_size, c->vocab_size, win[i + t + 1]);
+                    nll += cli_nll(lg + (size_t)t * c->vocab_size, c->vocab_size, win[i + t + 1]);
                     scored++;
                 }
             }

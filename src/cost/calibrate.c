@@ -13,16 +13,23 @@
 #define N_T 4
 static const int pass_T[N_T] = {1, 4, 16, 64}; /* decode, and prefill chunks up to the runtime's 64 */
 
+/* n rounded up to whole blocks of 32: the blocked dtypes' rows are whole
+ * blocks, and a per-element regression does not mind a few more columns. */
+static int blocks(int n)
+{
+    return n < 32 ? 32 : (n + 31) / 32 * 32;
+}
+
 void mi_calib_defaults(mi_calib_options *o, const mi_config *c)
 {
     memset(o, 0, sizeof *o);
     /* stories15M's shape unless a model is given: small enough for any device */
-    o->dim = c ? c->dim : 288;
-    o->hidden_dim = c ? c->hidden_dim : 768;
+    o->dim = blocks(c ? c->dim : 288);
+    o->hidden_dim = blocks(c ? c->hidden_dim : 768);
     o->head_dim = c ? c->head_dim : 48;
     o->group = c ? mi_kv_group(c) : 1;
-    o->q_dim = c ? c->n_heads * c->head_dim : 288;
-    o->kv_dim = c ? c->n_kv_heads * c->head_dim : 288;
+    o->q_dim = blocks(c ? c->n_heads * c->head_dim : 288);
+    o->kv_dim = blocks(c ? c->n_kv_heads * c->head_dim : 288);
     o->min_seconds = 0.05;
     o->work_bytes = 48e6;
 }
