@@ -63,7 +63,8 @@ void *mi_calloc(size_t n, size_t size, const char *what);
 /* Wall-clock seconds from a monotonic clock. */
 double mi_now(void);
 
-/* An emulated slower device (the testbed's --slowdown): MESHINFER_SLOWDOWN=S
+/* An emulated slower device (the testbed's --slowdown; seed 003's
+ * heterogeneous devices, issue 10): MESHINFER_SLOWDOWN=S
  * (a number >= 1, read once; absent: 1) makes every compute op take S times
  * as long, as a CPU S times slower would, by sleeping (S - 1) times the op's
  * own time after it. A CPU-quota cgroup throttles only sustained work (a

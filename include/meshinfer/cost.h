@@ -20,9 +20,10 @@ typedef struct {
 } mi_prediction;
 
 /* Seconds a compute op of `rank`'s programs takes at T positions after ctx
- * cached ones, on the device's compute model (plan.h mi_device: weights of
- * each dtype over T positions, attention over the cached and new
- * positions, a fixed cost per op; logits for the last position only).
+ * cached ones, on the device's compute model (seed 003 4.2.1's regression,
+ * plan.h mi_device: weights of each dtype over T positions, attention over
+ * the cached and new positions, elementwise work per output column and
+ * position, a fixed cost per op; logits for the last position only).
  * Communication ops cost 0 here (see mi_predict_pass). */
 double mi_op_compute_s(const mi_plan *plan, const mi_op *op, const mi_cluster *cl, int rank, int T, int ctx);
 
@@ -49,8 +50,8 @@ void mi_predict(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
  * mi_runtime_prefill runs it. */
 double mi_predict_ttft(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, int n_prompt, int chunk);
 
-/* Mean seconds per output token (TPOT) over n_steps decode steps from
- * context position ctx0. */
+/* Mean seconds per output token (TPOT, seed 003) over n_steps decode steps
+ * from context position ctx0. */
 double mi_predict_tpot(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, int ctx0, int n_steps);
 
 /* ------------------------------------------------- comparing schemes */
@@ -82,7 +83,8 @@ int mi_plan_compare(const mi_config *c, const mi_cluster *cl, const mi_plan_opti
                     int n_steps, int chunk, mi_compare_row *rows, int *n_rows);
 
 /* Seconds to re-place from plan `from` to plan `to` with n_pos positions
- * cached, as the runtime does it (migrate.c): per rank, the weights it does
+ * cached (seed 000 "Memory needs active management"'s move, used for seed
+ * 003's phase switch), as the runtime does it (migrate.c): per rank, the weights it does
  * not already hold in the same layout read from storage at cl->storage_bw,
  * and the KV heads it newly owns received from their old owners; the
  * slowest rank's time. */

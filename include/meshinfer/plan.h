@@ -88,7 +88,8 @@ void mi_cluster_set_rtt(mi_cluster *cl, const double *rtt_s, double margin);
 /* One-way latency between two devices (from measured RTTs when present). */
 double mi_cluster_latency(const mi_cluster *cl, int a, int b);
 
-/* Bandwidth of the link a -> b, bytes/s (measured when present). */
+/* Bandwidth of the link a -> b, bytes/s (measured when present; seed 003
+ * 4.2.1: communication time from the data's size and the link). */
 double mi_cluster_bandwidth(const mi_cluster *cl, int a, int b);
 
 /* Fill the compute model of every uncalibrated device from mem_bw, speed
@@ -97,7 +98,8 @@ double mi_cluster_bandwidth(const mi_cluster *cl, int a, int b);
  * speed or mem_bw. */
 void mi_cluster_finish(mi_cluster *cl);
 
-/* Write cl as a cluster file (the format of mi_cluster_parse, with the
+/* Write cl as a cluster file (`meshinfer calibrate`, seed 003 4.2.1; the
+ * format of mi_cluster_parse, with the
  * calibration when present; hw: optional [n_devices] JSON objects describing
  * each device (hwinfo.h), written under "hwloc", or NULL). Returns 0 or -1
  * with err. The write goes through output.h (temporary name, then rename). */

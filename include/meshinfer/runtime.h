@@ -122,7 +122,8 @@ double mi_runtime_stream_rate(mi_runtime *rt, double min_seconds, double *all);
 void mi_calibrate_links(size_t big, double *rtt_s, double *bw);
 
 /* Collective: this rank's index among the ranks of its host and their
- * number (1 and 0 without MPI). */
+ * number (0 and 1 without MPI), for calibrate (seed 003 4.2.1; issue 10
+ * item 1). */
 void mi_world_host(int *local_rank, int *local_size);
 
 /* Collective: fn(ctx) on every rank, the ranks of one host one at a time
