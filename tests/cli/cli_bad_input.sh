@@ -237,6 +237,8 @@ printf '{"devices": [{"name": "a", "mem_mb": 100}, {"name": "b", "mem_mb": 100}]
 expect_error "calibration block for another rank count" "calibration.n_ranks must equal the number of devices" \
     "$bin" plan -m "$model" --cluster "$tmp/cal-n.json"
 expect_error "--phase-plans unknown" "--phase-plans: 'sometimes' is not" "$bin" generate -m "$model" --phase-plans sometimes
+expect_error "--tpot-ms where nothing decodes" "perplexity: --tpot-ms scales a generation's messages" \
+    "$bin" perplexity -m "$model" --text "$tmp/empty.txt" --tpot-ms 5
 expect_error "calibrate without --out" "calibrate: --out is required" "$bin" calibrate
 # plan --json is JSON (a backspace once "erased" a brace in it), with the predictions per plan
 if "$bin" plan -m "$model" --ranks 3 --planner all --json > "$tmp/all.json" 2>/dev/null &&
