@@ -372,38 +372,17 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
             pp.prefill_T = ss->max_T < ss->cfg.seq_len ? ss->max_T : ss->cfg.seq_len;
             char perr[MI_ERRLEN];
             int prc = mi_plan_make(&ss->cfg, &cl, &pp, &ss->plan_prefill, perr);
-            if (prc) /* the prefill packing can fail where the decode one fits: one placement serves both */
+            if (prc) { /* the prefill packing can fail where the decode one fits: one placement serves both */
                 fprintf(stderr, "meshinfer: hybrid: the decode placement serves both phases (no prefill placement: "
                                 "%s)\n", perr);
-            else if (!rc && (mi_plan_same_placement(&ss->plan, &ss->plan_prefill) || o->phase_plans == 1)) {
+            } else if (mi_plan_same_placement(&ss->plan, &ss->plan_prefill) || o->phase_plans == 1) {
                 mi_plan_free(&ss->plan_prefill);
-            } else if (!rc && o->phase_plans == 2) {
+            } else if (o->phase_plans == 2) {
                 mi_plan_free(&ss->plan); /* the prefill placement for both phases */
                 ss->plan = ss->plan_prefill;
                 memset(&ss->plan_prefill, 0, sizeof ss->plan_prefill);
-            } else if (!rc) {
+            } else {
                 ss->has_prefill_plan = 1;
-            }
-            if (ss->has_prefill_plan && o->phase_plans == 0) {
-                mi_programs pd, pq;
-                double gain = 0, sw = 0;
-                int np = o->auto_prompt > 0 ? o->auto_prompt : 32, chunk = pp.prefill_T;
-                if (!mi_programs_compile(&ss->plan, &pd, err) && !mi_programs_compile(&ss->plan_prefill, &pq, err)) {
-                    if (!mi_plan_phases_pay(&ss->plan, &pd, &ss->plan_prefill, &pq, &cl, np, chunk, &gain, &sw)) {
-                        if (gain > 0)
-                            fprintf(stderr, "meshinfer: hybrid: one placement for both phases (the prefill "
-                                            "placement would gain %.1f ms of TTFT for a prompt of about %d tokens "
-                                            "but re-placing costs %.1f ms; --phase-plans both forces it)\n",
-                                    gain * 1e3, np, sw * 1e3);
-                        else
-                            fprintf(stderr, "meshinfer: hybrid: one placement for both phases (the prefill "
-                                            "placement would gain no TTFT for a prompt of about %d tokens)\n", np);
-                        mi_plan_free(&ss->plan_prefill);
-                        ss->has_prefill_plan = 0;
-                    }
-                    mi_programs_free(&pd);
-                    mi_programs_free(&pq);
-                }
             }
         }
         ss->po = po;
@@ -421,6 +400,24 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
         rc = mi_programs_compile(&ss->plan, &ss->prog, err);
         if (!rc && ss->has_prefill_plan)
             rc = mi_programs_compile(&ss->plan_prefill, &ss->prog_prefill, err);
+        if (!rc && ss->has_prefill_plan && o->phase_plans == 0) {
+            /* apart only when the prompt's predicted gain pays for the two re-placements */
+            double gain = 0, sw = 0;
+            int np = o->auto_prompt > 0 ? o->auto_prompt : 32;
+            if (!mi_plan_phases_pay(&ss->plan, &ss->prog, &ss->plan_prefill, &ss->prog_prefill, &cl, np, ss->max_T,
+                                    &gain, &sw)) {
+                if (gain > 0)
+                    fprintf(stderr, "meshinfer: hybrid: one placement for both phases (the prefill placement would "
+                                    "gain %.1f ms of TTFT for a prompt of about %d tokens but re-placing costs %.1f "
+                                    "ms; --phase-plans both forces it)\n", gain * 1e3, np, sw * 1e3);
+                else
+                    fprintf(stderr, "meshinfer: hybrid: one placement for both phases (the prefill placement would "
+                                    "gain no TTFT for a prompt of about %d tokens)\n", np);
+                mi_programs_free(&ss->prog_prefill);
+                mi_plan_free(&ss->plan_prefill);
+                ss->has_prefill_plan = 0;
+            }
+        }
         if (!rc)
             mi_predict(&ss->plan, &ss->prog, &cl, ss->cfg.seq_len / 2, &ss->pred);
         memory_of_plan(ss);
