@@ -72,6 +72,12 @@ typedef struct {
 } mi_compare_row;
 #define MI_COMPARE_MAX 8
 
+/* The request a plan is judged by (issue 10 item 6), fitted to a context of
+ * seq_len positions: a prompt of *n_prompt tokens (<= 0: 32, or a quarter of
+ * a shorter context) and *n_steps decoded tokens (<= 0: 128), each cut to
+ * what the context holds. */
+void mi_request_defaults(int seq_len, int *n_prompt, int *n_steps);
+
 /* Issue 10 item 6 (`plan --planner all`, `--planner auto`): plan model c on
  * cluster cl with each scheme worth choosing (layerwise, greedy, tp,
  * somegather, hybrid with both phases), options from base (planner,

@@ -619,14 +619,14 @@ int cmd_plan(int argc, char **argv)
                  "auto)", planner);
     if (all && out)
         mi_fatal("plan: --out needs one planner, not 'all'");
-    int given = n_prompt || n_steps;
-    if (!n_prompt) /* defaults that fit any context: 32 and 128, or a quarter and the rest */
-        n_prompt = c.seq_len >= 160 ? 32 : c.seq_len / 4 > 0 ? c.seq_len / 4 : 1;
-    if (!n_steps)
-        n_steps = c.seq_len - n_prompt >= 128 ? 128 : c.seq_len - n_prompt > 0 ? c.seq_len - n_prompt : 1;
-    if (given && n_prompt + n_steps > c.seq_len)
-        mi_fatal("plan: --prompt-tokens %d plus --steps %d is more than the model's context (%d)", n_prompt, n_steps,
+    int want_prompt = n_prompt, want_steps = n_steps;
+    if (want_prompt >= c.seq_len)
+        mi_fatal("plan: --prompt-tokens %d leaves no room for a token in the model's context (%d)", want_prompt,
                  c.seq_len);
+    mi_request_defaults(c.seq_len, &n_prompt, &n_steps);
+    if ((want_prompt && want_prompt != n_prompt) || (want_steps && want_steps != n_steps)) /* given, not cut */
+        mi_fatal("plan: --prompt-tokens %d plus --steps %d is more than the model's context (%d)",
+                 want_prompt ? want_prompt : n_prompt, want_steps ? want_steps : n_steps, c.seq_len);
     const int chunk = 64; /* the runtime's prefill pass (generate, bench) */
     char dts[160];
     if (json)

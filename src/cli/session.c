@@ -339,11 +339,8 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
         mi_planner_parse(o->planner, &po.planner);
         if (!rc && !strcmp(o->planner, "auto")) {
             /* issue 10 item 6: every scheme predicted for this cluster, the fastest that fits */
-            int np = o->auto_prompt > 0 ? o->auto_prompt : 32, ns = o->auto_steps > 0 ? o->auto_steps : 128;
-            if (np + ns > ss->cfg.seq_len) {
-                np = np < ss->cfg.seq_len / 4 ? np : (ss->cfg.seq_len / 4 > 0 ? ss->cfg.seq_len / 4 : 1);
-                ns = ss->cfg.seq_len - np > 0 ? ss->cfg.seq_len - np : 1;
-            }
+            int np = o->auto_prompt, ns = o->auto_steps;
+            mi_request_defaults(ss->cfg.seq_len, &np, &ns);
             mi_compare_row rows[MI_COMPARE_MAX];
             int n_rows = 0, best = mi_plan_compare(&ss->cfg, &cl, &po, np, ns, ss->max_T, rows, &n_rows);
             if (best < 0) {

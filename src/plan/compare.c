@@ -18,6 +18,19 @@
 static const mi_planner compared[] = {MI_PLANNER_LAYERWISE, MI_PLANNER_GREEDY, MI_PLANNER_TP,
                                       MI_PLANNER_SOMEGATHER, MI_PLANNER_HYBRID};
 
+void mi_request_defaults(int seq_len, int *n_prompt, int *n_steps)
+{
+    if (*n_prompt <= 0)
+        *n_prompt = seq_len >= 160 ? 32 : seq_len / 4 > 0 ? seq_len / 4 : 1;
+    if (*n_prompt >= seq_len)
+        *n_prompt = seq_len > 1 ? seq_len - 1 : 1;
+    int room = seq_len - *n_prompt > 0 ? seq_len - *n_prompt : 1;
+    if (*n_steps <= 0)
+        *n_steps = room < 128 ? room : 128;
+    if (*n_steps > room)
+        *n_steps = room;
+}
+
 int mi_plan_compare(const mi_config *c, const mi_cluster *cl, const mi_plan_options *base, int n_prompt,
                     int n_steps, int chunk, mi_compare_row *rows, int *n_rows)
 {
