@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "meshinfer/common.h"
@@ -128,6 +129,7 @@ int cmd_importance(int argc, char **argv)
         mi_fatal("%s: fewer than 2 tokens to score", path);
     mi_scratch s;
     mi_scratch_init(&s, c, 64);
+    int tty = isatty(fileno(stderr));
     double t0 = mi_now(), base = perplexity(&m, &s, ids, n);
     static const int steps[] = {MI_Q8_0, MI_Q4_0};
     double *rise = mi_calloc((size_t)c->n_layers * 2, sizeof(double), "importance");
@@ -146,10 +148,12 @@ int cmd_importance(int argc, char **argv)
                 *mats[k] = keep[k];
                 free(mem[k]);
             }
-            fprintf(stderr, "\rimportance: layer %d of %d, %s ...", l + 1, c->n_layers, mi_dtype_name(steps[st]));
+            if (tty) /* redrawn in place on a terminal; a log gets the summary line only */
+                fprintf(stderr, "\rimportance: layer %d of %d, %s ...", l + 1, c->n_layers, mi_dtype_name(steps[st]));
         }
     }
-    fprintf(stderr, "\rimportance: %d layers x 2 steps on %d tokens in %.1f s        \n", c->n_layers, n, mi_now() - t0);
+    fprintf(stderr, "%simportance: %d layers x 2 steps on %d tokens in %.1f s        \n", tty ? "\r" : "", c->n_layers, n,
+            mi_now() - t0);
     mi_output of;
     FILE *f = mi_output_open(&of, out, err);
     if (!f)
