@@ -248,14 +248,68 @@ node -e 'const fs = require("fs"), c = JSON.parse(fs.readFileSync(process.argv[1
   c.devices.forEach(d => d.mem_mb = 5); fs.writeFileSync(process.argv[2], JSON.stringify(c));' "$tmp/cal3.json" "$tmp/none3.json"
 expect_error "--planner auto where nothing fits" "--planner auto: no scheme fits" \
     -np 3 "$bin" generate -m "$model" --cluster "$tmp/none3.json" --planner auto
-# seed 003 communication scaling: an unreachable --tpot-ms lowers the messages twice (fp32 -> fp16
-# -> q8_0), each decision logged with its cost, and the run goes on
-run -np 3 "$bin" generate -m "$model" -n 30 --planner tp --tpot-ms 0.01 --json > "$tmp/sc.json" 2> "$tmp/sc.err"
+# seed 003 communication scaling: an unreachable --tpot-ms, no device's compute to blame, lowers
+# the messages twice (fp32 -> fp16 -> q8_0), each decision logged with its cost, and the run goes on
+run -np 3 "$bin" generate -m "$model" -n 60 --planner tp --tpot-ms 0.01 --json > "$tmp/sc.json" 2> "$tmp/sc.err"
 sc=$(node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1])); const d = j.scaling.decisions;
-  console.log(d.map(x => x.wire_from + ">" + x.wire_to).join(" "), j.scaling.token_ms.length, j.generated_tokens,
-              d.every(x => x.decide_us > 0 && x.apply_ms > 0) ? "costed" : "uncosted")' "$tmp/sc.json" 2>&1)
-[[ $sc == "fp32>fp16 fp16>q8_0 29 30 costed" ]] && grep -q "scaling after token 4: TPOT" "$tmp/sc.err" &&
-    ok "--tpot-ms: messages lowered fp32 -> fp16 -> q8_0, each decision costed, 30 tokens" ||
+  console.log(d.map(x => x.kind + ":" + x.wire_from + ">" + x.wire_to).join(" "), j.scaling.token_ms.length,
+              j.generated_tokens, d.every(x => x.decide_us > 0 && x.apply_ms > 0 && x.poll_ms > 0) ? "costed" : "uncosted")' \
+     "$tmp/sc.json" 2>&1)
+[[ $sc == "wire:fp32>fp16 wire:fp16>q8_0 59 60 costed" ]] && grep -q "scaling: baseline after token 16" "$tmp/sc.err" &&
+    grep -q "scaling after token [0-9]*: TPOT .* over the 0.01 ms target; no device's compute explains it" "$tmp/sc.err" &&
+    ok "--tpot-ms: messages lowered fp32 -> fp16 -> q8_0, each decision diagnosed and costed, 60 tokens" ||
     bad "--tpot-ms: $sc $(head -3 "$tmp/sc.err")"
+# seed 003 computation scaling: rank 1 (every layer) becomes 20x slower once the baseline is taken;
+# the controller blames it and lowers layers it holds (from the last), and the run goes on
+echo 1 > "$tmp/slow"
+gen=(generate -m "$model" -n 240 --ignore-eos --planner layerwise --tpot-ms 8 --json)
+timeout 120 mpirun --allow-run-as-root -q --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 \
+    -np 1 "$bin" "${gen[@]}" : -np 1 env MESHINFER_SLOWDOWN_FILE="$tmp/slow" "$bin" "${gen[@]}" \
+    > "$tmp/cs.json" 2> "$tmp/cs.err" &
+job=$!
+for _ in $(seq 300); do grep -q "scaling: baseline" "$tmp/cs.err" 2>/dev/null && break; sleep 0.1; done
+base_ms=$(grep -o "rank 1 [0-9.]* ms" "$tmp/cs.err" | head -1 | awk '{print $3}')
+echo 20 > "$tmp/slow"
+wait $job
+cs=$(node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1])); const d = j.scaling.decisions;
+  const w = d.find(x => x.kind === "weights" && !x.restore);
+  console.log(w ? `rank${w.rank} ${w.slowdown > 3 ? "slowed" : "slowdown " + w.slowdown} ${w.change}` : "none", j.generated_tokens)' \
+     "$tmp/cs.json" 2>&1)
+# the target, 8 ms, is missed at 20x and met before only if rank 1's step is 0.6 to 3 ms (about 0.9
+# here): say so rather than fail on a much faster or slower machine
+if awk -v b="$base_ms" 'BEGIN {exit !(b >= 0.6 && b <= 3)}'; then
+    [[ $cs =~ ^rank1\ slowed\ layers\ .*5[0-9\ ]*-\>\ q[48]_0.*\ 240$ ]] &&
+        ok "--tpot-ms: a slowed device's layers lowered from the last ($cs; baseline $base_ms ms a step)" ||
+        bad "--tpot-ms on a slowed device: $cs (baseline $base_ms ms) $(grep scaling "$tmp/cs.err" | head -3)"
+else
+    ok "--tpot-ms on a slowed device: skipped, rank 1's step ($base_ms ms) is not within 0.6-3 ms for an 8 ms target"
+fi
+# and when the KV cache outgrows a device's budget, with --tpot-ms its layers are lowered before the
+# run would stop (no --replan): the run completes
+run -np 4 "$bin" generate -m "$model" --cluster "$(dirname "$0")/cluster-tight.json" --planner layerwise \
+    --kv-positions 64 -n 200 --tpot-ms 1000 --json > "$tmp/kv.json" 2> "$tmp/kv.err"
+kv=$(node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1]));
+  console.log(j.generated_tokens, j.scaling.decisions.filter(x => x.kind === "weights" && /KV cache/.test(x.trigger)).length)' \
+     "$tmp/kv.json" 2>&1)
+[[ $kv =~ ^200\ [1-9] ]] && grep -q "scaling at position 105: the KV cache of 105 positions takes small1 (rank 1)" "$tmp/kv.err" &&
+    ok "--tpot-ms: the KV cache past a budget lowers that device's layers instead of stopping ($kv)" ||
+    bad "--tpot-ms under KV pressure: $kv $(grep -m2 "scaling\|error" "$tmp/kv.err")"
+# seed 003 4.4 energy: under a generous target, --energy runs every device of a cluster whose
+# dynamic power dominates at its lower level (emulated: compute stretched); the run's measured
+# energy falls below the same run's at top frequency, and TPOT stays under the target
+for e in top energy; do
+    extra=(); [[ $e == energy ]] && extra=(--energy)
+    run -np 3 "$bin" generate -m "$model" --cluster "$(dirname "$0")/cluster-dvfs.json" --planner layerwise -n 60 \
+        --tpot-ms 60 "${extra[@]}" --json > "$tmp/en-$e.json" 2> "$tmp/en-$e.err"
+done
+en=$(node -e 'const fs = require("fs"), a = JSON.parse(fs.readFileSync(process.argv[1])), b = JSON.parse(fs.readFileSync(process.argv[2]));
+  console.log(a.energy.freq.join(","), b.energy.freq.join(","), b.energy.joules < a.energy.joules ? "less" : "more",
+              b.tpot_ms < 60 ? "in-target" : "over", a.energy.power, b.energy.edp_js > 0 ? "edp" : "no-edp")' \
+     "$tmp/en-top.json" "$tmp/en-energy.json" 2>&1)
+[[ $en == "1,1,1 0.6,0.6,0.6 less in-target cluster file edp" ]] && grep -q "energy: DVFS levels ctl 0.60" "$tmp/en-energy.err" &&
+    ok "--energy: lower DVFS levels under the target, less energy measured ($en)" ||
+    bad "--energy: $en $(grep -m2 "energy\|error" "$tmp/en-energy.err")"
+expect_error "--energy with a target the top frequencies miss" "no margin to spend on lower frequencies" \
+    -np 3 "$bin" generate -m "$model" --cluster "$(dirname "$0")/cluster-dvfs.json" --planner layerwise --tpot-ms 0.001 --energy
 echo "$pass passed, $fail failed"
 ((fail == 0))

@@ -13,6 +13,11 @@
  * in q8_0 and q4_0 and the small one in q4_0 (each against one device with
  * the same weights); with q8_0 (real model) and fp16 (small one) messages,
  * every rank's bytes equal the prediction and are at most 30% (52%) of fp32's.
+ * Seed 003's computation scaling: a layer-wise run that lowers layers 2-3 to
+ * q8_0 and 5 to q4_0 after the prompt (a re-placement to the same shards)
+ * gives bit for bit the logits of one device converting the same layers at
+ * the same point, and raising them again (reloaded from the file) gives the
+ * fp32 run's logits bit for bit.
  * Seed 003's hybrid planner on a heterogeneous, memory-tight cluster runs the
  * prompt on its prefill placement, re-places to its decode placement (the KV
  * heads that change owner moved and counted) and gives one device's tokens.
@@ -411,6 +416,93 @@ static void check_hybrid(const char *path, const mi_config *c, const int *prompt
     mi_cluster_free(&cl);
 }
 
+/* Seed 003 4.3.1 computation scaling through the runtime (see the header). */
+#define LOWERED "2-3:q8_0,5:q4_0"
+static void check_lowering(const char *path, const mi_config *c, const int *prompt, const run_result *ref)
+{
+    size_t V = (size_t)c->vocab_size;
+    float *want = NULL;
+    char err[MI_ERRLEN];
+    mi_config low_cfg = *c;
+    if (mi_dtypes_apply(&low_cfg, NULL, LOWERED, NULL, err)) {
+        CHECK(0, "%s", err);
+        return;
+    }
+    if (g_rank == 0) {
+        /* one device: the prompt in fp32, then the layers converted in place */
+        mi_model m;
+        mi_model_load_path(&m, path, NULL);
+        mi_scratch s;
+        mi_scratch_init(&s, c, CHUNK);
+        float *lg = NULL;
+        for (int i = 0; i < N_PROMPT; i += CHUNK)
+            lg = mi_forward(&m, &s, prompt + i, N_PROMPT - i < CHUNK ? N_PROMPT - i : CHUNK, i, 0);
+        for (int l = 0; l < c->n_layers; l++)
+            if (memcmp(low_cfg.dtype[l], c->dtype[l], sizeof c->dtype[l]))
+                CHECK(mi_layer_convert(&m.layers[l], c->dim, low_cfg.dtype[l], err) == 0, "%s", err);
+        want = malloc((1 + N_DECODE) * V * sizeof(float));
+        for (int k = 0; k <= N_DECODE; k++) {
+            memcpy(want + (size_t)k * V, lg, V * sizeof(float));
+            int next = ref->tokens[N_PROMPT + k];
+            if (k < N_DECODE)
+                lg = mi_forward(&m, &s, &next, 1, N_PROMPT + k, 0);
+        }
+        mi_scratch_free(&s);
+        mi_model_free(&m);
+    }
+    mi_cluster cl;
+    mi_cluster_default(&cl, g_size, 1e12);
+    mi_plan_options po = {MI_PLANNER_LAYERWISE, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0};
+    mi_plan plan;
+    if (mi_plan_make(c, &cl, &po, &plan, err)) {
+        CHECK(0, "layerwise: %s", err);
+        mi_cluster_free(&cl);
+        free(want);
+        return;
+    }
+    mi_plan low = plan; /* the same shards; the runtime copies what it is given */
+    low.cfg = low_cfg;
+    mi_runtime_options ro = {.model_path = path, .max_T = CHUNK};
+    mi_runtime *rt = mi_runtime_create(&plan, &ro);
+    if (g_rank == 0) {
+        double worst_low = 0, worst_back = 0;
+        /* the logits live in the runtime's buffers, which a re-placement replaces */
+        float *first = malloc(V * sizeof(float)), *lg = first;
+        memcpy(first, mi_runtime_prefill(rt, prompt, N_PROMPT, 0), V * sizeof(float));
+        mi_runtime_replan(rt, &low, N_PROMPT);
+        for (int k = 0; k <= N_DECODE; k++) {
+            if (k > 0)
+                lg = mi_runtime_forward(rt, &ref->tokens[N_PROMPT + k - 1], 1, N_PROMPT + k - 1, 0);
+            for (size_t i = 0; i < V; i++)
+                worst_low = fmax(worst_low, fabs((double)lg[i] - want[(size_t)k * V + i]));
+        }
+        /* back to the file's dtypes: reloaded, so exactly the fp32 run */
+        mi_runtime_reset(rt);
+        mi_runtime_replan(rt, &plan, 0);
+        lg = mi_runtime_prefill(rt, prompt, N_PROMPT, 0);
+        for (int k = 0; k <= N_DECODE; k++) {
+            if (k > 0)
+                lg = mi_runtime_forward(rt, &ref->tokens[N_PROMPT + k - 1], 1, N_PROMPT + k - 1, 0);
+            for (size_t i = 0; i < V; i++)
+                worst_back = fmax(worst_back, fabs((double)lg[i] - ref->logits[(size_t)k * V + i]));
+        }
+        mi_runtime_stop(rt);
+        free(first);
+        CHECK(worst_low == 0, "layers lowered to %s after the prompt on %d ranks: max logit difference %.3g from one "
+              "device converting them (expected bit-identical)", LOWERED, g_size, worst_low);
+        CHECK(worst_back == 0, "layers raised back to fp32 on %d ranks: max logit difference %.3g from the fp32 run "
+              "(expected bit-identical)", g_size, worst_back);
+        printf("  lowering   %d ranks layers %s after the prompt: max |logit diff| %.3g, raised back: %.3g\n", g_size,
+               LOWERED, worst_low, worst_back);
+    } else {
+        mi_runtime_serve(rt);
+    }
+    mi_runtime_free(rt);
+    mi_plan_free(&plan);
+    mi_cluster_free(&cl);
+    free(want);
+}
+
 /* wire: the dtype of activation messages. With fp32 the distributed run
  * must reproduce one device (bit-identical for head-level planners); with a
  * lossy one only the bytes are checked (the plan's prediction, and at most
@@ -567,6 +659,8 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
         check_somegather(path, c, prompt, &ref);
     if (wire == MI_F32 && real && g_size > 1)
         check_hybrid(path, c, prompt, &ref);
+    if (wire == MI_F32 && real && c->dtype[0][MI_WQ] == MI_F32)
+        check_lowering(path, c, prompt, &ref);
     if (g_rank == 0 && g_size >= 3 && wire == MI_F32)
         CHECK(headlevel_bytes > layerwise_bytes, "%s: head-level moves %.0f bytes/token, layer-wise %.0f", c->name,
               headlevel_bytes, layerwise_bytes);

@@ -79,6 +79,10 @@ double mi_now(void);
  * contents are ignored): a device that slows down mid-run. */
 double mi_slowdown(void);
 void mi_slowdown_pay(double t0);
+/* Emulated DVFS (seed 003 4.4, `--energy`): this device runs at level f
+ * (fraction of its top frequency, in (0, 1]), so its compute takes 1/f as
+ * long, on top of any slowdown above (the two multiply). */
+void mi_slowdown_set_freq(double f);
 
 /* Resident set size of this process in bytes (from /proc/self/statm), 0 if unknown. */
 size_t mi_rss_bytes(void);

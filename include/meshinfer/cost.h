@@ -258,4 +258,48 @@ int mi_mem_runnable(const mi_config *c, int scheme, int D);
  * out of range, or a tp plan that cannot be made. */
 int mi_mem_model_make(const mi_config *c, const mi_mem_query *q, mi_mem_model *m, char *err);
 
+/* ------------------------------------------------------------ energy
+ *
+ * Seed 000 (energy and energy-delay product per run, from power drawn idle
+ * and active) and seed 003 4.4 (spend the latency margin under a TPOT
+ * constraint on lower DVFS levels of devices that are not critical). The
+ * power model is plan.h mi_device's: idle watts always, plus active - idle
+ * scaled by f^3 while computing at level f. No MPI. */
+
+/* Watts device d draws while computing at DVFS level f (fraction of its top
+ * frequency, in (0, 1]). */
+double mi_device_power_w(const mi_device *d, double f);
+
+/* A copy of cl (its own device array; links shared with cl, so free it with
+ * mi_cluster_at_free, not mi_cluster_free) whose device i computes at level
+ * freq[i]: every compute coefficient divided by freq[i]. freq NULL: all 1. */
+void mi_cluster_at(const mi_cluster *cl, const double *freq, mi_cluster *out);
+void mi_cluster_at_free(mi_cluster *out);
+
+/* Joules per decoded token at context position ctx with device i at level
+ * freq[i] (NULL: top): every device draws idle power for the whole step
+ * (token_s) and active - idle (at its level) while it computes (busy_s of
+ * mi_predict at that level). Also the step's time into *token_s and each
+ * rank's joules into per_rank_j[n_devices] (either may be NULL). */
+double mi_predict_energy(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, const double *freq, int ctx,
+                         double *token_s, double *per_rank_j);
+
+typedef struct {
+    double freq[MI_MAX_RANKS];  /* the chosen level of each device (fraction of its top frequency) */
+    double token_s, joules;     /* predicted TPOT and energy per token at those levels */
+    double top_token_s, top_joules; /* ... with every device at its top level */
+    int evaluated;              /* predictions made */
+    double seconds;             /* the search's time */
+} mi_energy_result;
+
+/* Seed 003 4.4: from every device at its top level, lower one device by one
+ * DVFS level at a time, always the step that saves the most joules per token,
+ * while the predicted TPOT stays at most tpot_limit_s; devices on the
+ * critical path keep their level because lowering them breaks the limit.
+ * Returns 0 with *out (levels all top when the limit leaves no margin), or
+ * -1 with err when even the top levels miss the limit (naming the predicted
+ * TPOT). */
+int mi_energy_plan(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, int ctx, double tpot_limit_s,
+                   mi_energy_result *out, char *err);
+
 #endif

@@ -148,6 +148,16 @@ void mi_model_embed(const mi_model *m, int tok, float *out);
 /* Free layer l's weights and KV cache (its arena), leaving it empty. */
 void mi_layer_free(mi_layer *L);
 
+/* Seed 003 4.3.1 "computation scaling": re-encode layer L's weight matrices
+ * (the ones it holds) in dtypes to[MI_N_LAYER_MATS] (mi_layer_mat order),
+ * in a new arena that replaces the old one; norms and KV cache stay. Lowering
+ * goes through fp32 (mi_tensor_convert); raising precision cannot restore
+ * what was lost, so a caller that wants the stored weights back reloads the
+ * layer. Returns 0, or -1 with err when a blocked dtype does not fit a held
+ * matrix's columns (a tensor-parallel shard of wo or w2 not a multiple of
+ * 32); L is then unchanged. */
+int mi_layer_convert(mi_layer *L, int dim, const unsigned char *to, char *err);
+
 /* Clear the KV cache (start a new sequence). */
 void mi_model_reset(mi_model *m);
 

@@ -19,6 +19,8 @@
 
 /* ------------------------------------------------------------- cluster */
 
+#define MI_MAX_FREQ 16 /* DVFS levels per device */
+
 typedef struct {
     char name[64];
     double mem_bytes;  /* budget for weights + KV cache on this device */
@@ -43,6 +45,15 @@ typedef struct {
     double op_s;       /* fixed seconds per compute op (dispatch) */
     double vec_s;      /* seconds per output element per position of an op's elementwise work (norms,
                           RoPE, SwiGLU, residual adds): what a prompt's many positions add up */
+    /* Energy (seed 000, seed 003 4.4; cost.h mi_predict_energy): watts drawn idle and while
+     * computing at the top frequency, and the DVFS levels the device offers as fractions of its
+     * top frequency, descending, freq[0] = 1. A level f stretches compute by 1/f and draws
+     * idle_w + (active_w - idle_w) * f^3 while computing (dynamic power ~ f V^2, V ~ f).
+     * Defaults: seed 000's Raspberry Pi 4 (3.8 W idle, 4.9 W active) at one level. */
+    double idle_w, active_w;
+    int n_freq;
+    double freq[MI_MAX_FREQ];
+    int power_given;   /* the cluster file gave "power" (else the defaults) */
 } mi_device;
 
 /* The devices of a job (device i runs rank i) and their links. */
@@ -62,6 +73,10 @@ typedef struct {
     int calib_ranks;      /* > 0: measured by `meshinfer calibrate` on a job of this many ranks, which
                              must be the job that uses it (hosts in dev[].host) */
 } mi_cluster;
+
+/* Seed 000's Raspberry Pi 4 power figures (3.8 W idle, 4.9 W active) at one
+ * DVFS level: what a device without "power" in its cluster file gets. */
+void mi_device_power_defaults(mi_device *d);
 
 /* Default cluster of n equal devices with mem_each bytes each, links of
  * shared memory (20 us, 5 GB/s) and 20 GB/s weight streaming. */

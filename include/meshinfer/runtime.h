@@ -93,6 +93,17 @@ float *mi_runtime_prefill(mi_runtime *rt, const int *tokens, int n, int pos0);
  * --weights scatter every shard is streamed again. Metrics carry over;
  * replans, replan_s and moved_bytes_* count the move. */
 void mi_runtime_replan(mi_runtime *rt, const mi_plan *plan, int n_pos);
+/* The plan's weight dtypes (plan->cfg.dtype) may differ from the file's
+ * (seed 003 4.3.1 computation scaling): a layer whose dtypes change is
+ * reloaded and re-encoded from the file's weights (model.h
+ * mi_layer_convert), so raising it back to the file's dtype is exact. */
+
+/* Rank 0 only: every rank's compute seconds so far (attn + proj + ffn +
+ * logits of its metrics) into compute_s[n_ranks], for seed 003's runtime
+ * scaling to tell a slowed device from a slowed link between two polls.
+ * Costs one command and one gather: a round trip to the farthest rank.
+ * Changing a rank's weights (mi_runtime_replan) keeps its counters. */
+void mi_runtime_poll_compute(mi_runtime *rt, double *compute_s);
 
 /* Rank 0 only: clear every rank's KV cache (a new sequence). */
 void mi_runtime_reset(mi_runtime *rt);

@@ -84,6 +84,14 @@ mi_tensor mi_tensor_rows(const mi_tensor *t, int r0, int n);
 /* Dequantize row r of t into out[cols]. */
 void mi_tensor_row_f32(const mi_tensor *t, int r, float *out);
 
+/* Seed 003 4.3.1 "computation scaling": *out becomes w's values re-encoded
+ * in dtype t, placed in mem (mi_tensor_place_bytes(t, rows, cols) bytes,
+ * 64-byte aligned), row by row through fp32, so lowering a tensor gives the
+ * same values as quantizing the file's weights would. Returns 0, or -1 when a
+ * blocked t does not divide w's columns into blocks of 32 or no row buffer
+ * could be had (*out untouched). An empty w gives an empty *out, mem unused. */
+int mi_tensor_convert(const mi_tensor *w, int t, void *mem, mi_tensor *out);
+
 /* ---------------------------------------------------------- quantization */
 
 /* Encode n floats as one row of dtype t (n a multiple of MI_QK for blocked

@@ -68,6 +68,10 @@ int cmd_generate(int argc, char **argv)
     cli_no_positional("generate", optind, argc, argv);
     if (!model)
         mi_fatal("generate: --model is required (see meshinfer generate --help)");
+    if (so.importance && so.tpot_ms <= 0)
+        mi_fatal("generate: --importance orders the layers runtime scaling lowers: it needs --tpot-ms");
+    if (so.energy && so.tpot_ms <= 0)
+        mi_fatal("generate: --energy spends the margin under a TPOT target on lower frequencies: it needs --tpot-ms");
 
     int rank, size;
     session_mpi_init(&argc, &argv, &rank, &size);
@@ -148,6 +152,8 @@ int cmd_generate(int argc, char **argv)
         }
         double t_end = mi_now();
         mi_runtime_stop(ss.rt);
+        ss.run_s = t_end - t0; /* the energy report's span: prompt and decoding */
+        ss.run_tokens = n_out;
         double ttft = t_first - t0;
         int n_decode = n_out - 1; /* forward passes after the first token */
         double tpot = n_decode > 0 ? (t_end - t_first) / n_decode : 0.0;

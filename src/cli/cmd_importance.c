@@ -59,20 +59,14 @@ static double perplexity(mi_model *m, mi_scratch *s, const int *ids, int n)
     return exp(nll / (double)scored);
 }
 
-/* A copy of w in dtype t (rows quantized from w's values), memory in *mem. */
+/* A copy of w in dtype t (rows quantized from w's values, as computation
+ * scaling re-encodes them at run time), memory in *mem. */
 static mi_tensor lowered(const mi_tensor *w, int t, void **mem)
 {
-    mi_tensor q = mi_tensor_shape((mi_dtype)t, w->rows, w->cols);
+    mi_tensor q;
     *mem = mi_malloc(mi_tensor_place_bytes(t, (size_t)w->rows, (size_t)w->cols), "lowered layer");
-    mi_tensor_place(&q, *mem);
-    float *row = mi_malloc((size_t)w->cols * sizeof(float), "row");
-    size_t qb = mi_dtype_q_row_bytes(t, (size_t)w->cols);
-    for (int r = 0; r < w->rows; r++) {
-        mi_tensor_row_f32(w, r, row);
-        mi_quantize_row(t, row, w->cols, (unsigned char *)q.q + (size_t)r * qb,
-                        q.d ? q.d + (size_t)r * (w->cols / MI_QK) : NULL);
-    }
-    free(row);
+    if (mi_tensor_convert(w, t, *mem, &q))
+        mi_fatal("importance: cannot hold a %dx%d matrix in %s", w->rows, w->cols, mi_dtype_name(t));
     return q;
 }
 

@@ -23,9 +23,17 @@ const char *SESSION_HELP =
     "                          or tensor parallelism, whichever the cost model predicts faster, for\n"
     "                          prefill and decode apart (the run re-places after the first token when\n"
     "                          they differ); auto: every scheme predicted, the fastest that fits run\n"
-    "      --tpot-ms T         seed 003 communication scaling: when decoding runs over T ms per token,\n"
-    "                          lower the wire dtype of activation messages (fp32 -> fp16 -> q8_0);\n"
-    "                          raise it again when TPOT stays under 60% of T (decisions in --json)\n"
+    "      --tpot-ms T         seed 003 runtime scaling: when decoding runs over T ms per token, a\n"
+    "                          device whose compute slowed gets the layers it holds lowered (to q8_0,\n"
+    "                          then q4_0; computation scaling), else activation messages go lower\n"
+    "                          (fp32 -> fp16 -> q8_0; communication scaling); undone when TPOT stays\n"
+    "                          under 60% of T (decisions on stderr and in --json)\n"
+    "      --importance FILE   with --tpot-ms: lower the least important layers first (from\n"
+    "                          `meshinfer importance`; default: from the last layer)\n"
+    "      --energy            with --tpot-ms: run devices off the critical path at lower DVFS levels\n"
+    "                          (the cluster file's \"power\": {\"freq\": [1, 0.8, ...]}) while the predicted\n"
+    "                          TPOT stays under 90% of T (seed 003 4.4; emulated here: compute stretched\n"
+    "                          by 1/f); --json reports energy and energy-delay product per run\n"
     "      --phase-plans auto|both|decode|prefill  hybrid: each phase its own placement when the\n"
     "                          prompt's predicted gain pays for the two re-placements (auto, default),\n"
     "                          always (both), or one phase's for both (to measure what each gains)\n"
@@ -80,6 +88,8 @@ int session_opt(session_opts *o, int code, const char *arg)
 {
     switch (code) {
     case 1020: o->tpot_ms = mi_parse_double("--tpot-ms", arg, 1e-3, 1e9); return 1;
+    case 1021: o->importance = arg; return 1;
+    case 1022: o->energy = 1; return 1;
     case 1019:
         if (!strcmp(arg, "auto"))
             o->phase_plans = 0;
@@ -226,8 +236,8 @@ static void memory_of_plan(mi_session *ss)
 static int controller_setup(mi_session *ss, const char *path, const session_opts *o, char *err)
 {
     /* an output is checked before anything is loaded or run (output.h) */
-    const char *inputs[] = {path, o->cluster, o->plan_file, o->spec_profile, o->text_input};
-    if (o->trace && mi_output_check(o->trace, "trace file", inputs, 5, err))
+    const char *inputs[] = {path, o->cluster, o->plan_file, o->spec_profile, o->text_input, o->importance};
+    if (o->trace && mi_output_check(o->trace, "trace file", inputs, 6, err))
         return -1;
     mi_model_file *mf = mi_model_open(path, &ss->cfg, err);
     if (!mf)
@@ -418,12 +428,32 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
         if (!rc)
             mi_predict(&ss->plan, &ss->prog, &cl, ss->cfg.seq_len / 2, &ss->pred);
         memory_of_plan(ss);
+        if (!rc && o->energy) {
+            /* seed 003 4.4: the margin under the target, with room for noise, goes to lower levels */
+            rc = mi_energy_plan(&ss->plan, &ss->prog, &cl, ss->cfg.seq_len / 2, 0.9 * o->tpot_ms / 1e3, &ss->en, err);
+            if (!rc) {
+                ss->energy = 1;
+                memcpy(ss->freq, ss->en.freq, sizeof ss->freq);
+                fprintf(stderr, "meshinfer: energy: DVFS levels");
+                for (int r = 0; r < cl.n_devices; r++)
+                    fprintf(stderr, " %s %.2f", cl.dev[r].name, ss->freq[r]);
+                fprintf(stderr, "; predicted %.3f J and %.2f ms per token (%.3f J and %.2f ms at top frequencies; "
+                                "chosen in %.2f ms)\n", ss->en.joules, ss->en.token_s * 1e3, ss->en.top_joules,
+                        ss->en.top_token_s * 1e3, ss->en.seconds * 1e3);
+            }
+        }
     }
     ss->cl = cl;
     ss->replan = o->replan;
     ss->tpot_target_s = o->tpot_ms / 1e3;
     ss->hold = 16;
+    ss->poll_k = -1;
     ss->token_ms = mi_calloc(SESSION_MAX_TOKENS, sizeof(float), "token times");
+    ss->undo = mi_calloc(SESSION_MAX_DECISIONS, sizeof *ss->undo, "scaling decisions");
+    if (!rc && o->importance) {
+        ss->imp = mi_malloc(sizeof *ss->imp, "importance");
+        rc = mi_importance_load(o->importance, &ss->cfg, ss->imp, err);
+    }
     return rc;
 }
 
@@ -463,6 +493,13 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
             buf = mi_malloc((size_t)nl * sizeof(int), "plan buffer");
         MPI_Bcast(buf, (int)nl, MPI_INT, 0, MPI_COMM_WORLD);
     }
+    /* every rank's DVFS level (1 unless --energy chose lower), emulated by stretching compute */
+    if (ss->rank == 0 && !ss->energy)
+        for (int r = 0; r < MI_MAX_RANKS; r++)
+            ss->freq[r] = 1.0;
+    if (ss->size > 1)
+        MPI_Bcast(ss->freq, MI_MAX_RANKS, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    mi_slowdown_set_freq(ss->freq[ss->rank < MI_MAX_RANKS ? ss->rank : 0]);
     mi_plan plan;
     failed = mi_plan_deserialize(buf, (size_t)nl, &ss->cfg, &plan, err) != 0;
     free(buf);
@@ -513,6 +550,8 @@ void session_close(mi_session *ss, const session_opts *o)
         free(ss->acc);
         free(ss->hosts);
         free(ss->token_ms);
+        free(ss->undo);
+        free(ss->imp);
     }
 }
 
@@ -535,6 +574,12 @@ static void memory_check(mi_session *ss, int pos0, int T)
         return;
     int need = pos0 + T;
     mi_plan *cur = &ss->plan;
+    /* seed 003: lower precision on the device before anything moves or stops */
+    double limit = ss->replan ? SESSION_REPLAN_THRESHOLD : 1.0;
+    for (int r = 0; r < ss->size && ss->tpot_target_s > 0; r++)
+        if (budget_fraction(ss, r, need) > limit &&
+            session_scale_memory(ss, r, pos0, need, limit * ss->cl.dev[r].mem_bytes))
+            memory_of_plan(ss);
     if (!ss->replan) {
         for (int r = 0; r < ss->size; r++)
             if (budget_fraction(ss, r, need) > 1.0)
@@ -569,7 +614,8 @@ static void memory_check(mi_session *ss, int pos0, int T)
     double t0 = mi_now();
     for (;;) {
         ss->po.kv_positions = h;
-        if (mi_plan_make(&ss->cfg, &ss->cl, &ss->po, &np, err) == 0)
+        /* the plan's own dtypes: computation scaling may hold layers lower than the file */
+        if (mi_plan_make(&cur->cfg, &ss->cl, &ss->po, &np, err) == 0)
             break;
         if (h <= need)
             mi_fatal("memory: at position %d no placement fits the devices' budgets any more: %s", need, err);
@@ -631,58 +677,6 @@ double session_phase(mi_session *ss, int prefill, int n_pos)
     ss->n_switches++;
     ss->switch_s += t;
     return t;
-}
-
-void session_after_step(mi_session *ss, double step_s, int n_pos)
-{
-    if (ss->n_tokens < SESSION_MAX_TOKENS)
-        ss->token_ms[ss->n_tokens] = (float)(step_s * 1e3);
-    int k = ++ss->n_tokens;
-    if (ss->tpot_target_s <= 0 || ss->installed_prefill || k < 4 || k > SESSION_MAX_TOKENS ||
-        ss->n_decisions >= SESSION_MAX_DECISIONS)
-        return;
-    double t0 = mi_now();
-    double mean = 0;
-    for (int i = k - 4; i < k; i++)
-        mean += ss->token_ms[i] / 4e3;
-    static const int ladder[] = {MI_F32, MI_F16, MI_Q8_0};
-    int w = ss->plan.wire, at = w == MI_F32 ? 0 : w == MI_F16 ? 1 : 2, to = -1;
-    char trigger[96] = "";
-    if (mean > ss->tpot_target_s && at < 2 && k - ss->last_change >= 4) {
-        to = ladder[at + 1];
-        if (ss->last_was_probe && k - ss->last_change <= 8)
-            ss->hold *= 2; /* the probe failed */
-        snprintf(trigger, sizeof trigger, "TPOT %.2f ms over the %.2f ms target", mean * 1e3, ss->tpot_target_s * 1e3);
-    } else if (at > 0 && k - ss->last_change >= ss->hold && mean < 0.6 * ss->tpot_target_s) {
-        /* the pressure may have gone: try the next higher precision (a probe; if it
-         * brings TPOT back over the target within 8 steps, the next probe waits twice
-         * as long, so a lasting bad link is not probed every few tokens) */
-        to = ladder[at - 1];
-        snprintf(trigger, sizeof trigger, "TPOT %.2f ms, under 60%% of the %.2f ms target for %d steps", mean * 1e3,
-                 ss->tpot_target_s * 1e3, k - ss->last_change);
-    }
-    if (to < 0)
-        return;
-    session_decision *d = &ss->decisions[ss->n_decisions++];
-    d->token = k;
-    snprintf(d->trigger, sizeof d->trigger, "%s", trigger);
-    d->wire_from = w;
-    d->wire_to = to;
-    d->decide_us = (mi_now() - t0) * 1e6;
-    double t1 = mi_now();
-    mi_plan np = ss->plan; /* the same placement; only the messages' dtype changes */
-    np.wire = to;
-    mi_runtime_replan(ss->rt, &np, n_pos);
-    ss->plan.wire = to;
-    mi_programs_free(&ss->prog);
-    char err[MI_ERRLEN];
-    if (mi_programs_compile(&ss->plan, &ss->prog, err))
-        mi_fatal("%s", err);
-    d->apply_ms = (mi_now() - t1) * 1e3;
-    ss->last_change = k;
-    ss->last_was_probe = to == ladder[at > 0 ? at - 1 : 0] && at > 0;
-    fprintf(stderr, "meshinfer: scaling after token %d: %s -> messages %s to %s (decided in %.0f us, installed in "
-                    "%.1f ms)\n", k, trigger, mi_dtype_name(w), mi_dtype_name(to), d->decide_us, d->apply_ms);
 }
 
 void session_predict(const mi_session *ss, int n_prompt, int n_steps, double *ttft, double *tpot)
@@ -822,6 +816,34 @@ static double calibrated_token_s(const mi_session *ss)
     return pr.token_s;
 }
 
+/* Seed 000's energy and energy-delay product of the run (run_s seconds):
+ * every device draws its idle power throughout and its active power (at its
+ * DVFS level) while it computes, by its measured compute seconds; beside the
+ * cost model's prediction per token. Power from the cluster file, or seed
+ * 000's Raspberry Pi 4 figures, said which. */
+static void energy_json(const mi_session *ss, const mi_rank_metrics *all, FILE *f)
+{
+    int given = 1;
+    double total = 0;
+    fprintf(f, "\"energy\": {\"per_rank_j\": [");
+    for (int r = 0; r < ss->size; r++) {
+        const mi_device *d = &ss->cl.dev[r];
+        double busy = all[r].attn + all[r].proj + all[r].ffn + all[r].logits;
+        double j = d->idle_w * ss->run_s + (mi_device_power_w(d, ss->freq[r]) - d->idle_w) * busy;
+        given &= d->power_given;
+        total += j;
+        fprintf(f, "%s%.4f", r ? ", " : "", j);
+    }
+    fprintf(f, "], \"freq\": [");
+    for (int r = 0; r < ss->size; r++)
+        fprintf(f, "%s%.3f", r ? ", " : "", ss->freq[r]);
+    double pj = mi_predict_energy(&ss->plan, &ss->prog, &ss->cl, ss->freq, ss->pos_hi / 2, NULL, NULL);
+    fprintf(f, "], \"joules\": %.4f, \"seconds\": %.4f, \"edp_js\": %.5f, \"j_per_token\": %.5f, "
+               "\"predicted_j_per_token\": %.5f, \"power\": \"%s\"}, ", total, ss->run_s, total * ss->run_s,
+            ss->run_tokens > 0 ? total / ss->run_tokens : 0.0, pj,
+            given ? "cluster file" : "defaults: seed 000's Raspberry Pi 4, 3.8 W idle, 4.9 W active");
+}
+
 void session_metrics_json(mi_session *ss, FILE *f)
 {
     mi_rank_metrics *all = ss->rank == 0 ? mi_calloc((size_t)ss->size, sizeof *all, "metrics") : NULL;
@@ -832,9 +854,12 @@ void session_metrics_json(mi_session *ss, FILE *f)
     fprintf(f, "\"scaling\": {\"tpot_target_ms\": %.3f, \"decisions\": [", ss->tpot_target_s * 1e3);
     for (int i = 0; i < ss->n_decisions; i++) {
         const session_decision *d = &ss->decisions[i];
-        fprintf(f, "%s{\"token\": %d, \"trigger\": \"%s\", \"wire_from\": \"%s\", \"wire_to\": \"%s\", "
-                   "\"decide_us\": %.1f, \"apply_ms\": %.3f}", i ? ", " : "", d->token, d->trigger,
-                mi_dtype_name(d->wire_from), mi_dtype_name(d->wire_to), d->decide_us, d->apply_ms);
+        fprintf(f, "%s{\"token\": %d, \"kind\": \"%s\", \"restore\": %s, \"trigger\": \"%s\", "
+                   "\"wire_from\": \"%s\", \"wire_to\": \"%s\", \"rank\": %d, \"slowdown\": %.3f, \"change\": \"%s\", "
+                   "\"predicted_ms\": %.3f, \"poll_ms\": %.3f, \"decide_us\": %.1f, \"apply_ms\": %.3f}",
+                i ? ", " : "", d->token, d->weights ? "weights" : "wire", d->restore ? "true" : "false", d->trigger,
+                mi_dtype_name(d->wire_from), mi_dtype_name(d->wire_to), d->rank, d->slowdown, d->change,
+                d->predicted_ms, d->poll_ms, d->decide_us, d->apply_ms);
     }
     fprintf(f, "], \"token_ms\": [");
     for (int i = 0; i < ss->n_tokens && i < SESSION_MAX_TOKENS; i++)
@@ -863,6 +888,8 @@ void session_metrics_json(mi_session *ss, FILE *f)
         fprintf(f, "}, \"loss_mode\": \"%s\", \"loss\": %.6f, \"loss_seed\": %llu}, ",
                 mi_loss_mode_name(ss->loss_mode), ss->loss, (unsigned long long)ss->loss_seed);
     }
+    if (ss->run_s > 0)
+        energy_json(ss, all, f);
     /* each transition is decided by one rank (its FFN rank): sum over ranks */
     fprintf(f, "\"rtt_ms\": [");
     for (int r = 0; r < ss->size; r++)

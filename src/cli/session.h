@@ -42,7 +42,9 @@ typedef struct {
                                 pays for the re-placements), 1 decode's for both phases, 2 prefill's
                                 for both (to measure what each phase gains), 3 apart always */
     int auto_prompt, auto_steps; /* --planner auto: the request judged (prompt tokens, decoded tokens) */
-    double tpot_ms;          /* --tpot-ms: seed 003 communication scaling's target (0: off) */
+    double tpot_ms;          /* --tpot-ms: seed 003 runtime scaling's target (0: off) */
+    const char *importance;  /* --importance: `meshinfer importance` file ordering computation scaling */
+    int energy;              /* --energy: spend the margin under --tpot-ms on lower DVFS levels */
 } session_opts;
 
 /* getopt_long entries for the options above (codes >= 1000), to append to a
@@ -58,7 +60,8 @@ typedef struct {
     {"prune", required_argument, 0, 1014}, {"prune-mode", required_argument, 0, 1015}, \
     {"loss", required_argument, 0, 1016}, {"loss-mode", required_argument, 0, 1017}, \
     {"loss-seed", required_argument, 0, 1018}, {"phase-plans", required_argument, 0, 1019}, \
-    {"tpot-ms", required_argument, 0, 1020}
+    {"tpot-ms", required_argument, 0, 1020}, {"importance", required_argument, 0, 1021}, \
+    {"energy", no_argument, 0, 1022}
 extern const char *SESSION_HELP;
 
 void session_opts_init(session_opts *o);
@@ -79,13 +82,20 @@ typedef struct {
 
 #define SESSION_MAX_REPLANS 64
 
-/* One runtime-scaling decision (seed 003 4.3.2), as reported in --json. */
+/* One runtime-scaling decision (seed 003 4.3), as reported in --json. */
 typedef struct {
     int token;              /* the decode step after which it was taken */
-    char trigger[96];       /* what crossed the target */
+    char trigger[192];      /* what crossed the target, and the diagnosis */
+    int weights;            /* 1: computation scaling (layer dtypes), 0: communication scaling (wire dtype) */
+    int restore;            /* 1: a probe undoing the last lowering */
     int wire_from, wire_to; /* mi_dtype of activation messages */
+    int rank;               /* computation scaling: the device diagnosed slow (-1: none) */
+    double slowdown;        /* its compute per step against its baseline (1: unchanged) */
+    char change[160];       /* the layers and dtypes changed ("" for the wire) */
+    double predicted_ms;    /* the cost model's TPOT after the change (scaled to what was measured) */
+    double poll_ms;         /* the diagnosis's poll of every rank's compute time (0 for a probe) */
     double decide_us;       /* the decision itself (cost-model predictions included) */
-    double apply_ms;        /* installing it (a re-placement with nothing to move) */
+    double apply_ms;        /* installing it (a re-placement: layers re-encoded or reloaded) */
 } session_decision;
 #define SESSION_MAX_DECISIONS 64
 #define SESSION_MAX_TOKENS 65536
@@ -126,7 +136,7 @@ typedef struct {
     int installed_prefill;  /* rank 0: the runtime runs plan_prefill now */
     int n_switches;         /* rank 0: phase switches (each a re-placement: shards loaded, KV heads moved) */
     double switch_s;        /* rank 0: their time */
-    /* seed 003 4.3.2 communication scaling (--tpot-ms), rank 0 */
+    /* seed 003 4.3 runtime scaling (--tpot-ms), rank 0; scaling.c */
     double tpot_target_s;   /* 0: off */
     int n_tokens;           /* decode steps timed */
     float *token_ms;        /* [SESSION_MAX_TOKENS] each step's time */
@@ -135,6 +145,28 @@ typedef struct {
     int last_was_probe;     /* the last decision raised the precision */
     int n_decisions;
     session_decision decisions[SESSION_MAX_DECISIONS];
+    mi_importance *imp;     /* --importance, or NULL: layers lowered from the last */
+    /* seed 000 / seed 003 4.4 energy */
+    double freq[MI_MAX_RANKS]; /* every rank's DVFS level (1: top; --energy lowers some), on every rank */
+    int energy;             /* --energy chose the levels (rank 0: en holds the search) */
+    mi_energy_result en;
+    double run_s;           /* the command's wall time for the energy report (0: none) */
+    int run_tokens;         /* ... and the tokens it generated */
+    int poll_k;             /* step of the last poll of compute times (-1: none open) */
+    double poll_c[MI_MAX_RANKS];     /* every rank's compute seconds at that poll */
+    double base_ratio[MI_MAX_RANKS]; /* each rank's measured / predicted compute per step, steps 8-16 (0: unknown) */
+    int has_base;
+    int rebase_k;           /* > 0: after lowering weights, the baseline is measured again from this step */
+    int rebase_rank;        /* ... with this rank's compute counted as slowed by rebase_slow */
+    double rebase_slow;
+    int n_undo;             /* lowerings in force, newest last: what each replaced */
+    struct session_undo {
+        int wire;
+        unsigned char dtype[MI_MAX_LAYERS][MI_N_LAYER_MATS];
+        double base_ratio[MI_MAX_RANKS];
+        int rank;           /* weights lowered for this slowed rank (-1: the wire was lowered) */
+        double slow;        /* ... which computed this many times its baseline then */
+    } *undo;                /* [SESSION_MAX_DECISIONS] */
 } mi_session;
 
 void session_mpi_init(int *argc, char ***argv, int *rank, int *size);
@@ -170,13 +202,34 @@ double session_phase(mi_session *ss, int prefill, int n_pos);
 void session_predict(const mi_session *ss, int n_prompt, int n_steps, double *ttft, double *tpot);
 
 /* Rank 0, after a decode step of step_s seconds that left n_pos positions
- * cached: record it and, with --tpot-ms, scale communication (seed 003
- * 4.3.2): when the mean of the last 4 steps is over the target, lower the
- * wire dtype of activation messages one step (fp32 -> fp16 -> q8_0); when
- * it stays under 60% of the target for 16 steps, probe the next higher one
- * (a probe that fails within 8 steps doubles the wait before the next).
- * Each decision is logged (stderr, --json) with its trigger and cost. */
+ * cached: record it and, with --tpot-ms, scale at run time (seed 003 4.3;
+ * scaling.c). When the median of the last 5 steps is over the target, every
+ * rank's compute time is polled twice 8 steps apart. A device whose compute
+ * per step has grown 1.3x over its own baseline (steps 8-16, against the cost
+ * model's prediction for the plan in force), by at least half the overshoot,
+ * is the cause: computation scaling lowers the layers it holds (fp32/fp16 ->
+ * q8_0 -> q4_0, least important first by --importance, else from the last
+ * layer), as few as the cost model, with that device slowed as measured,
+ * says meet 90% of the target. Otherwise the links are: communication
+ * scaling lowers the wire dtype of activation messages one step (fp32 ->
+ * fp16 -> q8_0). The newest lowering is undone as a probe, at the earliest
+ * 16 steps after the last change: lowered weights when two polls show their
+ * device computing 1.3x faster than when they were lowered (it recovered), a
+ * lowered wire when the cost model says TPOT with the higher dtype would be
+ * under 90% of the target, or either when TPOT is under 60% of it (a probe
+ * that fails soon after doubles the wait before the next). Each decision is
+ * logged (stderr, --json) with its trigger, diagnosis and cost. */
 void session_after_step(mi_session *ss, double step_s, int n_pos);
+
+/* Rank 0, with --tpot-ms, before a forward pass that would take rank r's
+ * memory at need positions past limit bytes (the KV cache grows past its
+ * budget; seed 003 4.3.1 computation scaling): lower the layers r holds, in
+ * the order session_after_step would, just enough that r fits at need, and
+ * install that with pos0 positions cached. Such a lowering is not undone (the
+ * cache does not shrink within a sequence). Returns 1 if it did, 0 when
+ * lowering all r holds would not be enough (re-placement's turn) or scaling is
+ * off. */
+int session_scale_memory(mi_session *ss, int r, int pos0, int need, double limit);
 
 /* Rank 0: session_forward over n tokens in chunks (prompt processing), on
  * the prefill plan (session_phase). */

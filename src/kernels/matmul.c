@@ -73,11 +73,24 @@ static void matmul(float *y, int ldy, const float *x, int ldx, const mi_tensor *
     if (T < 1 || n_out < 1)
         return;
     if (W->dtype == MI_F32 && (T > 1 || g_blas_matvec)) {
+        /* Accumulating into y (beta = 1) is not used: a BLAS that splits the
+         * inner dimension into blocks adds each block's partial sums to y, so
+         * y + W x would round differently from W x added afterwards, and a
+         * sum split over ranks (or not) would no longer give the same bits on
+         * every machine (OpenBLAS's Haswell and Zen kernels did on this
+         * project's AMD EPYC; its SkylakeX kernels did not). W x is made
+         * whole, then added. */
+        float *o = add ? scratch((size_t)T * (size_t)n_out * sizeof(float), T) : y;
+        int ldo = add ? n_out : ldy;
         if (T == 1)
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, n_out, n_in, 1.0f, W->q, n_in, x, 1, add ? 1.0f : 0.0f, y, 1);
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, n_out, n_in, 1.0f, W->q, n_in, x, 1, 0.0f, o, 1);
         else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, n_out, n_in, 1.0f, x, ldx, W->q, n_in,
-                        add ? 1.0f : 0.0f, y, ldy);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, n_out, n_in, 1.0f, x, ldx, W->q, n_in, 0.0f, o,
+                        ldo);
+        if (add)
+            for (int t = 0; t < T; t++)
+                for (int i = 0; i < n_out; i++)
+                    y[(size_t)t * ldy + i] += o[(size_t)t * ldo + i];
         return;
     }
     const mi_kernel_family *f = mi_kernel_active();

@@ -503,6 +503,48 @@ void mi_model_free(mi_model *m)
     memset(m, 0, sizeof *m);
 }
 
+int mi_layer_convert(mi_layer *L, int dim, const unsigned char *to, char *err)
+{
+    mi_tensor *w[MI_N_LAYER_MATS] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w2, &L->w3};
+    float **norm[2] = {&L->attention_norm, &L->ffn_norm};
+    size_t nb = ((size_t)dim * sizeof(float) + 63) & ~(size_t)63, total = 0;
+    for (int i = 0; i < 2; i++)
+        total += *norm[i] ? nb : 0;
+    for (int k = 0; k < MI_N_LAYER_MATS; k++) {
+        if (!w[k]->q)
+            continue;
+        if (mi_dtype_blocked(to[k]) && w[k]->cols % MI_QK)
+            return mi_set_error(err, "cannot hold %s of this shard in %s: its %d columns are not whole blocks of %d",
+                                mi_layer_mat_names[k], mi_dtype_name(to[k]), w[k]->cols, MI_QK);
+        total += mi_tensor_place_bytes(to[k], (size_t)w[k]->rows, (size_t)w[k]->cols);
+    }
+    unsigned char *mem = arena_alloc(total), *p = mem;
+    mi_layer n = *L;
+    for (int i = 0; i < 2; i++) {
+        if (!*norm[i])
+            continue;
+        float *dst = (float *)p;
+        memcpy(dst, *norm[i], (size_t)dim * sizeof(float));
+        *(i ? &n.ffn_norm : &n.attention_norm) = dst;
+        p += nb;
+    }
+    mi_tensor *nw[MI_N_LAYER_MATS] = {&n.wq, &n.wk, &n.wv, &n.wo, &n.w1, &n.w2, &n.w3};
+    for (int k = 0; k < MI_N_LAYER_MATS; k++) {
+        if (!w[k]->q)
+            continue;
+        if (mi_tensor_convert(w[k], to[k], p, nw[k])) {
+            arena_free(mem, total);
+            return mi_set_error(err, "out of memory re-encoding %s", mi_layer_mat_names[k]);
+        }
+        p += mi_tensor_place_bytes(to[k], (size_t)w[k]->rows, (size_t)w[k]->cols);
+    }
+    arena_free(L->arena, L->arena_bytes);
+    n.arena = mem;
+    n.arena_bytes = total;
+    *L = n;
+    return 0;
+}
+
 void mi_model_reset(mi_model *m)
 {
     const mi_config *c = &m->cfg;

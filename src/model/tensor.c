@@ -2,6 +2,7 @@
 #include "meshinfer/tensor.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *dtype_names[MI_N_DTYPES] = {"fp32", "fp16", "q8_0", "q4_0"};
@@ -139,6 +140,30 @@ void mi_tensor_row_f32(const mi_tensor *t, int r, float *out)
     const char *q = (const char *)t->q + (size_t)r * mi_dtype_q_row_bytes(t->dtype, (size_t)t->cols);
     const uint16_t *d = t->d ? t->d + (size_t)r * (size_t)(t->cols / MI_QK) : NULL;
     mi_dequantize_row(t->dtype, q, d, t->cols, out);
+}
+
+int mi_tensor_convert(const mi_tensor *w, int t, void *mem, mi_tensor *out)
+{
+    if (mi_dtype_blocked(t) && w->cols % MI_QK)
+        return -1;
+    mi_tensor q = mi_tensor_shape((mi_dtype)t, w->rows, w->cols);
+    if (w->rows == 0 || w->cols == 0 || !w->q) {
+        *out = q;
+        return 0;
+    }
+    float *row = malloc((size_t)w->cols * sizeof(float));
+    if (!row)
+        return -1;
+    mi_tensor_place(&q, mem);
+    size_t qb = mi_dtype_q_row_bytes(t, (size_t)w->cols);
+    for (int r = 0; r < w->rows; r++) {
+        mi_tensor_row_f32(w, r, row);
+        mi_quantize_row(t, row, w->cols, (unsigned char *)q.q + (size_t)r * qb,
+                        q.d ? q.d + (size_t)r * (size_t)(w->cols / MI_QK) : NULL);
+    }
+    free(row);
+    *out = q;
+    return 0;
 }
 
 /* ---------------------------------------------------------- quantization */

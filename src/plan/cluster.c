@@ -20,6 +20,11 @@
  *     "calibration": {"n_ranks": 3, "tool": "...", "date": "..."}  optional
  *   }
  *
+ * A device may also give "power": {"idle_w": 3.8, "active_w": 4.9,
+ * "freq": [1, 0.8, 0.6]} (watts idle and computing at the top frequency;
+ * the DVFS levels as fractions of the top frequency, descending from 1;
+ * every key optional; defaults seed 000's Raspberry Pi 4 at one level).
+ *
  * `meshinfer calibrate` writes the last two and, per device, "host" (where
  * it was measured), "hwloc" (the device's description, kept for people, not
  * read back) and "compute": {"pass_ns": {"fp32": .., "fp16": .., "q8_0": ..,
@@ -73,6 +78,7 @@ void mi_cluster_default(mi_cluster *cl, int n, double mem_each)
         snprintf(cl->dev[i].name, sizeof cl->dev[i].name, "dev%d", i);
         cl->dev[i].mem_bytes = mem_each;
         cl->dev[i].speed = 1.0;
+        mi_device_power_defaults(&cl->dev[i]);
     }
     cl->latency_s = DEFAULT_LATENCY_S;
     cl->bandwidth = DEFAULT_BANDWIDTH;
@@ -82,6 +88,15 @@ void mi_cluster_default(mi_cluster *cl, int n, double mem_each)
     cl->storage_bw = 100e6;
     cl->rtt_s = NULL;
     mi_cluster_finish(cl);
+}
+
+void mi_device_power_defaults(mi_device *d)
+{
+    d->idle_w = 3.8; /* seed 000: "from 3.8 W idle to 4.8 to 5.0 W active" */
+    d->active_w = 4.9;
+    d->n_freq = 1;
+    d->freq[0] = 1.0;
+    d->power_given = 0;
 }
 
 void mi_cluster_finish(mi_cluster *cl)
@@ -193,9 +208,44 @@ static int parse_compute(const cJSON *cp, mi_device *dev, const char *prefix, co
     return 0;
 }
 
+/* "power": {"idle_w", "active_w", "freq": [1, ...]} (see the top of the file). */
+static int parse_power(const cJSON *p, mi_device *dev, const char *prefix, const char *where, char *err)
+{
+    static const char *const keys[] = {"idle_w", "active_w", "freq", NULL};
+    char w[48];
+    snprintf(w, sizeof w, "%s.power", where);
+    if (!cJSON_IsObject(p))
+        return mi_set_error(err, "%s: %s must be an object like {\"idle_w\": 3.8, \"active_w\": 4.9, \"freq\": [1, 0.6]}",
+                            prefix, w);
+    if (mi_json_check_keys(p, keys, prefix, w, err) || get_number(p, "idle_w", 1, &dev->idle_w, prefix, w, err) ||
+        get_number(p, "active_w", 0, &dev->active_w, prefix, w, err))
+        return -1;
+    if (dev->active_w < dev->idle_w)
+        return mi_set_error(err, "%s: %s.active_w (%g W) is below idle_w (%g W)", prefix, w, dev->active_w,
+                            dev->idle_w);
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(p, "freq");
+    if (f) {
+        int n = cJSON_IsArray(f) ? cJSON_GetArraySize(f) : 0;
+        if (n < 1 || n > MI_MAX_FREQ)
+            return mi_set_error(err, "%s: %s.freq must be a list of 1 to %d DVFS levels (fractions of the top "
+                                "frequency, descending from 1)", prefix, w, MI_MAX_FREQ);
+        int i = 0;
+        for (const cJSON *v = f->child; v; v = v->next, i++) {
+            if (!cJSON_IsNumber(v) || !(v->valuedouble > 0.01 && v->valuedouble <= 1) ||
+                (i == 0 && v->valuedouble != 1) || (i > 0 && v->valuedouble >= dev->freq[i - 1]))
+                return mi_set_error(err, "%s: %s.freq[%d] must be %s", prefix, w, i,
+                                    i == 0 ? "1 (the top frequency)" : "in (0.01, 1) and below the level before it");
+            dev->freq[i] = v->valuedouble;
+        }
+        dev->n_freq = n;
+    }
+    dev->power_given = 1;
+    return 0;
+}
+
 static int parse_device(const cJSON *d, int i, mi_device *dev, const char *prefix, char *err)
 {
-    static const char *const keys[] = {"name", "mem_mb", "speed", "host", "compute", "hwloc", NULL};
+    static const char *const keys[] = {"name", "mem_mb", "speed", "host", "compute", "hwloc", "power", NULL};
     char where[32];
     snprintf(where, sizeof where, "devices[%d]", i);
     if (!cJSON_IsObject(d))
@@ -237,6 +287,10 @@ static int parse_device(const cJSON *d, int i, mi_device *dev, const char *prefi
                                 sizeof dev->host - 1);
         strcpy(dev->host, host->valuestring);
     }
+    mi_device_power_defaults(dev);
+    const cJSON *pw = cJSON_GetObjectItemCaseSensitive(d, "power");
+    if (pw && parse_power(pw, dev, prefix, where, err))
+        return -1;
     const cJSON *hw = cJSON_GetObjectItemCaseSensitive(d, "hwloc");
     if (hw && !cJSON_IsObject(hw))
         return mi_set_error(err, "%s: %s.hwloc must be an object (the device's description)", prefix, where);
@@ -522,6 +576,12 @@ int mi_cluster_save(const mi_cluster *cl, const char *const *hw, const char *des
         cJSON_AddNumberToObject(o, "speed", d->speed);
         if (d->host[0])
             cJSON_AddStringToObject(o, "host", d->host);
+        if (d->power_given) {
+            cJSON *p = cJSON_AddObjectToObject(o, "power");
+            cJSON_AddNumberToObject(p, "idle_w", d->idle_w);
+            cJSON_AddNumberToObject(p, "active_w", d->active_w);
+            cJSON_AddItemToObject(p, "freq", cJSON_CreateDoubleArray(d->freq, d->n_freq));
+        }
         if (d->calibrated) {
             cJSON *c = cJSON_AddObjectToObject(o, "compute");
             cJSON_AddItemToObject(c, "pass_ns", dtype_json(d->pass_s));

@@ -828,7 +828,7 @@ int *mi_plan_serialize(const mi_plan *plan, size_t *n_ints)
     const mi_config *c = &plan->cfg;
     size_t n = 8 + (size_t)plan->n_cls * 3 + 3 + 3 * (size_t)plan->n_cols + 2 * MI_N_PRUNED_XCH;
     for (int l = 0; l < c->n_layers; l++)
-        n += (size_t)c->n_kv_heads + 4 + 3 * (size_t)plan->layers[l].n_ffn;
+        n += (size_t)c->n_kv_heads + 4 + MI_N_LAYER_MATS + 3 * (size_t)plan->layers[l].n_ffn;
     if (plan->keep)
         for (size_t i = 0; i < n_keep(plan); i++)
             n += 1 + (size_t)plan->keep[i].n;
@@ -853,6 +853,10 @@ int *mi_plan_serialize(const mi_plan *plan, size_t *n_ints)
         *q++ = lp->proj_rank;
         *q++ = lp->speculate;
         *q++ = lp->accept_permille;
+        /* the weight dtypes travel with the plan: seed 003's computation
+         * scaling re-places to the same shards in lower dtypes */
+        for (int m = 0; m < MI_N_LAYER_MATS; m++)
+            *q++ = c->dtype[l][m];
         *q++ = lp->n_ffn;
         for (int i = 0; i < lp->n_ffn; i++) {
             *q++ = lp->ffn[i].rank;
@@ -926,6 +930,13 @@ int mi_plan_deserialize(const int *b, size_t n, const mi_config *c, mi_plan *pla
         NEXT(lp->proj_rank);
         NEXT(lp->speculate);
         NEXT(lp->accept_permille);
+        for (int m = 0; m < MI_N_LAYER_MATS; m++) {
+            int t;
+            NEXT(t);
+            if (t < 0 || t >= MI_N_DTYPES)
+                goto bad;
+            plan->cfg.dtype[l][m] = (unsigned char)t;
+        }
         NEXT(lp->n_ffn);
         if (lp->n_ffn < 1 || lp->n_ffn > MI_MAX_RANKS)
             goto bad;
@@ -972,7 +983,7 @@ int mi_plan_deserialize(const int *b, size_t n, const mi_config *c, mi_plan *pla
 #undef NEXT
     if (i != n)
         goto bad;
-    if (mi_plan_validate(plan, NULL, err)) {
+    if (mi_config_validate(&plan->cfg, err) || mi_plan_validate(plan, NULL, err)) {
         mi_plan_free(plan);
         return -1;
     }

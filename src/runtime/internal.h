@@ -15,7 +15,7 @@
 #include "meshinfer/partition.h"
 #include "meshinfer/runtime.h"
 
-enum { CMD_FORWARD = 1, CMD_RESET = 2, CMD_STOP = 3, CMD_RESET_METRICS = 4, CMD_REPLAN = 5 };
+enum { CMD_FORWARD = 1, CMD_RESET = 2, CMD_STOP = 3, CMD_RESET_METRICS = 4, CMD_REPLAN = 5, CMD_POLL = 6 };
 enum { TAG_KV_MOVE = 77, TAG_XCHG = 78, TAG_CMD = 79 };
 
 typedef struct {
@@ -41,6 +41,9 @@ struct mi_runtime {
     mi_runtime_options opt;
     const unsigned char *keep_layers; /* during a re-placement: layers whose shard stays (not reloaded) */
     int keep_globals;                 /* ... and embeddings / classifier stay */
+    /* the model file's weight dtypes (the first plan's): a later plan may hold a layer lower
+     * (seed 003 computation scaling), which loading then re-encodes from these */
+    unsigned char stored_dtype[MI_MAX_LAYERS][MI_N_LAYER_MATS];
     mi_plan plan;
     mi_programs prog;
     mi_model model;

@@ -41,10 +41,30 @@ static int fetch_recv(void *ctx, const char *name, size_t row0, size_t nrows, si
     return 0;
 }
 
+/* Seed 003 computation scaling: the layers this plan holds in other dtypes
+ * than the file's are re-encoded after loading (a layer raised back to its
+ * stored dtype was reloaded from the file, so it comes back exact). Returns
+ * 0 or -1 with err. */
+static int convert_layers(mi_runtime *rt, char *err)
+{
+    const mi_config *c = &rt->plan.cfg;
+    for (int l = 0; l < c->n_layers; l++) {
+        mi_layer *L = &rt->model.layers[l];
+        if ((rt->keep_layers && rt->keep_layers[l]) || !memcmp(c->dtype[l], rt->stored_dtype[l], sizeof c->dtype[l]))
+            continue;
+        if (mi_layer_convert(L, c->dim, c->dtype[l], err))
+            return -1;
+    }
+    return 0;
+}
+
 void rt_load_shard(mi_runtime *rt)
 {
     const mi_runtime_options *opt = &rt->opt;
-    const mi_config *c = &rt->plan.cfg;
+    /* shards are read in the file's dtypes, then converted (convert_layers) */
+    mi_config stored = rt->plan.cfg;
+    memcpy(stored.dtype, rt->stored_dtype, sizeof stored.dtype);
+    const mi_config *c = &stored;
     char err[MI_ERRLEN] = "";
     mi_layer_spec *layers = mi_malloc((size_t)c->n_layers * sizeof *layers, "layer specs");
     mi_shard_spec spec;
@@ -97,6 +117,13 @@ void rt_load_shard(mi_runtime *rt)
         mi_weight_source src = {fetch_recv, NULL, 0};
         if (mi_model_load(&rt->model, &src, c, &spec, err))
             mi_fatal("%s", err);
+    }
+    rc = convert_layers(rt, err);
+    mi_check_all(rc != 0, err);
+    rt->model.cfg = rt->plan.cfg;
+    if (memcmp(rt->plan.cfg.dtype, rt->stored_dtype, sizeof rt->stored_dtype)) {
+        mi_plan_shard(&rt->plan, rt->rank, &spec);
+        rt->model.weight_bytes = mi_shard_weight_bytes(&rt->plan.cfg, &spec);
     }
     size_t rss1 = mi_rss_bytes();
     rt->m.rss_weights = rss1 > rss0 ? (double)(rss1 - rss0) : 0.0;

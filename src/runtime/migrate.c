@@ -32,7 +32,8 @@ void rt_replan_local(mi_runtime *rt, const mi_plan *np, int n_pos)
     mi_layer *kept = mi_calloc((size_t)L, sizeof *kept, "kept layers");
     for (int l = 0; l < L && !rt->opt.scatter; l++) {
         const mi_layer_spec *a = &os.layers[l];
-        keep[l] = (a->n_kv || a->proj || a->nf) && !memcmp(a, &ns.layers[l], sizeof *a);
+        keep[l] = (a->n_kv || a->proj || a->nf) && !memcmp(a, &ns.layers[l], sizeof *a) &&
+                  !memcmp(c->dtype[l], np->cfg.dtype[l], sizeof c->dtype[l]);
         if (keep[l]) {
             kept[l] = rt->model.layers[l];
             memset(&rt->model.layers[l], 0, sizeof kept[l]); /* teardown must not free it */

@@ -112,6 +112,7 @@ mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_runtime_options *opt
     rt_set_spin(opt->spin_s > 0 ? opt->spin_s : -1);
     rt->trace = opt->trace;
     rt->tolerance = opt->tolerance;
+    memcpy(rt->stored_dtype, plan->cfg.dtype, sizeof rt->stored_dtype);
     rt_setup_shard(rt, plan);
     rt_setup_rest(rt);
     if (rt->size > 1)
@@ -205,6 +206,22 @@ void mi_runtime_replan(mi_runtime *rt, const mi_plan *plan, int n_pos)
     rt->idle_since = mi_now();
 }
 
+static double compute_seconds(const mi_runtime *rt)
+{
+    return rt->m.attn + rt->m.proj + rt->m.ffn + rt->m.logits;
+}
+
+void mi_runtime_poll_compute(mi_runtime *rt, double *compute_s)
+{
+    double mine = compute_seconds(rt);
+    if (rt->size == 1) {
+        compute_s[0] = mine;
+        return;
+    }
+    rt_send_cmd(rt, CMD_POLL, 0, 0, 0, NULL);
+    MPI_Gather(&mine, 1, MPI_DOUBLE, compute_s, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+}
+
 void mi_runtime_serve(mi_runtime *rt)
 {
     for (;;) {
@@ -220,6 +237,9 @@ void mi_runtime_serve(mi_runtime *rt)
             break;
         if (hdr[0] == CMD_RESET) {
             mi_model_reset(&rt->model);
+        } else if (hdr[0] == CMD_POLL) {
+            double mine = compute_seconds(rt);
+            MPI_Gather(&mine, 1, MPI_DOUBLE, NULL, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
         } else if (hdr[0] == CMD_RESET_METRICS) {
             rt_reset_metrics_local(rt);
         } else if (hdr[0] == CMD_FORWARD) {

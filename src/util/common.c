@@ -215,7 +215,12 @@ double mi_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static double g_slowdown = -1, g_owed = 0;
+static double g_slowdown = -1, g_owed = 0, g_freq_stretch = 1;
+
+void mi_slowdown_set_freq(double f)
+{
+    g_freq_stretch = f > 0 && f <= 1 ? 1.0 / f : 1.0;
+}
 
 double mi_slowdown(void)
 {
@@ -264,7 +269,7 @@ static double slowdown_now(void)
 
 void mi_slowdown_pay(double t0)
 {
-    double s = slowdown_now();
+    double s = slowdown_now() * g_freq_stretch;
     if (s <= 1)
         return;
     double now = mi_now();

@@ -71,7 +71,8 @@ static void test_cluster_full(void)
                        "  \"mem_bandwidth_gbs\": 4,\n"
                        "  \"devices\": [\n"
                        "    {\"name\": \"pi-ctl\", \"mem_mb\": 3500, \"speed\": 1.0},\n"
-                       "    {\"name\": \"pi5\", \"mem_mb\": 7300.5, \"speed\": 2.5},\n"
+                       "    {\"name\": \"pi5\", \"mem_mb\": 7300.5, \"speed\": 2.5,\n"
+                       "     \"power\": {\"idle_w\": 2.7, \"active_w\": 7, \"freq\": [1, 0.75, 0.5]}},\n"
                        "    {\"mem_mb\": 1}\n"
                        "  ]\n"
                        "}\n";
@@ -93,6 +94,15 @@ static void test_cluster_full(void)
     CU_ASSERT_STRING_EQUAL(cl.dev[2].name, "dev2");
     CHECK_NEAR(cl.dev[2].mem_bytes, 1e6);
     CHECK_NEAR(cl.dev[2].speed, 1.0);
+    /* power: given for pi5, seed 000's Raspberry Pi 4 figures at one level otherwise */
+    CU_ASSERT(cl.dev[1].power_given && !cl.dev[0].power_given);
+    CHECK_NEAR(cl.dev[1].idle_w, 2.7);
+    CHECK_NEAR(cl.dev[1].active_w, 7);
+    CU_ASSERT_EQUAL(cl.dev[1].n_freq, 3);
+    CHECK_NEAR(cl.dev[1].freq[2], 0.5);
+    CHECK_NEAR(cl.dev[0].idle_w, 3.8);
+    CHECK_NEAR(cl.dev[0].active_w, 4.9);
+    CU_ASSERT_EQUAL(cl.dev[0].n_freq, 1);
     mi_cluster_free(&cl);
     CU_ASSERT_PTR_NULL(cl.dev);
     CU_ASSERT_EQUAL(cl.n_devices, 0);
@@ -175,6 +185,19 @@ static void test_cluster_field_errors(void)
     expect_cluster_error("{\"mem_bandwidth_gbs\": \"4\", \"devices\": [{\"mem_mb\": 1}]}", "mem_bandwidth_gbs",
                          "positive number");
     expect_cluster_error("{\"description\": 3, \"devices\": [{\"mem_mb\": 1}]}", "'description'", "string");
+
+    /* a device's power model (seed 000 / seed 003 4.4 energy) */
+    expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"power\": 5}]}", "devices[0].power", "object");
+    expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"power\": {\"idle_w\": 5, \"active_w\": 4}}]}",
+                         "devices[0].power.active_w", "below idle_w");
+    expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"power\": {\"freq\": [0.8, 0.5]}}]}",
+                         "devices[0].power.freq[0]", "top frequency");
+    expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"power\": {\"freq\": [1, 0.5, 0.6]}}]}",
+                         "devices[0].power.freq[2]", "below the level before it");
+    expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"power\": {\"freq\": []}}]}",
+                         "devices[0].power.freq", "1 to 16");
+    expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"power\": {\"watts\": 3}}]}", "unknown key 'watts'",
+                         "power");
 
     /* unknown keys at every level */
     expect_cluster_error("{\"foo\": 1, \"devices\": [{\"mem_mb\": 1}]}", "unknown key 'foo'", "top level");
@@ -554,6 +577,32 @@ static void test_plan_blocks(void)
     CU_ASSERT_EQUAL(q.wire, MI_F16);
     mi_plan_free(&q);
     free(buf);
+    /* so do the weight dtypes (seed 003 computation scaling re-places to lower ones),
+     * and a table that does not fit the shards is refused */
+    p.cfg.dtype[1][MI_W1] = MI_Q8_0;
+    buf = mi_plan_serialize(&p, &n);
+    CU_ASSERT_EQUAL_FATAL(mi_plan_deserialize(buf, n, &f32, &q, err), 0);
+    CU_ASSERT_EQUAL(q.cfg.dtype[1][MI_W1], MI_Q8_0);
+    CU_ASSERT_EQUAL(q.cfg.dtype[4][MI_W2], c.dtype[4][MI_W2]);
+    mi_plan_free(&q);
+    free(buf);
+    p.cfg.dtype[1][MI_W1] = c.dtype[1][MI_W1];
+    p.layers[4].ffn[0].n -= 28;
+    p.layers[4].ffn[1].v0 -= 28;
+    p.layers[4].ffn[1].n += 28;
+    p.cfg = f32;
+    buf = mi_plan_serialize(&p, &n);
+    CU_ASSERT_EQUAL(mi_plan_deserialize(buf, n, &f32, &q, err), 0);
+    mi_plan_free(&q);
+    free(buf);
+    p.cfg = c;
+    buf = mi_plan_serialize(&p, &n);
+    CU_ASSERT_EQUAL(mi_plan_deserialize(buf, n, &f32, &q, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "cuts the q4_0 blocks of w2"));
+    free(buf);
+    p.layers[4].ffn[0].n += 28;
+    p.layers[4].ffn[1].v0 += 28;
+    p.layers[4].ffn[1].n -= 28;
     char path[4200];
     tu_path(path, sizeof path, g_dir, "plan-wire.json");
     CU_ASSERT_EQUAL_FATAL(mi_plan_save_json(&p, path, err), 0);

@@ -202,6 +202,71 @@ static void cluster_of(mi_cluster *cl, int n, const double *speed, const double 
     cl->bandwidth = bw;
 }
 
+/* Seed 000's energy and seed 003 4.4's DVFS levels under a TPOT limit. */
+static void test_energy(void)
+{
+    mi_config c;
+    CU_ASSERT_EQUAL_FATAL(mi_config_from_shape("stories15M", &c), 0);
+    const double speed[2] = {1, 1};
+    mi_cluster cl;
+    cluster_of(&cl, 2, speed, NULL, 1e-4, 1e9);
+    mi_plan p;
+    worker_plan(&c, &p, 1);
+    mi_programs prog;
+    char err[MI_ERRLEN] = "";
+    CU_ASSERT_EQUAL_FATAL(mi_programs_compile(&p, &prog, err), 0);
+    /* joules per token: idle power for the whole step, the active excess while computing */
+    mi_prediction pr;
+    mi_predict(&p, &prog, &cl, 100, &pr);
+    double per[2], t = 0, j = mi_predict_energy(&p, &prog, &cl, NULL, 100, &t, per);
+    CU_ASSERT_DOUBLE_EQUAL(t, pr.token_s, 1e-15);
+    for (int r = 0; r < 2; r++)
+        CU_ASSERT_DOUBLE_EQUAL(per[r], 3.8 * pr.token_s + (4.9 - 3.8) * pr.busy_s[r], 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(j, per[0] + per[1], 1e-12);
+    CU_ASSERT(pr.busy_s[0] > 0 && pr.busy_s[1] > 0); /* rank 0 embeds and classifies, rank 1 the layers */
+    /* at level 0.5 a device computes twice as long at 1/8 of the active excess */
+    CU_ASSERT_DOUBLE_EQUAL(mi_device_power_w(&cl.dev[0], 0.5), 3.8 + 1.1 / 8, 1e-12);
+    for (int r = 0; r < 2; r++) {
+        cl.dev[r].n_freq = 2;
+        cl.dev[r].freq[1] = 0.5;
+    }
+    double f[2] = {1, 0.5}, t2 = 0;
+    mi_predict_energy(&p, &prog, &cl, f, 100, &t2, NULL);
+    CU_ASSERT(t2 > t + 0.95 * pr.busy_s[1] && t2 < t + 1.05 * pr.busy_s[1]); /* rank 1 twice as long */
+    /* no margin: every device stays at its top level */
+    mi_energy_result r;
+    CU_ASSERT_EQUAL(mi_energy_plan(&p, &prog, &cl, 100, t * 1.01, &r, err), 0);
+    CU_ASSERT_EQUAL(r.freq[0], 1.0);
+    CU_ASSERT_EQUAL(r.freq[1], 1.0);
+    CU_ASSERT_DOUBLE_EQUAL(r.joules, r.top_joules, 1e-15);
+    /* idle power dominating (seed 000's Pi), a slower device on the critical path (both are, in
+     * a pipeline) costs every device's idle power for longer than it saves: even with room, none goes down */
+    CU_ASSERT_EQUAL(mi_energy_plan(&p, &prog, &cl, 100, t * 3, &r, err), 0);
+    CU_ASSERT_EQUAL(r.freq[0], 1.0);
+    CU_ASSERT_EQUAL(r.freq[1], 1.0);
+    /* dynamic power dominating, the margin goes to lower levels, within the limit */
+    for (int d = 0; d < 2; d++)
+        cl.dev[d].idle_w = 0.1, cl.dev[d].active_w = 8;
+    CU_ASSERT_EQUAL(mi_energy_plan(&p, &prog, &cl, 100, t * 3, &r, err), 0);
+    CU_ASSERT_EQUAL(r.freq[0], 0.5);
+    CU_ASSERT_EQUAL(r.freq[1], 0.5);
+    CU_ASSERT(r.token_s <= t * 3);
+    /* with room for one of them only (rank 1 slowed adds its whole compute time), the one that saves most */
+    mi_energy_result one;
+    double lim = t + 1.02 * (pr.busy_s[0] > pr.busy_s[1] ? pr.busy_s[0] : pr.busy_s[1]);
+    CU_ASSERT_EQUAL(mi_energy_plan(&p, &prog, &cl, 100, lim, &one, err), 0);
+    CU_ASSERT_EQUAL((one.freq[0] < 1) + (one.freq[1] < 1), 1);
+    CU_ASSERT(one.token_s <= lim && one.joules < one.top_joules && one.joules > r.joules);
+    CU_ASSERT(r.joules < 0.5 * r.top_joules);
+    CU_ASSERT(r.evaluated >= 3);
+    /* a limit the top levels miss already: said, with the predicted TPOT */
+    CU_ASSERT_EQUAL(mi_energy_plan(&p, &prog, &cl, 100, t * 0.5, &r, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "already over"));
+    mi_programs_free(&prog);
+    mi_plan_free(&p);
+    mi_cluster_free(&cl);
+}
+
 static int plan_hybrid(const mi_config *c, const mi_cluster *cl, int prefill, mi_plan *p)
 {
     mi_plan_options po = {MI_PLANNER_HYBRID, 1, -1, 0, NULL, 0.7, 0, MI_F32, prefill, 64};
@@ -388,7 +453,8 @@ int main(void)
         !CU_add_test(s, "hybrid: MP, TP and memory budgets", test_hybrid_choices) ||
         !CU_add_test(s, "re-placement cost between phases", test_switch_cost) ||
         !CU_add_test(s, "precision search: fewest downgrades, least important first", test_precision_search) ||
-        !CU_add_test(s, "comparison of schemes (--planner all / auto)", test_compare)) {
+        !CU_add_test(s, "comparison of schemes (--planner all / auto)", test_compare) ||
+        !CU_add_test(s, "energy per token and DVFS levels under a TPOT limit", test_energy)) {
         CU_cleanup_registry();
         return 1;
     }

@@ -173,6 +173,46 @@ static void test_non_finite_gives_nan_scale(void)
     CU_ASSERT(isnan(mi_f32_from_fp16(d[1])));
 }
 
+/* Seed 003 computation scaling re-encodes a held tensor: row by row the
+ * same bytes as quantizing its fp32 values, q8_0 -> q4_0 through fp32 too,
+ * and a blocked dtype refused where the columns are not whole blocks. */
+static void test_tensor_convert(void)
+{
+    enum { R = 3, C = 64 };
+    float w[R * C], row[C];
+    for (int i = 0; i < R * C; i++)
+        w[i] = sinf(0.37f * (float)i) * (1 + i % 7);
+    mi_tensor f = {MI_F32, R, C, w, NULL};
+    void *m8 = aligned_alloc(64, 4096), *m4 = aligned_alloc(64, 4096);
+    mi_tensor t8, t4;
+    CU_ASSERT_EQUAL_FATAL(mi_tensor_convert(&f, MI_Q8_0, m8, &t8), 0);
+    CU_ASSERT_EQUAL(t8.dtype, MI_Q8_0);
+    CU_ASSERT_EQUAL(t8.rows, R);
+    int8_t q[C];
+    uint16_t d[C / MI_QK];
+    for (int r = 0; r < R; r++) {
+        mi_quantize_row(MI_Q8_0, w + r * C, C, q, d);
+        CU_ASSERT_EQUAL(memcmp(q, (int8_t *)t8.q + r * C, sizeof q), 0);
+        CU_ASSERT_EQUAL(memcmp(d, t8.d + r * (C / MI_QK), sizeof d), 0);
+    }
+    /* q8_0 -> q4_0: the q8_0 values, decoded, are what gets quantized */
+    CU_ASSERT_EQUAL_FATAL(mi_tensor_convert(&t8, MI_Q4_0, m4, &t4), 0);
+    uint8_t q4[C / 2];
+    mi_tensor_row_f32(&t8, 1, row);
+    mi_quantize_row(MI_Q4_0, row, C, q4, d);
+    CU_ASSERT_EQUAL(memcmp(q4, (uint8_t *)t4.q + C / 2, sizeof q4), 0);
+    CU_ASSERT_EQUAL(memcmp(d, t4.d + C / MI_QK, sizeof d), 0);
+    /* 48 columns (one stories15M head of wo in a tensor-parallel shard) are not whole blocks */
+    mi_tensor odd = {MI_F32, 2, 48, w, NULL}, out = t8;
+    CU_ASSERT_EQUAL(mi_tensor_convert(&odd, MI_Q4_0, m4, &out), -1);
+    CU_ASSERT_EQUAL(out.q, t8.q);
+    CU_ASSERT_EQUAL(mi_tensor_convert(&odd, MI_F16, m4, &out), 0);
+    CU_ASSERT_EQUAL(out.dtype, MI_F16);
+    CU_ASSERT_EQUAL(mi_f32_from_fp16(((uint16_t *)out.q)[47]), mi_f32_from_fp16(mi_fp16_from_f32(w[47])));
+    free(m8);
+    free(m4);
+}
+
 static void test_sizes(void)
 {
     CU_ASSERT_EQUAL(mi_dtype_row_bytes(MI_F32, 288), 1152);
@@ -465,6 +505,7 @@ int main(void)
     CU_add_test(s, "q8_0 / q4_0 / fp16 round trips within each format's bound", test_quantize_round_trip_bounds);
     CU_add_test(s, "non-finite input gives a NaN block scale", test_non_finite_gives_nan_scale);
     CU_add_test(s, "row sizes and dtype names", test_sizes);
+    CU_add_test(s, "tensor re-encoded in another dtype (computation scaling)", test_tensor_convert);
     CU_add_test(s, "wire encodings: sizes, short last block, error bounds", test_wire_round_trip);
     CU_pSuite k = CU_add_suite("kernel families", NULL, NULL);
     CU_add_test(k, "scalar reference vs exact dot (activation rounding bound)", test_scalar_vs_exact);

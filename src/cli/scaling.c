@@ -1,0 +1,481 @@
+/* Seed 003 4.3, runtime scaling: the controller that, between decode steps,
+ * lowers the precision of weights (computation scaling) or of activation
+ * messages (communication scaling) when TPOT runs over --tpot-ms, and undoes
+ * the newest lowering when the pressure has gone (see session.h
+ * session_after_step). Rank 0 only; the runtime carries a decision out as a
+ * re-placement to the same placement. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "meshinfer/common.h"
+#include "session.h"
+
+#define WINDOW 5           /* steps whose median is TPOT now (a median: one slow step, a page fault or
+                              another process on the core, is no trend) */
+#define DIAG 8             /* steps between a diagnosis's two polls of compute times */
+#define SLOWED 1.3         /* compute per step this far over a device's baseline: the device slowed */
+#define PROBE_UNDER 0.6    /* TPOT under this share of the target: room to undo a lowering */
+#define AIM 0.9            /* computation scaling aims at this share of the target (a margin for noise) */
+
+/* A layer's place on the chain of seed 003's precision steps: 0 the file's
+ * dtype (fp32 or fp16), 1 q8_0, 2 q4_0. Its query matrix speaks for it:
+ * scaling lowers a layer's seven matrices together. */
+static int layer_step(const mi_config *c, int l)
+{
+    int t = c->dtype[l][MI_WQ];
+    return t == MI_Q4_0 ? 2 : t == MI_Q8_0 ? 1 : 0;
+}
+
+/* What lowering layer l by one step costs in perplexity (--importance), or,
+ * without an importance file, a cost that lowers the last layers first. */
+static double step_cost(const mi_session *ss, int l, int step)
+{
+    if (!ss->imp)
+        return 1.0 - 1e-3 * l;
+    double r8 = ss->imp->rise[l][0], r4 = ss->imp->rise[l][1];
+    return step == 1 ? r8 : r4 - r8;
+}
+
+/* Install the plan's wire and weight dtypes as they now are (a
+ * re-placement to the same placement: layers whose dtypes changed are
+ * re-encoded, or reloaded when raised) and recompile its programs. */
+static void install(mi_session *ss, int n_pos)
+{
+    mi_runtime_replan(ss->rt, &ss->plan, n_pos);
+    mi_programs_free(&ss->prog);
+    char err[MI_ERRLEN];
+    if (mi_programs_compile(&ss->plan, &ss->prog, err))
+        mi_fatal("runtime scaling: %s", err);
+}
+
+/* The plan is still valid with these dtypes (blocked dtypes need tensor-
+ * parallel column shards on whole blocks of 32). */
+static int plan_ok(mi_session *ss)
+{
+    char err[MI_ERRLEN];
+    return !mi_config_validate(&ss->plan.cfg, err) && !mi_plan_validate(&ss->plan, NULL, err);
+}
+
+/* Predicted TPOT at n_pos with the plan's dtypes as they now are, on cl. */
+static double predict(mi_session *ss, const mi_cluster *cl, int n_pos)
+{
+    mi_programs p;
+    char err[MI_ERRLEN];
+    if (mi_programs_compile(&ss->plan, &p, err))
+        return 1e30;
+    mi_prediction pr;
+    mi_predict(&ss->plan, &p, cl, n_pos, &pr);
+    mi_programs_free(&p);
+    return pr.token_s;
+}
+
+/* Every rank's compute seconds per step since the last poll (the poll ends
+ * there and a new one starts). */
+static void poll(mi_session *ss, int k, double *per_step, double *poll_ms)
+{
+    double t0 = mi_now(), c[MI_MAX_RANKS];
+    mi_runtime_poll_compute(ss->rt, c);
+    for (int r = 0; r < ss->size && per_step; r++)
+        per_step[r] = k > ss->poll_k ? (c[r] - ss->poll_c[r]) / (k - ss->poll_k) : 0.0;
+    memcpy(ss->poll_c, c, (size_t)ss->size * sizeof(double));
+    ss->poll_k = k;
+    if (poll_ms)
+        *poll_ms = (mi_now() - t0) * 1e3;
+}
+
+/* Each rank's measured compute per step against the cost model's for the
+ * plan in force; ranks the model gives almost nothing (0). */
+static void ratios(mi_session *ss, const double *per_step, int n_pos, double *ratio)
+{
+    mi_prediction pr;
+    mi_predict(&ss->plan, &ss->prog, &ss->cl, n_pos, &pr);
+    for (int r = 0; r < ss->size; r++)
+        ratio[r] = pr.busy_s[r] > 0.05 * pr.token_s && pr.busy_s[r] > 0 ? per_step[r] / pr.busy_s[r] : 0.0;
+}
+
+/* "layers 7 6 -> q4_0, 5 -> q8_0": the layers whose dtypes differ, by the dtype they get. */
+static void describe(unsigned char (*from)[MI_N_LAYER_MATS], unsigned char (*to)[MI_N_LAYER_MATS], int L, char *out,
+                     size_t n)
+{
+    size_t o = (size_t)snprintf(out, n, "layers");
+    int first = 1;
+    for (int t = 0; t < MI_N_DTYPES; t++) {
+        int any = 0;
+        for (int l = L - 1; l >= 0 && o < n; l--)
+            if (memcmp(from[l], to[l], sizeof from[l]) && to[l][MI_WQ] == t) {
+                o += (size_t)snprintf(out + o, n - o, "%s %d", !any && !first ? "," : "", l);
+                any = 1;
+                first = 0;
+            }
+        if (any && o < n)
+            o += (size_t)snprintf(out + o, n - o, " -> %s", mi_dtype_name(t));
+    }
+}
+
+static double median(const float *x, int n)
+{
+    float v[16];
+    memcpy(v, x, (size_t)n * sizeof *v);
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            float t = v[j];
+            v[j] = v[j - 1], v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The layers rank r holds, as single precision steps in the order
+ * computation scaling takes them: always the cheapest next step among r's
+ * layers (a layer's q8_0 step before its q4_0 one); a step the plan cannot
+ * take (a tensor-parallel shard not on whole blocks of 32) rules the layer
+ * out. mv receives the layer of each step (at most 2 x n_layers); the plan's
+ * dtypes are left as they were. Returns the number of steps. */
+static int weight_moves(mi_session *ss, int r, int *mv)
+{
+    mi_config *c = &ss->plan.cfg;
+    int L = c->n_layers, n = 0, held[MI_MAX_LAYERS], step[MI_MAX_LAYERS];
+    mi_layer_spec *ls = mi_malloc((size_t)L * sizeof *ls, "layer specs");
+    mi_shard_spec sp = {0};
+    sp.layers = ls;
+    mi_plan_shard(&ss->plan, r, &sp);
+    for (int l = 0; l < L; l++) {
+        held[l] = ls[l].n_kv || ls[l].proj || ls[l].nf;
+        step[l] = layer_step(c, l);
+    }
+    free(ls);
+    unsigned char orig[MI_MAX_LAYERS][MI_N_LAYER_MATS];
+    memcpy(orig, c->dtype, sizeof orig);
+    for (;;) {
+        int best = -1;
+        for (int l = 0; l < L; l++)
+            if (held[l] && step[l] < 2 && (best < 0 || step_cost(ss, l, step[l] + 1) < step_cost(ss, best, step[best] + 1)))
+                best = l;
+        if (best < 0)
+            break;
+        unsigned char keep[MI_N_LAYER_MATS];
+        memcpy(keep, c->dtype[best], sizeof keep);
+        memset(c->dtype[best], step[best] == 0 ? MI_Q8_0 : MI_Q4_0, sizeof keep);
+        if (!plan_ok(ss)) {
+            memcpy(c->dtype[best], keep, sizeof keep);
+            held[best] = 0;
+            continue;
+        }
+        step[best]++;
+        mv[n++] = best;
+    }
+    memcpy(c->dtype, orig, sizeof orig);
+    return n;
+}
+
+/* The plan's dtypes: orig with the first k steps of mv taken. */
+static void take_moves(mi_config *c, unsigned char (*orig)[MI_N_LAYER_MATS], const int *mv, int k)
+{
+    memcpy(c->dtype, orig, sizeof c->dtype);
+    for (int i = 0; i < k; i++)
+        memset(c->dtype[mv[i]], c->dtype[mv[i]][MI_WQ] == MI_Q8_0 ? MI_Q4_0 : MI_Q8_0, sizeof c->dtype[mv[i]]);
+}
+
+/* Computation scaling on slowed rank r: of its steps (weight_moves), the
+ * fewest (binary search) with which the cost model, with r slowed as
+ * measured and scaled to the TPOT measured, meets AIM x target (all of them
+ * if none does). Changes ss->plan's dtypes and describes them in d. Returns
+ * the steps taken (0: nothing left to lower). */
+static int lower_weights(mi_session *ss, int r, double slow, double now, int n_pos, session_decision *d)
+{
+    mi_config *c = &ss->plan.cfg;
+    int mv[2 * MI_MAX_LAYERS], n = weight_moves(ss, r, mv);
+    if (n == 0)
+        return 0;
+    unsigned char orig[MI_MAX_LAYERS][MI_N_LAYER_MATS];
+    memcpy(orig, c->dtype, sizeof orig);
+    /* the cluster as it now is: r's compute slower by what was measured */
+    mi_cluster cl = ss->cl;
+    mi_device *dev = mi_malloc((size_t)cl.n_devices * sizeof *dev, "devices");
+    memcpy(dev, ss->cl.dev, (size_t)cl.n_devices * sizeof *dev);
+    for (int t = 0; t < MI_N_DTYPES; t++)
+        dev[r].pass_s[t] *= slow, dev[r].pos_s[t] *= slow;
+    dev[r].kv_s *= slow, dev[r].op_s *= slow, dev[r].vec_s *= slow;
+    cl.dev = dev;
+    double pred = predict(ss, &cl, n_pos), scale = pred > 0 ? now / pred : 1.0;
+    int lo = 1, hi = n;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        take_moves(c, orig, mv, mid);
+        if (scale * predict(ss, &cl, n_pos) <= AIM * ss->tpot_target_s)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    take_moves(c, orig, mv, lo);
+    d->predicted_ms = scale * predict(ss, &cl, n_pos) * 1e3;
+    describe(orig, c->dtype, c->n_layers, d->change, sizeof d->change);
+    free(dev);
+    return lo;
+}
+
+int session_scale_memory(mi_session *ss, int r, int pos0, int need, double limit)
+{
+    if (ss->tpot_target_s <= 0 || ss->installed_prefill || ss->n_decisions >= SESSION_MAX_DECISIONS)
+        return 0;
+    double t0 = mi_now();
+    mi_config *c = &ss->plan.cfg;
+    int mv[2 * MI_MAX_LAYERS], n = weight_moves(ss, r, mv), k;
+    unsigned char orig[MI_MAX_LAYERS][MI_N_LAYER_MATS];
+    memcpy(orig, c->dtype, sizeof orig);
+    double before = mi_plan_rank_bytes_at(&ss->plan, r, need);
+    for (k = 1; k <= n; k++) {
+        take_moves(c, orig, mv, k);
+        if (mi_plan_rank_bytes_at(&ss->plan, r, need) <= limit)
+            break;
+    }
+    if (k > n) { /* lowering everything it holds is not enough: re-placement's turn */
+        memcpy(c->dtype, orig, sizeof orig);
+        return 0;
+    }
+    session_decision dd;
+    memset(&dd, 0, sizeof dd);
+    dd.token = ss->n_tokens;
+    dd.weights = 1;
+    dd.rank = r;
+    dd.slowdown = 1.0;
+    dd.wire_from = dd.wire_to = ss->plan.wire;
+    snprintf(dd.trigger, sizeof dd.trigger, "the KV cache of %d positions takes %s (rank %d) to %.2f of its %.2f MB",
+             need, ss->cl.dev[r].name, r, before / 1e6, ss->cl.dev[r].mem_bytes / 1e6);
+    describe(orig, c->dtype, c->n_layers, dd.change, sizeof dd.change);
+    dd.decide_us = (mi_now() - t0) * 1e6;
+    double t1 = mi_now();
+    install(ss, pos0);
+    dd.apply_ms = (mi_now() - t1) * 1e3;
+    /* memory does not come back within a sequence: this lowering is not undone
+     * by a probe, and undoing an earlier one would raise these layers again */
+    ss->n_undo = 0;
+    ss->decisions[ss->n_decisions++] = dd;
+    fprintf(stderr, "meshinfer: scaling at position %d: %s -> lowered %s (decided in %.0f us, installed in %.1f ms)\n",
+            need, dd.trigger, dd.change, dd.decide_us, dd.apply_ms);
+    return 1;
+}
+
+/* Whether messages in dtype `to` would shorten TPOT by more than 2% by the
+ * cost model (scaled to the TPOT measured, into *predicted_ms): a slowed
+ * device with nothing left to lower may gain nothing from a lossy wire. */
+static int wire_helps(mi_session *ss, int to, double now, int n_pos, double *predicted_ms)
+{
+    int w = ss->plan.wire;
+    double cur = predict(ss, &ss->cl, n_pos);
+    ss->plan.wire = to;
+    double low = predict(ss, &ss->cl, n_pos);
+    ss->plan.wire = w;
+    *predicted_ms = cur > 0 ? now * low / cur * 1e3 : now * 1e3;
+    return low < 0.98 * cur;
+}
+
+/* Whether the newest lowering can be undone now (see session.h): TPOT well
+ * under the target; for lowered weights, their device computes SLOWED times
+ * faster than when they were lowered (two polls DIAG steps apart: returns 0
+ * while they are pending); for a lowered wire, the cost model's TPOT with the
+ * higher dtype, scaled to what is measured, under AIM x target. Fills d's
+ * trigger. */
+static int room_to_undo(mi_session *ss, int k, double now, int n_pos, session_decision *d)
+{
+    const struct session_undo *u = &ss->undo[ss->n_undo - 1];
+    double target = ss->tpot_target_s;
+    if (now < PROBE_UNDER * target) {
+        snprintf(d->trigger, sizeof d->trigger, "TPOT %.2f ms, under %.0f%% of the %.2f ms target for %d steps",
+                 now * 1e3, 100 * PROBE_UNDER, target * 1e3, k - ss->last_change);
+        return 1;
+    }
+    if (u->rank >= 0) {
+        if (ss->poll_k < 0 || k - ss->poll_k > 2 * DIAG) {
+            poll(ss, k, NULL, NULL);
+            return 0;
+        }
+        if (k - ss->poll_k < DIAG)
+            return 0;
+        double per[MI_MAX_RANKS], ratio[MI_MAX_RANKS];
+        poll(ss, k, per, &d->poll_ms);
+        ss->poll_k = -1;
+        ratios(ss, per, n_pos, ratio);
+        /* the baseline in force was measured with the device slowed by u->slow */
+        double s = ss->base_ratio[u->rank] > 0 ? ratio[u->rank] / ss->base_ratio[u->rank] : u->slow;
+        if (s * SLOWED > u->slow)
+            return 0;
+        d->rank = u->rank;
+        d->slowdown = s;
+        snprintf(d->trigger, sizeof d->trigger, "%s (rank %d) computes %.2fx its baseline (%.2fx when its layers were "
+                 "lowered); TPOT %.2f ms", ss->cl.dev[u->rank].name, u->rank, s, u->slow, now * 1e3);
+        return 1;
+    }
+    int w = ss->plan.wire;
+    double cur = predict(ss, &ss->cl, n_pos);
+    ss->plan.wire = u->wire;
+    double up = predict(ss, &ss->cl, n_pos);
+    ss->plan.wire = w;
+    double after = cur > 0 ? now * up / cur : 1e30;
+    if (after > AIM * target)
+        return 0;
+    d->predicted_ms = after * 1e3;
+    snprintf(d->trigger, sizeof d->trigger, "TPOT %.2f ms; with %s messages the cost model expects %.2f ms, under %.0f%% "
+             "of the %.2f ms target", now * 1e3, mi_dtype_name(u->wire), after * 1e3, 100 * AIM, target * 1e3);
+    return 1;
+}
+
+void session_after_step(mi_session *ss, double step_s, int n_pos)
+{
+    if (ss->n_tokens < SESSION_MAX_TOKENS)
+        ss->token_ms[ss->n_tokens] = (float)(step_s * 1e3);
+    int k = ++ss->n_tokens;
+    if (ss->tpot_target_s <= 0 || ss->installed_prefill || k < WINDOW || k > SESSION_MAX_TOKENS ||
+        ss->n_decisions >= SESSION_MAX_DECISIONS)
+        return;
+    /* the baseline: every rank's compute per step (steps 8-16 at first, and again
+     * after weights were lowered) against the cost model's for the plan in
+     * force, so that a later slowdown is told from the model's own error (an
+     * uncalibrated model is far off for quantized kernels) */
+    if (!ss->has_base && !ss->rebase_k)
+        ss->rebase_k = 8, ss->rebase_rank = -1, ss->rebase_slow = 1;
+    if (ss->rebase_k) {
+        if (k == ss->rebase_k) {
+            poll(ss, k, NULL, NULL);
+        } else if (k == ss->rebase_k + DIAG) {
+            double per[MI_MAX_RANKS];
+            poll(ss, k, per, NULL);
+            ratios(ss, per, n_pos, ss->base_ratio);
+            if (ss->rebase_rank >= 0)
+                ss->base_ratio[ss->rebase_rank] /= ss->rebase_slow;
+            if (!ss->has_base) { /* said once: what later slowdowns are measured against */
+                fprintf(stderr, "meshinfer: scaling: baseline after token %d, compute per step:", k);
+                for (int r = 0; r < ss->size; r++)
+                    fprintf(stderr, " rank %d %.3f ms", r, per[r] * 1e3);
+                fputc('\n', stderr);
+            }
+            ss->has_base = 1;
+            ss->rebase_k = 0;
+            ss->poll_k = -1;
+        }
+        return;
+    }
+    double t0 = mi_now();
+    double now = median(ss->token_ms + k - WINDOW, WINDOW) / 1e3;
+    static const int ladder[] = {MI_F32, MI_F16, MI_Q8_0};
+    int w = ss->plan.wire, at = w == MI_F32 ? 0 : w == MI_F16 ? 1 : 2;
+    session_decision dd;
+    memset(&dd, 0, sizeof dd);
+    dd.rank = -1;
+    dd.slowdown = 1.0;
+    dd.wire_from = dd.wire_to = w;
+    if (now > ss->tpot_target_s && k - ss->last_change >= WINDOW) {
+        /* a diagnosis spans two polls DIAG steps apart (the first opens it) */
+        if (ss->poll_k < 0 || k - ss->poll_k > 2 * DIAG) {
+            poll(ss, k, NULL, NULL);
+            return;
+        }
+        if (k - ss->poll_k < DIAG)
+            return;
+        double per[MI_MAX_RANKS], ratio[MI_MAX_RANKS];
+        int k0 = ss->poll_k;
+        poll(ss, k, per, &dd.poll_ms);
+        ss->poll_k = -1;
+        t0 = mi_now();
+        ratios(ss, per, n_pos, ratio);
+        /* the device whose compute grew the most past its baseline, in seconds
+         * per step; it is the cause only if that growth is at least half the
+         * overshoot (a device 1.4x slower on a small share of the work is not
+         * why TPOT went over) */
+        int slow = -1;
+        double worst = 0, grew = 0;
+        for (int r = 0; r < ss->size; r++) {
+            double x = ss->base_ratio[r] > 0 ? ratio[r] / ss->base_ratio[r] : 0;
+            double g = x > 1 ? per[r] * (1 - 1 / x) : 0;
+            if (g > grew || slow < 0)
+                grew = g, worst = x, slow = r;
+        }
+        /* the overshoot over the same steps as the polls (a slowdown that began
+         * inside the window is diluted alike in both) */
+        double span = 0;
+        for (int i = k0; i < k; i++)
+            span += ss->token_ms[i] / ((k - k0) * 1e3);
+        int device = slow >= 0 && worst >= SLOWED && grew >= 0.5 * (span - ss->tpot_target_s);
+        struct session_undo *u = &ss->undo[ss->n_undo];
+        memcpy(u->dtype, ss->plan.cfg.dtype, sizeof u->dtype);
+        memcpy(u->base_ratio, ss->base_ratio, sizeof u->base_ratio);
+        u->wire = w;
+        u->rank = -1;
+        u->slow = 1;
+        if (ss->last_was_probe && k - ss->last_change <= 2 * DIAG)
+            ss->hold *= 2; /* the probe failed */
+        if (device && lower_weights(ss, slow, worst, now, n_pos, &dd) > 0) {
+            dd.weights = 1;
+            dd.rank = slow;
+            dd.slowdown = worst;
+            u->rank = slow;
+            u->slow = worst;
+            snprintf(dd.trigger, sizeof dd.trigger, "TPOT %.2f ms over the %.2f ms target; %s (rank %d) computes %.2fx "
+                     "its baseline", now * 1e3, ss->tpot_target_s * 1e3, ss->cl.dev[slow].name, slow, worst);
+            /* the lowered kernels' speed is measured, not assumed: a new baseline, r still slowed */
+            ss->rebase_k = k + WINDOW;
+            ss->rebase_rank = slow;
+            ss->rebase_slow = worst;
+        } else if (at < 2 && (!device || wire_helps(ss, ladder[at + 1], now, n_pos, &dd.predicted_ms))) {
+            /* no device slowed enough to explain it: the time went to the links,
+             * which fewer bytes relieve */
+            dd.wire_to = ladder[at + 1];
+            ss->plan.wire = dd.wire_to;
+            dd.slowdown = worst;
+            if (device)
+                snprintf(dd.trigger, sizeof dd.trigger, "TPOT %.2f ms over the %.2f ms target; %s (rank %d) computes "
+                         "%.2fx its baseline but holds nothing left to lower", now * 1e3, ss->tpot_target_s * 1e3,
+                         ss->cl.dev[slow].name, slow, worst);
+            else
+                snprintf(dd.trigger, sizeof dd.trigger, "TPOT %.2f ms over the %.2f ms target; no device's compute "
+                         "explains it (most: rank %d, %.2fx its baseline, +%.2f ms a step)", now * 1e3,
+                         ss->tpot_target_s * 1e3, slow, worst, grew * 1e3);
+        } else {
+            ss->last_change = k; /* nothing left that helps: diagnose again later, not every step */
+            return;
+        }
+        ss->n_undo++;
+    } else if (ss->n_undo > 0 && k - ss->last_change >= ss->hold && now <= ss->tpot_target_s &&
+               room_to_undo(ss, k, now, n_pos, &dd)) {
+        /* the pressure has gone: undo the newest lowering (a probe; if TPOT
+         * goes back over the target soon after, the next probe waits twice as
+         * long, so a lasting slowdown is not probed every few tokens) */
+        const struct session_undo *u = &ss->undo[ss->n_undo - 1];
+        unsigned char cur[MI_MAX_LAYERS][MI_N_LAYER_MATS];
+        memcpy(cur, ss->plan.cfg.dtype, sizeof cur);
+        dd.restore = 1;
+        dd.weights = memcmp(cur, u->dtype, sizeof cur) != 0;
+        dd.wire_to = u->wire;
+        memcpy(ss->plan.cfg.dtype, u->dtype, sizeof cur);
+        ss->plan.wire = u->wire;
+        ss->n_undo--;
+        if (!plan_ok(ss)) { /* a memory re-placement since: keep what is in force */
+            memcpy(ss->plan.cfg.dtype, cur, sizeof cur);
+            ss->plan.wire = w;
+            return;
+        }
+        memcpy(ss->base_ratio, u->base_ratio, sizeof ss->base_ratio);
+        if (dd.weights)
+            describe(cur, ss->plan.cfg.dtype, ss->cfg.n_layers, dd.change, sizeof dd.change);
+    } else {
+        return;
+    }
+    dd.token = k;
+    dd.decide_us = (mi_now() - t0) * 1e6;
+    double t1 = mi_now();
+    install(ss, n_pos);
+    dd.apply_ms = (mi_now() - t1) * 1e3;
+    ss->last_change = k;
+    ss->last_was_probe = dd.restore;
+    ss->poll_k = -1;
+    ss->decisions[ss->n_decisions++] = dd;
+    if (dd.weights)
+        fprintf(stderr, "meshinfer: scaling after token %d: %s -> %s %s (decided in %.0f us after a %.1f ms poll, "
+                        "installed in %.1f ms)\n", k, dd.trigger, dd.restore ? "restored" : "lowered", dd.change,
+                dd.decide_us, dd.poll_ms, dd.apply_ms);
+    else
+        fprintf(stderr, "meshinfer: scaling after token %d: %s -> messages %s to %s (decided in %.0f us, installed in "
+                        "%.1f ms)\n", k, dd.trigger, mi_dtype_name(w), mi_dtype_name(dd.wire_to), dd.decide_us,
+                dd.apply_ms);
+}
