@@ -259,7 +259,8 @@ sc=$(node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1]));
     grep -q "scaling after token [0-9]*: TPOT .* over the 0.01 ms target; no device's compute explains it" "$tmp/sc.err" &&
     ok "--tpot-ms: messages lowered fp32 -> fp16 -> q8_0, each decision diagnosed and costed, 60 tokens" ||
     bad "--tpot-ms: $sc $(head -3 "$tmp/sc.err")"
-# seed 003 computation scaling: rank 1 (every layer) becomes 20x slower once the baseline is taken;
+# seed 003 computation scaling: rank 1 (every layer) becomes 20x slower once the baseline is taken
+# (measured well over 1.5x even on a busy machine: the diagnosis needs 1.3x);
 # the controller blames it and lowers layers it holds (from the last), and the run goes on
 echo 1 > "$tmp/slow"
 gen=(generate -m "$model" -n 240 --ignore-eos --planner layerwise --tpot-ms 8 --json)
@@ -273,7 +274,7 @@ echo 20 > "$tmp/slow"
 wait $job
 cs=$(node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1])); const d = j.scaling.decisions;
   const w = d.find(x => x.kind === "weights" && !x.restore);
-  console.log(w ? `rank${w.rank} ${w.slowdown > 3 ? "slowed" : "slowdown " + w.slowdown} ${w.change}` : "none", j.generated_tokens)' \
+  console.log(w ? `rank${w.rank} ${w.slowdown > 1.5 ? "slowed" : "slowdown " + w.slowdown} ${w.change}` : "none", j.generated_tokens)' \
      "$tmp/cs.json" 2>&1)
 # the target, 8 ms, is missed at 20x and met before only if rank 1's step is 0.6 to 3 ms (about 0.9
 # here): say so rather than fail on a much faster or slower machine
@@ -291,7 +292,7 @@ run -np 4 "$bin" generate -m "$model" --cluster "$(dirname "$0")/cluster-tight.j
 kv=$(node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1]));
   console.log(j.generated_tokens, j.scaling.decisions.filter(x => x.kind === "weights" && /KV cache/.test(x.trigger)).length)' \
      "$tmp/kv.json" 2>&1)
-[[ $kv =~ ^200\ [1-9] ]] && grep -q "scaling at position 105: the KV cache of 105 positions takes small1 (rank 1)" "$tmp/kv.err" &&
+[[ $kv =~ ^200\ [1-9] ]] && grep -q "scaling at position 105: the KV cache of 105 positions would take small1 (rank 1)" "$tmp/kv.err" &&
     ok "--tpot-ms: the KV cache past a budget lowers that device's layers instead of stopping ($kv)" ||
     bad "--tpot-ms under KV pressure: $kv $(grep -m2 "scaling\|error" "$tmp/kv.err")"
 # seed 003 4.4 energy: under a generous target, --energy runs every device of a cluster whose

@@ -5,6 +5,7 @@
  * session_after_step). Rank 0 only; the runtime carries a decision out as a
  * re-placement to the same placement. */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,7 @@ static double step_cost(const mi_session *ss, int l, int step)
  * re-encoded, or reloaded when raised) and recompile its programs. */
 static void install(mi_session *ss, int n_pos)
 {
+    ss->busy_valid = 0;
     mi_runtime_replan(ss->rt, &ss->plan, n_pos);
     mi_programs_free(&ss->prog);
     char err[MI_ERRLEN];
@@ -89,10 +91,18 @@ static void poll(mi_session *ss, int k, double *per_step, double *poll_ms)
  * plan in force; ranks the model gives almost nothing (0). */
 static void ratios(mi_session *ss, const double *per_step, int n_pos, double *ratio)
 {
-    mi_prediction pr;
-    mi_predict(&ss->plan, &ss->prog, &ss->cl, n_pos, &pr);
+    /* the prediction is kept until the plan changes or the context grows by a quarter (attention
+     * grows with it): a walk of every rank's program is most of a decision's time otherwise */
+    if (!ss->busy_valid || n_pos > 1.25 * ss->busy_pos) {
+        mi_prediction pr;
+        mi_predict(&ss->plan, &ss->prog, &ss->cl, n_pos, &pr);
+        for (int r = 0; r < ss->size; r++)
+            ss->busy_pred[r] = pr.busy_s[r] > 0.05 * pr.token_s ? pr.busy_s[r] : 0.0;
+        ss->busy_valid = 1;
+        ss->busy_pos = n_pos;
+    }
     for (int r = 0; r < ss->size; r++)
-        ratio[r] = pr.busy_s[r] > 0.05 * pr.token_s && pr.busy_s[r] > 0 ? per_step[r] / pr.busy_s[r] : 0.0;
+        ratio[r] = ss->busy_pred[r] > 0 ? per_step[r] / ss->busy_pred[r] : 0.0;
 }
 
 /* "layers 7 6 -> q4_0, 5 -> q8_0": the layers whose dtypes differ, by the dtype they get. */
@@ -241,8 +251,8 @@ int session_scale_memory(mi_session *ss, int r, int pos0, int need, double limit
     dd.rank = r;
     dd.slowdown = 1.0;
     dd.wire_from = dd.wire_to = ss->plan.wire;
-    snprintf(dd.trigger, sizeof dd.trigger, "the KV cache of %d positions takes %s (rank %d) to %.2f of its %.2f MB",
-             need, ss->cl.dev[r].name, r, before / 1e6, ss->cl.dev[r].mem_bytes / 1e6);
+    snprintf(dd.trigger, sizeof dd.trigger, "the KV cache of %d positions would take %s (rank %d) to %.3f MB, over "
+             "its %.3f MB", need, ss->cl.dev[r].name, r, before / 1e6, limit / 1e6);
     describe(orig, c->dtype, c->n_layers, dd.change, sizeof dd.change);
     dd.decide_us = (mi_now() - t0) * 1e6;
     double t1 = mi_now();
@@ -272,9 +282,9 @@ static int wire_helps(mi_session *ss, int to, double now, int n_pos, double *pre
 }
 
 /* Whether the newest lowering can be undone now (see session.h): TPOT well
- * under the target; for lowered weights, their device computes SLOWED times
- * faster than when they were lowered (two polls DIAG steps apart: returns 0
- * while they are pending); for a lowered wire, the cost model's TPOT with the
+ * under the target; for lowered weights, their device computes within SLOWED
+ * (or the square root of its slowdown then) of its baseline again (two polls
+ * DIAG steps apart: returns 0 while they are pending); for a lowered wire, the cost model's TPOT with the
  * higher dtype, scaled to what is measured, under AIM x target. Fills d's
  * trigger. */
 static int room_to_undo(mi_session *ss, int k, double now, int n_pos, session_decision *d)
@@ -299,8 +309,12 @@ static int room_to_undo(mi_session *ss, int k, double now, int n_pos, session_de
         ratios(ss, per, n_pos, ratio);
         /* the baseline in force was measured with the device slowed by u->slow */
         double s = ss->base_ratio[u->rank] > 0 ? ratio[u->rank] / ss->base_ratio[u->rank] : u->slow;
-        if (s * SLOWED > u->slow)
+        /* recovered: at least half-way back to its baseline, on a log scale (3.7x when
+         * lowered and 2.8x now is noise, not recovery) */
+        if (s > fmax(SLOWED, sqrt(u->slow))) {
+            ss->probe_k = k + 2 * DIAG; /* still slowed: look again later, not every few steps */
             return 0;
+        }
         d->rank = u->rank;
         d->slowdown = s;
         snprintf(d->trigger, sizeof d->trigger, "%s (rank %d) computes %.2fx its baseline (%.2fx when its layers were "
@@ -436,7 +450,7 @@ void session_after_step(mi_session *ss, double step_s, int n_pos)
             return;
         }
         ss->n_undo++;
-    } else if (ss->n_undo > 0 && k - ss->last_change >= ss->hold && now <= ss->tpot_target_s &&
+    } else if (ss->n_undo > 0 && k - ss->last_change >= ss->hold && k >= ss->probe_k && now <= ss->tpot_target_s &&
                room_to_undo(ss, k, now, n_pos, &dd)) {
         /* the pressure has gone: undo the newest lowering (a probe; if TPOT
          * goes back over the target soon after, the next probe waits twice as

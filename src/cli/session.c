@@ -636,6 +636,7 @@ static void memory_check(mi_session *ss, int pos0, int T)
         ev.moved = 1;
         mi_plan_free(cur);
         *cur = np;
+        ss->busy_valid = 0; /* runtime scaling's prediction was for the old placement */
         mi_programs_free(&ss->prog);
         char perr[MI_ERRLEN];
         if (mi_programs_compile(cur, &ss->prog, perr))

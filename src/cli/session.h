@@ -153,6 +153,9 @@ typedef struct {
     double run_s;           /* the command's wall time for the energy report (0: none) */
     int run_tokens;         /* ... and the tokens it generated */
     int poll_k;             /* step of the last poll of compute times (-1: none open) */
+    int probe_k;            /* no check for a recovered device before this step */
+    double busy_pred[MI_MAX_RANKS]; /* the cost model's compute per step of each rank (0: too little to judge) */
+    int busy_valid, busy_pos;       /* ... valid for the plan in force, predicted at this context */
     double poll_c[MI_MAX_RANKS];     /* every rank's compute seconds at that poll */
     double base_ratio[MI_MAX_RANKS]; /* each rank's measured / predicted compute per step, steps 8-16 (0: unknown) */
     int has_base;
@@ -214,7 +217,8 @@ void session_predict(const mi_session *ss, int n_prompt, int n_steps, double *tt
  * scaling lowers the wire dtype of activation messages one step (fp32 ->
  * fp16 -> q8_0). The newest lowering is undone as a probe, at the earliest
  * 16 steps after the last change: lowered weights when two polls show their
- * device computing 1.3x faster than when they were lowered (it recovered), a
+ * device back within 1.3x (or the square root of its slowdown then) of its
+ * baseline (it recovered), a
  * lowered wire when the cost model says TPOT with the higher dtype would be
  * under 90% of the target, or either when TPOT is under 60% of it (a probe
  * that fails soon after doubles the wait before the next). Each decision is
