@@ -44,15 +44,7 @@ say() { echo "precision_quality: $*" >&2; }
 mpi() { mpirun --allow-run-as-root -q --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 "$@"; }
 
 stories="$cache/own-stories.txt"
-if [[ ! -s "$stories" ]]; then
-    say "sampling the in-distribution text..."
-    for s in $(seq 101 116); do
-        "$bin" generate -m "$model" -t 1 --top-p 0.95 -s "$s" -n 250 2>"$cache/err" ||
-            { rm -f "$stories.partial"; fail "sampling with seed $s: $(tail -1 "$cache/err")"; }
-        echo
-    done > "$stories.partial"
-    mv "$stories.partial" "$stories"
-fi
+"$root/jobs/lib/sample_stories.sh" "$bin" "$model" "$stories" 101 116
 
 # name | quantize options ("" = the fp32 file) | wire dtype (2 ranks, tp) or "-" (1 rank)
 configs=(

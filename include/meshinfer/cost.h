@@ -106,17 +106,38 @@ int mi_plan_phases_pay(const mi_plan *dec, const mi_programs *pd, const mi_plan 
 
 /* ------------------------------------------------ mixed precision (seed 003 4.2.2) */
 
+#define MI_MAX_PRUNE_SHARDS 64 /* FFN shards per layer an importance file can rank */
+
 /* A model's importance side file (`meshinfer importance`): per layer, the
- * rise in perplexity when its seven matrices are lowered to q8_0 and to q4_0. */
+ * rise in perplexity when its seven matrices are lowered to q8_0 and to q4_0,
+ * and (when measured) when each FFN shard -- ffn_shard consecutive hidden
+ * channels: rows of w1 and w3, columns of w2 -- is pruned (seed 003 4.3.1
+ * "shard-wise pruning"; the seed scores channels one by one and sums them per
+ * unit, we score the unit whole). */
 typedef struct {
     int n_layers;
     double rise[MI_MAX_LAYERS][2]; /* [layer][0: q8_0, 1: q4_0], perplexity points */
+    int ffn_shard;                 /* hidden channels per shard (0: pruning not measured) */
+    int n_shards;                  /* hidden_dim / ffn_shard, at most MI_MAX_PRUNE_SHARDS */
+    float prune[MI_MAX_LAYERS][MI_MAX_PRUNE_SHARDS]; /* [layer][shard]: rise when pruned, perplexity points */
 } mi_importance;
 
 /* Load path for model c. Returns 0, or -1 with one line in err: unreadable,
  * not an importance file, or one for another model (name, layers, dim or
- * hidden_dim differ: "importance file F is for X ... but the model is Y"). */
+ * hidden_dim differ: "importance file F is for X ... but the model is Y"),
+ * or pruning entries that do not fit the model (ffn_shard not a multiple of
+ * 32 dividing hidden_dim into at most MI_MAX_PRUNE_SHARDS, a layer's list of
+ * another length, a value not finite). Pruning entries are optional. */
 int mi_importance_load(const char *path, const mi_config *c, mi_importance *imp, char *err);
+
+/* Seed 003's shard-wise pruning at level k: every layer loses the same
+ * number k of FFN shards, each layer its k least important (ties: the lower
+ * index goes). keep (may be NULL) receives per layer the hidden channels kept,
+ * ascending: n_layers rows of hidden_dim - k * ffn_shard indices into the
+ * unpruned layer. Returns the summed rise of the pruned shards (the expected
+ * perplexity rise, additive as the precision search's), or -1 when imp has no
+ * pruning measurements or k is outside 0 .. n_shards - 1. */
+double mi_prune_keep(const mi_importance *imp, int hidden_dim, int k, int *keep);
 
 typedef struct {
     double ttft_s, tpot_s;    /* targets (0: none) */
@@ -129,6 +150,8 @@ typedef struct {
     int steps;                /* layer downgrades applied (of up to 2 x n_layers) */
     int evaluated;            /* configurations planned and predicted */
     double ttft_s, tpot_s;    /* predicted with the chosen dtypes */
+    int prune_k;              /* FFN shards pruned from every layer (0: none) */
+    int ffn_shard;            /* ... of this many hidden channels each */
     double rise;              /* sum of the layers' importances: the expected perplexity rise (additive) */
     double seconds;           /* the search's time */
     char spec[8192];          /* the dtypes as `meshinfer quantize --layer-dtype` takes them */
@@ -136,10 +159,14 @@ typedef struct {
 
 /* Seed 003's search: from model c's dtypes down the chain (every layer to
  * q8_0, least important first, then to q4_0 in the order of what that step
- * adds), binary search for the fewest downgrades with which the planner of
- * `po` fits every device's budget and the predicted TTFT and TPOT meet q's
- * targets. Returns 0 with *out, or -1 with err naming the best reachable
- * (every layer q4_0) when nothing meets the targets, or that nothing fits. */
+ * adds, then -- when imp holds pruning measurements -- pruning 1, 2, ... FFN
+ * shards from every layer, up to half of them: seed 003 4.3.1 prunes only
+ * when precision is not enough), binary search for the fewest downgrades with
+ * which the planner of `po` fits every device's budget and the predicted TTFT
+ * and TPOT meet q's targets. A pruned configuration has a smaller hidden_dim
+ * (out->cfg; `meshinfer quantize --prune-ffn` writes it). Returns 0 with
+ * *out, or -1 with err naming the best reachable (the end of the chain) when
+ * nothing meets the targets, or that nothing fits. */
 int mi_precision_search(const mi_config *c, const mi_cluster *cl, const mi_plan_options *po, const mi_importance *imp,
                         const mi_precision_query *q, mi_precision_result *out, char *err);
 

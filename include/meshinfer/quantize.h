@@ -28,4 +28,16 @@ int mi_dtypes_apply(mi_config *c, const char *dtype, const char *layer_spec, con
  * write failure. */
 int mi_model_quantize(const char *in, const char *out, const mi_config *target, int progress, char *err);
 
+/* The same, pruning the FFN (seed 003 4.3.1 shard-wise pruning): target's
+ * hidden_dim is the channels kept, and ffn_keep lists them per layer
+ * (n_layers rows of target->hidden_dim indices into the input's hidden
+ * channels, ascending; cost.h mi_prune_keep makes it): rows of w1 and w3 and
+ * columns of w2 are kept, so the written model computes what the input does
+ * with the other channels' outputs zero. NULL ffn_keep, or target->hidden_dim
+ * equal to the input's: mi_model_quantize. Errors as there, and: a
+ * hidden_dim larger than the input's, indices out of range or not
+ * ascending. */
+int mi_model_quantize_pruned(const char *in, const char *out, const mi_config *target, const int *ffn_keep,
+                             int progress, char *err);
+
 #endif

@@ -5,9 +5,13 @@
  * matrix quantized from the file's weights and used in that dtype by the
  * same kernels a quantized file would use), one layer after the other. The
  * rise in perplexity is the layer's importance at that step; a side file
- * (JSON) keeps them for the precision search. Seed 003 ranks channels inside
- * a layer by pruning them one by one; we rank whole layers per precision
- * step, the unit our per-layer dtypes (quantize --layer-dtype) can express. */
+ * (JSON) keeps them for the precision search. Precision is per layer, the
+ * unit our dtypes (quantize --layer-dtype) express. For seed 003 4.3.1's
+ * shard-wise pruning, each FFN shard (--ffn-shard consecutive hidden
+ * channels) is pruned alone, layer by layer: its rise ranks the shards that
+ * quantize --prune-ffn removes. The seed prunes channels one by one and sums
+ * them per shard; a shard pruned whole costs a 64th of the evaluations and
+ * measures the shard's channels together. */
 #define _POSIX_C_SOURCE 200809L
 #include <getopt.h>
 #include <math.h>
@@ -18,6 +22,7 @@
 
 #include "cli.h"
 #include "meshinfer/common.h"
+#include "meshinfer/cost.h"
 #include "meshinfer/forward.h"
 #include "meshinfer/model.h"
 #include "meshinfer/output.h"
@@ -32,6 +37,10 @@ static void help(void)
            "layer at a time; the rise is the layer's importance at that step. MODEL must hold\n"
            "fp32 or fp16 weights. The JSON side file records the model's name and shape.\n"
            "  --max-tokens N    tokens of FILE to score (default 1024)\n"
+           "  --ffn-shard N     also each FFN shard's rise when pruned (its N hidden channels'\n"
+           "                    outputs zero), for quantize --prune-ffn and the precision search;\n"
+           "                    N a multiple of 32 dividing hidden_dim into at most 64 shards\n"
+           "                    (default: the smallest such N of at least 64; 0: do not measure)\n"
            "  --json            print the result to stdout as well\n");
 }
 
@@ -75,10 +84,10 @@ int cmd_importance(int argc, char **argv)
     static const struct option opts[] = {{"model", required_argument, 0, 'm'}, {"text", required_argument, 0, 'f'},
                                          {"out", required_argument, 0, 'o'},   {"max-tokens", required_argument, 0, 'M'},
                                          {"json", no_argument, 0, 'j'},        {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
+                                         {"ffn-shard", required_argument, 0, 'S'}, {0, 0, 0, 0}};
     const char *model = NULL, *path = NULL, *out = NULL;
     long max_tokens = 1024;
-    int json = 0, o;
+    int json = 0, o, shard = -1;
     while ((o = getopt_long(argc, argv, ":m:f:o:h", opts, NULL)) != -1) {
         switch (o) {
         case 'm': model = optarg; break;
@@ -86,6 +95,7 @@ int cmd_importance(int argc, char **argv)
         case 'o': out = optarg; break;
         case 'M': max_tokens = mi_parse_long("--max-tokens", optarg, 2, 1L << 24); break;
         case 'j': json = 1; break;
+        case 'S': shard = (int)mi_parse_long("--ffn-shard", optarg, 0, 1L << 20); break;
         case 'h': help(); return 0;
         default: cli_bad_option("importance", o, argv);
         }
@@ -112,6 +122,14 @@ int cmd_importance(int argc, char **argv)
                          "from", model, mi_dtype_name(c->dtype[l][k]), l);
     if (c->synthetic)
         fprintf(stderr, "meshinfer: importance: %s has synthetic weights: its importances are meaningless\n", model);
+    int H = c->hidden_dim;
+    if (shard < 0) /* the smallest whole-block shard of at least 64 channels that gives few enough shards */
+        for (shard = 64; shard <= H && (H % shard || H / shard > MI_MAX_PRUNE_SHARDS); shard += MI_QK)
+            ;
+    if (shard > 0 && (shard % MI_QK || H % shard || H / shard > MI_MAX_PRUNE_SHARDS || H / shard < 2))
+        mi_fatal("importance: --ffn-shard %d must be a multiple of %d dividing hidden_dim %d into 2 to %d shards",
+                 shard, MI_QK, H, MI_MAX_PRUNE_SHARDS);
+    int n_shards = shard > 0 ? H / shard : 0;
     int *ids = mi_malloc((len + 3) * sizeof(int), "text tokens");
     int n = mi_tokenizer_encode(&tok, text, 0, ids, err);
     free(text);
@@ -146,8 +164,33 @@ int cmd_importance(int argc, char **argv)
                 fprintf(stderr, "\rimportance: layer %d of %d, %s ...", l + 1, c->n_layers, mi_dtype_name(steps[st]));
         }
     }
-    fprintf(stderr, "%simportance: %d layers x 2 steps on %d tokens in %.1f s        \n", tty ? "\r" : "", c->n_layers, n,
-            mi_now() - t0);
+    /* seed 003 4.3.1's pruning unit: a shard of hidden channels, pruned by zeroing its rows of w3
+     * (silu(w1 x) * 0 = 0: the channels' outputs vanish, as if w1, w3 rows and w2 columns were gone) */
+    double *prune = mi_calloc((size_t)c->n_layers * (size_t)(n_shards ? n_shards : 1), sizeof(double), "pruning");
+    for (int l = 0; l < c->n_layers && n_shards; l++) {
+        mi_tensor *w3 = &m.layers[l].w3, keep = *w3, z;
+        void *mem = mi_malloc(mi_tensor_place_bytes(keep.dtype, (size_t)keep.rows, (size_t)keep.cols), "pruned w3");
+        if (mi_tensor_convert(&keep, keep.dtype, mem, &z))
+            mi_fatal("importance: cannot copy layer %d's w3", l);
+        size_t row = mi_dtype_q_row_bytes(keep.dtype, (size_t)keep.cols);
+        *w3 = z;
+        for (int j = 0; j < n_shards; j++) {
+            memset((char *)z.q + (size_t)j * shard * row, 0, (size_t)shard * row);
+            prune[l * n_shards + j] = perplexity(&m, &s, ids, n) - base;
+            /* restore the shard's rows before the next one goes */
+            memcpy((char *)z.q + (size_t)j * shard * row, (const char *)keep.q + (size_t)j * shard * row,
+                   (size_t)shard * row);
+            if (tty)
+                fprintf(stderr, "\rimportance: layer %d of %d, FFN shard %d of %d ...", l + 1, c->n_layers, j + 1,
+                        n_shards);
+        }
+        *w3 = keep;
+        free(mem);
+    }
+    fprintf(stderr, "%simportance: %d layers x 2 steps", tty ? "\r" : "", c->n_layers);
+    if (n_shards)
+        fprintf(stderr, " and %d FFN shards of %d channels", n_shards, shard);
+    fprintf(stderr, " on %d tokens in %.1f s        \n", n, mi_now() - t0);
     mi_output of;
     FILE *f = mi_output_open(&of, out, err);
     if (!f)
@@ -155,10 +198,17 @@ int cmd_importance(int argc, char **argv)
     for (int pass = 0; pass < 1 + json; pass++) {
         FILE *g = pass ? stdout : f;
         fprintf(g, "{\"model\": \"%s\", \"n_layers\": %d, \"dim\": %d, \"hidden_dim\": %d, \"tokens\": %d, "
-                   "\"base_perplexity\": %.6f, \"layers\": [", c->name, c->n_layers, c->dim, c->hidden_dim, n, base);
-        for (int l = 0; l < c->n_layers; l++)
-            fprintf(g, "%s\n  {\"layer\": %d, \"q8_0\": %.6f, \"q4_0\": %.6f}", l ? "," : "", l, rise[l * 2],
+                   "\"base_perplexity\": %.6f, ", c->name, c->n_layers, c->dim, c->hidden_dim, n, base);
+        if (n_shards)
+            fprintf(g, "\"ffn_shard\": %d, ", shard);
+        fprintf(g, "\"layers\": [");
+        for (int l = 0; l < c->n_layers; l++) {
+            fprintf(g, "%s\n  {\"layer\": %d, \"q8_0\": %.6f, \"q4_0\": %.6f", l ? "," : "", l, rise[l * 2],
                     rise[l * 2 + 1]);
+            for (int j = 0; j < n_shards; j++)
+                fprintf(g, "%s%.6f", j ? ", " : ", \"prune\": [", prune[l * n_shards + j]);
+            fprintf(g, "%s}", n_shards ? "]" : "");
+        }
         fprintf(g, "\n]}\n");
     }
     if (mi_output_commit(&of, err))
@@ -166,11 +216,23 @@ int cmd_importance(int argc, char **argv)
     if (!json) {
         printf("base perplexity %.4f on %d tokens; rise when one layer is lowered:\n  layer      q8_0      q4_0\n", base,
                n);
-        for (int l = 0; l < c->n_layers; l++)
-            printf("  %5d  %8.4f  %8.4f\n", l, rise[l * 2], rise[l * 2 + 1]);
+        for (int l = 0; l < c->n_layers; l++) {
+            printf("  %5d  %8.4f  %8.4f", l, rise[l * 2], rise[l * 2 + 1]);
+            if (n_shards) { /* the layer's least and most important FFN shard */
+                int lo = 0, hi = 0;
+                for (int j = 1; j < n_shards; j++) {
+                    lo = prune[l * n_shards + j] < prune[l * n_shards + lo] ? j : lo;
+                    hi = prune[l * n_shards + j] > prune[l * n_shards + hi] ? j : hi;
+                }
+                printf("   pruning an FFN shard: %.4f (shard %d) to %.4f (shard %d)", prune[l * n_shards + lo], lo,
+                       prune[l * n_shards + hi], hi);
+            }
+            printf("\n");
+        }
         printf("wrote %s\n", out);
     }
     free(rise);
+    free(prune);
     free(ids);
     mi_scratch_free(&s);
     mi_model_free(&m);

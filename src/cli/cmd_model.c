@@ -14,6 +14,7 @@
 #include "meshinfer/model.h"
 #include "meshinfer/model_file.h"
 #include "meshinfer/output.h"
+#include "meshinfer/cost.h"
 #include "meshinfer/quantize.h"
 #include "meshinfer/synth.h"
 #include "meshinfer/tokenizer.h"
@@ -141,18 +142,22 @@ int cmd_quantize(int argc, char **argv)
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"out", required_argument, 0, 'o'},
                                          {"help", no_argument, 0, 'h'},
+                                         {"prune-ffn", required_argument, 0, 4001},
+                                         {"importance", required_argument, 0, 4002},
                                          CLI_DTYPE_LONG_OPTS,
                                          {0, 0, 0, 0}};
-    const char *model = NULL, *out = NULL;
+    const char *model = NULL, *out = NULL, *importance = NULL;
     cli_dtypes dt = {0};
-    int o;
+    int o, prune_k = 0;
     while ((o = getopt_long(argc, argv, ":m:o:h", opts, NULL)) != -1) {
         switch (o) {
         case 'm': model = optarg; break;
         case 'o': out = optarg; break;
+        case 4001: prune_k = (int)mi_parse_long("--prune-ffn", optarg, 1, MI_MAX_PRUNE_SHARDS); break;
+        case 4002: importance = optarg; break;
         case 'h':
             printf("usage: meshinfer quantize -m IN.h5 --out OUT.h5 [--dtype T] [--layer-dtype SPEC]\n"
-                   "                         [--embeddings-dtype T]\n\n"
+                   "                         [--embeddings-dtype T] [--prune-ffn K --importance FILE]\n\n"
                    "Writes a copy of an fp32 model with its weight matrices in lower precision:\n"
                    "  fp16   IEEE half precision (2 bytes a weight)\n"
                    "  q8_0   blocks of 32: one fp16 scale and 32 int8 values (1.0625 bytes a weight)\n"
@@ -160,7 +165,12 @@ int cmd_quantize(int argc, char **argv)
                    "%s"
                    "Norms stay fp32 (dim values each, and they scale every activation). Blocks run along\n"
                    "each matrix's input axis, so dim and hidden_dim must be multiples of 32 for q8_0/q4_0.\n"
-                   "The input must be fp32; the output appears only when complete.\n", CLI_DTYPE_HELP);
+                   "The input must be fp32; the output appears only when complete.\n"
+                   "  --prune-ffn K       seed 003's shard-wise pruning: every layer loses its K least\n"
+                   "                      important FFN shards (rows of w1 and w3, columns of w2), ranked\n"
+                   "                      by --importance FILE (`meshinfer importance`, which measures\n"
+                   "                      shards of --ffn-shard channels); hidden_dim shrinks by K shards\n",
+                   CLI_DTYPE_HELP);
             return 0;
         default:
             if (!cli_dtype_opt(&dt, o, optarg))
@@ -170,19 +180,45 @@ int cmd_quantize(int argc, char **argv)
     cli_no_positional("quantize", optind, argc, argv);
     if (!model || !out)
         mi_fatal("quantize: --model and --out are required (see meshinfer quantize --help)");
-    if (!cli_dtypes_given(&dt))
-        mi_fatal("quantize: give --dtype, --layer-dtype or --embeddings-dtype (see meshinfer quantize --help)");
+    if (!cli_dtypes_given(&dt) && !prune_k)
+        mi_fatal("quantize: give --dtype, --layer-dtype, --embeddings-dtype or --prune-ffn (see meshinfer quantize "
+                 "--help)");
+    if (!prune_k != !importance)
+        mi_fatal("quantize: --prune-ffn and --importance go together (the importance file ranks the shards)");
     check_not_input(out, model);
+    if (importance)
+        check_not_input(out, importance);
     char err[MI_ERRLEN];
     mi_config c;
     mi_model_file *mf = mi_model_open(model, &c, err);
     if (!mf)
         mi_fatal("%s", err);
     mi_model_close(mf);
+    int *keep = NULL;
+    double rise = 0;
+    if (prune_k) {
+        mi_importance *imp = mi_malloc(sizeof *imp, "importance");
+        if (mi_importance_load(importance, &c, imp, err))
+            mi_fatal("%s", err);
+        if (!imp->ffn_shard)
+            mi_fatal("importance file %s has no pruning measurements: write it with meshinfer importance "
+                     "--ffn-shard N", importance);
+        if (prune_k >= imp->n_shards)
+            mi_fatal("quantize: --prune-ffn %d leaves no FFN shard (each layer has %d shards of %d channels)", prune_k,
+                     imp->n_shards, imp->ffn_shard);
+        c.hidden_dim -= prune_k * imp->ffn_shard;
+        keep = mi_malloc((size_t)c.n_layers * (size_t)c.hidden_dim * sizeof(int), "kept channels");
+        rise = mi_prune_keep(imp, c.hidden_dim + prune_k * imp->ffn_shard, prune_k, keep);
+        free(imp);
+    }
     cli_dtypes_apply(&dt, &c, "quantize");
     double t0 = mi_now();
-    if (mi_model_quantize(model, out, &c, isatty(fileno(stderr)) ? 2 : 1, err))
+    if (mi_model_quantize_pruned(model, out, &c, keep, isatty(fileno(stderr)) ? 2 : 1, err))
         mi_fatal("%s", err);
+    free(keep);
+    if (prune_k)
+        printf("pruned %d FFN shards from every layer: hidden_dim %d (expected perplexity rise %.3f, the sum of "
+               "their importances)\n", prune_k, c.hidden_dim, rise);
     mf = mi_model_open(out, &c, err);
     if (!mf)
         mi_fatal("quantized file does not verify: %s", err);

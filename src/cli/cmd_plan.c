@@ -38,8 +38,9 @@ static void help(void)
            "  --steps N             decoded tokens of the predicted TPOT (default 128, or the rest)\n"
            "  --importance FILE     seed 003's precision search (file from `meshinfer importance`):\n"
            "                        lower layers to q8_0, then q4_0, least important first, as few as\n"
-           "                        make the plan fit and meet --ttft-ms and --tpot-ms (binary search);\n"
-           "                        prints the --layer-dtype spec for `meshinfer quantize`\n"
+           "                        make the plan fit and meet --ttft-ms and --tpot-ms (binary search),\n"
+           "                        then (if FILE ranks FFN shards) prune shards from every layer;\n"
+           "                        prints the `meshinfer quantize` options that make the file\n"
            "  --ttft-ms T, --tpot-ms T   the search's targets (default: none, fitting is enough)\n"
            "  --ranks N             N equal devices (default memory: 4000 MB each)\n"
            "  --cluster FILE        devices and links (JSON, see hostfiles/)\n"
@@ -629,10 +630,6 @@ int cmd_plan(int argc, char **argv)
                  want_prompt ? want_prompt : n_prompt, want_steps ? want_steps : n_steps, c.seq_len);
     const int chunk = 64; /* the runtime's prefill pass (generate, bench) */
     char dts[160];
-    if (json)
-        printf("{\"model\": \"%s\", \"synthetic_weights\": %s, \"weights\": \"%s\", \"prompt_tokens\": %d, "
-               "\"steps\": %d, \"plans\": [", c.name, c.synthetic ? "true" : "false",
-               mi_config_dtype_summary(&c, dts, sizeof dts), n_prompt, n_steps);
     if ((ttft_ms > 0 || tpot_ms > 0) && !importance)
         mi_fatal("plan: --ttft-ms and --tpot-ms are the precision search's targets: give --importance FILE too");
     if (importance) {
@@ -649,11 +646,20 @@ int cmd_plan(int argc, char **argv)
         mi_precision_result *r = mi_malloc(sizeof *r, "precision search");
         if (mi_precision_search(&c, &cl, &po, imp, &q, r, err))
             mi_fatal("%s", err);
+        /* pruning, when the search went that far, is part of the file to make */
+        char pr[96] = "", prt[160] = "";
+        if (r->prune_k) {
+            snprintf(pr, sizeof pr, " --prune-ffn %d --importance %s", r->prune_k, importance);
+            snprintf(prt, sizeof prt, "  and %d of every layer's %d FFN shards pruned (hidden_dim %d of %d)\n",
+                     r->prune_k, imp->n_shards, r->cfg.hidden_dim, c.hidden_dim);
+        }
         if (json)
-            printf("{\"model\": \"%s\", \"planner\": \"%s\", \"layer_dtype\": \"%s\", \"downgrades\": %d, "
+            printf("{\"model\": \"%s\", \"planner\": \"%s\", \"layer_dtype\": \"%s\", \"prune_ffn_shards\": %d, "
+                   "\"ffn_shard\": %d, \"hidden_dim\": %d, \"downgrades\": %d, "
                    "\"evaluated\": %d, \"predicted_ttft_ms\": %.4f, \"predicted_tpot_ms\": %.4f, "
                    "\"expected_perplexity_rise\": %.4f, \"search_ms\": %.3f}\n", c.name, mi_planner_name(which),
-                   r->spec, r->steps, r->evaluated, r->ttft_s * 1e3, r->tpot_s * 1e3, r->rise, r->seconds * 1e3);
+                   r->spec, r->prune_k, r->ffn_shard, r->cfg.hidden_dim, r->steps, r->evaluated, r->ttft_s * 1e3,
+                   r->tpot_s * 1e3, r->rise, r->seconds * 1e3);
         else
         {
             char tt[32] = "none", tp[32] = "none";
@@ -662,18 +668,23 @@ int cmd_plan(int argc, char **argv)
             if (tpot_ms > 0)
                 snprintf(tp, sizeof tp, "%g ms", tpot_ms);
             printf("precision search (seed 003 4.2.2), planner %s, targets TTFT %s, TPOT %s, for a %d-token "
-                   "prompt and %d steps:\n  weights: %s\n  %d layer downgrades, %d configurations planned in %.2f ms\n"
+                   "prompt and %d steps:\n  weights: %s\n%s  %d downgrades, %d configurations planned in %.2f ms\n"
                    "  predicted TTFT %.2f ms, TPOT %.3f ms; expected perplexity rise %.3f (sum of the layers' "
-                   "importances)\n  make it: meshinfer quantize -m %s --layer-dtype %s --out MODEL-mixed.h5\n",
-                   mi_planner_name(which), tt, tp, n_prompt, n_steps,
-                   r->spec, r->steps, r->evaluated, r->seconds * 1e3, r->ttft_s * 1e3, r->tpot_s * 1e3, r->rise,
-                   model, r->spec);
+                   "and shards' importances)\n  make it: meshinfer quantize -m %s --layer-dtype %s%s --out "
+                   "MODEL-mixed.h5\n",
+                   mi_planner_name(which), tt, tp, n_prompt, n_steps, r->spec, prt, r->steps, r->evaluated,
+                   r->seconds * 1e3, r->ttft_s * 1e3, r->tpot_s * 1e3, r->rise, model, r->spec, pr);
         }
         free(r);
         free(imp);
         mi_cluster_free(&cl);
         return 0;
     }
+    /* (the precision search above prints one object of its own) */
+    if (json)
+        printf("{\"model\": \"%s\", \"synthetic_weights\": %s, \"weights\": \"%s\", \"prompt_tokens\": %d, "
+               "\"steps\": %d, \"plans\": [", c.name, c.synthetic ? "true" : "false",
+               mi_config_dtype_summary(&c, dts, sizeof dts), n_prompt, n_steps);
     mi_compare_row rows[MI_COMPARE_MAX];
     int n_rows = 0, best = -1;
     if (all || autop) {

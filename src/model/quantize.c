@@ -137,7 +137,29 @@ static int check_values(int t, const float *x, size_t n, const char *name, const
     return 0;
 }
 
+/* Keep the hidden channels `keep` (ascending) of a matrix held as rows x cols
+ * fp32 in buf: rows when rows_are_channels (w1, w3), else columns (w2 in the
+ * product's orientation). In place: each value moves to an index no greater
+ * than its own, in order, so nothing is overwritten before it is read. */
+static void select_channels(float *buf, size_t rows, size_t cols, const int *keep, size_t kept, int rows_are_channels)
+{
+    if (rows_are_channels) {
+        for (size_t i = 0; i < kept; i++)
+            memmove(buf + i * cols, buf + (size_t)keep[i] * cols, cols * sizeof(float));
+        return;
+    }
+    for (size_t r = 0; r < rows; r++)
+        for (size_t j = 0; j < kept; j++)
+            buf[r * kept + j] = buf[r * cols + (size_t)keep[j]];
+}
+
 int mi_model_quantize(const char *in, const char *out, const mi_config *target, int progress, char *err)
+{
+    return mi_model_quantize_pruned(in, out, target, NULL, progress, err);
+}
+
+int mi_model_quantize_pruned(const char *in, const char *out, const mi_config *target, const int *ffn_keep,
+                             int progress, char *err)
 {
     if (mi_output_check(out, "model file", &in, 1, err))
         return -1;
@@ -168,11 +190,24 @@ int mi_model_quantize(const char *in, const char *out, const mi_config *target, 
     if (lower)
         rc = mi_set_error(err, "%s is already quantized (%s is %s): quantize from the fp32 model", in, lower,
                           mi_dtype_name(lower_t));
-    if (!rc && (target->dim != c.dim || target->hidden_dim != c.hidden_dim || target->n_layers != c.n_layers ||
+    /* pruning keeps a subset of the hidden channels; otherwise the shape is the input's */
+    int pruned = ffn_keep && target->hidden_dim != c.hidden_dim;
+    if (!rc && ffn_keep && (target->hidden_dim > c.hidden_dim || target->hidden_dim <= 0))
+        rc = mi_set_error(err, "%s: pruning keeps at most its %d hidden channels (asked %d)", in, c.hidden_dim,
+                          target->hidden_dim);
+    for (int l = 0; pruned && !rc && l < c.n_layers; l++)
+        for (int i = 0; i < target->hidden_dim && !rc; i++) {
+            int u = ffn_keep[(size_t)l * target->hidden_dim + i];
+            if (u < 0 || u >= c.hidden_dim || (i && u <= ffn_keep[(size_t)l * target->hidden_dim + i - 1]))
+                rc = mi_set_error(err, "%s: layer %d's kept hidden channels must ascend within 0..%d", in, l,
+                                  c.hidden_dim - 1);
+        }
+    if (!rc && (target->dim != c.dim || (!pruned && target->hidden_dim != c.hidden_dim) || target->n_layers != c.n_layers ||
                 target->n_heads != c.n_heads || target->n_kv_heads != c.n_kv_heads ||
                 target->vocab_size != c.vocab_size))
         rc = mi_set_error(err, "%s: the target dtypes are for a model of another shape", in);
     mi_config oc = c;
+    oc.hidden_dim = pruned ? target->hidden_dim : c.hidden_dim;
     if (!rc) {
         memcpy(oc.dtype, target->dtype, sizeof oc.dtype);
         oc.emb_dtype = target->emb_dtype;
@@ -187,14 +222,20 @@ int mi_model_quantize(const char *in, const char *out, const mi_config *target, 
     float *buf = rc ? NULL : mi_malloc(biggest * sizeof(float), "tensor buffer");
     /* one tensor: read fp32 (transposed ones back in the product's
      * orientation), check, write in its dtype */
-#define COPY(nm, dt, rows, cols, tr)                                                                     \
+#define COPY(nm, dt, rows, cols, tr) COPY_KEEP(nm, dt, rows, cols, tr, NULL, 0)
+    /* keep: the hidden channels kept (NULL: all); w1 and w3 lose rows, w2 columns */
+#define COPY_KEEP(nm, dt, rows, cols, tr, keep, on_rows)                                                 \
     if (!rc) {                                                                                           \
-        rc = (tr) ? mi_model_read_t(mf, nm, 0, (cols), buf, err)                                         \
-                  : mi_model_read_rows(mf, nm, 0, (rows), buf, biggest, err);                            \
+        size_t r_ = (rows), c_ = (cols);                                                                 \
+        rc = (tr) ? mi_model_read_t(mf, nm, 0, c_, buf, err) : mi_model_read_rows(mf, nm, 0, r_, buf, biggest, err); \
+        if (!rc && (keep)) {                                                                             \
+            select_channels(buf, r_, c_, (keep), (size_t)oc.hidden_dim, (on_rows));                      \
+            *((on_rows) ? &r_ : &c_) = (size_t)oc.hidden_dim;                                            \
+        }                                                                                                \
         if (!rc)                                                                                         \
-            rc = check_values((dt), buf, (size_t)(rows) * (cols), nm, in, err);                          \
+            rc = check_values((dt), buf, r_ * c_, nm, in, err);                                          \
         if (!rc)                                                                                         \
-            rc = mi_model_writer_put_tensor(w, nm, (dt), buf, (rows), (cols), (tr), err);                \
+            rc = mi_model_writer_put_tensor(w, nm, (dt), buf, r_, c_, (tr), err);                        \
     }
     COPY("tok_embeddings", oc.emb_dtype, V, d, 0);
     COPY("norm", MI_F32, d, 1, 0);
@@ -210,7 +251,9 @@ int mi_model_quantize(const char *in, const char *out, const mi_config *target, 
         for (int m = 0; m < MI_N_LAYER_MATS; m++) {
             mi_model_layer_name(nm, sizeof nm, l, mi_layer_mat_names[m]);
             /* wo_t and w2_t are stored transposed: [rows, cols] here is the product's orientation */
-            COPY(nm, oc.dtype[l][m], rows[m], cols[m], m == MI_WO || m == MI_W2);
+            const int *keep = pruned && (m == MI_W1 || m == MI_W2 || m == MI_W3)
+                                  ? ffn_keep + (size_t)l * oc.hidden_dim : NULL;
+            COPY_KEEP(nm, oc.dtype[l][m], rows[m], cols[m], m == MI_WO || m == MI_W2, keep, m != MI_W2);
         }
         if (progress == 2)
             fprintf(stderr, "\rquantize: layer %d/%d written", l + 1, c.n_layers);
@@ -218,6 +261,7 @@ int mi_model_quantize(const char *in, const char *out, const mi_config *target, 
             fprintf(stderr, "quantize: layer %d/%d written\n", l + 1, c.n_layers);
     }
 #undef COPY
+#undef COPY_KEEP
     if (progress == 2 && w)
         fputc('\n', stderr);
     free(buf);

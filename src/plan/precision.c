@@ -13,6 +13,64 @@
 
 #include "meshinfer/common.h"
 
+/* The optional pruning entries: "ffn_shard" at the top, "prune" in every layer. */
+static int load_prune(const cJSON *root, const char *path, const mi_config *c, mi_importance *imp, char *err)
+{
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(root, "ffn_shard");
+    if (!sh)
+        return 0;
+    double S = cJSON_IsNumber(sh) ? sh->valuedouble : -1;
+    if (S < MI_QK || S != (int)S || (int)S % MI_QK || c->hidden_dim % (int)S ||
+        c->hidden_dim / (int)S > MI_MAX_PRUNE_SHARDS || c->hidden_dim / (int)S < 2)
+        return mi_set_error(err, "importance file %s: ffn_shard must be a multiple of %d that divides hidden_dim %d "
+                                 "into 2 to %d shards", path, MI_QK, c->hidden_dim, MI_MAX_PRUNE_SHARDS);
+    int n = c->hidden_dim / (int)S, i = 0;
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(root, "layers");
+    for (const cJSON *e = layers->child; e; e = e->next, i++) {
+        const cJSON *pr = cJSON_GetObjectItemCaseSensitive(e, "prune");
+        if (!cJSON_IsArray(pr) || cJSON_GetArraySize(pr) != n)
+            return mi_set_error(err, "importance file %s: layers[%d].prune must list %d numbers (hidden_dim %d in "
+                                     "shards of %d)", path, i, n, c->hidden_dim, (int)S);
+        int j = 0;
+        for (const cJSON *v = pr->child; v; v = v->next, j++) {
+            if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+                return mi_set_error(err, "importance file %s: layers[%d].prune[%d] is not a finite number", path, i,
+                                    j);
+            imp->prune[i][j] = (float)v->valuedouble;
+        }
+    }
+    imp->ffn_shard = (int)S;
+    imp->n_shards = n;
+    return 0;
+}
+
+double mi_prune_keep(const mi_importance *imp, int hidden_dim, int k, int *keep)
+{
+    if (imp->ffn_shard <= 0 || k < 0 || k >= imp->n_shards || hidden_dim != imp->n_shards * imp->ffn_shard)
+        return -1;
+    int S = imp->ffn_shard, n = imp->n_shards, kept = hidden_dim - k * S;
+    double rise = 0;
+    for (int l = 0; l < imp->n_layers; l++) {
+        /* the k least important shards of this layer: k passes of a minimum over n <= 64 */
+        unsigned char gone[MI_MAX_PRUNE_SHARDS] = {0};
+        for (int i = 0; i < k; i++) {
+            int best = -1;
+            for (int j = 0; j < n; j++)
+                if (!gone[j] && (best < 0 || imp->prune[l][j] < imp->prune[l][best]))
+                    best = j;
+            gone[best] = 1;
+            rise += imp->prune[l][best];
+        }
+        if (keep) {
+            int *row = keep + (size_t)l * kept, o = 0;
+            for (int j = 0; j < n; j++)
+                for (int u = 0; u < S && !gone[j]; u++)
+                    row[o++] = j * S + u;
+        }
+    }
+    return rise;
+}
+
 int mi_importance_load(const char *path, const mi_config *c, mi_importance *imp, char *err)
 {
     memset(imp, 0, sizeof *imp);
@@ -36,8 +94,11 @@ int mi_importance_load(const char *path, const mi_config *c, mi_importance *imp,
     }
     if (strcmp(name->valuestring, c->name) || nl->valuedouble != c->n_layers || dim->valuedouble != c->dim ||
         hid->valuedouble != c->hidden_dim) {
-        mi_set_error(err, "importance file %s is for %s (%g layers, dim %g) but the model is %s (%d layers, dim %d)",
-                     path, name->valuestring, nl->valuedouble, dim->valuedouble, c->name, c->n_layers, c->dim);
+        mi_set_error(err, "importance file %s is for %s (%g layers, dim %g, hidden_dim %g) but the model is %s (%d "
+                          "layers, dim %d, hidden_dim %d%s)", path, name->valuestring, nl->valuedouble,
+                     dim->valuedouble, hid->valuedouble, c->name, c->n_layers, c->dim, c->hidden_dim,
+                     !strcmp(name->valuestring, c->name) && nl->valuedouble == c->n_layers && dim->valuedouble == c->dim &&
+                             hid->valuedouble > c->hidden_dim ? "; a pruned model needs its own importance file" : "");
         goto done;
     }
     if (cJSON_GetArraySize(layers) != c->n_layers) {
@@ -60,13 +121,16 @@ int mi_importance_load(const char *path, const mi_config *c, mi_importance *imp,
         imp->rise[i][1] = b->valuedouble;
     }
     imp->n_layers = c->n_layers;
+    if (load_prune(root, path, c, imp, err))
+        goto done;
     rc = 0;
 done:
     cJSON_Delete(root);
     return rc;
 }
 
-/* One downgrade: layer l's seven matrices to dtype t, costing `rise`. */
+/* One downgrade: layer l's seven matrices to dtype t, costing `rise`; or
+ * (layer -1) pruning one more FFN shard from every layer (dtype: the level). */
 typedef struct {
     int layer, dtype;
     double rise;
@@ -79,13 +143,20 @@ static int by_rise(const void *a, const void *b)
 }
 
 /* The configuration after the first k steps. */
-static void apply_steps(const mi_config *c, const step *st, int k, mi_config *out, double *rise)
+static void apply_steps(const mi_config *c, const step *st, int k, int ffn_shard, mi_config *out, double *rise,
+                        int *prune_k)
 {
     *out = *c;
     *rise = 0;
+    *prune_k = 0;
     for (int i = 0; i < k; i++) {
-        for (int m = 0; m < MI_N_LAYER_MATS; m++)
-            out->dtype[st[i].layer][m] = (unsigned char)st[i].dtype;
+        if (st[i].layer < 0) {
+            *prune_k = st[i].dtype;
+            out->hidden_dim = c->hidden_dim - st[i].dtype * ffn_shard;
+        } else {
+            for (int m = 0; m < MI_N_LAYER_MATS; m++)
+                out->dtype[st[i].layer][m] = (unsigned char)st[i].dtype;
+        }
         *rise += st[i].rise;
     }
 }
@@ -117,7 +188,8 @@ int mi_precision_search(const mi_config *c, const mi_cluster *cl, const mi_plan_
     double t0 = mi_now();
     memset(out, 0, sizeof *out);
     int L = c->n_layers, n = 0;
-    step *st = mi_calloc(2 * (size_t)L, sizeof *st, "precision steps");
+    int P = imp->ffn_shard > 0 && imp->n_layers == L ? imp->n_shards / 2 : 0; /* pruning levels: keep half */
+    step *st = mi_calloc(2 * (size_t)L + (size_t)P, sizeof *st, "precision steps");
     /* seed 003: down the chain, least important first: every layer to q8_0 (ordered by its
      * q8_0 rise), then every layer to q4_0 (by what that step adds) */
     for (int t = 0; t < 2; t++) {
@@ -133,32 +205,47 @@ int mi_precision_search(const mi_config *c, const mi_cluster *cl, const mi_plan_
         }
         qsort(st + first, (size_t)(n - first), sizeof *st, by_rise);
     }
+    /* then seed 003's pruning, the same number of shards from every layer: level k's step
+     * costs what its k-th shards add */
+    for (int k = 1; k <= P; k++)
+        st[n++] = (step){-1, k, mi_prune_keep(imp, c->hidden_dim, k, NULL) - mi_prune_keep(imp, c->hidden_dim, k - 1, NULL)};
     /* binary search for the fewest steps that meet everything (memory and time fall as
      * precision falls: seed 003's monotonic relationship) */
     mi_config cfg;
     double rise, ttft, tpot;
-    int lo = 0, hi = n, evaluated = 0;
-    apply_steps(c, st, n, &cfg, &rise);
+    int lo = 0, hi = n, evaluated = 0, pk, S = imp->ffn_shard;
+    apply_steps(c, st, n, S, &cfg, &rise, &pk);
     evaluated++;
     if (!judge(&cfg, cl, po, q, &ttft, &tpot)) {
         free(st);
+        char end[96];
+        if (pk)
+            snprintf(end, sizeof end, "every layer q4_0 and %d of its %d FFN shards pruned", pk, imp->n_shards);
+        else
+            snprintf(end, sizeof end, "every layer q4_0");
         if (!isfinite(ttft))
-            return mi_set_error(err, "precision search: even with every layer in q4_0 the model does not fit the "
-                                     "cluster's budgets");
-        return mi_set_error(err, "precision search: the targets cannot be met; the lowest precision (every layer "
-                                 "q4_0) reaches TTFT %.1f ms and TPOT %.2f ms (targets %.1f ms, %.2f ms)", ttft * 1e3,
-                            tpot * 1e3, q->ttft_s * 1e3, q->tpot_s * 1e3);
+            return mi_set_error(err, "precision search: even with %s the model does not fit the cluster's budgets",
+                                end);
+        char tt[32] = "none", tp[32] = "none";
+        if (q->ttft_s > 0)
+            snprintf(tt, sizeof tt, "%g ms", q->ttft_s * 1e3);
+        if (q->tpot_s > 0)
+            snprintf(tp, sizeof tp, "%g ms", q->tpot_s * 1e3);
+        return mi_set_error(err, "precision search: the targets cannot be met; the lowest precision (%s) reaches "
+                                 "TTFT %.1f ms and TPOT %.2f ms (targets: TTFT %s, TPOT %s)", end, ttft * 1e3,
+                            tpot * 1e3, tt, tp);
     }
     while (lo < hi) {
         int mid = (lo + hi) / 2;
-        apply_steps(c, st, mid, &cfg, &rise);
+        apply_steps(c, st, mid, S, &cfg, &rise, &pk);
         evaluated++;
         if (judge(&cfg, cl, po, q, &ttft, &tpot))
             hi = mid;
         else
             lo = mid + 1;
     }
-    apply_steps(c, st, lo, &out->cfg, &out->rise);
+    apply_steps(c, st, lo, S, &out->cfg, &out->rise, &out->prune_k);
+    out->ffn_shard = out->prune_k ? S : 0;
     judge(&out->cfg, cl, po, q, &out->ttft_s, &out->tpot_s);
     out->steps = lo;
     out->evaluated = evaluated + 1;

@@ -277,12 +277,36 @@ expect_error "importance of a quantized model" "holds q4_0 weights in layer 0: l
 if "$bin" importance -m "$model" --text "$tmp/story.txt" --out "$tmp/imp.json" > /dev/null 2>&1 &&
    node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1]));
      if (!(j.model === "stories15M" && j.layers.length === 6 && j.base_perplexity > 1 &&
-           j.layers.every(l => isFinite(l.q8_0) && l.q4_0 > l.q8_0 - 0.5))) process.exit(1)' "$tmp/imp.json"; then
-    echo "ok: importance: 6 layers, q8_0 and q4_0 rises"; pass=$((pass+1))
+           j.layers.every(l => isFinite(l.q8_0) && l.q4_0 > l.q8_0 - 0.5) && j.ffn_shard === 64 &&
+           j.layers.every(l => l.prune.length === 12 && l.prune.every(isFinite)) &&
+           j.layers.some(l => l.prune.some(x => x > 0)))) process.exit(1)' "$tmp/imp.json"; then
+    echo "ok: importance: 6 layers, q8_0 and q4_0 rises, 12 FFN shards each"; pass=$((pass+1))
 else echo "FAIL: importance output: $(head -c 300 "$tmp/imp.json")"; fail=$((fail+1)); fi
 "$bin" synth --shape tiny-gqa --out "$tmp/gqa.h5" > /dev/null 2>&1
 expect_error "importance file for another model" "is for stories15M .* but the model is tiny-gqa" \
     "$bin" plan -m "$tmp/gqa.h5" --ranks 2 --planner hybrid --importance "$tmp/imp.json"
+# seed 003 shard-wise pruning: the file keeps 10 of 12 shards per layer; bad requests named
+if "$bin" quantize -m "$model" --prune-ffn 2 --importance "$tmp/imp.json" --out "$tmp/pruned.h5" > /dev/null 2>&1 &&
+   [[ $("$bin" info -m "$tmp/pruned.h5" --json | node -e 'console.log(JSON.parse(require("fs").readFileSync(0)).hidden_dim)') == 640 ]] &&
+   printf '{"devices": [{"name": "a", "mem_mb": 39}, {"name": "b", "mem_mb": 1.5}, {"name": "c", "mem_mb": 1.5}, {"name": "d", "mem_mb": 1.4}]}' > "$tmp/tight4.json" &&
+   [[ $("$bin" plan -m "$model" --cluster "$tmp/tight4.json" --planner hybrid --importance "$tmp/imp.json" --json |
+        node -e 'const j = JSON.parse(require("fs").readFileSync(0)); console.log(j.prune_ffn_shards, j.hidden_dim)') =~ ^[1-6]\ [0-9]+$ ]]; then
+    echo "ok: quantize --prune-ffn 2: hidden_dim 640; the search prunes where every-layer-q4_0 does not fit"; pass=$((pass+1))
+else echo "FAIL: pruning: $("$bin" info -m "$tmp/pruned.h5" 2>&1 | head -3)"; fail=$((fail+1)); fi
+expect_error "--prune-ffn without an importance file" "--prune-ffn and --importance go together" \
+    "$bin" quantize -m "$model" --prune-ffn 2 --out "$tmp/p2.h5"
+expect_error "--prune-ffn of every shard" "--prune-ffn 12 leaves no FFN shard" \
+    "$bin" quantize -m "$model" --prune-ffn 12 --importance "$tmp/imp.json" --out "$tmp/p2.h5"
+node -e 'const fs = require("fs"); const j = JSON.parse(fs.readFileSync(process.argv[1])); delete j.ffn_shard;
+  fs.writeFileSync(process.argv[2], JSON.stringify(j))' "$tmp/imp.json" "$tmp/imp-layers.json"
+expect_error "--prune-ffn with layer importances only" "has no pruning measurements: write it with meshinfer importance --ffn-shard" \
+    "$bin" quantize -m "$model" --prune-ffn 2 --importance "$tmp/imp-layers.json" --out "$tmp/p2.h5"
+expect_error "a pruned model with its parent's importance file" "hidden_dim 640; a pruned model needs its own importance file" \
+    "$bin" plan -m "$tmp/pruned.h5" --ranks 2 --planner hybrid --importance "$tmp/imp.json"
+expect_error "--ffn-shard that cuts hidden_dim" "--ffn-shard 48 must be a multiple of 32 dividing hidden_dim 768" \
+    "$bin" importance -m "$model" --text "$tmp/story.txt" --ffn-shard 48 --out "$tmp/imp48.json"
+[[ ! -e "$tmp/p2.h5" && ! -e "$tmp/imp48.json" ]] && { echo "ok: refused pruning left no file"; pass=$((pass+1)); } ||
+    { echo "FAIL: a refused pruning left a file"; fail=$((fail+1)); }
 expect_error "search targets without importance" "give --importance FILE too" \
     "$bin" plan -m "$model" --ranks 2 --planner hybrid --tpot-ms 5
 expect_error "unreachable targets: the best reachable named" "targets cannot be met; the lowest precision .* reaches TTFT" \

@@ -396,6 +396,39 @@ static void test_precision_search(void)
     CU_ASSERT_EQUAL(mi_precision_search(&c, &cl, &po, &imp, &q, &r, err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "cannot be met"));
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "reaches TTFT"));
+    /* seed 003's pruning after precision: with shard importances, budgets that every-layer-q4_0
+     * misses are met by pruning the same number of FFN shards from every layer */
+    imp.ffn_shard = 64;
+    imp.n_shards = c.hidden_dim / 64; /* 12 */
+    for (int l = 0; l < c.n_layers; l++)
+        for (int j = 0; j < imp.n_shards; j++)
+            imp.prune[l][j] = (float)((j * 5 + l) % imp.n_shards) + 1; /* each layer's order differs */
+    int keep[MI_MAX_LAYERS * 768];
+    /* level 2 drops the two least important of each layer: (5j + l) mod 12 in {0, 1}, costing 1 + 2 */
+    CU_ASSERT_DOUBLE_EQUAL(mi_prune_keep(&imp, c.hidden_dim, 2, keep), c.n_layers * 3.0, 1e-9);
+    CU_ASSERT_EQUAL(keep[0], 64);          /* layer 0 loses shard 0 ((5*0) mod 12 = 0) ... */
+    CU_ASSERT_EQUAL(keep[4 * 64 - 1], 5 * 64 - 1); /* ... and shard 5 (25 mod 12 = 1): shards 1-4 kept, */
+    CU_ASSERT_EQUAL(keep[4 * 64], 6 * 64);         /* then shard 6 */
+    CU_ASSERT_EQUAL(mi_prune_keep(&imp, c.hidden_dim, imp.n_shards, NULL), -1);
+    CU_ASSERT_EQUAL(mi_prune_keep(&imp, c.hidden_dim + 64, 1, NULL), -1);
+    double mem2[] = {39e6, 1.5e6, 1.5e6, 1.4e6}; /* under q4_0 everywhere with 256 positions of KV cache */
+    mi_cluster tight;
+    cluster_of(&tight, 4, sp, mem2, 1e-3, 12.5e6);
+    q.tpot_s = 0;
+    int rc = mi_precision_search(&c, &tight, &po, &imp, &q, &r, err);
+    if (rc)
+        printf("\n  %s\n", err);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    CU_ASSERT(r.prune_k > 0 && r.prune_k <= imp.n_shards / 2);
+    CU_ASSERT_EQUAL(r.ffn_shard, 64);
+    CU_ASSERT_EQUAL(r.cfg.hidden_dim, c.hidden_dim - 64 * r.prune_k);
+    CU_ASSERT_EQUAL(r.steps, 2 * c.n_layers + r.prune_k); /* every layer q4_0 first */
+    CU_ASSERT_EQUAL(mi_plan_make(&r.cfg, &tight, &po, &p, err), 0);
+    mi_plan_free(&p);
+    mi_config less = r.cfg; /* one shard fewer pruned does not fit */
+    less.hidden_dim += 64;
+    CU_ASSERT_NOT_EQUAL(mi_plan_make(&less, &tight, &po, &p, err), 0);
+    mi_cluster_free(&tight);
     /* importance files: one for another model, one malformed */
     char path[4200];
     tu_path(path, sizeof path, g_dir, "imp.json");
@@ -406,6 +439,27 @@ static void test_precision_search(void)
     tu_write_text(path, "{\"model\": \"stories15M\"}");
     CU_ASSERT_EQUAL(mi_importance_load(path, &c, &imp, err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "not an importance file"));
+    /* pruning entries that do not fit the model: a shard that cuts hidden_dim, a short list */
+    char text[4096];
+    int o = snprintf(text, sizeof text, "{\"model\": \"%s\", \"n_layers\": %d, \"dim\": %d, \"hidden_dim\": %d, "
+                                        "\"ffn_shard\": 48, \"layers\": [", c.name, c.n_layers, c.dim, c.hidden_dim);
+    for (int l = 0; l < c.n_layers; l++)
+        o += snprintf(text + o, sizeof text - (size_t)o, "%s{\"layer\": %d, \"q8_0\": 0, \"q4_0\": 0, \"prune\": "
+                      "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]}", l ? "," : "", l);
+    snprintf(text + o, sizeof text - (size_t)o, "]}");
+    tu_write_text(path, text);
+    CU_ASSERT_EQUAL(mi_importance_load(path, &c, &imp, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "ffn_shard must be a multiple of 32"));
+    char *sh = strstr(text, "\"ffn_shard\": 48");
+    memcpy(sh, "\"ffn_shard\": 64", 15);
+    tu_write_text(path, text);
+    CU_ASSERT_EQUAL(mi_importance_load(path, &c, &imp, err), 0);
+    CU_ASSERT_EQUAL(imp.n_shards, 12);
+    CU_ASSERT_DOUBLE_EQUAL(imp.prune[2][11], 12.0, 1e-9);
+    memcpy(sh, "\"ffn_shard\": 32", 15); /* 24 shards: 12 listed */
+    tu_write_text(path, text);
+    CU_ASSERT_EQUAL(mi_importance_load(path, &c, &imp, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "layers[0].prune must list 24 numbers"));
     mi_cluster_free(&cl);
 }
 

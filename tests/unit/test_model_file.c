@@ -12,6 +12,7 @@
 #include "meshinfer/common.h"
 #include "test_util.h"
 #include "meshinfer/config.h"
+#include "meshinfer/forward.h"
 #include "meshinfer/model.h"
 #include "meshinfer/model_file.h"
 #include "meshinfer/quantize.h"
@@ -1047,6 +1048,74 @@ static void test_quantize_q8_0(void) { check_quantized("q8_0", NULL, NULL); }
 static void test_quantize_q4_0(void) { check_quantized("q4_0", NULL, NULL); }
 static void test_quantize_mixed(void) { check_quantized(NULL, "0-1:q8_0,2:q4_0,3:fp16", "q8_0"); }
 
+/* Seed 003's shard-wise pruning: each layer loses its k least important FFN
+ * shards (ranked per layer), the written model holds exactly the kept rows of
+ * w1 and w3 and columns of w2, and it computes what the full model does with
+ * the pruned channels' w3 rows zeroed (their outputs zero). */
+static void test_prune_ffn(void)
+{
+    char out[4300], err[MI_ERRLEN] = "";
+    tu_path(out, sizeof out, g_dir, "pruned.h5");
+    /* per layer, the 3 shards of 32 channels whose (7j + 3l) mod 10 is under 3 go (layer 0: 0, 3, 6),
+     * as cost.h mi_prune_keep would choose them for those importances */
+    int k = 3, H = g_cfg.hidden_dim, kept = H - k * 32;
+    int *keep = malloc((size_t)g_cfg.n_layers * (size_t)kept * sizeof(int));
+    for (int l = 0; l < g_cfg.n_layers; l++)
+        for (int j = 0, o = 0; j < H / 32; j++)
+            for (int u = 0; u < 32 && (j * 7 + l * 3) % 10 >= 3; u++)
+                keep[(size_t)l * kept + o++] = j * 32 + u;
+    CU_ASSERT_EQUAL(keep[0], 32);
+    CU_ASSERT_EQUAL(keep[64], 4 * 32);
+    mi_config t = g_cfg;
+    t.hidden_dim = kept;
+    CU_ASSERT_EQUAL_FATAL(mi_model_quantize_pruned(g_model, out, &t, keep, 0, err), 0);
+    mi_model p, f;
+    CU_ASSERT_EQUAL_FATAL(load_full(out, &p), 0);
+    CU_ASSERT_EQUAL_FATAL(load_full(g_model, &f), 0);
+    CU_ASSERT_EQUAL(p.cfg.hidden_dim, kept);
+    int bad = 0, D = g_cfg.dim;
+    for (int l = 0; l < g_cfg.n_layers; l++) {
+        const mi_layer *a = &p.layers[l], *b = &f.layers[l];
+        const int *kl = keep + (size_t)l * kept;
+        for (int i = 0; i < kept; i++) {
+            bad += memcmp((float *)a->w1.q + (size_t)i * D, (float *)b->w1.q + (size_t)kl[i] * D, D * sizeof(float)) != 0;
+            bad += memcmp((float *)a->w3.q + (size_t)i * D, (float *)b->w3.q + (size_t)kl[i] * D, D * sizeof(float)) != 0;
+            for (int r = 0; r < D; r++)
+                bad += ((float *)a->w2.q)[(size_t)r * kept + i] != ((float *)b->w2.q)[(size_t)r * H + kl[i]];
+        }
+        /* the full model's pruned channels: w3 rows zero */
+        unsigned char *gone = calloc((size_t)H, 1);
+        memset(gone, 1, (size_t)H);
+        for (int i = 0; i < kept; i++)
+            gone[kl[i]] = 0;
+        for (int u = 0; u < H; u++)
+            if (gone[u])
+                memset((float *)b->w3.q + (size_t)u * D, 0, D * sizeof(float));
+        free(gone);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    mi_scratch sp, sf;
+    mi_scratch_init(&sp, &p.cfg, 8);
+    mi_scratch_init(&sf, &f.cfg, 8);
+    int toks[5] = {1, 7, 42, 3, 99};
+    const float *lp = mi_forward(&p, &sp, toks, 5, 0, 0), *lf = mi_forward(&f, &sf, toks, 5, 0, 0);
+    double worst = 0;
+    for (int v = 0; v < g_cfg.vocab_size; v++)
+        worst = fmax(worst, fabs((double)lp[v] - lf[v]));
+    /* the sums over hidden channels skip exact zeros: only the order of additions differs */
+    CU_ASSERT(worst < 1e-4);
+    /* kept channels that do not ascend are refused */
+    keep[1] = keep[0];
+    CU_ASSERT_EQUAL(mi_model_quantize_pruned(g_model, out, &t, keep, 0, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "must ascend"));
+    mi_scratch_free(&sp);
+    mi_scratch_free(&sf);
+    mi_model_free(&p);
+    mi_model_free(&f);
+    free(keep);
+    unlink(out);
+}
+
 /* A shard of a q4_0 model (one KV head's rows and wo columns, a block-aligned
  * FFN slice) holds exactly the full model's bytes for those rows and
  * columns; a slice that cuts a block is refused. */
@@ -1282,6 +1351,7 @@ int main(void)
         {"quantize q4_0: every matrix within a step, layouts right", test_quantize_q4_0},
         {"quantize per layer (q8_0, q4_0, fp16) with q8_0 embeddings", test_quantize_mixed},
         {"q4_0 shards: exact bytes of whole blocks; a cut block refused", test_quantized_shards},
+        {"pruning FFN shards: kept rows and columns exact, same logits as zeroed channels", test_prune_ffn},
         {"quantize refuses NaN weights, quantized input, output over input, bad specs", test_quantize_refusals},
         {"bad file: damaged block-format parts named at open", test_damaged_blocks},
     };

@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# Seed 003's shard-wise pruning on stories15M (issue 10 item 3): what pruning
+# FFN shards costs in perplexity when the least important go first, against
+# pruning the same number without looking (each layer's first shards), and
+# the precision search on a cluster where even every layer in q4_0 does not
+# fit, so it must prune.
+#   importance: `meshinfer importance --ffn-shard 64` on 8 stories the fp32
+#     model samples (seeds 201-208), held apart from the scored text
+#   scored text: 16 other sampled stories (seeds 101-116, as
+#     jobs/precision_quality.sh's)
+#   cluster: 4 devices with 39 / 1.5 / 1.5 / 1.4 MB (hybrid planner, the KV
+#     cache of the whole context budgeted); the chosen file is run on 4 ranks
+#     and its tokens compared with one rank's
+# Embeddings stay fp32 in every file (36.9 MB of stories15M's 61.4).
+# Writes DIR/pruning.csv, pruning.md and pruning.png (perplexity against
+# shards pruned); the texts, importance file and models it makes stay under
+# DIR/cache-MODEL-SIZE/ and are reused.
+#
+# usage: jobs/pruning.sh [--model models/cache/stories15M.h5] [--out results/pruning]
+set -euo pipefail
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
+    exit 0
+fi
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bin="$root/build/meshinfer"
+model="$root/models/cache/stories15M.h5"
+out="$root/results/pruning"
+fail() { echo "pruning: error: $*" >&2; exit 1; }
+while (($#)); do
+    case "$1" in
+        --model|--out) (($# >= 2)) || fail "$1 needs a value (see --help)" ;;&
+        --model) model=$2; shift 2 ;;
+        --out) out=$2; shift 2 ;;
+        *) fail "unknown option '$1' (see --help)" ;;
+    esac
+done
+[[ -x "$bin" ]] || "$root/jobs/build.sh"
+[[ -f "$model" ]] || model="$("$root/jobs/fetch_model.sh")"
+[[ -f "$model" ]] || fail "model '$model' not found"
+mkdir -p "$out"
+cache="$out/cache-$(basename "$model" .h5)-$(stat -c %s "$model")"
+mkdir -p "$cache"
+say() { echo "pruning: $*" >&2; }
+mpi() { mpirun --allow-run-as-root -q --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 "$@"; }
+json_get() { node -e 'const j = JSON.parse(require("fs").readFileSync(0, "utf8")); console.log(j[process.argv[1]])' "$1"; }
+
+scored="$cache/own-stories.txt"
+imptext="$cache/importance-stories.txt"
+"$root/jobs/lib/sample_stories.sh" "$bin" "$model" "$scored" 101 116
+"$root/jobs/lib/sample_stories.sh" "$bin" "$model" "$imptext" 201 208
+
+imp="$cache/importance.json"
+if [[ ! -s "$imp" ]]; then
+    say "measuring importance (layers and FFN shards of 64 channels; about a minute)..."
+    "$bin" importance -m "$model" --text "$imptext" --ffn-shard 64 --out "$imp" > /dev/null 2>"$cache/err" ||
+        fail "importance: $(tail -1 "$cache/err")"
+fi
+# the blind baseline: every shard equally important, so each layer loses its first shards
+blind="$cache/importance-blind.json"
+node -e 'const fs = require("fs"); const j = JSON.parse(fs.readFileSync(process.argv[1]));
+  for (const l of j.layers) l.prune = l.prune.map(() => 0);
+  fs.writeFileSync(process.argv[2], JSON.stringify(j))' "$imp" "$blind"
+n_shards=$(node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1])); console.log(j.hidden_dim / j.ffn_shard)' "$imp")
+
+ppl() { # model file -> perplexity on the scored text
+    "$bin" perplexity -m "$1" --text "$scored" --json 2>"$cache/err" | json_get perplexity ||
+        fail "perplexity of $1: $(tail -1 "$cache/err")"
+}
+mk() { # name quantize-options... -> the file (made once)
+    local f="$cache/$1.h5"; shift
+    [[ -f "$f" ]] || "$bin" quantize -m "$model" "$@" --out "$f" >/dev/null 2>"$cache/err" ||
+        fail "quantize $*: $(tail -1 "$cache/err")"
+    echo "$f"
+}
+mb() { node -e 'console.log((require("fs").statSync(process.argv[1]).size / 1e6).toFixed(1))' "$1"; }
+
+csv="$out/pruning.csv.partial"
+trap 'rm -f "$csv"' EXIT
+echo "config,weights,shards_pruned,hidden_dim,file_mb,perplexity,expected_rise" > "$csv"
+base=$(ppl "$model")
+echo "fp32,fp32,0,$(json_get hidden_dim < "$imp"),$(mb "$model"),$base,0" >> "$csv"
+for k in $(seq 1 $((n_shards / 2))); do
+    say "pruning $k of $n_shards shards per layer..."
+    for how in importance blind; do
+        file=$imp; [[ $how == blind ]] && file=$blind
+        f=$(mk "prune-$how-$k" --prune-ffn "$k" --importance "$file")
+        rise=""
+        [[ $how == importance ]] && rise=$(node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1]));
+          const k = +process.argv[2]; let s = 0;
+          for (const l of j.layers) s += [...l.prune].sort((a, b) => a - b).slice(0, k).reduce((a, b) => a + b, 0);
+          console.log(s.toFixed(4))' "$imp" "$k")
+        echo "prune $how,fp32,$k,$(json_get hidden_dim < "$imp" | awk -v k="$k" -v n="$n_shards" '{print $1 - k * $1 / n}'),$(mb "$f"),$(ppl "$f"),$rise" >> "$csv"
+    done
+done
+n_layers=$(json_get n_layers < "$imp")
+for dt in q8_0 q4_0; do # layers only: embeddings stay fp32, as in every other row
+    f=$(mk "layers-$dt" --layer-dtype "0-$((n_layers - 1)):$dt")
+    echo "every layer $dt,$dt,0,$(json_get hidden_dim < "$imp"),$(mb "$f"),$(ppl "$f"),0" >> "$csv"
+done
+
+# the precision search on a cluster that every-layer-q4_0 does not fit
+cl="$cache/cluster-tight.json"
+cat > "$cl" <<'EOF'
+{"description": "jobs/pruning.sh: 4 devices whose budgets hold stories15M only with every layer q4_0 and FFN shards pruned",
+ "devices": [{"name": "big", "mem_mb": 39}, {"name": "small-a", "mem_mb": 1.5},
+             {"name": "small-b", "mem_mb": 1.5}, {"name": "small-c", "mem_mb": 1.4}]}
+EOF
+say "precision search on the tight cluster..."
+noprune="$cache/importance-layers.json"
+node -e 'const fs = require("fs"); const j = JSON.parse(fs.readFileSync(process.argv[1]));
+  delete j.ffn_shard; for (const l of j.layers) delete l.prune; fs.writeFileSync(process.argv[2], JSON.stringify(j))' "$imp" "$noprune"
+without=$("$bin" plan -m "$model" --cluster "$cl" --planner hybrid --importance "$noprune" 2>&1 >/dev/null | tail -1 || true)
+[[ $without == *error* ]] || fail "the search without pruning was expected to fail on $cl: $without"
+search=$("$bin" plan -m "$model" --cluster "$cl" --planner hybrid --importance "$imp" --json 2>"$cache/err") ||
+    fail "search: $(tail -1 "$cache/err")"
+spec=$(json_get layer_dtype <<<"$search")
+k=$(json_get prune_ffn_shards <<<"$search")
+search_ms=$(json_get search_ms <<<"$search")
+f=$(mk "chosen-$k" --layer-dtype "$spec" --prune-ffn "$k" --importance "$imp")
+echo "chosen by the search,${spec//,/ },$k,$(json_get hidden_dim <<<"$search"),$(mb "$f"),$(ppl "$f"),$(json_get expected_perplexity_rise <<<"$search")" >> "$csv"
+one=$("$bin" generate -m "$f" -n 60 --json 2>"$cache/err" | json_get tokens) || fail "one rank: $(tail -1 "$cache/err")"
+four=$(mpi -np 4 "$bin" generate -m "$f" --cluster "$cl" --planner hybrid -n 60 --json 2>"$cache/err") ||
+    fail "4 ranks: $(tail -1 "$cache/err")"
+same=$([[ "$(json_get tokens <<<"$four")" == "$one" ]] && echo "the same 60 tokens as one rank" || echo "DIFFERENT tokens from one rank")
+mv "$csv" "$out/pruning.csv"
+trap - EXIT
+
+node - "$out" "$without" "$spec" "$k" "$search_ms" "$same" "$(json_get tpot_ms <<<"$four")" <<'JS'
+const fs = require("fs");
+const [out, without, spec, k, searchMs, same, tpot] = process.argv.slice(2);
+const rows = fs.readFileSync(`${out}/pruning.csv`, "utf8").trim().split("\n").slice(1).map(l => l.split(","));
+const base = +rows[0][5];
+let md = "| configuration | layer weights | FFN shards pruned per layer | hidden_dim | file MB | perplexity | vs fp32 | expected rise (sum of importances) |\n|---|---|---|---|---|---|---|---|\n";
+for (const r of rows)
+  md += `| ${r[0]} | ${r[1]} | ${r[2]} | ${r[3]} | ${r[4]} | ${(+r[5]).toFixed(3)} | ${((r[5] / base - 1) * 100).toFixed(1)}% | ${r[6]} |\n`;
+md += `\nThe search without shard importances: \`${without.replace(/^meshinfer: error: /, "")}\`. ` +
+      `With them (${(+searchMs).toFixed(2)} ms): layers ${spec}, ${k} shards pruned per layer; on 4 ranks ` +
+      `(hybrid) it gives ${same}, TPOT ${(+tpot).toFixed(2)} ms.\n`;
+fs.writeFileSync(`${out}/pruning.md`, md);
+let dat = "";
+for (const how of ["importance", "blind"]) {
+  dat += `0 ${base}\n`;
+  for (const r of rows.filter(r => r[0] === `prune ${how}`)) dat += `${r[2]} ${r[5]}\n`;
+  dat += "\n\n";
+}
+fs.writeFileSync(`${out}/pruning.dat`, dat);
+process.stdout.write(md);
+JS
+gnuplot <<GP
+set terminal pngcairo size 800,450 font ",10"
+set output "$out/pruning.png.partial"
+set title "stories15M: perplexity on its own stories as FFN shards (64 channels) are pruned from every layer"
+set xlabel "FFN shards pruned per layer (of $n_shards)"
+set ylabel "perplexity"
+set logscale y
+set grid
+set key top left
+plot "$out/pruning.dat" index 0 using 1:2 with linespoints pt 7 lw 2 title "least important first (meshinfer importance)", \
+     "" index 1 using 1:2 with linespoints pt 5 lw 2 title "each layer's first shards (blind)"
+GP
+mv "$out/pruning.png.partial" "$out/pruning.png"
+rm -f "$out/pruning.dat"
+say "wrote $out/pruning.csv, pruning.md, pruning.png"
