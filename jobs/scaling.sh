@@ -7,6 +7,9 @@
 #           (synthetic weights: speed only) over one shared medium of 400
 #           Mbit/s that drops to 40 Mbit/s 5 s into the run and recovers at
 #           13 s; target 30 ms (communication scaling: the wire dtype).
+#   link-mild: the same with the medium at 120 Mbit/s from 5 s to 13 s:
+#           lowering the messages of some layers, the last first (no
+#           importance file for synthetic weights), is enough.
 #   device: layer-wise on 2 ranks (each holds half the layers) decodes 1000
 #           tokens of the same model; rank 1 becomes 3x slower (a CPU at a
 #           third of its speed: every compute op sleeps twice its own time,
@@ -20,7 +23,7 @@
 # dtypes in force), SCENARIO.md (TPOT before, during and after, the
 # decisions with their cost) and SCENARIO.png for each.
 #
-# usage: jobs/scaling.sh [--out DIR] [--scenario link|device|all]
+# usage: jobs/scaling.sh [--out DIR] [--scenario link|link-mild|device|all]
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
@@ -38,7 +41,7 @@ while (($#)); do
         *) fail "unknown option '$1' (see --help)" ;;
     esac
 done
-case "$scenario" in link|device|all) ;; *) fail "--scenario: '$scenario' is not link, device or all" ;; esac
+case "$scenario" in link|link-mild|device|all) ;; *) fail "--scenario: '$scenario' is not link, link-mild, device or all" ;; esac
 command -v gnuplot >/dev/null || fail "gnuplot is not installed (apt-get install gnuplot-nox)"
 [[ -x "$bin" ]] || { "$root/jobs/build.sh"; bin="$root/build/meshinfer"; }
 # the job's own copy: a rebuild while it runs must not change the binary under it
@@ -101,7 +104,8 @@ const lowered = {};
 for (let i = 0; i < Math.min(ts.length, tf.length); i++) {
   while (di < dec.length && dec[di].token <= i) {
     const d = dec[di++];
-    wire = d.wire_to;
+    // a wire decision for some layers only leaves the plan's dtype and names the layers
+    wire = d.kind === "wire" && d.change ? `${d.wire_from} (${d.change.replace("messages of ", "")})` : d.wire_to;
     if (d.kind === "weights")
       for (const part of d.change.replace(/^layers /, "").split(", ")) {
         const [ls, dt] = part.split(" -> ");
@@ -127,7 +131,7 @@ for (const [label, j] of [[`with --tpot-ms ${target}`, s], ["without scaling", f
 }
 md += "\n| after token | kind | trigger | change | decided in | poll | installed in |\n|---|---|---|---|---|---|---|\n";
 for (const d of dec) {
-  const change = d.kind === "wire" ? `messages ${d.wire_from} -> ${d.wire_to}` : d.change;
+  const change = d.kind === "wire" ? (d.change || `messages ${d.wire_from} -> ${d.wire_to}`) : d.change;
   md += `| ${d.token} | ${d.restore ? "restore " : ""}${d.kind} | ${d.trigger} | ${change} | ${d.decide_us.toFixed(0)} us | ` +
         `${d.poll_ms.toFixed(2)} ms | ${d.apply_ms.toFixed(1)} ms |\n`;
 }
@@ -164,6 +168,15 @@ if [[ "$scenario" == link || "$scenario" == all ]]; then
         "--tpot-ms 30 (wire dtype lowered and restored)"
     cat "$out/link.md"
 fi
+if [[ "$scenario" == link-mild || "$scenario" == all ]]; then
+    mild_tb=(--ranks 3 --cpu-pct 100 --delay-ms 0 --jitter-ms 0 --rate-mbit 400 --at 5:link=0/120 --at 13:link=0/400)
+    run link-mild-scaled "${mild_tb[@]}" -- --planner tp -n 900 --tpot-ms 30
+    run link-mild-fixed "${mild_tb[@]}" -- --planner tp -n 900
+    report link-mild 30 5 13 "400 Mbit/s" "120 Mbit/s" "400 Mbit/s"
+    plot link-mild "seed 003 communication scaling per layer: tp, 3 ranks, stories42M shape; 400 -> 120 -> 400 Mbit/s" 30 \
+        "--tpot-ms 30 (some layers' messages lowered and restored)"
+    cat "$out/link-mild.md"
+fi
 if [[ "$scenario" == device || "$scenario" == all ]]; then
     device_run device-scaled --planner layerwise --controller-works yes -n 1000 --tpot-ms 9
     device_run device-fixed --planner layerwise --controller-works yes -n 1000
@@ -172,4 +185,4 @@ if [[ "$scenario" == device || "$scenario" == all ]]; then
         "--tpot-ms 9 (its layers lowered and restored)"
     cat "$out/device.md"
 fi
-echo "scaling: wrote $out/{link,device}.{csv,md,png} (those run)" >&2
+echo "scaling: wrote $out/{link,link-mild,device}.{csv,md,png} (those run)" >&2

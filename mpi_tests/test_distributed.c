@@ -12,7 +12,9 @@
  * and an infinite tolerance accepts every test. The same for the real model
  * in q8_0 and q4_0 and the small one in q4_0 (each against one device with
  * the same weights); with q8_0 (real model) and fp16 (small one) messages,
- * every rank's bytes equal the prediction and are at most 30% (52%) of fp32's.
+ * every rank's bytes equal the prediction and are at most 30% (52%) of fp32's;
+ * with q8_0 messages in the first half of the layers only (seed 003's
+ * communication scaling per layer), between all-fp32's and all-q8_0's.
  * Seed 003's computation scaling: a layer-wise run that lowers layers 2-3 to
  * q8_0 and 5 to q4_0 after the prompt (a re-placement to the same shards)
  * gives bit for bit the logits of one device converting the same layers at
@@ -508,7 +510,31 @@ static void check_lowering(const char *path, const mi_config *c, const int *prom
  * lossy one only the bytes are checked (the plan's prediction, and at most
  * fp32_share of what fp32 messages move), and the tokens that agree with
  * one device are reported. */
-static void check_model(const char *path, const mi_config *c, int real, int wire, double fp32_share)
+/* Decode bytes per token of plan's programs with every message in dtype
+ * wire (the layers' own wire dtypes set aside for it). */
+static double uniform_bytes(mi_plan *plan, int wire)
+{
+    int keep_wire = plan->wire, L = plan->cfg.n_layers, *lw = malloc((size_t)L * sizeof(int));
+    for (int l = 0; l < L; l++)
+        lw[l] = plan->layers[l].wire, plan->layers[l].wire = MI_F32;
+    plan->wire = wire;
+    mi_programs p;
+    char err[MI_ERRLEN];
+    double t = mi_programs_compile(plan, &p, err) ? -1 : mi_programs_bytes(&p, MI_PHASE_DECODE, NULL, NULL);
+    if (t >= 0)
+        mi_programs_free(&p);
+    plan->wire = keep_wire;
+    for (int l = 0; l < L; l++)
+        plan->layers[l].wire = lw[l];
+    free(lw);
+    return t;
+}
+
+/* mixed: seed 003's communication scaling per layer: the plan's wire is
+ * fp32 and only the first half of the layers send in `wire`; the bytes must
+ * fall strictly between all-fp32 and all-`wire` and still be what the
+ * runtime moves. */
+static void check_model(const char *path, const mi_config *c, int real, int wire, double fp32_share, int mixed)
 {
     char dts[160];
     mi_config_dtype_summary(c, dts, sizeof dts);
@@ -528,7 +554,7 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
     for (int pl = 0; pl < MI_N_PLANNERS; pl++) {
         mi_cluster cl;
         mi_cluster_default(&cl, g_size, 1e12);
-        mi_plan_options po = {(mi_planner)pl, 3, -1, 0, NULL, 0.7, 0, wire, 0, 0};
+        mi_plan_options po = {(mi_planner)pl, 3, -1, 0, NULL, 0.7, 0, mixed ? MI_F32 : wire, 0, 0};
         mi_plan plan;
         char err[MI_ERRLEN];
         if (pl == MI_PLANNER_SOMEGATHER && c->n_kv_heads % g_size) {
@@ -544,15 +570,19 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
             mi_cluster_free(&cl);
             continue;
         }
+        for (int l = 0; mixed && l < c->n_layers / 2; l++)
+            plan.layers[l].wire = wire;
         mi_programs prog;
         CHECK(mi_programs_compile(&plan, &prog, err) == 0, "%s: %s", mi_planner_name((mi_planner)pl), err);
         double pred_sent[MI_MAX_RANKS], pred_recv[MI_MAX_RANKS];
         double total = mi_programs_bytes(&prog, MI_PHASE_DECODE, pred_sent, pred_recv);
-        if (wire != MI_F32) {
-            mi_programs p32 = prog;
-            p32.wire = MI_F32;
-            double t32 = mi_programs_bytes(&p32, MI_PHASE_DECODE, NULL, NULL);
-            if (g_rank == 0)
+        if (wire != MI_F32 && g_rank == 0) {
+            double t32 = uniform_bytes(&plan, MI_F32), tlow = uniform_bytes(&plan, wire);
+            if (mixed)
+                CHECK(total < t32 && total > tlow, "%s on %d ranks, %s: %s messages in half the layers move %.0f "
+                      "bytes/token, not between all-%s's %.0f and fp32's %.0f", mi_planner_name((mi_planner)pl),
+                      g_size, c->name, mi_dtype_name(wire), total, mi_dtype_name(wire), tlow, t32);
+            else
                 CHECK(total <= fp32_share * t32, "%s on %d ranks, %s: %s messages move %.0f bytes/token, %.1f%% of "
                       "fp32's %.0f (limit %.0f%%)", mi_planner_name((mi_planner)pl), g_size, c->name,
                       mi_dtype_name(wire), total, 100 * total / t32, t32, 100 * fp32_share);
@@ -620,9 +650,10 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
                     finite &= isfinite(got.logits[i]) != 0;
                 CHECK(finite, "%s messages: non-finite logits", mi_dtype_name(wire));
             }
-            printf("  %-10s %d ranks %-14s %-5s weights, %-4s messages: max |logit diff| %.3g (decode %.3g), "
+            printf("  %-10s %d ranks %-14s %-5s weights, %-4s messages%s: max |logit diff| %.3g (decode %.3g), "
                    "%d/%d tokens as one device\n", mi_planner_name((mi_planner)pl), g_size, c->name, dts,
-                   mi_dtype_name(wire), worst, worst_decode, same, N_DECODE + 1);
+                   mi_dtype_name(wire), mixed ? " (first half of the layers)" : "", worst, worst_decode, same,
+                   N_DECODE + 1);
         } else {
             mi_runtime_serve(rt);
         }
@@ -717,10 +748,11 @@ int main(int argc, char **argv)
     MPI_Bcast(gqa4, sizeof gqa4, MPI_CHAR, 0, MPI_COMM_WORLD);
     MPI_Bcast(q8, sizeof q8, MPI_CHAR, 0, MPI_COMM_WORLD);
     MPI_Bcast(q4, sizeof q4, MPI_CHAR, 0, MPI_COMM_WORLD);
-    /* model, real, wire dtype, share of fp32's bytes allowed */
-    struct { const char *path; int real, wire; double share; } runs[] = {
-        {argv[1], 1, MI_F32, 1.0}, {gqa, 0, MI_F32, 1.0}, {q8, 1, MI_F32, 1.0}, {q4, 1, MI_F32, 1.0},
-        {gqa4, 0, MI_F32, 1.0},    {argv[1], 1, MI_Q8_0, 0.30}, {gqa, 0, MI_F16, 0.52},
+    /* model, real, wire dtype, share of fp32's bytes allowed, wire in half the layers only */
+    struct { const char *path; int real, wire; double share; int mixed; } runs[] = {
+        {argv[1], 1, MI_F32, 1.0, 0}, {gqa, 0, MI_F32, 1.0, 0},       {q8, 1, MI_F32, 1.0, 0},
+        {q4, 1, MI_F32, 1.0, 0},      {gqa4, 0, MI_F32, 1.0, 0},      {argv[1], 1, MI_Q8_0, 0.30, 0},
+        {gqa, 0, MI_F16, 0.52, 0},    {argv[1], 1, MI_Q8_0, 1.0, 1},
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
         mi_config c;
@@ -734,7 +766,7 @@ int main(int argc, char **argv)
         /* lossy messages need more than one rank to mean anything */
         if (runs[i].wire != MI_F32 && g_size < 2)
             continue;
-        check_model(runs[i].path, &c, runs[i].real, runs[i].wire, runs[i].share);
+        check_model(runs[i].path, &c, runs[i].real, runs[i].wire, runs[i].share, runs[i].mixed);
     }
     int counts[2] = {g_pass, g_fail}, sum[2];
     MPI_Reduce(counts, sum, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);

@@ -114,6 +114,7 @@ typedef struct {
     int what;            /* mi_xch_kind (ALLGATHERV), MI_XCH_NONE otherwise */
     int flag;            /* carries the 4-byte speculation decision (BCAST) */
     int rounds;          /* ALLREDUCE: 1 (latency-bound decode) or 2 (bandwidth-bound prefill) */
+    int wire;            /* mi_dtype its activations travel in: plan.h mi_plan_wire for its layer */
     mi_colset *send;     /* [n_members]: the columns member j sends (BCAST: the root's; PUT, GATHERV: each
                             non-root's; ALLGATHERV: each member's kept columns; ALLREDUCE: unused) */
     mi_colset *own;      /* [n_members] ALLGATHERV only: the columns member j owns (send minus own =
@@ -136,7 +137,7 @@ typedef enum { MI_PHASE_PREFILL = 0, MI_PHASE_DECODE = 1, MI_N_PHASES } mi_phase
 
 typedef struct {
     int n_ranks;
-    int wire;            /* mi_dtype of activation messages (the plan's) */
+    int wire;            /* mi_dtype of activation messages (the plan's: the widest any exchange uses) */
     int n_comms;
     mi_comm *comms;
     int n_xchg;

@@ -184,6 +184,8 @@ typedef struct {
     int speculate;                /* seed 000 inter-layer speculation from this layer to the next:
                                      Z goes to the next layer's head ranks before the FFN runs */
     int accept_permille;          /* expected acceptance of that speculation (profile), for the cost model */
+    int wire;                     /* seed 003 4.3.2 per layer: this layer's messages go in the narrower of
+                                     this and the plan's wire (mi_plan_wire); MI_F32: the plan's */
 } mi_layer_plan;
 
 typedef struct {
@@ -206,6 +208,12 @@ typedef struct {
     int prune_mode;         /* mi_prune_mode */
     mi_keep *keep;          /* NULL: nothing pruned; else [n_layers][MI_N_PRUNED_XCH][n_ranks] (mi_plan_keep) */
 } mi_plan;
+
+/* The wire dtype of layer l's activation messages (l = -1: the messages of
+ * no layer, embeddings and logits): the narrower (fewer bytes) of the plan's
+ * wire and the layer's own (seed 003 4.3.2: communication scaling lowers the
+ * messages of the least important layers first). */
+int mi_plan_wire(const mi_plan *plan, int l);
 
 /* The send list of `rank` in exchange kind x of layer l (NULL: it sends all it owns). */
 const mi_keep *mi_plan_keep(const mi_plan *plan, int l, int x, int rank);

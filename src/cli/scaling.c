@@ -18,6 +18,7 @@
 #define DIAG 8             /* steps between a diagnosis's two polls of compute times */
 #define SLOWED 1.3         /* compute per step this far over a device's baseline: the device slowed */
 #define PROBE_UNDER 0.6    /* TPOT under this share of the target: room to undo a lowering */
+#define RECOVERED 0.6     /* a link taking this share of its time per byte when its messages were lowered */
 #define AIM 0.9            /* computation scaling aims at this share of the target (a margin for noise) */
 
 /* A layer's place on the chain of seed 003's precision steps: 0 the file's
@@ -37,6 +38,55 @@ static double step_cost(const mi_session *ss, int l, int step)
         return 1.0 - 1e-3 * l;
     double r8 = ss->imp->rise[l][0], r4 = ss->imp->rise[l][1];
     return step == 1 ? r8 : r4 - r8;
+}
+
+/* What lowering layer l's messages costs (seed 003 4.3.2: an activation is
+ * as important as the weights that produce it, here the layer's two
+ * precision steps together), or without --importance, the last layers first. */
+static double message_cost(const mi_session *ss, int l)
+{
+    if (!ss->imp)
+        return 1.0 - 1e-3 * l;
+    return ss->imp->rise[l][0] + ss->imp->rise[l][1];
+}
+
+/* Place on the wire ladder: fp32 0, fp16 1, q8_0 2. */
+static int wire_step(int t)
+{
+    return t == MI_Q8_0 ? 2 : t == MI_F16 ? 1 : 0;
+}
+
+typedef session_wires wires;
+
+static void wires_get(const mi_plan *p, wires *w)
+{
+    w->wire = p->wire;
+    for (int l = 0; l < p->cfg.n_layers; l++)
+        w->layer[l] = (unsigned char)p->layers[l].wire;
+}
+
+static void wires_set(mi_plan *p, const wires *w)
+{
+    p->wire = w->wire;
+    for (int l = 0; l < p->cfg.n_layers; l++)
+        p->layers[l].wire = w->layer[l];
+}
+
+/* "messages of layers 5 4 -> fp16": the layers whose messages travel in
+ * another dtype in plan p than under `from`, and the dtype they get. */
+static void describe_wires(const wires *from, const mi_plan *p, char *out, size_t n)
+{
+    size_t o = (size_t)snprintf(out, n, "messages of layers");
+    int to = -1;
+    for (int l = p->cfg.n_layers - 1; l >= 0 && o < n; l--) {
+        int was = wire_step(from->layer[l]) > wire_step(from->wire) ? from->layer[l] : from->wire;
+        if (mi_plan_wire(p, l) != was) {
+            o += (size_t)snprintf(out + o, n - o, " %d", l);
+            to = mi_plan_wire(p, l);
+        }
+    }
+    if (o < n && to >= 0)
+        snprintf(out + o, n - o, " -> %s", mi_dtype_name(to));
 }
 
 /* Install the plan's wire and weight dtypes as they now are (a
@@ -267,18 +317,106 @@ int session_scale_memory(mi_session *ss, int r, int pos0, int need, double limit
     return 1;
 }
 
-/* Whether messages in dtype `to` would shorten TPOT by more than 2% by the
- * cost model (scaled to the TPOT measured, into *predicted_ms): a slowed
- * device with nothing left to lower may gain nothing from a lossy wire. */
-static int wire_helps(mi_session *ss, int to, double now, int n_pos, double *predicted_ms)
+/* Bytes a decode step moves with the plan's wires as they now are. */
+static double step_bytes(mi_session *ss)
 {
-    int w = ss->plan.wire;
-    double cur = predict(ss, &ss->cl, n_pos);
-    ss->plan.wire = to;
-    double low = predict(ss, &ss->cl, n_pos);
-    ss->plan.wire = w;
-    *predicted_ms = cur > 0 ? now * low / cur * 1e3 : now * 1e3;
-    return low < 0.98 * cur;
+    mi_programs p;
+    char err[MI_ERRLEN];
+    if (mi_programs_compile(&ss->plan, &p, err))
+        return 1e30;
+    double b = mi_programs_bytes(&p, MI_PHASE_DECODE, NULL, NULL);
+    mi_programs_free(&p);
+    return b;
+}
+
+/* A step's time with fewer bytes: seed 003 4.3.2 "estimates the expected
+ * communication overhead ... under the current signal strength". The link
+ * as it is now is measured, not modelled: comm_s is the step time no rank
+ * spent computing (TPOT minus the largest compute per step of the last
+ * poll), and it scales with the bytes moved. */
+static double with_bytes(double now, double comm_s, double bytes_now, double bytes)
+{
+    return now - comm_s + (bytes_now > 0 ? comm_s * bytes / bytes_now : 0.0);
+}
+
+/* Communication scaling (seed 003 4.3.2): one step down the wire ladder
+ * (fp32 -> fp16 -> q8_0) for the messages of the fewest layers, least
+ * important first (message_cost), with which the step, its communication
+ * scaled by the bytes (with_bytes), meets AIM x target (binary search); when
+ * even all of them miss it, every message, the embeddings' and logits' too,
+ * goes down that step. With need_gain (a slowed device has nothing left to
+ * lower), only if that takes over 2% off TPOT. Changes the plan's wires and
+ * fills d's wire_to, change and predicted_ms, and *per_byte with the
+ * links' seconds per byte now (comm_s over the bytes before). Returns 0
+ * (plan untouched) when nothing is lowered. */
+static int lower_wire(mi_session *ss, double now, double comm_s, int need_gain, session_decision *d,
+                      double *per_byte)
+{
+    static const int ladder[] = {MI_F32, MI_F16, MI_Q8_0};
+    mi_plan *p = &ss->plan;
+    int L = p->cfg.n_layers, at = wire_step(p->wire);
+    if (at >= 2)
+        return 0;
+    int to = ladder[at + 1], cand[MI_MAX_LAYERS], n = 0;
+    for (int l = 0; l < L; l++)
+        if (mi_plan_wire(p, l) == p->wire)
+            cand[n++] = l;
+    for (int i = 1; i < n; i++) /* least important first (insertion: a few dozen layers) */
+        for (int j = i; j > 0 && message_cost(ss, cand[j]) < message_cost(ss, cand[j - 1]); j--) {
+            int t = cand[j];
+            cand[j] = cand[j - 1], cand[j - 1] = t;
+        }
+    wires orig;
+    wires_get(p, &orig);
+    double b0 = step_bytes(ss), low;
+    *per_byte = b0 > 0 ? comm_s / b0 : 0;
+    int lo = 1, hi = n;
+#define TAKE(k)                                                     \
+    do {                                                            \
+        wires_set(p, &orig);                                        \
+        for (int i_ = 0; i_ < (k); i_++)                            \
+            p->layers[cand[i_]].wire = to;                          \
+    } while (0)
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        TAKE(mid);
+        if (with_bytes(now, comm_s, b0, step_bytes(ss)) <= AIM * ss->tpot_target_s)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    TAKE(n ? lo : 0);
+#undef TAKE
+    low = with_bytes(now, comm_s, b0, n ? step_bytes(ss) : b0);
+    int uniform = !n || (lo == n && low > AIM * ss->tpot_target_s);
+    if (uniform) { /* every message one step down: the layers' own dtypes are the plan's again */
+        p->wire = to;
+        for (int l = 0; l < L; l++)
+            if (p->layers[l].wire == to)
+                p->layers[l].wire = MI_F32;
+        low = with_bytes(now, comm_s, b0, step_bytes(ss));
+    }
+    if (need_gain && !(low < 0.98 * now)) {
+        wires_set(p, &orig);
+        return 0;
+    }
+    d->wire_to = to;
+    d->predicted_ms = low * 1e3;
+    if (uniform)
+        d->change[0] = 0;
+    else
+        describe_wires(&orig, p, d->change, sizeof d->change);
+    return 1;
+}
+
+/* The step time no rank spent computing: TPOT now minus the largest compute
+ * per step of a poll (per). */
+static double comm_of(const mi_session *ss, double now, const double *per)
+{
+    double most = 0;
+    for (int r = 0; r < ss->size; r++)
+        most = fmax(most, per[r]);
+    return fmax(0.0, now - most);
 }
 
 /* Whether the newest lowering can be undone now (see session.h): TPOT well
@@ -321,17 +459,41 @@ static int room_to_undo(mi_session *ss, int k, double now, int n_pos, session_de
                  "lowered); TPOT %.2f ms", ss->cl.dev[u->rank].name, u->rank, s, u->slow, now * 1e3);
         return 1;
     }
-    int w = ss->plan.wire;
-    double cur = predict(ss, &ss->cl, n_pos);
-    ss->plan.wire = u->wire;
-    double up = predict(ss, &ss->cl, n_pos);
-    ss->plan.wire = w;
-    double after = cur > 0 ? now * up / cur : 1e30;
-    if (after > AIM * target)
+    /* a lowered wire: what the step would take with the bytes as before, the link as it is now
+     * (measured over two polls DIAG steps apart, as a slowed device's recovery is) */
+    if (ss->poll_k < 0 || k - ss->poll_k > 2 * DIAG) {
+        poll(ss, k, NULL, NULL);
         return 0;
+    }
+    if (k - ss->poll_k < DIAG)
+        return 0;
+    double per[MI_MAX_RANKS];
+    poll(ss, k, per, &d->poll_ms);
+    ss->poll_k = -1;
+    wires w;
+    wires_get(&ss->plan, &w);
+    double comm = comm_of(ss, now, per), b_now = step_bytes(ss);
+    wires_set(&ss->plan, &u->wires);
+    double b_up = step_bytes(ss);
+    wires_set(&ss->plan, &w);
+    double after = with_bytes(now, comm, b_now, b_up);
+    /* the step time not computing also holds latency and waiting, which do not grow with the
+     * bytes, so `after` is pessimistic: a link whose time per byte fell by RECOVERED since the
+     * lowering has recovered (a probe: if it had not, the next waits twice as long) */
+    double per_byte = b_now > 0 ? comm / b_now : 0;
+    int recovered = u->comm_per_byte > 0 && per_byte <= RECOVERED * u->comm_per_byte;
+    if (after > AIM * target && !recovered) {
+        ss->probe_k = k + 2 * DIAG; /* the link is still slow: look again later */
+        return 0;
+    }
     d->predicted_ms = after * 1e3;
-    snprintf(d->trigger, sizeof d->trigger, "TPOT %.2f ms; with %s messages the cost model expects %.2f ms, under %.0f%% "
-             "of the %.2f ms target", now * 1e3, mi_dtype_name(u->wire), after * 1e3, 100 * AIM, target * 1e3);
+    if (after <= AIM * target)
+        snprintf(d->trigger, sizeof d->trigger, "TPOT %.2f ms, %.2f ms of it not computing; with %.2fx the bytes it "
+                 "would take %.2f ms, under %.0f%% of the %.2f ms target", now * 1e3, comm * 1e3,
+                 b_now > 0 ? b_up / b_now : 0, after * 1e3, 100 * AIM, target * 1e3);
+    else
+        snprintf(d->trigger, sizeof d->trigger, "TPOT %.2f ms; the links take %.2fx the time per byte they took when "
+                 "the messages were lowered: recovered", now * 1e3, per_byte / u->comm_per_byte);
     return 1;
 }
 
@@ -372,8 +534,7 @@ void session_after_step(mi_session *ss, double step_s, int n_pos)
     }
     double t0 = mi_now();
     double now = median(ss->token_ms + k - WINDOW, WINDOW) / 1e3;
-    static const int ladder[] = {MI_F32, MI_F16, MI_Q8_0};
-    int w = ss->plan.wire, at = w == MI_F32 ? 0 : w == MI_F16 ? 1 : 2;
+    int w = ss->plan.wire;
     session_decision dd;
     memset(&dd, 0, sizeof dd);
     dd.rank = -1;
@@ -414,9 +575,10 @@ void session_after_step(mi_session *ss, double step_s, int n_pos)
         struct session_undo *u = &ss->undo[ss->n_undo];
         memcpy(u->dtype, ss->plan.cfg.dtype, sizeof u->dtype);
         memcpy(u->base_ratio, ss->base_ratio, sizeof u->base_ratio);
-        u->wire = w;
+        wires_get(&ss->plan, &u->wires);
         u->rank = -1;
         u->slow = 1;
+        u->comm_per_byte = 0;
         if (ss->last_was_probe && k - ss->last_change <= 2 * DIAG)
             ss->hold *= 2; /* the probe failed */
         if (device && lower_weights(ss, slow, worst, now, n_pos, &dd) > 0) {
@@ -431,11 +593,9 @@ void session_after_step(mi_session *ss, double step_s, int n_pos)
             ss->rebase_k = k + WINDOW;
             ss->rebase_rank = slow;
             ss->rebase_slow = worst;
-        } else if (at < 2 && (!device || wire_helps(ss, ladder[at + 1], now, n_pos, &dd.predicted_ms))) {
+        } else if (lower_wire(ss, now, comm_of(ss, now, per), device, &dd, &u->comm_per_byte)) {
             /* no device slowed enough to explain it: the time went to the links,
              * which fewer bytes relieve */
-            dd.wire_to = ladder[at + 1];
-            ss->plan.wire = dd.wire_to;
             dd.slowdown = worst;
             if (device)
                 snprintf(dd.trigger, sizeof dd.trigger, "TPOT %.2f ms over the %.2f ms target; %s (rank %d) computes "
@@ -458,17 +618,21 @@ void session_after_step(mi_session *ss, double step_s, int n_pos)
         const struct session_undo *u = &ss->undo[ss->n_undo - 1];
         unsigned char cur[MI_MAX_LAYERS][MI_N_LAYER_MATS];
         memcpy(cur, ss->plan.cfg.dtype, sizeof cur);
+        wires curw;
+        wires_get(&ss->plan, &curw);
         dd.restore = 1;
         dd.weights = memcmp(cur, u->dtype, sizeof cur) != 0;
-        dd.wire_to = u->wire;
+        dd.wire_to = u->wires.wire;
         memcpy(ss->plan.cfg.dtype, u->dtype, sizeof cur);
-        ss->plan.wire = u->wire;
+        wires_set(&ss->plan, &u->wires);
         ss->n_undo--;
         if (!plan_ok(ss)) { /* a memory re-placement since: keep what is in force */
             memcpy(ss->plan.cfg.dtype, cur, sizeof cur);
-            ss->plan.wire = w;
+            wires_set(&ss->plan, &curw);
             return;
         }
+        if (!dd.weights && curw.wire == u->wires.wire) /* some layers' messages go back up */
+            describe_wires(&curw, &ss->plan, dd.change, sizeof dd.change);
         memcpy(ss->base_ratio, u->base_ratio, sizeof ss->base_ratio);
         if (dd.weights)
             describe(cur, ss->plan.cfg.dtype, ss->cfg.n_layers, dd.change, sizeof dd.change);
@@ -488,6 +652,9 @@ void session_after_step(mi_session *ss, double step_s, int n_pos)
         fprintf(stderr, "meshinfer: scaling after token %d: %s -> %s %s (decided in %.0f us after a %.1f ms poll, "
                         "installed in %.1f ms)\n", k, dd.trigger, dd.restore ? "restored" : "lowered", dd.change,
                 dd.decide_us, dd.poll_ms, dd.apply_ms);
+    else if (dd.change[0])
+        fprintf(stderr, "meshinfer: scaling after token %d: %s -> %s %s (decided in %.0f us, installed in %.1f ms)\n",
+                k, dd.trigger, dd.restore ? "restored" : "lowered", dd.change, dd.decide_us, dd.apply_ms);
     else
         fprintf(stderr, "meshinfer: scaling after token %d: %s -> messages %s to %s (decided in %.0f us, installed in "
                         "%.1f ms)\n", k, dd.trigger, mi_dtype_name(w), mi_dtype_name(dd.wire_to), dd.decide_us,

@@ -82,17 +82,24 @@ typedef struct {
 
 #define SESSION_MAX_REPLANS 64
 
+/* A plan's wire dtypes: its own (the messages of no layer, and the widest)
+ * and each layer's (plan.h mi_layer_plan.wire, mi_plan_wire). */
+typedef struct {
+    int wire;
+    unsigned char layer[MI_MAX_LAYERS];
+} session_wires;
+
 /* One runtime-scaling decision (seed 003 4.3), as reported in --json. */
 typedef struct {
     int token;              /* the decode step after which it was taken */
     char trigger[192];      /* what crossed the target, and the diagnosis */
     int weights;            /* 1: computation scaling (layer dtypes), 0: communication scaling (wire dtype) */
     int restore;            /* 1: a probe undoing the last lowering */
-    int wire_from, wire_to; /* mi_dtype of activation messages */
+    int wire_from, wire_to; /* mi_dtype of activation messages: the plan's before, the step taken */
     int rank;               /* computation scaling: the device diagnosed slow (-1: none) */
     double slowdown;        /* its compute per step against its baseline (1: unchanged) */
-    char change[160];       /* the layers and dtypes changed ("" for the wire) */
-    double predicted_ms;    /* the cost model's TPOT after the change (scaled to what was measured) */
+    char change[160];       /* the layers and dtypes changed ("messages of layers 7 6 -> fp16"; "": every message) */
+    double predicted_ms;    /* TPOT expected after the change (cost model or bytes, scaled to what was measured) */
     double poll_ms;         /* the diagnosis's poll of every rank's compute time (0 for a probe) */
     double decide_us;       /* the decision itself (cost-model predictions included) */
     double apply_ms;        /* installing it (a re-placement: layers re-encoded or reloaded) */
@@ -164,11 +171,12 @@ typedef struct {
     double rebase_slow;
     int n_undo;             /* lowerings in force, newest last: what each replaced */
     struct session_undo {
-        int wire;
+        session_wires wires;
         unsigned char dtype[MI_MAX_LAYERS][MI_N_LAYER_MATS];
         double base_ratio[MI_MAX_RANKS];
         int rank;           /* weights lowered for this slowed rank (-1: the wire was lowered) */
         double slow;        /* ... which computed this many times its baseline then */
+        double comm_per_byte; /* the wire lowered: seconds a step spent not computing per byte moved then */
     } *undo;                /* [SESSION_MAX_DECISIONS] */
 } mi_session;
 
@@ -214,15 +222,19 @@ void session_predict(const mi_session *ss, int n_prompt, int n_steps, double *tt
  * q8_0 -> q4_0, least important first by --importance, else from the last
  * layer), as few as the cost model, with that device slowed as measured,
  * says meet 90% of the target. Otherwise the links are: communication
- * scaling lowers the wire dtype of activation messages one step (fp32 ->
- * fp16 -> q8_0). The newest lowering is undone as a probe, at the earliest
- * 16 steps after the last change: lowered weights when two polls show their
- * device back within 1.3x (or the square root of its slowdown then) of its
- * baseline (it recovered), a
- * lowered wire when the cost model says TPOT with the higher dtype would be
- * under 90% of the target, or either when TPOT is under 60% of it (a probe
- * that fails soon after doubles the wait before the next). Each decision is
- * logged (stderr, --json) with its trigger, diagnosis and cost. */
+ * scaling lowers the wire dtype of the messages of the fewest layers one
+ * step (fp32 -> fp16 -> q8_0; least important first by --importance, else
+ * from the last layer) that bring the step under 90% of the target, the
+ * step's time not computing taken to scale with the bytes moved; all
+ * messages when no subset is enough. The newest lowering is undone as a
+ * probe, at the earliest 16 steps after the last change: lowered weights
+ * when two polls show their device back within 1.3x (or the square root of
+ * its slowdown then) of its baseline (it recovered), a lowered wire when two
+ * polls show the step with the bytes as before under 90% of the target or
+ * the links at 60% of their time per byte then, or either when TPOT is under
+ * 60% of it (a probe that fails soon after doubles the wait before the
+ * next). Each decision is logged (stderr, --json) with its trigger,
+ * diagnosis and cost. */
 void session_after_step(mi_session *ss, double step_s, int n_pos);
 
 /* Rank 0, with --tpot-ms, before a forward pass that would take rank r's

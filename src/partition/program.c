@@ -179,9 +179,12 @@ void mi_programs_free(mi_programs *p)
 
 int mi_programs_compile(const mi_plan *plan, mi_programs *p, char *err)
 {
-    if (plan->planner == MI_PLANNER_SOMEGATHER)
-        return pb_compile_somegather(plan, p, err);
-    return pb_compile_headlevel(plan, p, err);
+    int rc = plan->planner == MI_PLANNER_SOMEGATHER ? pb_compile_somegather(plan, p, err)
+                                                    : pb_compile_headlevel(plan, p, err);
+    /* every exchange travels in its layer's wire dtype (the schemes need not know) */
+    for (int i = 0; !rc && i < p->n_xchg; i++)
+        p->xchg[i].wire = mi_plan_wire(plan, p->xchg[i].layer);
+    return rc;
 }
 
 /* ------------------------------------------------------------ payload */
@@ -209,7 +212,7 @@ double mi_exchange_bytes(const mi_programs *p, int xid, int from, int to)
 {
     const mi_exchange *x = &p->xchg[xid];
     const mi_comm *cm = &p->comms[x->comm];
-    int n = cm->n_members, w = p->wire;
+    int n = cm->n_members, w = x->wire;
     if (from == to || n < 2)
         return 0;
     switch (x->kind) {

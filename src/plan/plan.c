@@ -334,6 +334,20 @@ static int validate_somegather(const mi_plan *plan, char *err)
     return 0;
 }
 
+/* Place on the wire ladder: fp32 0, fp16 1, q8_0 2 (fewer bytes further down). */
+static int wire_step(int t)
+{
+    return t == MI_Q8_0 ? 2 : t == MI_F16 ? 1 : 0;
+}
+
+int mi_plan_wire(const mi_plan *plan, int l)
+{
+    if (l < 0 || !plan->layers)
+        return plan->wire;
+    int t = plan->layers[l].wire;
+    return wire_step(t) > wire_step(plan->wire) ? t : plan->wire;
+}
+
 int mi_plan_validate(const mi_plan *plan, const mi_cluster *cl, char *err)
 {
     const mi_config *c = &plan->cfg;
@@ -344,6 +358,9 @@ int mi_plan_validate(const mi_plan *plan, const mi_cluster *cl, char *err)
         return mi_set_error(err, "plan: wire dtype %s is not one of fp32, fp16, q8_0", mi_dtype_name(plan->wire));
     for (int l = 0; l < c->n_layers; l++) {
         const mi_layer_plan *lp = &plan->layers[l];
+        if (lp->wire != MI_F32 && lp->wire != MI_F16 && lp->wire != MI_Q8_0)
+            return mi_set_error(err, "plan: layer %d: wire dtype %s is not one of fp32, fp16, q8_0", l,
+                                mi_dtype_name(lp->wire));
         for (int k = 0; k < c->n_kv_heads; k++)
             if (lp->kv_rank[k] < 0 || lp->kv_rank[k] >= n)
                 return mi_set_error(err, "plan: layer %d: KV head %d on rank %d, but the job has %d ranks", l, k,
@@ -828,7 +845,7 @@ int *mi_plan_serialize(const mi_plan *plan, size_t *n_ints)
     const mi_config *c = &plan->cfg;
     size_t n = 8 + (size_t)plan->n_cls * 3 + 3 + 3 * (size_t)plan->n_cols + 2 * MI_N_PRUNED_XCH;
     for (int l = 0; l < c->n_layers; l++)
-        n += (size_t)c->n_kv_heads + 4 + MI_N_LAYER_MATS + 3 * (size_t)plan->layers[l].n_ffn;
+        n += (size_t)c->n_kv_heads + 5 + MI_N_LAYER_MATS + 3 * (size_t)plan->layers[l].n_ffn;
     if (plan->keep)
         for (size_t i = 0; i < n_keep(plan); i++)
             n += 1 + (size_t)plan->keep[i].n;
@@ -853,6 +870,7 @@ int *mi_plan_serialize(const mi_plan *plan, size_t *n_ints)
         *q++ = lp->proj_rank;
         *q++ = lp->speculate;
         *q++ = lp->accept_permille;
+        *q++ = lp->wire;
         /* the weight dtypes travel with the plan: seed 003's computation
          * scaling re-places to the same shards in lower dtypes */
         for (int m = 0; m < MI_N_LAYER_MATS; m++)
@@ -930,6 +948,7 @@ int mi_plan_deserialize(const int *b, size_t n, const mi_config *c, mi_plan *pla
         NEXT(lp->proj_rank);
         NEXT(lp->speculate);
         NEXT(lp->accept_permille);
+        NEXT(lp->wire);
         for (int m = 0; m < MI_N_LAYER_MATS; m++) {
             int t;
             NEXT(t);

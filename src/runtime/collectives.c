@@ -1,6 +1,7 @@
 /* The messages of each communication op kind (see partition.h for what each
- * moves). Every message carries activations encoded in the plan's wire dtype
- * (tensor.h); a rank always keeps its own values exactly. Byte counters count
+ * moves). Every message carries activations encoded in its exchange's wire
+ * dtype (tensor.h; the plan's, or lower for a layer communication scaling
+ * lowered); a rank always keeps its own values exactly. Byte counters count
  * what is handed to MPI, so tests can hold them against the plan's
  * prediction (mi_exchange_bytes). */
 #define _POSIX_C_SOURCE 200809L
@@ -94,24 +95,24 @@ static void scatter_cols(const float *in, int T, const mi_colset *s, float *buf,
 
 /* Encode T rows of set s of buf as one message: the set's columns, dense,
  * one wire row per position. Returns its bytes. */
-static size_t pack_set(mi_runtime *rt, const float *buf, int W, int T, const mi_colset *s, void *out)
+static size_t pack_set(mi_runtime *rt, int wire, const float *buf, int W, int T, const mi_colset *s, void *out)
 {
-    size_t rb = mi_wire_row_bytes(rt->wire, (size_t)s->count);
+    size_t rb = mi_wire_row_bytes(wire, (size_t)s->count);
     if (s->n_runs == 1) {
-        mi_wire_pack(rt->wire, buf + s->c0[0], (size_t)T, (size_t)s->count, (size_t)W, out);
+        mi_wire_pack(wire, buf + s->c0[0], (size_t)T, (size_t)s->count, (size_t)W, out);
     } else {
         gather_cols(buf, W, T, s, rt->wtmp);
-        mi_wire_pack(rt->wire, rt->wtmp, (size_t)T, (size_t)s->count, (size_t)s->count, out);
+        mi_wire_pack(wire, rt->wtmp, (size_t)T, (size_t)s->count, (size_t)s->count, out);
     }
     return (size_t)T * rb;
 }
 
-static void unpack_set(mi_runtime *rt, const void *in, int T, const mi_colset *s, float *buf, int W)
+static void unpack_set(mi_runtime *rt, int wire, const void *in, int T, const mi_colset *s, float *buf, int W)
 {
     if (s->n_runs == 1) {
-        mi_wire_unpack(rt->wire, in, (size_t)T, (size_t)s->count, (size_t)W, buf + s->c0[0]);
+        mi_wire_unpack(wire, in, (size_t)T, (size_t)s->count, (size_t)W, buf + s->c0[0]);
     } else {
-        mi_wire_unpack(rt->wire, in, (size_t)T, (size_t)s->count, (size_t)s->count, rt->wtmp);
+        mi_wire_unpack(wire, in, (size_t)T, (size_t)s->count, (size_t)s->count, rt->wtmp);
         scatter_cols(rt->wtmp, T, s, buf, W);
     }
 }
@@ -130,15 +131,15 @@ double rt_bcast(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, int nonblocki
     float *buf = rt->buf[x->buf];
     int W = rt->width[x->buf], T = f->T, root = xr->me == x->root;
     int n = rt->prog.comms[x->comm].n_members;
-    size_t rows = (size_t)T * mi_wire_row_bytes(rt->wire, (size_t)s->count);
+    size_t rows = (size_t)T * mi_wire_row_bytes(x->wire, (size_t)s->count);
     size_t bytes = rows + (x->flag ? 4 : 0);
     /* whole fp32 rows are the message as they lie (the flag sits right after them) */
-    int in_place = !nonblocking && rt->wire == MI_F32 && s->n_runs == 1 && s->count == W;
+    int in_place = !nonblocking && x->wire == MI_F32 && s->n_runs == 1 && s->count == W;
     unsigned char *msg = in_place ? (unsigned char *)buf : nonblocking ? rt->zwire : rt->wbuf;
     double t0 = mi_now();
     if (root) {
         if (!in_place) {
-            pack_set(rt, buf, W, T, s, msg);
+            pack_set(rt, x->wire, buf, W, T, s, msg);
             if (x->flag)
                 memcpy(msg + rows, buf + (size_t)T * W, 4);
         }
@@ -156,7 +157,7 @@ double rt_bcast(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, int nonblocki
         MPI_Irecv(msg, (int)bytes, MPI_BYTE, x->root, TAG_XCHG, xr->comm, &rq);
         rt_waitall(1, &rq);
         if (!in_place) {
-            unpack_set(rt, msg, T, s, buf, W);
+            unpack_set(rt, x->wire, msg, T, s, buf, W);
             if (x->flag)
                 memcpy(buf + (size_t)T * W, msg + rows, 4);
         }
@@ -184,9 +185,9 @@ double rt_put(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *f)
     double t0 = mi_now();
     if (xr->me != x->root) {
         const mi_colset *s = &x->send[xr->me];
-        size_t bytes = (size_t)T * mi_wire_row_bytes(rt->wire, (size_t)s->count);
+        size_t bytes = (size_t)T * mi_wire_row_bytes(x->wire, (size_t)s->count);
         MPI_Win_start(xr->peers, 0, xr->win);
-        mi_wire_pack(rt->wire, local, (size_t)T, (size_t)s->count, (size_t)Wl, rt->wbuf);
+        mi_wire_pack(x->wire, local, (size_t)T, (size_t)s->count, (size_t)Wl, rt->wbuf);
         MPI_Put(rt->wbuf, (int)bytes, MPI_BYTE, x->root, (MPI_Aint)xr->slot_off[xr->me], (int)bytes, MPI_BYTE,
                 xr->win);
         MPI_Win_complete(xr->win);
@@ -218,8 +219,8 @@ double rt_put(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *f)
         if (j == x->root)
             continue;
         const mi_colset *s = &x->send[j];
-        unpack_set(rt, xr->slots + xr->slot_off[j], T, s, heads, W);
-        rt->m.bytes_recv += (double)T * (double)mi_wire_row_bytes(rt->wire, (size_t)s->count);
+        unpack_set(rt, x->wire, xr->slots + xr->slot_off[j], T, s, heads, W);
+        rt->m.bytes_recv += (double)T * (double)mi_wire_row_bytes(x->wire, (size_t)s->count);
     }
     return mi_now() - t0;
 }
@@ -262,7 +263,7 @@ static void exchange_all(MPI_Comm comm, int n, int me, const unsigned char *sbuf
  * differently on different ranks. */
 double rt_allreduce(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const mi_op *op, const fwd *f)
 {
-    const int d = op->n, ld = rt->width[MI_BUF_X], T = f->T, w = rt->wire;
+    const int d = op->n, ld = rt->width[MI_BUF_X], T = f->T, w = x->wire;
     float *tmp = rt->buf[MI_BUF_TMP] + op->c0, *xx = rt->buf[MI_BUF_X] + op->c0;
     int *counts = rt->counts, *displs = counts + MI_MAX_RANKS, *counts2 = displs + MI_MAX_RANKS,
         *displs2 = counts2 + MI_MAX_RANKS;
@@ -372,13 +373,13 @@ double rt_gatherv(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *
     if (xr->me == x->root) {
         int off = 0;
         for (int j = 0; j < cm->n_members; j++) {
-            counts[j] = j == x->root ? 0 : (int)((size_t)T * mi_wire_row_bytes(rt->wire, (size_t)x->send[j].count));
+            counts[j] = j == x->root ? 0 : (int)((size_t)T * mi_wire_row_bytes(x->wire, (size_t)x->send[j].count));
             displs[j] = off;
             off += counts[j];
         }
         dst = rt->wbuf;
     } else {
-        mine = (int)pack_set(rt, buf, W, T, &x->send[xr->me], rt->wbuf);
+        mine = (int)pack_set(rt, x->wire, buf, W, T, &x->send[xr->me], rt->wbuf);
         dst = NULL;
     }
     MPI_Request rq;
@@ -389,7 +390,7 @@ double rt_gatherv(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *
         for (int j = 0; j < cm->n_members; j++) {
             if (j == x->root)
                 continue;
-            unpack_set(rt, rt->wbuf + displs[j], T, &x->send[j], buf, W);
+            unpack_set(rt, x->wire, rt->wbuf + displs[j], T, &x->send[j], buf, W);
             rt->m.bytes_recv += (double)counts[j];
         }
     } else {
@@ -481,11 +482,11 @@ double rt_allgatherv(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fw
         *displs2 = counts2 + MI_MAX_RANKS;
     double t0 = mi_now();
     unsigned char *send = rt->wbuf;
-    size_t mine = M > 1 ? pack_set(rt, buf, W, T, &x->send[me], send) : 0, off = mine;
+    size_t mine = M > 1 ? pack_set(rt, x->wire, buf, W, T, &x->send[me], send) : 0, off = mine;
     for (int j = 0; j < M; j++) {
         counts[j] = j == me ? 0 : (int)mine;
         displs[j] = 0;
-        counts2[j] = j == me ? 0 : (int)((size_t)T * mi_wire_row_bytes(rt->wire, (size_t)x->send[j].count));
+        counts2[j] = j == me ? 0 : (int)((size_t)T * mi_wire_row_bytes(x->wire, (size_t)x->send[j].count));
         displs2[j] = (int)off;
         off += (size_t)counts2[j];
     }
@@ -501,7 +502,7 @@ double rt_allgatherv(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fw
     for (int j = 0; j < M; j++) {
         if (j == me)
             continue;
-        unpack_set(rt, send + displs2[j], T, &x->send[j], buf, W);
+        unpack_set(rt, x->wire, send + displs2[j], T, &x->send[j], buf, W);
         rt->m.bytes_sent += (double)mine;
         rt->m.bytes_recv += (double)counts2[j];
         for (int t = 0; t < T; t++) {

@@ -56,7 +56,7 @@ struct mi_runtime {
     MPI_Comm *comms;           /* [n_comms], MPI_COMM_NULL where not a member */
     xchg_rt *xr;               /* [n_xchg] */
     int *tokens;               /* [max_T] the tokens of the current forward pass */
-    int wire;                  /* wire dtype of activation messages (the plan's) */
+    int wire;                  /* the plan's wire dtype: the widest of its messages (buffers are sized by it) */
     unsigned char *wbuf;       /* encoded messages being sent or received */
     size_t wbuf_bytes;
     float *wtmp;               /* decoded messages */

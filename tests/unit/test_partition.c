@@ -143,6 +143,47 @@ static void test_layerwise_bytes(void)
     mi_plan_free(&plan);
 }
 
+/* Seed 003 4.3.2 per layer: one layer's messages in fp16 cost half as many
+ * bytes, the others' are unchanged; a layer never goes wider than the plan;
+ * the layers' wire dtypes travel with the plan and are validated. */
+static void test_layer_wire(void)
+{
+    mi_config c;
+    mi_plan plan;
+    mi_programs p;
+    char err[MI_ERRLEN];
+    CU_ASSERT_EQUAL_FATAL(make("stories15M", MI_PLANNER_LAYERWISE, 3, MI_F32, &c, &plan, &p, err), 0);
+    mi_programs_free(&p);
+    /* layers 0-2 on rank 1, 3-5 on rank 2: layer 3's input is the message from rank 1 to rank 2 */
+    CU_ASSERT_EQUAL(plan.layers[3].ffn[0].rank, 2);
+    CU_ASSERT_EQUAL(plan.layers[2].ffn[0].rank, 1);
+    plan.layers[3].wire = MI_F16;
+    CU_ASSERT_EQUAL(mi_plan_wire(&plan, 3), MI_F16);
+    CU_ASSERT_EQUAL(mi_plan_wire(&plan, 2), MI_F32);
+    CU_ASSERT_EQUAL(mi_plan_wire(&plan, -1), MI_F32);
+    CU_ASSERT_EQUAL_FATAL(mi_programs_compile(&plan, &p, err), 0);
+    CU_ASSERT_EQUAL(mi_programs_bytes(&p, MI_PHASE_DECODE, NULL, NULL), 2.0 * 4 * c.dim + 2.0 * c.dim);
+    mi_programs_free(&p);
+    plan.wire = MI_Q8_0; /* the narrower of the two: q8_0 everywhere */
+    CU_ASSERT_EQUAL(mi_plan_wire(&plan, 3), MI_Q8_0);
+    CU_ASSERT_EQUAL_FATAL(mi_programs_compile(&plan, &p, err), 0);
+    CU_ASSERT_EQUAL(mi_programs_bytes(&p, MI_PHASE_DECODE, NULL, NULL), 3.0 * mi_wire_row_bytes(MI_Q8_0, c.dim));
+    mi_programs_free(&p);
+    plan.wire = MI_F32;
+    size_t n;
+    int *b = mi_plan_serialize(&plan, &n);
+    mi_plan back;
+    CU_ASSERT_EQUAL_FATAL(mi_plan_deserialize(b, n, &c, &back, err), 0);
+    CU_ASSERT_EQUAL(back.layers[3].wire, MI_F16);
+    CU_ASSERT_EQUAL(back.layers[2].wire, MI_F32);
+    back.layers[1].wire = MI_Q4_0;
+    CU_ASSERT_NOT_EQUAL(mi_plan_validate(&back, NULL, err), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "layer 1: wire dtype q4_0"));
+    free(b);
+    mi_plan_free(&back);
+    mi_plan_free(&plan);
+}
+
 static void test_somegather_bytes_and_shards(void)
 {
     int Ds[] = {2, 3, 6};
@@ -259,6 +300,7 @@ int main(void)
     CU_pSuite s = CU_add_suite("partition", NULL, NULL);
     CU_add_test(s, "every planner: exchanges match, programs finish, bytes balance", test_every_planner);
     CU_add_test(s, "layer-wise moves the residual three times", test_layerwise_bytes);
+    CU_add_test(s, "a layer's own wire dtype: its messages only, never wider, carried", test_layer_wire);
     CU_add_test(s, "somegather bytes, ops and shards", test_somegather_bytes_and_shards);
     CU_add_test(s, "somegather refuses D that does not fit the heads", test_somegather_refusals);
     CU_add_test(s, "reduction slices are whole blocks covering dim", test_wire_slices);
