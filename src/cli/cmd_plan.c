@@ -42,6 +42,9 @@ static void help(void)
            "                        then (if FILE ranks FFN shards) prune shards from every layer;\n"
            "                        prints the `meshinfer quantize` options that make the file\n"
            "  --ttft-ms T, --tpot-ms T   the search's targets (default: none, fitting is enough)\n"
+           "  --energy              with --tpot-ms T: the DVFS levels generate --energy would choose\n"
+           "                        (seed 003 4.4: lower levels while the predicted TPOT stays under\n"
+           "                        90%% of T) and the predicted joules per token (cluster \"power\")\n"
            "  --ranks N             N equal devices (default memory: 4000 MB each)\n"
            "  --cluster FILE        devices and links (JSON, see hostfiles/)\n"
            "  --mem-mb MB           memory of each device with --ranks\n"
@@ -511,7 +514,7 @@ int cmd_plan(int argc, char **argv)
         {"prune-mode", required_argument, 0, 3006}, {"programs", no_argument, 0, 3007},
         {"prompt-tokens", required_argument, 0, 3008}, {"steps", required_argument, 0, 3009},
         {"importance", required_argument, 0, 3010}, {"ttft-ms", required_argument, 0, 3011},
-        {"tpot-ms", required_argument, 0, 3012},
+        {"tpot-ms", required_argument, 0, 3012},  {"energy", no_argument, 0, 3013},
         {0, 0, 0, 0}};
     const char *model = NULL, *shape = NULL, *cluster = NULL, *planner = "greedy", *out = NULL;
     cli_dtypes dt = {0};
@@ -521,7 +524,7 @@ int cmd_plan(int argc, char **argv)
     mi_dtype wire = MI_F32;
     double mem_mb = 4000;
     uint64_t seed = 1;
-    int memory_model = 0, show_programs = 0, prune_mode = MI_PRUNE_AWARE;
+    int memory_model = 0, show_programs = 0, prune_mode = MI_PRUNE_AWARE, energy = 0;
     const char *prune_arg = NULL; /* --prune: ratios of the memory model, or somegather's send lists */
     const char *plan_only = NULL, *memory_only = NULL; /* an option of the other mode, for the error */
     mem_opts mo = {16, 0, MI_F32, 2, {0.0, 0.9}, NULL, NULL};
@@ -546,6 +549,7 @@ int cmd_plan(int argc, char **argv)
         case 3010: importance = optarg; break;
         case 3011: ttft_ms = mi_parse_double("--ttft-ms", optarg, 1e-3, 1e9); break;
         case 3012: tpot_ms = mi_parse_double("--tpot-ms", optarg, 1e-3, 1e9); break;
+        case 3013: energy = 1; break;
         case 3003: mo.n_pos = (int)mi_parse_long("--positions", optarg, 1, 1 << 24); break;
         case 3004: mo.csv = optarg; break;
         case 3005: mo.png = optarg; break;
@@ -630,8 +634,12 @@ int cmd_plan(int argc, char **argv)
                  want_prompt ? want_prompt : n_prompt, want_steps ? want_steps : n_steps, c.seq_len);
     const int chunk = 64; /* the runtime's prefill pass (generate, bench) */
     char dts[160];
-    if ((ttft_ms > 0 || tpot_ms > 0) && !importance)
-        mi_fatal("plan: --ttft-ms and --tpot-ms are the precision search's targets: give --importance FILE too");
+    if (energy && (!tpot_ms || importance || ttft_ms > 0 || all))
+        mi_fatal("plan: --energy chooses DVFS levels for one plan under --tpot-ms T (no --importance, --ttft-ms or "
+                 "--planner all)");
+    if ((ttft_ms > 0 || tpot_ms > 0) && !importance && !energy)
+        mi_fatal("plan: --ttft-ms and --tpot-ms are the precision search's targets: give --importance FILE too (or "
+                 "--energy with --tpot-ms)");
     if (importance) {
         /* seed 003 4.2.2: the precision search for one planner */
         if (all || autop)
@@ -736,11 +744,29 @@ int cmd_plan(int argc, char **argv)
         int pays = two && mi_plan_phases_pay(&p, &prog, &pre, &prog_pre, &cl, n_prompt, chunk, &gain, &sw);
         double ttft = mi_predict_ttft(pays ? &pre : &p, pays ? &prog_pre : &prog, &cl, n_prompt, chunk);
         double tpot = mi_predict_tpot(&p, &prog, &cl, n_prompt, n_steps);
+        /* seed 003 4.4, as generate --energy chooses them: the margin under 90% of T (room for
+         * noise) spent on lower DVFS levels, at the middle of the context */
+        mi_energy_result en;
+        char en_json[1024] = "";
+        if (energy) {
+            if (mi_energy_plan(&p, &prog, &cl, c.seq_len / 2, 0.9 * tpot_ms / 1e3, &en, err))
+                mi_fatal("%s", err);
+            size_t o = (size_t)snprintf(en_json, sizeof en_json, ", \"energy\": {\"tpot_target_ms\": %g, "
+                                        "\"freq\": [", tpot_ms);
+            for (int r = 0; r < cl.n_devices && o < sizeof en_json; r++)
+                o += (size_t)snprintf(en_json + o, sizeof en_json - o, "%s%.3f", r ? ", " : "", en.freq[r]);
+            if (o < sizeof en_json)
+                snprintf(en_json + o, sizeof en_json - o, "], \"predicted_j_per_token\": %.6f, "
+                         "\"predicted_tpot_ms\": %.4f, \"top_j_per_token\": %.6f, \"top_tpot_ms\": %.4f, "
+                         "\"choose_ms\": %.3f}", en.joules, en.token_s * 1e3, en.top_joules, en.top_token_s * 1e3,
+                         en.seconds * 1e3);
+        }
         if (json) {
-            char extra[512];
+            char extra[1600];
             snprintf(extra, sizeof extra, ", \"predicted_ttft_ms\": %.4f, \"predicted_tpot_ms\": %.4f, "
-                     "\"phases_differ\": %s, \"phases_apart\": %s, \"prefill_gain_ms\": %.4f, \"replacement_ms\": %.4f",
-                     ttft * 1e3, tpot * 1e3, two ? "true" : "false", pays ? "true" : "false", gain * 1e3, sw * 1e3);
+                     "\"phases_differ\": %s, \"phases_apart\": %s, \"prefill_gain_ms\": %.4f, \"replacement_ms\": %.4f%s",
+                     ttft * 1e3, tpot * 1e3, two ? "true" : "false", pays ? "true" : "false", gain * 1e3, sw * 1e3,
+                     en_json);
             print_json(&p, &pr, delays, shown == 0, extra);
         } else {
             if (two) {
@@ -759,6 +785,15 @@ int cmd_plan(int argc, char **argv)
                        pays ? "apart" : "the decode placement serves both (generate --phase-plans both forces them apart)");
             printf("  predicted TTFT %.3f ms for a %d-token prompt%s, TPOT %.3f ms over %d steps\n", ttft * 1e3, n_prompt,
                    pays ? " (prefill placement)" : "", tpot * 1e3, n_steps);
+            if (energy) {
+                printf("  energy (seed 003 4.4) under TPOT %g ms: DVFS levels", tpot_ms);
+                for (int r = 0; r < cl.n_devices; r++)
+                    printf(" %s %.2f", cl.dev[r].name, en.freq[r]);
+                printf("\n    predicted %.4f J and %.3f ms per token (%.4f J and %.3f ms at top frequencies: "
+                       "%.0f%% less energy); chosen in %.2f ms; generate --tpot-ms %g --energy runs them\n",
+                       en.joules, en.token_s * 1e3, en.top_joules, en.top_token_s * 1e3,
+                       en.top_joules > 0 ? 100 * (1 - en.joules / en.top_joules) : 0, en.seconds * 1e3, tpot_ms);
+            }
         }
         shown++;
         if (show_programs && !json)

@@ -307,6 +307,17 @@ expect_error "--ffn-shard that cuts hidden_dim" "--ffn-shard 48 must be a multip
     "$bin" importance -m "$model" --text "$tmp/story.txt" --ffn-shard 48 --out "$tmp/imp48.json"
 [[ ! -e "$tmp/p2.h5" && ! -e "$tmp/imp48.json" ]] && { echo "ok: refused pruning left no file"; pass=$((pass+1)); } ||
     { echo "FAIL: a refused pruning left a file"; fail=$((fail+1)); }
+# seed 003 4.4 without MPI: plan --energy prints the levels generate --energy would choose
+printf '{"devices": [{"name": "a", "mem_mb": 4000, "power": {"idle_w": 0.5, "active_w": 5, "freq": [1, 0.6]}}, {"name": "b", "mem_mb": 4000, "power": {"idle_w": 0.5, "active_w": 5, "freq": [1, 0.6]}}]}' > "$tmp/dvfs2.json"
+en=$("$bin" plan -m "$model" --cluster "$tmp/dvfs2.json" --planner layerwise --tpot-ms 50 --energy --json 2>&1 |
+     node -e 'const e = JSON.parse(require("fs").readFileSync(0, "utf8")).plans[0].energy;
+              console.log(e.freq.join(" "), e.predicted_j_per_token < e.top_j_per_token, e.predicted_tpot_ms <= 45)' 2>&1)
+[[ $en == "0.6 0.6 true true" ]] && { echo "ok: plan --energy: both devices at 0.6 under a generous target, fewer joules"; pass=$((pass+1)); } ||
+    { echo "FAIL: plan --energy: $en"; fail=$((fail+1)); }
+expect_error "plan --energy without a target" "--energy chooses DVFS levels for one plan under --tpot-ms" \
+    "$bin" plan -m "$model" --ranks 2 --energy
+expect_error "plan --energy with a target the top levels miss" "no margin to spend on lower frequencies" \
+    "$bin" plan -m "$model" --cluster "$tmp/dvfs2.json" --planner layerwise --tpot-ms 0.01 --energy
 expect_error "search targets without importance" "give --importance FILE too" \
     "$bin" plan -m "$model" --ranks 2 --planner hybrid --tpot-ms 5
 expect_error "unreachable targets: the best reachable named" "targets cannot be met; the lowest precision .* reaches TTFT" \
