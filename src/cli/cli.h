@@ -59,6 +59,28 @@ void cli_parse_prune(const char *arg, double *ratio);
  * (perplexity, importance). */
 double cli_nll(const float *logits, int V, int target);
 
+/* ---- quality.c: perplexity of a model configuration on one device ---- */
+#include "meshinfer/model.h"
+#include "meshinfer/forward.h"
+#include "meshinfer/tokenizer.h"
+
+/* The tokens of text file path (no BOS), at most max_tokens; mi_fatal names
+ * an unreadable file, text the tokenizer refuses, or fewer than 2 tokens. */
+int *cli_text_ids(const char *path, const mi_tokenizer *tok, long max_tokens, int *n);
+
+/* Perplexity of ids[n] in windows of the context (BOS first in each). */
+double cli_window_perplexity(mi_model *m, mi_scratch *s, const int *ids, int n);
+
+/* Rows [r0, r0+n) of t set to zero, in any dtype (a blocked row's scales
+ * too). */
+void cli_zero_rows(mi_tensor *t, int r0, int n);
+
+/* Model m (every layer held) made to compute what `meshinfer quantize` would
+ * write for target's layer dtypes and, with keep (n_layers rows of kept
+ * hidden channels, cost.h mi_prune_keep), its pruning: the pruned channels'
+ * w3 rows zeroed (their outputs vanish) before the layers are re-encoded. */
+void cli_model_apply(mi_model *m, const mi_config *target, const int *keep, int kept);
+
 /* JSON string escaping of n bytes to stream f (with surrounding quotes). */
 #include <stdio.h>
 void cli_json_string(FILE *f, const char *s, size_t n);

@@ -44,30 +44,6 @@ static void help(void)
            "  --json            print the result to stdout as well\n");
 }
 
-/* Perplexity of the tokens in windows of the context. */
-static double perplexity(mi_model *m, mi_scratch *s, const int *ids, int n)
-{
-    const mi_config *c = &m->cfg;
-    int W = c->seq_len, chunk = s->max_T;
-    int *win = mi_malloc((size_t)W * sizeof(int), "window");
-    double nll = 0;
-    long scored = 0;
-    for (int start = 0; start < n; start += W - 1) {
-        int len = n - start < W - 1 ? n - start : W - 1;
-        win[0] = MI_TOK_BOS;
-        memcpy(win + 1, ids + start, (size_t)len * sizeof(int));
-        mi_model_reset(m);
-        for (int i = 0; i < len; i += chunk) {
-            int T = len - i < chunk ? len - i : chunk;
-            const float *lg = mi_forward(m, s, win + i, T, i, 1);
-            for (int t = 0; t < T; t++, scored++)
-                nll += cli_nll(lg + (size_t)t * c->vocab_size, c->vocab_size, win[i + t + 1]);
-        }
-    }
-    free(win);
-    return exp(nll / (double)scored);
-}
-
 /* A copy of w in dtype t (rows quantized from w's values, as computation
  * scaling re-encodes them at run time), memory in *mem. */
 static mi_tensor lowered(const mi_tensor *w, int t, void **mem)
@@ -107,10 +83,6 @@ int cmd_importance(int argc, char **argv)
     const char *inputs[] = {model, path};
     if (mi_output_check(out, "importance file", inputs, 2, err))
         mi_fatal("%s", err);
-    size_t len;
-    char *text = cli_read_text_err(path, &len, err);
-    if (!text)
-        mi_fatal("%s", err);
     mi_model m;
     mi_tokenizer tok;
     mi_model_load_path(&m, model, &tok);
@@ -130,19 +102,11 @@ int cmd_importance(int argc, char **argv)
         mi_fatal("importance: --ffn-shard %d must be a multiple of %d dividing hidden_dim %d into 2 to %d shards",
                  shard, MI_QK, H, MI_MAX_PRUNE_SHARDS);
     int n_shards = shard > 0 ? H / shard : 0;
-    int *ids = mi_malloc((len + 3) * sizeof(int), "text tokens");
-    int n = mi_tokenizer_encode(&tok, text, 0, ids, err);
-    free(text);
-    if (n < 0)
-        mi_fatal("%s: %s", path, err);
-    if (n > max_tokens)
-        n = (int)max_tokens;
-    if (n < 2)
-        mi_fatal("%s: fewer than 2 tokens to score", path);
+    int n, *ids = cli_text_ids(path, &tok, max_tokens, &n);
     mi_scratch s;
     mi_scratch_init(&s, c, 64);
     int tty = isatty(fileno(stderr));
-    double t0 = mi_now(), base = perplexity(&m, &s, ids, n);
+    double t0 = mi_now(), base = cli_window_perplexity(&m, &s, ids, n);
     static const int steps[] = {MI_Q8_0, MI_Q4_0};
     double *rise = mi_calloc((size_t)c->n_layers * 2, sizeof(double), "importance");
     for (int l = 0; l < c->n_layers; l++) {
@@ -155,7 +119,7 @@ int cmd_importance(int argc, char **argv)
                 keep[k] = *mats[k];
                 *mats[k] = lowered(&keep[k], steps[st], &mem[k]);
             }
-            rise[l * 2 + st] = perplexity(&m, &s, ids, n) - base;
+            rise[l * 2 + st] = cli_window_perplexity(&m, &s, ids, n) - base;
             for (int k = 0; k < 7; k++) {
                 *mats[k] = keep[k];
                 free(mem[k]);
@@ -175,8 +139,8 @@ int cmd_importance(int argc, char **argv)
         size_t row = mi_dtype_q_row_bytes(keep.dtype, (size_t)keep.cols);
         *w3 = z;
         for (int j = 0; j < n_shards; j++) {
-            memset((char *)z.q + (size_t)j * shard * row, 0, (size_t)shard * row);
-            prune[l * n_shards + j] = perplexity(&m, &s, ids, n) - base;
+            cli_zero_rows(w3, j * shard, shard);
+            prune[l * n_shards + j] = cli_window_perplexity(&m, &s, ids, n) - base;
             /* restore the shard's rows before the next one goes */
             memcpy((char *)z.q + (size_t)j * shard * row, (const char *)keep.q + (size_t)j * shard * row,
                    (size_t)shard * row);

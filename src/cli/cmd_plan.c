@@ -42,6 +42,8 @@ static void help(void)
            "                        then (if FILE ranks FFN shards) prune shards from every layer;\n"
            "                        prints the `meshinfer quantize` options that make the file\n"
            "  --ttft-ms T, --tpot-ms T   the search's targets (default: none, fitting is enough)\n"
+           "  --text FILE           with --importance: measure the choice's perplexity on FILE on this\n"
+           "                        device (--max-tokens N, default 1024) and the model's as it is\n"
            "  --energy              with --tpot-ms T: the DVFS levels generate --energy would choose\n"
            "                        (seed 003 4.4: lower levels while the predicted TPOT stays under\n"
            "                        90%% of T) and the predicted joules per token (cluster \"power\")\n"
@@ -515,11 +517,13 @@ int cmd_plan(int argc, char **argv)
         {"prompt-tokens", required_argument, 0, 3008}, {"steps", required_argument, 0, 3009},
         {"importance", required_argument, 0, 3010}, {"ttft-ms", required_argument, 0, 3011},
         {"tpot-ms", required_argument, 0, 3012},  {"energy", no_argument, 0, 3013},
+        {"text", required_argument, 0, 3014},     {"max-tokens", required_argument, 0, 3015},
         {0, 0, 0, 0}};
     const char *model = NULL, *shape = NULL, *cluster = NULL, *planner = "greedy", *out = NULL;
     cli_dtypes dt = {0};
     int ranks = 0, ctx = -1, json = 0, cw = -1, kvpos = 0, o, n_prompt = 0, n_steps = 0;
-    const char *importance = NULL;
+    const char *importance = NULL, *check_text = NULL;
+    long max_tokens = 1024;
     double ttft_ms = 0, tpot_ms = 0;
     mi_dtype wire = MI_F32;
     double mem_mb = 4000;
@@ -550,6 +554,8 @@ int cmd_plan(int argc, char **argv)
         case 3011: ttft_ms = mi_parse_double("--ttft-ms", optarg, 1e-3, 1e9); break;
         case 3012: tpot_ms = mi_parse_double("--tpot-ms", optarg, 1e-3, 1e9); break;
         case 3013: energy = 1; break;
+        case 3014: check_text = optarg; break;
+        case 3015: max_tokens = mi_parse_long("--max-tokens", optarg, 2, 1L << 24); break;
         case 3003: mo.n_pos = (int)mi_parse_long("--positions", optarg, 1, 1 << 24); break;
         case 3004: mo.csv = optarg; break;
         case 3005: mo.png = optarg; break;
@@ -634,6 +640,8 @@ int cmd_plan(int argc, char **argv)
                  want_prompt ? want_prompt : n_prompt, want_steps ? want_steps : n_steps, c.seq_len);
     const int chunk = 64; /* the runtime's prefill pass (generate, bench) */
     char dts[160];
+    if (check_text && !importance)
+        mi_fatal("plan: --text checks the precision search's choice: give --importance FILE too");
     if (energy && (!tpot_ms || importance || ttft_ms > 0 || all))
         mi_fatal("plan: --energy chooses DVFS levels for one plan under --tpot-ms T (no --importance, --ttft-ms or "
                  "--planner all)");
@@ -654,6 +662,37 @@ int cmd_plan(int argc, char **argv)
         mi_precision_result *r = mi_malloc(sizeof *r, "precision search");
         if (mi_precision_search(&c, &cl, &po, imp, &q, r, err))
             mi_fatal("%s", err);
+        /* the search sums importances measured one at a time; --text measures the sum's truth */
+        double ppl_base = 0, ppl_chosen = 0;
+        int n_text = 0;
+        if (check_text) {
+            mi_model m;
+            mi_tokenizer tok;
+            mi_model_load_path(&m, model, &tok);
+            int *ids = cli_text_ids(check_text, &tok, max_tokens, &n_text);
+            mi_scratch s;
+            mi_scratch_init(&s, &m.cfg, 64);
+            ppl_base = cli_window_perplexity(&m, &s, ids, n_text);
+            int *keep = NULL;
+            if (r->prune_k) {
+                keep = mi_malloc((size_t)c.n_layers * (size_t)r->cfg.hidden_dim * sizeof(int), "kept channels");
+                mi_prune_keep(imp, c.hidden_dim, r->prune_k, keep);
+            }
+            cli_model_apply(&m, &r->cfg, keep, r->cfg.hidden_dim);
+            ppl_chosen = cli_window_perplexity(&m, &s, ids, n_text);
+            free(keep);
+            free(ids);
+            mi_scratch_free(&s);
+            mi_model_free(&m);
+            mi_tokenizer_free(&tok);
+        }
+        char chk[256] = "", chkt[256] = "";
+        if (check_text) {
+            snprintf(chk, sizeof chk, ", \"check_tokens\": %d, \"base_perplexity\": %.4f, \"measured_perplexity\": "
+                     "%.4f, \"measured_perplexity_rise\": %.4f", n_text, ppl_base, ppl_chosen, ppl_chosen - ppl_base);
+            snprintf(chkt, sizeof chkt, "  measured on %d tokens of %s: perplexity %.3f -> %.3f (rise %.3f; expected "
+                     "%.3f)\n", n_text, check_text, ppl_base, ppl_chosen, ppl_chosen - ppl_base, r->rise);
+        }
         /* pruning, when the search went that far, is part of the file to make */
         char pr[96] = "", prt[160] = "";
         if (r->prune_k) {
@@ -665,9 +704,9 @@ int cmd_plan(int argc, char **argv)
             printf("{\"model\": \"%s\", \"planner\": \"%s\", \"layer_dtype\": \"%s\", \"prune_ffn_shards\": %d, "
                    "\"ffn_shard\": %d, \"hidden_dim\": %d, \"downgrades\": %d, "
                    "\"evaluated\": %d, \"predicted_ttft_ms\": %.4f, \"predicted_tpot_ms\": %.4f, "
-                   "\"expected_perplexity_rise\": %.4f, \"search_ms\": %.3f}\n", c.name, mi_planner_name(which),
+                   "\"expected_perplexity_rise\": %.4f, \"search_ms\": %.3f%s}\n", c.name, mi_planner_name(which),
                    r->spec, r->prune_k, r->ffn_shard, r->cfg.hidden_dim, r->steps, r->evaluated, r->ttft_s * 1e3,
-                   r->tpot_s * 1e3, r->rise, r->seconds * 1e3);
+                   r->tpot_s * 1e3, r->rise, r->seconds * 1e3, chk);
         else
         {
             char tt[32] = "none", tp[32] = "none";
@@ -678,10 +717,10 @@ int cmd_plan(int argc, char **argv)
             printf("precision search (seed 003 4.2.2), planner %s, targets TTFT %s, TPOT %s, for a %d-token "
                    "prompt and %d steps:\n  weights: %s\n%s  %d downgrades, %d configurations planned in %.2f ms\n"
                    "  predicted TTFT %.2f ms, TPOT %.3f ms; expected perplexity rise %.3f (sum of the layers' "
-                   "and shards' importances)\n  make it: meshinfer quantize -m %s --layer-dtype %s%s --out "
+                   "and shards' importances)\n%s  make it: meshinfer quantize -m %s --layer-dtype %s%s --out "
                    "MODEL-mixed.h5\n",
                    mi_planner_name(which), tt, tp, n_prompt, n_steps, r->spec, prt, r->steps, r->evaluated,
-                   r->seconds * 1e3, r->ttft_s * 1e3, r->tpot_s * 1e3, r->rise, model, r->spec, pr);
+                   r->seconds * 1e3, r->ttft_s * 1e3, r->tpot_s * 1e3, r->rise, chkt, model, r->spec, pr);
         }
         free(r);
         free(imp);

@@ -110,16 +110,33 @@ static int plan_ok(mi_session *ss)
     return !mi_config_validate(&ss->plan.cfg, err) && !mi_plan_validate(&ss->plan, NULL, err);
 }
 
+/* The programs in force with every exchange in its layer's wire dtype as the
+ * plan now says (a scaling decision changes dtypes, never the placement, and
+ * programs depend on the placement only: recompiling them was most of a
+ * decision's time); the dtypes they had go to saved[n_xchg], for unwire. */
+static void rewire(mi_session *ss, int *saved)
+{
+    for (int i = 0; i < ss->prog.n_xchg; i++) {
+        saved[i] = ss->prog.xchg[i].wire;
+        ss->prog.xchg[i].wire = mi_plan_wire(&ss->plan, ss->prog.xchg[i].layer);
+    }
+}
+
+static void unwire(mi_session *ss, const int *saved)
+{
+    for (int i = 0; i < ss->prog.n_xchg; i++)
+        ss->prog.xchg[i].wire = saved[i];
+}
+
 /* Predicted TPOT at n_pos with the plan's dtypes as they now are, on cl. */
 static double predict(mi_session *ss, const mi_cluster *cl, int n_pos)
 {
-    mi_programs p;
-    char err[MI_ERRLEN];
-    if (mi_programs_compile(&ss->plan, &p, err))
-        return 1e30;
+    int *saved = mi_malloc((size_t)(ss->prog.n_xchg + 1) * sizeof(int), "wire dtypes");
+    rewire(ss, saved);
     mi_prediction pr;
-    mi_predict(&ss->plan, &p, cl, n_pos, &pr);
-    mi_programs_free(&p);
+    mi_predict(&ss->plan, &ss->prog, cl, n_pos, &pr);
+    unwire(ss, saved);
+    free(saved);
     return pr.token_s;
 }
 
@@ -320,12 +337,11 @@ int session_scale_memory(mi_session *ss, int r, int pos0, int need, double limit
 /* Bytes a decode step moves with the plan's wires as they now are. */
 static double step_bytes(mi_session *ss)
 {
-    mi_programs p;
-    char err[MI_ERRLEN];
-    if (mi_programs_compile(&ss->plan, &p, err))
-        return 1e30;
-    double b = mi_programs_bytes(&p, MI_PHASE_DECODE, NULL, NULL);
-    mi_programs_free(&p);
+    int *saved = mi_malloc((size_t)(ss->prog.n_xchg + 1) * sizeof(int), "wire dtypes");
+    rewire(ss, saved);
+    double b = mi_programs_bytes(&ss->prog, MI_PHASE_DECODE, NULL, NULL);
+    unwire(ss, saved);
+    free(saved);
     return b;
 }
 
@@ -640,7 +656,8 @@ void session_after_step(mi_session *ss, double step_s, int n_pos)
         return;
     }
     dd.token = k;
-    dd.decide_us = (mi_now() - t0) * 1e6;
+    /* a probe's polls are reported apart (poll_ms), as a diagnosis's are */
+    dd.decide_us = (mi_now() - t0) * 1e6 - (dd.restore ? dd.poll_ms * 1e3 : 0.0);
     double t1 = mi_now();
     install(ss, n_pos);
     dd.apply_ms = (mi_now() - t1) * 1e3;

@@ -293,6 +293,22 @@ if "$bin" quantize -m "$model" --prune-ffn 2 --importance "$tmp/imp.json" --out 
         node -e 'const j = JSON.parse(require("fs").readFileSync(0)); console.log(j.prune_ffn_shards, j.hidden_dim)') =~ ^[1-6]\ [0-9]+$ ]]; then
     echo "ok: quantize --prune-ffn 2: hidden_dim 640; the search prunes where every-layer-q4_0 does not fit"; pass=$((pass+1))
 else echo "FAIL: pruning: $("$bin" info -m "$tmp/pruned.h5" 2>&1 | head -3)"; fail=$((fail+1)); fi
+# the search's own check (--text) measures what the file it names computes: within 1% (int8
+# activation rounding flips where summation order differs), and more than the model as it is
+chk=$("$bin" plan -m "$model" --cluster "$tmp/tight4.json" --planner hybrid --importance "$tmp/imp.json" \
+      --text "$tmp/story.txt" --json 2>&1)
+spec=$(node -e 'const j = JSON.parse(process.argv[1]); console.log(j.layer_dtype, j.prune_ffn_shards)' "$chk" 2>&1)
+"$bin" quantize -m "$model" --layer-dtype "${spec% *}" --prune-ffn "${spec##* }" --importance "$tmp/imp.json" \
+    --out "$tmp/chosen.h5" > /dev/null 2>&1
+made=$("$bin" perplexity -m "$tmp/chosen.h5" --text "$tmp/story.txt" --json 2>/dev/null |
+       node -e 'console.log(JSON.parse(require("fs").readFileSync(0, "utf8")).perplexity)' 2>&1)
+if node -e 'const j = JSON.parse(process.argv[1]), f = +process.argv[2];
+     process.exit(Math.abs(j.measured_perplexity - f) < 0.01 * f && j.measured_perplexity > j.base_perplexity ? 0 : 1)' \
+     "$chk" "$made" 2>/dev/null; then
+    echo "ok: plan --text: the search's choice measured as its file computes ($made)"; pass=$((pass+1))
+else echo "FAIL: plan --text: $chk / file $made"; fail=$((fail+1)); fi
+expect_error "--text without --importance" "--text checks the precision search's choice: give --importance" \
+    "$bin" plan -m "$model" --ranks 2 --text "$tmp/story.txt"
 expect_error "--prune-ffn without an importance file" "--prune-ffn and --importance go together" \
     "$bin" quantize -m "$model" --prune-ffn 2 --out "$tmp/p2.h5"
 expect_error "--prune-ffn of every shard" "--prune-ffn 12 leaves no FFN shard" \
