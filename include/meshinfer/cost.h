@@ -126,8 +126,11 @@ typedef struct {
  * not an importance file, or one for another model (name, layers, dim or
  * hidden_dim differ: "importance file F is for X ... but the model is Y"),
  * or pruning entries that do not fit the model (ffn_shard not a multiple of
- * 32 dividing hidden_dim into at most MI_MAX_PRUNE_SHARDS, a layer's list of
- * another length, a value not finite). Pruning entries are optional. */
+ * 32 dividing hidden_dim into 2 to MI_MAX_PRUNE_SHARDS, a layer's list of
+ * another length), a JSON syntax error (its position), an unknown or
+ * duplicate key, a rise outside +-1e6, or one measured on synthetic weights
+ * for a model with real ones or the reverse ("synthetic", optional). Pruning
+ * entries are optional. */
 int mi_importance_load(const char *path, const mi_config *c, mi_importance *imp, char *err);
 
 /* Seed 003's shard-wise pruning at level k: every layer loses the same

@@ -81,6 +81,10 @@ void cli_zero_rows(mi_tensor *t, int r0, int n);
  * w3 rows zeroed (their outputs vanish) before the layers are re-encoded. */
 void cli_model_apply(mi_model *m, const mi_config *target, const int *keep, int kept);
 
+/* s as one shell word for a command line printed to be pasted: as it is when
+ * it holds only safe characters, else in single quotes (buf, n bytes). */
+const char *cli_shell_word(const char *s, char *buf, size_t n);
+
 /* JSON string escaping of n bytes to stream f (with surrounding quotes). */
 #include <stdio.h>
 void cli_json_string(FILE *f, const char *s, size_t n);

@@ -180,3 +180,31 @@ double cli_nll(const float *logits, int V, int target)
         sum += exp((double)(logits[v] - mx));
     return log(sum) + (double)mx - (double)logits[target];
 }
+
+const char *cli_shell_word(const char *s, char *buf, size_t n)
+{
+    int plain = *s != 0;
+    for (const char *p = s; *p; p++)
+        plain &= (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+                 strchr("_./-+=:,@%", *p) != NULL;
+    if (plain) {
+        snprintf(buf, n, "%s", s);
+        return buf;
+    }
+    /* single quotes keep everything but a single quote, which becomes '\'' */
+    size_t o = 0;
+    if (o + 1 < n)
+        buf[o++] = '\'';
+    for (const char *p = s; *p && o + 5 < n; p++) {
+        if (*p == '\'') {
+            memcpy(buf + o, "'\\''", 4);
+            o += 4;
+        } else {
+            buf[o++] = *p;
+        }
+    }
+    if (o + 1 < n)
+        buf[o++] = '\'';
+    buf[o < n ? o : n - 1] = 0;
+    return buf;
+}

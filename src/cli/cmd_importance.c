@@ -39,8 +39,9 @@ static void help(void)
            "  --max-tokens N    tokens of FILE to score (default 1024)\n"
            "  --ffn-shard N     also each FFN shard's rise when pruned (its N hidden channels'\n"
            "                    outputs zero), for quantize --prune-ffn and the precision search;\n"
-           "                    N a multiple of 32 dividing hidden_dim into at most 64 shards\n"
-           "                    (default: the smallest such N of at least 64; 0: do not measure)\n"
+           "                    N a multiple of 32 dividing hidden_dim into 2 to 64 shards\n"
+           "                    (default: the smallest such N of at least 64, else 32; 0: do not\n"
+           "                    measure)\n"
            "  --json            print the result to stdout as well\n");
 }
 
@@ -95,10 +96,18 @@ int cmd_importance(int argc, char **argv)
     if (c->synthetic)
         fprintf(stderr, "meshinfer: importance: %s has synthetic weights: its importances are meaningless\n", model);
     int H = c->hidden_dim;
-    if (shard < 0) /* the smallest whole-block shard of at least 64 channels that gives few enough shards */
-        for (shard = 64; shard <= H && (H % shard || H / shard > MI_MAX_PRUNE_SHARDS); shard += MI_QK)
+#define SHARD_OK(S) ((S) % MI_QK == 0 && H % (S) == 0 && H / (S) >= 2 && H / (S) <= MI_MAX_PRUNE_SHARDS)
+    if (shard < 0) { /* the smallest whole-block shard of at least 64 channels that gives 2 to 64 shards,
+                      * else 32 (a small or pruned FFN), else none */
+        for (shard = 64; shard <= H / 2 && !SHARD_OK(shard); shard += MI_QK)
             ;
-    if (shard > 0 && (shard % MI_QK || H % shard || H / shard > MI_MAX_PRUNE_SHARDS || H / shard < 2))
+        if (shard > H / 2)
+            shard = SHARD_OK(MI_QK) ? MI_QK : 0;
+        if (!shard)
+            fprintf(stderr, "meshinfer: importance: hidden_dim %d has no shard of whole blocks of %d giving 2 to %d "
+                    "shards: FFN shards not measured\n", H, MI_QK, MI_MAX_PRUNE_SHARDS);
+    }
+    if (shard > 0 && !SHARD_OK(shard)) /* (an --ffn-shard given) */
         mi_fatal("importance: --ffn-shard %d must be a multiple of %d dividing hidden_dim %d into 2 to %d shards",
                  shard, MI_QK, H, MI_MAX_PRUNE_SHARDS);
     int n_shards = shard > 0 ? H / shard : 0;
@@ -161,8 +170,9 @@ int cmd_importance(int argc, char **argv)
         mi_fatal("%s", err);
     for (int pass = 0; pass < 1 + json; pass++) {
         FILE *g = pass ? stdout : f;
-        fprintf(g, "{\"model\": \"%s\", \"n_layers\": %d, \"dim\": %d, \"hidden_dim\": %d, \"tokens\": %d, "
-                   "\"base_perplexity\": %.6f, ", c->name, c->n_layers, c->dim, c->hidden_dim, n, base);
+        fprintf(g, "{\"model\": \"%s\", \"synthetic\": %s, \"n_layers\": %d, \"dim\": %d, \"hidden_dim\": %d, "
+                   "\"tokens\": %d, \"base_perplexity\": %.6f, ", c->name, c->synthetic ? "true" : "false",
+                c->n_layers, c->dim, c->hidden_dim, n, base);
         if (n_shards)
             fprintf(g, "\"ffn_shard\": %d, ", shard);
         fprintf(g, "\"layers\": [");

@@ -642,6 +642,11 @@ int cmd_plan(int argc, char **argv)
     char dts[160];
     if (check_text && !importance)
         mi_fatal("plan: --text checks the precision search's choice: give --importance FILE too");
+    if (max_tokens != 1024 && !check_text)
+        mi_fatal("plan: --max-tokens is the length of --text's check: give --text FILE too");
+    if (importance && (out || show_programs))
+        mi_fatal("plan: with --importance the search prints a configuration, not a plan: make the file with the "
+                 "quantize command it prints, then run plan on that file with %s", out ? "--out" : "--programs");
     if (energy && (!tpot_ms || importance || ttft_ms > 0 || all))
         mi_fatal("plan: --energy chooses DVFS levels for one plan under --tpot-ms T (no --importance, --ttft-ms or "
                  "--planner all)");
@@ -662,6 +667,19 @@ int cmd_plan(int argc, char **argv)
         mi_precision_result *r = mi_malloc(sizeof *r, "precision search");
         if (mi_precision_search(&c, &cl, &po, imp, &q, r, err))
             mi_fatal("%s", err);
+        /* the file the choice is made from: quantize starts from fp32 weights only */
+        mi_config fc;
+        mi_model_file *mf = mi_model_open(model, &fc, err);
+        if (!mf)
+            mi_fatal("%s", err);
+        mi_model_close(mf);
+        int from_fp32 = fc.emb_dtype == MI_F32 && (fc.shared_classifier || fc.cls_dtype == MI_F32);
+        for (int l = 0; l < fc.n_layers; l++)
+            for (int m = 0; m < MI_N_LAYER_MATS; m++)
+                from_fp32 &= fc.dtype[l][m] == MI_F32;
+        if (check_text && (c.emb_dtype != fc.emb_dtype || c.cls_dtype != fc.cls_dtype))
+            mi_fatal("plan: --text checks layer dtypes and pruning with the file's embeddings: make the file with "
+                     "--embeddings-dtype first, then search and check it");
         /* the search sums importances measured one at a time; --text measures the sum's truth */
         double ppl_base = 0, ppl_chosen = 0;
         int n_text = 0;
@@ -693,19 +711,26 @@ int cmd_plan(int argc, char **argv)
             snprintf(chkt, sizeof chkt, "  measured on %d tokens of %s: perplexity %.3f -> %.3f (rise %.3f; expected "
                      "%.3f)\n", n_text, check_text, ppl_base, ppl_chosen, ppl_chosen - ppl_base, r->rise);
         }
-        /* pruning, when the search went that far, is part of the file to make */
-        char pr[96] = "", prt[160] = "";
+        /* pruning, when the search went that far, and the embeddings' dtype the search assumed
+         * are part of the file to make */
+        char pr[8400] = "", prt[160] = "", qm[4200], qi[4200];
+        size_t po_ = 0;
+        if (c.emb_dtype != MI_F32)
+            po_ += (size_t)snprintf(pr, sizeof pr, " --embeddings-dtype %s", mi_dtype_name(c.emb_dtype));
         if (r->prune_k) {
-            snprintf(pr, sizeof pr, " --prune-ffn %d --importance %s", r->prune_k, importance);
+            snprintf(pr + po_, sizeof pr - po_, " --prune-ffn %d --importance %s", r->prune_k,
+                     cli_shell_word(importance, qi, sizeof qi));
             snprintf(prt, sizeof prt, "  and %d of every layer's %d FFN shards pruned (hidden_dim %d of %d)\n",
                      r->prune_k, imp->n_shards, r->cfg.hidden_dim, c.hidden_dim);
         }
         if (json)
-            printf("{\"model\": \"%s\", \"planner\": \"%s\", \"layer_dtype\": \"%s\", \"prune_ffn_shards\": %d, "
+            printf("{\"model\": \"%s\", \"planner\": \"%s\", \"layer_dtype\": \"%s\", \"embeddings_dtype\": \"%s\", "
+                   "\"from_fp32\": %s, \"prune_ffn_shards\": %d, "
                    "\"ffn_shard\": %d, \"hidden_dim\": %d, \"downgrades\": %d, "
                    "\"evaluated\": %d, \"predicted_ttft_ms\": %.4f, \"predicted_tpot_ms\": %.4f, "
                    "\"expected_perplexity_rise\": %.4f, \"search_ms\": %.3f%s}\n", c.name, mi_planner_name(which),
-                   r->spec, r->prune_k, r->ffn_shard, r->cfg.hidden_dim, r->steps, r->evaluated, r->ttft_s * 1e3,
+                   r->spec, mi_dtype_name(c.emb_dtype), from_fp32 ? "true" : "false", r->prune_k, r->ffn_shard,
+                   r->cfg.hidden_dim, r->steps, r->evaluated, r->ttft_s * 1e3,
                    r->tpot_s * 1e3, r->rise, r->seconds * 1e3, chk);
         else
         {
@@ -717,10 +742,12 @@ int cmd_plan(int argc, char **argv)
             printf("precision search (seed 003 4.2.2), planner %s, targets TTFT %s, TPOT %s, for a %d-token "
                    "prompt and %d steps:\n  weights: %s\n%s  %d downgrades, %d configurations planned in %.2f ms\n"
                    "  predicted TTFT %.2f ms, TPOT %.3f ms; expected perplexity rise %.3f (sum of the layers' "
-                   "and shards' importances)\n%s  make it: meshinfer quantize -m %s --layer-dtype %s%s --out "
+                   "and shards' importances)\n%s  make it%s: meshinfer quantize -m %s --layer-dtype %s%s --out "
                    "MODEL-mixed.h5\n",
                    mi_planner_name(which), tt, tp, n_prompt, n_steps, r->spec, prt, r->steps, r->evaluated,
-                   r->seconds * 1e3, r->ttft_s * 1e3, r->tpot_s * 1e3, r->rise, chkt, model, r->spec, pr);
+                   r->seconds * 1e3, r->ttft_s * 1e3, r->tpot_s * 1e3, r->rise, chkt,
+                   from_fp32 ? "" : " from the fp32 model this one was made from (quantize starts from fp32)",
+                   from_fp32 ? cli_shell_word(model, qm, sizeof qm) : "FP32_MODEL.h5", r->spec, pr);
         }
         free(r);
         free(imp);
@@ -828,9 +855,9 @@ int cmd_plan(int argc, char **argv)
                 printf("  energy (seed 003 4.4) under TPOT %g ms: DVFS levels", tpot_ms);
                 for (int r = 0; r < cl.n_devices; r++)
                     printf(" %s %.2f", cl.dev[r].name, en.freq[r]);
-                printf("\n    predicted %.4f J and %.3f ms per token (%.4f J and %.3f ms at top frequencies: "
-                       "%.0f%% less energy); chosen in %.2f ms; generate --tpot-ms %g --energy runs them\n",
-                       en.joules, en.token_s * 1e3, en.top_joules, en.top_token_s * 1e3,
+                printf("\n    predicted at context position %d: %.4f J and %.3f ms per token (%.4f J and %.3f ms "
+                       "at top frequencies: %.0f%% less energy); chosen in %.2f ms; generate --tpot-ms %g --energy "
+                       "runs them\n", c.seq_len / 2, en.joules, en.token_s * 1e3, en.top_joules, en.top_token_s * 1e3,
                        en.top_joules > 0 ? 100 * (1 - en.joules / en.top_joules) : 0, en.seconds * 1e3, tpot_ms);
             }
         }

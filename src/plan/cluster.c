@@ -118,21 +118,6 @@ void mi_cluster_finish(mi_cluster *cl)
 /* ------------------------------------------------------------ parsing */
 
 /* 1-based line and column of byte offset pos in text. */
-static void line_col(const char *text, size_t pos, int *line, int *col)
-{
-    int l = 1, c = 1;
-    for (size_t i = 0; i < pos && text[i]; i++) {
-        if (text[i] == '\n') {
-            l++;
-            c = 1;
-        } else {
-            c++;
-        }
-    }
-    *line = l;
-    *col = c;
-}
-
 /* Optional number of obj[key] that must be > 0 (or >= 0 when allow_zero).
  * Leaves *out untouched when the key is missing. */
 static int get_number(const cJSON *obj, const char *key, int allow_zero, double *out, const char *prefix,
@@ -379,16 +364,9 @@ static int parse_cluster(const char *json, size_t len, mi_cluster *cl, const cha
     static const char *const link_keys[] = {"latency_ms", "bandwidth_mbit", NULL};
     memset(cl, 0, sizeof *cl);
 
-    const char *end = NULL;
-    /* len + 1: cJSON counts the terminating NUL when it must check for
-     * trailing garbage (require_null_terminated). */
-    cJSON *root = cJSON_ParseWithLengthOpts(json, len + 1, &end, 1);
-    if (!root) {
-        size_t pos = end && end >= json ? (size_t)(end - json) : 0;
-        int line, col;
-        line_col(json, pos, &line, &col);
-        return mi_set_error(err, "%s: JSON syntax error at byte %zu (line %d, column %d)", prefix, pos, line, col);
-    }
+    cJSON *root = mi_json_parse(json, len, prefix, err);
+    if (!root)
+        return -1;
 
     int rc = -1;
     mi_cluster tmp;

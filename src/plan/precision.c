@@ -12,6 +12,11 @@
 #include <string.h>
 
 #include "meshinfer/common.h"
+#include "../util/json_keys.h"
+
+/* Importances are perplexity rises: bounded, so that sums of thousands stay
+ * finite and every report prints numbers. */
+#define MI_MAX_RISE 1e6
 
 /* The optional pruning entries: "ffn_shard" at the top, "prune" in every layer. */
 static int load_prune(const cJSON *root, const char *path, const mi_config *c, mi_importance *imp, char *err)
@@ -33,9 +38,9 @@ static int load_prune(const cJSON *root, const char *path, const mi_config *c, m
                                      "shards of %d)", path, i, n, c->hidden_dim, (int)S);
         int j = 0;
         for (const cJSON *v = pr->child; v; v = v->next, j++) {
-            if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-                return mi_set_error(err, "importance file %s: layers[%d].prune[%d] is not a finite number", path, i,
-                                    j);
+            if (!cJSON_IsNumber(v) || !(fabs(v->valuedouble) <= MI_MAX_RISE))
+                return mi_set_error(err, "importance file %s: layers[%d].prune[%d] is not a perplexity rise within "
+                                    "+-%g", path, i, j, MI_MAX_RISE);
             imp->prune[i][j] = (float)v->valuedouble;
         }
     }
@@ -78,8 +83,19 @@ int mi_importance_load(const char *path, const mi_config *c, mi_importance *imp,
     char *text = mi_read_text_file(path, "importance file", 16L << 20, &len, err);
     if (!text)
         return -1;
-    cJSON *root = cJSON_Parse(text);
+    char prefix[4200];
+    snprintf(prefix, sizeof prefix, "importance file %s", path);
+    cJSON *root = mi_json_parse(text, len, prefix, err);
     free(text);
+    if (!root)
+        return -1;
+    static const char *const top_keys[] = {"model",      "n_layers",  "dim",    "hidden_dim", "tokens",
+                                           "base_perplexity", "ffn_shard", "synthetic", "layers", NULL};
+    static const char *const layer_keys[] = {"layer", "q8_0", "q4_0", "prune", NULL};
+    if (cJSON_IsObject(root) && mi_json_check_keys(root, top_keys, prefix, "", err)) {
+        cJSON_Delete(root);
+        return -1;
+    }
     int rc = -1;
     const cJSON *name = root ? cJSON_GetObjectItemCaseSensitive(root, "model") : NULL;
     const cJSON *nl = root ? cJSON_GetObjectItemCaseSensitive(root, "n_layers") : NULL;
@@ -101,6 +117,17 @@ int mi_importance_load(const char *path, const mi_config *c, mi_importance *imp,
                              hid->valuedouble > c->hidden_dim ? "; a pruned model needs its own importance file" : "");
         goto done;
     }
+    const cJSON *syn = cJSON_GetObjectItemCaseSensitive(root, "synthetic");
+    if (syn && !cJSON_IsBool(syn)) {
+        mi_set_error(err, "importance file %s: 'synthetic' must be true or false", path);
+        goto done;
+    }
+    if (syn && cJSON_IsTrue(syn) != (c->synthetic != 0)) {
+        mi_set_error(err, "importance file %s was measured on %s weights but the model's are %s: importances carry "
+                          "over only to the weights they were measured on", path, cJSON_IsTrue(syn) ? "synthetic" :
+                          "real", c->synthetic ? "synthetic" : "real");
+        goto done;
+    }
     if (cJSON_GetArraySize(layers) != c->n_layers) {
         mi_set_error(err, "importance file %s: %d layer entries for %d layers", path, cJSON_GetArraySize(layers),
                      c->n_layers);
@@ -108,13 +135,17 @@ int mi_importance_load(const char *path, const mi_config *c, mi_importance *imp,
     }
     int i = 0;
     for (const cJSON *e = layers->child; e; e = e->next, i++) {
+        char where[32];
+        snprintf(where, sizeof where, "layers[%d]", i);
+        if (cJSON_IsObject(e) && mi_json_check_keys(e, layer_keys, prefix, where, err))
+            goto done;
         const cJSON *l = cJSON_GetObjectItemCaseSensitive(e, "layer");
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(e, "q8_0");
         const cJSON *b = cJSON_GetObjectItemCaseSensitive(e, "q4_0");
         if (!cJSON_IsNumber(l) || l->valuedouble != i || !cJSON_IsNumber(a) || !cJSON_IsNumber(b) ||
-            !isfinite(a->valuedouble) || !isfinite(b->valuedouble)) {
+            !(fabs(a->valuedouble) <= MI_MAX_RISE) || !(fabs(b->valuedouble) <= MI_MAX_RISE)) {
             mi_set_error(err, "importance file %s: layers[%d] must be {\"layer\": %d, \"q8_0\": x, \"q4_0\": y} with "
-                              "finite numbers", path, i, i);
+                              "x and y perplexity rises within +-%g", path, i, i, MI_MAX_RISE);
             goto done;
         }
         imp->rise[i][0] = a->valuedouble;

@@ -24,3 +24,33 @@ int mi_json_check_keys(const cJSON *obj, const char *const *allowed, const char 
     }
     return 0;
 }
+
+static void line_col(const char *text, size_t pos, int *line, int *col)
+{
+    int l = 1, c = 1;
+    for (size_t i = 0; i < pos && text[i]; i++) {
+        if (text[i] == '\n') {
+            l++;
+            c = 1;
+        } else {
+            c++;
+        }
+    }
+    *line = l;
+    *col = c;
+}
+
+cJSON *mi_json_parse(const char *json, size_t len, const char *prefix, char *err)
+{
+    const char *end = NULL;
+    /* len + 1: cJSON counts the terminating NUL when it must check for
+     * trailing garbage (require_null_terminated). */
+    cJSON *root = cJSON_ParseWithLengthOpts(json, len + 1, &end, 1);
+    if (!root) {
+        size_t pos = end && end >= json ? (size_t)(end - json) : 0;
+        int line, col;
+        line_col(json, pos, &line, &col);
+        mi_set_error(err, "%s: JSON syntax error at byte %zu (line %d, column %d)", prefix, pos, line, col);
+    }
+    return root;
+}

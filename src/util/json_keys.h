@@ -1,5 +1,5 @@
-/* Key checking shared by the JSON readers of the plan module (cluster files,
- * plan files; internal header). */
+/* Parsing and key checking shared by the JSON readers of the plan module
+ * (cluster files, plan files, importance files; internal header). */
 #ifndef MESHINFER_JSON_KEYS_H
 #define MESHINFER_JSON_KEYS_H
 
@@ -11,5 +11,10 @@
  * "<prefix>: unknown key 'k' in <where>" (or "... at the top level") in err. */
 int mi_json_check_keys(const cJSON *obj, const char *const *allowed, const char *prefix, const char *where,
                        char *err);
+
+/* Parse len bytes of json strictly (nothing but white space may follow the
+ * value). Returns the tree (cJSON_Delete it), or NULL with "<prefix>: JSON
+ * syntax error at byte B (line L, column C)" in err. */
+cJSON *mi_json_parse(const char *json, size_t len, const char *prefix, char *err);
 
 #endif

@@ -307,6 +307,26 @@ if node -e 'const j = JSON.parse(process.argv[1]), f = +process.argv[2];
      "$chk" "$made" 2>/dev/null; then
     echo "ok: plan --text: the search's choice measured as its file computes ($made)"; pass=$((pass+1))
 else echo "FAIL: plan --text: $chk / file $made"; fail=$((fail+1)); fi
+# importance files are read as strictly as cluster files: syntax (with its position), duplicate keys,
+# rises beyond any perplexity (they would sum to inf), and synthetic weights' importances for real ones
+(cat "$tmp/imp.json"; echo xyz) > "$tmp/imp-bad.json"
+expect_error "importance file with trailing garbage" "imp-bad.json: JSON syntax error at byte [0-9]+ \\(line" \
+    "$bin" plan -m "$model" --ranks 2 --planner hybrid --importance "$tmp/imp-bad.json"
+sed 's/"ffn_shard": 64,/"ffn_shard": 64, "ffn_shard": 32,/' "$tmp/imp.json" > "$tmp/imp-bad.json"
+expect_error "importance file with a key twice" "duplicate key 'ffn_shard'" \
+    "$bin" quantize -m "$model" --prune-ffn 2 --importance "$tmp/imp-bad.json" --out "$tmp/p2.h5"
+node -e 'const fs = require("fs"); const j = JSON.parse(fs.readFileSync(process.argv[1])); j.layers[0].prune[5] = -1e39;
+  fs.writeFileSync(process.argv[2], JSON.stringify(j))' "$tmp/imp.json" "$tmp/imp-bad.json"
+expect_error "importance beyond any perplexity" "layers\\[0\\].prune\\[5\\] is not a perplexity rise within" \
+    "$bin" plan -m "$model" --ranks 2 --planner hybrid --importance "$tmp/imp-bad.json" --json
+node -e 'const fs = require("fs"); const j = JSON.parse(fs.readFileSync(process.argv[1])); j.synthetic = true;
+  fs.writeFileSync(process.argv[2], JSON.stringify(j))' "$tmp/imp.json" "$tmp/imp-bad.json"
+expect_error "synthetic weights' importances for real ones" "measured on synthetic weights but the model's are real" \
+    "$bin" quantize -m "$model" --prune-ffn 2 --importance "$tmp/imp-bad.json" --out "$tmp/p2.h5"
+expect_error "--out with the precision search" "with --importance the search prints a configuration, not a plan" \
+    "$bin" plan -m "$model" --ranks 2 --planner hybrid --importance "$tmp/imp.json" --out "$tmp/plan-s.json"
+expect_error "--max-tokens without --text" "--max-tokens is the length of --text's check" \
+    "$bin" plan -m "$model" --ranks 2 --max-tokens 5
 expect_error "--text without --importance" "--text checks the precision search's choice: give --importance" \
     "$bin" plan -m "$model" --ranks 2 --text "$tmp/story.txt"
 expect_error "--prune-ffn without an importance file" "--prune-ffn and --importance go together" \
