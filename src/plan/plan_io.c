@@ -562,23 +562,10 @@ int mi_plan_load_json(const char *path, const mi_config *c, mi_plan *plan, char 
     char prefix[4200];
     snprintf(prefix, sizeof prefix, "plan file %s", path);
 
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(buf, len + 1, &end, 1);
-    if (!root) {
-        size_t pos = end && end >= buf ? (size_t)(end - buf) : 0;
-        int line = 1, col = 1;
-        for (size_t i = 0; i < pos && buf[i]; i++) {
-            if (buf[i] == '\n') {
-                line++;
-                col = 1;
-            } else {
-                col++;
-            }
-        }
-        free(buf);
-        return mi_set_error(err, "%s: JSON syntax error at byte %zu (line %d, column %d)", prefix, pos, line, col);
-    }
+    cJSON *root = mi_json_parse(buf, len, prefix, err);
     free(buf);
+    if (!root)
+        return -1;
 
     plan->cfg = *c;
     plan->plan_seconds = 0;
