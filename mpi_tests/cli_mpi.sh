@@ -235,6 +235,19 @@ out=$(run -np 3 "$bin" generate -m "$model" -p "$prompt" -n 38 --cluster "$tmp/t
 if [[ "$out" == "$want" ]] && grep -q "planner auto: [a-z]* (predicted TTFT" "$tmp/err"; then
     ok "--planner auto: $(grep -o 'planner auto: [a-z]*' "$tmp/err"), one-rank text"
 else bad "--planner auto: '$out' $(cat "$tmp/err")"; fi
+# seed 003 shard-wise pruning: a model with 3 of every layer's 12 FFN shards pruned (hidden_dim 576; an
+# importance file that ranks shards differently per layer) gives the one-rank text on 3 ranks, per scheme
+node -e 'const L = []; for (let l = 0; l < 6; l++) L.push({layer: l, q8_0: 0, q4_0: 0,
+    prune: Array.from({length: 12}, (_, j) => (j * 5 + l * 7) % 12)});
+  require("fs").writeFileSync(process.argv[1], JSON.stringify({model: "stories15M", synthetic: false, n_layers: 6,
+    dim: 288, hidden_dim: 768, ffn_shard: 64, layers: L}))' "$tmp/imp-prune.json"
+"$bin" quantize -m "$model" --prune-ffn 3 --importance "$tmp/imp-prune.json" --out "$tmp/pruned.h5" > /dev/null 2>&1
+one=$("$bin" generate -m "$tmp/pruned.h5" -p "$prompt" -n 30 2>/dev/null)
+for pl in greedy tp somegather; do
+    got=$(run -np 3 "$bin" generate -m "$tmp/pruned.h5" -p "$prompt" -n 30 --planner $pl 2>"$tmp/err")
+    [[ -n "$one" && "$got" == "$one" ]] && ok "pruned model (hidden_dim 576) on 3 ranks, $pl: one-rank text" ||
+        bad "pruned model, $pl: '$got' against one rank's '$one' $(tail -1 "$tmp/err")"
+done
 expect_error "calibration from another rank count" "calibrated on 3 ranks but the job has 2" \
     -np 2 "$bin" generate -m "$model" --cluster "$tmp/cal3.json"
 sed 's/"host":[[:space:]]*"[^"]*"/"host": "pi-elsewhere"/' "$tmp/cal3.json" > "$tmp/cal-other.json"

@@ -111,6 +111,11 @@ void mi_dequantize_row(int t, const void *q, const uint16_t *d, int n, float *ou
  * MI_Q8_0; q8_0 sends ceil(n/32) fp16 scales then n int8 values, the last
  * block short when 32 does not divide n). */
 size_t mi_wire_row_bytes(int t, size_t n);
+/* Seed 003 4.3.2's ladder of wire dtypes, fp32 -> fp16 -> q8_0 (fewer bytes
+ * down it): the next dtype down from t (-1 from q8_0 or a dtype not on it),
+ * and the narrower of a and b. */
+int mi_wire_lower(int t);
+int mi_wire_narrower(int a, int b);
 /* Encode rows x n floats of x (row stride ld floats) into buf, row after row
  * (rows * mi_wire_row_bytes bytes; buf needs no alignment). fp16 saturates
  * at +-65504 so a large activation does not become infinite. */

@@ -50,12 +50,6 @@ static double message_cost(const mi_session *ss, int l)
     return ss->imp->rise[l][0] + ss->imp->rise[l][1];
 }
 
-/* Place on the wire ladder: fp32 0, fp16 1, q8_0 2. */
-static int wire_step(int t)
-{
-    return t == MI_Q8_0 ? 2 : t == MI_F16 ? 1 : 0;
-}
-
 typedef session_wires wires;
 
 static void wires_get(const mi_plan *p, wires *w)
@@ -79,7 +73,7 @@ static void describe_wires(const wires *from, const mi_plan *p, char *out, size_
     size_t o = (size_t)snprintf(out, n, "messages of layers");
     int to = -1;
     for (int l = p->cfg.n_layers - 1; l >= 0 && o < n; l--) {
-        int was = wire_step(from->layer[l]) > wire_step(from->wire) ? from->layer[l] : from->wire;
+        int was = mi_wire_narrower(from->layer[l], from->wire);
         if (mi_plan_wire(p, l) != was) {
             o += (size_t)snprintf(out + o, n - o, " %d", l);
             to = mi_plan_wire(p, l);
@@ -368,12 +362,10 @@ static double with_bytes(double now, double comm_s, double bytes_now, double byt
 static int lower_wire(mi_session *ss, double now, double comm_s, int need_gain, session_decision *d,
                       double *per_byte)
 {
-    static const int ladder[] = {MI_F32, MI_F16, MI_Q8_0};
     mi_plan *p = &ss->plan;
-    int L = p->cfg.n_layers, at = wire_step(p->wire);
-    if (at >= 2)
+    int L = p->cfg.n_layers, to = mi_wire_lower(p->wire), cand[MI_MAX_LAYERS], n = 0;
+    if (to < 0)
         return 0;
-    int to = ladder[at + 1], cand[MI_MAX_LAYERS], n = 0;
     for (int l = 0; l < L; l++)
         if (mi_plan_wire(p, l) == p->wire)
             cand[n++] = l;

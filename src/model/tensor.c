@@ -271,6 +271,22 @@ void mi_dequantize_row(int t, const void *q, const uint16_t *d, int n, float *ou
 
 /* ---------------------------------------------------------- wire format */
 
+/* Place on the ladder: fp32 0, fp16 1, q8_0 2. */
+static int wire_step(int t)
+{
+    return t == MI_Q8_0 ? 2 : t == MI_F16 ? 1 : 0;
+}
+
+int mi_wire_lower(int t)
+{
+    return t == MI_F32 ? MI_F16 : t == MI_F16 ? MI_Q8_0 : -1;
+}
+
+int mi_wire_narrower(int a, int b)
+{
+    return wire_step(a) > wire_step(b) ? a : b;
+}
+
 size_t mi_wire_row_bytes(int t, size_t n)
 {
     switch (t) {

@@ -334,18 +334,9 @@ static int validate_somegather(const mi_plan *plan, char *err)
     return 0;
 }
 
-/* Place on the wire ladder: fp32 0, fp16 1, q8_0 2 (fewer bytes further down). */
-static int wire_step(int t)
-{
-    return t == MI_Q8_0 ? 2 : t == MI_F16 ? 1 : 0;
-}
-
 int mi_plan_wire(const mi_plan *plan, int l)
 {
-    if (l < 0 || !plan->layers)
-        return plan->wire;
-    int t = plan->layers[l].wire;
-    return wire_step(t) > wire_step(plan->wire) ? t : plan->wire;
+    return l < 0 || !plan->layers ? plan->wire : mi_wire_narrower(plan->layers[l].wire, plan->wire);
 }
 
 int mi_plan_validate(const mi_plan *plan, const mi_cluster *cl, char *err)

@@ -238,8 +238,12 @@ int mi_precision_search(const mi_config *c, const mi_cluster *cl, const mi_plan_
     }
     /* then seed 003's pruning, the same number of shards from every layer: level k's step
      * costs what its k-th shards add */
-    for (int k = 1; k <= P; k++)
-        st[n++] = (step){-1, k, mi_prune_keep(imp, c->hidden_dim, k, NULL) - mi_prune_keep(imp, c->hidden_dim, k - 1, NULL)};
+    double prev = 0;
+    for (int k = 1; k <= P; k++) {
+        double sum = mi_prune_keep(imp, c->hidden_dim, k, NULL);
+        st[n++] = (step){-1, k, sum - prev};
+        prev = sum;
+    }
     /* binary search for the fewest steps that meet everything (memory and time fall as
      * precision falls: seed 003's monotonic relationship) */
     mi_config cfg;

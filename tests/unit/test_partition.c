@@ -157,6 +157,10 @@ static void test_layer_wire(void)
     /* layers 0-2 on rank 1, 3-5 on rank 2: layer 3's input is the message from rank 1 to rank 2 */
     CU_ASSERT_EQUAL(plan.layers[3].ffn[0].rank, 2);
     CU_ASSERT_EQUAL(plan.layers[2].ffn[0].rank, 1);
+    CU_ASSERT_EQUAL(mi_wire_lower(MI_F32), MI_F16);
+    CU_ASSERT_EQUAL(mi_wire_lower(MI_F16), MI_Q8_0);
+    CU_ASSERT_EQUAL(mi_wire_lower(MI_Q8_0), -1);
+    CU_ASSERT_EQUAL(mi_wire_narrower(MI_F16, MI_Q8_0), MI_Q8_0);
     plan.layers[3].wire = MI_F16;
     CU_ASSERT_EQUAL(mi_plan_wire(&plan, 3), MI_F16);
     CU_ASSERT_EQUAL(mi_plan_wire(&plan, 2), MI_F32);
