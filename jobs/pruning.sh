@@ -12,6 +12,8 @@
 #     cache of the whole context budgeted); the chosen file is run on 4 ranks
 #     and its tokens compared with one rank's
 # Embeddings stay fp32 in every file (36.9 MB of stories15M's 61.4).
+# Then the same shards pruned at run time (generate --prune-ffn): TPOT against
+# the unpruned model, and the tokens against the pruned file's.
 # Writes DIR/pruning.csv, pruning.md and pruning.png (perplexity against
 # shards pruned); the texts, importance file and models it makes stay under
 # DIR/cache-MODEL-SIZE/ and are reused.
@@ -161,4 +163,37 @@ plot "$out/pruning.dat" index 0 using 1:2 with linespoints pt 7 lw 2 title "leas
 GP
 mv "$out/pruning.png.partial" "$out/pruning.png"
 rm -f "$out/pruning.dat"
+
+# the same shards pruned at run time (generate --prune-ffn: not computed, no file made): TPOT on one
+# rank against the unpruned run in this job (median of 3 interleaved rounds of 200 tokens), and the
+# tokens against the pruned file's
+say "pruning at run time..."
+declare -A tpots
+for round in 1 2 3; do
+    for k in 0 2 4 $((n_shards / 2)); do
+        pr=(); ((k)) && pr=(--prune-ffn "$k" --importance "$imp")
+        t=$("$bin" generate -m "$model" -n 200 --ignore-eos "${pr[@]}" --json 2>"$cache/err" | json_get tpot_ms) ||
+            fail "generate --prune-ffn $k: $(tail -1 "$cache/err")"
+        tpots[$k]+="$t "
+    done
+done
+{
+    echo
+    echo "Pruning at run time (\`generate --prune-ffn K --importance\`, fp32 weights, one rank, 200 tokens, median of 3):"
+    echo
+    echo "| FFN shards pruned per layer | TPOT ms | vs unpruned | tokens (60) vs the pruned file's |"
+    echo "|---|---|---|---|"
+    for k in 0 2 4 $((n_shards / 2)); do
+        med=$(tr ' ' '\n' <<<"${tpots[$k]}" | grep . | sort -g | sed -n 2p)
+        base_t=$(tr ' ' '\n' <<<"${tpots[0]}" | grep . | sort -g | sed -n 2p)
+        same="-"
+        if ((k)); then
+            a=$("$bin" generate -m "$model" -n 60 --prune-ffn "$k" --importance "$imp" --json 2>/dev/null | json_get tokens)
+            b=$("$bin" generate -m "$cache/prune-importance-$k.h5" -n 60 --json 2>/dev/null | json_get tokens)
+            same=$([[ -n "$a" && "$a" == "$b" ]] && echo same || echo DIFFERENT)
+        fi
+        echo "| $k | $med | $(awk -v a="$med" -v b="$base_t" 'BEGIN {printf "%.2fx", a / b}') | $same |"
+    done
+} >> "$out/pruning.md"
+tail -8 "$out/pruning.md"
 say "wrote $out/pruning.csv, pruning.md, pruning.png"

@@ -186,6 +186,8 @@ typedef struct {
     int accept_permille;          /* expected acceptance of that speculation (profile), for the cost model */
     int wire;                     /* seed 003 4.3.2 per layer: this layer's messages go in the narrower of
                                      this and the plan's wire (mi_plan_wire); MI_F32: the plan's */
+    uint64_t ffn_pruned;          /* seed 003 4.3.1 shard-wise pruning at run time: bit s set = FFN units
+                                     [s*ffn_shard, (s+1)*ffn_shard) output zero and are not computed */
 } mi_layer_plan;
 
 typedef struct {
@@ -200,6 +202,7 @@ typedef struct {
     int wire;               /* mi_dtype of every activation message (seed 003 "communication scaling"):
                                MI_F32 (exact), MI_F16 or MI_Q8_0 */
     double plan_seconds;    /* time the planner took */
+    int ffn_shard;          /* FFN units per pruning shard of layers[].ffn_pruned (0: nothing pruned) */
     /* seed 002 somegather (MI_PLANNER_SOMEGATHER; other planners: n_cols = 0, keep = NULL). The layers'
      * kv_rank say each rank's heads, their ffn slices its units, proj_rank is -1. */
     int n_cols;             /* residual-column slices, one per rank */
@@ -214,6 +217,15 @@ typedef struct {
  * wire and the layer's own (seed 003 4.3.2: communication scaling lowers the
  * messages of the least important layers first). */
 int mi_plan_wire(const mi_plan *plan, int l);
+
+/* Seed 003 4.3.1, shard-wise pruning at run time: the FFN units of layer l
+ * in [u0, u0+n) that are not pruned, as ascending runs [r0[i], r0[i]+rn[i])
+ * (r0, rn: room for MI_MAX_PRUNE_RUNS). A layer with nothing pruned gives
+ * the one run [u0, u0+n) (none when n = 0). Returns the number of runs; the
+ * units kept are their summed lengths (mi_plan_ffn_kept_units). */
+#define MI_MAX_PRUNE_RUNS 33 /* at most 64 shards: 32 kept runs between pruned ones, plus one */
+int mi_plan_ffn_kept(const mi_plan *plan, int l, int u0, int n, int *r0, int *rn);
+int mi_plan_ffn_kept_units(const mi_plan *plan, int l, int u0, int n);
 
 /* The send list of `rank` in exchange kind x of layer l (NULL: it sends all it owns). */
 const mi_keep *mi_plan_keep(const mi_plan *plan, int l, int x, int rank);

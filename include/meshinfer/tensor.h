@@ -81,6 +81,15 @@ size_t mi_tensor_place_bytes(int dtype, size_t rows, size_t cols);
 /* Rows [r0, r0+n) of t as a tensor sharing its memory. */
 mi_tensor mi_tensor_rows(const mi_tensor *t, int r0, int n);
 
+/* Seed 003 4.3.1 shard-wise pruning at run time: keep only the rows (or the
+ * columns) in the ascending runs [r0[i], r0[i]+rn[i]), i < n_runs, packed in
+ * place in t's own memory (t->rows or t->cols shrinks to their summed
+ * lengths; the memory past them goes unused, not freed). Columns of a blocked
+ * dtype are kept in whole blocks: keep_cols returns -1 (t untouched) when a
+ * run does not start and end on multiples of 32, else 0. */
+void mi_tensor_keep_rows(mi_tensor *t, int n_runs, const int *r0, const int *rn);
+int mi_tensor_keep_cols(mi_tensor *t, int n_runs, const int *c0, const int *cn);
+
 /* Dequantize row r of t into out[cols]. */
 void mi_tensor_row_f32(const mi_tensor *t, int r, float *out);
 

@@ -139,8 +139,8 @@ int cmd_bench(int argc, char **argv)
     session_mpi_init(&argc, &argv, &rank, &size);
     mi_session ss;
     const int chunk = 64;
-    if (so.tpot_ms > 0 || so.importance || so.energy) /* they act on generate's decode steps; ignored they mislead */
-        mi_fatal("bench: --tpot-ms, --importance and --energy shape a generation at run time: they apply to generate");
+    if (so.tpot_ms > 0 || (so.importance && !so.prune_ffn) || so.energy) /* they act on generate's decode steps; ignored they mislead */
+        mi_fatal("bench: --tpot-ms, --importance (without --prune-ffn) and --energy shape a generation at run time: they apply to generate");
     session_open(&ss, "bench", model, &so, chunk, threads);
     const mi_config *c = &ss.cfg;
     int n_prompt;

@@ -68,8 +68,9 @@ int cmd_generate(int argc, char **argv)
     cli_no_positional("generate", optind, argc, argv);
     if (!model)
         mi_fatal("generate: --model is required (see meshinfer generate --help)");
-    if (so.importance && so.tpot_ms <= 0)
-        mi_fatal("generate: --importance orders the layers runtime scaling lowers: it needs --tpot-ms");
+    if (so.importance && so.tpot_ms <= 0 && !so.prune_ffn)
+        mi_fatal("generate: --importance orders the layers runtime scaling lowers (it needs --tpot-ms) and the FFN "
+                 "shards --prune-ffn drops");
     if (so.energy && so.tpot_ms <= 0)
         mi_fatal("generate: --energy spends the margin under a TPOT target on lower frequencies: it needs --tpot-ms");
 

@@ -54,8 +54,8 @@ int cmd_perplexity(int argc, char **argv)
         }
     }
     cli_no_positional("perplexity", optind, argc, argv);
-    if (so.tpot_ms > 0 || so.importance || so.energy) /* they act on generate's decode steps; ignored they mislead */
-        mi_fatal("perplexity: --tpot-ms, --importance and --energy shape a generation at run time: they apply to generate");
+    if (so.tpot_ms > 0 || (so.importance && !so.prune_ffn) || so.energy) /* they act on generate's decode steps; ignored they mislead */
+        mi_fatal("perplexity: --tpot-ms, --importance (without --prune-ffn) and --energy shape a generation at run time: they apply to generate");
     if (!model || !path)
         mi_fatal("perplexity: --model and --text are required (see meshinfer perplexity --help)");
 

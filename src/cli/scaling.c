@@ -197,16 +197,57 @@ static double median(const float *x, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* The layers rank r holds, as single precision steps in the order
- * computation scaling takes them: always the cheapest next step among r's
- * layers (a layer's q8_0 step before its q4_0 one); a step the plan cannot
- * take (a tensor-parallel shard not on whole blocks of 32) rules the layer
- * out. mv receives the layer of each step (at most 2 x n_layers); the plan's
- * dtypes are left as they were. Returns the number of steps. */
-static int weight_moves(mi_session *ss, int r, int *mv)
+/* Pruning moves are numbered after the precision ones: L + l * 64 + shard. */
+#define PRUNE_MOVE(L, l, s) ((L) + (l) * MI_MAX_PRUNE_SHARDS + (s))
+#define MAX_MOVES (MI_MAX_LAYERS * (2 + MI_MAX_PRUNE_SHARDS))
+
+typedef struct {
+    unsigned char dtype[MI_MAX_LAYERS][MI_N_LAYER_MATS];
+    uint64_t pruned[MI_MAX_LAYERS];
+    int ffn_shard;
+} weights_state;
+
+static void weights_get(const mi_plan *p, weights_state *w)
+{
+    memcpy(w->dtype, p->cfg.dtype, sizeof w->dtype);
+    for (int l = 0; l < p->cfg.n_layers; l++)
+        w->pruned[l] = p->layers[l].ffn_pruned;
+    w->ffn_shard = p->ffn_shard;
+}
+
+static void weights_set(mi_plan *p, const weights_state *w)
+{
+    memcpy(p->cfg.dtype, w->dtype, sizeof w->dtype);
+    for (int l = 0; l < p->cfg.n_layers; l++)
+        p->layers[l].ffn_pruned = w->pruned[l];
+    p->ffn_shard = w->ffn_shard;
+}
+
+typedef struct {
+    float rise;
+    int move;
+} ranked_move;
+
+static int by_rise(const void *a, const void *b)
+{
+    const ranked_move *x = a, *y = b;
+    return x->rise < y->rise ? -1 : x->rise > y->rise ? 1 : x->move - y->move;
+}
+
+/* The layers rank r holds, as single steps in the order computation scaling
+ * takes them (seed 003 4.3.1: "lowers the precision of the least important
+ * shards, then prunes them"): first precision steps, always the cheapest next
+ * one among r's layers (a layer's q8_0 step before its q4_0 one; a step the
+ * plan cannot take, a tensor-parallel shard not on whole blocks of 32, rules
+ * the layer out); then, with prune and an importance file that ranks FFN
+ * shards, the FFN shards r computes, least important first, at most half of
+ * a layer's shards pruned. mv receives the steps (at most MAX_MOVES: a layer
+ * number for a precision step, PRUNE_MOVE for a shard); the plan is left as
+ * it was. Returns the number of steps. */
+static int weight_moves(mi_session *ss, int r, int prune, int *mv)
 {
     mi_config *c = &ss->plan.cfg;
-    int L = c->n_layers, n = 0, held[MI_MAX_LAYERS], step[MI_MAX_LAYERS];
+    int L = c->n_layers, n = 0, held[MI_MAX_LAYERS], step[MI_MAX_LAYERS], f0[MI_MAX_LAYERS], nf[MI_MAX_LAYERS];
     mi_layer_spec *ls = mi_malloc((size_t)L * sizeof *ls, "layer specs");
     mi_shard_spec sp = {0};
     sp.layers = ls;
@@ -214,6 +255,7 @@ static int weight_moves(mi_session *ss, int r, int *mv)
     for (int l = 0; l < L; l++) {
         held[l] = ls[l].n_kv || ls[l].proj || ls[l].nf;
         step[l] = layer_step(c, l);
+        f0[l] = ls[l].f0, nf[l] = ls[l].nf;
     }
     free(ls);
     unsigned char orig[MI_MAX_LAYERS][MI_N_LAYER_MATS];
@@ -237,15 +279,64 @@ static int weight_moves(mi_session *ss, int r, int *mv)
         mv[n++] = best;
     }
     memcpy(c->dtype, orig, sizeof orig);
+    const mi_importance *imp = ss->imp;
+    int S = imp ? imp->ffn_shard : 0;
+    if (!prune || S <= 0 || (ss->plan.ffn_shard && ss->plan.ffn_shard != S))
+        return n;
+    ranked_move *rk = mi_malloc((size_t)L * MI_MAX_PRUNE_SHARDS * sizeof *rk, "pruning moves");
+    int nr = 0, count[MI_MAX_LAYERS];
+    for (int l = 0; l < L; l++) {
+        uint64_t m = ss->plan.layers[l].ffn_pruned;
+        count[l] = __builtin_popcountll(m);
+        for (int s = 0; s < imp->n_shards && nf[l] > 0; s++)
+            if (!(m >> s & 1) && s * S < f0[l] + nf[l] && (s + 1) * S > f0[l])
+                rk[nr++] = (ranked_move){imp->prune[l][s], PRUNE_MOVE(L, l, s)};
+    }
+    qsort(rk, (size_t)nr, sizeof *rk, by_rise);
+    for (int i = 0; i < nr; i++) {
+        int l = (rk[i].move - L) / MI_MAX_PRUNE_SHARDS;
+        if (2 * (count[l] + 1) <= imp->n_shards)
+            count[l]++, mv[n++] = rk[i].move;
+    }
+    free(rk);
     return n;
 }
 
-/* The plan's dtypes: orig with the first k steps of mv taken. */
-static void take_moves(mi_config *c, unsigned char (*orig)[MI_N_LAYER_MATS], const int *mv, int k)
+/* The plan's weights: orig with the first k steps of mv taken. */
+static void take_moves(mi_session *ss, const weights_state *orig, const int *mv, int k)
 {
-    memcpy(c->dtype, orig, sizeof c->dtype);
+    mi_plan *p = &ss->plan;
+    int L = p->cfg.n_layers;
+    weights_set(p, orig);
     for (int i = 0; i < k; i++)
-        memset(c->dtype[mv[i]], c->dtype[mv[i]][MI_WQ] == MI_Q8_0 ? MI_Q4_0 : MI_Q8_0, sizeof c->dtype[mv[i]]);
+        if (mv[i] < L) {
+            memset(p->cfg.dtype[mv[i]], p->cfg.dtype[mv[i]][MI_WQ] == MI_Q8_0 ? MI_Q4_0 : MI_Q8_0,
+                   sizeof p->cfg.dtype[mv[i]]);
+        } else {
+            int l = (mv[i] - L) / MI_MAX_PRUNE_SHARDS, s = (mv[i] - L) % MI_MAX_PRUNE_SHARDS;
+            p->layers[l].ffn_pruned |= (uint64_t)1 << s;
+            p->ffn_shard = ss->imp->ffn_shard;
+        }
+}
+
+/* ", FFN shards of layers 5 (2) 3 (1) pruned" (how many each): appended to out (n bytes)
+ * for the layers whose pruned shards differ between from and the plan. */
+static void describe_pruned(const weights_state *from, const mi_plan *p, char *out, size_t n)
+{
+    /* describe() wrote "layers" alone when no dtype changed */
+    size_t o = strcmp(out, "layers") ? strlen(out) : 0;
+    int any = 0, more = 0;
+    for (int l = p->cfg.n_layers - 1; l >= 0 && o < n; l--) {
+        int a = __builtin_popcountll(from->pruned[l]), b = __builtin_popcountll(p->layers[l].ffn_pruned);
+        if (a == b)
+            continue;
+        o += (size_t)snprintf(out + o, n - o, "%s %d (%d)", any ? "" : o ? ", FFN shards of layers" :
+                              "FFN shards of layers", l, b > a ? b - a : a - b);
+        more = b > a;
+        any = 1;
+    }
+    if (any && o < n)
+        snprintf(out + o, n - o, " %s", more ? "pruned" : "back");
 }
 
 /* Computation scaling on slowed rank r: of its steps (weight_moves), the
@@ -256,11 +347,13 @@ static void take_moves(mi_config *c, unsigned char (*orig)[MI_N_LAYER_MATS], con
 static int lower_weights(mi_session *ss, int r, double slow, double now, int n_pos, session_decision *d)
 {
     mi_config *c = &ss->plan.cfg;
-    int mv[2 * MI_MAX_LAYERS], n = weight_moves(ss, r, mv);
-    if (n == 0)
+    int *mv = mi_malloc(MAX_MOVES * sizeof *mv, "scaling moves"), n = weight_moves(ss, r, 1, mv);
+    if (n == 0) {
+        free(mv);
         return 0;
-    unsigned char orig[MI_MAX_LAYERS][MI_N_LAYER_MATS];
-    memcpy(orig, c->dtype, sizeof orig);
+    }
+    weights_state orig;
+    weights_get(&ss->plan, &orig);
     /* the cluster as it now is: r's compute slower by what was measured */
     mi_cluster cl = ss->cl;
     mi_device *dev = mi_malloc((size_t)cl.n_devices * sizeof *dev, "devices");
@@ -273,16 +366,18 @@ static int lower_weights(mi_session *ss, int r, double slow, double now, int n_p
     int lo = 1, hi = n;
     while (lo < hi) {
         int mid = (lo + hi) / 2;
-        take_moves(c, orig, mv, mid);
+        take_moves(ss, &orig, mv, mid);
         if (scale * predict(ss, &cl, n_pos) <= AIM * ss->tpot_target_s)
             hi = mid;
         else
             lo = mid + 1;
     }
-    take_moves(c, orig, mv, lo);
+    take_moves(ss, &orig, mv, lo);
     d->predicted_ms = scale * predict(ss, &cl, n_pos) * 1e3;
-    describe(orig, c->dtype, c->n_layers, d->change, sizeof d->change);
+    describe(orig.dtype, c->dtype, c->n_layers, d->change, sizeof d->change);
+    describe_pruned(&orig, &ss->plan, d->change, sizeof d->change);
     free(dev);
+    free(mv);
     return lo;
 }
 
@@ -292,17 +387,18 @@ int session_scale_memory(mi_session *ss, int r, int pos0, int need, double limit
         return 0;
     double t0 = mi_now();
     mi_config *c = &ss->plan.cfg;
-    int mv[2 * MI_MAX_LAYERS], n = weight_moves(ss, r, mv), k;
-    unsigned char orig[MI_MAX_LAYERS][MI_N_LAYER_MATS];
-    memcpy(orig, c->dtype, sizeof orig);
+    /* pruned shards stay in memory (packed, not freed): precision steps only */
+    int mv[2 * MI_MAX_LAYERS], n = weight_moves(ss, r, 0, mv), k;
+    weights_state orig;
+    weights_get(&ss->plan, &orig);
     double before = mi_plan_rank_bytes_at(&ss->plan, r, need);
     for (k = 1; k <= n; k++) {
-        take_moves(c, orig, mv, k);
+        take_moves(ss, &orig, mv, k);
         if (mi_plan_rank_bytes_at(&ss->plan, r, need) <= limit)
             break;
     }
     if (k > n) { /* lowering everything it holds is not enough: re-placement's turn */
-        memcpy(c->dtype, orig, sizeof orig);
+        weights_set(&ss->plan, &orig);
         return 0;
     }
     session_decision dd;
@@ -314,7 +410,7 @@ int session_scale_memory(mi_session *ss, int r, int pos0, int need, double limit
     dd.wire_from = dd.wire_to = ss->plan.wire;
     snprintf(dd.trigger, sizeof dd.trigger, "the KV cache of %d positions would take %s (rank %d) to %.3f MB, over "
              "its %.3f MB", need, ss->cl.dev[r].name, r, before / 1e6, limit / 1e6);
-    describe(orig, c->dtype, c->n_layers, dd.change, sizeof dd.change);
+    describe(orig.dtype, c->dtype, c->n_layers, dd.change, sizeof dd.change);
     dd.decide_us = (mi_now() - t0) * 1e6;
     double t1 = mi_now();
     install(ss, pos0);
@@ -582,6 +678,9 @@ void session_after_step(mi_session *ss, double step_s, int n_pos)
         int device = slow >= 0 && worst >= SLOWED && grew >= 0.5 * (span - ss->tpot_target_s);
         struct session_undo *u = &ss->undo[ss->n_undo];
         memcpy(u->dtype, ss->plan.cfg.dtype, sizeof u->dtype);
+        for (int l = 0; l < ss->cfg.n_layers; l++)
+            u->ffn_pruned[l] = ss->plan.layers[l].ffn_pruned;
+        u->ffn_shard = ss->plan.ffn_shard;
         memcpy(u->base_ratio, ss->base_ratio, sizeof u->base_ratio);
         wires_get(&ss->plan, &u->wires);
         u->rank = -1;
@@ -624,26 +723,32 @@ void session_after_step(mi_session *ss, double step_s, int n_pos)
          * goes back over the target soon after, the next probe waits twice as
          * long, so a lasting slowdown is not probed every few tokens) */
         const struct session_undo *u = &ss->undo[ss->n_undo - 1];
-        unsigned char cur[MI_MAX_LAYERS][MI_N_LAYER_MATS];
-        memcpy(cur, ss->plan.cfg.dtype, sizeof cur);
+        weights_state cur, was;
+        weights_get(&ss->plan, &cur);
+        memcpy(was.dtype, u->dtype, sizeof was.dtype);
+        memcpy(was.pruned, u->ffn_pruned, sizeof was.pruned);
+        was.ffn_shard = u->ffn_shard;
         wires curw;
         wires_get(&ss->plan, &curw);
         dd.restore = 1;
-        dd.weights = memcmp(cur, u->dtype, sizeof cur) != 0;
+        dd.weights = memcmp(cur.dtype, was.dtype, sizeof cur.dtype) != 0 ||
+                     memcmp(cur.pruned, was.pruned, (size_t)ss->cfg.n_layers * sizeof *cur.pruned) != 0;
         dd.wire_to = u->wires.wire;
-        memcpy(ss->plan.cfg.dtype, u->dtype, sizeof cur);
+        weights_set(&ss->plan, &was);
         wires_set(&ss->plan, &u->wires);
         ss->n_undo--;
         if (!plan_ok(ss)) { /* a memory re-placement since: keep what is in force */
-            memcpy(ss->plan.cfg.dtype, cur, sizeof cur);
+            weights_set(&ss->plan, &cur);
             wires_set(&ss->plan, &curw);
             return;
         }
         if (!dd.weights && curw.wire == u->wires.wire) /* some layers' messages go back up */
             describe_wires(&curw, &ss->plan, dd.change, sizeof dd.change);
         memcpy(ss->base_ratio, u->base_ratio, sizeof ss->base_ratio);
-        if (dd.weights)
-            describe(cur, ss->plan.cfg.dtype, ss->cfg.n_layers, dd.change, sizeof dd.change);
+        if (dd.weights) {
+            describe(cur.dtype, ss->plan.cfg.dtype, ss->cfg.n_layers, dd.change, sizeof dd.change);
+            describe_pruned(&cur, &ss->plan, dd.change, sizeof dd.change);
+        }
     } else {
         return;
     }

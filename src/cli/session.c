@@ -30,6 +30,11 @@ const char *SESSION_HELP =
     "                          under 60% of T (decisions on stderr and in --json)\n"
     "      --importance FILE   with --tpot-ms: lower the least important layers first (from\n"
     "                          `meshinfer importance`; default: from the last layer)\n"
+    "      --prune-ffn K       seed 003 shard-wise pruning at load: every layer's K least important FFN\n"
+    "                          shards (--importance FILE measured with --ffn-shard) are not computed,\n"
+    "                          as `quantize --prune-ffn K` would make the file (the file is unchanged;\n"
+    "                          at most half of the shards). With --tpot-ms, runtime scaling also\n"
+    "                          prunes shards of a slowed device's layers once they are all q4_0\n"
     "      --energy            with --tpot-ms: run devices off the critical path at lower DVFS levels\n"
     "                          (the cluster file's \"power\": {\"freq\": [1, 0.8, ...]}) while the predicted\n"
     "                          TPOT stays under 90% of T (seed 003 4.4; emulated here: compute stretched\n"
@@ -73,6 +78,29 @@ const char *SESSION_HELP =
     "      --replan            re-run the planner and move shards and KV heads when a device crosses\n"
     "                          85% of its budget or the cache outgrows the placement\n";
 
+int session_prune_ffn(mi_plan *plan, const mi_importance *imp, int k, char *err)
+{
+    const mi_config *c = &plan->cfg;
+    if (!imp || imp->ffn_shard <= 0)
+        return mi_set_error(err, "--prune-ffn needs --importance FILE with FFN shard measurements (`meshinfer "
+                                 "importance --ffn-shard N`)%s", imp ? ": this file has none" : "");
+    if (2 * k > imp->n_shards)
+        return mi_set_error(err, "--prune-ffn %d: at most half of the %d FFN shards of a layer can be pruned", k,
+                            imp->n_shards);
+    int *keep = mi_malloc((size_t)c->n_layers * c->hidden_dim * sizeof(int), "kept units");
+    mi_prune_keep(imp, c->hidden_dim, k, keep);
+    int nk = c->hidden_dim - k * imp->ffn_shard;
+    plan->ffn_shard = imp->ffn_shard;
+    for (int l = 0; l < c->n_layers; l++) {
+        uint64_t m = ((uint64_t)-1) >> (64 - imp->n_shards); /* every shard, then the kept ones cleared */
+        for (int i = 0; i < nk; i++)
+            m &= ~((uint64_t)1 << (keep[(size_t)l * nk + i] / imp->ffn_shard));
+        plan->layers[l].ffn_pruned = m;
+    }
+    free(keep);
+    return mi_plan_validate(plan, NULL, err);
+}
+
 void session_opts_init(session_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -90,6 +118,7 @@ int session_opt(session_opts *o, int code, const char *arg)
     case 1020: o->tpot_ms = mi_parse_double("--tpot-ms", arg, 1e-3, 1e9); return 1;
     case 1021: o->importance = arg; return 1;
     case 1022: o->energy = 1; return 1;
+    case 1023: o->prune_ffn = (int)mi_parse_long("--prune-ffn", arg, 0, MI_MAX_PRUNE_SHARDS / 2); return 1;
     case 1019:
         if (!strcmp(arg, "auto"))
             o->phase_plans = 0;
@@ -402,6 +431,15 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
                                "(--planner somegather)");
     if (!rc && o->plan_file && o->speculate)
         mi_plan_mark_speculation(&ss->plan, &cl, NULL, o->min_acceptance);
+    if (!rc && o->importance) {
+        ss->imp = mi_malloc(sizeof *ss->imp, "importance");
+        rc = mi_importance_load(o->importance, &ss->cfg, ss->imp, err);
+    }
+    if (!rc && o->prune_ffn > 0) {
+        rc = session_prune_ffn(&ss->plan, ss->imp, o->prune_ffn, err);
+        if (!rc && ss->has_prefill_plan)
+            rc = session_prune_ffn(&ss->plan_prefill, ss->imp, o->prune_ffn, err);
+    }
     if (!rc) {
         ss->plan_ms = ss->plan.plan_seconds * 1e3;
         rc = mi_programs_compile(&ss->plan, &ss->prog, err);
@@ -450,10 +488,6 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
     ss->poll_k = -1;
     ss->token_ms = mi_calloc(SESSION_MAX_TOKENS, sizeof(float), "token times");
     ss->undo = mi_calloc(SESSION_MAX_DECISIONS, sizeof *ss->undo, "scaling decisions");
-    if (!rc && o->importance) {
-        ss->imp = mi_malloc(sizeof *ss->imp, "importance");
-        rc = mi_importance_load(o->importance, &ss->cfg, ss->imp, err);
-    }
     return rc;
 }
 

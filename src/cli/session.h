@@ -45,6 +45,7 @@ typedef struct {
     double tpot_ms;          /* --tpot-ms: seed 003 runtime scaling's target (0: off) */
     const char *importance;  /* --importance: `meshinfer importance` file ordering computation scaling */
     int energy;              /* --energy: spend the margin under --tpot-ms on lower DVFS levels */
+    int prune_ffn;           /* --prune-ffn: FFN shards pruned per layer at load (needs --importance) */
 } session_opts;
 
 /* getopt_long entries for the options above (codes >= 1000), to append to a
@@ -61,10 +62,15 @@ typedef struct {
     {"loss", required_argument, 0, 1016}, {"loss-mode", required_argument, 0, 1017}, \
     {"loss-seed", required_argument, 0, 1018}, {"phase-plans", required_argument, 0, 1019}, \
     {"tpot-ms", required_argument, 0, 1020}, {"importance", required_argument, 0, 1021}, \
-    {"energy", no_argument, 0, 1022}
+    {"energy", no_argument, 0, 1022}, {"prune-ffn", required_argument, 0, 1023}
 extern const char *SESSION_HELP;
 
 void session_opts_init(session_opts *o);
+/* --prune-ffn k: plan's layers each prune their k least important FFN
+ * shards by imp (mi_prune_keep: the shards `quantize --prune-ffn k` drops).
+ * Returns 0, or -1 with err: no shard measurements, k over half the shards. */
+int session_prune_ffn(mi_plan *plan, const mi_importance *imp, int k, char *err);
+
 /* Returns 1 if code was one of the session options (and applies it). */
 int session_opt(session_opts *o, int code, const char *arg);
 
@@ -98,7 +104,7 @@ typedef struct {
     int wire_from, wire_to; /* mi_dtype of activation messages: the plan's before, the step taken */
     int rank;               /* computation scaling: the device diagnosed slow (-1: none) */
     double slowdown;        /* its compute per step against its baseline (1: unchanged) */
-    char change[160];       /* the layers and dtypes changed ("messages of layers 7 6 -> fp16"; "": every message) */
+    char change[240];       /* the layers and dtypes changed ("messages of layers 7 6 -> fp16"; "": every message) */
     double predicted_ms;    /* TPOT expected after the change (cost model or bytes, scaled to what was measured) */
     double poll_ms;         /* the diagnosis's poll of every rank's compute time (0 for a probe) */
     double decide_us;       /* the decision itself (cost-model predictions included) */
@@ -173,6 +179,8 @@ typedef struct {
     struct session_undo {
         session_wires wires;
         unsigned char dtype[MI_MAX_LAYERS][MI_N_LAYER_MATS];
+        uint64_t ffn_pruned[MI_MAX_LAYERS]; /* the layers' pruned FFN shards (mi_layer_plan) */
+        int ffn_shard;
         double base_ratio[MI_MAX_RANKS];
         int rank;           /* weights lowered for this slowed rank (-1: the wire was lowered) */
         double slow;        /* ... which computed this many times its baseline then */

@@ -135,6 +135,47 @@ mi_tensor mi_tensor_rows(const mi_tensor *t, int r0, int n)
     return v;
 }
 
+void mi_tensor_keep_rows(mi_tensor *t, int n_runs, const int *r0, const int *rn)
+{
+    size_t qb = mi_dtype_q_row_bytes(t->dtype, (size_t)t->cols), db = t->d ? (size_t)(t->cols / MI_QK) : 0;
+    int to = 0;
+    for (int i = 0; i < n_runs; to += rn[i++]) { /* runs ascend: every row moves down or stays */
+        memmove((char *)t->q + (size_t)to * qb, (char *)t->q + (size_t)r0[i] * qb, (size_t)rn[i] * qb);
+        if (db)
+            memmove(t->d + (size_t)to * db, t->d + (size_t)r0[i] * db, (size_t)rn[i] * db * sizeof *t->d);
+    }
+    t->rows = to;
+}
+
+int mi_tensor_keep_cols(mi_tensor *t, int n_runs, const int *c0, const int *cn)
+{
+    int blocked = mi_dtype_blocked(t->dtype), nk = 0;
+    for (int i = 0; i < n_runs; i++) {
+        if (blocked && (c0[i] % MI_QK || cn[i] % MI_QK))
+            return -1;
+        nk += cn[i];
+    }
+    /* bytes per column of the values (q4_0: half a byte, so runs of whole blocks are whole bytes) */
+    size_t qb = mi_dtype_q_row_bytes(t->dtype, (size_t)t->cols), nqb = mi_dtype_q_row_bytes(t->dtype, (size_t)nk);
+    size_t db = t->d ? (size_t)(t->cols / MI_QK) : 0, ndb = t->d ? (size_t)(nk / MI_QK) : 0;
+    for (int r = 0; r < t->rows; r++) { /* each row packs down to its new stride: never past a later read */
+        char *src = (char *)t->q + (size_t)r * qb, *dst = (char *)t->q + (size_t)r * nqb;
+        uint16_t *ds = db ? t->d + (size_t)r * db : NULL, *dd = db ? t->d + (size_t)r * ndb : NULL;
+        size_t o = 0, od = 0;
+        for (int i = 0; i < n_runs; i++) {
+            size_t a = mi_dtype_q_row_bytes(t->dtype, (size_t)c0[i]), n = mi_dtype_q_row_bytes(t->dtype, (size_t)cn[i]);
+            memmove(dst + o, src + a, n);
+            o += n;
+            if (db) {
+                memmove(dd + od, ds + c0[i] / MI_QK, (size_t)(cn[i] / MI_QK) * sizeof *dd);
+                od += (size_t)(cn[i] / MI_QK);
+            }
+        }
+    }
+    t->cols = nk;
+    return 0;
+}
+
 void mi_tensor_row_f32(const mi_tensor *t, int r, float *out)
 {
     const char *q = (const char *)t->q + (size_t)r * mi_dtype_q_row_bytes(t->dtype, (size_t)t->cols);

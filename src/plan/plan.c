@@ -339,6 +339,35 @@ int mi_plan_wire(const mi_plan *plan, int l)
     return l < 0 || !plan->layers ? plan->wire : mi_wire_narrower(plan->layers[l].wire, plan->wire);
 }
 
+int mi_plan_ffn_kept(const mi_plan *plan, int l, int u0, int n, int *r0, int *rn)
+{
+    uint64_t m = plan->layers && l >= 0 ? plan->layers[l].ffn_pruned : 0;
+    int S = plan->ffn_shard, k = 0;
+    if (!m || S <= 0) {
+        r0[0] = u0, rn[0] = n;
+        return n > 0;
+    }
+    for (int u = u0; u < u0 + n;) {
+        int s = u / S, end = (s + 1) * S < u0 + n ? (s + 1) * S : u0 + n;
+        if (!(m >> s & 1)) {
+            if (k > 0 && r0[k - 1] + rn[k - 1] == u)
+                rn[k - 1] += end - u;
+            else
+                r0[k] = u, rn[k++] = end - u;
+        }
+        u = end;
+    }
+    return k;
+}
+
+int mi_plan_ffn_kept_units(const mi_plan *plan, int l, int u0, int n)
+{
+    int r0[MI_MAX_PRUNE_RUNS], rn[MI_MAX_PRUNE_RUNS], k = mi_plan_ffn_kept(plan, l, u0, n, r0, rn), units = 0;
+    for (int i = 0; i < k; i++)
+        units += rn[i];
+    return units;
+}
+
 int mi_plan_validate(const mi_plan *plan, const mi_cluster *cl, char *err)
 {
     const mi_config *c = &plan->cfg;
@@ -347,8 +376,17 @@ int mi_plan_validate(const mi_plan *plan, const mi_cluster *cl, char *err)
         return mi_set_error(err, "plan: %d ranks is outside [1, %d]", n, MI_MAX_RANKS);
     if (plan->wire != MI_F32 && plan->wire != MI_F16 && plan->wire != MI_Q8_0)
         return mi_set_error(err, "plan: wire dtype %s is not one of fp32, fp16, q8_0", mi_dtype_name(plan->wire));
+    int S = plan->ffn_shard;
+    if (S && (S < 0 || S % 32 || c->hidden_dim % S || c->hidden_dim / S < 2 || c->hidden_dim / S > 64))
+        return mi_set_error(err, "plan: FFN pruning shards of %d units do not divide hidden_dim %d into 2 to 64 "
+                                 "shards of whole 32-unit blocks", S, c->hidden_dim);
     for (int l = 0; l < c->n_layers; l++) {
         const mi_layer_plan *lp = &plan->layers[l];
+        uint64_t m = lp->ffn_pruned;
+        if (m && (!S || (c->hidden_dim / S < 64 && m >> (c->hidden_dim / S)) ||
+                  __builtin_popcountll(m) > c->hidden_dim / S / 2))
+            return mi_set_error(err, "plan: layer %d prunes FFN shards outside its %d, or more than half of them", l,
+                                S ? c->hidden_dim / S : 0);
         if (lp->wire != MI_F32 && lp->wire != MI_F16 && lp->wire != MI_Q8_0)
             return mi_set_error(err, "plan: layer %d: wire dtype %s is not one of fp32, fp16, q8_0", l,
                                 mi_dtype_name(lp->wire));
@@ -834,9 +872,9 @@ int mi_plan_mark_speculation(mi_plan *plan, const mi_cluster *cl, const double *
 int *mi_plan_serialize(const mi_plan *plan, size_t *n_ints)
 {
     const mi_config *c = &plan->cfg;
-    size_t n = 8 + (size_t)plan->n_cls * 3 + 3 + 3 * (size_t)plan->n_cols + 2 * MI_N_PRUNED_XCH;
+    size_t n = 9 + (size_t)plan->n_cls * 3 + 3 + 3 * (size_t)plan->n_cols + 2 * MI_N_PRUNED_XCH;
     for (int l = 0; l < c->n_layers; l++)
-        n += (size_t)c->n_kv_heads + 5 + MI_N_LAYER_MATS + 3 * (size_t)plan->layers[l].n_ffn;
+        n += (size_t)c->n_kv_heads + 7 + MI_N_LAYER_MATS + 3 * (size_t)plan->layers[l].n_ffn;
     if (plan->keep)
         for (size_t i = 0; i < n_keep(plan); i++)
             n += 1 + (size_t)plan->keep[i].n;
@@ -848,6 +886,7 @@ int *mi_plan_serialize(const mi_plan *plan, size_t *n_ints)
     *q++ = plan->controller_works;
     *q++ = plan->kv_positions > 0 ? plan->kv_positions : c->seq_len;
     *q++ = plan->wire;
+    *q++ = plan->ffn_shard;
     *q++ = plan->n_cls;
     for (int i = 0; i < plan->n_cls; i++) {
         *q++ = plan->cls[i].rank;
@@ -862,6 +901,8 @@ int *mi_plan_serialize(const mi_plan *plan, size_t *n_ints)
         *q++ = lp->speculate;
         *q++ = lp->accept_permille;
         *q++ = lp->wire;
+        *q++ = (int)(uint32_t)lp->ffn_pruned;
+        *q++ = (int)(uint32_t)(lp->ffn_pruned >> 32);
         /* the weight dtypes travel with the plan: seed 003's computation
          * scaling re-places to the same shards in lower dtypes */
         for (int m = 0; m < MI_N_LAYER_MATS; m++)
@@ -922,6 +963,7 @@ int mi_plan_deserialize(const int *b, size_t n, const mi_config *c, mi_plan *pla
     if (plan->kv_positions < 1 || plan->kv_positions > c->seq_len)
         goto bad;
     NEXT(plan->wire);
+    NEXT(plan->ffn_shard);
     NEXT(plan->n_cls);
     if (plan->n_cls < 1 || plan->n_cls > MI_MAX_RANKS)
         goto bad;
@@ -940,6 +982,10 @@ int mi_plan_deserialize(const int *b, size_t n, const mi_config *c, mi_plan *pla
         NEXT(lp->speculate);
         NEXT(lp->accept_permille);
         NEXT(lp->wire);
+        int lo, hi;
+        NEXT(lo);
+        NEXT(hi);
+        lp->ffn_pruned = (uint64_t)(uint32_t)lo | (uint64_t)(uint32_t)hi << 32;
         for (int m = 0; m < MI_N_LAYER_MATS; m++) {
             int t;
             NEXT(t);

@@ -118,23 +118,70 @@ static double op_proj(mi_runtime *rt, const mi_op *op, const fwd *f)
     return 0;
 }
 
+/* Seed 003 4.3.1: a layer whose plan prunes FFN shards holds only the kept
+ * units' weights (load.c prune_layers): the up product fills the kept units
+ * of the op's slice, the pruned ones are zero (as a pruned model's), and the
+ * down product reads the kept units only. */
 static double op_ffn_up(mi_runtime *rt, const mi_op *op, const fwd *f)
 {
     const mi_layer *L = &rt->model.layers[op->layer];
     int W = rt->width[MI_BUF_HIDDEN], d = rt->width[MI_BUF_XN];
     float *h1 = rt->buf[MI_BUF_HIDDEN] + op->c0, *h3 = rt->s.h3;
-    product(rt, &L->w1, h1, W, rt->buf[MI_BUF_XN], d, f->T, 0);
-    product(rt, &L->w3, h3, op->n, rt->buf[MI_BUF_XN], d, f->T, 0);
-    for (int t = 0; t < f->T; t++)
-        mi_swiglu(h1 + (size_t)t * W, h3 + (size_t)t * op->n, (size_t)op->n);
+    int r0[MI_MAX_PRUNE_RUNS], rn[MI_MAX_PRUNE_RUNS], k = 1, nk = op->n;
+    if (rt->plan.layers[op->layer].ffn_pruned) {
+        k = mi_plan_ffn_kept(&rt->plan, op->layer, op->c0, op->n, r0, rn);
+        nk = L->w1.rows;
+    }
+    if (nk > 0) {
+        product(rt, &L->w1, h1, W, rt->buf[MI_BUF_XN], d, f->T, 0);
+        product(rt, &L->w3, h3, nk, rt->buf[MI_BUF_XN], d, f->T, 0);
+    }
+    for (int t = 0; t < f->T; t++) {
+        float *row = h1 + (size_t)t * W;
+        mi_swiglu(row, h3 + (size_t)t * nk, (size_t)nk);
+        if (nk == op->n)
+            continue;
+        /* kept units packed first -> their places, last run first (each moves right or stays) */
+        int at = nk;
+        for (int i = k - 1; i >= 0; i--) {
+            at -= rn[i];
+            memmove(row + (r0[i] - op->c0), row + at, (size_t)rn[i] * sizeof(float));
+        }
+        for (int i = 0, u = op->c0; i <= k; i++) { /* the gaps between runs, and after the last */
+            int end = i < k ? r0[i] : op->c0 + op->n;
+            memset(row + (u - op->c0), 0, (size_t)(end - u) * sizeof(float));
+            if (i < k)
+                u = r0[i] + rn[i];
+        }
+    }
     return 0;
 }
 
 static double op_ffn_down(mi_runtime *rt, const mi_op *op, const fwd *f)
 {
     const mi_layer *L = &rt->model.layers[op->layer];
-    product(rt, &L->w2, rt->buf[op->buf] + op->c0, rt->width[op->buf], rt->buf[op->in] + op->i0,
-            rt->width[op->in], f->T, op->flags & MI_OPF_ADD);
+    float *y = rt->buf[op->buf] + op->c0;
+    const float *x = rt->buf[op->in] + op->i0;
+    int ldx = rt->width[op->in];
+    if (rt->plan.layers[op->layer].ffn_pruned) {
+        /* the kept units side by side (h3 is free: the up product's is used up) */
+        int r0[MI_MAX_PRUNE_RUNS], rn[MI_MAX_PRUNE_RUNS], k = mi_plan_ffn_kept(&rt->plan, op->layer, op->i0, op->ni,
+                                                                              r0, rn);
+        int nk = L->w2.cols;
+        float *packed = rt->s.h3;
+        for (int t = 0; t < f->T; t++)
+            for (int i = 0, at = 0; i < k; at += rn[i++])
+                memcpy(packed + (size_t)t * nk + at, x + (size_t)t * ldx + (r0[i] - op->i0),
+                       (size_t)rn[i] * sizeof(float));
+        if (nk == 0) { /* every unit of this slice pruned: it contributes nothing */
+            for (int t = 0; t < f->T && !(op->flags & MI_OPF_ADD); t++)
+                memset(y + (size_t)t * rt->width[op->buf], 0, (size_t)op->n * sizeof(float));
+            return 0;
+        }
+        x = packed;
+        ldx = nk;
+    }
+    product(rt, &L->w2, y, rt->width[op->buf], x, ldx, f->T, op->flags & MI_OPF_ADD);
     return 0;
 }
 

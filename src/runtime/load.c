@@ -58,6 +58,35 @@ static int convert_layers(mi_runtime *rt, char *err)
     return 0;
 }
 
+/* Seed 003 4.3.1, shard-wise pruning at run time: the FFN units the plan
+ * prunes leave this rank's w1 and w3 rows and w2 columns, packed in place,
+ * so the products skip them (exec.c op_ffn_up, op_ffn_down). A layer whose
+ * pruning changes is reloaded first (migrate.c), so what is packed away comes
+ * back exact. Returns 0 or -1 with err. */
+static int prune_layers(mi_runtime *rt, char *err)
+{
+    const mi_plan *p = &rt->plan;
+    for (int l = 0; l < p->cfg.n_layers; l++) {
+        mi_layer *L = &rt->model.layers[l];
+        const mi_layer_spec *sp = &L->spec;
+        if (!p->layers[l].ffn_pruned || (rt->keep_layers && rt->keep_layers[l]) || (!sp->nf && !sp->w2_rows))
+            continue;
+        int r0[MI_MAX_PRUNE_RUNS], rn[MI_MAX_PRUNE_RUNS], k = mi_plan_ffn_kept(p, l, sp->f0, sp->nf, r0, rn);
+        for (int i = 0; i < k; i++)
+            r0[i] -= sp->f0;
+        if (sp->nf) {
+            mi_tensor_keep_rows(&L->w1, k, r0, rn);
+            mi_tensor_keep_rows(&L->w3, k, r0, rn);
+        }
+        if (sp->w2_rows) /* somegather: w2 rows over every unit, the pruned ones dropped everywhere */
+            k = mi_plan_ffn_kept(p, l, 0, p->cfg.hidden_dim, r0, rn);
+        if (L->w2.rows && mi_tensor_keep_cols(&L->w2, k, r0, rn))
+            return mi_set_error(err, "layer %d: pruned FFN shards cut the %s blocks of w2", l,
+                                mi_dtype_name(L->w2.dtype));
+    }
+    return 0;
+}
+
 void rt_load_shard(mi_runtime *rt)
 {
     const mi_runtime_options *opt = &rt->opt;
@@ -119,6 +148,8 @@ void rt_load_shard(mi_runtime *rt)
             mi_fatal("%s", err);
     }
     rc = convert_layers(rt, err);
+    if (!rc)
+        rc = prune_layers(rt, err);
     mi_check_all(rc != 0, err);
     rt->model.cfg = rt->plan.cfg;
     if (memcmp(rt->plan.cfg.dtype, rt->stored_dtype, sizeof rt->stored_dtype)) {

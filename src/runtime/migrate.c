@@ -33,7 +33,9 @@ void rt_replan_local(mi_runtime *rt, const mi_plan *np, int n_pos)
     for (int l = 0; l < L && !rt->opt.scatter; l++) {
         const mi_layer_spec *a = &os.layers[l];
         keep[l] = (a->n_kv || a->proj || a->nf) && !memcmp(a, &ns.layers[l], sizeof *a) &&
-                  !memcmp(c->dtype[l], np->cfg.dtype[l], sizeof c->dtype[l]);
+                  !memcmp(c->dtype[l], np->cfg.dtype[l], sizeof c->dtype[l]) &&
+                  rt->plan.layers[l].ffn_pruned == np->layers[l].ffn_pruned &&
+                  (!rt->plan.layers[l].ffn_pruned || rt->plan.ffn_shard == np->ffn_shard);
         if (keep[l]) {
             kept[l] = rt->model.layers[l];
             memset(&rt->model.layers[l], 0, sizeof kept[l]); /* teardown must not free it */

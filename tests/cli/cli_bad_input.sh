@@ -239,9 +239,9 @@ expect_error "calibration block for another rank count" "calibration.n_ranks mus
 expect_error "--phase-plans unknown" "--phase-plans: 'sometimes' is not" "$bin" generate -m "$model" --phase-plans sometimes
 expect_error "--energy without a target" "--energy spends the margin under a TPOT target .* it needs --tpot-ms" \
     "$bin" generate -m "$model" -n 2 --energy
-expect_error "--importance without a target" "--importance orders the layers runtime scaling lowers: it needs --tpot-ms" \
+expect_error "--importance without a target" "--importance orders the layers runtime scaling lowers \(it needs --tpot-ms\) and the FFN shards --prune-ffn drops" \
     "$bin" generate -m "$model" -n 2 --importance "$model"
-expect_error "--tpot-ms where nothing decodes" "perplexity: --tpot-ms, --importance and --energy shape a generation at run time" \
+expect_error "--tpot-ms where nothing decodes" "perplexity: --tpot-ms, --importance \(without --prune-ffn\) and --energy shape a generation at run time" \
     "$bin" perplexity -m "$model" --text "$tmp/empty.txt" --tpot-ms 5
 expect_error "calibrate without --out" "calibrate: --out is required" "$bin" calibrate
 # plan --json is JSON (a backspace once "erased" a brace in it), with the predictions per plan

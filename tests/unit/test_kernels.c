@@ -173,6 +173,47 @@ static void test_non_finite_gives_nan_scale(void)
     CU_ASSERT(isnan(mi_f32_from_fp16(d[1])));
 }
 
+/* Seed 003 4.3.1 pruning at run time packs the kept rows (w1, w3) and
+ * columns (w2) in place: each kept value decodes to what it was, for every
+ * dtype, and blocked columns cut inside a block are refused untouched. */
+static void test_tensor_keep(void)
+{
+    enum { R = 5, C = 128 };
+    float w[R * C], before[C], after[C];
+    for (int i = 0; i < R * C; i++)
+        w[i] = cosf(0.11f * (float)i) * (1 + i % 5);
+    mi_tensor f = {MI_F32, R, C, w, NULL};
+    int runs0[] = {32, 96}, runsn[] = {32, 32}; /* columns [32, 64) and [96, 128) */
+    int rows0[] = {1, 4}, rowsn[] = {2, 1};      /* rows 1, 2 and 4 */
+    for (int t = MI_F32; t <= MI_Q4_0; t++) {
+        void *m = aligned_alloc(64, 8192), *m2 = aligned_alloc(64, 8192);
+        mi_tensor a, ref;
+        CU_ASSERT_EQUAL_FATAL(mi_tensor_convert(&f, t, m, &a), 0);
+        CU_ASSERT_EQUAL_FATAL(mi_tensor_convert(&f, t, m2, &ref), 0);
+        mi_tensor_keep_rows(&a, 2, rows0, rowsn);
+        CU_ASSERT_EQUAL(a.rows, 3);
+        int from[] = {1, 2, 4};
+        for (int r = 0; r < 3; r++) {
+            mi_tensor_row_f32(&ref, from[r], before);
+            mi_tensor_row_f32(&a, r, after);
+            CU_ASSERT_EQUAL(memcmp(before, after, sizeof before), 0);
+        }
+        CU_ASSERT_EQUAL_FATAL(mi_tensor_keep_cols(&a, 2, runs0, runsn), 0);
+        CU_ASSERT_EQUAL(a.cols, 64);
+        for (int r = 0; r < 3; r++) {
+            mi_tensor_row_f32(&ref, from[r], before);
+            mi_tensor_row_f32(&a, r, after);
+            CU_ASSERT_EQUAL(memcmp(before + 32, after, 32 * sizeof(float)), 0);
+            CU_ASSERT_EQUAL(memcmp(before + 96, after + 32, 32 * sizeof(float)), 0);
+        }
+        int cut0[] = {16}, cutn[] = {32};
+        CU_ASSERT_EQUAL(mi_tensor_keep_cols(&a, 1, cut0, cutn), mi_dtype_blocked(t) ? -1 : 0);
+        CU_ASSERT_EQUAL(a.cols, mi_dtype_blocked(t) ? 64 : 32);
+        free(m);
+        free(m2);
+    }
+}
+
 /* Seed 003 computation scaling re-encodes a held tensor: row by row the
  * same bytes as quantizing its fp32 values, q8_0 -> q4_0 through fp32 too,
  * and a blocked dtype refused where the columns are not whole blocks. */
@@ -506,6 +547,7 @@ int main(void)
     CU_add_test(s, "non-finite input gives a NaN block scale", test_non_finite_gives_nan_scale);
     CU_add_test(s, "row sizes and dtype names", test_sizes);
     CU_add_test(s, "tensor re-encoded in another dtype (computation scaling)", test_tensor_convert);
+    CU_add_test(s, "pruned rows and columns packed in place, every dtype", test_tensor_keep);
     CU_add_test(s, "wire encodings: sizes, short last block, error bounds", test_wire_round_trip);
     CU_pSuite k = CU_add_suite("kernel families", NULL, NULL);
     CU_add_test(k, "scalar reference vs exact dot (activation rounding bound)", test_scalar_vs_exact);

@@ -188,6 +188,61 @@ static void test_layer_wire(void)
     mi_plan_free(&plan);
 }
 
+/* Seed 003 4.3.1 pruning at run time: the kept runs of a slice, cut at
+ * shard boundaries and merged across kept neighbours; the masks travel with
+ * the plan; more than half of a layer's shards, or shards outside it,
+ * refused; the cost model charges the FFN for the kept units only. */
+static void test_ffn_pruned(void)
+{
+    mi_config c;
+    mi_plan plan;
+    mi_programs p;
+    char err[MI_ERRLEN];
+    CU_ASSERT_EQUAL_FATAL(make("stories15M", MI_PLANNER_TP, 2, MI_F32, &c, &plan, &p, err), 0);
+    mi_cluster cl;
+    mi_cluster_default(&cl, 2, 1e9);
+    mi_prediction full, pruned;
+    mi_predict(&plan, &p, &cl, 64, &full);
+    int r0[MI_MAX_PRUNE_RUNS], rn[MI_MAX_PRUNE_RUNS];
+    CU_ASSERT_EQUAL(mi_plan_ffn_kept(&plan, 1, 100, 300, r0, rn), 1); /* nothing pruned: the slice whole */
+    CU_ASSERT_EQUAL(r0[0], 100);
+    CU_ASSERT_EQUAL(rn[0], 300);
+    plan.ffn_shard = 64; /* 12 shards of 768 */
+    plan.layers[1].ffn_pruned = (1u << 2) | (1u << 3) | (1u << 6);
+    /* [100, 400): kept [100, 128), pruned [128, 256), kept [256, 384), pruned [384, 400) */
+    CU_ASSERT_EQUAL_FATAL(mi_plan_ffn_kept(&plan, 1, 100, 300, r0, rn), 2);
+    CU_ASSERT_EQUAL(r0[0], 100);
+    CU_ASSERT_EQUAL(rn[0], 28);
+    CU_ASSERT_EQUAL(r0[1], 256);
+    CU_ASSERT_EQUAL(rn[1], 128);
+    CU_ASSERT_EQUAL(mi_plan_ffn_kept_units(&plan, 1, 0, 768), 768 - 3 * 64);
+    CU_ASSERT_EQUAL(mi_plan_ffn_kept_units(&plan, 0, 0, 768), 768);
+    CU_ASSERT_EQUAL(mi_plan_validate(&plan, NULL, err), 0);
+    mi_predict(&plan, &p, &cl, 64, &pruned);
+    CU_ASSERT(pruned.token_s < full.token_s);
+    size_t n;
+    int *b = mi_plan_serialize(&plan, &n);
+    mi_plan back;
+    CU_ASSERT_EQUAL_FATAL(mi_plan_deserialize(b, n, &c, &back, err), 0);
+    CU_ASSERT_EQUAL(back.ffn_shard, 64);
+    CU_ASSERT_EQUAL(back.layers[1].ffn_pruned, plan.layers[1].ffn_pruned);
+    CU_ASSERT_EQUAL(back.layers[0].ffn_pruned, 0);
+    back.layers[2].ffn_pruned = 0x7f; /* 7 of 12 */
+    CU_ASSERT_NOT_EQUAL(mi_plan_validate(&back, NULL, err), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "layer 2 prunes FFN shards"));
+    back.layers[2].ffn_pruned = 1u << 12; /* past the last shard */
+    CU_ASSERT_NOT_EQUAL(mi_plan_validate(&back, NULL, err), 0);
+    back.layers[2].ffn_pruned = 0;
+    back.ffn_shard = 48;
+    CU_ASSERT_NOT_EQUAL(mi_plan_validate(&back, NULL, err), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "shards of 48 units"));
+    free(b);
+    mi_plan_free(&back);
+    mi_programs_free(&p);
+    mi_plan_free(&plan);
+    mi_cluster_free(&cl);
+}
+
 static void test_somegather_bytes_and_shards(void)
 {
     int Ds[] = {2, 3, 6};
@@ -305,6 +360,7 @@ int main(void)
     CU_add_test(s, "every planner: exchanges match, programs finish, bytes balance", test_every_planner);
     CU_add_test(s, "layer-wise moves the residual three times", test_layerwise_bytes);
     CU_add_test(s, "a layer's own wire dtype: its messages only, never wider, carried", test_layer_wire);
+    CU_add_test(s, "pruned FFN shards: kept runs, carried, validated, cheaper", test_ffn_pruned);
     CU_add_test(s, "somegather bytes, ops and shards", test_somegather_bytes_and_shards);
     CU_add_test(s, "somegather refuses D that does not fit the heads", test_somegather_refusals);
     CU_add_test(s, "reduction slices are whole blocks covering dim", test_wire_slices);
