@@ -199,7 +199,9 @@ static double median(const float *x, int n)
 
 /* Pruning moves are numbered after the precision ones: L + l * 64 + shard. */
 #define PRUNE_MOVE(L, l, s) ((L) + (l) * MI_MAX_PRUNE_SHARDS + (s))
-#define MAX_MOVES (MI_MAX_LAYERS * (2 + MI_MAX_PRUNE_SHARDS))
+/* room for the moves of n_layers (MI_MAX_LAYERS is 1024: sized by it, the array was a fresh mapping
+ * of 270 KB, faulted in page by page at every decision) */
+#define MAX_MOVES(L) ((size_t)(L) * (2 + MI_MAX_PRUNE_SHARDS))
 
 typedef struct {
     unsigned char dtype[MI_MAX_LAYERS][MI_N_LAYER_MATS];
@@ -207,9 +209,10 @@ typedef struct {
     int ffn_shard;
 } weights_state;
 
+/* (the layers a plan has, not MI_MAX_LAYERS: a decision copies these a dozen times) */
 static void weights_get(const mi_plan *p, weights_state *w)
 {
-    memcpy(w->dtype, p->cfg.dtype, sizeof w->dtype);
+    memcpy(w->dtype, p->cfg.dtype, (size_t)p->cfg.n_layers * sizeof w->dtype[0]);
     for (int l = 0; l < p->cfg.n_layers; l++)
         w->pruned[l] = p->layers[l].ffn_pruned;
     w->ffn_shard = p->ffn_shard;
@@ -217,7 +220,7 @@ static void weights_get(const mi_plan *p, weights_state *w)
 
 static void weights_set(mi_plan *p, const weights_state *w)
 {
-    memcpy(p->cfg.dtype, w->dtype, sizeof w->dtype);
+    memcpy(p->cfg.dtype, w->dtype, (size_t)p->cfg.n_layers * sizeof w->dtype[0]);
     for (int l = 0; l < p->cfg.n_layers; l++)
         p->layers[l].ffn_pruned = w->pruned[l];
     p->ffn_shard = w->ffn_shard;
@@ -241,7 +244,7 @@ static int by_rise(const void *a, const void *b)
  * plan cannot take, a tensor-parallel shard not on whole blocks of 32, rules
  * the layer out); then, with prune and an importance file that ranks FFN
  * shards, the FFN shards r computes, least important first, at most half of
- * a layer's shards pruned. mv receives the steps (at most MAX_MOVES: a layer
+ * a layer's shards pruned. mv receives the steps (at most MAX_MOVES(n_layers): a layer
  * number for a precision step, PRUNE_MOVE for a shard); the plan is left as
  * it was. Returns the number of steps. */
 static int weight_moves(mi_session *ss, int r, int prune, int *mv)
@@ -259,7 +262,16 @@ static int weight_moves(mi_session *ss, int r, int prune, int *mv)
     }
     free(ls);
     unsigned char orig[MI_MAX_LAYERS][MI_N_LAYER_MATS];
-    memcpy(orig, c->dtype, sizeof orig);
+    memcpy(orig, c->dtype, (size_t)L * sizeof orig[0]);
+    /* the config's own check (blocked dtypes need dim and hidden_dim in whole blocks) is the same
+     * for every layer: asked once per dtype, not at every step (it was a third of a decision) */
+    int cfg_ok[2];
+    char err[MI_ERRLEN];
+    for (int i = 0; i < 2; i++) {
+        memset(c->dtype[0], i ? MI_Q4_0 : MI_Q8_0, sizeof c->dtype[0]);
+        cfg_ok[i] = !mi_config_validate(c, err);
+        memcpy(c->dtype[0], orig[0], sizeof orig[0]);
+    }
     for (;;) {
         int best = -1;
         for (int l = 0; l < L; l++)
@@ -270,7 +282,7 @@ static int weight_moves(mi_session *ss, int r, int prune, int *mv)
         unsigned char keep[MI_N_LAYER_MATS];
         memcpy(keep, c->dtype[best], sizeof keep);
         memset(c->dtype[best], step[best] == 0 ? MI_Q8_0 : MI_Q4_0, sizeof keep);
-        if (!plan_ok(ss)) {
+        if (!cfg_ok[step[best]] || mi_plan_validate(&ss->plan, NULL, err)) {
             memcpy(c->dtype[best], keep, sizeof keep);
             held[best] = 0;
             continue;
@@ -278,7 +290,7 @@ static int weight_moves(mi_session *ss, int r, int prune, int *mv)
         step[best]++;
         mv[n++] = best;
     }
-    memcpy(c->dtype, orig, sizeof orig);
+    memcpy(c->dtype, orig, (size_t)L * sizeof orig[0]);
     const mi_importance *imp = ss->imp;
     int S = imp ? imp->ffn_shard : 0;
     if (!prune || S <= 0 || (ss->plan.ffn_shard && ss->plan.ffn_shard != S))
@@ -347,7 +359,7 @@ static void describe_pruned(const weights_state *from, const mi_plan *p, char *o
 static int lower_weights(mi_session *ss, int r, double slow, double now, int n_pos, session_decision *d)
 {
     mi_config *c = &ss->plan.cfg;
-    int *mv = mi_malloc(MAX_MOVES * sizeof *mv, "scaling moves"), n = weight_moves(ss, r, 1, mv);
+    int *mv = mi_malloc(MAX_MOVES(c->n_layers) * sizeof *mv, "scaling moves"), n = weight_moves(ss, r, 1, mv);
     if (n == 0) {
         free(mv);
         return 0;
@@ -601,6 +613,29 @@ static int room_to_undo(mi_session *ss, int k, double now, int n_pos, session_de
     return 1;
 }
 
+/* A decision's first run faulted in the pages it touches (its stack frames,
+ * the undo record, code): on this VM 20-30 us a page, 0.1-0.4 ms for a
+ * decision whose work takes tens of us. So once the baseline is taken, every
+ * path a decision takes runs once on the plan as it is and is undone, and the
+ * undo records are written, while no target is at stake. */
+static void warm_up(mi_session *ss, double now, int n_pos)
+{
+    for (int i = 0; i < SESSION_MAX_DECISIONS; i++)
+        memset(&ss->undo[i], 0, sizeof ss->undo[i]);
+    weights_state w;
+    wires ww;
+    weights_get(&ss->plan, &w);
+    wires_get(&ss->plan, &ww);
+    session_decision d;
+    double per_byte;
+    for (int r = 0; r < ss->size; r++)
+        lower_weights(ss, r, 2.0, now, n_pos, &d);
+    weights_set(&ss->plan, &w);
+    lower_wire(ss, now, 0.5 * now, 0, &d, &per_byte);
+    wires_set(&ss->plan, &ww);
+    ss->busy_valid = 0;
+}
+
 void session_after_step(mi_session *ss, double step_s, int n_pos)
 {
     if (ss->n_tokens < SESSION_MAX_TOKENS)
@@ -630,6 +665,8 @@ void session_after_step(mi_session *ss, double step_s, int n_pos)
                     fprintf(stderr, " rank %d %.3f ms", r, per[r] * 1e3);
                 fputc('\n', stderr);
             }
+            if (!ss->has_base)
+                warm_up(ss, median(ss->token_ms + k - WINDOW, WINDOW) / 1e3, n_pos);
             ss->has_base = 1;
             ss->rebase_k = 0;
             ss->poll_k = -1;
@@ -731,7 +768,7 @@ void session_after_step(mi_session *ss, double step_s, int n_pos)
         wires curw;
         wires_get(&ss->plan, &curw);
         dd.restore = 1;
-        dd.weights = memcmp(cur.dtype, was.dtype, sizeof cur.dtype) != 0 ||
+        dd.weights = memcmp(cur.dtype, was.dtype, (size_t)ss->cfg.n_layers * sizeof cur.dtype[0]) != 0 ||
                      memcmp(cur.pruned, was.pruned, (size_t)ss->cfg.n_layers * sizeof *cur.pruned) != 0;
         dd.wire_to = u->wires.wire;
         weights_set(&ss->plan, &was);
