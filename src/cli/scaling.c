@@ -282,7 +282,10 @@ static int weight_moves(mi_session *ss, int r, int prune, int *mv)
         unsigned char keep[MI_N_LAYER_MATS];
         memcpy(keep, c->dtype[best], sizeof keep);
         memset(c->dtype[best], step[best] == 0 ? MI_Q8_0 : MI_Q4_0, sizeof keep);
-        if (!cfg_ok[step[best]] || mi_plan_validate(&ss->plan, NULL, err)) {
+        /* only a layer split across ranks (tensor parallelism) can cut blocks */
+        const mi_layer_plan *lp = &ss->plan.layers[best];
+        int split = lp->n_ffn > 1 || lp->proj_rank < 0;
+        if (!cfg_ok[step[best]] || (split && mi_plan_validate(&ss->plan, NULL, err))) {
             memcpy(c->dtype[best], keep, sizeof keep);
             held[best] = 0;
             continue;
@@ -354,7 +357,8 @@ static void describe_pruned(const weights_state *from, const mi_plan *p, char *o
 /* Computation scaling on slowed rank r: of its steps (weight_moves), the
  * fewest (binary search) with which the cost model, with r slowed as
  * measured and scaled to the TPOT measured, meets AIM x target (all of them
- * if none does). Changes ss->plan's dtypes and describes them in d. Returns
+ * if none does). Changes ss->plan's dtypes and pruned shards and fills d's
+ * predicted_ms (the caller describes the change). Returns
  * the steps taken (0: nothing left to lower). */
 static int lower_weights(mi_session *ss, int r, double slow, double now, int n_pos, session_decision *d)
 {
@@ -386,8 +390,6 @@ static int lower_weights(mi_session *ss, int r, double slow, double now, int n_p
     }
     take_moves(ss, &orig, mv, lo);
     d->predicted_ms = scale * predict(ss, &cl, n_pos) * 1e3;
-    describe(orig.dtype, c->dtype, c->n_layers, d->change, sizeof d->change);
-    describe_pruned(&orig, &ss->plan, d->change, sizeof d->change);
     free(dev);
     free(mv);
     return lo;
@@ -518,10 +520,7 @@ static int lower_wire(mi_session *ss, double now, double comm_s, int need_gain, 
     }
     d->wire_to = to;
     d->predicted_ms = low * 1e3;
-    if (uniform)
-        d->change[0] = 0;
-    else
-        describe_wires(&orig, p, d->change, sizeof d->change);
+    d->change[0] = 0; /* every message ("") or, described by the caller, some layers' */
     return 1;
 }
 
@@ -633,7 +632,6 @@ static void warm_up(mi_session *ss, double now, int n_pos)
     weights_set(&ss->plan, &w);
     lower_wire(ss, now, 0.5 * now, 0, &d, &per_byte);
     wires_set(&ss->plan, &ww);
-    ss->busy_valid = 0;
 }
 
 void session_after_step(mi_session *ss, double step_s, int n_pos)
@@ -673,7 +671,7 @@ void session_after_step(mi_session *ss, double step_s, int n_pos)
         }
         return;
     }
-    double t0 = mi_now();
+    double t0 = mi_now(), decided = 0;
     double now = median(ss->token_ms + k - WINDOW, WINDOW) / 1e3;
     int w = ss->plan.wire;
     session_decision dd;
@@ -714,7 +712,7 @@ void session_after_step(mi_session *ss, double step_s, int n_pos)
             span += ss->token_ms[i] / ((k - k0) * 1e3);
         int device = slow >= 0 && worst >= SLOWED && grew >= 0.5 * (span - ss->tpot_target_s);
         struct session_undo *u = &ss->undo[ss->n_undo];
-        memcpy(u->dtype, ss->plan.cfg.dtype, sizeof u->dtype);
+        memcpy(u->dtype, ss->plan.cfg.dtype, (size_t)ss->cfg.n_layers * sizeof u->dtype[0]);
         for (int l = 0; l < ss->cfg.n_layers; l++)
             u->ffn_pruned[l] = ss->plan.layers[l].ffn_pruned;
         u->ffn_shard = ss->plan.ffn_shard;
@@ -726,6 +724,12 @@ void session_after_step(mi_session *ss, double step_s, int n_pos)
         if (ss->last_was_probe && k - ss->last_change <= 2 * DIAG)
             ss->hold *= 2; /* the probe failed */
         if (device && lower_weights(ss, slow, worst, now, n_pos, &dd) > 0) {
+            decided = mi_now();
+            weights_state was;
+            memcpy(was.dtype, u->dtype, (size_t)ss->cfg.n_layers * sizeof was.dtype[0]);
+            memcpy(was.pruned, u->ffn_pruned, (size_t)ss->cfg.n_layers * sizeof was.pruned[0]);
+            describe(was.dtype, ss->plan.cfg.dtype, ss->cfg.n_layers, dd.change, sizeof dd.change);
+            describe_pruned(&was, &ss->plan, dd.change, sizeof dd.change);
             dd.weights = 1;
             dd.rank = slow;
             dd.slowdown = worst;
@@ -740,6 +744,9 @@ void session_after_step(mi_session *ss, double step_s, int n_pos)
         } else if (lower_wire(ss, now, comm_of(ss, now, per), device, &dd, &u->comm_per_byte)) {
             /* no device slowed enough to explain it: the time went to the links,
              * which fewer bytes relieve */
+            decided = mi_now();
+            if (ss->plan.wire == u->wires.wire) /* some layers' messages, not every one */
+                describe_wires(&u->wires, &ss->plan, dd.change, sizeof dd.change);
             dd.slowdown = worst;
             if (device)
                 snprintf(dd.trigger, sizeof dd.trigger, "TPOT %.2f ms over the %.2f ms target; %s (rank %d) computes "
@@ -790,8 +797,9 @@ void session_after_step(mi_session *ss, double step_s, int n_pos)
         return;
     }
     dd.token = k;
-    /* a probe's polls are reported apart (poll_ms), as a diagnosis's are */
-    dd.decide_us = (mi_now() - t0) * 1e6 - (dd.restore ? dd.poll_ms * 1e3 : 0.0);
+    /* the decision, not the formatting of its log line (printf's code, cold after a decode step,
+     * was a third of it); a probe's polls are reported apart (poll_ms), as a diagnosis's are */
+    dd.decide_us = ((decided > 0 ? decided : mi_now()) - t0) * 1e6 - (dd.restore ? dd.poll_ms * 1e3 : 0.0);
     double t1 = mi_now();
     install(ss, n_pos);
     dd.apply_ms = (mi_now() - t1) * 1e3;
