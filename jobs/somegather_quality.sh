@@ -15,8 +15,13 @@
 #   out-of-distribution text: Moby Dick chapters 1-3, the first 1024 tokens
 # Writes results/somegather/quality.csv, quality.md, pruning.png and loss.png
 # and prints the tables.
+# --for-auto instead measures only communication-aware pruning on the
+# in-distribution text at r in {0, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 0.9} and
+# writes DIR/somegather-quality-D.json, the file `--planner auto --ppl-budget
+# PCT --somegather-quality FILE` chooses somegather's pruning ratio from
+# (about a minute on 3 ranks).
 #
-# usage: jobs/somegather_quality.sh [--ranks D] [--seeds N] [--model FILE] [--out DIR]
+# usage: jobs/somegather_quality.sh [--ranks D] [--seeds N] [--model FILE] [--out DIR] [--for-auto]
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
@@ -26,7 +31,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$root/build/meshinfer"
 model="$root/models/cache/stories15M.h5"
 out="$root/results/somegather"
-ranks=3 seeds=5
+ranks=3 seeds=5 for_auto=0
 fail() { echo "somegather_quality: error: $*" >&2; exit 1; }
 while (($#)); do
     case "$1" in
@@ -35,6 +40,7 @@ while (($#)); do
         --seeds) seeds=$2; shift 2 ;;
         --model) model=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
+        --for-auto) for_auto=1; shift ;;
         *) fail "unknown option '$1' (see --help)" ;;
     esac
 done
@@ -61,6 +67,34 @@ if [[ ! -s "$stories" ]]; then
         echo
     done > "$stories.partial"
     mv "$stories.partial" "$stories"
+fi
+
+if ((for_auto)); then
+    json="$out/somegather-quality-$ranks.json"
+    pts=()
+    for r in 0 0.01 0.02 0.05 0.1 0.25 0.5 0.9; do
+        say "pruning r = $r on $ranks ranks..."
+        mpi -np "$ranks" "$bin" perplexity -m "$model" --text "$stories" --planner somegather --prune "$r" --json \
+            > "$out/run.json" 2>"$out/err" || fail "perplexity --prune $r: $(tail -1 "$out/err")"
+        pts+=("$r" "$(node -e 'console.log(JSON.parse(require("fs").readFileSync(process.argv[1])).perplexity)' "$out/run.json")")
+    done
+    tokens=$(node -e 'console.log(JSON.parse(require("fs").readFileSync(process.argv[1])).tokens)' "$out/run.json")
+    rm -f "$out/run.json" "$out/err"
+    "$bin" info -m "$model" --json > "$out/info.json" 2>/dev/null || fail "meshinfer info -m $model failed"
+    node - "$out/info.json" "$ranks" "$tokens" "${pts[@]}" > "$json.partial" <<'JS'
+const fs = require("fs");
+const [info, ranks, tokens, ...pts] = process.argv.slice(2);
+const c = JSON.parse(fs.readFileSync(info));
+const points = [];
+for (let i = 0; i < pts.length; i += 2) points.push({r: +pts[i], perplexity: +pts[i + 1]});
+console.log(JSON.stringify({model: c.name, n_layers: c.n_layers, dim: c.dim, ranks: +ranks, prune_mode: "aware",
+  text: "stories the model samples itself (jobs/precision_quality.sh's)", tokens: +tokens, points}, null, 1));
+JS
+    rm -f "$out/info.json"
+    mv "$json.partial" "$json"
+    cat "$json"
+    say "wrote $json"
+    exit 0
 fi
 
 csv="$out/quality.csv.partial"

@@ -235,6 +235,12 @@ out=$(run -np 3 "$bin" generate -m "$model" -p "$prompt" -n 38 --cluster "$tmp/t
 if [[ "$out" == "$want" ]] && grep -q "planner auto: [a-z]* (predicted TTFT" "$tmp/err"; then
     ok "--planner auto: $(grep -o 'planner auto: [a-z]*' "$tmp/err"), one-rank text"
 else bad "--planner auto: '$out' $(cat "$tmp/err")"; fi
+printf '{"model": "stories15M", "n_layers": 6, "dim": 288, "ranks": 3, "points": [{"r": 0, "perplexity": 3.58}, {"r": 0.02, "perplexity": 3.6}, {"r": 0.05, "perplexity": 55.2}]}' > "$tmp/sgq.json"
+out=$(run -np 3 "$bin" generate -m "$model" -p "$prompt" -n 38 --cluster "$tmp/tight3.json" --planner auto \
+      --ppl-budget 5 --somegather-quality "$tmp/sgq.json" 2>"$tmp/err")
+grep -q "planner auto: [a-z]* (predicted .* somegather at r = 0.02 (measured perplexity 3.600, +0.6%; budget 5%)" "$tmp/err" &&
+    [[ -n "$out" ]] && ok "--planner auto --ppl-budget 5: somegather judged at r = 0.02, $(grep -o 'planner auto: [a-z]*' "$tmp/err") run" ||
+    bad "--planner auto --ppl-budget: $(head -2 "$tmp/err")"
 # seed 003 shard-wise pruning: a model with 3 of every layer's 12 FFN shards pruned (hidden_dim 576; an
 # importance file that ranks shards differently per layer) gives the one-rank text on 3 ranks, per scheme
 node -e 'const L = []; for (let l = 0; l < 6; l++) L.push({layer: l, q8_0: 0.01 * (6 - l), q4_0: 0.02 * (6 - l),

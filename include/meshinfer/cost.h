@@ -69,6 +69,7 @@ typedef struct {
                               what the request is judged by */
     double bytes_per_token;/* decode payload per token, all ranks */
     double plan_ms;        /* planner time (both phases) */
+    double prune;          /* somegather: the pruning ratio it was planned with (base->prune) */
 } mi_compare_row;
 #define MI_COMPARE_MAX 8
 
@@ -80,7 +81,8 @@ void mi_request_defaults(int seq_len, int *n_prompt, int *n_steps);
 
 /* Issue 10 item 6 (`plan --planner all`, `--planner auto`): plan model c on
  * cluster cl with each scheme worth choosing (layerwise, greedy, tp,
- * somegather, hybrid with both phases), options from base (planner,
+ * somegather, at base->prune: its best ratio within a perplexity budget,
+ * mi_sg_quality_best; hybrid with both phases), options from base (planner,
  * controller_works and speculation set per scheme), and predict a request
  * of n_prompt prompt tokens (prefill passes of `chunk`) and n_steps decoded
  * tokens. Fills rows[0..*n_rows) (MI_COMPARE_MAX room) and returns the index

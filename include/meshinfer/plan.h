@@ -241,6 +241,31 @@ const mi_keep *mi_plan_keep(const mi_plan *plan, int l, int x, int rank);
  * model file unreadable). */
 int mi_plan_prune(mi_plan *plan, const char *model_path, const double *ratio, int mode, char *err);
 
+/* Seed 002's pruning within a perplexity budget (issue 10 item 6,
+ * `--planner auto`): somegather's perplexity at several pruning ratios r,
+ * measured on `ranks` ranks (jobs/somegather_quality.sh writes the file:
+ * {"model", "n_layers", "dim", "ranks", "prune_mode": "aware", "text",
+ * "tokens", "points": [{"r": 0, "perplexity": P0}, {"r": 0.25, ...}, ...]}). */
+#define MI_MAX_QUALITY_POINTS 16
+typedef struct {
+    int ranks;                             /* the job size the perplexities were measured on */
+    int n;                                 /* points, r ascending, the first r = 0 */
+    double r[MI_MAX_QUALITY_POINTS];       /* pruning ratio in [0, 1) */
+    double perplexity[MI_MAX_QUALITY_POINTS];
+} mi_sg_quality;
+
+/* Load path for model c. Returns 0, or -1 with one line in err: unreadable,
+ * a JSON syntax error (its position), an unknown or duplicate key, another
+ * model (name, n_layers or dim), a prune_mode other than "aware", points not
+ * ascending from r = 0, an r outside [0, 1), a perplexity not finite and
+ * positive, more than MI_MAX_QUALITY_POINTS points. */
+int mi_sg_quality_load(const char *path, const mi_config *c, mi_sg_quality *q, char *err);
+
+/* The largest measured r whose perplexity is at most (1 + budget) times the
+ * unpruned one (budget a fraction, e.g. 0.05), its perplexity in *ppl; 0 (and
+ * the unpruned perplexity) when no pruned point is within the budget. */
+double mi_sg_quality_best(const mi_sg_quality *q, double budget, double *ppl);
+
 /* Send lists with n < 0 (left out of a plan file) become every column
  * their rank owns. */
 void mi_plan_fill_keep(mi_plan *plan);
@@ -272,6 +297,9 @@ typedef struct {
     int wire;               /* wire dtype of activation messages (mi_plan.wire); 0 = fp32 */
     int prefill;            /* hybrid: plan for the prefill phase (1) or for decode (0) */
     int prefill_T;          /* hybrid, prefill: positions per pass judged (0: 64, the runtime's chunk) */
+    double prune;           /* somegather: this fraction of each rank's columns left out of every exchange,
+                               communication-aware (mi_plan_prune from the weights at weights_path); 0: none */
+    const char *weights_path;
 } mi_plan_options;
 
 /* Planner names as on the command line: layerwise roundrobin random greedy tp somegather hybrid. */

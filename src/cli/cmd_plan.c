@@ -33,6 +33,10 @@ static void help(void)
            "                        tensor parallelism per layer and sublayer, for prefill and decode\n"
            "                        apart; all prints every plan, then a table of every scheme's\n"
            "                        predicted TTFT and TPOT; auto prints the table and the fastest plan\n"
+           "  --ppl-budget PCT      with all or auto: somegather at the largest pruning ratio r whose\n"
+           "                        perplexity, measured on this cluster's rank count, is within PCT%%\n"
+           "                        of the unpruned one (seed 002's pruning; needs --somegather-quality)\n"
+           "  --somegather-quality FILE   those perplexities (jobs/somegather_quality.sh writes it)\n"
            "  --prompt-tokens N     prompt length of the predicted TTFT (default 32, or a quarter of a\n"
            "                        shorter context)\n"
            "  --steps N             decoded tokens of the predicted TPOT (default 128, or the rest)\n"
@@ -518,12 +522,15 @@ int cmd_plan(int argc, char **argv)
         {"importance", required_argument, 0, 3010}, {"ttft-ms", required_argument, 0, 3011},
         {"tpot-ms", required_argument, 0, 3012},  {"energy", no_argument, 0, 3013},
         {"text", required_argument, 0, 3014},     {"max-tokens", required_argument, 0, 3015},
+        {"ppl-budget", required_argument, 0, 3016}, {"somegather-quality", required_argument, 0, 3017},
         {0, 0, 0, 0}};
     const char *model = NULL, *shape = NULL, *cluster = NULL, *planner = "greedy", *out = NULL;
     cli_dtypes dt = {0};
     int ranks = 0, ctx = -1, json = 0, cw = -1, kvpos = 0, o, n_prompt = 0, n_steps = 0;
     const char *importance = NULL, *check_text = NULL;
     long max_tokens = 1024;
+    double ppl_budget = -1;
+    const char *sg_quality = NULL;
     double ttft_ms = 0, tpot_ms = 0;
     mi_dtype wire = MI_F32;
     double mem_mb = 4000;
@@ -555,6 +562,8 @@ int cmd_plan(int argc, char **argv)
         case 3012: tpot_ms = mi_parse_double("--tpot-ms", optarg, 1e-3, 1e9); break;
         case 3013: energy = 1; break;
         case 3014: check_text = optarg; break;
+        case 3016: ppl_budget = mi_parse_double("--ppl-budget", optarg, 0, 1e6); break;
+        case 3017: sg_quality = optarg; break;
         case 3015: max_tokens = mi_parse_long("--max-tokens", optarg, 2, 1L << 24); break;
         case 3003: mo.n_pos = (int)mi_parse_long("--positions", optarg, 1, 1 << 24); break;
         case 3004: mo.csv = optarg; break;
@@ -653,6 +662,26 @@ int cmd_plan(int argc, char **argv)
     if ((ttft_ms > 0 || tpot_ms > 0) && !importance && !energy)
         mi_fatal("plan: --ttft-ms and --tpot-ms are the precision search's targets: give --importance FILE too (or "
                  "--energy with --tpot-ms)");
+    /* seed 002's pruning within a perplexity budget, for somegather in the comparison */
+    double sg_r = 0, sg_ppl = 0, sg_ppl0 = 0;
+    if ((ppl_budget >= 0) != (sg_quality != NULL))
+        mi_fatal("plan: --ppl-budget and --somegather-quality go together (the budget is judged on the file's "
+                 "measured perplexities)");
+    if (sg_quality) {
+        if (!all && !autop)
+            mi_fatal("plan: --ppl-budget chooses somegather's pruning for --planner all or auto (give --prune R "
+                     "with --planner somegather)");
+        if (!model)
+            mi_fatal("plan: --ppl-budget prunes columns by the weights they feed: give --model, not --shape");
+        mi_sg_quality q;
+        if (mi_sg_quality_load(sg_quality, &c, &q, err))
+            mi_fatal("%s", err);
+        if (q.ranks != cl.n_devices)
+            mi_fatal("plan: somegather quality file %s was measured on %d ranks but the cluster has %d (pruning "
+                     "keeps different columns on another rank count)", sg_quality, q.ranks, cl.n_devices);
+        sg_r = mi_sg_quality_best(&q, ppl_budget / 100, &sg_ppl);
+        sg_ppl0 = q.perplexity[0];
+    }
     if (importance) {
         /* seed 003 4.2.2: the precision search for one planner */
         if (all || autop)
@@ -662,7 +691,7 @@ int cmd_plan(int argc, char **argv)
         mi_importance *imp = mi_malloc(sizeof *imp, "importance");
         if (mi_importance_load(importance, &c, imp, err))
             mi_fatal("%s", err);
-        mi_plan_options po = {which, seed, cw, 0, NULL, 0.0, kvpos, wire, 0, 0};
+        mi_plan_options po = {which, seed, cw, 0, NULL, 0.0, kvpos, wire, 0, 0, 0, NULL};
         mi_precision_query q = {ttft_ms / 1e3, tpot_ms / 1e3, n_prompt, n_steps, chunk};
         mi_precision_result *r = mi_malloc(sizeof *r, "precision search");
         if (mi_precision_search(&c, &cl, &po, imp, &q, r, err))
@@ -762,7 +791,7 @@ int cmd_plan(int argc, char **argv)
     mi_compare_row rows[MI_COMPARE_MAX];
     int n_rows = 0, best = -1;
     if (all || autop) {
-        mi_plan_options base = {MI_PLANNER_GREEDY, seed, -1, 0, NULL, 0.0, kvpos, wire, 0, 0};
+        mi_plan_options base = {MI_PLANNER_GREEDY, seed, -1, 0, NULL, 0.0, kvpos, wire, 0, 0, sg_r, model};
         best = mi_plan_compare(&c, &cl, &base, n_prompt, n_steps, chunk, rows, &n_rows);
         if (best < 0)
             mi_fatal("plan: no scheme fits this cluster (%s: %s)", mi_planner_name(rows[0].planner), rows[0].why);
@@ -772,7 +801,7 @@ int cmd_plan(int argc, char **argv)
         mi_planner pl = all ? (mi_planner)i : which;
         if (!all && i > 0)
             break;
-        mi_plan_options po = {pl, seed, cw, 0, NULL, 0.0, kvpos, wire, 0, 0};
+        mi_plan_options po = {pl, seed, cw, 0, NULL, 0.0, kvpos, wire, 0, 0, sg_r, model};
         mi_plan p, pre;
         int two = 0;
         if (mi_plan_make(&c, &cl, &po, &p, err)) {
@@ -885,6 +914,9 @@ int cmd_plan(int argc, char **argv)
                            "\"bytes_per_token\": %.0f, \"plan_ms\": %.4f, \"phases_differ\": %s", r->ttft_s * 1e3,
                            r->tpot_s * 1e3, r->total_s * 1e3, r->bytes_per_token, r->plan_ms,
                            r->phases_differ ? "true" : "false");
+                if (r->fits && r->planner == MI_PLANNER_SOMEGATHER && sg_quality)
+                    printf(", \"prune\": %g, \"measured_perplexity\": %.4f, \"unpruned_perplexity\": %.4f", r->prune,
+                           sg_ppl, sg_ppl0);
                 else {
                     printf(", \"why\": ");
                     cli_json_string(stdout, r->why, strlen(r->why));
@@ -903,10 +935,15 @@ int cmd_plan(int argc, char **argv)
                     printf("  %-10s  does not fit: %s\n", mi_planner_name(r->planner), r->why);
                     continue;
                 }
-                printf("  %-10s %9.3f %10.4f %10.2f %8.2fx %12.0f %8.3f  %s%s\n", mi_planner_name(r->planner),
+                char note[160] = "";
+                if (r->planner == MI_PLANNER_SOMEGATHER && sg_quality)
+                    snprintf(note, sizeof note, "%sr = %g (perplexity %.3f, %+.1f%%; budget %g%%)",
+                             i == best ? "; " : "", r->prune, sg_ppl, 100 * (sg_ppl / sg_ppl0 - 1), ppl_budget);
+                printf("  %-10s %9.3f %10.4f %10.2f %8.2fx %12.0f %8.3f  %s%s%s\n", mi_planner_name(r->planner),
                        r->ttft_s * 1e3, r->tpot_s * 1e3, r->total_s * 1e3, r->total_s / rows[best].total_s,
                        r->bytes_per_token, r->plan_ms, i == best ? "auto's choice" : "",
-                       r->phases_differ ? (i == best ? "; prefill and decode placed apart" : "prefill and decode placed apart") : "");
+                       r->phases_differ ? (i == best ? "; prefill and decode placed apart" : "prefill and decode placed apart") : "",
+                       note);
             }
         }
         mi_cluster_free(&cl);

@@ -112,7 +112,7 @@ int cmd_profile(int argc, char **argv)
         mi_fatal("%s: no tokens", path);
 
     /* placement and output first: a bad --out must fail before the long pass */
-    mi_plan_options po = {pl, 1, -1, 0, NULL, min_acc, 0, MI_F32, 0, 0};
+    mi_plan_options po = {pl, 1, -1, 0, NULL, min_acc, 0, MI_F32, 0, 0, 0, NULL};
     mi_plan plan;
     if (mi_plan_make(c, &cl, &po, &plan, err))
         mi_fatal("profile: %s", err);

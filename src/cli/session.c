@@ -23,6 +23,10 @@ const char *SESSION_HELP =
     "                          or tensor parallelism, whichever the cost model predicts faster, for\n"
     "                          prefill and decode apart (the run re-places after the first token when\n"
     "                          they differ); auto: every scheme predicted, the fastest that fits run\n"
+    "      --ppl-budget PCT    with auto: somegather at the largest pruning ratio r whose perplexity,\n"
+    "                          measured on this rank count (--somegather-quality FILE, from\n"
+    "                          jobs/somegather_quality.sh --for-auto), is within PCT%% of the unpruned\n"
+    "                          one (seed 002's pruning)\n"
     "      --tpot-ms T         seed 003 runtime scaling: when decoding runs over T ms per token, a\n"
     "                          device whose compute slowed gets the layers it holds lowered (to q8_0,\n"
     "                          then q4_0; computation scaling), else activation messages go lower\n"
@@ -110,6 +114,7 @@ void session_opts_init(session_opts *o)
     o->tolerance = 0.05;
     o->min_acceptance = 0.7;
     o->loss_seed = 1;
+    o->ppl_budget = -1;
 }
 
 int session_opt(session_opts *o, int code, const char *arg)
@@ -118,6 +123,8 @@ int session_opt(session_opts *o, int code, const char *arg)
     case 1020: o->tpot_ms = mi_parse_double("--tpot-ms", arg, 1e-3, 1e9); return 1;
     case 1021: o->importance = arg; return 1;
     case 1022: o->energy = 1; return 1;
+    case 1024: o->ppl_budget = mi_parse_double("--ppl-budget", arg, 0, 1e6); return 1;
+    case 1025: o->sg_quality = arg; return 1;
     case 1023: o->prune_ffn = (int)mi_parse_long("--prune-ffn", arg, 0, MI_MAX_PRUNE_SHARDS / 2); return 1;
     case 1019:
         if (!strcmp(arg, "auto"))
@@ -265,8 +272,9 @@ static void memory_of_plan(mi_session *ss)
 static int controller_setup(mi_session *ss, const char *path, const session_opts *o, char *err)
 {
     /* an output is checked before anything is loaded or run (output.h) */
-    const char *inputs[] = {path, o->cluster, o->plan_file, o->spec_profile, o->text_input, o->importance};
-    if (o->trace && mi_output_check(o->trace, "trace file", inputs, 6, err))
+    const char *inputs[] = {path, o->cluster, o->plan_file, o->spec_profile, o->text_input, o->importance,
+                            o->sg_quality};
+    if (o->trace && mi_output_check(o->trace, "trace file", inputs, 7, err))
         return -1;
     mi_model_file *mf = mi_model_open(path, &ss->cfg, err);
     if (!mf)
@@ -374,8 +382,28 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
             rc = session_load_profile(o->spec_profile, &ss->cfg, o->tolerance, acc, err);
         }
         mi_plan_options po = {MI_PLANNER_GREEDY, o->plan_seed, o->controller_works, o->speculate, acc,
-                              o->min_acceptance, kvpos, o->wire, 0, 0};
+                              o->min_acceptance, kvpos, o->wire, 0, 0, 0, NULL};
         mi_planner_parse(o->planner, &po.planner);
+        double sg_ppl = 0, sg_ppl0 = 0;
+        if (!rc && (o->ppl_budget >= 0) != (o->sg_quality != NULL))
+            rc = mi_set_error(err, "--ppl-budget and --somegather-quality go together (the budget is judged on the "
+                                   "file's measured perplexities)");
+        else if (!rc && o->sg_quality && strcmp(o->planner, "auto"))
+            rc = mi_set_error(err, "--ppl-budget chooses somegather's pruning for --planner auto (give --prune R with "
+                                   "--planner somegather)");
+        else if (!rc && o->sg_quality) {
+            mi_sg_quality q;
+            rc = mi_sg_quality_load(o->sg_quality, &ss->cfg, &q, err);
+            if (!rc && q.ranks != ss->size)
+                rc = mi_set_error(err, "somegather quality file %s was measured on %d ranks but the job has %d "
+                                       "(pruning keeps different columns on another rank count)", o->sg_quality,
+                                  q.ranks, ss->size);
+            if (!rc) {
+                po.prune = mi_sg_quality_best(&q, o->ppl_budget / 100, &sg_ppl);
+                po.weights_path = path;
+                sg_ppl0 = q.perplexity[0];
+            }
+        }
         if (!rc && !strcmp(o->planner, "auto")) {
             /* issue 10 item 6: every scheme predicted for this cluster, the fastest that fits */
             int np = o->auto_prompt, ns = o->auto_steps;
@@ -390,6 +418,9 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
                 fprintf(stderr, "meshinfer: --planner auto: %s (predicted TTFT %.1f ms, TPOT %.2f ms for %d + %d "
                                 "tokens);", mi_planner_name(po.planner), rows[best].ttft_s * 1e3,
                         rows[best].tpot_s * 1e3, np, ns);
+                if (o->sg_quality)
+                    fprintf(stderr, " somegather at r = %g (measured perplexity %.3f, %+.1f%%; budget %g%%);",
+                            po.prune, sg_ppl, 100 * (sg_ppl / sg_ppl0 - 1), o->ppl_budget);
                 for (int i = 0; i < n_rows; i++)
                     if (i != best && rows[i].fits)
                         fprintf(stderr, " %s %.2fx", mi_planner_name(rows[i].planner),

@@ -46,6 +46,8 @@ typedef struct {
     const char *importance;  /* --importance: `meshinfer importance` file ordering computation scaling */
     int energy;              /* --energy: spend the margin under --tpot-ms on lower DVFS levels */
     int prune_ffn;           /* --prune-ffn: FFN shards pruned per layer at load (needs --importance) */
+    double ppl_budget;       /* --ppl-budget: percent perplexity somegather's pruning may cost under auto (-1: none) */
+    const char *sg_quality;  /* --somegather-quality: its measured perplexities (mi_sg_quality) */
 } session_opts;
 
 /* getopt_long entries for the options above (codes >= 1000), to append to a
@@ -62,7 +64,8 @@ typedef struct {
     {"loss", required_argument, 0, 1016}, {"loss-mode", required_argument, 0, 1017}, \
     {"loss-seed", required_argument, 0, 1018}, {"phase-plans", required_argument, 0, 1019}, \
     {"tpot-ms", required_argument, 0, 1020}, {"importance", required_argument, 0, 1021}, \
-    {"energy", no_argument, 0, 1022}, {"prune-ffn", required_argument, 0, 1023}
+    {"energy", no_argument, 0, 1022}, {"prune-ffn", required_argument, 0, 1023}, \
+    {"ppl-budget", required_argument, 0, 1024}, {"somegather-quality", required_argument, 0, 1025}
 extern const char *SESSION_HELP;
 
 void session_opts_init(session_opts *o);

@@ -82,6 +82,7 @@ int mi_plan_compare(const mi_config *c, const mi_cluster *cl, const mi_plan_opti
         }
         r->fits = 1;
         r->phases_differ = two;
+        r->prune = po.planner == MI_PLANNER_SOMEGATHER ? po.prune : 0;
         r->ttft_s = mi_predict_ttft(two ? &pre : &dec, two ? &pp : &pd, cl, n_prompt, chunk);
         r->tpot_s = mi_predict_tpot(&dec, &pd, cl, n_prompt, n_steps);
         r->total_s = r->ttft_s + (double)n_steps * r->tpot_s + (two ? switch_s : 0);

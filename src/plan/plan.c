@@ -812,6 +812,10 @@ int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options
         plan->cls = mi_malloc(sizeof(mi_slice), "plan classifier slices");
         plan->cls[0] = (mi_slice){0, 0, c->vocab_size};
     }
+    if (rc == 0 && opt->planner == MI_PLANNER_SOMEGATHER && opt->prune > 0) {
+        const double ratio[MI_N_PRUNED_XCH] = {opt->prune, opt->prune, opt->prune, opt->prune};
+        rc = mi_plan_prune(plan, opt->weights_path, ratio, MI_PRUNE_AWARE, err);
+    }
     if (rc == 0 && opt->speculate && opt->planner != MI_PLANNER_SOMEGATHER)
         mi_plan_mark_speculation(plan, cl, opt->acceptance, opt->min_acceptance);
     plan->plan_seconds = mi_now() - t0;

@@ -354,6 +354,26 @@ expect_error "plan --energy without a target" "--energy chooses DVFS levels for 
     "$bin" plan -m "$model" --ranks 2 --energy
 expect_error "plan --energy with a target the top levels miss" "no margin to spend on lower frequencies" \
     "$bin" plan -m "$model" --cluster "$tmp/dvfs2.json" --planner layerwise --tpot-ms 0.01 --energy
+# issue 10 item 6: auto's somegather at its best pruning ratio within a perplexity budget, from
+# perplexities measured on the job's rank count (this file's are jobs/somegather_quality.sh
+# --for-auto's for stories15M on 3 ranks, rounded)
+printf '{"model": "stories15M", "n_layers": 6, "dim": 288, "ranks": 3, "prune_mode": "aware", "points": [{"r": 0, "perplexity": 3.58}, {"r": 0.01, "perplexity": 13.7}, {"r": 0.02, "perplexity": 27.3}, {"r": 0.05, "perplexity": 55.2}]}' > "$tmp/sgq.json"
+sg() { "$bin" plan -m "$model" --ranks 3 --planner all --ppl-budget "$1" --somegather-quality "$tmp/sgq.json" --json 2>/dev/null |
+       node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const r=JSON.parse(s).comparison.find(x=>x.planner==="somegather");
+         console.log(r.prune, r.measured_perplexity, r.bytes_per_token)})'; }
+read -r r0 p0 b0 <<<"$(sg 5)"; read -r r1 p1 b1 <<<"$(sg 700)"
+[[ $r0 == 0 && $p0 == 3.58* && $r1 == 0.02 && $p1 == 27.3* ]] && ((b1 < b0)) &&
+    { echo "ok: --ppl-budget: somegather unpruned within 5%, r = 0.02 within 700% ($b0 -> $b1 bytes a token)"; pass=$((pass+1)); } ||
+    { echo "FAIL: --ppl-budget: '$r0 $p0 $b0' and '$r1 $p1 $b1'"; fail=$((fail+1)); }
+expect_error "quality file from another rank count" "measured on 3 ranks but the cluster has 2" \
+    "$bin" plan -m "$model" --ranks 2 --planner auto --ppl-budget 5 --somegather-quality "$tmp/sgq.json"
+expect_error "--ppl-budget without its file" "--ppl-budget and --somegather-quality go together" \
+    "$bin" plan -m "$model" --ranks 3 --planner auto --ppl-budget 5
+expect_error "--ppl-budget for one planner" "--ppl-budget chooses somegather's pruning for --planner all or auto" \
+    "$bin" plan -m "$model" --ranks 3 --planner tp --ppl-budget 5 --somegather-quality "$tmp/sgq.json"
+sed 's/"r": 0.02/"r": 0.005/' "$tmp/sgq.json" > "$tmp/sgq-bad.json"
+expect_error "quality points out of order" "points must ascend in r from r = 0" \
+    "$bin" plan -m "$model" --ranks 3 --planner auto --ppl-budget 5 --somegather-quality "$tmp/sgq-bad.json"
 expect_error "search targets without importance" "give --importance FILE too" \
     "$bin" plan -m "$model" --ranks 2 --planner hybrid --tpot-ms 5
 expect_error "unreachable targets: the best reachable named" "targets cannot be met; the lowest precision .* reaches TTFT" \

@@ -269,7 +269,7 @@ static void test_energy(void)
 
 static int plan_hybrid(const mi_config *c, const mi_cluster *cl, int prefill, mi_plan *p)
 {
-    mi_plan_options po = {MI_PLANNER_HYBRID, 1, -1, 0, NULL, 0.7, 0, MI_F32, prefill, 64};
+    mi_plan_options po = {MI_PLANNER_HYBRID, 1, -1, 0, NULL, 0.7, 0, MI_F32, prefill, 64, 0, NULL};
     char err[MI_ERRLEN] = "";
     int rc = mi_plan_make(c, cl, &po, p, err);
     if (rc)
@@ -324,7 +324,7 @@ static void test_hybrid_choices(void)
     double tiny[] = {0.3e9, 0.1e9, 0.1e9, 0.1e9};
     mi_cluster_free(&cl);
     cluster_of(&cl, 4, fast, tiny, 5e-3, 10e6);
-    mi_plan_options po = {MI_PLANNER_HYBRID, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0};
+    mi_plan_options po = {MI_PLANNER_HYBRID, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL};
     err[0] = 0;
     CU_ASSERT_EQUAL(mi_plan_make(&c, &cl, &po, &p, err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "does not fit"));
@@ -373,7 +373,7 @@ static void test_precision_search(void)
         imp.rise[l][0] = 0.01 * (c.n_layers - l); /* the last layers matter least */
         imp.rise[l][1] = 0.1 * (l + 1);           /* ... unless lowered to q4_0 */
     }
-    mi_plan_options po = {MI_PLANNER_HYBRID, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0};
+    mi_plan_options po = {MI_PLANNER_HYBRID, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL};
     mi_precision_query q = {0, 0, 32, 64, 64};
     static mi_precision_result r;
     char err[MI_ERRLEN] = "";
@@ -463,6 +463,62 @@ static void test_precision_search(void)
     mi_cluster_free(&cl);
 }
 
+/* Seed 002's pruning within a budget: the largest measured ratio whose
+ * perplexity is within it (past a worse point: measurements are noisy), r = 0
+ * when none is; quality files checked whole. */
+static void test_sg_quality(void)
+{
+    mi_config c;
+    CU_ASSERT_EQUAL_FATAL(mi_config_from_shape("stories15M", &c), 0);
+    char path[4200], err[MI_ERRLEN];
+    tu_path(path, sizeof path, g_dir, "sgq.json");
+    const char *head = "{\"model\": \"stories15M\", \"n_layers\": 6, \"dim\": 288, \"ranks\": 3, \"prune_mode\": "
+                       "\"aware\", \"points\": ";
+    char text[1024];
+    snprintf(text, sizeof text, "%s[{\"r\": 0, \"perplexity\": 4}, {\"r\": 0.1, \"perplexity\": 4.1}, "
+             "{\"r\": 0.2, \"perplexity\": 4.5}, {\"r\": 0.3, \"perplexity\": 4.3}, {\"r\": 0.5, \"perplexity\": 9}]}",
+             head);
+    tu_write_text(path, text);
+    mi_sg_quality q;
+    CU_ASSERT_EQUAL_FATAL(mi_sg_quality_load(path, &c, &q, err), 0);
+    CU_ASSERT_EQUAL(q.ranks, 3);
+    CU_ASSERT_EQUAL(q.n, 5);
+    double ppl;
+    CU_ASSERT_DOUBLE_EQUAL(mi_sg_quality_best(&q, 0.05, &ppl), 0.1, 1e-12); /* 4.1 <= 4.2 */
+    CU_ASSERT_DOUBLE_EQUAL(ppl, 4.1, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(mi_sg_quality_best(&q, 0.1, &ppl), 0.3, 1e-12); /* 4.3 <= 4.4, past 0.2's 4.5 */
+    CU_ASSERT_DOUBLE_EQUAL(mi_sg_quality_best(&q, 0.01, &ppl), 0.0, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(ppl, 4.0, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(mi_sg_quality_best(&q, 10, &ppl), 0.5, 1e-12);
+    struct {
+        const char *points, *want;
+    } bad[] = {
+        {"[{\"r\": 0.1, \"perplexity\": 4}]}", "ascend in r from r = 0"},
+        {"[{\"r\": 0, \"perplexity\": 4}, {\"r\": 0, \"perplexity\": 5}]}", "ascend in r from r = 0"},
+        {"[{\"r\": 0, \"perplexity\": 4}, {\"r\": 1, \"perplexity\": 5}]}", "x in [0, 1)"},
+        {"[{\"r\": 0, \"perplexity\": -4}]}", "finite and positive"},
+        {"[{\"r\": 0, \"perplexity\": 4, \"seed\": 1}]}", "unknown key 'seed' in points[0]"},
+        {"[]}", "0 points"},
+        {"[{\"r\": 0, \"perplexity\": 4}],}", "JSON syntax error"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(text, sizeof text, "%s%s", head, bad[i].points);
+        tu_write_text(path, text);
+        CU_ASSERT_EQUAL(mi_sg_quality_load(path, &c, &q, err), -1);
+        if (!strstr(err, bad[i].want))
+            printf("\n  case %zu: %s\n", i, err);
+        CU_ASSERT_PTR_NOT_NULL(strstr(err, bad[i].want));
+    }
+    tu_write_text(path, "{\"model\": \"stories15M\", \"n_layers\": 6, \"dim\": 288, \"ranks\": 3, \"prune_mode\": "
+                        "\"magnitude\", \"points\": [{\"r\": 0, \"perplexity\": 4}]}");
+    CU_ASSERT_EQUAL(mi_sg_quality_load(path, &c, &q, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "prune_mode must be \"aware\""));
+    tu_write_text(path, "{\"model\": \"stories42M\", \"n_layers\": 8, \"dim\": 512, \"ranks\": 3, \"points\": "
+                        "[{\"r\": 0, \"perplexity\": 4}]}");
+    CU_ASSERT_EQUAL(mi_sg_quality_load(path, &c, &q, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "is for stories42M"));
+}
+
 static void test_compare(void)
 {
     mi_config c;
@@ -471,7 +527,7 @@ static void test_compare(void)
     double mem[] = {45e6, 16e6, 16e6};
     mi_cluster cl;
     cluster_of(&cl, 3, sp, mem, 1e-3, 12.5e6);
-    mi_plan_options base = {MI_PLANNER_GREEDY, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0};
+    mi_plan_options base = {MI_PLANNER_GREEDY, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL};
     mi_compare_row rows[MI_COMPARE_MAX];
     int n = 0;
     int best = mi_plan_compare(&c, &cl, &base, 32, 100, 64, rows, &n);
@@ -508,6 +564,7 @@ int main(void)
         !CU_add_test(s, "re-placement cost between phases", test_switch_cost) ||
         !CU_add_test(s, "precision search: fewest downgrades, least important first", test_precision_search) ||
         !CU_add_test(s, "comparison of schemes (--planner all / auto)", test_compare) ||
+        !CU_add_test(s, "somegather's pruning within a perplexity budget", test_sg_quality) ||
         !CU_add_test(s, "energy per token and DVFS levels under a TPOT limit", test_energy)) {
         CU_cleanup_registry();
         return 1;

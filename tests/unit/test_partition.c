@@ -35,7 +35,7 @@ static int make(const char *shape, int planner, int n, int wire, mi_config *c, m
     CU_ASSERT_EQUAL_FATAL(mi_config_from_shape(shape, c), 0);
     mi_cluster cl;
     mi_cluster_default(&cl, n, 1e12);
-    mi_plan_options po = {(mi_planner)planner, 3, -1, 0, NULL, 0.7, 0, wire, 0, 0};
+    mi_plan_options po = {(mi_planner)planner, 3, -1, 0, NULL, 0.7, 0, wire, 0, 0, 0, NULL};
     int rc = mi_plan_make(c, &cl, &po, plan, err);
     if (rc == 0)
         rc = mi_programs_compile(plan, p, err);
