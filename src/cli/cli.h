@@ -59,6 +59,41 @@ void cli_parse_prune(const char *arg, double *ratio);
  * (perplexity, importance). */
 double cli_nll(const float *logits, int V, int target);
 
+/* ---- journal.c: generate --journal / --resume (issue 11 item 5) ---- */
+#include <stdint.h>
+typedef struct {
+    char model[4096];       /* the model file's path when the journal was begun */
+    char model_name[64];    /* its config: a resumed run must load the same model */
+    int n_layers, dim, vocab_size;
+    char *prompt;           /* the prompt text, as given */
+    int n_prompt, *prompt_ids; /* [n_prompt] its tokens, BOS first */
+    long steps;             /* tokens asked for */
+    double temperature, topp;
+    uint64_t seed;
+    int ignore_eos;
+    int n_out, *out;        /* [n_out] tokens generated so far */
+    uint64_t rng;           /* the sampler's state after out[n_out - 1] was sampled */
+    int done;               /* 1: the generation ended (steps reached, or BOS/EOS) */
+    long valid_bytes;       /* journal_read: the bytes of its whole lines */
+    int fd;                 /* open to append (journal_begin, journal_append_open), else -1 */
+} gen_journal;
+
+/* Start a journal at path: the request's line (written whole, renamed into
+ * place), then path open to append (j->fd). journal_append_open reopens an
+ * existing one to go on, first cutting it to keep_bytes (the whole lines
+ * journal_read found; -1: as it is). journal_token appends a token and the
+ * sampler's state after it; journal_finish appends "done" and closes. Each
+ * returns 0 or -1 with one line in err. */
+int journal_begin(const char *path, gen_journal *j, char *err);
+int journal_append_open(const char *path, gen_journal *j, long keep_bytes, char *err);
+int journal_token(gen_journal *j, int token, uint64_t rng, char *err);
+int journal_finish(gen_journal *j, char *err);
+/* Read a journal strictly (unknown or duplicate keys, fields out of range,
+ * token ids past vocab_size, lines that are not token lines: one line in
+ * err, -1); a torn last line is dropped. journal_free releases it. */
+int journal_read(const char *path, gen_journal *j, char *err);
+void journal_free(gen_journal *j);
+
 /* ---- quality.c: perplexity of a model configuration on one device ---- */
 #include "meshinfer/model.h"
 #include "meshinfer/forward.h"

@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "meshinfer/common.h"
+#include "meshinfer/output.h"
 #include "meshinfer/sampler.h"
 #include "session.h"
 
@@ -25,6 +26,13 @@ static void help(void)
            "      --threads N         compute threads per rank: matrix products and BLAS (default 1)\n"
            "      --json              print one JSON object (text, tokens, timing, per-rank metrics)\n"
            "      --metrics           print per-rank time, bytes and memory to stderr\n"
+           "      --journal FILE      after every token, record what it takes to go on without this job\n"
+           "                          (prompt tokens, tokens so far, sampler state; issue 11 item 5)\n"
+           "      --resume FILE       go on from a journal on the ranks of this job (after a device was lost):\n"
+           "                          re-plan for them, replay the journal's tokens, continue with the\n"
+           "                          tokens the first run would have made, and keep journaling to FILE;\n"
+           "                          the prompt, -n and sampling come from the journal (-m may name\n"
+           "                          the same model at another path); the text is printed from the start\n"
            "%s"
            "Timing (TTFT, TPOT, tokens/s) goes to stderr, or into the JSON.\n",
            SESSION_HELP);
@@ -38,9 +46,11 @@ int cmd_generate(int argc, char **argv)
         {"top-p", required_argument, 0, 'P'},  {"seed", required_argument, 0, 's'},
         {"ignore-eos", no_argument, 0, 'E'},   {"threads", required_argument, 0, 'T'},
         {"json", no_argument, 0, 'j'},         {"metrics", no_argument, 0, 'M'},
-        {"help", no_argument, 0, 'h'},         SESSION_LONG_OPTS,
+        {"help", no_argument, 0, 'h'},         {"journal", required_argument, 0, 'J'},
+        {"resume", required_argument, 0, 'R'}, SESSION_LONG_OPTS,
         {0, 0, 0, 0}};
-    const char *model = NULL, *prompt = "Once upon a time";
+    const char *model = NULL, *prompt = "Once upon a time", *journal = NULL, *resume = NULL;
+    int given = 0; /* options a resumed run takes from its journal */
     long steps = -1;
     double temperature = 0.0, topp = 0.9;
     uint64_t seed = 42;
@@ -50,12 +60,14 @@ int cmd_generate(int argc, char **argv)
     while ((o = getopt_long(argc, argv, ":m:p:n:t:s:h", opts, NULL)) != -1) {
         switch (o) {
         case 'm': model = optarg; break;
-        case 'p': prompt = optarg; break;
-        case 'n': steps = mi_parse_long("--steps", optarg, 1, 1 << 20); break;
-        case 't': temperature = mi_parse_double("--temperature", optarg, 0.0, 100.0); break;
-        case 'P': topp = mi_parse_double("--top-p", optarg, 1e-6, 1.0); break;
-        case 's': seed = mi_parse_u64("--seed", optarg); break;
-        case 'E': ignore_eos = 1; break;
+        case 'p': prompt = optarg; given = 1; break;
+        case 'n': steps = mi_parse_long("--steps", optarg, 1, 1 << 20); given = 1; break;
+        case 't': temperature = mi_parse_double("--temperature", optarg, 0.0, 100.0); given = 1; break;
+        case 'P': topp = mi_parse_double("--top-p", optarg, 1e-6, 1.0); given = 1; break;
+        case 's': seed = mi_parse_u64("--seed", optarg); given = 1; break;
+        case 'E': ignore_eos = 1; given = 1; break;
+        case 'J': journal = optarg; break;
+        case 'R': resume = optarg; break;
         case 'T': threads = (int)mi_parse_long("--threads", optarg, 1, 256); break;
         case 'j': json = 1; break;
         case 'M': metrics = 1; break;
@@ -66,7 +78,14 @@ int cmd_generate(int argc, char **argv)
         }
     }
     cli_no_positional("generate", optind, argc, argv);
-    if (!model)
+    if (resume && given)
+        mi_fatal("generate: --resume takes the prompt, -n, --temperature, --top-p, --seed and --ignore-eos from the "
+                 "journal: leave them out");
+    if (resume && journal && strcmp(resume, journal))
+        mi_fatal("generate: --resume keeps journaling to its own file: leave out --journal");
+    if (resume)
+        journal = resume;
+    if (!model && !resume)
         mi_fatal("generate: --model is required (see meshinfer generate --help)");
     if (so.importance && so.tpot_ms <= 0 && !so.prune_ffn)
         mi_fatal("generate: --importance orders the layers runtime scaling lowers (it needs --tpot-ms) and the FFN "
@@ -76,6 +95,39 @@ int cmd_generate(int argc, char **argv)
 
     int rank, size;
     session_mpi_init(&argc, &argv, &rank, &size);
+    /* issue 11 item 5: the journal is rank 0's (the workers may be on hosts without it); the model
+     * path it names goes to every rank */
+    gen_journal jr;
+    memset(&jr, 0, sizeof jr);
+    jr.fd = -1;
+    char err[MI_ERRLEN] = "", model_path[4096] = "";
+    if (rank == 0 && resume) {
+        int bad = journal_read(resume, &jr, err) != 0;
+        if (!bad && !model)
+            snprintf(model_path, sizeof model_path, "%s", jr.model);
+        mi_check_all(bad, err);
+    } else if (resume) {
+        mi_check_all(0, err);
+    }
+    if (rank == 0 && journal) {
+        const char *inputs[] = {model ? model : model_path, so.cluster, so.plan_file, so.importance};
+        mi_check_all(mi_output_check(journal, "journal", inputs, 4, err) != 0, err);
+    } else if (journal) {
+        mi_check_all(0, err);
+    }
+    if (resume && !model) {
+        if (size > 1)
+            MPI_Bcast(model_path, sizeof model_path, MPI_CHAR, 0, MPI_COMM_WORLD);
+        model = model_path;
+    }
+    if (rank == 0 && resume) {
+        prompt = jr.prompt;
+        steps = jr.steps;
+        temperature = jr.temperature;
+        topp = jr.topp;
+        seed = jr.seed;
+        ignore_eos = jr.ignore_eos;
+    }
     mi_session ss;
     so.auto_steps = steps > 0 ? (int)(steps < 4096 ? steps : 4096) : 0;
     so.auto_prompt = (int)(strlen(prompt) / 4) + 2; /* about 4 characters per token, and BOS */
@@ -84,8 +136,23 @@ int cmd_generate(int argc, char **argv)
     int n_prompt;
     int *prompt_ids = session_encode_prompt(&ss, prompt, &n_prompt);
     char msg[MI_ERRLEN] = "";
-    int room = c->seq_len - n_prompt, bad = 0;
-    if (rank == 0) {
+    int bad = 0;
+    if (rank == 0 && resume) { /* the journal's tokens, not a new encoding: the same model's, checked */
+        if (strcmp(jr.model_name, c->name) || jr.n_layers != c->n_layers || jr.dim != c->dim ||
+            jr.vocab_size != c->vocab_size)
+            bad = snprintf(msg, sizeof msg, "generate: journal %s is of %s (%d layers, dim %d, vocabulary %d) but %s "
+                           "is %s (%d layers, dim %d, vocabulary %d)", resume, jr.model_name, jr.n_layers, jr.dim,
+                           jr.vocab_size, model, c->name, c->n_layers, c->dim, c->vocab_size) > 0;
+        else if (jr.n_prompt + jr.steps > c->seq_len)
+            bad = snprintf(msg, sizeof msg, "generate: journal %s asks for %d + %ld tokens, past the context of %d",
+                           resume, jr.n_prompt, jr.steps, c->seq_len) > 0;
+        free(prompt_ids);
+        n_prompt = jr.n_prompt;
+        prompt_ids = mi_malloc((size_t)n_prompt * sizeof(int), "prompt tokens");
+        memcpy(prompt_ids, jr.prompt_ids, (size_t)n_prompt * sizeof(int));
+    }
+    int room = c->seq_len - n_prompt;
+    if (rank == 0 && !bad) {
         if (steps < 0)
             steps = room < 256 ? room : 256;
         else if (steps > room)
@@ -101,6 +168,39 @@ int cmd_generate(int argc, char **argv)
         mi_sampler smp;
         mi_sampler_init(&smp, c->vocab_size, (float)temperature, (float)topp, seed);
         int *out = mi_malloc((size_t)steps * sizeof(int), "generated tokens");
+        /* --resume: the journal's tokens are replayed (the forward passes the first run made, decode
+         * step by decode step: a prefill over them would sum in another order), not sampled; the
+         * sampler goes on from its journaled state */
+        int n_forced = resume ? jr.n_out : 0;
+        const int *forced = resume ? jr.out : NULL;
+        if (resume)
+            smp.rng = jr.rng;
+        if (journal && !resume) {
+            snprintf(jr.model, sizeof jr.model, "%s", model);
+            snprintf(jr.model_name, sizeof jr.model_name, "%s", c->name);
+            jr.n_layers = c->n_layers, jr.dim = c->dim, jr.vocab_size = c->vocab_size;
+            jr.prompt = strdup(prompt);
+            jr.n_prompt = n_prompt;
+            jr.prompt_ids = mi_malloc((size_t)n_prompt * sizeof(int), "journal");
+            memcpy(jr.prompt_ids, prompt_ids, (size_t)n_prompt * sizeof(int));
+            jr.steps = steps, jr.temperature = temperature, jr.topp = topp, jr.seed = seed, jr.ignore_eos = ignore_eos;
+        }
+        int *forced_buf = resume ? jr.out : NULL; /* forced points into it */
+        if (journal) {
+            jr.out = out; /* (the journal's own tokens live in its file: out is only for journal_free) */
+            jr.fd = -1;
+            jr.rng = smp.rng;
+            /* begun before the prompt (a loss during it resumes too); a resumed one goes on after its
+             * last whole line */
+            int rc = resume ? (jr.done ? 0 : journal_append_open(journal, &jr, jr.valid_bytes, msg))
+                            : journal_begin(journal, &jr, msg);
+            if (rc)
+                mi_fatal("%s", msg);
+        }
+        double journal_s = 0, t_replayed = 0;
+        int replayed = 0;
+        if (resume && jr.done) /* nothing left to generate: the text, as the run that finished printed it */
+            steps = n_forced;
         size_t text_cap = 1024, text_len = 0;
         char *text = mi_malloc(text_cap, "generated text");
         if (!json) {
@@ -108,9 +208,15 @@ int cmd_generate(int argc, char **argv)
             fflush(stdout);
         }
         double t0 = mi_now();
-        float *logits = session_prefill(&ss, prompt_ids, n_prompt, 0);
-        session_check_logits(logits, c->vocab_size, n_prompt - 1);
-        int next = mi_sample(&smp, logits);
+        int next;
+        float *logits = NULL;
+        if (resume && jr.done && n_forced > 0) {
+            next = forced[0];
+        } else {
+            logits = session_prefill(&ss, prompt_ids, n_prompt, 0);
+            session_check_logits(logits, c->vocab_size, n_prompt - 1);
+            next = n_forced > 0 ? forced[0] : mi_sample(&smp, logits);
+        }
         double t_first = mi_now();
         /* seed 003: a hybrid plan's decode placement takes over once the first
          * token is out (its cost falls in TPOT and is reported apart) */
@@ -141,17 +247,44 @@ int cmd_generate(int argc, char **argv)
                 fwrite(piece, 1, (size_t)len, stdout);
                 fflush(stdout);
             }
+            if (journal && n_out > n_forced) {
+                double tj = mi_now();
+                if (journal_token(&jr, next, smp.rng, msg))
+                    mi_fatal("%s", msg);
+                journal_s += mi_now() - tj;
+            }
             if (n_out >= steps)
                 break;
+            if (resume && jr.done) { /* printing the finished text: no forward pass */
+                prev = next;
+                next = forced[n_out];
+                continue;
+            }
             prev = next;
             double ts = mi_now();
             logits = session_forward(&ss, &next, 1, n_prompt + n_out - 1, 0);
             session_check_logits(logits, c->vocab_size, n_prompt + n_out - 1);
-            next = mi_sample(&smp, logits);
+            if (n_out < n_forced) {
+                next = forced[n_out];
+            } else {
+                if (n_out == n_forced && n_forced > 0) {
+                    replayed = n_forced;
+                    t_replayed = mi_now();
+                }
+                next = mi_sample(&smp, logits);
+            }
             /* seed 003 runtime scaling: may re-place (the logits were read) */
             session_after_step(&ss, mi_now() - ts, n_prompt + n_out);
         }
         double t_end = mi_now();
+        if (journal && !(resume && jr.done)) {
+            if (journal_finish(&jr, msg))
+                mi_fatal("%s", msg);
+        }
+        if (resume)
+            fprintf(stderr, "meshinfer: resumed from %s on %d rank%s: %d token%s replayed (the prompt and %d decode "
+                    "steps) in %.1f ms, then %d new\n", resume, size, size > 1 ? "s" : "", n_forced,
+                    n_forced == 1 ? "" : "s", n_forced, replayed ? (t_replayed - t0) * 1e3 : 0.0, n_out - n_forced);
         mi_runtime_stop(ss.rt);
         ss.run_s = t_end - t0; /* the energy report's span: prompt and decoding */
         ss.run_tokens = n_out;
@@ -177,6 +310,10 @@ int cmd_generate(int argc, char **argv)
             printf(", \"predicted_ttft_ms\": %.3f, \"predicted_tpot_ms\": %.4f, \"phase_switches\": %d, "
                    "\"phase_switch_ms\": %.3f, \"tpot_without_switch_ms\": %.4f", pt * 1e3, pp * 1e3, ss.n_switches,
                    ss.switch_s * 1e3, n_decode > 0 ? (t_end - t_first - ss.switch_s) / n_decode * 1e3 : 0.0);
+            if (journal)
+                printf(", \"journal\": {\"replayed_tokens\": %d, \"replay_ms\": %.3f, \"write_us_per_token\": %.1f}",
+                       replayed, replayed ? (t_replayed - t0) * 1e3 : 0.0,
+                       n_out > n_forced ? journal_s / (n_out - n_forced) * 1e6 : 0.0);
             printf(", \"tokens\": [");
             for (int i = 0; i < n_out; i++)
                 printf(i ? ", %d" : "%d", out[i]);
@@ -199,8 +336,11 @@ int cmd_generate(int argc, char **argv)
         }
         free(text);
         free(out);
+        free(forced_buf);
         free(prompt_ids);
         mi_sampler_free(&smp);
+        jr.out = NULL; /* out, freed above */
+        journal_free(&jr);
     }
     if (json)
         session_metrics_json(&ss, stdout);

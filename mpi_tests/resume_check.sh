@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Issue 11 item 5: a generation survives a lost device. jobs/resilient_generate.sh
+# runs a 5-rank generation (layer-wise: exact at any rank count) from a
+# hostfile; a worker rank, chosen at random, is killed (SIGKILL) at a random
+# token; the job relaunches on the 4 ranks left with generate --resume, and
+# its text must equal an uninterrupted run's, greedy and seeded sampling
+# alike. Also: the time from the kill to the next token, journals refused
+# whole (another model, damaged, options given twice), and a finished
+# journal's text printed without computing.
+# usage: resume_check.sh MESHINFER MODEL.h5 [SEED]
+set -uo pipefail
+bin=$1 model=$2
+RANDOM=${3:-$$}
+root="$(cd "$(dirname "$0")/.." && pwd)"
+tmp="$(mktemp -d)"
+trap 'pkill -9 -f "$tmp/j.json" 2>/dev/null; rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { echo "ok: $*"; pass=$((pass + 1)); }
+bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
+count() { if [[ -f "$1" ]]; then awk '/^t / {n++} END {print n + 0}' "$1"; else echo 0; fi; }
+printf 'localhost slots=5\n' > "$tmp/hosts"
+
+# rank_pid R: the pid of this job's rank R (its command line names this test's journal; Open MPI
+# puts the rank in each process's environment)
+rank_pid() {
+    for p in $(pgrep -f "^$bin generate .*$tmp/j.json"); do
+        [[ $(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p') == "$1" ]] && { echo "$p"; return; }
+    done
+}
+
+one_case() { # NAME GENERATE-OPTIONS...
+    local name=$1; shift
+    local want steps=160 at=$((20 + RANDOM % 100)) victim=$((1 + RANDOM % 4))
+    want=$("$bin" generate -m "$model" -n $steps --ignore-eos "$@" 2>/dev/null)
+    local opts=() a
+    while (($#)); do
+        case "$1" in
+            -t) opts+=(--temperature "$2"); shift 2 ;;
+            -s) opts+=(--seed "$2"); shift 2 ;;
+            *) a=$1; shift; opts+=("$a") ;;
+        esac
+    done
+    rm -f "$tmp/j.json"
+    MESHINFER_BIN="$bin" timeout 300 "$root/jobs/resilient_generate.sh" --hostfile "$tmp/hosts" --journal "$tmp/j.json" \
+        --json "$tmp/res.json" --model "$model" --steps $steps --ignore-eos "${opts[@]}" -- --planner layerwise \
+        > "$tmp/got" 2> "$tmp/err" &
+    local job=$! n=0 pid="" t_kill=""
+    for _ in $(seq 3000); do
+        n=$(count "$tmp/j.json")
+        ((n >= at)) && break
+        sleep 0.005
+    done
+    pid=$(rank_pid $victim)
+    if [[ -n "$pid" ]]; then
+        kill -9 "$pid"
+        t_kill=$(date +%s.%N)
+        n=$(count "$tmp/j.json")
+    fi
+    wait $job
+    local rc=$?
+    if [[ -z "$pid" ]]; then bad "$name: rank $victim not found to kill"; return; fi
+    local got
+    got=$(cat "$tmp/got")
+    local summary
+    summary=$(node -e 'const r = JSON.parse(require("fs").readFileSync(process.argv[1])); const l = r.launches;
+      console.log(l.map(x => x.ranks).join(">"), l.length > 1 && l[1].next_token_at ? (l[1].next_token_at - +process.argv[2]).toFixed(2) : "none",
+                  l.length > 1 ? (l[0].ended_at - +process.argv[2]).toFixed(2) : "none")' "$tmp/res.json" "$t_kill" 2>&1)
+    read -r ranks next detect <<<"$summary"
+    if ((rc == 0)) && [[ -n "$want" && "$got" == "$want" && $ranks == "5>4" ]]; then
+        ok "$name: rank $victim killed at token $n of $steps; relaunched on 4 ranks, the uninterrupted run's text ($next s from the kill to the next token, $detect s of it until mpirun noticed)"
+    else
+        bad "$name: rc $rc, launches $ranks, text equal: $([[ "$got" == "$want" ]] && echo yes || echo no)"
+        sed 's/^/    /' "$tmp/err" | tail -6
+    fi
+}
+one_case greedy
+one_case "sampled (T 0.9, seed 7)" -t 0.9 -s 7
+
+# a finished journal: its text again, nothing computed
+"$bin" generate -m "$model" -n 30 -t 0.8 -s 3 --journal "$tmp/done.json" > "$tmp/a" 2>/dev/null
+"$bin" generate --resume "$tmp/done.json" > "$tmp/b" 2> "$tmp/e"
+cmp -s "$tmp/a" "$tmp/b" && grep -q "0 new" "$tmp/e" && ok "--resume of a finished journal prints its text, 0 new tokens" ||
+    bad "--resume of a finished journal: $(cat "$tmp/e")"
+
+expect_error() {
+    local what=$1 re=$2; shift 2
+    timeout 60 "$@" >/dev/null 2>"$tmp/e"; local rc=$?
+    if [[ $rc -eq 0 || $rc -eq 124 ]]; then bad "$what: exit $rc"; return; fi
+    if [[ $(grep -c . "$tmp/e") -ne 1 ]] || ! grep -Eq -- "^meshinfer: error: .*($re)" "$tmp/e"; then
+        bad "$what: want one error line matching /$re/, got: $(cat "$tmp/e")"; return; fi
+    ok "$what -> $(cat "$tmp/e")"
+}
+sed 's/"model_name":"stories15M","n_layers":6,"dim":288/"model_name":"stories42M","n_layers":8,"dim":512/' "$tmp/done.json" > "$tmp/other.json"
+expect_error "--resume with another model" "journal .* is of stories42M .* but .* is stories15M" \
+    "$bin" generate -m "$model" --resume "$tmp/other.json"
+expect_error "--resume with a prompt" "--resume takes the prompt, -n" \
+    "$bin" generate --resume "$tmp/done.json" -p "Hello"
+# a run killed mid-line: the torn line is dropped and cut off, the generation goes on from the line before
+head -n -3 "$tmp/done.json" > "$tmp/torn.json"
+printf 't 29' >> "$tmp/torn.json"
+"$bin" generate --resume "$tmp/torn.json" > "$tmp/c" 2> "$tmp/e"
+cmp -s "$tmp/a" "$tmp/c" && [[ $(tail -1 "$tmp/torn.json") == done ]] && ! grep -q "^t 29$" "$tmp/torn.json" &&
+    ok "a journal with a torn last line: dropped, cut off, the same text ($(grep -o '[0-9]* tokens replayed' "$tmp/e"))" ||
+    bad "a torn journal: $(cat "$tmp/e") $(tail -3 "$tmp/torn.json")"
+head -c 200 "$tmp/done.json" > "$tmp/cut.json"
+expect_error "a journal cut inside its first line" "no whole first line" "$bin" generate --resume "$tmp/cut.json"
+sed '0,/^t /s/^t [0-9]* /t 999999 /' "$tmp/done.json" > "$tmp/big.json"
+expect_error "a journal with a token past the vocabulary" "token below vocab_size 32000" \
+    "$bin" generate --resume "$tmp/big.json"
+sed '0,/^t /s/^t \([0-9]*\) [0-9a-f]*$/t \1 00000000000000zz/' "$tmp/done.json" > "$tmp/rng.json"
+expect_error "a journal with a damaged sampler state" "sampler state '00000000000000zz' is not" "$bin" generate --resume "$tmp/rng.json"
+sed '1s/"steps":30/"steps":30,"stpes":3/' "$tmp/done.json" > "$tmp/key.json"
+expect_error "a journal with an unknown key" "unknown key 'stpes'" "$bin" generate --resume "$tmp/key.json"
+expect_error "--resume of a missing journal" "journal" "$bin" generate --resume "$tmp/none.json"
+expect_error "--journal onto the model" "same file" "$bin" generate -m "$model" --journal "$model"
+echo "$pass passed, $fail failed"
+((fail == 0))
