@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzz every parser of outside input with libFuzzer (clang, AddressSanitizer,
 # UndefinedBehaviorSanitizer): cluster files (and every planner on what
-# parses), plan files, tokenizer.bin and llama2.c checkpoint headers. Starts
+# parses), plan files, tokenizer.bin, llama2.c checkpoint headers, and the
+# side files (importance, somegather quality, generation journals). Starts
 # from the seed corpus in fuzz/corpus/HARNESS/ (new inputs that reach new
 # code go to BUILD/corpus/HARNESS, the repository's seeds stay as they are);
 # a crash is saved as BUILD/crash-HARNESS-* and makes the run fail: fix it and
@@ -10,7 +11,7 @@
 # usage: jobs/fuzz.sh [--seconds N] [--build-dir DIR] [HARNESS...]
 #   --seconds N      per harness (default 60; the test suite runs 8)
 #   --build-dir DIR  the clang tree (default build-fuzz)
-#   HARNESS          cluster plan tokenizer checkpoint (default all)
+#   HARNESS          cluster plan tokenizer checkpoint sidefiles (default all)
 set -uo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
@@ -23,11 +24,11 @@ while (($#)); do
         --seconds) [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz: error: --seconds needs a positive integer" >&2; exit 2; }
                    seconds=$2; shift 2 ;;
         --build-dir) (($# >= 2)) || { echo "fuzz: error: --build-dir needs a value" >&2; exit 2; }; dir=$2; shift 2 ;;
-        cluster|plan|tokenizer|checkpoint) harnesses+=("$1"); shift ;;
+        cluster|plan|tokenizer|checkpoint|sidefiles) harnesses+=("$1"); shift ;;
         *) echo "fuzz: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
-((${#harnesses[@]})) || harnesses=(cluster plan tokenizer checkpoint)
+((${#harnesses[@]})) || harnesses=(cluster plan tokenizer checkpoint sidefiles)
 command -v clang > /dev/null || { echo "fuzz: clang is not installed (apt-get install clang): skipped" >&2; exit 77; }
 flags="-g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined"
 echo "fuzz: building $dir with clang" >&2
