@@ -58,6 +58,32 @@ done
 [[ $max_launches =~ ^[1-9][0-9]*$ ]] || fail "--max-launches '$max_launches' is not a positive number"
 [[ -x "$bin" ]] || fail "$bin is not built (jobs/build.sh)"
 
+# outputs are checked before anything runs, as meshinfer checks its own: not a directory, in a
+# directory that exists and can be written, and never one of the inputs (by device and inode, so
+# another name or a link of the model is caught too)
+model_arg=""
+for ((i = 0; i < ${#every[@]}; i++)); do [[ ${every[$i]} == -m ]] && model_arg=${every[$((i + 1))]}; done
+check_output() { # WHAT PATH
+    local what=$1 p=$2 dir
+    [[ -n "$p" ]] || fail "$what: empty path"
+    [[ -d "$p" ]] && fail "$what '$p' is a directory"
+    dir=$(dirname -- "$p")
+    [[ -d "$dir" ]] || fail "$what '$p': directory '$dir' does not exist"
+    [[ -w "$dir" ]] || fail "$what '$p': directory '$dir' is not writable"
+    if [[ -e "$p" ]]; then
+        local id
+        id=$(stat -L -c %d:%i -- "$p")
+        for input in "$hostfile" "$model_arg" "$bin"; do
+            [[ -n "$input" && -e "$input" && $(stat -L -c %d:%i -- "$input") == "$id" ]] &&
+                fail "$what '$p' is the same file as the input '$input'; refusing to overwrite it"
+        done
+    fi
+    return 0
+}
+[[ -n "$json" ]] && check_output "--json" "$json"
+[[ -n "$journal" ]] && check_output "--journal" "$journal"
+[[ -n "$json" && -n "$journal" && "$(realpath -m -- "$json")" == "$(realpath -m -- "$journal")" ]] &&
+    fail "--json and --journal name the same file"
 work="$(mktemp -d /tmp/meshinfer-resilient.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 own_journal=0
@@ -133,9 +159,10 @@ while :; do
     np=$(slots)
     ((np > 0)) || fail "no rank left to go on with"
 done
-if [[ -n "$json" ]]; then
-    node -e 'require("fs").writeFileSync(process.argv[1], JSON.stringify({journal: process.argv[2],
-        launches: JSON.parse(process.argv[3])}, null, 1) + "\n")' "$json" "$journal" "$launches"
+if [[ -n "$json" ]]; then # whole or not at all: a temporary name, then renamed
+    node -e 'require("fs").writeFileSync(process.argv[1], JSON.stringify({journal: process.argv[2] || null,
+        launches: JSON.parse(process.argv[3])}, null, 1) + "\n")' "$json.partial.$$" "$( ((own_journal)) || echo "$journal")" "$launches" &&
+        mv -f "$json.partial.$$" "$json" || { rm -f "$json.partial.$$"; fail "cannot write --json '$json'"; }
 fi
 ((own_journal)) && rm -f "$journal"
 exit 0

@@ -63,6 +63,14 @@ void mi_swiglu(float *h1, const float *h3, size_t n);
 /* Softmax in place over n values. */
 void mi_softmax(float *x, int n);
 
+/* Seed 000's inter-layer speculation test: is the FFN's contribution f small
+ * next to Z (the residual stream the next layer's attention was computed on)?
+ * f, z: [T][d]. *worst receives the largest ||f_t|| / ||z_t|| over the T
+ * positions (a norm ratio, not its square: the tolerance is on the ratio;
+ * infinite when some z_t is zero). Returns 1 (keep the speculative attention)
+ * when *worst < tol, strictly: a ratio equal to the tolerance is recomputed. */
+int mi_spec_accept(const float *f, const float *z, int T, int d, double tol, double *worst);
+
 /* Use BLAS sgemv instead of our kernel for fp32 decode (a same-run baseline
  * for `bench`; not bit-reproducible under row partitioning). Process-wide. */
 void mi_use_blas_matvec(int on);

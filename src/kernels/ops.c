@@ -90,6 +90,24 @@ void mi_rope_apply(const mi_rope_table *r, float *v, int T, int pos0, int n_head
     }
 }
 
+int mi_spec_accept(const float *f, const float *z, int T, int d, double tol, double *worst)
+{
+    double w = 0;
+    for (int t = 0; t < T; t++) {
+        double ff = 0, zz = 0;
+        for (int k = 0; k < d; k++) {
+            double a = f[(size_t)t * d + k], b = z[(size_t)t * d + k];
+            ff += a * a;
+            zz += b * b;
+        }
+        double r = zz > 0 ? sqrt(ff / zz) : INFINITY;
+        if (r > w)
+            w = r;
+    }
+    *worst = w;
+    return w < tol;
+}
+
 void mi_softmax(float *x, int n)
 {
     float mx = x[0];

@@ -121,6 +121,31 @@ static void test_rmsnorm_softmax_rope(void)
     CU_ASSERT_DOUBLE_EQUAL(s[0], 1.0 / 8, 1e-6);
     CU_ASSERT_DOUBLE_EQUAL(s[1], 2.0 / 8, 1e-6);
     CU_ASSERT_DOUBLE_EQUAL(s[2], 5.0 / 8, 1e-6);
+    /* the maximum is subtracted before exp: a large last value (a max that skipped it would
+     * take exp(199) to infinity and every value to NaN) */
+    float big[3] = {0.0f, 1.0f, 200.0f};
+    mi_softmax(big, 3);
+    CU_ASSERT(isfinite(big[0]) && isfinite(big[1]));
+    CU_ASSERT_DOUBLE_EQUAL(big[2], 1.0, 1e-6);
+    float first[3] = {200.0f, 1.0f, 0.0f};
+    mi_softmax(first, 3);
+    CU_ASSERT_DOUBLE_EQUAL(first[0], 1.0, 1e-6);
+
+    /* seed 000's speculation test: the ratio of norms, not its square, strictly under the
+     * tolerance; the worst position decides */
+    float z[2 * 4] = {1, 1, 1, 1, 2, 0, 0, 0}, fz[2 * 4] = {0.5f, 0.5f, 0.5f, 0.5f, 0.6f, 0, 0, 0};
+    double worst;
+    CU_ASSERT_EQUAL(mi_spec_accept(fz, z, 1, 4, 0.5, &worst), 0); /* exactly 0.5: recomputed */
+    CU_ASSERT_DOUBLE_EQUAL(worst, 0.5, 1e-12);
+    CU_ASSERT_EQUAL(mi_spec_accept(fz, z, 1, 4, 0.51, &worst), 1);
+    CU_ASSERT_EQUAL(mi_spec_accept(fz, z, 2, 4, 0.4, &worst), 0); /* 0.5 and 0.3: 0.5 decides */
+    CU_ASSERT_DOUBLE_EQUAL(worst, 0.5, 1e-12);
+    float f6[4] = {0.6f, 0.6f, 0.6f, 0.6f}; /* ratio 0.6, its square 0.36 */
+    CU_ASSERT_EQUAL(mi_spec_accept(f6, z, 1, 4, 0.5, &worst), 0);
+    CU_ASSERT_DOUBLE_EQUAL(worst, 0.6, 1e-6);
+    float zero[4] = {0, 0, 0, 0};
+    CU_ASSERT_EQUAL(mi_spec_accept(f6, zero, 1, 4, 1e9, &worst), 0);
+    CU_ASSERT(isinf(worst));
 
     /* RoPE: pair 0 rotates by pos radians, pair 1 by pos * theta^(-2/4) */
     mi_rope_table r;
@@ -172,6 +197,19 @@ static void test_sampler(void)
     CU_ASSERT(abs(counts[0] - 12000) < 500);
     CU_ASSERT(abs(counts[1] - 6000) < 400);
     CU_ASSERT(abs(counts[2] - 2000) < 300);
+
+    /* top-p 0.7 over {0.5, 0.3, 0.2}: the smallest set whose mass passes 0.7 is {0.5, 0.3},
+     * renormalised (0.625, 0.375); 0.2 never (a cut at a smaller mass would drop 0.3 too) */
+    mi_sampler_init(&s, 3, 1.0f, 0.7f, 5);
+    int nuc[3] = {0};
+    for (int i = 0; i < 20000; i++) {
+        float p[3] = {logf(0.5f), logf(0.3f), logf(0.2f)};
+        nuc[mi_sample(&s, p)]++;
+    }
+    mi_sampler_free(&s);
+    CU_ASSERT(abs(nuc[0] - 12500) < 500);
+    CU_ASSERT(abs(nuc[1] - 7500) < 500);
+    CU_ASSERT_EQUAL(nuc[2], 0);
 }
 
 /* ---- naive double-precision forward pass, written independently of forward.c ---- */

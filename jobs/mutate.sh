@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Do the tests catch what they claim? (issue 11 item 8) Applies each mutant
+# below -- one small edit of the source, the kind of bug a real change makes
+# -- to a scratch copy of the repository, rebuilds, and runs the fast part of
+# the suite (the unit tests, the real model's known continuation, and the
+# distributed tests on 3 ranks); a mutant is killed when a test fails (or the
+# build does), and survives when every test passes. Reports each and the
+# share killed; exit 1 when any survives.
+#
+# usage: jobs/mutate.sh [--out FILE.csv] [--only N[,N...]]
+#   --out FILE.csv   one line per mutant: number, file, what, killed|survived, seconds
+#   --only N,...     run only these mutants (numbers as listed)
+set -uo pipefail
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
+    exit 0
+fi
+root="$(cd "$(dirname "$0")/.." && pwd)"
+out="" only=""
+while (($#)); do
+    case "$1" in
+        --out|--only) (($# >= 2)) || { echo "mutate: error: $1 needs a value" >&2; exit 2; } ;;&
+        --out) out=$2; shift 2 ;;
+        --only) only=",$2,"; shift 2 ;;
+        *) echo "mutate: error: unknown option '$1' (see --help)" >&2; exit 2 ;;
+    esac
+done
+[[ -f "$root/models/cache/stories15M.h5" ]] || { echo "mutate: error: the real model is not fetched (jobs/fetch_model.sh)" >&2; exit 2; }
+
+# file | sed expression (applied to the first line it matches, which must exist) | what it breaks
+mutants=(
+  "src/kernels/ops.c|/float mx = x\[0\];/,/mx = x\[i\];/s/for (int i = 1; i < n; i++)/for (int i = 1; i < n - 1; i++)/|softmax: the max skips the last element"
+  "src/kernels/ops.c|s/return w < tol;/return w <= tol;/|speculation: a ratio equal to the tolerance accepted"
+  "src/kernels/ops.c|s/sqrt(ff \/ zz)/(ff \/ zz)/|speculation: the squared ratio against the tolerance"
+  "src/kernels/ops.c|s/vh\[2 \* i\] = a \* c\[i\] - b \* s\[i\];/vh[2 * i] = a * c[i] + b * s[i];/|RoPE: a sign of the rotation"
+  "src/kernels/ops.c|s/h1\[i\] = v \/ (1.0f + expf(-v)) \* h3\[i\];/h1[i] = v * h3[i];/|SwiGLU: the gate without SiLU"
+  "src/kernels/ops.c|s/const float scale = 1.0f \/ sqrtf((float)head_dim);/const float scale = 1.0f \/ (float)head_dim;/|attention: scores scaled by 1\/d, not 1\/sqrt(d)"
+  "src/model/tensor.c|s/mi_fp16_from_f32(amax \/ 127.0f)/mi_fp16_from_f32(amax \/ 120.0f)/|q8_0: the block scale"
+  "src/partition/headlevel.c|s/    d.i0 = f0;/    d.i0 = 0;/|schedule: an FFN slice reads the hidden units from 0"
+  "src/plan/plan.c|s/r0\[k\] = u, rn\[k++\] = end - u;/r0[k] = u, rn[k++] = end - u + 1;/|pruning: a kept run one unit too long"
+  "src/model/sampler.c|s/if (cum > s->topp) {/if (cum > 0.5f * s->topp) {/|sampling: top-p cut at half the mass"
+  "src/kernels/ops.c|s/const float \*c = r->cos + (size_t)(pos0 + t) \* half;/const float *c = r->cos + (size_t)(pos0) * half;/|RoPE: every position of a pass rotated as the first"
+  "src/runtime/exec.c|s/mi_swiglu(row, h3 + (size_t)t \* nk, (size_t)nk);/mi_swiglu(row, h3, (size_t)nk);/|runtime FFN: every position gated by the first's"
+)
+
+work="$(mktemp -d /tmp/meshinfer-mutate.XXXXXX)"
+trap 'rm -rf "$work"' EXIT
+echo "mutate: copying the tree and building it once in $work" >&2
+git -C "$root" ls-files -z | (cd "$root" && xargs -0 cp --parents -t "$work") || { echo "mutate: error: copy failed" >&2; exit 2; }
+mkdir -p "$work/models"
+ln -s "$root/models/cache" "$work/models/cache"
+cmake -S "$work" -B "$work/build" -DCMAKE_BUILD_TYPE=Release > "$work/build.log" 2>&1 &&
+    cmake --build "$work/build" -j2 >> "$work/build.log" 2>&1 || { echo "mutate: error: the unmutated tree does not build" >&2; exit 2; }
+suite() { (cd "$work/build" && timeout 900 ctest -j2 -R '^(unit_(forward|kernels|partition|hybrid|memory|model_file|tokenizer|cluster)|cli_generate_real_model|mpi_distributed_np3)$' \
+            -E aarch64 --output-on-failure > "$work/ctest.log" 2>&1); }
+suite || { echo "mutate: error: the unmutated suite fails (see $work/ctest.log)" >&2; cat "$work/ctest.log" | tail -20 >&2; exit 2; }
+[[ -n "$out" ]] && echo "n,file,what,result,seconds" > "$out"
+killed=0 total=0 survivors=()
+for i in "${!mutants[@]}"; do
+    n=$((i + 1))
+    [[ -n "$only" && "$only" != *",$n,"* ]] && continue
+    IFS='|' read -r file expr what <<<"${mutants[$i]}"
+    cp "$work/$file" "$work/$file.orig"
+    sed -i "$expr" "$work/$file"
+    if cmp -s "$work/$file" "$work/$file.orig"; then
+        echo "mutate: error: mutant $n ($what) changed nothing in $file: the source moved, update the list" >&2
+        mv "$work/$file.orig" "$work/$file"
+        exit 2
+    fi
+    t0=$(date +%s)
+    if ! cmake --build "$work/build" -j2 > "$work/mut-build.log" 2>&1; then
+        result=killed why="does not build"
+    elif suite; then
+        result=survived why="every test passed"
+    else
+        result=killed why="$(grep -E -m1 'FAIL|Failed|CHECK|Assertion' "$work/ctest.log" | cut -c1-100)"
+    fi
+    mv "$work/$file.orig" "$work/$file"
+    touch "$work/$file"
+    secs=$(($(date +%s) - t0))
+    total=$((total + 1))
+    [[ $result == killed ]] && killed=$((killed + 1)) || survivors+=("$n")
+    printf '%-8s %2d  %-26s %s (%s; %d s)\n' "$result" "$n" "$file" "$what" "$why" "$secs"
+    [[ -n "$out" ]] && echo "$n,$file,\"$what\",$result,$secs" >> "$out"
+done
+cmake --build "$work/build" -j2 > /dev/null 2>&1
+echo "mutate: $killed of $total mutants killed$(((${#survivors[@]})) && echo "; survived: ${survivors[*]}")"
+((${#survivors[@]} == 0))
