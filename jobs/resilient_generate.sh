@@ -54,7 +54,8 @@ while (($#)); do
 done
 [[ -n "$hostfile" ]] || fail "--hostfile is required (see --help)"
 [[ -f "$hostfile" ]] || fail "hostfile '$hostfile' not found"
-[[ $np =~ ^[0-9]+$ ]] || fail "--np '$np' is not a number"
+[[ $np =~ ^[0-9]{1,5}$ ]] || fail "--np '$np' is not a whole number"
+np=$((10#$np))
 [[ $max_launches =~ ^[1-9][0-9]*$ ]] || fail "--max-launches '$max_launches' is not a positive number"
 [[ -x "$bin" ]] || fail "$bin is not built (jobs/build.sh)"
 
@@ -89,9 +90,12 @@ trap 'rm -rf "$work"' EXIT
 own_journal=0
 [[ -n "$journal" ]] || { journal="$work/journal.json"; own_journal=1; }
 [[ -e "$journal" ]] && fail "journal '$journal' exists: a new generation needs a new journal (generate --resume goes on from one)"
-# the hosts as "name slots" lines (comments and blank lines dropped; slots=1 when not given)
-awk '!/^[[:space:]]*(#|$)/ {s = 1; for (i = 2; i <= NF; i++) if ($i ~ /^slots=/) {sub(/^slots=/, "", $i); s = $i}
-     print $1, s}' "$hostfile" > "$work/hosts"
+# the hosts as "name slots" lines (comments, blank lines and carriage returns dropped; slots=1 when
+# not given); a slot count that is not a whole number from 1 to 9999 is named, not passed to mpirun
+awk '{sub(/\r$/, "")} !/^[[:space:]]*(#|$)/ {s = 1; for (i = 2; i <= NF; i++) if ($i ~ /^slots=/) {sub(/^slots=/, "", $i); s = $i}
+     if (s !~ /^[1-9][0-9]?[0-9]?[0-9]?$/) {printf "line %d: slots=%s is not a whole number from 1 to 9999\n", NR, s > "/dev/stderr"; bad = 1}
+     print $1, s} END {exit bad}' "$hostfile" > "$work/hosts" 2> "$work/hosts.err" ||
+    fail "hostfile '$hostfile' $(head -1 "$work/hosts.err")"
 slots() { awk '{n += $2} END {print n + 0}' "$work/hosts"; }
 (($(slots) > 0)) || fail "hostfile '$hostfile' lists no slots"
 ((np > 0)) || np=$(slots)
@@ -142,8 +146,9 @@ while :; do
         break
     fi
     if [[ -z "$host" ]]; then
-        cat "$work/err" >&2
-        fail "launch $launch failed (exit $rc) without a lost rank to take away"
+        # meshinfer's own error line says what is wrong; mpirun's banners around it do not
+        why=$(grep -m1 '^meshinfer: error:' "$work/err" || grep -v '^-*$' "$work/err" | grep -m1 . || true)
+        fail "launch $launch failed (exit $rc) without a lost rank to take away${why:+: $why}"
     fi
     failed_at=$t_end
     # the hostfile's line for that host: by name, or, for this machine (mpirun names it by its

@@ -108,7 +108,22 @@ sed '0,/^t /s/^t [0-9]* /t 999999 /' "$tmp/done.json" > "$tmp/big.json"
 expect_error "a journal with a token past the vocabulary" "token below vocab_size 32000" \
     "$bin" generate --resume "$tmp/big.json"
 sed '0,/^t /s/^t \([0-9]*\) [0-9a-f]*$/t \1 00000000000000zz/' "$tmp/done.json" > "$tmp/rng.json"
-expect_error "a journal with a damaged sampler state" "sampler state '00000000000000zz' is not" "$bin" generate --resume "$tmp/rng.json"
+expect_error "a journal with a damaged sampler state" "line 2 is not 't TOKEN STATE'" "$bin" generate --resume "$tmp/rng.json"
+sed '0,/^t /s/^t \([0-9]*\) /t +\1 /' "$tmp/done.json" > "$tmp/sign.json"
+expect_error "a token with a sign" "line 2 is not 't TOKEN STATE'" "$bin" generate --resume "$tmp/sign.json"
+sed '1s/"sampler_state":"[0-9a-f]*"/"sampler_state":"0x2a"/' "$tmp/done.json" > "$tmp/hex.json"
+expect_error "a sampler state in another notation" "sampler_state '0x2a' is not 16 hex digits" "$bin" generate --resume "$tmp/hex.json"
+sed '0,/^t /s/^t [0-9]* /t 2 /' "$tmp/done.json" > "$tmp/eos.json"
+expect_error "EOS in the middle of a run that stops at EOS" "is BOS or EOS, where the run stopped" "$bin" generate --resume "$tmp/eos.json"
+"$bin" quantize -m "$model" --dtype q8_0 --out "$tmp/q8.h5" > /dev/null 2>&1
+expect_error "--resume on the same model in other dtypes" "journal .* is of stories15M .*fp32.* but .* q8_0" \
+    "$bin" generate -m "$tmp/q8.h5" --resume "$tmp/done.json"
+cp "$tmp/done.json" "$tmp/keep.json"
+expect_error "--trace onto the journal" "trace file is the same file as the input" \
+    "$bin" generate --resume "$tmp/keep.json" --trace "$tmp/keep.json"
+cmp -s "$tmp/done.json" "$tmp/keep.json" && ok "the journal unchanged after --trace onto it" || bad "--trace changed the journal"
+expect_error "--trace and --journal one new file" "--trace and the journal name the same file" \
+    "$bin" generate -m "$model" -n 3 --journal "$tmp/new.json" --trace "$tmp/new.json"
 sed '1s/"steps":30/"steps":30,"stpes":3/' "$tmp/done.json" > "$tmp/key.json"
 expect_error "a journal with an unknown key" "unknown key 'stpes'" "$bin" generate --resume "$tmp/key.json"
 expect_error "--resume of a missing journal" "journal" "$bin" generate --resume "$tmp/none.json"

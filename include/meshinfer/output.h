@@ -38,6 +38,11 @@ typedef struct {
  * and the reason. Writes nothing. */
 int mi_output_check(const char *path, const char *what, const char *const *inputs, int n_inputs, char *err);
 
+/* 1 when paths a and b name the same file: by device and inode when both
+ * exist, else by their directories' real paths and their last components
+ * (two outputs of one command, not yet written, must not be one file). */
+int mi_same_path(const char *a, const char *b);
+
 /* The directory part of path into dir[n] ("." when path has none, "/" for a
  * file at the root): where the output and its temporary file are created. */
 void mi_output_dir(const char *path, char *dir, size_t n);

@@ -64,7 +64,8 @@ double cli_nll(const float *logits, int V, int target);
 typedef struct {
     char model[4096];       /* the model file's path when the journal was begun */
     char model_name[64];    /* its config: a resumed run must load the same model */
-    int n_layers, dim, vocab_size;
+    int n_layers, dim, hidden_dim, vocab_size;
+    char dtypes[160];       /* mi_config_dtype_summary: a resumed run must compute with the same weights */
     char *prompt;           /* the prompt text, as given */
     int n_prompt, *prompt_ids; /* [n_prompt] its tokens, BOS first */
     long steps;             /* tokens asked for */

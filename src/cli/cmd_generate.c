@@ -110,8 +110,10 @@ int cmd_generate(int argc, char **argv)
         mi_check_all(0, err);
     }
     if (rank == 0 && journal) {
-        const char *inputs[] = {model ? model : model_path, so.cluster, so.plan_file, so.importance};
-        mi_check_all(mi_output_check(journal, "journal", inputs, 4, err) != 0, err);
+        /* every input of the run (the trace, another output, is checked against it in session_open) */
+        const char *inputs[] = {model ? model : model_path, so.cluster, so.plan_file, so.importance, so.sg_quality,
+                                so.spec_profile, so.text_input};
+        mi_check_all(mi_output_check(journal, "journal", inputs, 7, err) != 0, err);
     } else if (journal) {
         mi_check_all(0, err);
     }
@@ -128,21 +130,27 @@ int cmd_generate(int argc, char **argv)
         seed = jr.seed;
         ignore_eos = jr.ignore_eos;
     }
+    so.journal = journal;
     mi_session ss;
     so.auto_steps = steps > 0 ? (int)(steps < 4096 ? steps : 4096) : 0;
     so.auto_prompt = (int)(strlen(prompt) / 4) + 2; /* about 4 characters per token, and BOS */
     session_open(&ss, "generate", model, &so, 64, threads);
     const mi_config *c = &ss.cfg;
     int n_prompt;
-    int *prompt_ids = session_encode_prompt(&ss, prompt, &n_prompt);
+    /* a resumed run uses the journal's tokens: its prompt text is only printed, never encoded again */
+    int *prompt_ids = session_encode_prompt(&ss, resume ? "x" : prompt, &n_prompt);
     char msg[MI_ERRLEN] = "";
     int bad = 0;
     if (rank == 0 && resume) { /* the journal's tokens, not a new encoding: the same model's, checked */
+        char dts[160];
+        mi_config_dtype_summary(c, dts, sizeof dts);
         if (strcmp(jr.model_name, c->name) || jr.n_layers != c->n_layers || jr.dim != c->dim ||
-            jr.vocab_size != c->vocab_size)
-            bad = snprintf(msg, sizeof msg, "generate: journal %s is of %s (%d layers, dim %d, vocabulary %d) but %s "
-                           "is %s (%d layers, dim %d, vocabulary %d)", resume, jr.model_name, jr.n_layers, jr.dim,
-                           jr.vocab_size, model, c->name, c->n_layers, c->dim, c->vocab_size) > 0;
+            jr.hidden_dim != c->hidden_dim || jr.vocab_size != c->vocab_size || strcmp(jr.dtypes, dts))
+            /* the same weights, or the continuation is not the first run's */
+            bad = snprintf(msg, sizeof msg, "generate: journal %s is of %s (%d layers, dim %d, hidden_dim %d, "
+                           "vocabulary %d, %s) but %s is %s (%d layers, dim %d, hidden_dim %d, vocabulary %d, %s)",
+                           resume, jr.model_name, jr.n_layers, jr.dim, jr.hidden_dim, jr.vocab_size, jr.dtypes, model,
+                           c->name, c->n_layers, c->dim, c->hidden_dim, c->vocab_size, dts) > 0;
         else if (jr.n_prompt + jr.steps > c->seq_len)
             bad = snprintf(msg, sizeof msg, "generate: journal %s asks for %d + %ld tokens, past the context of %d",
                            resume, jr.n_prompt, jr.steps, c->seq_len) > 0;
@@ -178,7 +186,8 @@ int cmd_generate(int argc, char **argv)
         if (journal && !resume) {
             snprintf(jr.model, sizeof jr.model, "%s", model);
             snprintf(jr.model_name, sizeof jr.model_name, "%s", c->name);
-            jr.n_layers = c->n_layers, jr.dim = c->dim, jr.vocab_size = c->vocab_size;
+            jr.n_layers = c->n_layers, jr.dim = c->dim, jr.hidden_dim = c->hidden_dim, jr.vocab_size = c->vocab_size;
+            mi_config_dtype_summary(c, jr.dtypes, sizeof jr.dtypes);
             jr.prompt = strdup(prompt);
             jr.n_prompt = n_prompt;
             jr.prompt_ids = mi_malloc((size_t)n_prompt * sizeof(int), "journal");
@@ -210,8 +219,8 @@ int cmd_generate(int argc, char **argv)
         double t0 = mi_now();
         int next;
         float *logits = NULL;
-        if (resume && jr.done && n_forced > 0) {
-            next = forced[0];
+        if (resume && jr.done) { /* a run that stopped before any token stopped at BOS or EOS */
+            next = n_forced > 0 ? forced[0] : MI_TOK_EOS;
         } else {
             logits = session_prefill(&ss, prompt_ids, n_prompt, 0);
             session_check_logits(logits, c->vocab_size, n_prompt - 1);

@@ -614,8 +614,8 @@ int cmd_plan(int argc, char **argv)
     if ((!ranks) == (!cluster))
         mi_fatal("plan: give exactly one of --ranks or --cluster (see meshinfer plan --help)");
     char err[MI_ERRLEN];
-    const char *inputs[] = {model, cluster};
-    if (out && mi_output_check(out, "plan file", inputs, 2, err))
+    const char *inputs[] = {model, cluster, importance, sg_quality, check_text};
+    if (out && mi_output_check(out, "plan file", inputs, 5, err))
         mi_fatal("%s", err);
     mi_config c;
     load_config(model, shape, &dt, &c);

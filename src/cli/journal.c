@@ -30,7 +30,7 @@
 #include "meshinfer/common.h"
 #include "../util/json_keys.h"
 
-#define JOURNAL_VERSION 2
+#define JOURNAL_VERSION 3
 
 void journal_free(gen_journal *j)
 {
@@ -60,7 +60,9 @@ int journal_begin(const char *path, gen_journal *j, char *err)
     int ok = doc && cJSON_AddNumberToObject(doc, "meshinfer_journal", JOURNAL_VERSION) &&
              cJSON_AddStringToObject(doc, "model", j->model) && cJSON_AddStringToObject(doc, "model_name", j->model_name) &&
              cJSON_AddNumberToObject(doc, "n_layers", j->n_layers) && cJSON_AddNumberToObject(doc, "dim", j->dim) &&
+             cJSON_AddNumberToObject(doc, "hidden_dim", j->hidden_dim) &&
              cJSON_AddNumberToObject(doc, "vocab_size", j->vocab_size) &&
+             cJSON_AddStringToObject(doc, "dtypes", j->dtypes) &&
              cJSON_AddStringToObject(doc, "prompt", j->prompt ? j->prompt : "") &&
              cJSON_AddNumberToObject(doc, "steps", (double)j->steps) &&
              cJSON_AddNumberToObject(doc, "temperature", j->temperature) &&
@@ -133,6 +135,12 @@ int journal_finish(gen_journal *j, char *err)
     return rc;
 }
 
+/* v is a whole number in [lo, hi]. */
+static int whole(const cJSON *v, double lo, double hi)
+{
+    return cJSON_IsNumber(v) && v->valuedouble >= lo && v->valuedouble <= hi && v->valuedouble == floor(v->valuedouble);
+}
+
 /* n ints of array a (each in [0, hi)) into a new buffer; -1 when malformed. */
 static int read_ints(const cJSON *a, int hi, int **out, int *n)
 {
@@ -172,18 +180,24 @@ static int read_lines(const char *body, size_t n, const char *prefix, int V, gen
         if (!strcmp(line, "done")) {
             j->done = 1;
         } else {
-            int tok, used = 0;
-            char hex[32];
-            if (sscanf(line, "t %d %20s%n", &tok, hex, &used) != 2 || used != (int)len || strlen(hex) != 16 ||
-                tok < 0 || tok >= V)
+            /* "t", one space, decimal digits (no sign), one space, 16 hex digits: nothing else */
+            long tok = -1;
+            const char *q = line + 2;
+            int ok = len > 2 && line[0] == 't' && line[1] == ' ' && *q >= '0' && *q <= '9';
+            for (tok = 0; ok && *q >= '0' && *q <= '9'; q++)
+                if ((tok = tok * 10 + (*q - '0')) >= V)
+                    ok = 0;
+            ok = ok && *q == ' ' && strlen(q + 1) == 16 && strspn(q + 1, "0123456789abcdefABCDEF") == 16;
+            if (!ok)
                 return mi_set_error(err, "%s: line %d is not 't TOKEN STATE' with a token below vocab_size %d and "
                                          "16 hex digits", prefix, line_no, V);
-            char *end;
-            errno = 0;
-            uint64_t rng = strtoull(hex, &end, 16);
-            if (errno || *end || rng == 0)
+            uint64_t rng = strtoull(q + 1, NULL, 16);
+            if (rng == 0)
                 return mi_set_error(err, "%s: line %d: sampler state '%s' is not a non-zero 64-bit hex number",
-                                    prefix, line_no, hex);
+                                    prefix, line_no, q + 1);
+            if (!j->ignore_eos && (tok == MI_TOK_BOS || tok == MI_TOK_EOS))
+                return mi_set_error(err, "%s: line %d is BOS or EOS, where the run stopped (it did not ignore them): "
+                                         "no token can follow", prefix, line_no);
             if ((size_t)j->n_out == cap) {
                 cap *= 2;
                 int *o = realloc(j->out, cap * sizeof(int));
@@ -191,7 +205,7 @@ static int read_lines(const char *body, size_t n, const char *prefix, int V, gen
                     mi_fatal("out of memory");
                 j->out = o;
             }
-            j->out[j->n_out++] = tok;
+            j->out[j->n_out++] = (int)tok;
             j->rng = rng;
         }
         at += len + 1;
@@ -223,17 +237,18 @@ int journal_read(const char *path, gen_journal *j, char *err)
         free(text);
         return -1;
     }
-    static const char *const keys[] = {"meshinfer_journal", "model", "model_name", "n_layers", "dim", "vocab_size",
-                                       "prompt", "steps", "temperature", "top_p", "seed", "ignore_eos",
-                                       "sampler_state", "prompt_tokens", NULL};
+    static const char *const keys[] = {"meshinfer_journal", "model", "model_name", "n_layers", "dim", "hidden_dim",
+                                       "vocab_size", "dtypes", "prompt", "steps", "temperature", "top_p", "seed",
+                                       "ignore_eos", "sampler_state", "prompt_tokens", NULL};
     int rc = -1;
     if (cJSON_IsObject(root) && mi_json_check_keys(root, keys, prefix, "", err))
         goto done;
 #define GET(k) cJSON_GetObjectItemCaseSensitive(root, k)
     const cJSON *ver = GET("meshinfer_journal"), *model = GET("model"), *name = GET("model_name"),
-                *nl = GET("n_layers"), *dim = GET("dim"), *vocab = GET("vocab_size"), *prompt = GET("prompt"),
-                *steps = GET("steps"), *temp = GET("temperature"), *topp = GET("top_p"), *seed = GET("seed"),
-                *ie = GET("ignore_eos"), *rng = GET("sampler_state"), *pt = GET("prompt_tokens");
+                *nl = GET("n_layers"), *dim = GET("dim"), *hid = GET("hidden_dim"), *vocab = GET("vocab_size"),
+                *dts = GET("dtypes"), *prompt = GET("prompt"), *steps = GET("steps"), *temp = GET("temperature"),
+                *topp = GET("top_p"), *seed = GET("seed"), *ie = GET("ignore_eos"), *rng = GET("sampler_state"),
+                *pt = GET("prompt_tokens");
 #undef GET
     if (!cJSON_IsObject(root) || !cJSON_IsNumber(ver)) {
         mi_set_error(err, "%s: not a meshinfer journal (generate --journal writes one)", prefix);
@@ -244,30 +259,33 @@ int journal_read(const char *path, gen_journal *j, char *err)
                      JOURNAL_VERSION);
         goto done;
     }
-    if (!cJSON_IsString(model) || !cJSON_IsString(name) || !cJSON_IsNumber(nl) || !cJSON_IsNumber(dim) ||
-        !cJSON_IsNumber(vocab) || !cJSON_IsString(prompt) || !cJSON_IsNumber(steps) || !cJSON_IsNumber(temp) ||
+    if (!cJSON_IsString(model) || !cJSON_IsString(name) || !whole(nl, 1, 1 << 20) || !whole(dim, 1, 1 << 20) ||
+        !whole(hid, 1, 1 << 24) || !whole(vocab, 1, 1 << 20) || !cJSON_IsString(dts) || !cJSON_IsString(prompt) ||
+        !whole(steps, 1, 1 << 20) || !cJSON_IsNumber(temp) ||
         !cJSON_IsNumber(topp) || !cJSON_IsString(seed) || !cJSON_IsBool(ie) || !cJSON_IsString(rng) ||
         !cJSON_IsArray(pt) || strlen(model->valuestring) >= sizeof j->model ||
-        strlen(name->valuestring) >= sizeof j->model_name || !(vocab->valuedouble >= 1 && vocab->valuedouble <= 1 << 20) ||
-        !(steps->valuedouble >= 1 && steps->valuedouble <= 1 << 20) ||
+        strlen(name->valuestring) >= sizeof j->model_name || strlen(dts->valuestring) >= sizeof j->dtypes ||
         !(temp->valuedouble >= 0 && temp->valuedouble <= 100) || !(topp->valuedouble > 0 && topp->valuedouble <= 1)) {
         mi_set_error(err, "%s: a field of the first line is missing or out of range (model, model_name, n_layers, "
-                          "dim, vocab_size, prompt, steps, temperature, top_p, seed, ignore_eos, sampler_state, "
-                          "prompt_tokens)", prefix);
+                          "dim, hidden_dim, vocab_size, dtypes, prompt, steps, temperature, top_p, seed, ignore_eos, "
+                          "sampler_state, prompt_tokens)", prefix);
+        goto done;
+    }
+    /* as written: 16 hex digits, and decimal digits (strtoull alone takes signs, spaces and 0x) */
+    if (strlen(rng->valuestring) != 16 || strspn(rng->valuestring, "0123456789abcdefABCDEF") != 16 ||
+        (j->rng = strtoull(rng->valuestring, NULL, 16)) == 0) {
+        mi_set_error(err, "%s: sampler_state '%s' is not 16 hex digits of a non-zero state", prefix, rng->valuestring);
         goto done;
     }
     char *end;
     errno = 0;
-    j->rng = strtoull(rng->valuestring, &end, 16);
-    if (errno || *end || end == rng->valuestring || j->rng == 0) {
-        mi_set_error(err, "%s: sampler_state '%s' is not a non-zero 64-bit hex number", prefix, rng->valuestring);
-        goto done;
-    }
+    size_t nd = strlen(seed->valuestring);
     j->seed = strtoull(seed->valuestring, &end, 10);
-    if (errno || *end || end == seed->valuestring) {
+    if (nd == 0 || nd > 20 || strspn(seed->valuestring, "0123456789") != nd || errno || *end) {
         mi_set_error(err, "%s: seed '%s' is not a 64-bit number", prefix, seed->valuestring);
         goto done;
     }
+    j->ignore_eos = cJSON_IsTrue(ie); /* the token lines are judged by it */
     int V = (int)vocab->valuedouble;
     if (read_ints(pt, V, &j->prompt_ids, &j->n_prompt) || j->n_prompt < 1) {
         mi_set_error(err, "%s: prompt_tokens must be token ids below vocab_size %d, at least one", prefix, V);
@@ -280,11 +298,18 @@ int journal_read(const char *path, gen_journal *j, char *err)
         mi_set_error(err, "%s: %d tokens, more than the %g asked for", prefix, j->n_out, steps->valuedouble);
         goto done;
     }
+    if (j->done && j->ignore_eos && j->n_out != steps->valuedouble) { /* only -n ends such a run */
+        mi_set_error(err, "%s: 'done' after %d of %g tokens, but the run ignored BOS and EOS: inconsistent", prefix,
+                     j->n_out, steps->valuedouble);
+        goto done;
+    }
     j->valid_bytes = (long)(head + 1 + valid);
     snprintf(j->model, sizeof j->model, "%s", model->valuestring);
     snprintf(j->model_name, sizeof j->model_name, "%s", name->valuestring);
     j->n_layers = (int)nl->valuedouble;
     j->dim = (int)dim->valuedouble;
+    j->hidden_dim = (int)hid->valuedouble;
+    snprintf(j->dtypes, sizeof j->dtypes, "%s", dts->valuestring);
     j->vocab_size = V;
     j->prompt = strdup(prompt->valuestring);
     j->steps = (long)steps->valuedouble;

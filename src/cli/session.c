@@ -273,9 +273,11 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
 {
     /* an output is checked before anything is loaded or run (output.h) */
     const char *inputs[] = {path, o->cluster, o->plan_file, o->spec_profile, o->text_input, o->importance,
-                            o->sg_quality};
-    if (o->trace && mi_output_check(o->trace, "trace file", inputs, 7, err))
+                            o->sg_quality, o->journal};
+    if (o->trace && mi_output_check(o->trace, "trace file", inputs, 8, err))
         return -1;
+    if (o->trace && o->journal && mi_same_path(o->trace, o->journal))
+        return mi_set_error(err, "%s: --trace and the journal name the same file", o->trace);
     mi_model_file *mf = mi_model_open(path, &ss->cfg, err);
     if (!mf)
         return -1;

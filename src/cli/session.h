@@ -48,6 +48,7 @@ typedef struct {
     int prune_ffn;           /* --prune-ffn: FFN shards pruned per layer at load (needs --importance) */
     double ppl_budget;       /* --ppl-budget: percent perplexity somegather's pruning may cost under auto (-1: none) */
     const char *sg_quality;  /* --somegather-quality: its measured perplexities (mi_sg_quality) */
+    const char *journal;     /* generate --journal/--resume: another output the trace must not overwrite */
 } session_opts;
 
 /* getopt_long entries for the options above (codes >= 1000), to append to a

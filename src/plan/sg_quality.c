@@ -54,6 +54,11 @@ int mi_sg_quality_load(const char *path, const mi_config *c, mi_sg_quality *q, c
         mi_set_error(err, "%s: ranks must be a whole number in [1, %d]", prefix, MI_MAX_RANKS);
         goto done;
     }
+    const cJSON *txt = cJSON_GetObjectItemCaseSensitive(root, "text"), *tok = cJSON_GetObjectItemCaseSensitive(root, "tokens");
+    if ((txt && !cJSON_IsString(txt)) || (tok && !(cJSON_IsNumber(tok) && tok->valuedouble >= 0))) {
+        mi_set_error(err, "%s: 'text' must be a string and 'tokens' a count", prefix);
+        goto done;
+    }
     if (mode && (!cJSON_IsString(mode) || strcmp(mode->valuestring, "aware"))) {
         mi_set_error(err, "%s: prune_mode must be \"aware\" (auto runs communication-aware pruning)", prefix);
         goto done;
@@ -72,9 +77,9 @@ int mi_sg_quality_load(const char *path, const mi_config *c, mi_sg_quality *q, c
         const cJSON *r = cJSON_GetObjectItemCaseSensitive(e, "r");
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(e, "perplexity");
         if (!cJSON_IsNumber(r) || !cJSON_IsNumber(p) || !(r->valuedouble >= 0 && r->valuedouble < 1) ||
-            !(p->valuedouble > 0 && p->valuedouble < 1e30)) {
-            mi_set_error(err, "%s: points[%d] must be {\"r\": x, \"perplexity\": p} with x in [0, 1) and p finite and "
-                              "positive", prefix, i);
+            !(p->valuedouble >= 1 && p->valuedouble < 1e30)) {
+            mi_set_error(err, "%s: points[%d] must be {\"r\": x, \"perplexity\": p} with x in [0, 1) and p a finite "
+                              "perplexity (at least 1)", prefix, i);
             goto done;
         }
         if ((i == 0 && r->valuedouble != 0) || (i > 0 && !(r->valuedouble > q->r[i - 1]))) {

@@ -202,3 +202,28 @@ void mi_output_abort(mi_output *o)
     o->tmp[0] = '\0';
     mi_temp_file_clear();
 }
+
+/* dir's real path and base into out[n] ("" when the directory does not resolve). */
+static void canonical(const char *path, char *out, size_t n)
+{
+    char dir[4096], real[4096];
+    mi_output_dir(path, dir, sizeof dir);
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    if (!realpath(dir, real)) {
+        out[0] = 0;
+        return;
+    }
+    snprintf(out, n, "%s/%s", real, base);
+}
+
+int mi_same_path(const char *a, const char *b)
+{
+    struct stat sa, sb;
+    if (stat(a, &sa) == 0 && stat(b, &sb) == 0)
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    char ca[8300], cb[8300];
+    canonical(a, ca, sizeof ca);
+    canonical(b, cb, sizeof cb);
+    return ca[0] && !strcmp(ca, cb);
+}
