@@ -555,15 +555,8 @@ int mi_plan_load_json(const char *path, const mi_config *c, mi_plan *plan, char 
     if (c->n_layers < 1 || c->n_kv_heads < 1 || c->n_kv_heads > MI_MAX_KV_HEADS || c->hidden_dim < 1 ||
         c->vocab_size < 1)
         return mi_set_error(err, "plan file %s: the model configuration is invalid", path);
-    size_t len = 0;
-    char *buf = mi_read_text_file(path, "plan file", MAX_FILE_BYTES, &len, err);
-    if (!buf)
-        return -1;
     char prefix[4200];
-    snprintf(prefix, sizeof prefix, "plan file %s", path);
-
-    cJSON *root = mi_json_parse(buf, len, prefix, err);
-    free(buf);
+    cJSON *root = mi_json_load(path, "plan file", MAX_FILE_BYTES, prefix, sizeof prefix, err);
     if (!root)
         return -1;
 

@@ -79,14 +79,8 @@ double mi_prune_keep(const mi_importance *imp, int hidden_dim, int k, int *keep)
 int mi_importance_load(const char *path, const mi_config *c, mi_importance *imp, char *err)
 {
     memset(imp, 0, sizeof *imp);
-    size_t len;
-    char *text = mi_read_text_file(path, "importance file", 16L << 20, &len, err);
-    if (!text)
-        return -1;
     char prefix[4200];
-    snprintf(prefix, sizeof prefix, "importance file %s", path);
-    cJSON *root = mi_json_parse(text, len, prefix, err);
-    free(text);
+    cJSON *root = mi_json_load(path, "importance file", 16L << 20, prefix, sizeof prefix, err);
     if (!root)
         return -1;
     static const char *const top_keys[] = {"model",      "n_layers",  "dim",    "hidden_dim", "tokens",

@@ -17,14 +17,8 @@
 int mi_sg_quality_load(const char *path, const mi_config *c, mi_sg_quality *q, char *err)
 {
     memset(q, 0, sizeof *q);
-    size_t len;
-    char *text = mi_read_text_file(path, "somegather quality file", 1L << 20, &len, err);
-    if (!text)
-        return -1;
     char prefix[4200];
-    snprintf(prefix, sizeof prefix, "somegather quality file %s", path);
-    cJSON *root = mi_json_parse(text, len, prefix, err);
-    free(text);
+    cJSON *root = mi_json_load(path, "somegather quality file", 1L << 20, prefix, sizeof prefix, err);
     if (!root)
         return -1;
     static const char *const top_keys[] = {"model", "n_layers", "dim", "ranks", "prune_mode", "text", "tokens",

@@ -1,6 +1,8 @@
 /* Key checking of the plan module's JSON readers (see json_keys.h). */
 #include "json_keys.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "meshinfer/common.h"
@@ -52,5 +54,17 @@ cJSON *mi_json_parse(const char *json, size_t len, const char *prefix, char *err
         line_col(json, pos, &line, &col);
         mi_set_error(err, "%s: JSON syntax error at byte %zu (line %d, column %d)", prefix, pos, line, col);
     }
+    return root;
+}
+
+cJSON *mi_json_load(const char *path, const char *what, size_t max_bytes, char *prefix, size_t prefix_n, char *err)
+{
+    size_t len = 0;
+    char *text = mi_read_text_file(path, what, max_bytes, &len, err);
+    if (!text)
+        return NULL;
+    snprintf(prefix, prefix_n, "%s %s", what, path);
+    cJSON *root = mi_json_parse(text, len, prefix, err);
+    free(text);
     return root;
 }

@@ -17,4 +17,11 @@ int mi_json_check_keys(const cJSON *obj, const char *const *allowed, const char 
  * syntax error at byte B (line L, column C)" in err. */
 cJSON *mi_json_parse(const char *json, size_t len, const char *prefix, char *err);
 
+/* Read the JSON file path (a `what`, e.g. "plan file", of at most max_bytes)
+ * and parse it strictly: the one prologue of every side-file reader. prefix
+ * (prefix_n bytes) receives "<what> <path>", which the caller's own errors
+ * start with too. Returns the tree (cJSON_Delete it), or NULL with one line
+ * in err (unreadable, too large, a syntax error and its position). */
+cJSON *mi_json_load(const char *path, const char *what, size_t max_bytes, char *prefix, size_t prefix_n, char *err);
+
 #endif
