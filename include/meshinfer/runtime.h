@@ -105,6 +105,12 @@ void mi_runtime_replan(mi_runtime *rt, const mi_plan *plan, int n_pos);
  * Changing a rank's weights (mi_runtime_replan) keeps its counters. */
 void mi_runtime_poll_compute(mi_runtime *rt, double *compute_s);
 
+/* Rank 0 only: every rank's resident set size now, in bytes, into
+ * rss_bytes[n_ranks] (0 where /proc cannot tell): what a soak of many
+ * generations in one job watches for growth (issue 11 item 7). One command
+ * and one gather. */
+void mi_runtime_poll_rss(mi_runtime *rt, double *rss_bytes);
+
 /* Rank 0 only: clear every rank's KV cache (a new sequence). */
 void mi_runtime_reset(mi_runtime *rt);
 

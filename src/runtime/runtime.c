@@ -222,6 +222,17 @@ void mi_runtime_poll_compute(mi_runtime *rt, double *compute_s)
     MPI_Gather(&mine, 1, MPI_DOUBLE, compute_s, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
 }
 
+void mi_runtime_poll_rss(mi_runtime *rt, double *rss_bytes)
+{
+    double mine = (double)mi_rss_bytes();
+    if (rt->size == 1) {
+        rss_bytes[0] = mine;
+        return;
+    }
+    rt_send_cmd(rt, CMD_POLL_RSS, 0, 0, 0, NULL);
+    MPI_Gather(&mine, 1, MPI_DOUBLE, rss_bytes, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+}
+
 void mi_runtime_serve(mi_runtime *rt)
 {
     for (;;) {
@@ -239,6 +250,9 @@ void mi_runtime_serve(mi_runtime *rt)
             mi_model_reset(&rt->model);
         } else if (hdr[0] == CMD_POLL) {
             double mine = compute_seconds(rt);
+            MPI_Gather(&mine, 1, MPI_DOUBLE, NULL, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        } else if (hdr[0] == CMD_POLL_RSS) {
+            double mine = (double)mi_rss_bytes();
             MPI_Gather(&mine, 1, MPI_DOUBLE, NULL, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
         } else if (hdr[0] == CMD_RESET_METRICS) {
             rt_reset_metrics_local(rt);

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Soak (issue 11 item 7): many consecutive generations in one job on the
+# emulated testbed (jobs/testbed.sh: a CPU quota per rank, link delay and
+# packet loss, TCP retransmitting), on a cluster whose budgets force memory
+# re-placements during the first generation; `generate --repeat` resets the KV
+# cache and re-seeds the sampler between them. Checks that every generation
+# gives the first one's tokens and that no rank's resident memory grows by a
+# megabyte from the first repeat to the last; writes DIR/soak.json (the run's
+# JSON) and prints the result.
+#
+# usage: jobs/soak.sh [--generations N] [--steps N] [--loss-pct L] [--out DIR]
+#   defaults: 200 generations of 64 tokens, 3% loss, 4 ranks, 1 ms links; needs root (testbed)
+set -euo pipefail
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
+    exit 0
+fi
+root="$(cd "$(dirname "$0")/.." && pwd)"
+gens=200 steps=64 loss=3 out="$root/results/soak"
+fail() { echo "soak: error: $*" >&2; exit 1; }
+while (($#)); do
+    case "$1" in
+        --generations|--steps|--loss-pct|--out) (($# >= 2)) || fail "$1 needs a value (see --help)" ;;&
+        --generations) gens=$2; shift 2 ;;
+        --steps) steps=$2; shift 2 ;;
+        --loss-pct) loss=$2; shift 2 ;;
+        --out) out=$2; shift 2 ;;
+        *) fail "unknown option '$1' (see --help)" ;;
+    esac
+done
+[[ $gens =~ ^[1-9][0-9]*$ && $steps =~ ^[1-9][0-9]*$ ]] || fail "--generations and --steps take positive whole numbers"
+model="$root/models/cache/stories15M.h5"
+[[ -f "$model" ]] || model="$("$root/jobs/fetch_model.sh")"
+mkdir -p "$out"
+echo "soak: $gens generations of $steps tokens on the testbed (4 ranks, 1 ms links, $loss% loss)..." >&2
+"$root/jobs/testbed.sh" --ranks 4 --cpu-pct 100 --delay-ms 1 --jitter-ms 0 --loss-pct "$loss" -- \
+    generate -m "$model" -n "$steps" --ignore-eos --repeat "$gens" --cluster "$root/mpi_tests/cluster-tight.json" \
+    --kv-positions 32 --replan --json > "$out/soak.json.partial" 2> "$out/soak.err" ||
+    { rm -f "$out/soak.json.partial"; fail "the run failed: $(grep -m1 error "$out/soak.err" || tail -1 "$out/soak.err")"; }
+mv "$out/soak.json.partial" "$out/soak.json"
+node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1])), r = j.repeat;
+  const g = r.rss_mb_after_last.map((x, i) => x - r.rss_mb_after_first_repeat[i]);
+  const ok = r.same_tokens === r.runs && g.every(x => x < 1);
+  console.log(`soak: ${r.runs + 1} generations in ${(r.seconds).toFixed(1)} s after the first; ${r.same_tokens} of ${r.runs} ` +
+              `repeats gave its tokens; RSS growth per rank (MB): ${g.map(x => x.toFixed(3)).join(" ")}; ` +
+              `re-placements in the first: ${(j.replans || []).length}: ${ok ? "ok" : "FAILED"}`);
+  process.exit(ok ? 0 : 1)' "$out/soak.json"
