@@ -25,6 +25,12 @@ while (($#)); do
         *) echo "mutate: error: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
+if [[ -n "$out" ]]; then # checked before the work, written whole at the end: never onto a source file
+    [[ -d "$out" ]] && { echo "mutate: error: --out '$out' is a directory" >&2; exit 2; }
+    [[ -d "$(dirname -- "$out")" ]] || { echo "mutate: error: --out '$out': its directory does not exist" >&2; exit 2; }
+    [[ -e "$out" ]] && (cd "$root" && git ls-files --error-unmatch -- "$(realpath --relative-to="$root" "$out")" > /dev/null 2>&1) &&
+        { echo "mutate: error: --out '$out' is a file of the repository (the mutants' input)" >&2; exit 2; }
+fi
 [[ -f "$root/models/cache/stories15M.h5" ]] || { echo "mutate: error: the real model is not fetched (jobs/fetch_model.sh)" >&2; exit 2; }
 
 # file | sed expression (applied to the first line it matches, which must exist) | what it breaks
@@ -54,7 +60,7 @@ cmake -S "$work" -B "$work/build" -DCMAKE_BUILD_TYPE=Release > "$work/build.log"
 suite() { (cd "$work/build" && timeout 900 ctest -j2 -R '^(unit_(forward|kernels|partition|hybrid|memory|model_file|tokenizer|cluster)|cli_generate_real_model|mpi_distributed_np3)$' \
             -E aarch64 --output-on-failure > "$work/ctest.log" 2>&1); }
 suite || { echo "mutate: error: the unmutated suite fails (see $work/ctest.log)" >&2; cat "$work/ctest.log" | tail -20 >&2; exit 2; }
-[[ -n "$out" ]] && echo "n,file,what,result,seconds" > "$out"
+[[ -n "$out" ]] && echo "n,file,what,result,seconds" > "$work/mutants.csv"
 killed=0 total=0 survivors=()
 for i in "${!mutants[@]}"; do
     n=$((i + 1))
@@ -81,8 +87,8 @@ for i in "${!mutants[@]}"; do
     total=$((total + 1))
     [[ $result == killed ]] && killed=$((killed + 1)) || survivors+=("$n")
     printf '%-8s %2d  %-26s %s (%s; %d s)\n' "$result" "$n" "$file" "$what" "$why" "$secs"
-    [[ -n "$out" ]] && echo "$n,$file,\"$what\",$result,$secs" >> "$out"
+    [[ -n "$out" ]] && echo "$n,$file,\"$what\",$result,$secs" >> "$work/mutants.csv"
 done
-cmake --build "$work/build" -j2 > /dev/null 2>&1
+[[ -n "$out" ]] && mv -f "$work/mutants.csv" "$out"
 echo "mutate: $killed of $total mutants killed$(((${#survivors[@]})) && echo "; survived: ${survivors[*]}")"
 ((${#survivors[@]} == 0))

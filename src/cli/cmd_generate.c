@@ -192,9 +192,10 @@ int cmd_generate(int argc, char **argv)
     so.auto_prompt = (int)(strlen(prompt) / 4) + 2; /* about 4 characters per token, and BOS */
     session_open(&ss, "generate", model, &so, 64, threads);
     const mi_config *c = &ss.cfg;
-    int n_prompt;
-    /* a resumed run uses the journal's tokens: its prompt text is only printed, never encoded again */
-    int *prompt_ids = session_encode_prompt(&ss, resume ? "x" : prompt, &n_prompt);
+    int n_prompt = 0;
+    /* a resumed run uses the journal's tokens (every rank knows it resumes: the same command line);
+     * its prompt text is only printed, never encoded again */
+    int *prompt_ids = resume ? NULL : session_encode_prompt(&ss, prompt, &n_prompt);
     char msg[MI_ERRLEN] = "";
     int bad = 0;
     if (rank == 0 && resume) { /* the journal's tokens, not a new encoding: the same model's, checked */
@@ -210,7 +211,6 @@ int cmd_generate(int argc, char **argv)
         else if (jr.n_prompt + jr.steps > c->seq_len)
             bad = snprintf(msg, sizeof msg, "generate: journal %s asks for %d + %ld tokens, past the context of %d",
                            resume, jr.n_prompt, jr.steps, c->seq_len) > 0;
-        free(prompt_ids);
         n_prompt = jr.n_prompt;
         prompt_ids = mi_malloc((size_t)n_prompt * sizeof(int), "prompt tokens");
         memcpy(prompt_ids, jr.prompt_ids, (size_t)n_prompt * sizeof(int));
@@ -250,9 +250,7 @@ int cmd_generate(int argc, char **argv)
             memcpy(jr.prompt_ids, prompt_ids, (size_t)n_prompt * sizeof(int));
             jr.steps = steps, jr.temperature = temperature, jr.topp = topp, jr.seed = seed, jr.ignore_eos = ignore_eos;
         }
-        int *forced_buf = resume ? jr.out : NULL; /* forced points into it */
         if (journal) {
-            jr.out = out; /* (the journal's own tokens live in its file: out is only for journal_free) */
             jr.fd = -1;
             jr.rng = smp.rng;
             /* begun before the prompt (a loss during it resumes too); a resumed one goes on after its
@@ -426,10 +424,8 @@ int cmd_generate(int argc, char **argv)
         }
         free(text);
         free(out);
-        free(forced_buf);
         free(prompt_ids);
         mi_sampler_free(&smp);
-        jr.out = NULL; /* out, freed above */
         journal_free(&jr);
     }
     if (json)
