@@ -8,11 +8,19 @@
 #include <string.h>
 #include <unistd.h>
 
-static const char *fuzz_file(const uint8_t *data, size_t size, const char *tag)
+static char fuzz_path[256];
+static void fuzz_file_remove(void) { unlink(fuzz_path); }
+
+__attribute__((unused)) static const char *fuzz_file(const uint8_t *data, size_t size, const char *tag)
 {
-    static char path[256];
-    if (!path[0])
-        snprintf(path, sizeof path, "/tmp/meshinfer-fuzz-%s-%ld", tag, (long)getpid());
+    char *path = fuzz_path;
+    if (!path[0]) {
+        /* tmpfs where there is one: a run is one file write, and a disk makes
+         * that most of the time */
+        snprintf(path, sizeof fuzz_path, "%s/meshinfer-fuzz-%s-%ld", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp", tag,
+                 (long)getpid());
+        atexit(fuzz_file_remove);
+    }
     FILE *f = fopen(path, "wb");
     if (!f)
         abort();
@@ -23,7 +31,7 @@ static const char *fuzz_file(const uint8_t *data, size_t size, const char *tag)
 }
 
 /* A NUL-terminated copy (the caller frees it). */
-static char *fuzz_string(const uint8_t *data, size_t size)
+__attribute__((unused)) static char *fuzz_string(const uint8_t *data, size_t size)
 {
     char *s = malloc(size + 1);
     if (!s)
