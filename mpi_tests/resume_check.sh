@@ -5,8 +5,9 @@
 # token; the job relaunches on the 4 ranks left with generate --resume, and
 # its text must equal an uninterrupted run's, greedy and seeded sampling
 # alike. Also: the time from the kill to the next token, journals refused
-# whole (another model, damaged, options given twice), and a finished
-# journal's text printed without computing.
+# whole (another model, damaged, options given twice), a finished journal's
+# text printed without computing, and the distributed options carried by the
+# journal (those that change the tokens may not be changed on resume).
 # usage: resume_check.sh MESHINFER MODEL.h5 [SEED]
 set -uo pipefail
 bin=$1 model=$2
@@ -82,6 +83,19 @@ one_case "sampled (T 0.9, seed 7)" -t 0.9 -s 7
 cmp -s "$tmp/a" "$tmp/b" && grep -q "0 new" "$tmp/e" && ok "--resume of a finished journal prints its text, 0 new tokens" ||
     bad "--resume of a finished journal: $(cat "$tmp/e")"
 
+# the distributed options come from the journal: somegather's pruning changes the text, and a resume
+# given no options must still make the pruned run's tokens
+mpi=(timeout 120 mpirun --allow-run-as-root -q --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 -np 3)
+"${mpi[@]}" "$bin" generate -m "$model" -n 40 --planner somegather --prune 0.05 --journal "$tmp/sg.json" > "$tmp/sg" 2>/dev/null
+"${mpi[@]}" "$bin" generate -m "$model" -n 40 --planner somegather > "$tmp/sg0" 2>/dev/null
+head -n 15 "$tmp/sg.json" > "$tmp/sg-cut.json"
+"${mpi[@]}" "$bin" generate --resume "$tmp/sg-cut.json" > "$tmp/sg-resumed" 2> "$tmp/e"
+if head -1 "$tmp/sg.json" | grep -q '"options":\["--planner","somegather","--prune","0.05"\]' &&
+   ! cmp -s "$tmp/sg" "$tmp/sg0" && cmp -s "$tmp/sg" "$tmp/sg-resumed"; then
+    ok "the journal keeps --planner somegather --prune 0.05; a resume given neither made the pruned run's text"
+else
+    bad "distributed options through the journal: $(head -c 400 "$tmp/sg.json" | grep -o '"options":[^]]*]'); $(tail -2 "$tmp/e")"
+fi
 expect_error() {
     local what=$1 re=$2; shift 2
     timeout 60 "$@" >/dev/null 2>"$tmp/e"; local rc=$?
@@ -127,6 +141,22 @@ expect_error "--trace and --journal one new file" "--trace and the journal name 
 sed '1s/"steps":30/"steps":30,"stpes":3/' "$tmp/done.json" > "$tmp/key.json"
 expect_error "a journal with an unknown key" "unknown key 'stpes'" "$bin" generate --resume "$tmp/key.json"
 expect_error "--resume of a missing journal" "journal" "$bin" generate --resume "$tmp/none.json"
+head -n 15 "$tmp/sg.json" > "$tmp/sg-cut.json"
+expect_error "--resume with another --prune than the journal's" "made with --prune 0.05, which changes the tokens" \
+    "$bin" generate --resume "$tmp/sg-cut.json" --prune 0.1
+expect_error "--resume adding --wire-dtype" "made without --wire-dtype, which changes the tokens" \
+    "$bin" generate --resume "$tmp/sg-cut.json" --wire-dtype q8_0
+sed '1s/"options":\[[^]]*\]/"options":["--prune"]/' "$tmp/sg.json" > "$tmp/opt.json"
+expect_error "a journal whose option lacks its value" "option '--prune' has no value after it" \
+    "$bin" generate --resume "$tmp/opt.json"
+sed '1s/"options":\[[^]]*\]/"options":["--trace","x.json"]/' "$tmp/sg.json" > "$tmp/opt.json"
+expect_error "a journal carrying an output option" "option '--trace' is not a distributed option" \
+    "$bin" generate --resume "$tmp/opt.json"
+sed '1s/"options":\[[^]]*\]/"options":"--speculate"/' "$tmp/sg.json" > "$tmp/opt.json"
+expect_error "a journal whose options are not an array" "options must be an array" \
+    "$bin" generate --resume "$tmp/opt.json"
+expect_error "--journal-sync without a journal" "--journal-sync syncs the journal" \
+    "$bin" generate -m "$model" -n 3 --journal-sync
 expect_error "--journal onto the model" "same file" "$bin" generate -m "$model" --journal "$model"
 echo "$pass passed, $fail failed"
 ((fail == 0))

@@ -76,15 +76,22 @@ typedef struct {
     uint64_t rng;           /* the sampler's state after out[n_out - 1] was sampled */
     int done;               /* 1: the generation ended (steps reached, or BOS/EOS) */
     long valid_bytes;       /* journal_read: the bytes of its whole lines */
+    /* the distributed options that went into the tokens (--planner, --wire-dtype, --prune-ffn, ...),
+     * as given: n_options strings packed one after another, each NUL-terminated, options_len bytes */
+    char *options;
+    int n_options;
+    size_t options_len;
+    int sync;               /* --journal-sync: each line reaches the disk before the next token */
     int fd;                 /* open to append (journal_begin, journal_append_open), else -1 */
 } gen_journal;
 
-/* Start a journal at path: the request's line (written whole, renamed into
- * place), then path open to append (j->fd). journal_append_open reopens an
+/* Start a journal at path: the request's line (written whole, synced,
+ * renamed into place), then path open to append (j->fd). journal_append_open reopens an
  * existing one to go on, first cutting it to keep_bytes (the whole lines
  * journal_read found; -1: as it is). journal_token appends a token and the
- * sampler's state after it; journal_finish appends "done" and closes. Each
- * returns 0 or -1 with one line in err. */
+ * sampler's state after it; journal_finish appends "done" and closes. With
+ * j->sync each line is on disk (fdatasync) before they return. Each returns 0
+ * or -1 with one line in err. */
 int journal_begin(const char *path, gen_journal *j, char *err);
 int journal_append_open(const char *path, gen_journal *j, long keep_bytes, char *err);
 int journal_token(gen_journal *j, int token, uint64_t rng, char *err);

@@ -31,14 +31,144 @@ static void help(void)
            "      --repeat N          run the same generation N times in this job (KV cache reset, sampler\n"
            "                          re-seeded): a soak; reports how many gave the first run's tokens and\n"
            "                          every rank's resident memory after the first repeat and the last\n"
+           "      --journal-sync      put each journal line on disk before the next token (fdatasync), for a\n"
+           "                          journal on a file system that outlives this host\n"
            "      --resume FILE       go on from a journal on the ranks of this job (after a device was lost):\n"
            "                          re-plan for them, replay the journal's tokens, continue with the\n"
            "                          tokens the first run would have made, and keep journaling to FILE;\n"
            "                          the prompt, -n and sampling come from the journal (-m may name\n"
-           "                          the same model at another path); the text is printed from the start\n"
+           "                          the same model at another path); the text is printed from the start.\n"
+           "                          The distributed options come from the journal too: those that change\n"
+           "                          the numbers (--wire-dtype, --prune, --prune-mode, --prune-ffn,\n"
+           "                          --importance, --loss*, --speculate, --tolerance, --min-acceptance,\n"
+           "                          --spec-profile) may only be given again as they were; the others\n"
+           "                          (--planner, ...) may be changed for the new ranks; --cluster,\n"
+           "                          --plan-file and --trace are never carried over\n"
            "%s"
            "Timing (TTFT, TPOT, tokens/s) goes to stderr, or into the JSON.\n",
            SESSION_HELP);
+}
+
+/* The session options of a command line, as given ("--planner", "layerwise",
+ * "--speculate", ...), packed NUL-terminated: what a journal keeps (issue 11
+ * item 5) and what a resumed run compares with it. */
+typedef struct {
+    char *buf;
+    size_t len, cap;
+    int n;
+} opt_list;
+
+static void opt_list_add(opt_list *l, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    if (l->len + n > l->cap) {
+        l->cap = (l->len + n) * 2 + 64;
+        char *b = realloc(l->buf, l->cap);
+        if (!b)
+            mi_fatal("out of memory");
+        l->buf = b;
+    }
+    memcpy(l->buf + l->len, s, n);
+    l->len += n;
+    l->n++;
+}
+
+/* Not carried into a resumed run: the devices (--cluster) and a plan for them
+ * (--plan-file) are the lost job's, and --trace is an output. */
+static int opt_carried(int code) { return code != 1001 && code != 1002 && code != 1003; }
+
+/* Options that change the numbers a run computes: a resumed run must have
+ * them as the first run had, or its tokens are not the first run's. */
+static int opt_numeric(int code)
+{
+    switch (code) {
+    case 1007: case 1008: case 1009: case 1010: /* speculation */
+    case 1013: case 1014: case 1015:            /* wire dtype, somegather pruning */
+    case 1016: case 1017: case 1018:            /* message loss */
+    case 1021: case 1023:                       /* FFN shards pruned by importance */
+        return 1;
+    }
+    return 0;
+}
+
+static const struct option *opt_by_code(const struct option *opts, int code)
+{
+    for (; opts->name; opts++)
+        if (opts->val == code)
+            return opts;
+    return NULL;
+}
+
+static const struct option *opt_by_name(const struct option *opts, const char *dashed)
+{
+    if (strncmp(dashed, "--", 2))
+        return NULL;
+    for (; opts->name; opts++)
+        if (opts->val >= 1000 && !strcmp(opts->name, dashed + 2))
+            return opts;
+    return NULL;
+}
+
+/* The argument the command line gave for code (its last), "" for a flag, or NULL. */
+static const char *given_arg(const opt_list *given, const struct option *opts, int code)
+{
+    const char *found = NULL;
+    for (const char *s = given->buf; given->buf && s < given->buf + given->len; s += strlen(s) + 1) {
+        const struct option *o = opt_by_name(opts, s);
+        const char *arg = o && o->has_arg ? s + strlen(s) + 1 : "";
+        if (o && o->val == code)
+            found = arg;
+        if (o && o->has_arg)
+            s += strlen(s) + 1;
+    }
+    return found;
+}
+
+/* A resumed run takes the journal's distributed options (packed as opt_list):
+ * the numeric ones must match the command line's where it gives them, and the
+ * command line may not add one; the others apply unless the command line set
+ * them. Every rank decides alike (same command line, same journal). Returns
+ * 0, or -1 with err. */
+static int resume_options(const char *jopts, size_t jlen, const opt_list *given, const struct option *opts,
+                          session_opts *so, const char *journal, char *err)
+{
+    opt_list seen = {0};
+    int rc = 0;
+    for (const char *s = jopts; rc == 0 && s < jopts + jlen; s += strlen(s) + 1) {
+        const struct option *o = opt_by_name(opts, s);
+        if (!o || !opt_carried(o->val)) {
+            rc = mi_set_error(err, "generate: journal %s: option '%s' is not a distributed option this meshinfer "
+                                   "carries into a resumed run", journal, s);
+            break;
+        }
+        if (o->has_arg && s + strlen(s) + 1 >= jopts + jlen) {
+            rc = mi_set_error(err, "generate: journal %s: option '%s' has no value after it", journal, s);
+            break;
+        }
+        const char *arg = o->has_arg ? s + strlen(s) + 1 : "";
+        const char *now = given_arg(given, opts, o->val);
+        opt_list_add(&seen, s);
+        if (opt_numeric(o->val) && now && strcmp(now, arg))
+            rc = mi_set_error(err, "generate: journal %s was made with --%s %s, which changes the tokens: a resumed "
+                                   "run must compute as it did (leave --%s out)", journal, o->name, arg, o->name);
+        else if (!now)
+            session_opt(so, o->val, o->has_arg ? arg : NULL);
+        if (o->has_arg)
+            s += strlen(s) + 1;
+    }
+    for (const char *s = given->buf; rc == 0 && given->buf && s < given->buf + given->len; s += strlen(s) + 1) {
+        const struct option *o = opt_by_name(opts, s);
+        int in_journal = 0;
+        for (const char *t = seen.buf; seen.buf && t < seen.buf + seen.len; t += strlen(t) + 1)
+            in_journal |= !strcmp(s, t);
+        if (o && opt_numeric(o->val) && !in_journal)
+            rc = mi_set_error(err, "generate: journal %s was made without --%s, which changes the tokens: a resumed "
+                                   "run must compute as the first did (leave it out)", journal, o->name);
+        if (o && o->has_arg)
+            s += strlen(s) + 1;
+    }
+    free(seen.buf);
+    return rc;
 }
 
 /* What --repeat found (issue 11 item 7, a soak in one job). */
@@ -99,8 +229,11 @@ int cmd_generate(int argc, char **argv)
         {"ignore-eos", no_argument, 0, 'E'},   {"threads", required_argument, 0, 'T'},
         {"json", no_argument, 0, 'j'},         {"metrics", no_argument, 0, 'M'},
         {"help", no_argument, 0, 'h'},         {"journal", required_argument, 0, 'J'},
-        {"resume", required_argument, 0, 'R'}, {"repeat", required_argument, 0, 'r'}, SESSION_LONG_OPTS,
+        {"resume", required_argument, 0, 'R'}, {"repeat", required_argument, 0, 'r'},
+        {"journal-sync", no_argument, 0, 'Y'}, SESSION_LONG_OPTS,
         {0, 0, 0, 0}};
+    opt_list given_opts = {0}; /* the session options as given, for the journal */
+    int journal_sync = 0;
     const char *model = NULL, *prompt = "Once upon a time", *journal = NULL, *resume = NULL;
     int given = 0; /* options a resumed run takes from its journal */
     int repeat = 1;
@@ -126,12 +259,21 @@ int cmd_generate(int argc, char **argv)
         case 'j': json = 1; break;
         case 'M': metrics = 1; break;
         case 'h': help(); return 0;
+        case 'Y': journal_sync = 1; break;
         default:
             if (!session_opt(&so, o, optarg))
                 cli_bad_option("generate", o, argv);
+            const struct option *so_opt = opt_by_code(opts, o);
+            char dashed[64];
+            snprintf(dashed, sizeof dashed, "--%s", so_opt->name);
+            opt_list_add(&given_opts, dashed);
+            if (so_opt->has_arg)
+                opt_list_add(&given_opts, optarg);
         }
     }
     cli_no_positional("generate", optind, argc, argv);
+    if (journal_sync && !journal && !resume)
+        mi_fatal("generate: --journal-sync syncs the journal: it needs --journal or --resume");
     if (resume && given)
         mi_fatal("generate: --resume takes the prompt, -n, --temperature, --top-p, --seed and --ignore-eos from the "
                  "journal: leave them out");
@@ -177,6 +319,18 @@ int cmd_generate(int argc, char **argv)
         if (size > 1)
             MPI_Bcast(model_path, sizeof model_path, MPI_CHAR, 0, MPI_COMM_WORLD);
         model = model_path;
+    }
+    if (resume) { /* the journal's distributed options, to every rank (only rank 0 reads the journal) */
+        unsigned long long jlen = rank == 0 ? jr.options_len : 0;
+        if (size > 1)
+            MPI_Bcast(&jlen, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+        char *jopts = rank == 0 ? jr.options : mi_malloc(jlen + 1, "journal options");
+        if (size > 1 && jlen)
+            MPI_Bcast(jopts, (int)jlen, MPI_CHAR, 0, MPI_COMM_WORLD);
+        int bad_opts = resume_options(jopts, (size_t)jlen, &given_opts, opts, &so, resume, err) != 0;
+        if (rank != 0)
+            free(jopts);
+        mi_check_all(bad_opts, err);
     }
     if (rank == 0 && resume) {
         prompt = jr.prompt;
@@ -249,7 +403,23 @@ int cmd_generate(int argc, char **argv)
             jr.prompt_ids = mi_malloc((size_t)n_prompt * sizeof(int), "journal");
             memcpy(jr.prompt_ids, prompt_ids, (size_t)n_prompt * sizeof(int));
             jr.steps = steps, jr.temperature = temperature, jr.topp = topp, jr.seed = seed, jr.ignore_eos = ignore_eos;
+            /* the distributed options, less those of this job's devices and outputs */
+            opt_list carried = {0};
+            for (const char *s = given_opts.buf; given_opts.buf && s < given_opts.buf + given_opts.len;
+                 s += strlen(s) + 1) {
+                const struct option *so_opt = opt_by_name(opts, s);
+                const char *arg = so_opt->has_arg ? s + strlen(s) + 1 : NULL;
+                if (opt_carried(so_opt->val)) {
+                    opt_list_add(&carried, s);
+                    if (arg)
+                        opt_list_add(&carried, arg);
+                }
+                if (arg)
+                    s += strlen(s) + 1;
+            }
+            jr.options = carried.buf, jr.n_options = carried.n, jr.options_len = carried.len;
         }
+        jr.sync = journal_sync;
         if (journal) {
             jr.fd = -1;
             jr.rng = smp.rng;
@@ -428,6 +598,7 @@ int cmd_generate(int argc, char **argv)
         mi_sampler_free(&smp);
         journal_free(&jr);
     }
+    free(given_opts.buf);
     if (json)
         session_metrics_json(&ss, stdout);
     if (rank == 0 && json)

@@ -12,9 +12,16 @@
  * run killed mid-line leaves a line without its newline, which the reader
  * drops (and --resume cuts off before appending). Rewriting a whole JSON file
  * per token cost 1.3 ms a token here (file creation and rename), a third of
- * a decode step; a line costs microseconds. Nothing is synced to disk: a
- * killed process loses nothing, the page cache holds it, and a host that
- * loses power with rank 0 loses the controller anyway. */
+ * a decode step; a line costs microseconds. The request line is synced
+ * before it is renamed into place; token lines are not, unless asked
+ * (--journal-sync): a killed process loses nothing, the page cache holds it,
+ * and only a journal on storage that outlives rank 0's host (a shared file
+ * system) needs each line on disk.
+ *
+ * The request also keeps the distributed options the run was given
+ * (--planner, --wire-dtype, --prune-ffn, speculation, loss, ...): a resumed
+ * run computes as the first did without being told again (cmd_generate.c
+ * decides which may differ). */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -30,7 +37,8 @@
 #include "meshinfer/common.h"
 #include "../util/json_keys.h"
 
-#define JOURNAL_VERSION 3
+#define JOURNAL_VERSION 4
+#define JOURNAL_MAX_OPTIONS 128
 
 void journal_free(gen_journal *j)
 {
@@ -39,6 +47,7 @@ void journal_free(gen_journal *j)
     free(j->prompt);
     free(j->prompt_ids);
     free(j->out);
+    free(j->options);
     memset(j, 0, sizeof *j);
     j->fd = -1;
 }
@@ -73,6 +82,13 @@ int journal_begin(const char *path, gen_journal *j, char *err)
     ok = ok && p && cJSON_AddItemToObject(doc, "prompt_tokens", p);
     if (!ok)
         cJSON_Delete(p);
+    cJSON *opts = ok ? cJSON_CreateArray() : NULL;
+    const char *o = j->options;
+    for (int i = 0; opts && i < j->n_options; i++, o += strlen(o) + 1)
+        cJSON_AddItemToArray(opts, cJSON_CreateString(o));
+    ok = ok && opts && cJSON_AddItemToObject(doc, "options", opts);
+    if (!ok && opts && !cJSON_GetObjectItemCaseSensitive(doc, "options"))
+        cJSON_Delete(opts);
     char *text = ok ? cJSON_PrintUnformatted(doc) : NULL;
     cJSON_Delete(doc);
     if (!text)
@@ -86,6 +102,8 @@ int journal_begin(const char *path, gen_journal *j, char *err)
     } else {
         size_t n = strlen(text);
         int bad = fwrite(text, 1, n, f) != n || fputc('\n', f) == EOF;
+        /* on disk before the rename: a crash must not leave an empty journal under the name */
+        bad |= fflush(f) != 0 || fsync(fileno(f)) != 0;
         bad |= fclose(f) != 0;
         if (bad || rename(tmp, path) != 0) {
             rc = mi_set_error(err, "journal %s: cannot write it (%s)", path, strerror(errno));
@@ -114,8 +132,11 @@ int journal_append_open(const char *path, gen_journal *j, long keep_bytes, char 
 
 static int append(gen_journal *j, const char *line, size_t n, char *err)
 {
+    errno = 0;
     if (write(j->fd, line, n) != (ssize_t)n) /* one write: a line is whole or torn, never interleaved */
         return mi_set_error(err, "journal: cannot append to it: %s", errno ? strerror(errno) : "short write");
+    if (j->sync && fdatasync(j->fd) != 0)
+        return mi_set_error(err, "journal: cannot sync it to disk: %s", strerror(errno));
     return 0;
 }
 
@@ -239,7 +260,7 @@ int journal_read(const char *path, gen_journal *j, char *err)
     }
     static const char *const keys[] = {"meshinfer_journal", "model", "model_name", "n_layers", "dim", "hidden_dim",
                                        "vocab_size", "dtypes", "prompt", "steps", "temperature", "top_p", "seed",
-                                       "ignore_eos", "sampler_state", "prompt_tokens", NULL};
+                                       "ignore_eos", "sampler_state", "prompt_tokens", "options", NULL};
     int rc = -1;
     if (cJSON_IsObject(root) && mi_json_check_keys(root, keys, prefix, "", err))
         goto done;
@@ -248,7 +269,7 @@ int journal_read(const char *path, gen_journal *j, char *err)
                 *nl = GET("n_layers"), *dim = GET("dim"), *hid = GET("hidden_dim"), *vocab = GET("vocab_size"),
                 *dts = GET("dtypes"), *prompt = GET("prompt"), *steps = GET("steps"), *temp = GET("temperature"),
                 *topp = GET("top_p"), *seed = GET("seed"), *ie = GET("ignore_eos"), *rng = GET("sampler_state"),
-                *pt = GET("prompt_tokens");
+                *pt = GET("prompt_tokens"), *opts = GET("options");
 #undef GET
     if (!cJSON_IsObject(root) || !cJSON_IsNumber(ver)) {
         mi_set_error(err, "%s: not a meshinfer journal (generate --journal writes one)", prefix);
@@ -268,7 +289,7 @@ int journal_read(const char *path, gen_journal *j, char *err)
         !(temp->valuedouble >= 0 && temp->valuedouble <= 100) || !(topp->valuedouble > 0 && topp->valuedouble <= 1)) {
         mi_set_error(err, "%s: a field of the first line is missing or out of range (model, model_name, n_layers, "
                           "dim, hidden_dim, vocab_size, dtypes, prompt, steps, temperature, top_p, seed, ignore_eos, "
-                          "sampler_state, prompt_tokens)", prefix);
+                          "sampler_state, prompt_tokens, options)", prefix);
         goto done;
     }
     /* as written: 16 hex digits, and decimal digits (strtoull alone takes signs, spaces and 0x) */
@@ -290,6 +311,26 @@ int journal_read(const char *path, gen_journal *j, char *err)
     if (read_ints(pt, V, &j->prompt_ids, &j->n_prompt) || j->n_prompt < 1) {
         mi_set_error(err, "%s: prompt_tokens must be token ids below vocab_size %d, at least one", prefix, V);
         goto done;
+    }
+    /* the options as given: strings, none empty, at most JOURNAL_MAX_OPTIONS of 4095 bytes */
+    int n_opts = cJSON_IsArray(opts) ? cJSON_GetArraySize(opts) : -1;
+    int opts_ok = n_opts >= 0 && n_opts <= JOURNAL_MAX_OPTIONS;
+    for (const cJSON *e = opts_ok ? opts->child : NULL; e; e = e->next)
+        if (!cJSON_IsString(e) || !e->valuestring[0] || strlen(e->valuestring) > 4095)
+            opts_ok = 0;
+        else
+            j->options_len += strlen(e->valuestring) + 1;
+    if (!opts_ok) {
+        mi_set_error(err, "%s: options must be an array of at most %d non-empty strings (the run's distributed "
+                          "options)", prefix, JOURNAL_MAX_OPTIONS);
+        goto done;
+    }
+    j->options = mi_malloc(j->options_len + 1, "journal options");
+    j->n_options = n_opts;
+    size_t at = 0;
+    for (const cJSON *e = opts->child; e; e = e->next) {
+        memcpy(j->options + at, e->valuestring, strlen(e->valuestring) + 1);
+        at += strlen(e->valuestring) + 1;
     }
     size_t valid = 0;
     if (read_lines(eol + 1, len - head - 1, prefix, V, j, &valid, err))
