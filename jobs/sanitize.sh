@@ -6,11 +6,15 @@
 # with speculation, tp, somegather with pruning and loss, memory-triggered
 # re-placement that moves KV heads, q4_0 weights with q8_0 messages) and
 # checks that no sanitizer reported anything and that each gives the same
-# tokens as the normal build. Leak checking is off: Open MPI keeps its
-# allocations until exit by design.
+# tokens as the normal build. Then a soak under the sanitizers (issue 11
+# item 7): generate --repeat N on 4 ranks with speculation and re-placement in
+# every generation, each repeat checked against the first run's tokens and
+# resident memory flat (under 1 MB growth per rank). Leak checking is off:
+# Open MPI keeps its allocations until exit by design.
 #
-# usage: jobs/sanitize.sh [--build-dir DIR] [MODEL.h5]
+# usage: jobs/sanitize.sh [--build-dir DIR] [--soak N] [MODEL.h5]
 #   --build-dir DIR   the sanitizer build tree (default build-sanitize)
+#   --soak N          generations in the soak (default 20; 0 skips it)
 #   MODEL.h5          default models/cache/stories15M.h5
 # environment: MESHINFER_BIN  the normal build's binary (default build/meshinfer)
 set -uo pipefail
@@ -19,11 +23,13 @@ if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     exit 0
 fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
-dir="$root/build-sanitize"
+dir="$root/build-sanitize" soak=20
 model="$root/models/cache/stories15M.h5"
 while (($#)); do
     case "$1" in
         --build-dir) (($# >= 2)) || { echo "sanitize: error: --build-dir needs a value" >&2; exit 2; }; dir=$2; shift 2 ;;
+        --soak) [[ "${2:-}" =~ ^[0-9]+$ ]] || { echo "sanitize: error: --soak needs a whole number" >&2; exit 2; }
+                soak=$2; shift 2 ;;
         -*) echo "sanitize: error: unknown option '$1' (see --help)" >&2; exit 2 ;;
         *) model=$1; shift ;;
     esac
@@ -83,5 +89,28 @@ one "re-placement moving KV heads, 4 ranks" 4 "$model" -n 150 --ignore-eos \
 one "hybrid with its phases apart, 3 ranks" 3 "$model" -n 24 --cluster "$root/mpi_tests/cluster-hybrid3.json" \
     --planner hybrid --phase-plans both
 one "q4_0 weights, q8_0 messages, somegather 2 ranks" 2 "$q4" -n 24 --planner somegather --wire-dtype q8_0
+if ((soak > 0)); then
+    echo "sanitize: soak of $soak generations" >&2
+    soak_args=(-n 80 --ignore-eos --planner greedy --speculate --tolerance 0 --cluster "$root/mpi_tests/cluster-tight.json"
+               --kv-positions 32 --replan)
+    want=$("${mpi[@]}" -np 4 "$ref" generate -m "$model" --json "${soak_args[@]}" 2>/dev/null | tokens)
+    "${mpi[@]/300/7200}" -np 4 "$san" generate -m "$model" --json "${soak_args[@]}" --repeat "$soak" > "$tmp/out" 2> "$tmp/err"
+    rc=$?
+    got=$(tokens < "$tmp/out")
+    sk=$(node -e 'const s = require("fs").readFileSync(process.argv[1], "utf8"), d = JSON.parse(s.slice(s.indexOf("{"))), j = d.repeat;
+      const g = j.rss_mb_after_last.map((x, r) => x - j.rss_mb_after_first_repeat[r]);
+      console.log(`${j.same_tokens} of ${j.runs} repeats the first run'"'"'s tokens, ${d.replans_moved} re-placements moving shards, ` +
+                  `RSS growth at most ${Math.max(...g).toFixed(3)} MB`,
+                  j.same_tokens === j.runs && d.replans_moved >= 2 * (j.runs + 1) - 1 && g.every(x => x < 1) ? "good" : "bad")' \
+         "$tmp/out" 2>&1)
+    if [[ $rc == 0 && -n "$want" && "$got" == "$want" && $sk == *good ]] &&
+       ! grep -qE "ERROR: AddressSanitizer|runtime error:" "$tmp/err" "$tmp/out"; then
+        echo "ok: soak of $soak generations on 4 ranks with speculation and re-placement: clean; ${sk% good}"; pass=$((pass + 1))
+    else
+        echo "FAIL: soak: exit $rc, ${sk% bad} $(grep -m1 -E "AddressSanitizer|runtime error" "$tmp/err" "$tmp/out")"
+        [[ "$got" == "$want" ]] || echo "    tokens differ from the normal build's"
+        fail=$((fail + 1))
+    fi
+fi
 echo "$pass passed, $fail failed"
 ((fail == 0))

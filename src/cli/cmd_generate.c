@@ -189,7 +189,7 @@ static void soak(mi_session *ss, const int *prompt_ids, int n_prompt, long steps
     int *toks = mi_malloc((size_t)(steps > 0 ? steps : 1) * sizeof(int), "soak tokens");
     double t0 = mi_now();
     for (int rep = 0; rep < more; rep++) {
-        mi_runtime_reset(ss->rt);
+        session_restart(ss);
         mi_sampler smp;
         mi_sampler_init(&smp, c->vocab_size, temperature, topp, seed);
         float *logits = session_prefill(ss, prompt_ids, n_prompt, 0);

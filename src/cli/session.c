@@ -516,6 +516,7 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
     }
     ss->cl = cl;
     ss->replan = o->replan;
+    ss->kv_positions0 = ss->plan.kv_positions;
     ss->tpot_target_s = o->tpot_ms / 1e3;
     ss->hold = 16;
     ss->poll_k = -1;
@@ -635,6 +636,69 @@ static double budget_fraction(const mi_session *ss, int r, int n_pos)
     return b > 0 ? rank_bytes(ss, r, n_pos) / b : 0.0;
 }
 
+/* Every re-placement is counted; the first SESSION_MAX_REPLANS are kept for
+ * --json (a soak makes hundreds). */
+static void record_replan(mi_session *ss, const session_replan *ev)
+{
+    if (ss->n_replans < SESSION_MAX_REPLANS)
+        ss->replans[ss->n_replans] = *ev;
+    ss->n_replans++;
+    ss->n_replans_moved += ev->moved;
+}
+
+/* Put placement np (a decode plan; taken over) in force with the KV cache at
+ * n_pos positions, or keep the current one with np's KV budget when it places
+ * every shard alike; ev counts what moved. */
+static void install_placement(mi_session *ss, mi_plan *np, int n_pos, session_replan *ev)
+{
+    mi_plan *cur = &ss->plan;
+    if (mi_plan_same_placement(cur, np)) {
+        cur->kv_positions = np->kv_positions;
+        mi_plan_free(np);
+        return;
+    }
+    for (int l = 0; l < ss->cfg.n_layers; l++)
+        for (int k = 0; k < ss->cfg.n_kv_heads; k++)
+            ev->kv_heads_moved += cur->layers[l].kv_rank[k] != np->layers[l].kv_rank[k];
+    double t1 = mi_now();
+    mi_runtime_replan(ss->rt, np, n_pos);
+    ss->installed_prefill = 0; /* a re-placement installs a decode plan */
+    ev->seconds = mi_now() - t1;
+    ev->moved = 1;
+    mi_plan_free(cur);
+    *cur = *np;
+    ss->busy_valid = 0; /* runtime scaling's prediction was for the old placement */
+    mi_programs_free(&ss->prog);
+    char perr[MI_ERRLEN];
+    if (mi_programs_compile(cur, &ss->prog, perr))
+        mi_fatal("re-placement: %s", perr);
+    memory_of_plan(ss);
+}
+
+void session_restart(mi_session *ss)
+{
+    mi_runtime_reset(ss->rt);
+    ss->pos_hi = 0;
+    if (!ss->replan || !ss->cl.dev || ss->plan.kv_positions == ss->kv_positions0)
+        return;
+    mi_plan np;
+    char err[MI_ERRLEN];
+    double t0 = mi_now();
+    ss->po.kv_positions = ss->kv_positions0;
+    if (mi_plan_make(&ss->plan.cfg, &ss->cl, &ss->po, &np, err))
+        mi_fatal("re-placement: the first placement (%d positions) cannot be made again: %s", ss->kv_positions0, err);
+    session_replan ev = {0, 0, 0.0, ss->kv_positions0, (mi_now() - t0) * 1e3, 0.0, 0, 0};
+    install_placement(ss, &np, 0, &ev);
+    fprintf(stderr, "meshinfer: re-placement at position 0: the KV cache was emptied; %s for %d positions "
+                    "(planned in %.2f ms", ev.moved ? "the first placement again" : "same placement",
+            ss->kv_positions0, ev.plan_ms);
+    if (ev.moved)
+        fprintf(stderr, "; %d KV heads moved in %.1f ms)\n", ev.kv_heads_moved, ev.seconds * 1e3);
+    else
+        fprintf(stderr, ")\n");
+    record_replan(ss, &ev);
+}
+
 static void memory_check(mi_session *ss, int pos0, int T)
 {
     if (!ss->cl.dev)
@@ -689,27 +753,7 @@ static void memory_check(mi_session *ss, int pos0, int T)
         h = need + (h - need) / 2;
     }
     session_replan ev = {need, trigger, frac, h, (mi_now() - t0) * 1e3, 0.0, 0, 0};
-    if (mi_plan_same_placement(cur, &np)) {
-        cur->kv_positions = np.kv_positions;
-        mi_plan_free(&np);
-    } else {
-        for (int l = 0; l < ss->cfg.n_layers; l++)
-            for (int k = 0; k < ss->cfg.n_kv_heads; k++)
-                ev.kv_heads_moved += cur->layers[l].kv_rank[k] != np.layers[l].kv_rank[k];
-        double t1 = mi_now();
-        mi_runtime_replan(ss->rt, &np, pos0);
-        ss->installed_prefill = 0; /* a re-placement installs a decode plan */
-        ev.seconds = mi_now() - t1;
-        ev.moved = 1;
-        mi_plan_free(cur);
-        *cur = np;
-        ss->busy_valid = 0; /* runtime scaling's prediction was for the old placement */
-        mi_programs_free(&ss->prog);
-        char perr[MI_ERRLEN];
-        if (mi_programs_compile(cur, &ss->prog, perr))
-            mi_fatal("re-placement: %s", perr);
-        memory_of_plan(ss);
-    }
+    install_placement(ss, &np, pos0, &ev);
     char why[256];
     if (outgrown)
         snprintf(why, sizeof why, "the KV cache outgrew the %d positions the placement budgets (fullest: %s, rank %d, "
@@ -722,8 +766,7 @@ static void memory_check(mi_session *ss, int pos0, int T)
             ev.moved ? "new placement" : "same placement", h, ev.plan_ms, ev.moved ? "" : ")\n");
     if (ev.moved)
         fprintf(stderr, "; %d KV heads moved in %.1f ms)\n", ev.kv_heads_moved, ev.seconds * 1e3);
-    if (ss->n_replans < SESSION_MAX_REPLANS)
-        ss->replans[ss->n_replans++] = ev;
+    record_replan(ss, &ev);
 }
 
 float *session_forward(mi_session *ss, const int *tokens, int T, int pos0, int all_logits)
@@ -962,8 +1005,9 @@ void session_metrics_json(mi_session *ss, FILE *f)
     fprintf(f, "\"rtt_ms\": [");
     for (int r = 0; r < ss->size; r++)
         fprintf(f, "%s%.4f", r ? ", " : "", ss->rtt_s[r] * 1e3);
-    fprintf(f, "], \"kv_positions\": %d, \"replans\": [", ss->plan.kv_positions);
-    for (int i = 0; i < ss->n_replans; i++) {
+    fprintf(f, "], \"kv_positions\": %d, \"replans_total\": %d, \"replans_moved\": %d, \"replans\": [",
+            ss->plan.kv_positions, ss->n_replans, ss->n_replans_moved);
+    for (int i = 0; i < ss->n_replans && i < SESSION_MAX_REPLANS; i++) {
         const session_replan *e = &ss->replans[i];
         fprintf(f, "%s{\"position\": %d, \"rank\": %d, \"budget_fraction\": %.4f, \"kv_positions\": %d, "
                    "\"plan_ms\": %.3f, \"moved\": %s, \"kv_heads_moved\": %d, \"move_ms\": %.3f}",

@@ -133,6 +133,7 @@ typedef struct {
     mi_plan_options po;     /* rank 0: how the plan was made, to make it again */
     double *acc;            /* rank 0: profiled acceptance per transition, or NULL */
     int replan;             /* --replan */
+    int kv_positions0;      /* rank 0: the KV positions the first placement budgets */
     int from_plan_file;     /* rank 0: the plan came from --plan-file */
     double mem_w[MI_MAX_RANKS], mem_kv[MI_MAX_RANKS]; /* rank 0: per rank, weight bytes and KV bytes per
                                                          position of the current plan (checked every pass) */
@@ -143,7 +144,8 @@ typedef struct {
     int loss_mode;          /* seed 002 emulated message loss (runtime options) */
     double loss;
     uint64_t loss_seed;
-    int n_replans;
+    int n_replans;          /* every re-placement (replans holds the first SESSION_MAX_REPLANS) */
+    int n_replans_moved;    /* ... of which moved shards */
     session_replan replans[SESSION_MAX_REPLANS];
     /* seed 003: a hybrid plan for the prefill phase apart from the decode
      * plan (plan), when the planner made them differ */
@@ -261,6 +263,11 @@ int session_scale_memory(mi_session *ss, int r, int pos0, int need, double limit
 
 /* Rank 0: session_forward over n tokens in chunks (prompt processing), on
  * the prefill plan (session_phase). */
+/* Empty the KV cache (a new generation in the same job: generate --repeat)
+ * and, under --replan, go back to the first placement, so each generation
+ * re-places as it grows as the first did (issue 11 item 7). Rank 0. */
+void session_restart(mi_session *ss);
+
 float *session_prefill(mi_session *ss, const int *tokens, int n, int pos0);
 
 /* Rank 0: encode a prompt with BOS; mi_fatal for an empty prompt, invalid
