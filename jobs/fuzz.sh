@@ -53,10 +53,12 @@ for h in "${harnesses[@]}"; do
         hdf5) mkdir -p "$dir/seeds/hdf5"
               MESHINFER_FUZZ_SEEDS="$dir/seeds/hdf5" "$dir/fuzz_hdf5" > /dev/null 2>&1 ||
                   { echo "FAIL: hdf5: could not write the seed models"; fail=1; continue; }
-              # a corrupt size makes libhdf5 ask malloc for terabytes: return NULL
-              # as a real allocator does (HDF5 then fails the open) instead of
-              # ASan's and libFuzzer's own aborts on huge requests
-              export ASAN_OPTIONS=$ASAN_OPTIONS:allocator_may_return_null=1
+              # a corrupt size makes libhdf5 ask malloc for gigabytes to terabytes:
+              # return NULL at once, as a real allocator out of memory does (HDF5
+              # then fails the open), instead of ASan's and libFuzzer's aborts on
+              # huge requests, or ASan mapping shadow memory for one for seconds
+              # (a 15 s "timeout" the normal build answers in 0.3 s)
+              export ASAN_OPTIONS=$ASAN_OPTIONS:allocator_may_return_null=1:max_allocation_size_mb=2048
               seeds=("$dir/seeds/hdf5") opts=(-max_len=150000 -timeout=10 -malloc_limit_mb=1048576) ;;
         # a command ended by mi_fatal returns by longjmp and leaks what it held (up to a
         # megabyte or two, the tiny model and the session): about 2 GB in 15 minutes

@@ -21,6 +21,10 @@
 #   after --: generate options every launch gets (--planner, --cluster, --wire-dtype...)
 # Exit 0 when the generation finished; 1 when it could not (no rank left, a
 # failure that is not a lost rank, or --max-launches reached), saying why.
+# environment: MESHINFER_BIN the binary (default build/meshinfer);
+#   MESHINFER_TESTBED_MPI, MESHINFER_TESTBED_WRAPPER: set by
+#   `jobs/testbed.sh --launcher -- jobs/resilient_generate.sh ...` to run every
+#   launch on the emulated devices and links
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
@@ -122,8 +126,10 @@ while :; do
         watcher=$!
     fi
     set +e
-    mpirun --allow-run-as-root --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 \
-        --hostfile "$work/hostfile" -np "$np" "$bin" "${args[@]}" > "$work/out" 2> "$work/err"
+    # on jobs/testbed.sh --launcher: its links' ports and each rank in its cgroup
+    mpirun --allow-run-as-root --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 ${MESHINFER_TESTBED_MPI:-} \
+        --hostfile "$work/hostfile" -np "$np" ${MESHINFER_TESTBED_WRAPPER:+"$MESHINFER_TESTBED_WRAPPER"} "$bin" "${args[@]}" \
+        > "$work/out" 2> "$work/err"
     rc=$?
     set -e
     t_end=$(date +%s.%N)

@@ -41,13 +41,20 @@
 #   --rate-mbit R      one medium of R Mbit/s that every packet shares in turn,
 #                      like a wireless channel (default 0: unlimited)
 #   --port P           first TCP port of the ranks' links (default 46000)
+#   --launcher         after --, a command that starts its own mpirun jobs on the
+#                      testbed (e.g. jobs/resilient_generate.sh, which relaunches
+#                      after a lost rank), instead of meshinfer's arguments: it
+#                      gets MESHINFER_TESTBED_MPI (the mpirun options that put
+#                      the links on the shaped ports; it adds mpi_yield_when_idle) and MESHINFER_TESTBED_WRAPPER
+#                      (the command that puts rank R in its cgroup, to run the
+#                      binary through); its jobs may have up to --ranks ranks
 # environment: MESHINFER_BIN  the meshinfer binary to run (default build/meshinfer,
 #                              built first)
 # example:
 #   jobs/testbed.sh -- generate -m models/cache/stories15M.h5 --planner greedy --speculate --json
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-ranks=5 cpu=40 slowdown=1 period=5 changes=() delay=5 jitter=1 loss=0 rate=0 port=46000
+ranks=5 cpu=40 slowdown=1 period=5 changes=() delay=5 jitter=1 loss=0 rate=0 port=46000 launcher=0
 while (($#)); do
     case "$1" in
         --ranks) ranks=$2; shift 2 ;;
@@ -60,12 +67,16 @@ while (($#)); do
         --loss-pct) loss=$2; shift 2 ;;
         --rate-mbit) rate=$2; shift 2 ;;
         --port) port=$2; shift 2 ;;
+        --launcher) launcher=1; shift ;;
         -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
         --) shift; break ;;
         *) echo "testbed: error: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
 (($#)) || { echo "testbed: error: give the meshinfer command after --" >&2; exit 2; }
+if ((launcher)); then
+    command -v "$1" > /dev/null || [[ -x "$1" ]] || { echo "testbed: error: --launcher: '$1' is not a command" >&2; exit 2; }
+fi
 for v in "ranks=$ranks" "cpu-period-ms=$period" "port=$port"; do
     [[ ${v#*=} =~ ^[1-9][0-9]{0,5}$ ]] || { echo "testbed: error: --${v%%=*} '${v#*=}' is not a positive integer" >&2; exit 2; }
 done
@@ -208,10 +219,14 @@ chmod +x "$wrapper"
 # mpirun runs in the background so that a signal to this script (not only a
 # Ctrl-C to the whole process group) stops the run before the clean-up: bash
 # defers traps while a foreground child runs.
-mpirun --allow-run-as-root -q --oversubscribe --bind-to none -np "$ranks" \
-    --mca btl self,tcp --mca btl_tcp_if_include lo --mca osc pt2pt --mca mpi_yield_when_idle 1 \
-    --mca btl_tcp_port_min_v4 "$port" --mca btl_tcp_port_range_v4 100 \
-    -x OPENBLAS_NUM_THREADS=1 "$wrapper" "$bin" "$@" < /dev/null &
+mpi_opts=(--mca btl self,tcp --mca btl_tcp_if_include lo --mca osc pt2pt
+          --mca btl_tcp_port_min_v4 "$port" --mca btl_tcp_port_range_v4 100 -x OPENBLAS_NUM_THREADS=1)
+if ((launcher)); then
+    MESHINFER_TESTBED_MPI="${mpi_opts[*]}" MESHINFER_TESTBED_WRAPPER="$wrapper" MESHINFER_BIN="$bin" "$@" < /dev/null &
+else
+    mpirun --allow-run-as-root -q --oversubscribe --bind-to none -np "$ranks" --mca mpi_yield_when_idle 1 "${mpi_opts[@]}" \
+        "$wrapper" "$bin" "$@" < /dev/null &
+fi
 mpi_pid=$!
 save_state
 # scheduled changes: a link that degrades, a device that slows down

@@ -8,10 +8,18 @@
 # whole (another model, damaged, options given twice), a finished journal's
 # text printed without computing, and the distributed options carried by the
 # journal (those that change the tokens may not be changed on resume).
-# usage: resume_check.sh MESHINFER MODEL.h5 [SEED]
+# With --testbed the killed runs are on jobs/testbed.sh (5 devices at a full
+# core each, 2 ms links: TCP between ranks, each rank in its cgroup), and only
+# those cases run.
+# usage: resume_check.sh MESHINFER MODEL.h5 [SEED] [--testbed]
 set -uo pipefail
 bin=$1 model=$2
 RANDOM=${3:-$$}
+testbed=()
+if [[ "${4:-}" == --testbed ]]; then
+    ((EUID == 0)) || { echo "skipped: the testbed needs root"; exit 77; }
+    testbed=("$(cd "$(dirname "$0")/.." && pwd)/jobs/testbed.sh" --ranks 5 --cpu-pct 100 --delay-ms 2 --jitter-ms 0 --launcher --)
+fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
 tmp="$(mktemp -d)"
 trap 'pkill -9 -f "$tmp/j.json" 2>/dev/null; rm -rf "$tmp"' EXIT
@@ -42,7 +50,7 @@ one_case() { # NAME GENERATE-OPTIONS...
         esac
     done
     rm -f "$tmp/j.json"
-    MESHINFER_BIN="$bin" timeout 300 "$root/jobs/resilient_generate.sh" --hostfile "$tmp/hosts" --journal "$tmp/j.json" \
+    MESHINFER_BIN="$bin" timeout 300 "${testbed[@]}" "$root/jobs/resilient_generate.sh" --hostfile "$tmp/hosts" --journal "$tmp/j.json" \
         --json "$tmp/res.json" --model "$model" --steps $steps --ignore-eos "${opts[@]}" -- --planner layerwise \
         > "$tmp/got" 2> "$tmp/err" &
     local job=$! n=0 pid="" t_kill=""
@@ -76,6 +84,11 @@ one_case() { # NAME GENERATE-OPTIONS...
 }
 one_case greedy
 one_case "sampled (T 0.9, seed 7)" -t 0.9 -s 7
+if ((${#testbed[@]})); then
+    echo "$pass passed, $fail failed (on the testbed)"
+    ((fail == 0))
+    exit
+fi
 
 # a finished journal: its text again, nothing computed
 "$bin" generate -m "$model" -n 30 -t 0.8 -s 3 --journal "$tmp/done.json" > "$tmp/a" 2>/dev/null
