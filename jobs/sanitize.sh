@@ -7,9 +7,10 @@
 # re-placement that moves KV heads, q4_0 weights with q8_0 messages) and
 # checks that no sanitizer reported anything and that each gives the same
 # tokens as the normal build. Then a soak under the sanitizers (issue 11
-# item 7): generate --repeat N on 4 ranks with speculation and re-placement in
-# every generation, each repeat checked against the first run's tokens and
-# resident memory flat (under 1 MB growth per rank). Leak checking is off:
+# item 7): generate --repeat N on 4 ranks with re-placement moving KV heads in
+# every generation, each repeat checked against the first run's tokens
+# (resident memory is reported, not judged: ASan's quarantine keeps freed
+# memory; jobs/soak.sh judges it on the normal build). Leak checking is off:
 # Open MPI keeps its allocations until exit by design.
 #
 # usage: jobs/sanitize.sh [--build-dir DIR] [--soak N] [MODEL.h5]
@@ -91,8 +92,9 @@ one "hybrid with its phases apart, 3 ranks" 3 "$model" -n 24 --cluster "$root/mp
 one "q4_0 weights, q8_0 messages, somegather 2 ranks" 2 "$q4" -n 24 --planner somegather --wire-dtype q8_0
 if ((soak > 0)); then
     echo "sanitize: soak of $soak generations" >&2
-    soak_args=(-n 80 --ignore-eos --planner greedy --speculate --tolerance 0 --cluster "$root/mpi_tests/cluster-tight.json"
-               --kv-positions 32 --replan)
+    # head-level greedy without speculation: with --speculate this cluster's placements for 32, 66
+    # and 134 positions are alike, and nothing would move (speculation is the third case above)
+    soak_args=(-n 80 --ignore-eos --planner greedy --cluster "$root/mpi_tests/cluster-tight.json" --kv-positions 32 --replan)
     want=$("${mpi[@]}" -np 4 "$ref" generate -m "$model" --json "${soak_args[@]}" 2>/dev/null | tokens)
     "${mpi[@]/300/7200}" -np 4 "$san" generate -m "$model" --json "${soak_args[@]}" --repeat "$soak" > "$tmp/out" 2> "$tmp/err"
     rc=$?
@@ -100,8 +102,8 @@ if ((soak > 0)); then
     sk=$(node -e 'const s = require("fs").readFileSync(process.argv[1], "utf8"), d = JSON.parse(s.slice(s.indexOf("{"))), j = d.repeat;
       const g = j.rss_mb_after_last.map((x, r) => x - j.rss_mb_after_first_repeat[r]);
       console.log(`${j.same_tokens} of ${j.runs} repeats the first run'"'"'s tokens, ${d.replans_moved} re-placements moving shards, ` +
-                  `RSS growth at most ${Math.max(...g).toFixed(3)} MB`,
-                  j.same_tokens === j.runs && d.replans_moved >= 2 * (j.runs + 1) - 1 && g.every(x => x < 1) ? "good" : "bad")' \
+                  `RSS growth at most ${Math.max(...g).toFixed(3)} MB (ASan'"'"'s quarantine holds freed memory: not judged here)`,
+                  j.same_tokens === j.runs && d.replans_moved >= 2 * (j.runs + 1) - 1 ? "good" : "bad")' \
          "$tmp/out" 2>&1)
     if [[ $rc == 0 && -n "$want" && "$got" == "$want" && $sk == *good ]] &&
        ! grep -qE "ERROR: AddressSanitizer|runtime error:" "$tmp/err" "$tmp/out"; then

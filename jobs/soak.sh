@@ -10,7 +10,9 @@
 # from the first repeat to the last; writes DIR/soak.json (the run's JSON)
 # and prints the result.
 #
-# usage: jobs/soak.sh [--generations N] [--steps N] [--loss-pct L] [--out DIR]
+# usage: jobs/soak.sh [--generations N] [--steps N] [--loss-pct L] [--port P] [--out DIR]
+#   --port P   first TCP port of the testbed's links (default 46000; another
+#              testbed running at the same time needs another range)
 #   defaults: 200 generations of 64 tokens, 3% loss, 4 ranks, 1 ms links; needs root (testbed)
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
@@ -18,14 +20,15 @@ if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     exit 0
 fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
-gens=200 steps=64 loss=3 out="$root/results/soak"
+gens=200 steps=64 loss=3 port=46000 out="$root/results/soak"
 fail() { echo "soak: error: $*" >&2; exit 1; }
 while (($#)); do
     case "$1" in
-        --generations|--steps|--loss-pct|--out) (($# >= 2)) || fail "$1 needs a value (see --help)" ;;&
+        --generations|--steps|--loss-pct|--port|--out) (($# >= 2)) || fail "$1 needs a value (see --help)" ;;&
         --generations) gens=$2; shift 2 ;;
         --steps) steps=$2; shift 2 ;;
         --loss-pct) loss=$2; shift 2 ;;
+        --port) port=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         *) fail "unknown option '$1' (see --help)" ;;
     esac
@@ -35,7 +38,7 @@ model="$root/models/cache/stories15M.h5"
 [[ -f "$model" ]] || model="$("$root/jobs/fetch_model.sh")"
 mkdir -p "$out"
 echo "soak: $gens generations of $steps tokens on the testbed (4 ranks, 1 ms links, $loss% loss)..." >&2
-"$root/jobs/testbed.sh" --ranks 4 --cpu-pct 100 --delay-ms 1 --jitter-ms 0 --loss-pct "$loss" -- \
+"$root/jobs/testbed.sh" --ranks 4 --cpu-pct 100 --delay-ms 1 --jitter-ms 0 --loss-pct "$loss" --port "$port" -- \
     generate -m "$model" -n "$steps" --ignore-eos --repeat "$gens" --cluster "$root/mpi_tests/cluster-tight.json" \
     --kv-positions 32 --replan --json > "$out/soak.json.partial" 2> "$out/soak.err" ||
     { rm -f "$out/soak.json.partial"; fail "the run failed: $(grep -m1 error "$out/soak.err" || tail -1 "$out/soak.err")"; }
