@@ -4,7 +4,9 @@
  * whose arithmetic per output row is unchanged by partitioning; somegather
  * is refused, saying why, where the ranks do not divide the KV heads); the
  * bytes every
- * rank moves per decode step equal the plan's prediction; head-level
+ * rank moves per decode step equal the plan's prediction, both as the
+ * runtime counts them and as counted at the MPI layer (mpi_bytes.c, the
+ * profiling interface: for every pair of ranks); head-level
  * placement moves more bytes than layer-wise; and with the real model each
  * rank's resident memory growth while loading is within 10% of its shard.
  * With inter-layer speculation on every eligible transition (seed 000),
@@ -42,6 +44,8 @@
 #include "meshinfer/quantize.h"
 #include "meshinfer/synth.h"
 
+#include "mpi_bytes.h"
+
 static int g_rank, g_size, g_pass, g_fail;
 
 #define CHECK(cond, ...)                                                        \
@@ -57,6 +61,63 @@ static int g_rank, g_size, g_pass, g_fail;
     } while (0)
 
 enum { N_PROMPT = 9, N_DECODE = 12, CHUNK = 4 };
+
+/* The plan's prediction as a matrix: m[from * g_size + to] = bytes per
+ * position from world rank `from` to `to` over the exchanges phase ph's
+ * programs use (mi_exchange_bytes; the same exchanges mi_programs_bytes sums). */
+static void predicted_matrix(const mi_programs *p, int ph, double *m)
+{
+    memset(m, 0, (size_t)g_size * g_size * sizeof(double));
+    for (int x = 0; x < p->n_xchg; x++) {
+        int used = 0;
+        for (int r = 0; r < p->n_ranks && !used; r++)
+            for (int i = 0; i < p->prog[ph][r].n_ops && !used; i++)
+                used = p->prog[ph][r].ops[i].xid == x;
+        const mi_comm *cm = &p->comms[p->xchg[x].comm];
+        for (int a = 0; used && a < cm->n_members; a++)
+            for (int b = 0; b < cm->n_members; b++)
+                m[cm->members[a] * g_size + cm->members[b]] += mi_exchange_bytes(p, x, a, b);
+    }
+}
+
+/* Issue 11 item 8: the bytes MPI itself was handed on the exchanges'
+ * communicators and windows (mpi_bytes.c, counted since the runtime's
+ * metrics reset) equal, for every pair of ranks, steps times the
+ * prediction of programs p's decode phase. Collective; returns (rank 0) the
+ * counted bytes per step. */
+static double check_mpi_bytes(const char *what, const mi_programs *p, int steps)
+{
+    size_t nn = (size_t)g_size * g_size;
+    double *got = calloc(nn, sizeof(double)), *want = calloc(nn, sizeof(double)), total = 0;
+    mpib_matrix(MPIB_DATA, got);
+    if (g_rank != 0)
+        goto done;
+    predicted_matrix(p, MI_PHASE_DECODE, want);
+    double ps[MI_MAX_RANKS], pr[MI_MAX_RANKS];
+    mi_programs_bytes(p, MI_PHASE_DECODE, ps, pr);
+    int bad = 0;
+    for (int a = 0; a < g_size; a++) {
+        double s = 0, r = 0, ws = 0, wr = 0;
+        for (int b = 0; b < g_size; b++) {
+            s += got[a * g_size + b], r += got[b * g_size + a];
+            ws += want[a * g_size + b], wr += want[b * g_size + a];
+            if (got[a * g_size + b] != want[a * g_size + b] * steps && bad++ < 4)
+                fprintf(stderr, "  %s: MPI moved %.0f bytes/token from rank %d to %d, plan predicts %.0f\n", what,
+                        got[a * g_size + b] / steps, a, b, want[a * g_size + b]);
+        }
+        total += s / steps;
+        CHECK(ws == ps[a] && wr == pr[a], "%s rank %d: the prediction's matrix sums to %.0f / %.0f, "
+              "mi_programs_bytes %.0f / %.0f", what, a, ws, wr, ps[a], pr[a]);
+        CHECK(s == ps[a] * steps && r == pr[a] * steps,
+              "%s rank %d: MPI was handed %.0f bytes/token to send, %.0f addressed to it; plan predicts %.0f / %.0f",
+              what, a, s / steps, r / steps, ps[a], pr[a]);
+    }
+    CHECK(bad == 0, "%s: %d rank pairs moved other bytes than predicted at the MPI layer", what, bad);
+done:
+    free(got);
+    free(want);
+    return total;
+}
 
 typedef struct {
     int tokens[N_PROMPT + N_DECODE + 1];
@@ -167,10 +228,13 @@ static void check_speculation(const char *path, const mi_config *c, const mi_pla
 
 /* Decode N_DECODE tokens after the prompt under plan with runtime options
  * ro; logits of every step into out (rank 0), metrics into all (rank 0). */
-static void run_plan(const mi_plan *plan, const mi_runtime_options *ro, const mi_config *c, const int *prompt,
-                     run_result *out, mi_rank_metrics *all)
+static void run_plan(const mi_plan *plan, const mi_runtime_options *ro_in, const mi_config *c, const int *prompt,
+                     run_result *out, mi_rank_metrics *all, const mi_programs *pred, const char *what)
+/* pred: the programs whose decode prediction the bytes at the MPI layer must equal (NULL: not checked) */
 {
-    mi_runtime *rt = mi_runtime_create(plan, ro);
+    mi_runtime_options ro = *ro_in;
+    ro.on_reset_metrics = mpib_reset_cb;
+    mi_runtime *rt = mi_runtime_create(plan, &ro);
     size_t V = (size_t)c->vocab_size;
     if (g_rank == 0) {
         float *lg = mi_runtime_prefill(rt, prompt, N_PROMPT, 0);
@@ -187,6 +251,8 @@ static void run_plan(const mi_plan *plan, const mi_runtime_options *ro, const mi
     } else {
         mi_runtime_serve(rt);
     }
+    if (pred)
+        check_mpi_bytes(what, pred, N_DECODE);
     mi_runtime_metrics(rt, all);
     mi_runtime_free(rt);
 }
@@ -242,7 +308,7 @@ static void check_somegather(const char *path, const mi_config *c, const int *pr
         b.logits = malloc((1 + N_DECODE) * V * sizeof(float));
     }
     mi_runtime_options ro = {.model_path = path, .max_T = CHUNK};
-    run_plan(&plan, &ro, c, prompt, &a, all);
+    run_plan(&plan, &ro, c, prompt, &a, all, &p9, "somegather r = 0.9");
     for (int r = 0; g_rank == 0 && r < g_size; r++)
         CHECK(all[r].bytes_sent == pred_sent[r] * N_DECODE && all[r].bytes_recv == pred_recv[r] * N_DECODE,
               "somegather r = 0.9 rank %d: sent %.0f recv %.0f bytes per token, plan predicts %.0f / %.0f", r,
@@ -255,7 +321,7 @@ static void check_somegather(const char *path, const mi_config *c, const int *pr
     MPI_Bcast(&saved, 1, MPI_INT, 0, MPI_COMM_WORLD);
     CHECK(saved == 0, "saving the pruned plan: %s", err);
     CHECK(mi_plan_load_json(file, c, &back, err) == 0, "loading the pruned plan: %s", err);
-    run_plan(&back, &ro, c, prompt, &b, all);
+    run_plan(&back, &ro, c, prompt, &b, all, &p9, "somegather r = 0.9 (plan file)");
     if (g_rank == 0) {
         CHECK(!memcmp(a.logits, b.logits, (1 + N_DECODE) * V * sizeof(float)),
               "a pruned plan saved and loaded gives other logits");
@@ -265,24 +331,24 @@ static void check_somegather(const char *path, const mi_config *c, const int *pr
     /* message loss */
     mi_plan_free_keep(&plan);
     memset(plan.prune, 0, sizeof plan.prune);
-    run_plan(&plan, &ro, c, prompt, &b, all);
+    run_plan(&plan, &ro, c, prompt, &b, all, &p0, "somegather");
     ro.loss = 0;
     ro.loss_seed = 7;
     ro.loss_mode = MI_LOSS_SENDER;
-    run_plan(&plan, &ro, c, prompt, &a, all);
+    run_plan(&plan, &ro, c, prompt, &a, all, &p0, "somegather with loss");
     if (g_rank == 0)
         CHECK(!memcmp(a.logits, b.logits, (1 + N_DECODE) * V * sizeof(float)),
               "somegather with loss 0 is not bit-identical to running without loss");
     for (int mode = 0; mode < 3; mode++) {
         ro.loss_mode = mode;
         ro.loss = 0.2;
-        run_plan(&plan, &ro, c, prompt, &a, all);
+        run_plan(&plan, &ro, c, prompt, &a, all, &p0, "somegather with loss");
         double got = 0, lost = 0;
         for (int r = 0; g_rank == 0 && r < g_size; r++) {
             got += all[r].msgs_recv;
             lost += all[r].msgs_lost;
         }
-        run_plan(&plan, &ro, c, prompt, &b, all);
+        run_plan(&plan, &ro, c, prompt, &b, all, &p0, "somegather");
         if (g_rank == 0) {
             CHECK(!memcmp(a.logits, b.logits, (1 + N_DECODE) * V * sizeof(float)),
                   "loss mode %s with one seed gave two results", mi_loss_mode_name(mode));
@@ -296,7 +362,7 @@ static void check_somegather(const char *path, const mi_config *c, const int *pr
     }
     ro.loss_mode = MI_LOSS_SENDER;
     ro.loss = 1.0;
-    run_plan(&plan, &ro, c, prompt, &a, all);
+    run_plan(&plan, &ro, c, prompt, &a, all, &p0, "somegather with loss");
     double got = 0, lost = 0;
     for (int r = 0; g_rank == 0 && r < g_size; r++) {
         got += all[r].msgs_recv;
@@ -366,6 +432,7 @@ static void check_hybrid(const char *path, const mi_config *c, const int *prompt
     CHECK(g_size == 1 || spread, "hybrid on %d ranks, %s: everything stayed on rank 0 (the cluster should not allow it)",
           g_size, c->name);
     mi_runtime_options ro = {.model_path = path, .max_T = CHUNK, .tolerance = 0.05};
+    mpib_reset(); /* KV moves at the MPI layer: counted from here (every rank) */
     mi_runtime *rt = mi_runtime_create(&pre, &ro);
     mi_rank_metrics *all = g_rank == 0 ? calloc((size_t)g_size, sizeof *all) : NULL;
     if (g_rank == 0) {
@@ -397,7 +464,27 @@ static void check_hybrid(const char *path, const mi_config *c, const int *prompt
     } else {
         mi_runtime_serve(rt);
     }
+    size_t nn = (size_t)g_size * g_size;
+    double *kv = calloc(nn, sizeof(double));
+    mpib_matrix(MPIB_KV, kv);
     mi_runtime_metrics(rt, all);
+    if (g_rank == 0) {
+        /* at the MPI layer: each KV head that changes owner, its keys and
+         * values of the prompt's positions from the old owner to the new */
+        double *want = calloc(nn, sizeof(double));
+        for (int l = 0; l < c->n_layers; l++)
+            for (int k = 0; k < c->n_kv_heads; k++)
+                if (pre.layers[l].kv_rank[k] != dec.layers[l].kv_rank[k])
+                    want[pre.layers[l].kv_rank[k] * g_size + dec.layers[l].kv_rank[k]] +=
+                        2.0 * N_PROMPT * c->head_dim * sizeof(float);
+        int bad = 0;
+        for (size_t i = 0; i < nn; i++)
+            bad += kv[i] != want[i];
+        CHECK(bad == 0, "hybrid phase switch on %d ranks, %s: KV bytes at the MPI layer differ from the heads that "
+              "changed owner in %d rank pairs", g_size, c->name, bad);
+        free(want);
+    }
+    free(kv);
     if (g_rank == 0 && differ) {
         /* KV heads whose owner differs between the phases travel, and are counted */
         int moved_heads = 0;
@@ -592,7 +679,7 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
         if (pl == MI_PLANNER_GREEDY)
             headlevel_bytes = total;
         mi_runtime_options ro = {.model_path = path, .scatter = pl == MI_PLANNER_RANDOM /* exercise --weights scatter too */,
-                                 .max_T = CHUNK, .tolerance = 0.05};
+                                 .max_T = CHUNK, .tolerance = 0.05, .on_reset_metrics = mpib_reset_cb};
         mi_runtime *rt = mi_runtime_create(&plan, &ro);
         mi_rank_metrics *all = g_rank == 0 ? calloc((size_t)g_size, sizeof *all) : NULL;
         if (g_rank == 0) {
@@ -657,6 +744,14 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
         } else {
             mi_runtime_serve(rt);
         }
+        char what[200];
+        snprintf(what, sizeof what, "%s on %d ranks, %s, %s messages%s", mi_planner_name((mi_planner)pl), g_size,
+                 c->name, mi_dtype_name(wire), mixed ? " (first half of the layers)" : "");
+        double at_mpi = check_mpi_bytes(what, &prog, N_DECODE);
+        if (g_rank == 0)
+            printf("  %-10s %d ranks %-14s %-4s messages%s: %.0f bytes/token counted at the MPI layer (plan %.0f)\n",
+                   mi_planner_name((mi_planner)pl), g_size, c->name, mi_dtype_name(wire), mixed ? " (half)" : "",
+                   at_mpi, total);
         mi_runtime_metrics(rt, all);
         if (g_rank == 0) {
             for (int r = 0; r < g_size; r++) {

@@ -68,6 +68,11 @@ typedef struct {
      * device's CPU (its battery; on the testbed, its CPU quota, which would leave it throttled when
      * the data arrives). The environment variable MESHINFER_SPIN_US overrides it. */
     double spin_s;
+    /* Called on this rank, with on_reset_arg, whenever its counters are reset (mi_runtime_reset_metrics
+     * reaches every rank): lets a caller start counters of its own at the same point, e.g. the MPI
+     * test's bytes counted at the MPI layer (mpi_tests/mpi_bytes.h). NULL: nothing is called. */
+    void (*on_reset_metrics)(void *arg);
+    void *on_reset_arg;
 } mi_runtime_options;
 
 /* Load this rank's shard of plan (identical on all ranks), build

@@ -47,6 +47,8 @@ void rt_reset_metrics_local(mi_runtime *rt)
     rt->m.rss_weights = rss;
     rt->n_ev = 0;
     rt->idle_since = mi_now();
+    if (rt->opt.on_reset_metrics)
+        rt->opt.on_reset_metrics(rt->opt.on_reset_arg);
 }
 
 void mi_runtime_reset_metrics(mi_runtime *rt)
