@@ -107,7 +107,7 @@ if ((soak > 0)); then
          "$tmp/out" 2>&1)
     if [[ $rc == 0 && -n "$want" && "$got" == "$want" && $sk == *good ]] &&
        ! grep -qE "ERROR: AddressSanitizer|runtime error:" "$tmp/err" "$tmp/out"; then
-        echo "ok: soak of $soak generations on 4 ranks with speculation and re-placement: clean; ${sk% good}"; pass=$((pass + 1))
+        echo "ok: soak of $soak generations on 4 ranks with re-placement moving KV heads in each: clean; ${sk% good}"; pass=$((pass + 1))
     else
         echo "FAIL: soak: exit $rc, ${sk% bad} $(grep -m1 -E "AddressSanitizer|runtime error" "$tmp/err" "$tmp/out")"
         [[ "$got" == "$want" ]] || echo "    tokens differ from the normal build's"
