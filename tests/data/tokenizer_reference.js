@@ -80,6 +80,10 @@ const STRINGS = [
     '7',
     '\u00e9',
     '\u{1F600}',
+    /* pieces of the vocabulary's longest length (27 bytes, ' \u0430\u0434\u043c...' id 23409) and 25 */
+    '\u0430\u0434\u043c\u0438\u043d\u0438\u0441\u0442\u0440\u0430\u0442\u0438\u0432\u043d\u044b\u0439 ' +
+        '\u0443\u043d\u0438\u0432\u0435\u0440\u0441\u0438\u0442\u0435\u0442\u0430 ' +
+        '\u0421\u0442\u0430\u043d\u043e\u0432\u043d\u0438\u0448\u0442\u0432\u043e',
 ];
 
 function findPackageDir(candidates) {

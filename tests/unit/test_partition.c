@@ -13,7 +13,12 @@
  *   - somegather is refused, naming the reason, where D does not divide the
  *     KV heads or exceeds them;
  *   - the cost model counts the link delays a token's dependencies need
- *     (layer-wise 3, tp 14, somegather 27 on 3 ranks).
+ *     (layer-wise 3, tp 14, somegather 27 on 3 ranks), and a rank holding
+ *     nothing adds no time;
+ *   - greedy and tp place what can be stated in advance (the projection by
+ *     its FFN over slow links, heads where the layer finishes first, shares
+ *     rounded to the nearest unit), and speculation is marked exactly where
+ *     it saves time, its acceptance kept in permille.
  *
  * Exit status: 0 when every test passed, 1 otherwise. */
 #include <CUnit/Basic.h>
@@ -336,6 +341,132 @@ static void test_critical_path_delays(void)
     }
 }
 
+/* Planner placements a test can state in advance (stories15M, controller
+ * not working, memory plentiful):
+ *   - greedy keeps a layer's projection with its FFN when a link costs more
+ *     than the projection's time (1 ms links: every layer), and spreads it
+ *     for balance when links are cheap (20 us: at least one layer apart);
+ *   - greedy gives each KV head to the worker where the layer's attention
+ *     finishes first: with workers of speed 1 and 0.25 the fast one takes 5
+ *     of 6 heads (5 t against 4 t; 4 heads there would finish at 8 t);
+ *   - the speed split rounds each share to the nearest unit: 10 units over
+ *     3 equal parts are 3, 4, 3 (ends 3.33 -> 3, 6.67 -> 7), and tp's
+ *     classifier over 3 equal ranks 10667, 10666, 10667 rows of 32000. */
+static void test_planner_placements(void)
+{
+    mi_config c;
+    CU_ASSERT_EQUAL_FATAL(mi_config_from_shape("stories15M", &c), 0);
+    char err[MI_ERRLEN];
+    mi_plan_options po = {MI_PLANNER_GREEDY, 1, 0, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL};
+    const double lat[2] = {1e-3, 20e-6};
+    for (int i = 0; i < 2; i++) {
+        mi_cluster cl;
+        mi_cluster_default(&cl, 4, 1e12);
+        cl.latency_s = lat[i];
+        mi_plan p;
+        CU_ASSERT_EQUAL_FATAL(mi_plan_make(&c, &cl, &po, &p, err), 0);
+        int with_ffn = 0;
+        for (int l = 0; l < c.n_layers; l++)
+            with_ffn += p.layers[l].proj_rank == p.layers[l].ffn[0].rank;
+        CU_ASSERT(i == 0 ? with_ffn == c.n_layers : with_ffn < c.n_layers);
+        mi_plan_free(&p);
+        mi_cluster_free(&cl);
+    }
+    mi_cluster cl;
+    mi_cluster_default(&cl, 3, 1e12);
+    cl.dev[2].speed = 0.25;
+    mi_cluster_finish(&cl);
+    mi_plan p;
+    CU_ASSERT_EQUAL_FATAL(mi_plan_make(&c, &cl, &po, &p, err), 0);
+    for (int l = 0; l < c.n_layers; l++) {
+        int fast = 0;
+        for (int k = 0; k < c.n_kv_heads; k++)
+            fast += p.layers[l].kv_rank[k] == 1;
+        CU_ASSERT_EQUAL(fast, 5);
+    }
+    mi_plan_free(&p);
+    mi_cluster_free(&cl);
+
+    int count[3];
+    CU_ASSERT_EQUAL(mi_split_units(10, NULL, 3, count), 3);
+    CU_ASSERT(count[0] == 3 && count[1] == 4 && count[2] == 3);
+    mi_cluster_default(&cl, 3, 1e12);
+    po.planner = MI_PLANNER_TP;
+    po.controller_works = 1;
+    CU_ASSERT_EQUAL_FATAL(mi_plan_make(&c, &cl, &po, &p, err), 0);
+    CU_ASSERT_EQUAL_FATAL(p.n_cls, 3);
+    CU_ASSERT(p.cls[0].n == 10667 && p.cls[1].n == 10666 && p.cls[2].n == 10667);
+    mi_plan_free(&p);
+    mi_cluster_free(&cl);
+}
+
+/* A rank that holds nothing costs nothing: rank 0 with every layer on two
+ * ranks over 10 ms links predicts the time of rank 0 alone (the idle
+ * worker's command arrives after 10 ms, but it has nothing to do). */
+static void test_idle_rank_costs_nothing(void)
+{
+    mi_config c;
+    CU_ASSERT_EQUAL_FATAL(mi_config_from_shape("stories15M", &c), 0);
+    char err[MI_ERRLEN];
+    mi_plan_options po = {MI_PLANNER_LAYERWISE, 1, 1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL};
+    double t[2];
+    for (int n = 1; n <= 2; n++) {
+        mi_cluster cl;
+        mi_cluster_default(&cl, n, 1e12);
+        cl.latency_s = 10e-3;
+        mi_plan p;
+        mi_programs prog;
+        CU_ASSERT_EQUAL_FATAL(mi_plan_make(&c, &cl, &po, &p, err), 0);
+        for (int l = 0; l < c.n_layers; l++) {
+            p.layers[l].proj_rank = p.layers[l].ffn[0].rank = 0;
+            for (int k = 0; k < c.n_kv_heads; k++)
+                p.layers[l].kv_rank[k] = 0;
+        }
+        CU_ASSERT_EQUAL_FATAL(mi_programs_compile(&p, &prog, err), 0);
+        mi_prediction pr;
+        mi_predict(&p, &prog, &cl, 10, &pr);
+        t[n - 1] = pr.token_s;
+        CU_ASSERT_DOUBLE_EQUAL(pr.token_s, pr.busy_s[0], 1e-12);
+        mi_programs_free(&prog);
+        mi_plan_free(&p);
+        mi_cluster_free(&cl);
+    }
+    CU_ASSERT(t[0] > 0 && t[0] < 5e-3);
+    CU_ASSERT_DOUBLE_EQUAL(t[1], t[0], 1e-12);
+}
+
+/* Seed 000's speculation marks (layer-wise, stories15M on a controller and
+ * three workers): with the default links every transition whose profiled
+ * acceptance reaches the minimum is marked, its acceptance kept in permille
+ * (0.9 -> 900), one below the minimum (0.5 < 0.7) and the last layer never;
+ * over links of 1 kB/s the exact residual's message costs more than any
+ * overlap saves, so none is. */
+static void test_speculation_marks(void)
+{
+    mi_config c;
+    CU_ASSERT_EQUAL_FATAL(mi_config_from_shape("stories15M", &c), 0);
+    char err[MI_ERRLEN];
+    double acc[5] = {0.9, 0.9, 0.5, 0.9, 0.9};
+    mi_plan_options po = {MI_PLANNER_LAYERWISE, 1, 0, 1, acc, 0.7, 0, MI_F32, 0, 0, 0, NULL};
+    for (int slow = 0; slow < 2; slow++) {
+        mi_cluster cl;
+        mi_cluster_default(&cl, 4, 1e12);
+        if (slow)
+            cl.bandwidth = 1e3;
+        mi_plan p;
+        CU_ASSERT_EQUAL_FATAL(mi_plan_make(&c, &cl, &po, &p, err), 0);
+        for (int l = 0; l < c.n_layers; l++) {
+            int want = !slow && l < c.n_layers - 1 && l != 2;
+            CU_ASSERT_EQUAL(p.layers[l].speculate, want);
+            CU_ASSERT_EQUAL(p.layers[l].accept_permille, want ? 900 : 0);
+            if (l < c.n_layers - 1)
+                CU_ASSERT(slow ? mi_plan_spec_saving(&p, &cl, l, 1.0) < 0 : mi_plan_spec_saving(&p, &cl, l, 1.0) > 0);
+        }
+        mi_plan_free(&p);
+        mi_cluster_free(&cl);
+    }
+}
+
 static void test_wire_slices(void)
 {
     for (int dim = 1; dim < 300; dim += 37)
@@ -365,6 +496,10 @@ int main(void)
     CU_add_test(s, "somegather refuses D that does not fit the heads", test_somegather_refusals);
     CU_add_test(s, "reduction slices are whole blocks covering dim", test_wire_slices);
     CU_add_test(s, "link delays on the critical path", test_critical_path_delays);
+    CU_add_test(s, "greedy and tp placements: projection by its FFN, heads by finish, shares rounded",
+                test_planner_placements);
+    CU_add_test(s, "a rank holding nothing adds no time", test_idle_rank_costs_nothing);
+    CU_add_test(s, "speculation marked where it saves time, acceptance in permille", test_speculation_marks);
     CU_basic_set_mode(CU_BRM_NORMAL);
     CU_basic_run_tests();
     unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
