@@ -364,7 +364,7 @@ static void check_somegather(const char *path, const mi_config *c, const int *pr
         CHECK(mi_plan_load_json(file, c, &mp, err) == 0, "loading the pruned plan: %s", err);
         mi_plan_free_keep(&mp);
         CHECK(mi_plan_prune(&mp, path, rm, MI_PRUNE_MAGNITUDE, err) == 0, "magnitude prune: %s", err);
-        run_plan(&mp, &ro, c, prompt, &a, all);
+        run_plan(&mp, &ro, c, prompt, &a, all, NULL, "somegather pruned by magnitude");
         if (g_rank == 0) {
             reference(path, &b, prompt, &mp);
             CHECK(!memcmp(a.logits, b.logits, (1 + N_DECODE) * V * sizeof(float)) &&
