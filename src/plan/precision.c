@@ -25,7 +25,8 @@ static int load_prune(const cJSON *root, const char *path, const mi_config *c, m
     if (!sh)
         return 0;
     double S = cJSON_IsNumber(sh) ? sh->valuedouble : -1;
-    if (S < MI_QK || S != (int)S || (int)S % MI_QK || c->hidden_dim % (int)S ||
+    /* in range before any conversion: a double past INT_MAX converted to int is undefined */
+    if (!(S >= MI_QK && S <= c->hidden_dim) || S != floor(S) || (int)S % MI_QK || c->hidden_dim % (int)S ||
         c->hidden_dim / (int)S > MI_MAX_PRUNE_SHARDS || c->hidden_dim / (int)S < 2)
         return mi_set_error(err, "importance file %s: ffn_shard must be a multiple of %d that divides hidden_dim %d "
                                  "into 2 to %d shards", path, MI_QK, c->hidden_dim, MI_MAX_PRUNE_SHARDS);
