@@ -34,6 +34,7 @@ while (($#)); do
     esac
 done
 [[ $gens =~ ^[1-9][0-9]*$ && $steps =~ ^[1-9][0-9]*$ ]] || fail "--generations and --steps take positive whole numbers"
+[[ $port =~ ^[1-9][0-9]{0,4}$ ]] && ((port + 99 <= 65535)) || fail "--port '$port' is not a TCP port with 99 more above it"
 model="$root/models/cache/stories15M.h5"
 [[ -f "$model" ]] || model="$("$root/jobs/fetch_model.sh")"
 mkdir -p "$out"
