@@ -1,5 +1,8 @@
-/* Model hyper-parameters of a Llama-architecture decoder (llama2.c naming).
- * Every size is in elements, not bytes. */
+/* Model hyper-parameters (llama2.c naming) of the two model families: a
+ * Llama-architecture decoder (the language models), and seed 002's
+ * time-series encoder (docs/patchtst.md), whose patches play the tokens'
+ * part and whose forecasting head the classifier's. Every size is in
+ * elements, not bytes. */
 #ifndef MESHINFER_CONFIG_H
 #define MESHINFER_CONFIG_H
 
@@ -11,7 +14,19 @@
 enum { MI_WQ, MI_WK, MI_WV, MI_WO, MI_W1, MI_W2, MI_W3, MI_N_LAYER_MATS };
 #define MI_MAX_LAYERS 1024
 
+/* Model families. */
+typedef enum {
+    MI_FAMILY_LLAMA = 0,    /* RMSNorm, RoPE, causal attention, SwiGLU FFN, token embeddings, logits */
+    MI_FAMILY_PATCHTST = 1, /* seed 002's workload: patch embedding, LayerNorm with bias, non-causal
+                               attention with biases, GELU MLP with biases, a linear forecasting head
+                               over all patches (vocab_size = horizon, seq_len = n_patches) */
+} mi_family;
+
+/* "llama" or "patchtst". */
+const char *mi_family_name(int family);
+
 typedef struct {
+    int family;         /* mi_family */
     int dim;            /* d_model */
     int hidden_dim;     /* FFN inner width */
     int n_layers;
@@ -30,6 +45,12 @@ typedef struct {
     unsigned char dtype[MI_MAX_LAYERS][MI_N_LAYER_MATS];
     unsigned char emb_dtype; /* token embeddings */
     unsigned char cls_dtype; /* classifier (the embeddings' dtype when shared) */
+    /* MI_FAMILY_PATCHTST only (0 otherwise) */
+    int patch_len;      /* values of one channel per patch (P) */
+    int patch_stride;   /* rows between the starts of consecutive patches (S) */
+    int lookback;       /* rows of history a forecast reads (L); n_patches = (L - P) / S + 1 = seq_len */
+    int horizon;        /* rows forecast (= vocab_size: the head's outputs) */
+    int n_channels;     /* columns of the series the model was trained on (channel-independent) */
 } mi_config;
 
 /* Names of the layer matrices as stored in the model file, by MI_W* index:

@@ -20,6 +20,20 @@ void mi_rmsnorm(float *out, const float *x, const float *w, int T, int dim, floa
 void mi_rmsnorm_held(float *out, const float *x, const float *w, int T, int dim, float eps,
                      const unsigned char *held);
 
+/* Seed 002's time-series family (docs/patchtst.md): LayerNorm with gain g
+ * and bias b over each row of x [T, dim] (biased variance, eps inside the
+ * square root), device-local when held is given: mean and variance over
+ * the held columns only (held[t*dim + i] != 0), the others written as 0.
+ * out may alias x. */
+void mi_layernorm_held(float *out, const float *x, const float *g, const float *b, int T, int dim, float eps,
+                       const unsigned char *held);
+
+/* x = gelu(x), the exact erf form (PyTorch's default), over n values. */
+void mi_gelu(float *x, size_t n);
+
+/* y[t][i] += b[i] for t < T, i < n; row t of y starts at y + t*ldy. */
+void mi_add_bias(float *y, int ldy, const float *b, int T, int n);
+
 /* y[T, W.rows] = x[T, W.cols] @ W^T, for any weight dtype (tensor.h).
  * Decode (T == 1) runs the active kernel family's matrix-vector product,
  * split over mi_set_threads threads by rows; fp32 prefill (T > 1) uses BLAS

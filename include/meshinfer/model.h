@@ -56,11 +56,18 @@ typedef struct {
     float *attention_norm;  /* [dim], held with attention or a full projection */
     mi_tensor wq;           /* [n_kv*group*head_dim, dim], held heads stacked in kv order */
     mi_tensor wk, wv;       /* [n_kv*head_dim, dim] */
+    /* the time-series family's biases (NULL for a language model), each the rows of its matrix held */
+    float *attention_norm_b;/* [dim] */
+    float *bq, *bk, *bv;    /* [n_kv*head_dim] */
+    float *bo;              /* [dim] (FULL, HEADS) or [no] (ROWS) */
+    float *ffn_norm_b;      /* [dim] */
+    float *b1;              /* [nf] */
+    float *b2;              /* [dim], or [no] with w2_rows */
     float *k_cache, *v_cache; /* [n_kv][seq_len][head_dim] */
     mi_tensor wo;           /* [dim, n_in]: n_in = n_heads*head_dim (FULL) or n_kv*group*head_dim (HEADS);
                                [no, n_heads*head_dim] (ROWS) */
     float *ffn_norm;        /* [dim], held with the FFN */
-    mi_tensor w1, w3;       /* [nf, dim] */
+    mi_tensor w1, w3;       /* [nf, dim] (no w3 in the time-series family: its MLP is gelu(w1 x + b1)) */
     mi_tensor w2;           /* [dim, nf]: a column block of w2; [no, hidden_dim] with w2_rows */
     void *arena;            /* the layer's weights */
     size_t arena_bytes;
@@ -76,6 +83,12 @@ typedef struct {
     float *norm;            /* [dim] final RMSNorm, held with embeddings or a classifier slice */
     int cls_v0, cls_nv;
     mi_tensor classifier;   /* [cls_nv, dim]; may be a view of rows of tok_embeddings when tied */
+    /* the time-series family (docs/patchtst.md): patches instead of tokens, a forecasting head instead
+     * of the classifier; every device that embeds holds the whole patch embedding (dim * patch_len) */
+    mi_tensor patch_embed;  /* [dim, patch_len] */
+    float *patch_embed_b;   /* [dim] */
+    float *pos_embed;       /* [seq_len (n_patches), dim] */
+    float *cls_b;           /* [cls_nv] the head's bias rows (classifier: head rows [cls_nv, n_patches*dim]) */
     int cls_alias;          /* classifier points into tok_embeddings */
     void *arena;            /* embeddings, final norm and classifier */
     size_t arena_bytes;

@@ -37,7 +37,11 @@
  * cols/32]), and down the rows of the transposed wo_t and w2_t (blocked_axis
  * 0: qs [rows, cols] or [rows/2, cols], d [rows/32, cols]), which are the
  * byte-for-byte transposes of the in-memory row layout. A shard's rows stay one
- * hyperslab of qs and one of d; for wo_t and w2_t it must be whole blocks. */
+ * hyperslab of qs and one of d; for wo_t and w2_t it must be whole blocks.
+ *
+ * Seed 002's time-series family (format_version 3, family = "patchtst") has
+ * its own attributes and tensors, with biases and no tokenizer; see
+ * docs/patchtst.md, which the training script follows too. */
 #ifndef MESHINFER_MODEL_FILE_H
 #define MESHINFER_MODEL_FILE_H
 
@@ -47,6 +51,7 @@
 #include "meshinfer/tokenizer.h"
 
 #define MI_FORMAT_VERSION 2
+#define MI_FORMAT_VERSION_SERIES 3 /* the time-series family: docs/patchtst.md gives its layout */
 
 typedef struct mi_model_file mi_model_file;
 
@@ -89,6 +94,16 @@ int mi_model_read_raw_cols(mi_model_file *mf, const char *name, size_t row0, siz
  * [n, k] matrix, so the forward pass uses one matrix orientation everywhere. */
 int mi_model_read_t(mi_model_file *mf, const char *name, size_t row0, size_t nrows,
                     float *out, char *err);
+
+/* Seed 002 pruning masks a time-series model was trained with (the group
+ * /somegather, docs/patchtst.md): mask[x] receives [n_layers, width] bytes
+ * (1 = the column's owner sends it) for the exchanges attn_in, heads,
+ * ffn_in (width dim) and hidden (width hidden_dim); *ratio the pruning
+ * ratio, *magnitude 1 for ordinary magnitude pruning, *ranks the device
+ * count trained for. Returns 1, 0 when the file has no masks, or -1 with
+ * err (a malformed group). */
+int mi_model_read_masks(mi_model_file *mf, unsigned char *mask[4], double *ratio, int *magnitude, int *ranks,
+                        char *err);
 
 /* Load the tokenizer stored in the file. Returns 0 or -1 with err set. */
 int mi_model_read_tokenizer(mi_model_file *mf, mi_tokenizer *tok, char *err);

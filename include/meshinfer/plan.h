@@ -270,6 +270,13 @@ double mi_sg_quality_best(const mi_sg_quality *q, double budget, double *ppl);
  * their rank owns. */
 void mi_plan_fill_keep(mi_plan *plan);
 
+/* Seed 002's time-series models carry the pruning masks they were trained
+ * with (model_file.h mi_model_read_masks): make a somegather plan's send
+ * lists from them, for any rank count (*ranks: the count trained for).
+ * Returns 1 when the model has masks, 0 when it has none (or the plan is
+ * not somegather), -1 with err. */
+int mi_plan_keep_from_model(mi_plan *plan, const char *model_path, int *ranks, char *err);
+
 /* Split `total` units (heads, FFN units, vocabulary rows) over n parts in
  * proportion to weight[0..n) (NULL: equal parts), in order: part i's share
  * ends at the nearest unit to its cumulative weight, and every part gets at

@@ -85,6 +85,13 @@ mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_runtime_options *opt
  * ([T, vocab_size]) when all_logits. */
 float *mi_runtime_forward(mi_runtime *rt, const int *tokens, int T, int pos0, int all_logits);
 
+/* Rank 0 only, seed 002's time-series family (docs/patchtst.md): one
+ * forward pass over all n_patches patches of one channel, patches
+ * [n_patches * patch_len] (series.h mi_series_patches); returns the head's
+ * outputs [horizon], still normalised. Needs max_T >= n_patches: attention
+ * is not causal, so every patch must be in one pass. */
+float *mi_runtime_forecast(mi_runtime *rt, const float *patches);
+
 /* Rank 0 only: run n tokens in chunks of max_T; returns last logits. */
 float *mi_runtime_prefill(mi_runtime *rt, const int *tokens, int n, int pos0);
 

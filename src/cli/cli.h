@@ -16,6 +16,7 @@ int cmd_plan(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_importance(int argc, char **argv);
+int cmd_forecast(int argc, char **argv);
 
 /* Reject a positional argument nobody asked for; getopt has already
  * rejected unknown options with its own message. */

@@ -367,15 +367,23 @@ int cmd_check(int argc, char **argv)
     double t0 = mi_now();
     mi_model m;
     mi_tokenizer tok;
-    mi_model_load_path(&m, model, &tok); /* reads every byte, tokenizer included */
+    memset(&tok, 0, sizeof tok);
+    int series = c.family == MI_FAMILY_PATCHTST; /* docs/patchtst.md: no tokenizer */
+    mi_model_load_path(&m, model, series ? NULL : &tok); /* reads every byte, tokenizer included */
     size_t n = 0;
     if (mi_model_check_finite(&m, model, &n, err))
         mi_fatal("%s", err);
     char dts[160];
-    printf("check: %s: ok: %s%s, %d layers, dim %d, %d heads (%d KV), vocab %d; %zu weights (%s), all finite; "
-           "tokenizer of %d pieces; %.2f s\n",
-           model, c.name, c.synthetic ? " (synthetic weights)" : "", c.n_layers, c.dim, c.n_heads, c.n_kv_heads,
-           c.vocab_size, n, mi_config_dtype_summary(&c, dts, sizeof dts), tok.vocab_size, mi_now() - t0);
+    if (series)
+        printf("check: %s: ok: %s%s, time-series model (%d layers, dim %d, %d heads, %d patches of %d, horizon %d, "
+               "%d channels); %zu weights (fp32), all finite; %.2f s\n",
+               model, c.name, c.synthetic ? " (synthetic weights)" : "", c.n_layers, c.dim, c.n_heads, c.seq_len,
+               c.patch_len, c.horizon, c.n_channels, n, mi_now() - t0);
+    else
+        printf("check: %s: ok: %s%s, %d layers, dim %d, %d heads (%d KV), vocab %d; %zu weights (%s), all finite; "
+               "tokenizer of %d pieces; %.2f s\n",
+               model, c.name, c.synthetic ? " (synthetic weights)" : "", c.n_layers, c.dim, c.n_heads, c.n_kv_heads,
+               c.vocab_size, n, mi_config_dtype_summary(&c, dts, sizeof dts), tok.vocab_size, mi_now() - t0);
     mi_tokenizer_free(&tok);
     mi_model_free(&m);
     return 0;

@@ -17,6 +17,7 @@ static const struct {
 } commands[] = {
     {"generate", cmd_generate, "generate text from a prompt (streams tokens)", 1},
     {"perplexity", cmd_perplexity, "mean NLL and perplexity of a text file", 1},
+    {"forecast", cmd_forecast, "forecast a multivariate series with a time-series model (seed 002)", 1},
     {"bench", cmd_bench, "TTFT, TPOT, decode tokens/s and weight bandwidth vs STREAM triad", 1},
     {"plan", cmd_plan, "make a placement plan; print predicted memory, bytes and time per device", 0},
     {"calibrate", cmd_calibrate, "measure every rank's device and link; write a cluster file for --cluster", 1},

@@ -281,10 +281,27 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
     mi_model_file *mf = mi_model_open(path, &ss->cfg, err);
     if (!mf)
         return -1;
-    int rc = mi_model_read_tokenizer(mf, &ss->tok, err);
+    int series = ss->cfg.family == MI_FAMILY_PATCHTST;
+    /* the model's family decides the command: tokens for language models, a series for the time-series one */
+    if (series != o->forecast) {
+        mi_model_close(mf);
+        return mi_set_error(err, series ? "%s is a time-series model (docs/patchtst.md): run it with meshinfer forecast"
+                                        : "%s is a language model; forecast needs a time-series model "
+                                          "(docs/patchtst.md)",
+                            path);
+    }
+    int rc = series ? 0 : mi_model_read_tokenizer(mf, &ss->tok, err);
     mi_model_close(mf);
     if (rc)
         return -1;
+    /* the time-series family's biases are added by the rank computing a
+     * whole output row: somegather (its own columns) and layer-wise (whole
+     * layers); tensor-parallel partial sums would add them once per rank */
+    if (series && (o->plan_file || (strcmp(o->planner, "somegather") && strcmp(o->planner, "layerwise"))))
+        return mi_set_error(err, "%s is a time-series model (docs/patchtst.md): it runs with --planner somegather "
+                                 "or --planner layerwise (not %s)", path, o->plan_file ? "--plan-file" : o->planner);
+    if (series && o->speculate)
+        return mi_set_error(err, "--speculate applies to language models (seed 000's decode steps)");
     mi_cluster cl;
     if (o->cluster) {
         if (mi_cluster_load(o->cluster, &cl, err))
@@ -459,6 +476,14 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
     }
     if (!rc && !o->plan_file && ss->plan.planner == MI_PLANNER_SOMEGATHER && o->prune_set)
         rc = mi_plan_prune(&ss->plan, path, o->prune, o->prune_mode, err);
+    else if (!rc && series && ss->plan.planner == MI_PLANNER_SOMEGATHER) {
+        /* the columns the model was trained to send (seed 002 4.2) */
+        int trained = 0, has = mi_plan_keep_from_model(&ss->plan, path, &trained, err);
+        rc = has < 0 ? -1 : 0;
+        if (has == 1 && trained != ss->size)
+            mi_warn("%s was trained for %d devices and runs on %d: its pruning masks apply, but its columns were "
+                    "ranked for the other split", path, trained, ss->size);
+    }
     if (!rc && o->loss_set && ss->plan.planner != MI_PLANNER_SOMEGATHER)
         rc = mi_set_error(err, "--loss, --loss-mode and --loss-seed apply to somegather's allgather exchanges "
                                "(--planner somegather)");
@@ -595,8 +620,9 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
         mi_runtime_stream_rate(ss->rt, 0.03, ss->stream_rate);
     ss->load_seconds = mi_now() - t0;
     if (ss->rank == 0 && ss->cfg.synthetic)
-        fprintf(stderr, "meshinfer: %s: %s has synthetic weights (seeded random): text and perplexity are "
-                        "meaningless, speed figures are valid\n", cmd, path);
+        fprintf(stderr, "meshinfer: %s: %s has synthetic weights (seeded random): %s are meaningless, speed "
+                        "figures are valid\n", cmd, path,
+                ss->cfg.family == MI_FAMILY_PATCHTST ? "forecasts and their errors" : "text and perplexity");
 }
 
 void session_close(mi_session *ss, const session_opts *o)

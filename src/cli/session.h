@@ -49,6 +49,7 @@ typedef struct {
     double ppl_budget;       /* --ppl-budget: percent perplexity somegather's pruning may cost under auto (-1: none) */
     const char *sg_quality;  /* --somegather-quality: its measured perplexities (mi_sg_quality) */
     const char *journal;     /* generate --journal/--resume: another output the trace must not overwrite */
+    int forecast;            /* the command is forecast: the model must be a time-series one (and only then) */
 } session_opts;
 
 /* getopt_long entries for the options above (codes >= 1000), to append to a

@@ -154,6 +154,46 @@ void mi_attention(float *out, const float *q, const float *kc, const float *vc, 
     }
 }
 
+/* Mean and variance in double over the held columns: a device-local norm
+ * sees few columns when much is pruned or lost, and the variance of
+ * near-equal values cancels badly in float. With held NULL every column. */
+void mi_layernorm_held(float *out, const float *x, const float *g, const float *b, int T, int dim, float eps,
+                       const unsigned char *held)
+{
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (size_t)t * dim;
+        const unsigned char *ht = held ? held + (size_t)t * dim : NULL;
+        float *ot = out + (size_t)t * dim;
+        double sum = 0.0, ss = 0.0;
+        int n = 0;
+        for (int i = 0; i < dim; i++)
+            if (!ht || ht[i]) {
+                sum += xt[i];
+                n++;
+            }
+        double mu = n > 0 ? sum / n : 0.0;
+        for (int i = 0; i < dim; i++)
+            if (!ht || ht[i])
+                ss += ((double)xt[i] - mu) * ((double)xt[i] - mu);
+        double s = n > 0 ? 1.0 / sqrt(ss / n + (double)eps) : 0.0;
+        for (int i = 0; i < dim; i++)
+            ot[i] = !ht || ht[i] ? (float)(((double)xt[i] - mu) * s) * g[i] + b[i] : 0.0f;
+    }
+}
+
+void mi_gelu(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(0.5 * x[i] * (1.0 + erf(x[i] * 0.70710678118654752440)));
+}
+
+void mi_add_bias(float *y, int ldy, const float *b, int T, int n)
+{
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < n; i++)
+            y[(size_t)t * ldy + i] += b[i];
+}
+
 void mi_swiglu(float *h1, const float *h3, size_t n)
 {
     for (size_t i = 0; i < n; i++) {

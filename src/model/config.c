@@ -28,8 +28,49 @@ static int check_dtype(int t, int axis, const char *what, int layer, char *err)
     return 0;
 }
 
+const char *mi_family_name(int family)
+{
+    return family == MI_FAMILY_PATCHTST ? "patchtst" : "llama";
+}
+
+/* The time-series family's own fields (docs/patchtst.md): patches tile the
+ * look-back exactly, and its head and attention reuse the vocabulary and
+ * context fields. Float32 only: its weights are a few hundred kilobytes. */
+static int validate_patchtst(const mi_config *c, char *err)
+{
+    struct { const char *name; int v; int hi; } f[] = {
+        {"patch_len", c->patch_len, 4096}, {"patch_stride", c->patch_stride, 4096},
+        {"lookback", c->lookback, 1 << 20}, {"horizon", c->horizon, 1 << 16},
+        {"n_channels", c->n_channels, 1 << 16},
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (f[i].v <= 0 || f[i].v > f[i].hi)
+            return mi_set_error(err, "config: %s = %d is outside [1, %d]", f[i].name, f[i].v, f[i].hi);
+    if (c->lookback < c->patch_len || (c->lookback - c->patch_len) % c->patch_stride != 0)
+        return mi_set_error(err, "config: lookback = %d is not patch_len = %d plus a multiple of patch_stride = %d",
+                            c->lookback, c->patch_len, c->patch_stride);
+    int n = (c->lookback - c->patch_len) / c->patch_stride + 1;
+    if (c->seq_len != n)
+        return mi_set_error(err, "config: %d patches, but seq_len = %d", n, c->seq_len);
+    if (c->vocab_size != c->horizon)
+        return mi_set_error(err, "config: the head has %d outputs, but horizon = %d", c->vocab_size, c->horizon);
+    if (c->n_kv_heads != c->n_heads)
+        return mi_set_error(err, "config: n_kv_heads = %d must equal n_heads = %d in the time-series family",
+                            c->n_kv_heads, c->n_heads);
+    if (c->emb_dtype || c->cls_dtype)
+        return mi_set_error(err, "config: the time-series family is float32 only");
+    for (int l = 0; l < c->n_layers; l++)
+        for (int m = 0; m < MI_N_LAYER_MATS; m++)
+            if (c->dtype[l][m])
+                return mi_set_error(err, "config: the time-series family is float32 only (layer %d %s is %s)", l,
+                                    mi_layer_mat_names[m], mi_dtype_name(c->dtype[l][m]));
+    return 0;
+}
+
 int mi_config_validate(const mi_config *c, char *err)
 {
+    if (c->family != MI_FAMILY_LLAMA && c->family != MI_FAMILY_PATCHTST)
+        return mi_set_error(err, "config: unknown model family %d", c->family);
     struct { const char *name; int v; int hi; } f[] = {
         {"dim", c->dim, 1 << 16},          {"hidden_dim", c->hidden_dim, 1 << 18},
         {"n_layers", c->n_layers, 1024},   {"n_heads", c->n_heads, 1024},
@@ -45,6 +86,12 @@ int mi_config_validate(const mi_config *c, char *err)
     if (c->n_heads * c->head_dim != c->dim)
         return mi_set_error(err, "config: n_heads * head_dim = %d * %d does not equal dim = %d",
                             c->n_heads, c->head_dim, c->dim);
+    if (c->n_layers > MI_MAX_LAYERS)
+        return mi_set_error(err, "config: n_layers = %d is more than %d", c->n_layers, MI_MAX_LAYERS);
+    if (!(c->norm_eps > 0.0f && c->norm_eps < 1.0f))
+        return mi_set_error(err, "config: norm_eps = %g must be in (0, 1)", (double)c->norm_eps);
+    if (c->family == MI_FAMILY_PATCHTST)
+        return validate_patchtst(c, err);
     if (c->seq_len < 2)
         return mi_set_error(err, "config: seq_len = %d leaves no room to generate (needs >= 2)", c->seq_len);
     if (c->head_dim % 2 != 0)
@@ -74,12 +121,17 @@ int mi_config_validate(const mi_config *c, char *err)
 size_t mi_layer_params(const mi_config *c)
 {
     size_t d = (size_t)c->dim, kv = (size_t)mi_kv_dim(c), h = (size_t)c->hidden_dim;
+    if (c->family == MI_FAMILY_PATCHTST) /* two LayerNorms with bias, biased q k v o, MLP w1 w2 with bias */
+        return 4 * d + 4 * d * d + 4 * d + 2 * h * d + h + d;
     return 2 * d + d * d /* wq */ + 2 * kv * d /* wk, wv */ + d * d /* wo */ + 3 * h * d;
 }
 
 size_t mi_model_params(const mi_config *c)
 {
     size_t d = (size_t)c->dim, v = (size_t)c->vocab_size;
+    if (c->family == MI_FAMILY_PATCHTST) /* patch embedding, positions, layers, head over all patches */
+        return d * (size_t)c->patch_len + d + (size_t)c->seq_len * d + (size_t)c->n_layers * mi_layer_params(c) +
+               v * (size_t)c->seq_len * d + v;
     return v * d + (size_t)c->n_layers * mi_layer_params(c) + d + (c->shared_classifier ? 0 : v * d);
 }
 
@@ -215,10 +267,31 @@ int mi_config_from_shape(const char *shape, mi_config *c)
         strncpy(c->name, shapes[i].name, sizeof c->name - 1);
         return 0;
     }
+    if (strcmp(shape, "patchtst") == 0) { /* seed 002's workload, docs/patchtst.md */
+        memset(c, 0, sizeof *c);
+        c->family = MI_FAMILY_PATCHTST;
+        c->dim = 128;
+        c->hidden_dim = 256;
+        c->n_layers = 6;
+        c->n_heads = c->n_kv_heads = 16;
+        c->head_dim = 8;
+        c->patch_len = 16;
+        c->patch_stride = 8;
+        c->lookback = 96;
+        c->horizon = c->vocab_size = 24;
+        c->seq_len = (c->lookback - c->patch_len) / c->patch_stride + 1;
+        c->n_channels = 3;
+        c->rope_theta = 10000.0f;
+        c->norm_eps = 1e-5f;
+        c->synthetic = 1;
+        strncpy(c->name, "patchtst-synthetic", sizeof c->name - 1);
+        return 0;
+    }
     return -1;
 }
 
 const char *mi_config_shape_names(void)
 {
-    return "stories15M, stories42M, stories110M, tinyllama-1.1b, tiny-gqa";
+    return "stories15M, stories42M, stories110M, tinyllama-1.1b, tiny-gqa, patchtst (seed 002's time-series "
+           "encoder)";
 }

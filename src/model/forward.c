@@ -47,8 +47,15 @@ void mi_attn_block(mi_model *m, int l, mi_scratch *s, const float *xn, int T, in
     mi_matmul(s->q, xn, &L->wq, T);
     mi_matmul(s->k, xn, &L->wk, T);
     mi_matmul(s->v, xn, &L->wv, T);
-    mi_rope_apply(&m->rope, s->q, T, pos0, n_q);
-    mi_rope_apply(&m->rope, s->k, T, pos0, n_kv);
+    int series = c->family == MI_FAMILY_PATCHTST;
+    if (series) { /* biases, and patches carry their position in pos_embed instead of RoPE */
+        mi_add_bias(s->q, n_q * hd, L->bq, T, n_q * hd);
+        mi_add_bias(s->k, n_kv * hd, L->bk, T, n_kv * hd);
+        mi_add_bias(s->v, n_kv * hd, L->bv, T, n_kv * hd);
+    } else {
+        mi_rope_apply(&m->rope, s->q, T, pos0, n_q);
+        mi_rope_apply(&m->rope, s->k, T, pos0, n_kv);
+    }
     /* Cache layout [kv head][position][head_dim] keeps each head's history
      * contiguous, so a shard's cache is one block and attention streams it. */
     for (int t = 0; t < T; t++)
@@ -58,16 +65,31 @@ void mi_attn_block(mi_model *m, int l, mi_scratch *s, const float *xn, int T, in
             memcpy(L->k_cache + dst, s->k + src, (size_t)hd * sizeof(float));
             memcpy(L->v_cache + dst, s->v + src, (size_t)hd * sizeof(float));
         }
-    mi_attention(heads_out, s->q, L->k_cache, L->v_cache, T, pos0, n_q, g, hd, c->seq_len, s->att);
+    if (!series) {
+        mi_attention(heads_out, s->q, L->k_cache, L->v_cache, T, pos0, n_q, g, hd, c->seq_len, s->att);
+        return;
+    }
+    /* not causal: every patch attends to all pos0+T of them, as the last
+     * position of a causal pass would */
+    size_t w = (size_t)n_q * hd;
+    for (int t = 0; t < T; t++)
+        mi_attention(heads_out + t * w, s->q + t * w, L->k_cache, L->v_cache, 1, pos0 + T - 1, n_q, g, hd,
+                     c->seq_len, s->att);
 }
 
 void mi_proj_block(const mi_model *m, int l, const float *heads, int T, float *y, int add)
 {
     const mi_layer *L = &m->layers[l];
+    /* a bias joins the residual before the product is added, as every
+     * distributed path adds it (exec.c), so all of them round alike */
+    if (add && L->bo)
+        mi_add_bias(y, L->wo.rows, L->bo, T, L->wo.rows);
     if (add)
         mi_matmul_add(y, heads, &L->wo, T);
     else
         mi_matmul(y, heads, &L->wo, T);
+    if (!add && L->bo)
+        mi_add_bias(y, L->wo.rows, L->bo, T, L->wo.rows);
 }
 
 void mi_ffn_block(const mi_model *m, int l, mi_scratch *s, const float *xn, int T, float *y, int add)
@@ -75,12 +97,21 @@ void mi_ffn_block(const mi_model *m, int l, mi_scratch *s, const float *xn, int 
     const mi_layer *L = &m->layers[l];
     int nf = L->spec.nf;
     mi_matmul(s->h1, xn, &L->w1, T);
-    mi_matmul(s->h3, xn, &L->w3, T);
-    mi_swiglu(s->h1, s->h3, (size_t)T * nf);
+    if (m->cfg.family == MI_FAMILY_PATCHTST) {
+        mi_add_bias(s->h1, nf, L->b1, T, nf);
+        mi_gelu(s->h1, (size_t)T * nf);
+    } else {
+        mi_matmul(s->h3, xn, &L->w3, T);
+        mi_swiglu(s->h1, s->h3, (size_t)T * nf);
+    }
+    if (add && L->b2)
+        mi_add_bias(y, L->w2.rows, L->b2, T, L->w2.rows);
     if (add)
         mi_matmul_add(y, s->h1, &L->w2, T);
     else
         mi_matmul(y, s->h1, &L->w2, T);
+    if (!add && L->b2)
+        mi_add_bias(y, L->w2.rows, L->b2, T, L->w2.rows);
 }
 
 void mi_logits(const mi_model *m, mi_scratch *s, const float *x, int T, float *logits)

@@ -181,7 +181,7 @@ typedef struct {
     const mi_weight_source *src;
     int rc;
     char *err;
-    treq req[16];
+    treq req[24];
     int n_req;
 } loader;
 
@@ -325,6 +325,97 @@ static void load_group(loader *ld, void **arena, size_t *arena_bytes)
     ld->n_req = 0;
 }
 
+/* A float vector (a norm, a bias, the positional table): rows [r0, r0+n)
+ * of a 1-D dataset, or of a 2-D one with `cols` columns. */
+static void want_vec(loader *ld, int layer, const char *name, size_t cols, size_t r0, size_t n, float **dst)
+{
+    treq *r = want(ld, layer, name, MI_F32, cols, 0);
+    add_range(r, r0, n);
+    r->vec = dst;
+}
+
+/* Seed 002's time-series family (docs/patchtst.md): the same shards as a
+ * language model's (heads, wo rows or columns, FFN units, w2 rows or
+ * columns, head rows), each with the rows of its bias; no tokenizer, no w3,
+ * no KV cache beyond the patches. */
+static int load_patchtst(loader *ld, mi_model *m, const mi_config *c, const mi_shard_spec *spec)
+{
+    size_t d = (size_t)c->dim, hd = (size_t)c->head_dim, N = (size_t)c->seq_len, nq = (size_t)c->n_heads * hd;
+    if (spec->embeddings || spec->emb_nc > 0) {
+        add_range(want(ld, -1, "patch_embed", MI_F32, (size_t)c->patch_len, 0), 0, d)->dst = &m->patch_embed;
+        want_vec(ld, -1, "patch_embed_b", 1, 0, d, &m->patch_embed_b);
+        want_vec(ld, -1, "pos_embed", d, 0, N, &m->pos_embed);
+        m->emb_c0 = spec->embeddings ? 0 : spec->emb_c0;
+        m->emb_nc = spec->embeddings ? (int)d : spec->emb_nc;
+    }
+    if (spec->cls_nv > 0) {
+        add_range(want(ld, -1, "head", MI_F32, N * d, 0), (size_t)spec->cls_v0, (size_t)spec->cls_nv)->dst =
+            &m->classifier;
+        want_vec(ld, -1, "head_b", 1, (size_t)spec->cls_v0, (size_t)spec->cls_nv, &m->cls_b);
+    }
+    load_group(ld, &m->arena, &m->arena_bytes);
+    for (int l = 0; l < c->n_layers && ld->rc == 0; l++) {
+        mi_layer *L = &m->layers[l];
+        const mi_layer_spec *s = &spec->layers[l];
+        L->spec = *s;
+        int nk = s->n_kv;
+        if (nk > 0) {
+            want_vec(ld, l, "attention_norm", 1, 0, d, &L->attention_norm);
+            want_vec(ld, l, "attention_norm_b", 1, 0, d, &L->attention_norm_b);
+            treq *q = want(ld, l, "wq", MI_F32, d, 0), *k = want(ld, l, "wk", MI_F32, d, 0);
+            treq *v = want(ld, l, "wv", MI_F32, d, 0);
+            treq *bq = want(ld, l, "wq_b", MI_F32, 1, 0), *bk = want(ld, l, "wk_b", MI_F32, 1, 0);
+            treq *bv = want(ld, l, "wv_b", MI_F32, 1, 0);
+            treq *all[6] = {q, k, v, bq, bk, bv};
+            for (int i = 0; i < nk; i++)
+                for (int j = 0; j < 6; j++)
+                    add_range(all[j], (size_t)s->kv[i] * hd, hd);
+            q->dst = &L->wq, k->dst = &L->wk, v->dst = &L->wv;
+            bq->vec = &L->bq, bk->vec = &L->bk, bv->vec = &L->bv;
+            if (!ld->src->discard) {
+                size_t kvn = (size_t)nk * (size_t)c->seq_len * hd;
+                L->k_cache = mi_calloc(kvn, sizeof(float), "KV cache");
+                L->v_cache = mi_calloc(kvn, sizeof(float), "KV cache");
+                m->kv_bytes += 2 * kvn * sizeof(float);
+            }
+        }
+        if (s->proj != MI_PROJ_NONE) {
+            treq *r = want(ld, l, "wo_t", MI_F32, d, 1);
+            size_t o0 = 0, no = d;
+            if (s->proj == MI_PROJ_ROWS) {
+                r->c0 = o0 = (size_t)s->o0;
+                r->nc = no = (size_t)s->no;
+            }
+            if (s->proj == MI_PROJ_FULL || s->proj == MI_PROJ_ROWS)
+                add_range(r, 0, nq);
+            else
+                for (int i = 0; i < nk; i++)
+                    add_range(r, (size_t)s->kv[i] * hd, hd);
+            r->dst = &L->wo;
+            want_vec(ld, l, "wo_b", 1, o0, no, &L->bo);
+        }
+        if (s->nf > 0) {
+            want_vec(ld, l, "ffn_norm", 1, 0, d, &L->ffn_norm);
+            want_vec(ld, l, "ffn_norm_b", 1, 0, d, &L->ffn_norm_b);
+            add_range(want(ld, l, "w1", MI_F32, d, 0), (size_t)s->f0, (size_t)s->nf)->dst = &L->w1;
+            want_vec(ld, l, "w1_b", 1, (size_t)s->f0, (size_t)s->nf, &L->b1);
+            treq *r = want(ld, l, "w2_t", MI_F32, d, 1);
+            size_t o0 = 0, no = d;
+            if (s->w2_rows) {
+                r->c0 = o0 = (size_t)s->o0;
+                r->nc = no = (size_t)s->no;
+                add_range(r, 0, (size_t)c->hidden_dim);
+            } else {
+                add_range(r, (size_t)s->f0, (size_t)s->nf);
+            }
+            r->dst = &L->w2;
+            want_vec(ld, l, "w2_b", 1, o0, no, &L->b2);
+        }
+        load_group(ld, &L->arena, &L->arena_bytes);
+    }
+    return ld->rc;
+}
+
 int mi_model_load(mi_model *m, const mi_weight_source *src, const mi_config *c, const mi_shard_spec *spec,
                   char *err)
 {
@@ -362,6 +453,12 @@ int mi_model_load(mi_model *m, const mi_weight_source *src, const mi_config *c, 
     m->has_embeddings = spec->embeddings || spec->emb_nc > 0;
     m->cls_v0 = spec->cls_v0;
     m->cls_nv = spec->cls_nv;
+    if (c->family == MI_FAMILY_PATCHTST) {
+        int rc = load_patchtst(&ld, m, c, spec);
+        if (rc)
+            mi_model_free(m);
+        return rc;
+    }
     int cls_view = spec->cls_nv > 0 && whole_table(c, spec) && c->shared_classifier;
     if (spec->embeddings) {
         add_range(want(&ld, -1, "tok_embeddings", c->emb_dtype, d, 0), 0, V)->dst = &m->tok_embeddings;
@@ -471,6 +568,11 @@ void mi_model_load_path(mi_model *m, const char *path, mi_tokenizer *tok)
     mi_model_file *mf = mi_model_open(path, &cfg, err);
     if (!mf)
         mi_fatal("%s", err);
+    if (tok && cfg.family == MI_FAMILY_PATCHTST) {
+        mi_model_close(mf);
+        mi_fatal("%s is a time-series model (docs/patchtst.md): it has no tokenizer; run it with meshinfer forecast",
+                 path);
+    }
     mi_layer_spec *layers = mi_malloc((size_t)cfg.n_layers * sizeof *layers, "layer specs");
     mi_shard_spec spec = mi_shard_spec_full(&cfg, layers);
     mi_weight_source src = mi_weight_source_file(mf);
@@ -598,11 +700,53 @@ static int check_vector(const char *path, const char *name, const float *x, int 
     return 0;
 }
 
+/* The time-series family's tensors (docs/patchtst.md), as held. */
+static int check_series(const mi_model *m, const char *path, size_t *n_weights, char *err)
+{
+    const mi_config *c = &m->cfg;
+    size_t n = 0, d = (size_t)c->dim;
+    char name[128];
+    if ((m->patch_embed.q && check_tensor(path, "patch_embed", &m->patch_embed, &n, err)) ||
+        (m->patch_embed_b && check_vector(path, "patch_embed_b", m->patch_embed_b, c->dim, &n, err)) ||
+        (m->pos_embed && check_vector(path, "pos_embed", m->pos_embed, c->seq_len * c->dim, &n, err)) ||
+        (m->cls_nv > 0 && check_tensor(path, "head", &m->classifier, &n, err)) ||
+        (m->cls_b && check_vector(path, "head_b", m->cls_b, m->cls_nv, &n, err)))
+        return -1;
+    for (int l = 0; l < c->n_layers; l++) {
+        const mi_layer *L = &m->layers[l];
+        const mi_tensor *mats[5] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1};
+        const char *mat_names[6] = {"wq", "wk", "wv", "wo_t", "w1", "w2_t"};
+        for (int k = 0; k < 6; k++) {
+            const mi_tensor *t = k < 5 ? mats[k] : &L->w2;
+            mi_model_layer_name(name, sizeof name, l, mat_names[k]);
+            if (t->q && check_tensor(path, name, t, &n, err))
+                return -1;
+        }
+        const struct { const char *name; const float *v; size_t len; } vec[] = {
+            {"attention_norm", L->attention_norm, d}, {"attention_norm_b", L->attention_norm_b, d},
+            {"ffn_norm", L->ffn_norm, d}, {"ffn_norm_b", L->ffn_norm_b, d},
+            {"wq_b", L->bq, (size_t)L->wq.rows}, {"wk_b", L->bk, (size_t)L->wk.rows},
+            {"wv_b", L->bv, (size_t)L->wv.rows}, {"wo_b", L->bo, (size_t)L->wo.rows},
+            {"w1_b", L->b1, (size_t)L->w1.rows}, {"w2_b", L->b2, (size_t)L->w2.rows},
+        };
+        for (size_t k = 0; k < sizeof vec / sizeof vec[0]; k++) {
+            mi_model_layer_name(name, sizeof name, l, vec[k].name);
+            if (vec[k].v && check_vector(path, name, vec[k].v, (int)vec[k].len, &n, err))
+                return -1;
+        }
+    }
+    if (n_weights)
+        *n_weights = n;
+    return 0;
+}
+
 int mi_model_check_finite(const mi_model *m, const char *path, size_t *n_weights, char *err)
 {
     const mi_config *c = &m->cfg;
     size_t n = 0;
     char name[128];
+    if (c->family == MI_FAMILY_PATCHTST)
+        return check_series(m, path, n_weights, err);
     if ((m->has_embeddings && check_tensor(path, "tok_embeddings", &m->tok_embeddings, &n, err)) ||
         (m->norm && check_vector(path, "norm", m->norm, c->dim, &n, err)) ||
         (m->cls_nv > 0 && !m->cls_alias && check_tensor(path, "classifier", &m->classifier, &n, err)))

@@ -181,7 +181,20 @@ static int read_str_attr(hid_t loc, const char *name, char *buf, size_t n)
     hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
     hid_t at = a >= 0 ? H5Aget_type(a) : -1;
     int rc = -1;
-    if (a >= 0 && at >= 0 && H5Tget_class(at) == H5T_STRING && attr_is_single(a) && H5Tget_size(at) < n) {
+    if (a >= 0 && at >= 0 && H5Tget_class(at) == H5T_STRING && attr_is_single(a) && H5Tis_variable_str(at) > 0) {
+        /* h5py and PyTorch tools write variable-length strings by default;
+         * HDF5 converts them only to variable-length memory strings */
+        hid_t t = H5Tcopy(H5T_C_S1);
+        H5Tset_size(t, H5T_VARIABLE);
+        char *v = NULL;
+        if (H5Aread(a, t, &v) >= 0 && v) {
+            snprintf(buf, n, "%s", v);
+            rc = 0;
+        }
+        if (v)
+            H5free_memory(v);
+        H5Tclose(t);
+    } else if (a >= 0 && at >= 0 && H5Tget_class(at) == H5T_STRING && attr_is_single(a) && H5Tget_size(at) < n) {
         hid_t t = H5Tcopy(H5T_C_S1);
         H5Tset_size(t, n);
         rc = H5Aread(a, t, buf) < 0 ? -1 : 0;
@@ -297,6 +310,54 @@ static int check_matrix(mi_model_file *mf, const char *name, hsize_t d0, hsize_t
     return 0;
 }
 
+/* The stored layers must be exactly the config's: an n_layers attribute
+ * smaller than what is stored would silently run a truncated model. */
+static int check_layer_count(mi_model_file *mf, char *err)
+{
+    hsize_t stored = 0;
+    hid_t lg = H5Lexists(mf->file, "layers", H5P_DEFAULT) > 0 ? H5Gopen2(mf->file, "layers", H5P_DEFAULT) : -1;
+    if (lg >= 0) {
+        H5G_info_t info;
+        if (H5Gget_info(lg, &info) >= 0)
+            stored = info.nlinks;
+        H5Gclose(lg);
+    }
+    if (stored != (hsize_t)mf->cfg.n_layers)
+        return mi_set_error(err, "%s: the config says n_layers = %d but the file stores %llu layers under /layers",
+                            mf->path, mf->cfg.n_layers, (unsigned long long)stored);
+    return 0;
+}
+
+/* The time-series family's tensors (docs/patchtst.md), all float32. */
+static int check_patchtst_tensors(mi_model_file *mf, char *err)
+{
+    mi_config *c = &mf->cfg;
+    hsize_t d = (hsize_t)c->dim, h = (hsize_t)c->hidden_dim;
+    hid_t F = H5T_NATIVE_FLOAT;
+    if (check_dataset(mf->file, "patch_embed", 2, d, (hsize_t)c->patch_len, F, mf->path, err) ||
+        check_dataset(mf->file, "patch_embed_b", 1, d, 0, F, mf->path, err) ||
+        check_dataset(mf->file, "pos_embed", 2, (hsize_t)c->seq_len, d, F, mf->path, err) ||
+        check_dataset(mf->file, "head", 2, (hsize_t)c->horizon, (hsize_t)c->seq_len * d, F, mf->path, err) ||
+        check_dataset(mf->file, "head_b", 1, (hsize_t)c->horizon, 0, F, mf->path, err))
+        return -1;
+    static const struct { const char *name; int rank; int r, k; } t[] = {
+        /* r, k: 0 = dim, 1 = hidden_dim */
+        {"attention_norm", 1, 0, 0}, {"attention_norm_b", 1, 0, 0}, {"wq", 2, 0, 0}, {"wk", 2, 0, 0},
+        {"wv", 2, 0, 0}, {"wq_b", 1, 0, 0}, {"wk_b", 1, 0, 0}, {"wv_b", 1, 0, 0}, {"wo_t", 2, 0, 0},
+        {"wo_b", 1, 0, 0}, {"ffn_norm", 1, 0, 0}, {"ffn_norm_b", 1, 0, 0}, {"w1", 2, 1, 0}, {"w1_b", 1, 1, 0},
+        {"w2_t", 2, 1, 0}, {"w2_b", 1, 0, 0},
+    };
+    char name[128];
+    for (int l = 0; l < c->n_layers; l++)
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+            mi_model_layer_name(name, sizeof name, l, t[i].name);
+            if (check_dataset(mf->file, name, t[i].rank, t[i].r ? h : d, t[i].rank == 2 ? (t[i].k ? h : d) : 0, F,
+                              mf->path, err))
+                return -1;
+        }
+    return 0;
+}
+
 static int check_all_tensors(mi_model_file *mf, char *err)
 {
     mi_config *c = &mf->cfg;
@@ -304,6 +365,8 @@ static int check_all_tensors(mi_model_file *mf, char *err)
     hsize_t q = (hsize_t)c->n_heads * (hsize_t)c->head_dim, kv = (hsize_t)mi_kv_dim(c);
     hid_t F = H5T_NATIVE_FLOAT;
     int t;
+    if (c->family == MI_FAMILY_PATCHTST)
+        return check_layer_count(mf, err) || check_patchtst_tensors(mf, err) ? -1 : 0;
     if (check_matrix(mf, "tok_embeddings", v, d, 0, &t, err) ||
         check_dataset(mf->file, "norm", 1, d, 0, F, mf->path, err))
         return -1;
@@ -313,19 +376,8 @@ static int check_all_tensors(mi_model_file *mf, char *err)
             return -1;
         c->cls_dtype = (unsigned char)t;
     }
-    /* the stored layers must be exactly the config's: an n_layers attribute
-     * smaller than what is stored would silently run a truncated model */
-    hsize_t stored = 0;
-    hid_t lg = H5Lexists(mf->file, "layers", H5P_DEFAULT) > 0 ? H5Gopen2(mf->file, "layers", H5P_DEFAULT) : -1;
-    if (lg >= 0) {
-        H5G_info_t info;
-        if (H5Gget_info(lg, &info) >= 0)
-            stored = info.nlinks;
-        H5Gclose(lg);
-    }
-    if (stored != (hsize_t)c->n_layers)
-        return mi_set_error(err, "%s: the config says n_layers = %d but the file stores %llu layers under /layers",
-                            mf->path, c->n_layers, (unsigned long long)stored);
+    if (check_layer_count(mf, err))
+        return -1;
     /* the layer matrices, in the order of the dtype table (MI_WQ ...) */
     const hsize_t rows[MI_N_LAYER_MATS] = {q, kv, kv, q, h, h, h};
     char name[128];
@@ -372,6 +424,37 @@ static void open_failed(const char *path, char *err)
         mi_set_error(err, "%s: cannot open HDF5 file (truncated or corrupt)", path);
 }
 
+/* Version 3: the time-series family's attributes (docs/patchtst.md). Its
+ * head and patches fill the vocabulary and context fields, so the plans,
+ * programs and runtime size their buffers as for a language model. */
+static int read_patchtst_config(hid_t f, mi_config *c, const char *path, char *err)
+{
+    char fam[32] = "";
+    if (read_str_attr(f, "family", fam, sizeof fam) || strcmp(fam, "patchtst") != 0)
+        return mi_set_error(err, "%s: format_version 3 needs the attribute family = \"patchtst\"%s%s", path,
+                            fam[0] ? ", not " : " (missing)", fam);
+    c->family = MI_FAMILY_PATCHTST;
+    if (read_int_attr(f, "dim", &c->dim, path, err) || read_int_attr(f, "hidden_dim", &c->hidden_dim, path, err) ||
+        read_int_attr(f, "n_layers", &c->n_layers, path, err) ||
+        read_int_attr(f, "n_heads", &c->n_heads, path, err) ||
+        read_int_attr(f, "n_kv_heads", &c->n_kv_heads, path, err) ||
+        read_int_attr(f, "head_dim", &c->head_dim, path, err) ||
+        read_float_attr(f, "norm_eps", &c->norm_eps, path, err) ||
+        read_int_attr(f, "patch_len", &c->patch_len, path, err) ||
+        read_int_attr(f, "patch_stride", &c->patch_stride, path, err) ||
+        read_int_attr(f, "lookback", &c->lookback, path, err) ||
+        read_int_attr(f, "horizon", &c->horizon, path, err) ||
+        read_int_attr(f, "n_channels", &c->n_channels, path, err) ||
+        read_int_attr(f, "synthetic", &c->synthetic, path, err))
+        return -1;
+    c->vocab_size = c->horizon;
+    c->seq_len = c->patch_len > 0 && c->patch_stride > 0 && c->lookback >= c->patch_len
+                     ? (c->lookback - c->patch_len) / c->patch_stride + 1
+                     : 0;
+    c->rope_theta = 10000.0f;
+    return 0;
+}
+
 mi_model_file *mi_model_open(const char *path, mi_config *cfg, char *err)
 {
     quiet_hdf5();
@@ -394,12 +477,15 @@ mi_model_file *mi_model_open(const char *path, mi_config *cfg, char *err)
     int version = 0;
     if (read_int_attr(f, "format_version", &version, path, err))
         goto fail;
-    if (version != 1 && version != MI_FORMAT_VERSION) {
-        mi_set_error(err, "%s: format_version %d is not supported (this build reads 1 and %d)", path, version,
-                     MI_FORMAT_VERSION);
+    if (version != 1 && version != MI_FORMAT_VERSION && version != MI_FORMAT_VERSION_SERIES) {
+        mi_set_error(err, "%s: format_version %d is not supported (this build reads 1, %d and %d)", path, version,
+                     MI_FORMAT_VERSION, MI_FORMAT_VERSION_SERIES);
         goto fail;
     }
-    if (read_int_attr(f, "dim", &c->dim, path, err) || read_int_attr(f, "hidden_dim", &c->hidden_dim, path, err) ||
+    if (version == MI_FORMAT_VERSION_SERIES) {
+        if (read_patchtst_config(f, c, path, err))
+            goto fail;
+    } else if (read_int_attr(f, "dim", &c->dim, path, err) || read_int_attr(f, "hidden_dim", &c->hidden_dim, path, err) ||
         read_int_attr(f, "n_layers", &c->n_layers, path, err) ||
         read_int_attr(f, "n_heads", &c->n_heads, path, err) ||
         read_int_attr(f, "n_kv_heads", &c->n_kv_heads, path, err) ||
@@ -411,13 +497,17 @@ mi_model_file *mi_model_open(const char *path, mi_config *cfg, char *err)
         read_int_attr(f, "shared_classifier", &c->shared_classifier, path, err) ||
         read_int_attr(f, "synthetic", &c->synthetic, path, err))
         goto fail;
-    if (H5Aexists(f, "name") > 0) {
+    if (H5Aexists(f, "name") > 0 && read_str_attr(f, "name", c->name, sizeof c->name) < 0) {
+        /* longer than the field: keep its start */
         hid_t a = H5Aopen(f, "name", H5P_DEFAULT);
         hid_t t = H5Tcopy(H5T_C_S1);
         H5Tset_size(t, sizeof c->name);
-        if (a >= 0 && attr_is_single(a))
+        hid_t at = a >= 0 ? H5Aget_type(a) : -1;
+        if (a >= 0 && attr_is_single(a) && at >= 0 && H5Tis_variable_str(at) <= 0)
             H5Aread(a, t, c->name);
         c->name[sizeof c->name - 1] = '\0';
+        if (at >= 0)
+            H5Tclose(at);
         H5Tclose(t);
         H5Aclose(a);
     }
@@ -509,6 +599,43 @@ int mi_model_read_raw_cols(mi_model_file *mf, const char *name, size_t row0, siz
                            size_t byte0, size_t nbytes, void *out, char *err)
 {
     return read_rows(mf, name, row0, nrows, 0, row_bytes, byte0, nbytes, out, (size_t)-1, err);
+}
+
+int mi_model_read_masks(mi_model_file *mf, unsigned char *mask[4], double *ratio, int *magnitude, int *ranks,
+                        char *err)
+{
+    const mi_config *c = &mf->cfg;
+    if (H5Lexists(mf->file, "somegather", H5P_DEFAULT) <= 0)
+        return 0;
+    hid_t g = H5Gopen2(mf->file, "somegather", H5P_DEFAULT);
+    if (g < 0)
+        return mi_set_error(err, "%s: cannot open the group /somegather", mf->path);
+    float r = 0;
+    char mode[32] = "";
+    int rc = read_int_attr(g, "ranks", ranks, mf->path, err) || read_float_attr(g, "prune", &r, mf->path, err);
+    if (!rc && (read_str_attr(g, "prune_mode", mode, sizeof mode) || (strcmp(mode, "aware") && strcmp(mode, "magnitude"))))
+        rc = mi_set_error(err, "%s: /somegather needs prune_mode \"aware\" or \"magnitude\"", mf->path);
+    H5Gclose(g);
+    if (rc)
+        return -1;
+    if (!(r >= 0 && r < 1) || *ranks < 1)
+        return mi_set_error(err, "%s: /somegather has prune = %g and ranks = %d (needs [0, 1) and >= 1)", mf->path,
+                            (double)r, *ranks);
+    *ratio = r;
+    *magnitude = !strcmp(mode, "magnitude");
+    static const char *names[4] = {"keep_attn_in", "keep_heads", "keep_ffn_in", "keep_hidden"};
+    for (int x = 0; x < 4; x++) {
+        size_t w = (size_t)(x == 3 ? c->hidden_dim : c->dim);
+        char nm[64];
+        snprintf(nm, sizeof nm, "somegather/%s", names[x]);
+        if (check_dataset(mf->file, nm, 2, (hsize_t)c->n_layers, (hsize_t)w, H5T_NATIVE_UCHAR, mf->path, err) ||
+            mi_model_read_raw(mf, nm, 0, (size_t)c->n_layers, w, mask[x], err))
+            return -1;
+        for (size_t i = 0; i < (size_t)c->n_layers * w; i++)
+            if (mask[x][i] > 1)
+                return mi_set_error(err, "%s: %s holds %d; a mask holds 0 or 1", mf->path, nm, mask[x][i]);
+    }
+    return 1;
 }
 
 int mi_model_read_t(mi_model_file *mf, const char *name, size_t row0, size_t nrows, float *out, char *err)
@@ -666,7 +793,18 @@ mi_model_writer *mi_model_writer_create(const char *path, const mi_config *c, ch
     }
     hid_t f = w->file;
     /* all-fp32 files stay version 1, so earlier builds still read them */
-    int bad = write_int_attr(f, "format_version", any_lower ? MI_FORMAT_VERSION : 1) | write_int_attr(f, "dim", c->dim) |
+    int bad = c->family == MI_FAMILY_PATCHTST
+                  ? write_int_attr(f, "format_version", MI_FORMAT_VERSION_SERIES) |
+                        write_str_attr(f, "family", "patchtst") | write_int_attr(f, "dim", c->dim) |
+                        write_int_attr(f, "hidden_dim", c->hidden_dim) | write_int_attr(f, "n_layers", c->n_layers) |
+                        write_int_attr(f, "n_heads", c->n_heads) | write_int_attr(f, "n_kv_heads", c->n_kv_heads) |
+                        write_int_attr(f, "head_dim", c->head_dim) | write_float_attr(f, "norm_eps", c->norm_eps) |
+                        write_int_attr(f, "patch_len", c->patch_len) |
+                        write_int_attr(f, "patch_stride", c->patch_stride) |
+                        write_int_attr(f, "lookback", c->lookback) | write_int_attr(f, "horizon", c->horizon) |
+                        write_int_attr(f, "n_channels", c->n_channels) |
+                        write_int_attr(f, "synthetic", c->synthetic) | write_str_attr(f, "name", c->name)
+                  : write_int_attr(f, "format_version", any_lower ? MI_FORMAT_VERSION : 1) | write_int_attr(f, "dim", c->dim) |
               write_int_attr(f, "hidden_dim", c->hidden_dim) | write_int_attr(f, "n_layers", c->n_layers) |
               write_int_attr(f, "n_heads", c->n_heads) | write_int_attr(f, "n_kv_heads", c->n_kv_heads) |
               write_int_attr(f, "head_dim", c->head_dim) | write_int_attr(f, "vocab_size", c->vocab_size) |

@@ -2,6 +2,7 @@
 #include "meshinfer/synth.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,11 +72,65 @@ static void fill(float *p, size_t n, uint64_t seed, const char *name, int is_nor
         p[i] = (2.0f * mi_rand_f32(&st) - 1.0f) * a;
 }
 
+/* uniform(center - a, center + a), seeded by the tensor name */
+static void fill_uniform(float *p, size_t n, uint64_t seed, const char *name, float center, float a)
+{
+    uint64_t st = name_seed(seed, name);
+    for (size_t i = 0; i < n; i++)
+        p[i] = center + (2.0f * mi_rand_f32(&st) - 1.0f) * a;
+}
+
+/* The time-series family (docs/patchtst.md): PyTorch's default Linear
+ * scale (bound 1/sqrt(fan_in)) for matrices and biases, gains near 1, so
+ * that every block changes the forecast and a test comparing two
+ * implementations sees every term. */
+static int synth_series(mi_model_writer *w, const mi_config *c, uint64_t seed, char *err)
+{
+    size_t d = (size_t)c->dim, hid = (size_t)c->hidden_dim, N = (size_t)c->seq_len, P = (size_t)c->patch_len;
+    size_t H = (size_t)c->horizon;
+    float *buf = mi_malloc(H * N * d * sizeof(float) + hid * d * sizeof(float), "synthetic tensor");
+    int rc = 0;
+    struct { int layer; const char *t; size_t rows, cols, fan_in; float center; int tr; } ts[] = {
+        {-1, "patch_embed", d, P, P, 0, 0},     {-1, "patch_embed_b", d, 1, P, 0, 0},
+        {-1, "pos_embed", N, d, 4, 0, 0},       {-1, "head", H, N * d, N * d, 0, 0},
+        {-1, "head_b", H, 1, N * d, 0, 0},      {0, "attention_norm", d, 1, 100, 1, 0},
+        {0, "attention_norm_b", d, 1, 100, 0, 0}, {0, "wq", d, d, d, 0, 0},
+        {0, "wk", d, d, d, 0, 0},               {0, "wv", d, d, d, 0, 0},
+        {0, "wq_b", d, 1, d, 0, 0},             {0, "wk_b", d, 1, d, 0, 0},
+        {0, "wv_b", d, 1, d, 0, 0},             {0, "wo_t", d, d, d, 0, 1},
+        {0, "wo_b", d, 1, d, 0, 0},             {0, "ffn_norm", d, 1, 100, 1, 0},
+        {0, "ffn_norm_b", d, 1, 100, 0, 0},     {0, "w1", hid, d, d, 0, 0},
+        {0, "w1_b", hid, 1, d, 0, 0},           {0, "w2_t", d, hid, hid, 0, 1},
+        {0, "w2_b", d, 1, hid, 0, 0},
+    };
+    for (int l = -1; l < c->n_layers && !rc; l++)
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0] && !rc; i++) {
+            if ((ts[i].layer < 0) != (l < 0))
+                continue;
+            char nm[128];
+            if (l < 0)
+                snprintf(nm, sizeof nm, "%s", ts[i].t);
+            else
+                mi_model_layer_name(nm, sizeof nm, l, ts[i].t);
+            fill_uniform(buf, ts[i].rows * ts[i].cols, seed, nm, ts[i].center, 1.0f / sqrtf((float)ts[i].fan_in));
+            rc = mi_model_writer_put_tensor(w, nm, MI_F32, buf, ts[i].rows, ts[i].cols, ts[i].tr, err);
+        }
+    free(buf);
+    return rc;
+}
+
 int mi_synth_write(const mi_config *c, uint64_t seed, const char *path, int progress, char *err)
 {
     mi_model_writer *w = mi_model_writer_create(path, c, err);
     if (!w)
         return -1;
+    if (c->family == MI_FAMILY_PATCHTST) {
+        if (synth_series(w, c, seed, err)) {
+            mi_model_writer_abort(w);
+            return -1;
+        }
+        return mi_model_writer_commit(w, err);
+    }
     size_t d = (size_t)c->dim, V = (size_t)c->vocab_size, kv = (size_t)mi_kv_dim(c), hid = (size_t)c->hidden_dim;
     size_t q = (size_t)c->n_heads * (size_t)c->head_dim;
     size_t biggest = V * d > hid * d ? V * d : hid * d;

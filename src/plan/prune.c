@@ -210,3 +210,46 @@ int mi_plan_prune(mi_plan *plan, const char *model_path, const double *ratio, in
     mi_plan_fill_keep(plan);
     return 0;
 }
+
+int mi_plan_keep_from_model(mi_plan *plan, const char *model_path, int *ranks, char *err)
+{
+    const mi_config *c = &plan->cfg;
+    if (plan->planner != MI_PLANNER_SOMEGATHER)
+        return 0;
+    mi_config fc;
+    mi_model_file *mf = mi_model_open(model_path, &fc, err);
+    if (!mf)
+        return -1;
+    unsigned char *mask[4];
+    for (int x = 0; x < 4; x++)
+        mask[x] = mi_malloc((size_t)c->n_layers * (size_t)(x == 3 ? c->hidden_dim : c->dim), "pruning mask");
+    double ratio = 0;
+    int magnitude = 0;
+    int rc = mi_model_read_masks(mf, mask, &ratio, &magnitude, ranks, err);
+    mi_model_close(mf);
+    if (rc == 1) {
+        int n = plan->n_ranks;
+        mi_plan_free_keep(plan);
+        plan->keep = mi_calloc((size_t)c->n_layers * MI_N_PRUNED_XCH * (size_t)n, sizeof(mi_keep), "send lists");
+        plan->prune_mode = magnitude ? MI_PRUNE_MAGNITUDE : MI_PRUNE_AWARE;
+        for (int x = 0; x < MI_N_PRUNED_XCH; x++)
+            plan->prune[x] = ratio;
+        /* a mask names global columns: whichever rank owns one sends it or not */
+        for (int l = 0; l < c->n_layers; l++)
+            for (int x = 0; x < MI_N_PRUNED_XCH; x++) {
+                const unsigned char *m = mask[x] + (size_t)l * (size_t)(x == 3 ? c->hidden_dim : c->dim);
+                for (int r = 0; r < n; r++) {
+                    int c0, nc;
+                    mi_plan_owned(plan, l, x, r, &c0, &nc);
+                    mi_keep *k = (mi_keep *)mi_plan_keep(plan, l, x, r);
+                    k->cols = mi_malloc((size_t)(nc ? nc : 1) * sizeof(int), "send list");
+                    for (int i = c0; i < c0 + nc; i++)
+                        if (m[i])
+                            k->cols[k->n++] = i;
+                }
+            }
+    }
+    for (int x = 0; x < 4; x++)
+        free(mask[x]);
+    return rc;
+}

@@ -7,6 +7,7 @@
 #include "internal.h"
 #include "meshinfer/common.h"
 #include "meshinfer/kernels.h"
+#include "meshinfer/series.h"
 
 /* Where an op's seconds are counted. */
 static double *bucket_of(mi_runtime *rt, const mi_op *op)
@@ -32,6 +33,12 @@ typedef double (*op_fn)(mi_runtime *rt, const mi_op *op, const fwd *f);
 static double op_embed(mi_runtime *rt, const mi_op *op, const fwd *f)
 {
     int W = rt->width[MI_BUF_X];
+    if (rt->plan.cfg.family == MI_FAMILY_PATCHTST) {
+        float patches[(size_t)f->T * (size_t)rt->in_words];
+        memcpy(patches, rt->tokens, sizeof patches);
+        mi_patch_embed(&rt->model, patches, f->T, rt->buf[MI_BUF_X] + op->c0, W, op->c0, op->n);
+        return 0;
+    }
     for (int t = 0; t < f->T; t++)
         mi_model_embed(&rt->model, rt->tokens[t], rt->buf[MI_BUF_X] + (size_t)t * W + op->c0);
     return 0;
@@ -51,11 +58,31 @@ static int norm_rows(const mi_op *op, const fwd *f, int *first)
     return op->flags & MI_OPF_LAST ? f->T_logits : f->T;
 }
 
+static const float *norm_bias(const mi_runtime *rt, const mi_op *op)
+{
+    return op->norm == MI_NORM_ATTN ? rt->model.layers[op->layer].attention_norm_b
+                                    : rt->model.layers[op->layer].ffn_norm_b;
+}
+
+/* The time-series family's LayerNorm with bias (device-local with held);
+ * it has no final norm: its head reads the residual stream itself. */
+static double series_norm(mi_runtime *rt, const mi_op *op, const fwd *f, const unsigned char *held)
+{
+    const mi_config *c = &rt->plan.cfg;
+    if (op->norm == MI_NORM_FINAL)
+        return 0;
+    mi_layernorm_held(rt->buf[MI_BUF_XN], rt->buf[MI_BUF_X], norm_weight(rt, op), norm_bias(rt, op), f->T, c->dim,
+                      c->norm_eps, held);
+    return 0;
+}
+
 static double op_norm(mi_runtime *rt, const mi_op *op, const fwd *f)
 {
     if ((op->flags & MI_OPF_IF_REJECTED) && rt->accepted)
         return 0; /* keep the attention computed on Z */
     const mi_config *c = &rt->plan.cfg;
+    if (c->family == MI_FAMILY_PATCHTST)
+        return series_norm(rt, op, f, NULL);
     int first, T = norm_rows(op, f, &first);
     mi_rmsnorm(rt->buf[MI_BUF_XN], rt->buf[MI_BUF_X] + (size_t)first * c->dim, norm_weight(rt, op), T, c->dim,
                c->norm_eps);
@@ -65,6 +92,8 @@ static double op_norm(mi_runtime *rt, const mi_op *op, const fwd *f)
 static double op_norm_local(mi_runtime *rt, const mi_op *op, const fwd *f)
 {
     const mi_config *c = &rt->plan.cfg;
+    if (c->family == MI_FAMILY_PATCHTST)
+        return series_norm(rt, op, f, rt->held_all ? NULL : rt->held);
     int first, T = norm_rows(op, f, &first);
     size_t d = (size_t)c->dim;
     mi_rmsnorm_held(rt->buf[MI_BUF_XN], rt->buf[MI_BUF_X] + (size_t)first * d, norm_weight(rt, op), T, c->dim,
@@ -110,9 +139,24 @@ static void product(mi_runtime *rt, const mi_tensor *Wt, float *y, int ldy, cons
     }
 }
 
+/* The time-series family's output biases (bo, b2) of the rows this rank
+ * computes join the residual stream X before the product's sum does: into
+ * X directly when the op adds into it, and when it writes a partial to TMP
+ * (layer-wise: X += TMP next) into X now. One order of additions everywhere,
+ * so that every scheme and one device round alike (bit-identical forecasts).
+ * The planners that reduce partial sums over ranks (tp) are refused for
+ * this family (session.c): each rank would add the bias. */
+static void series_bias(mi_runtime *rt, const mi_op *op, const float *b, const fwd *f)
+{
+    int W = rt->width[MI_BUF_X];
+    mi_add_bias(rt->buf[MI_BUF_X] + op->c0, W, b, f->T, op->n);
+}
+
 static double op_proj(mi_runtime *rt, const mi_op *op, const fwd *f)
 {
     const mi_layer *L = &rt->model.layers[op->layer];
+    if (L->bo)
+        series_bias(rt, op, L->bo, f);
     product(rt, &L->wo, rt->buf[op->buf] + op->c0, rt->width[op->buf], rt->buf[op->in] + op->i0,
             rt->width[op->in], f->T, op->flags & MI_OPF_ADD);
     return 0;
@@ -128,6 +172,13 @@ static double op_ffn_up(mi_runtime *rt, const mi_op *op, const fwd *f)
     int W = rt->width[MI_BUF_HIDDEN], d = rt->width[MI_BUF_XN];
     float *h1 = rt->buf[MI_BUF_HIDDEN] + op->c0, *h3 = rt->s.h3;
     int r0[MI_MAX_PRUNE_RUNS], rn[MI_MAX_PRUNE_RUNS], k = 1, nk = op->n;
+    if (rt->plan.cfg.family == MI_FAMILY_PATCHTST) { /* gelu(w1 x + b1): one product, no gate */
+        product(rt, &L->w1, h1, W, rt->buf[MI_BUF_XN], d, f->T, 0);
+        mi_add_bias(h1, W, L->b1, f->T, op->n);
+        for (int t = 0; t < f->T; t++)
+            mi_gelu(h1 + (size_t)t * W, (size_t)op->n);
+        return 0;
+    }
     if (rt->plan.layers[op->layer].ffn_pruned) {
         k = mi_plan_ffn_kept(&rt->plan, op->layer, op->c0, op->n, r0, rn);
         nk = L->w1.rows;
@@ -181,6 +232,8 @@ static double op_ffn_down(mi_runtime *rt, const mi_op *op, const fwd *f)
         x = packed;
         ldx = nk;
     }
+    if (L->b2)
+        series_bias(rt, op, L->b2, f);
     product(rt, &L->w2, y, rt->width[op->buf], x, ldx, f->T, op->flags & MI_OPF_ADD);
     return 0;
 }
@@ -213,6 +266,10 @@ static double op_spec_test(mi_runtime *rt, const mi_op *op, const fwd *f)
 
 static double op_logits(mi_runtime *rt, const mi_op *op, const fwd *f)
 {
+    if (rt->plan.cfg.family == MI_FAMILY_PATCHTST) { /* the head over all patches of X, one output row */
+        mi_series_head(&rt->model, rt->buf[MI_BUF_X], rt->buf[MI_BUF_LOGITS] + op->c0);
+        return 0;
+    }
     mi_matmul_ld(rt->buf[MI_BUF_LOGITS] + op->c0, rt->width[MI_BUF_LOGITS], rt->buf[MI_BUF_XN], rt->width[MI_BUF_XN],
                  &rt->model.classifier, f->T_logits, 0);
     return 0;

@@ -56,7 +56,9 @@ struct mi_runtime {
     int held_all;              /* ... every one of them (then held is not consulted) */
     MPI_Comm *comms;           /* [n_comms], MPI_COMM_NULL where not a member */
     xchg_rt *xr;               /* [n_xchg] */
-    int *tokens;               /* [max_T] the tokens of the current forward pass */
+    int *tokens;               /* [max_T * in_words] the input of the current forward pass: its tokens,
+                                  or (time-series family) its patches' floats, bit for bit */
+    int in_words;              /* words of input per position: 1, or patch_len */
     int wire;                  /* the plan's wire dtype: the widest of its messages (buffers are sized by it) */
     unsigned char *wbuf;       /* encoded messages being sent or received */
     size_t wbuf_bytes;

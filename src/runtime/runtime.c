@@ -59,7 +59,8 @@ void rt_setup_rest(mi_runtime *rt)
     }
     rt->held = mi_calloc(T * (size_t)c->dim, 1, "held columns");
     rt->held_all = 1;
-    rt->tokens = mi_calloc(T, sizeof(int), "tokens");
+    rt->in_words = c->family == MI_FAMILY_PATCHTST ? c->patch_len : 1;
+    rt->tokens = mi_calloc(T * (size_t)rt->in_words, sizeof(int), "tokens");
     rt->wire = rt->plan.wire;
     /* wbuf holds at most a reduction's three parts (sends, receives,
      * gathered sums), an allgather's message and those it receives, or T rows
@@ -72,7 +73,7 @@ void rt_setup_rest(mi_runtime *rt)
     rt->zwire = mi_calloc(rt->zwire_bytes, 1, "message buffer");
     rt->counts = mi_calloc(4 * (size_t)MI_MAX_RANKS, sizeof(int), "message counts");
     rt->n_pend = 0;
-    rt->cmd = mi_calloc(4 + T, sizeof(int), "command");
+    rt->cmd = mi_calloc(4 + T * (size_t)rt->in_words, sizeof(int), "command");
     rt_build_comms(rt);
 }
 
@@ -143,8 +144,8 @@ void rt_send_cmd(mi_runtime *rt, int cmd, int T, int pos0, int T_logits, const i
     int *m = rt->cmd, n = 4;
     m[0] = cmd, m[1] = T, m[2] = pos0, m[3] = T_logits;
     if (cmd == CMD_FORWARD && rt->prog.embed_all) {
-        memcpy(m + 4, tokens, (size_t)T * sizeof(int));
-        n += T;
+        memcpy(m + 4, tokens, (size_t)T * (size_t)rt->in_words * sizeof(int));
+        n += T * rt->in_words;
     }
     MPI_Request req[MI_MAX_RANKS];
     for (int r = 1; r < rt->size; r++)
@@ -163,6 +164,24 @@ float *mi_runtime_forward(mi_runtime *rt, const int *tokens, int T, int pos0, in
     fwd f = {T, pos0, all_logits ? T : 1};
     rt_send_cmd(rt, CMD_FORWARD, T, pos0, f.T_logits, tokens);
     memcpy(rt->tokens, tokens, (size_t)T * sizeof(int));
+    rt_run_program(rt, &f);
+    rt->idle_since = mi_now();
+    rt_record(rt, TRACE_FORWARD, -1, t0, rt->idle_since);
+    return rt->buf[MI_BUF_LOGITS];
+}
+
+float *mi_runtime_forecast(mi_runtime *rt, const float *patches)
+{
+    const mi_config *c = &rt->plan.cfg;
+    int T = c->seq_len;
+    if (c->family != MI_FAMILY_PATCHTST || rt->max_T < T)
+        mi_fatal("forecast: needs a time-series model and a chunk of all %d patches (have %d)", T, rt->max_T);
+    double t0 = mi_now();
+    rt->m.idle += t0 - rt->idle_since;
+    fwd f = {T, 0, 1};
+    /* the patches travel as the command's words, bit for bit */
+    memcpy(rt->tokens, patches, (size_t)T * (size_t)c->patch_len * sizeof(float));
+    rt_send_cmd(rt, CMD_FORWARD, T, 0, 1, rt->tokens);
     rt_run_program(rt, &f);
     rt->idle_since = mi_now();
     rt_record(rt, TRACE_FORWARD, -1, t0, rt->idle_since);
@@ -239,7 +258,7 @@ void mi_runtime_serve(mi_runtime *rt)
         int *hdr = rt->cmd;
         double t0 = mi_now();
         MPI_Request rq;
-        MPI_Irecv(hdr, 4 + rt->max_T, MPI_INT, 0, TAG_CMD, MPI_COMM_WORLD, &rq);
+        MPI_Irecv(hdr, 4 + rt->max_T * rt->in_words, MPI_INT, 0, TAG_CMD, MPI_COMM_WORLD, &rq);
         rt_waitall(1, &rq);
         double t1 = mi_now();
         rt->m.idle += t1 - t0;
@@ -259,7 +278,7 @@ void mi_runtime_serve(mi_runtime *rt)
         } else if (hdr[0] == CMD_FORWARD) {
             fwd f = {hdr[1], hdr[2], hdr[3]};
             if (rt->prog.embed_all)
-                memcpy(rt->tokens, hdr + 4, (size_t)f.T * sizeof(int));
+                memcpy(rt->tokens, hdr + 4, (size_t)f.T * (size_t)rt->in_words * sizeof(int));
             rt_run_program(rt, &f);
         } else if (hdr[0] == CMD_REPLAN) {
             int *buf = mi_malloc((size_t)hdr[2] * sizeof(int), "plan buffer");
