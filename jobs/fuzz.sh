@@ -27,7 +27,8 @@ while (($#)); do
     case "$1" in
         --seconds) [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz: error: --seconds needs a positive integer" >&2; exit 2; }
                    seconds=$2; shift 2 ;;
-        --build-dir) (($# >= 2)) || { echo "fuzz: error: --build-dir needs a value" >&2; exit 2; }; dir=$2; shift 2 ;;
+        --build-dir) (($# >= 2)) || { echo "fuzz: error: --build-dir needs a value" >&2; exit 2; }
+                     dir=$(realpath -m -- "$2"); shift 2 ;; # the runs happen inside it
         cluster|plan|tokenizer|checkpoint|sidefiles|hdf5|cmdline) harnesses+=("$1"); shift ;;
         *) echo "fuzz: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
