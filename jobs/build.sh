@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install missing Debian packages (Open MPI, OpenBLAS, HDF5, hwloc, CUnit,
-# gnuplot) and build meshinfer into build/. Safe to run again: it installs
+# gnuplot; PyTorch and h5py for seed 002's time-series training and its
+# comparison test, used as /usr/bin/python3) and build meshinfer into build/. Safe to run again: it installs
 # nothing that is present and rebuilds only what changed.
 #
 # usage: jobs/build.sh [--help]
@@ -11,7 +12,8 @@ if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
 fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
 pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-pthread-dev
-      libhdf5-dev hdf5-tools libhwloc-dev hwloc libcunit1-dev libcjson-dev gnuplot-nox clang libclang-rt-dev)
+      libhdf5-dev hdf5-tools libhwloc-dev hwloc libcunit1-dev libcjson-dev gnuplot-nox clang libclang-rt-dev
+      python3-torch python3-h5py python3-numpy)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -13,6 +13,7 @@
 
 #include "cli.h"
 #include "meshinfer/common.h"
+#include "meshinfer/model_file.h"
 #include "meshinfer/output.h"
 #include "meshinfer/series.h"
 #include "session.h"
@@ -156,16 +157,23 @@ int cmd_forecast(int argc, char **argv)
         failed = mi_series_read(path, &s, err) != 0 ||
                  (out_path && mi_output_check(out_path, "forecast file", inputs, 3, err) != 0);
     }
-    mi_check_all(failed, err);
-    so.text_input = path;
-    so.forecast = 1;
-    mi_session ss;
-    session_open(&ss, "forecast", model, &so, 1 << 16, threads);
-    const mi_config *c = &ss.cfg;
+    /* the series against the model's config before any rank loads a shard */
+    mi_config c0;
+    memset(&c0, 0, sizeof c0);
+    const mi_config *c = &c0;
     split sp;
     int n_win = 0, *origins = NULL;
-    if (rank == 0) {
-        if (s.cols != c->n_channels)
+    if (rank == 0 && !failed) {
+        mi_model_file *mf = mi_model_open(model, &c0, err);
+        if (!mf)
+            failed = 1;
+        mi_model_close(mf);
+        if (!failed && c->family != MI_FAMILY_PATCHTST)
+            failed = mi_set_error(err, "%s is a language model; forecast needs a time-series model (docs/patchtst.md)",
+                                  model);
+        else if (failed)
+            ;
+        else if (s.cols != c->n_channels)
             failed = mi_set_error(err, "%s has %d columns, but the model was trained on %d channels", path, s.cols,
                                   c->n_channels);
         else if (s.rows < c->lookback + c->horizon)
@@ -193,6 +201,11 @@ int cmd_forecast(int argc, char **argv)
         }
     }
     mi_check_all(failed, err);
+    so.text_input = path;
+    so.forecast = 1;
+    mi_session ss;
+    session_open(&ss, "forecast", model, &so, 1 << 16, threads);
+    c = &ss.cfg;
     if (rank != 0) {
         mi_runtime_serve(ss.rt);
     } else {

@@ -622,7 +622,7 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
     if (ss->rank == 0 && ss->cfg.synthetic)
         fprintf(stderr, "meshinfer: %s: %s has synthetic weights (seeded random): %s are meaningless, speed "
                         "figures are valid\n", cmd, path,
-                ss->cfg.family == MI_FAMILY_PATCHTST ? "forecasts and their errors" : "text and perplexity");
+                ss->cfg.family == MI_FAMILY_PATCHTST ? "its forecasts" : "text and perplexity");
 }
 
 void session_close(mi_session *ss, const session_opts *o)
