@@ -86,11 +86,14 @@ size_t mi_decode_weight_bytes(const mi_config *c);
  * one KV-head group of layer l (its query heads' wq rows, its wk and wv rows),
  * the wo columns of n_kv KV-head groups (n_kv_heads: all of wo), the FFN's nf
  * units (w1 and w3 rows, w2 columns), the token embeddings, and `rows` rows of
- * the classifier. */
+ * the classifier; the time-series family's biases and patch embedding with
+ * them (docs/patchtst.md). */
 size_t mi_head_group_bytes(const mi_config *c, int l);
 size_t mi_proj_bytes(const mi_config *c, int l, int n_kv);
 size_t mi_ffn_bytes(const mi_config *c, int l, int nf);
 size_t mi_embedding_bytes(const mi_config *c);
+/* Bytes of one w3 row of layer l (0 in the time-series family, whose MLP has no gate). */
+size_t mi_w3_row_bytes(const mi_config *c, int l);
 size_t mi_classifier_bytes(const mi_config *c, int rows);
 
 /* Alignment of column splits (seed 003 tensor parallelism) in layer l: a

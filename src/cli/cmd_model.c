@@ -127,6 +127,8 @@ int cmd_synth(int argc, char **argv)
     if (layers)
         c.n_layers = layers;
     char err[MI_ERRLEN];
+    if (c.family == MI_FAMILY_PATCHTST && cli_dtypes_given(&dt))
+        mi_fatal("synth: time-series models are written in float32 (docs/patchtst.md)");
     cli_dtypes_apply(&dt, &c, "synth");
     double t0 = mi_now();
     if (mi_synth_write(&c, seed, out, isatty(fileno(stderr)) ? 2 : 1, err))
@@ -194,6 +196,9 @@ int cmd_quantize(int argc, char **argv)
     if (!mf)
         mi_fatal("%s", err);
     mi_model_close(mf);
+    if (c.family == MI_FAMILY_PATCHTST)
+        mi_fatal("quantize: %s is a time-series model: its files are float32 (docs/patchtst.md; `meshinfer plan "
+                 "--memory-model --shape patchtst --dtype q8_0` counts other dtypes)", model);
     int *keep = NULL;
     double rise = 0;
     if (prune_k) {

@@ -85,6 +85,8 @@ static void help(void)
            "  --max-devices N       D = 1..N (default 16, at most 256)\n"
            "  --prune R[,R...]      somegather pruning ratios in [0, 1) (default 0,0.9)\n"
            "  --positions N         positions of KV cache and activations (default seq_len)\n"
+           "  --dim F               the shape at feature size F (heads and layers kept, FFN in proportion;\n"
+           "                        seed 002 Fig. 5)\n"
            "  --wire-dtype T        activation messages in fp32 (default), fp16 or q8_0\n"
            "  --dtype T, --layer-dtype SPEC, --embeddings-dtype T   weights in these dtypes\n"
            "  --csv FILE            also write the table as CSV (bytes; one row per scheme and D)\n"
@@ -198,6 +200,7 @@ static void print_json(const mi_plan *p, const mi_prediction *pr, double delays,
 
 typedef struct {
     int max_devices, n_pos, wire;
+    int dim;             /* --dim: the shape at another feature size (0: as it is) */
     int n_prune;
     double prune[MAX_PRUNE];
     const char *csv, *png;
@@ -498,6 +501,17 @@ static int memory_model_main(const char *model, const char *shape, const cli_dty
     mi_config c;
     load_config(model, shape, dt, &c);
     mo->wire = wire;
+    if (mo->dim) {
+        /* seed 002 Fig. 5's axis: the same heads and layers at feature size F, the FFN in proportion */
+        if (mo->dim % c.n_heads)
+            mi_fatal("plan: --dim %d is not a multiple of the %d heads", mo->dim, c.n_heads);
+        c.hidden_dim = (int)((long)c.hidden_dim * mo->dim / c.dim);
+        c.head_dim = mo->dim / c.n_heads;
+        c.dim = mo->dim;
+        char cerr[MI_ERRLEN];
+        if (mi_config_validate(&c, cerr))
+            mi_fatal("plan: --dim %d: %s", mo->dim, cerr);
+    }
     if (mo->n_pos == 0)
         mo->n_pos = c.seq_len;
     return mem_run(&c, mo);
@@ -523,6 +537,7 @@ int cmd_plan(int argc, char **argv)
         {"tpot-ms", required_argument, 0, 3012},  {"energy", no_argument, 0, 3013},
         {"text", required_argument, 0, 3014},     {"max-tokens", required_argument, 0, 3015},
         {"ppl-budget", required_argument, 0, 3016}, {"somegather-quality", required_argument, 0, 3017},
+        {"dim", required_argument, 0, 3018},
         {0, 0, 0, 0}};
     const char *model = NULL, *shape = NULL, *cluster = NULL, *planner = "greedy", *out = NULL;
     cli_dtypes dt = {0};
@@ -538,10 +553,10 @@ int cmd_plan(int argc, char **argv)
     int memory_model = 0, show_programs = 0, prune_mode = MI_PRUNE_AWARE, energy = 0;
     const char *prune_arg = NULL; /* --prune: ratios of the memory model, or somegather's send lists */
     const char *plan_only = NULL, *memory_only = NULL; /* an option of the other mode, for the error */
-    mem_opts mo = {16, 0, MI_F32, 2, {0.0, 0.9}, NULL, NULL};
+    mem_opts mo = {.max_devices = 16, .wire = MI_F32, .n_prune = 2, .prune = {0.0, 0.9}};
     while ((o = getopt_long(argc, argv, ":m:s:n:c:p:h", opts, NULL)) != -1) {
         const char *given = argv[optind - (optarg && optarg == argv[optind - 1] ? 2 : 1)];
-        if (o >= 3001 && o <= 3005 && o != 3002)
+        if ((o >= 3001 && o <= 3005 && o != 3002) || o == 3018)
             memory_only = given;
         else if (o != 3000 && o != 3002 && o != 'm' && o != 's' && o != 'W' && o != 'h' && !(o >= 2000 && o <= 2002))
             plan_only = given;
@@ -567,6 +582,7 @@ int cmd_plan(int argc, char **argv)
         case 3015: max_tokens = mi_parse_long("--max-tokens", optarg, 2, 1L << 24); break;
         case 3003: mo.n_pos = (int)mi_parse_long("--positions", optarg, 1, 1 << 24); break;
         case 3004: mo.csv = optarg; break;
+        case 3018: mo.dim = (int)mi_parse_long("--dim", optarg, 1, 1 << 16); break;
         case 3005: mo.png = optarg; break;
         case 'm': model = optarg; break;
         case 's': shape = optarg; break;

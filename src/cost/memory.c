@@ -189,24 +189,29 @@ typedef struct {
  * block dtypes as if the used columns were packed into whole blocks). */
 static double somegather_weights(const mi_config *c, const share *s, const used_cols *u)
 {
-    double norm = F32 * c->dim, n = 0;
-    if (s->nc > 0) {
+    int series = c->family == MI_FAMILY_PATCHTST; /* docs/patchtst.md: LayerNorm with bias, biases, no w3 */
+    double norm = F32 * c->dim * (series ? 2 : 1), bias = series ? F32 : 0, n = 0;
+    if (s->nc > 0 && series) {
+        n += (double)mi_embedding_bytes(c); /* every device holds the whole patch embedding */
+    } else if (s->nc > 0) {
         int a, b;
         mi_emb_cover(c, s->c0, s->nc, &a, &b);
         n += (double)c->vocab_size * (double)mi_dtype_row_bytes(c->emb_dtype, (size_t)(b - a));
     }
     /* a tied classifier is a view of the embeddings when the slice is the whole width (D = 1) */
     if (s->nv > 0)
-        n += norm + (c->shared_classifier && s->c0 == 0 && s->nc == c->dim ? 0.0
-                                                                           : (double)mi_classifier_bytes(c, s->nv));
+        n += (series ? 0 : norm) + (c->shared_classifier && s->c0 == 0 && s->nc == c->dim
+                                        ? 0.0
+                                        : (double)mi_classifier_bytes(c, s->nv));
     for (int l = 0; l < c->n_layers; l++) {
         if (s->nkv > 0)
             n += norm + u->attn_in * (s->nq * row(c, l, MI_WQ, c->dim) +
-                                      s->nkv * (row(c, l, MI_WK, c->dim) + row(c, l, MI_WV, c->dim)));
-        n += u->heads * s->nc * row(c, l, MI_WO, n_q(c));
+                                      s->nkv * (row(c, l, MI_WK, c->dim) + row(c, l, MI_WV, c->dim))) +
+                 bias * (s->nq + 2 * s->nkv);
+        n += u->heads * s->nc * row(c, l, MI_WO, n_q(c)) + bias * s->nc;
         if (s->nf > 0)
-            n += norm + u->ffn_in * s->nf * (row(c, l, MI_W1, c->dim) + row(c, l, MI_W3, c->dim)) +
-                 u->hidden * s->nc * row(c, l, MI_W2, c->hidden_dim);
+            n += norm + u->ffn_in * s->nf * (row(c, l, MI_W1, c->dim) + (double)mi_w3_row_bytes(c, l)) +
+                 u->hidden * s->nc * row(c, l, MI_W2, c->hidden_dim) + bias * (s->nf + s->nc);
     }
     return n;
 }
@@ -231,7 +236,7 @@ static double head_split_weights(const mi_config *c, const share *s, int i)
                  s->nkv * (row(c, l, MI_WK, c->dim) + row(c, l, MI_WV, c->dim)) +
                  c->dim * row(c, l, MI_WO, n_q(c)) * s->nq / n_q(c);
         if (s->nf > 0)
-            n += norm + s->nf * (row(c, l, MI_W1, c->dim) + row(c, l, MI_W3, c->dim)) +
+            n += norm + s->nf * (row(c, l, MI_W1, c->dim) + (double)mi_w3_row_bytes(c, l)) +
                  c->dim * row(c, l, MI_W2, c->hidden_dim) * s->nf / c->hidden_dim;
     }
     return n;

@@ -57,14 +57,15 @@ static int validate_patchtst(const mi_config *c, char *err)
     if (c->n_kv_heads != c->n_heads)
         return mi_set_error(err, "config: n_kv_heads = %d must equal n_heads = %d in the time-series family",
                             c->n_kv_heads, c->n_heads);
-    if (c->emb_dtype || c->cls_dtype)
-        return mi_set_error(err, "config: the time-series family is float32 only");
+    /* its model files hold float32 (model_file.c checks every tensor); other
+     * dtypes are for the memory model's questions (int8 weights on a
+     * microcontroller, seed 002's feasibility), never loaded; the patch
+     * embedding is counted in float32 whatever emb_dtype says */
     for (int l = 0; l < c->n_layers; l++)
         for (int m = 0; m < MI_N_LAYER_MATS; m++)
-            if (c->dtype[l][m])
-                return mi_set_error(err, "config: the time-series family is float32 only (layer %d %s is %s)", l,
-                                    mi_layer_mat_names[m], mi_dtype_name(c->dtype[l][m]));
-    return 0;
+            if (check_dtype(c->dtype[l][m], blocked_axis(c, m), mi_layer_mat_names[m], l, err))
+                return -1;
+    return check_dtype(c->cls_dtype, c->seq_len * c->dim, "head", -1, err);
 }
 
 int mi_config_validate(const mi_config *c, char *err)
@@ -145,10 +146,17 @@ static size_t row_bytes(const mi_config *c, int l, int mat, size_t n)
     return mi_dtype_row_bytes(c->dtype[l][mat], n);
 }
 
+/* The time-series family's biases are float32, one per output row. */
+static size_t bias_bytes(const mi_config *c, size_t rows)
+{
+    return c->family == MI_FAMILY_PATCHTST ? rows * sizeof(float) : 0;
+}
+
 size_t mi_head_group_bytes(const mi_config *c, int l)
 {
     size_t d = (size_t)c->dim, hd = (size_t)c->head_dim, g = (size_t)mi_kv_group(c);
-    return g * hd * row_bytes(c, l, MI_WQ, d) + hd * (row_bytes(c, l, MI_WK, d) + row_bytes(c, l, MI_WV, d));
+    return g * hd * row_bytes(c, l, MI_WQ, d) + hd * (row_bytes(c, l, MI_WK, d) + row_bytes(c, l, MI_WV, d)) +
+           bias_bytes(c, (g + 2) * hd);
 }
 
 size_t mi_proj_bytes(const mi_config *c, int l, int n_kv)
@@ -159,17 +167,27 @@ size_t mi_proj_bytes(const mi_config *c, int l, int n_kv)
 size_t mi_ffn_bytes(const mi_config *c, int l, int nf)
 {
     size_t d = (size_t)c->dim;
-    return (size_t)nf * (row_bytes(c, l, MI_W1, d) + row_bytes(c, l, MI_W3, d)) +
-           d * row_bytes(c, l, MI_W2, (size_t)nf);
+    return (size_t)nf * (row_bytes(c, l, MI_W1, d) + mi_w3_row_bytes(c, l)) + d * row_bytes(c, l, MI_W2, (size_t)nf) +
+           bias_bytes(c, (size_t)nf);
+}
+
+size_t mi_w3_row_bytes(const mi_config *c, int l)
+{
+    return c->family == MI_FAMILY_PATCHTST ? 0 : row_bytes(c, l, MI_W3, (size_t)c->dim);
 }
 
 size_t mi_embedding_bytes(const mi_config *c)
 {
+    if (c->family == MI_FAMILY_PATCHTST) /* patch embedding, its bias, the positions (fp32) */
+        return sizeof(float) * ((size_t)c->dim * (size_t)(c->patch_len + 1) + (size_t)c->seq_len * (size_t)c->dim);
     return (size_t)c->vocab_size * mi_dtype_row_bytes(c->emb_dtype, (size_t)c->dim);
 }
 
 size_t mi_classifier_bytes(const mi_config *c, int rows)
 {
+    if (c->family == MI_FAMILY_PATCHTST) /* head rows over every patch's features, and their biases */
+        return (size_t)rows * mi_dtype_row_bytes(c->cls_dtype, (size_t)c->seq_len * (size_t)c->dim) +
+               bias_bytes(c, (size_t)rows);
     return (size_t)rows * mi_dtype_row_bytes(c->cls_dtype, (size_t)c->dim);
 }
 

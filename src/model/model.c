@@ -105,7 +105,7 @@ size_t mi_shard_weight_bytes(const mi_config *c, const mi_shard_spec *spec)
             n += norm + mi_ffn_bytes(c, l, s->nf);
         else if (s->nf > 0)
             n += norm + (size_t)s->nf * (mi_dtype_row_bytes(c->dtype[l][MI_W1], (size_t)c->dim) +
-                                         mi_dtype_row_bytes(c->dtype[l][MI_W3], (size_t)c->dim)) +
+                                         mi_w3_row_bytes(c, l)) +
                  (size_t)s->no * mi_dtype_row_bytes(c->dtype[l][MI_W2], (size_t)c->hidden_dim);
     }
     return n;
