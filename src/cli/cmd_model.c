@@ -270,6 +270,11 @@ int cmd_info(int argc, char **argv)
     mi_model_close(mf);
     printf("{\"name\": ");
     cli_json_string(stdout, c.name, strlen(c.name));
+    printf(", \"family\": \"%s\"", mi_family_name(c.family));
+    if (c.family == MI_FAMILY_PATCHTST) /* docs/patchtst.md: vocab_size is the horizon, seq_len the patches */
+        printf(", \"patch_len\": %d, \"patch_stride\": %d, \"lookback\": %d, \"horizon\": %d, \"n_patches\": %d, "
+               "\"n_channels\": %d",
+               c.patch_len, c.patch_stride, c.lookback, c.horizon, c.seq_len, c.n_channels);
     printf(", \"synthetic\": %s, \"dim\": %d, \"hidden_dim\": %d, \"n_layers\": %d, "
            "\"n_heads\": %d, \"n_kv_heads\": %d, \"head_dim\": %d, \"vocab_size\": %d, \"seq_len\": %d, "
            "\"rope_theta\": %g, \"norm_eps\": %g, \"shared_classifier\": %s, \"params\": %zu, ",
