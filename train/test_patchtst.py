@@ -159,10 +159,10 @@ class TestHash(unittest.TestCase):
 class TestLayerNorm(unittest.TestCase):
     def test_device_local_by_hand(self):
         x = torch.tensor([[[1.0, 2.0, 3.0, 4.0]]], dtype=torch.float64)  # B=1, N=1, F=4
-        held = torch.tensor([[[[1.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]]]], dtype=torch.float64)  # D=2
+        held = torch.tensor([[1.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]], dtype=torch.float64)[:, None, None]  # D=2
         g = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
         b = torch.tensor([0.5, 0.25, 0.0, -1.0], dtype=torch.float64)
-        y = pt.local_layernorm(x, held, g, b, 1e-5)[0, 0]
+        y = pt.local_layernorm(x, held, g, b, 1e-5)[:, 0, 0]  # [D, F]
         # device 0 holds 1, 3, 4: mean 8/3, variance ((5/3)^2 + (1/3)^2 + (4/3)^2) / 3 = 14/9
         s = math.sqrt(14 / 9 + 1e-5)
         want0 = [(1 - 8 / 3) / s * 1 + 0.5, 0.0, (3 - 8 / 3) / s * 3 + 0.0, (4 - 8 / 3) / s * 4 - 1.0]
