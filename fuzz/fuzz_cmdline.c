@@ -1,7 +1,9 @@
 /* libFuzzer harness: the command line (issue 11 item 6). One input is one
  * argument list, one argument per line, the first naming the command; it runs
  * as `meshinfer ARGS...` would, on one device, in a scratch directory that
- * holds a small synthetic model (m.h5, and q.h5 in q4_0) and a text (t.txt).
+ * holds a small synthetic model (m.h5, and q.h5 in q4_0) and a text (t.txt),
+ * and for `forecast` a tiny time-series model (p.h5), a series (s.csv) and
+ * its split (sp.json).
  *
  * mi_fatal ends a command with exit(1); the harness is linked with
  * -Wl,--wrap=exit so that exit returns here instead (a clean error is not a
@@ -33,11 +35,11 @@ static const struct {
     {"generate", cmd_generate}, {"perplexity", cmd_perplexity}, {"plan", cmd_plan},
     {"importance", cmd_importance}, {"profile", cmd_profile},   {"convert", cmd_convert},
     {"quantize", cmd_quantize}, {"info", cmd_info},             {"check", cmd_check},
-    {"tokenize", cmd_tokenize},
+    {"tokenize", cmd_tokenize}, {"forecast", cmd_forecast},
 };
 
 #define MAX_ARGS 32
-static const char *inputs[] = {"m.h5", "q.h5", "t.txt"};
+static const char *inputs[] = {"m.h5", "q.h5", "t.txt", "p.h5", "s.csv", "sp.json"};
 #define N_INPUTS (sizeof inputs / sizeof inputs[0])
 static struct stat input_stat[N_INPUTS];
 static char scratch[256];
@@ -71,6 +73,19 @@ static void write_inputs(void)
         goto fail;
     FILE *f = fopen("t.txt", "w");
     if (!f || fputs("Once upon a time there was a little dog. It liked to run and play.\n", f) < 0 || fclose(f))
+        goto fail;
+    fuzz_tiny_series_config(&c);
+    if (mi_synth_write(&c, 3, "p.h5", 0, err))
+        goto fail;
+    f = fopen("s.csv", "w");
+    if (!f || fputs("time,a,b\n", f) < 0)
+        goto fail;
+    for (int i = 0; i < 40; i++)
+        fprintf(f, "%d,%g,%g\n", i, (double)(i % 7), (double)(i * i % 11));
+    if (fclose(f))
+        goto fail;
+    f = fopen("sp.json", "w");
+    if (!f || fputs("{\"train\": [0, 20], \"val\": [20, 28], \"test\": [28, 40]}\n", f) < 0 || fclose(f))
         goto fail;
     for (size_t i = 0; i < N_INPUTS; i++)
         if (stat(inputs[i], &input_stat[i]))
