@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """PatchTST for meshinfer: training, evaluation and synthetic models.
 
 The model, its somegather semantics on D devices, the model file and the
