@@ -15,7 +15,7 @@
 # the models in OUT/models. A model already trained (same file name) is reused.
 #
 # usage: jobs/series_quality.sh [--datasets "sensor_mote3 seattle_hourly sp500"] [--devices D]
-#            [--seeds N] [--epochs E] [--stage-epochs E] [--max-samples N] [--ratios "0.3 0.6 0.9"]
+#            [--seeds N] [--epochs E] [--stage-epochs E] [--max-samples N] [--ratios "0.5 0.9"]
 #            [--dropout P] [--only pruning|loss] [--out DIR]
 #   defaults: D 4, 2 seeds, 3 epochs (1 per pruning stage, 2 stages), 3000 samples per epoch,
 #   dropout 0.1 (the rate models are trained at; seed 002 trains at the loss it deploys at)
@@ -26,7 +26,7 @@ if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
 fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out="$root/results/series" datasets="sensor_mote3 seattle_hourly sp500" D=4 seeds=2 epochs=3 stage_epochs=1
-max_samples=3000 ratios="0.3 0.6 0.9" dropout=0.1 only=""
+max_samples=3000 ratios="0.5 0.9" dropout=0.1 only=""
 fail() { echo "series_quality: error: $*" >&2; exit 1; }
 say() { echo "series_quality: $*" >&2; }
 int() { [[ $2 =~ ^[1-9][0-9]*$ ]] || fail "$1 needs a positive integer, not '$2'"; }

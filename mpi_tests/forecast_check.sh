@@ -4,7 +4,8 @@
 #     one-rank forecasts bit for bit (same numbers, same order of additions);
 #   - the engine equals PyTorch's evaluation of the same model file
 #     (train/patchtst.py eval; max abs difference under 1e-4) at D = 1, 2, 4,
-#     8, 16, with pruning masks carried by the model (communication-aware and
+#     8, 16, with tp at 2 and 4 (its reduction adds in another order), with
+#     pruning masks carried by the model (communication-aware and
 #     magnitude), and with message loss in each of the three modes decided by
 #     the same seed; skipped (not failed) only where Debian's python3-torch is
 #     missing, which jobs/build.sh installs;
@@ -84,6 +85,8 @@ if "$py" -c 'import torch, h5py' 2> /dev/null; then
     cut -d, -f2- "$tmp/s.csv" > "$tmp/s3.csv" # the training script reads every column as a channel
     echo '{"train": [0, 700], "val": [700, 800], "test": [800, 1000]}' > "$tmp/split.json"
     for d in 1 2 4 8 16; do versus "D=$d" $d "$tmp/pt.h5" --; done
+    # tp reduces partial sums in another order than one device: equal within the tolerance, not bit for bit
+    for d in 2 4; do versus "tp D=$d" $d "$tmp/pt.h5" -- --planner tp; done
     "$py" "$root/train/patchtst.py" synth --out "$tmp/aware.h5" --seed 3 --n-channels 3 --prune 0.5 --devices 4 > /dev/null 2>&1
     "$py" "$root/train/patchtst.py" synth --out "$tmp/magn.h5" --seed 4 --n-channels 3 --prune 0.5 --prune-mode magnitude \
         --devices 8 > /dev/null 2>&1
@@ -121,7 +124,7 @@ refuse "missing value" "row 300, column 'c': missing" forecast -m "$tmp/pt.h5" -
 refuse "too few rows" "has 49 rows: a forecast needs lookback 96 + horizon 24" forecast -m "$tmp/pt.h5" --series "$tmp/short.csv"
 refuse "column count" "has 2 columns, but the model was trained on 3 channels" forecast -m "$tmp/pt.h5" --series "$tmp/cols.csv"
 refuse "--at outside" "--at 990" forecast -m "$tmp/pt.h5" --series "$tmp/s.csv" --at 990
-refuse "tp refused" "runs with --planner somegather or --planner layerwise" forecast -m "$tmp/pt.h5" --series "$tmp/s.csv" --planner tp
+refuse "greedy refused" "runs with --planner somegather, layerwise or tp" forecast -m "$tmp/pt.h5" --series "$tmp/s.csv" --planner greedy
 refuse "generate on a time-series model" "run it with meshinfer forecast" generate -m "$tmp/pt.h5" --prompt hi -n 2
 [[ -z $(ls "$tmp" | grep partial) ]] && ok "nothing partial left" || bad "partial files left: $(ls "$tmp")"
 

@@ -39,7 +39,7 @@ static void help(void)
            "  --threads N      compute threads per rank (default 1)\n"
            "  --json           print one JSON object\n"
            "Planners: somegather (default; seed 002, with --prune R or the masks the model was\n"
-           "trained with, and --loss P --loss-mode M --loss-seed S) and layerwise.\n"
+           "trained with, and --loss P --loss-mode M --loss-seed S), layerwise and tp.\n"
            "%s",
            SESSION_HELP);
 }

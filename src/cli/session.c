@@ -294,12 +294,15 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
     mi_model_close(mf);
     if (rc)
         return -1;
-    /* the time-series family's biases are added by the rank computing a
-     * whole output row: somegather (its own columns) and layer-wise (whole
-     * layers); tensor-parallel partial sums would add them once per rank */
-    if (series && (o->plan_file || (strcmp(o->planner, "somegather") && strcmp(o->planner, "layerwise"))))
-        return mi_set_error(err, "%s is a time-series model (docs/patchtst.md): it runs with --planner somegather "
-                                 "or --planner layerwise (not %s)", path, o->plan_file ? "--plan-file" : o->planner);
+    /* the time-series family's output biases join the residual stream where
+     * it is whole (exec.c series_bias): on its owner's columns (somegather),
+     * on the rank holding the layer (layer-wise), on every copy before the
+     * partial sums are reduced into it (tp). The head-level planners reduce
+     * FFN slices into one rank's residual, which may hold no slice: refused */
+    if (series && (o->plan_file || (strcmp(o->planner, "somegather") && strcmp(o->planner, "layerwise") &&
+                                    strcmp(o->planner, "tp"))))
+        return mi_set_error(err, "%s is a time-series model (docs/patchtst.md): it runs with --planner somegather, "
+                                 "layerwise or tp (not %s)", path, o->plan_file ? "--plan-file" : o->planner);
     if (series && o->speculate)
         return mi_set_error(err, "--speculate applies to language models (seed 000's decode steps)");
     mi_cluster cl;
