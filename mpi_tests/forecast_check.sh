@@ -46,6 +46,22 @@ for n in 2 3; do
     cmp -s "$tmp/f1.csv" "$tmp/f.csv" && ok "layerwise on $n ranks: bit for bit" || bad "layerwise on $n ranks differs"
 done
 
+# every window of the test rows, as JSON and CSV: the windows, and the errors the file's rows give
+echo '{"train": [0, 700], "val": [700, 800], "test": [800, 1000]}' > "$tmp/split.json"
+"$bin" forecast -m "$tmp/pt.h5" --series "$tmp/s.csv" --split "$tmp/split.json" --stride 12 --json \
+    --out "$tmp/all.csv" > "$tmp/all.json" 2> /dev/null || bad "--split run"
+node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1]));
+  const ok = j.windows === 15 && j.channels === 3 && j.horizon === 24 && isFinite(j.mse_standardised) &&
+             j.mse_standardised > 0 && j.per_channel.length === 3 && j.per_channel[2].name === "c";
+  process.exit(ok ? 0 : 1)' "$tmp/all.json" && ok "--split: 15 windows (rows 800..968 every 12), 3 channels, finite errors" ||
+    bad "--split JSON: $(head -c 300 "$tmp/all.json")"
+[[ $(wc -l < "$tmp/all.csv") == $((15 * 24 + 1)) ]] && [[ $(sed -n 2p "$tmp/all.csv" | cut -d, -f1,2) == 800,0 ]] &&
+    ok "--split --out: 360 forecast rows, the first at row 800" || bad "--split --out: $(wc -l < "$tmp/all.csv") lines"
+# the window at row 896 of --split equals --at 896's
+awk -F, '$1 == 896' "$tmp/all.csv" > "$tmp/w896"
+tail -n +2 "$tmp/f1.csv" > "$tmp/f1body"
+cmp -s "$tmp/w896" "$tmp/f1body" && ok "--split's window at 896 = --at 896" || bad "--split and --at disagree at 896"
+
 # message loss: changes the forecast; the same seed gives the same forecast
 mpi 4 forecast -m "$tmp/pt.h5" --series "$tmp/s.csv" --at $at --loss 0.2 --loss-seed 3 --out "$tmp/l1.csv" > /dev/null 2>&1
 mpi 4 forecast -m "$tmp/pt.h5" --series "$tmp/s.csv" --at $at --loss 0.2 --loss-seed 3 --out "$tmp/l2.csv" > /dev/null 2>&1
@@ -83,7 +99,6 @@ versus() { # NAME D MODEL PYTORCH-EVAL-OPTIONS -- ENGINE-OPTIONS
 }
 if "$py" -c 'import torch, h5py' 2> /dev/null; then
     cut -d, -f2- "$tmp/s.csv" > "$tmp/s3.csv" # the training script reads every column as a channel
-    echo '{"train": [0, 700], "val": [700, 800], "test": [800, 1000]}' > "$tmp/split.json"
     for d in 1 2 4 8 16; do versus "D=$d" $d "$tmp/pt.h5" --; done
     # tp reduces partial sums in another order than one device: equal within the tolerance, not bit for bit
     for d in 2 4; do versus "tp D=$d" $d "$tmp/pt.h5" -- --planner tp; done
