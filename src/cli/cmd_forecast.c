@@ -32,7 +32,8 @@ static void help(void)
            "                   (default: the last horizon rows of the file)\n"
            "  --split FILE     JSON with \"train\": [0, a] and \"test\": [b, N] row ranges (written by\n"
            "                   jobs/fetch_series.sh): every window whose forecast lies in the test\n"
-           "                   range, errors standardised by the train rows' mean and deviation\n"
+           "                   range (its look-back may start earlier), errors standardised by the\n"
+           "                   train rows' deviation (without --split: the whole file's)\n"
            "  --stride N       rows between the windows of --split (default: the horizon)\n"
            "  --out FILE       the forecasts as CSV (a row per forecast step; columns: window's first\n"
            "                   forecast row, step, then one per channel)\n"
@@ -79,10 +80,83 @@ static int read_split(const char *path, int rows, split *sp, char *err)
     return rc;
 }
 
-/* Rank 0: the forecasts of every channel at window origin t into y[horizon * cols]. */
-static void forecast_window(mi_session *ss, const mi_series *s, int t, float *y, double *fwd_s)
+/* One forecast command on rank 0: its inputs, its windows and its errors. */
+typedef struct {
+    const char *model, *path, *split_path, *out_path;
+    long at, stride;
+    mi_series s;
+    split sp;
+    int n_win, *origins;     /* window origins: the first forecast row of each */
+    double *sd;              /* [cols] the deviation errors are standardised by */
+    double *se, *ae;         /* [cols] squared and absolute errors, summed */
+    double se_std;           /* standardised squared errors, summed */
+    double fwd_s, seconds;   /* time in forward passes; the whole loop */
+    float *y;                /* [horizon * cols] the last window's forecasts */
+} fc_run;
+
+/* Read the series and check it, the output and the windows against the
+ * model's config, before any rank loads a shard. 0, or -1 with err. */
+static int fc_prepare(fc_run *r, char *err)
+{
+    const char *inputs[] = {r->model, r->path, r->split_path};
+    if (mi_series_read(r->path, &r->s, err) ||
+        (r->out_path && mi_output_check(r->out_path, "forecast file", inputs, 3, err)))
+        return -1;
+    mi_config cfg;
+    mi_model_file *mf = mi_model_open(r->model, &cfg, err);
+    if (!mf)
+        return -1;
+    mi_model_close(mf);
+    const mi_config *c = &cfg;
+    const mi_series *s = &r->s;
+    if (c->family != MI_FAMILY_PATCHTST)
+        return mi_set_error(err, "%s is a language model; forecast needs a time-series model (docs/patchtst.md)",
+                            r->model);
+    if (s->cols != c->n_channels)
+        return mi_set_error(err, "%s has %d columns, but the model was trained on %d channels", r->path, s->cols,
+                            c->n_channels);
+    if (s->rows < c->lookback + c->horizon)
+        return mi_set_error(err, "%s has %d rows: a forecast needs lookback %d + horizon %d = %d", r->path, s->rows,
+                            c->lookback, c->horizon, c->lookback + c->horizon);
+    if (r->at >= 0 && (r->at < c->lookback || r->at + c->horizon > s->rows))
+        return mi_set_error(err, "--at %ld: the look-back needs rows from %ld and the forecast rows up to %ld, but %s "
+                                 "has rows 0..%d", r->at, r->at - c->lookback, r->at + c->horizon - 1, r->path,
+                            s->rows - 1);
+    if (r->split_path && read_split(r->split_path, s->rows, &r->sp, err))
+        return -1;
+    if (r->split_path) {
+        /* a window's look-back may reach back before the test rows (as PatchTST's loaders do) */
+        int step = r->stride ? (int)r->stride : c->horizon, lo = r->sp.b[0] > c->lookback ? r->sp.b[0] : c->lookback;
+        r->origins = mi_malloc((size_t)(s->rows / step + 2) * sizeof(int), "windows");
+        for (int t = lo; t + c->horizon <= r->sp.b[1]; t += step)
+            r->origins[r->n_win++] = t;
+        if (r->n_win == 0)
+            return mi_set_error(err, "%s: the test rows [%d, %d) hold no window of lookback %d + horizon %d",
+                                r->split_path, r->sp.b[0], r->sp.b[1], c->lookback, c->horizon);
+    } else {
+        r->origins = mi_malloc(sizeof(int), "windows");
+        r->origins[r->n_win++] = r->at >= 0 ? (int)r->at : s->rows - c->horizon;
+    }
+    /* standardised by the train rows' population deviation (the whole file without --split) */
+    int C = s->cols, lo = r->split_path ? r->sp.a[0] : 0, hi = r->split_path ? r->sp.a[1] : s->rows;
+    r->sd = mi_malloc((size_t)C * sizeof(double), "column deviations");
+    for (int j = 0; j < C; j++) {
+        double m = 0, v = 0;
+        for (int i = lo; i < hi; i++)
+            m += s->v[(size_t)i * C + j];
+        m /= hi - lo;
+        for (int i = lo; i < hi; i++)
+            v += (s->v[(size_t)i * C + j] - m) * (s->v[(size_t)i * C + j] - m);
+        r->sd[j] = v > 0 ? sqrt(v / (hi - lo)) : 1.0;
+    }
+    return 0;
+}
+
+/* Rank 0: every channel's forecast at window origin t into r->y. */
+static void forecast_window(fc_run *r, mi_session *ss, int t)
 {
     const mi_config *c = &ss->cfg;
+    const mi_series *s = &r->s;
     float x[c->lookback], patches[(size_t)c->seq_len * c->patch_len];
     for (int j = 0; j < s->cols; j++) {
         for (int i = 0; i < c->lookback; i++)
@@ -91,10 +165,113 @@ static void forecast_window(mi_session *ss, const mi_series *s, int t, float *y,
         mi_series_patches(c, x, patches, &mu, &sigma);
         double t0 = mi_now();
         const float *out = mi_runtime_forecast(ss->rt, patches);
-        *fwd_s += mi_now() - t0;
+        r->fwd_s += mi_now() - t0;
         for (int h = 0; h < c->horizon; h++)
-            y[(size_t)h * s->cols + j] = out[h] * sigma + mu;
+            r->y[(size_t)h * s->cols + j] = out[h] * sigma + mu;
     }
+}
+
+/* Rank 0: every window, its errors summed, the forecasts to --out, progress on stderr. */
+static void fc_run_windows(fc_run *r, mi_session *ss)
+{
+    int H = ss->cfg.horizon, C = r->s.cols;
+    char err[MI_ERRLEN];
+    r->y = mi_malloc((size_t)H * C * sizeof(float), "forecast");
+    r->se = mi_calloc((size_t)C, sizeof(double), "errors");
+    r->ae = mi_calloc((size_t)C, sizeof(double), "errors");
+    double t0 = mi_now();
+    mi_output out;
+    FILE *f = NULL;
+    if (r->out_path) {
+        if (!(f = mi_output_open(&out, r->out_path, err)))
+            mi_fatal("%s", err);
+        fprintf(f, "origin,step");
+        for (int j = 0; j < C; j++)
+            fprintf(f, ",%s", r->s.names[j]);
+        fputc('\n', f);
+    }
+    int tty = isatty(fileno(stderr)), every = r->n_win / 10 > 0 ? r->n_win / 10 : 1;
+    for (int w = 0; w < r->n_win; w++) {
+        int t = r->origins[w];
+        forecast_window(r, ss, t);
+        for (int h = 0; h < H; h++) {
+            if (f) {
+                fprintf(f, "%d,%d", t, h);
+                for (int j = 0; j < C; j++)
+                    fprintf(f, ",%.9g", (double)r->y[(size_t)h * C + j]);
+                fputc('\n', f);
+            }
+            for (int j = 0; j < C; j++) {
+                double d = (double)r->y[(size_t)h * C + j] - r->s.v[(size_t)(t + h) * C + j];
+                r->se[j] += d * d;
+                r->ae[j] += fabs(d);
+                r->se_std += d * d / (r->sd[j] * r->sd[j]);
+            }
+        }
+        if (r->n_win > 1 && (tty || (w + 1) % every == 0 || w + 1 == r->n_win))
+            fprintf(stderr, "%sforecast: %d/%d windows, standardised MSE so far %.4f%s", tty ? "\r" : "", w + 1,
+                    r->n_win, r->se_std / ((double)(w + 1) * H * C), tty ? "   " : "\n");
+    }
+    if (r->n_win > 1 && tty)
+        fputc('\n', stderr);
+    if (f && mi_output_commit(&out, err))
+        mi_fatal("%s", err);
+    r->seconds = mi_now() - t0;
+}
+
+/* Rank 0: the report, as text or as the start of the JSON object (the
+ * session's metrics follow). */
+static void fc_report(const fc_run *r, const mi_session *ss, int json)
+{
+    const mi_config *c = &ss->cfg;
+    int H = c->horizon, C = r->s.cols;
+    double n_pts = (double)r->n_win * H, ms = 1e3 * r->fwd_s / ((double)r->n_win * C);
+    if (json) {
+        printf("{\"model\": ");
+        cli_json_string(stdout, r->model, strlen(r->model));
+        printf(", \"series\": ");
+        cli_json_string(stdout, r->path, strlen(r->path));
+        printf(", \"synthetic_weights\": %s, \"n_ranks\": %d, \"planner\": \"%s\", \"windows\": %d, "
+               "\"channels\": %d, \"lookback\": %d, \"horizon\": %d, \"mse_standardised\": %.9g, "
+               "\"forecast_ms\": %.4f, \"seconds\": %.3f, \"per_channel\": [",
+               c->synthetic ? "true" : "false", ss->size, mi_planner_name(ss->plan.planner), r->n_win, C, c->lookback,
+               H, r->se_std / (n_pts * C), ms, r->seconds);
+        for (int j = 0; j < C; j++) {
+            printf("%s{\"name\": ", j ? ", " : "");
+            cli_json_string(stdout, r->s.names[j], strlen(r->s.names[j]));
+            printf(", \"mse\": %.9g, \"mae\": %.9g}", r->se[j] / n_pts, r->ae[j] / n_pts);
+        }
+        printf("], ");
+        return;
+    }
+    if (r->n_win == 1) { /* the forecast beside the rows it forecasts */
+        int t = r->origins[0];
+        printf("forecast of rows %d..%d from rows %d..%d (%s, %d rank%s)\n%-5s", t, t + H - 1, t - c->lookback, t - 1,
+               mi_planner_name(ss->plan.planner), ss->size, ss->size > 1 ? "s" : "", "step");
+        for (int j = 0; j < C; j++)
+            printf(" %14.14s %14s", r->s.names[j], "actual");
+        printf("\n");
+        for (int h = 0; h < H; h++) {
+            printf("%-5d", h);
+            for (int j = 0; j < C; j++)
+                printf(" %14.6g %14.6g", (double)r->y[(size_t)h * C + j], r->s.v[(size_t)(t + h) * C + j]);
+            printf("\n");
+        }
+    }
+    for (int j = 0; j < C; j++)
+        printf("%-16.16s mse %.6g  mae %.6g\n", r->s.names[j], r->se[j] / n_pts, r->ae[j] / n_pts);
+    printf("windows %d  standardised mse %.6f  %.3f ms per channel forecast%s\n", r->n_win, r->se_std / (n_pts * C),
+           ms, c->synthetic ? "  (synthetic weights)" : "");
+}
+
+static void fc_free(fc_run *r)
+{
+    mi_series_free(&r->s);
+    free(r->origins);
+    free(r->sd);
+    free(r->se);
+    free(r->ae);
+    free(r->y);
 }
 
 int cmd_forecast(int argc, char **argv)
@@ -110,19 +287,20 @@ int cmd_forecast(int argc, char **argv)
                                          {"help", no_argument, 0, 'h'},
                                          SESSION_LONG_OPTS,
                                          {0, 0, 0, 0}};
-    const char *model = NULL, *path = NULL, *split_path = NULL, *out_path = NULL;
-    long at = -1, stride = 0;
+    fc_run r;
+    memset(&r, 0, sizeof r);
+    r.at = -1;
     int threads = 1, json = 0, o, planner_given = 0;
     session_opts so;
     session_opts_init(&so);
     while ((o = getopt_long(argc, argv, ":m:h", opts, NULL)) != -1) {
         switch (o) {
-        case 'm': model = optarg; break;
-        case 's': path = optarg; break;
-        case 'a': at = mi_parse_long("--at", optarg, 0, 1L << 30); break;
-        case 'S': split_path = optarg; break;
-        case 'r': stride = mi_parse_long("--stride", optarg, 1, 1L << 30); break;
-        case 'o': out_path = optarg; break;
+        case 'm': r.model = optarg; break;
+        case 's': r.path = optarg; break;
+        case 'a': r.at = mi_parse_long("--at", optarg, 0, 1L << 30); break;
+        case 'S': r.split_path = optarg; break;
+        case 'r': r.stride = mi_parse_long("--stride", optarg, 1, 1L << 30); break;
+        case 'o': r.out_path = optarg; break;
         case 'T': threads = (int)mi_parse_long("--threads", optarg, 1, 256); break;
         case 'j': json = 1; break;
         case 'h': help(); return 0;
@@ -133,11 +311,11 @@ int cmd_forecast(int argc, char **argv)
         }
     }
     cli_no_positional("forecast", optind, argc, argv);
-    if (!model || !path)
+    if (!r.model || !r.path)
         mi_fatal("forecast: --model and --series are required (see meshinfer forecast --help)");
-    if (at >= 0 && split_path)
+    if (r.at >= 0 && r.split_path)
         mi_fatal("forecast: --at forecasts one window, --split every window of the test rows: give one");
-    if (stride && !split_path)
+    if (r.stride && !r.split_path)
         mi_fatal("forecast: --stride spaces the windows of --split");
     if (so.tpot_ms > 0 || so.importance || so.energy || so.replan || so.prune_ffn)
         mi_fatal("forecast: --tpot-ms, --importance, --energy, --replan and --prune-ffn act on a language model's "
@@ -147,174 +325,24 @@ int cmd_forecast(int argc, char **argv)
 
     int rank, size;
     session_mpi_init(&argc, &argv, &rank, &size);
-    /* the series is the controller's: read and checked before any rank loads */
     char err[MI_ERRLEN] = "";
-    mi_series s;
-    memset(&s, 0, sizeof s);
-    int failed = 0;
-    if (rank == 0) {
-        const char *inputs[] = {model, path, split_path};
-        failed = mi_series_read(path, &s, err) != 0 ||
-                 (out_path && mi_output_check(out_path, "forecast file", inputs, 3, err) != 0);
-    }
-    /* the series against the model's config before any rank loads a shard */
-    mi_config c0;
-    memset(&c0, 0, sizeof c0);
-    const mi_config *c = &c0;
-    split sp;
-    int n_win = 0, *origins = NULL;
-    if (rank == 0 && !failed) {
-        mi_model_file *mf = mi_model_open(model, &c0, err);
-        if (!mf)
-            failed = 1;
-        mi_model_close(mf);
-        if (!failed && c->family != MI_FAMILY_PATCHTST)
-            failed = mi_set_error(err, "%s is a language model; forecast needs a time-series model (docs/patchtst.md)",
-                                  model);
-        else if (failed)
-            ;
-        else if (s.cols != c->n_channels)
-            failed = mi_set_error(err, "%s has %d columns, but the model was trained on %d channels", path, s.cols,
-                                  c->n_channels);
-        else if (s.rows < c->lookback + c->horizon)
-            failed = mi_set_error(err, "%s has %d rows: a forecast needs lookback %d + horizon %d = %d", path, s.rows,
-                                  c->lookback, c->horizon, c->lookback + c->horizon);
-        else if (at >= 0 && (at < c->lookback || at + c->horizon > s.rows))
-            failed = mi_set_error(err, "--at %ld: the look-back needs rows from %ld and the forecast rows up to %ld, "
-                                       "but %s has rows 0..%d", at, at - c->lookback, at + c->horizon - 1, path,
-                                  s.rows - 1);
-        else if (split_path && read_split(split_path, s.rows, &sp, err))
-            failed = 1;
-        if (!failed) {
-            if (split_path) {
-                int step = stride ? (int)stride : c->horizon, lo = sp.b[0] > c->lookback ? sp.b[0] : c->lookback;
-                origins = mi_malloc((size_t)(s.rows / step + 2) * sizeof(int), "windows");
-                for (int t = lo; t + c->horizon <= sp.b[1]; t += step)
-                    origins[n_win++] = t;
-                if (n_win == 0)
-                    failed = mi_set_error(err, "%s: the test rows [%d, %d) hold no window of lookback %d + horizon %d",
-                                          split_path, sp.b[0], sp.b[1], c->lookback, c->horizon);
-            } else {
-                origins = mi_malloc(sizeof(int), "windows");
-                origins[n_win++] = at >= 0 ? (int)at : s.rows - c->horizon;
-            }
-        }
-    }
-    mi_check_all(failed, err);
-    so.text_input = path;
+    mi_check_all(rank == 0 && fc_prepare(&r, err) != 0, err);
+    so.text_input = r.path;
     so.forecast = 1;
     mi_session ss;
-    session_open(&ss, "forecast", model, &so, 1 << 16, threads);
-    c = &ss.cfg;
+    session_open(&ss, "forecast", r.model, &so, 1 << 16, threads);
     if (rank != 0) {
         mi_runtime_serve(ss.rt);
     } else {
-        int H = c->horizon, C = s.cols;
-        /* standardised errors (split given): by the train rows' mean and population deviation */
-        double *mean = mi_calloc((size_t)C, sizeof(double), "column stats"), *sd = mi_malloc((size_t)C * sizeof(double), "column stats");
-        for (int j = 0; j < C; j++) {
-            int lo = split_path ? sp.a[0] : 0, hi = split_path ? sp.a[1] : s.rows;
-            double m = 0, v = 0;
-            for (int i = lo; i < hi; i++)
-                m += s.v[(size_t)i * C + j];
-            m /= hi - lo;
-            for (int i = lo; i < hi; i++)
-                v += (s.v[(size_t)i * C + j] - m) * (s.v[(size_t)i * C + j] - m);
-            mean[j] = m;
-            sd[j] = sqrt(v / (hi - lo)) > 0 ? sqrt(v / (hi - lo)) : 1.0;
-        }
-        float *y = mi_malloc((size_t)H * C * sizeof(float), "forecast");
-        double *se = mi_calloc((size_t)C, sizeof(double), "errors"), *ae = mi_calloc((size_t)C, sizeof(double), "errors");
-        double se_std = 0, fwd_s = 0, t0 = mi_now();
-        mi_output out;
-        FILE *f = NULL;
-        if (out_path) {
-            if (!(f = mi_output_open(&out, out_path, err)))
-                mi_fatal("%s", err);
-            fprintf(f, "origin,step");
-            for (int j = 0; j < C; j++)
-                fprintf(f, ",%s", s.names[j]);
-            fputc('\n', f);
-        }
-        int tty = isatty(fileno(stderr));
-        for (int w = 0; w < n_win; w++) {
-            int t = origins[w];
-            forecast_window(&ss, &s, t, y, &fwd_s);
-            for (int h = 0; h < H; h++) {
-                if (f) {
-                    fprintf(f, "%d,%d", t, h);
-                    for (int j = 0; j < C; j++)
-                        fprintf(f, ",%.9g", (double)y[(size_t)h * C + j]);
-                    fputc('\n', f);
-                }
-                for (int j = 0; j < C; j++) {
-                    double d = (double)y[(size_t)h * C + j] - s.v[(size_t)(t + h) * C + j];
-                    se[j] += d * d;
-                    ae[j] += fabs(d);
-                    se_std += d * d / (sd[j] * sd[j]);
-                }
-            }
-            int step = n_win / 10 > 0 ? n_win / 10 : 1;
-            if (n_win > 1 && (tty || (w + 1) % step == 0 || w + 1 == n_win))
-                fprintf(stderr, "%sforecast: %d/%d windows, standardised MSE so far %.4f%s", tty ? "\r" : "", w + 1,
-                        n_win, se_std / ((double)(w + 1) * H * C), tty ? "   " : "\n");
-        }
-        if (n_win > 1 && tty)
-            fputc('\n', stderr);
-        if (f && mi_output_commit(&out, err))
-            mi_fatal("%s", err);
-        double seconds = mi_now() - t0, n_pts = (double)n_win * H;
+        fc_run_windows(&r, &ss);
         mi_runtime_stop(ss.rt);
-        if (json) {
-            printf("{\"model\": ");
-            cli_json_string(stdout, model, strlen(model));
-            printf(", \"series\": ");
-            cli_json_string(stdout, path, strlen(path));
-            printf(", \"synthetic_weights\": %s, \"n_ranks\": %d, \"planner\": \"%s\", \"windows\": %d, "
-                   "\"channels\": %d, \"lookback\": %d, \"horizon\": %d, \"mse_standardised\": %.9g, "
-                   "\"forecast_ms\": %.4f, \"seconds\": %.3f, \"per_channel\": [",
-                   c->synthetic ? "true" : "false", size, mi_planner_name(ss.plan.planner), n_win, C, c->lookback, H,
-                   se_std / (n_pts * C), 1e3 * fwd_s / ((double)n_win * C), seconds);
-            for (int j = 0; j < C; j++) {
-                printf("%s{\"name\": ", j ? ", " : "");
-                cli_json_string(stdout, s.names[j], strlen(s.names[j]));
-                printf(", \"mse\": %.9g, \"mae\": %.9g}", se[j] / n_pts, ae[j] / n_pts);
-            }
-            printf("], ");
-        } else {
-            if (n_win == 1) {
-                printf("forecast of rows %d..%d from rows %d..%d (%s, %d rank%s)\n", origins[0], origins[0] + H - 1,
-                       origins[0] - c->lookback, origins[0] - 1, mi_planner_name(ss.plan.planner), size,
-                       size > 1 ? "s" : "");
-                printf("%-5s", "step");
-                for (int j = 0; j < C; j++)
-                    printf(" %14.14s %14s", s.names[j], "actual");
-                printf("\n");
-                for (int h = 0; h < H; h++) {
-                    printf("%-5d", h);
-                    for (int j = 0; j < C; j++)
-                        printf(" %14.6g %14.6g", (double)y[(size_t)h * C + j], s.v[(size_t)(origins[0] + h) * C + j]);
-                    printf("\n");
-                }
-            }
-            for (int j = 0; j < C; j++)
-                printf("%-16.16s mse %.6g  mae %.6g\n", s.names[j], se[j] / n_pts, ae[j] / n_pts);
-            printf("windows %d  standardised mse %.6f  %.3f ms per channel forecast%s\n", n_win,
-                   se_std / (n_pts * C), 1e3 * fwd_s / ((double)n_win * C),
-                   c->synthetic ? "  (synthetic weights)" : "");
-        }
-        free(y);
-        free(se);
-        free(ae);
-        free(mean);
-        free(sd);
+        fc_report(&r, &ss, json);
     }
     if (json)
         session_metrics_json(&ss, stdout);
     if (rank == 0 && json)
         printf("}\n");
-    free(origins);
-    mi_series_free(&s);
+    fc_free(&r);
     session_close(&ss, &so);
     mi_world_finalize();
     return 0;
