@@ -17,7 +17,8 @@
 # usage: jobs/series_quality.sh [--datasets "sensor_mote3 seattle_hourly sp500"] [--devices D]
 #            [--seeds N] [--epochs E] [--stage-epochs E] [--max-samples N] [--ratios "0.5 0.9"]
 #            [--dropout P] [--only pruning|loss] [--out DIR]
-#   defaults: D 4, 2 seeds, 3 epochs (1 per pruning stage, 2 stages), 3000 samples per epoch,
+#   defaults: D 4, 2 seeds, 3 epochs (then 1 per pruning stage, 2 stages; models without pruning
+#   train 5 epochs, as many as a pruned one), 3000 samples per epoch,
 #   dropout 0.1 (the rate models are trained at; seed 002 trains at the loss it deploys at)
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
@@ -68,9 +69,12 @@ t_start=$(date +%s)
 train() { # MODEL DATASET SEED TRAIN-OPTIONS...: trains unless the model is there
     local m=$1 ds=$2 seed=$3; shift 3
     [[ -f $m ]] && return
-    local t0=$(date +%s)
+    local t0=$(date +%s) ep=$epochs
+    # a model trained without pruning gets the epochs a pruned one spends in its stages too, so
+    # that pruning is not credited with the extra training
+    [[ " $* " == *" --prune "* ]] || ep=$((epochs + 2 * stage_epochs))
     "$py" "$root/train/patchtst.py" train --series "$cache/$ds.csv" --split "$cache/$ds.split.json" --out "$m" \
-        --devices "$D" --epochs "$epochs" --stage-epochs "$stage_epochs" --max-samples "$max_samples" \
+        --devices "$D" --epochs "$ep" --stage-epochs "$stage_epochs" --max-samples "$max_samples" \
         --eval-stride 24 --seed "$seed" --json "${m%.h5}.json" "$@" 2> "$tmp/train.log" ||
         fail "training $m failed: $(tail -2 "$tmp/train.log")"
     say "  trained $(basename "$m") in $(($(date +%s) - t0)) s"
@@ -139,7 +143,8 @@ done
 {
     echo "# Seed 002 Fig. 7 and 8 for the time-series model (jobs/series_quality.sh)"
     echo
-    echo "D = $D devices, $seeds seeds, $epochs epochs + $stage_epochs per pruning stage, $max_samples samples per epoch;"
+    echo "D = $D devices, $seeds seeds, $epochs epochs + $stage_epochs per pruning stage (unpruned models: as many in all),"
+    echo "$max_samples samples per epoch;"
     echo "test-window MSE of the engine's forecasts, standardised by the train rows; mean (min..max) over seeds."
 } > "$out/quality.md"
 for ds in $datasets; do
