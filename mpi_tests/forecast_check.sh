@@ -135,7 +135,7 @@ refuse() { # NAME EXPECTED-TEXT ARGS...
         fi
     done
 }
-refuse "missing value" "row 300, column 'c': missing" forecast -m "$tmp/pt.h5" --series "$tmp/missing.csv"
+refuse "missing value" "line 300, column 'c': missing" forecast -m "$tmp/pt.h5" --series "$tmp/missing.csv"
 refuse "too few rows" "has 49 rows: a forecast needs lookback 96 + horizon 24" forecast -m "$tmp/pt.h5" --series "$tmp/short.csv"
 refuse "column count" "has 2 columns, but the model was trained on 3 channels" forecast -m "$tmp/pt.h5" --series "$tmp/cols.csv"
 refuse "--at outside" "--at 990" forecast -m "$tmp/pt.h5" --series "$tmp/s.csv" --at 990

@@ -19,9 +19,11 @@ typedef struct {
 /* Read a CSV series: a header row of column names, then one row per time
  * step of numbers. A first column named time, date or timestamp is left out
  * (a label, not a channel). Returns 0, or -1 with one line in err naming the
- * file, row and column of the first problem: a missing or non-numeric value
- * (empty, NA, nan, inf), a row with another column count, no data rows, or
- * a file that cannot be read. Files are outside input: every field is
+ * file, line (the header is line 1) and column of the first problem: a
+ * missing, non-numeric or non-finite value (empty, NA, nan, inf), one beyond
+ * float32's range, a row with another field count, a blank line with data
+ * after it (it would shift the time steps), no data rows, or a file that
+ * cannot be read. Files are outside input: every field is
  * bounded (at most 4096 columns, 64-character names kept). */
 int mi_series_read(const char *path, mi_series *s, char *err);
 void mi_series_free(mi_series *s);

@@ -39,8 +39,11 @@ static void help(void)
            "                   forecast row, step, then one per channel)\n"
            "  --threads N      compute threads per rank (default 1)\n"
            "  --json           print one JSON object\n"
-           "Planners: somegather (default; seed 002, with --prune R or the masks the model was\n"
-           "trained with, and --loss P --loss-mode M --loss-seed S), layerwise and tp.\n"
+           "Planners (--planner; for forecast the default is somegather): somegather (seed 002,\n"
+           "with --prune R or the masks the model was trained with, and --loss P --loss-mode M\n"
+           "--loss-seed S), layerwise and tp. A model trained with pruning masks gives the same\n"
+           "forecasts at every rank count only without them: a mask names columns, and which\n"
+           "device owns a column depends on the rank count.\n"
            "%s",
            SESSION_HELP);
 }
@@ -52,13 +55,15 @@ typedef struct {
 static int read_split(const char *path, int rows, split *sp, char *err)
 {
     size_t len;
-    char *text = cli_read_text_err(path, &len, err);
+    char *text = mi_read_text_file(path, "split file", (size_t)1 << 24, &len, err);
     if (!text)
         return -1;
-    cJSON *root = cJSON_Parse(text);
+    cJSON *root = cJSON_ParseWithOpts(text, NULL, 1); /* the whole file: nothing after the object */
     free(text);
-    if (!root)
-        return mi_set_error(err, "%s: not valid JSON", path);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return mi_set_error(err, "%s: split file is not one JSON object", path);
+    }
     static const char *keys[2] = {"train", "test"};
     int rc = 0;
     for (int k = 0; k < 2 && !rc; k++) {
@@ -92,6 +97,8 @@ typedef struct {
     double se_std;           /* standardised squared errors, summed */
     double fwd_s, seconds;   /* time in forward passes; the whole loop */
     float *y;                /* [horizon * cols] the last window's forecasts */
+    float *x, *patches;      /* [lookback], [n_patches * patch_len]: one channel's input (heap: the model
+                                file sets their sizes) */
 } fc_run;
 
 /* Read the series and check it, the output and the windows against the
@@ -118,6 +125,9 @@ static int fc_prepare(fc_run *r, char *err)
     if (s->rows < c->lookback + c->horizon)
         return mi_set_error(err, "%s has %d rows: a forecast needs lookback %d + horizon %d = %d", r->path, s->rows,
                             c->lookback, c->horizon, c->lookback + c->horizon);
+    if (mi_world_size() > c->horizon) /* each rank computes rows of the head */
+        return mi_set_error(err, "%s forecasts %d rows, fewer than the %d ranks (each computes rows of the head): run "
+                                 "on at most %d", r->model, c->horizon, mi_world_size(), c->horizon);
     if (r->at >= 0 && (r->at < c->lookback || r->at + c->horizon > s->rows))
         return mi_set_error(err, "--at %ld: the look-back needs rows from %ld and the forecast rows up to %ld, but %s "
                                  "has rows 0..%d", r->at, r->at - c->lookback, r->at + c->horizon - 1, r->path,
@@ -157,17 +167,21 @@ static void forecast_window(fc_run *r, mi_session *ss, int t)
 {
     const mi_config *c = &ss->cfg;
     const mi_series *s = &r->s;
-    float x[c->lookback], patches[(size_t)c->seq_len * c->patch_len];
     for (int j = 0; j < s->cols; j++) {
         for (int i = 0; i < c->lookback; i++)
-            x[i] = (float)s->v[(size_t)(t - c->lookback + i) * s->cols + j];
+            r->x[i] = (float)s->v[(size_t)(t - c->lookback + i) * s->cols + j];
         float mu, sigma;
-        mi_series_patches(c, x, patches, &mu, &sigma);
+        mi_series_patches(c, r->x, r->patches, &mu, &sigma);
         double t0 = mi_now();
-        const float *out = mi_runtime_forecast(ss->rt, patches);
+        const float *out = mi_runtime_forecast(ss->rt, r->patches);
         r->fwd_s += mi_now() - t0;
-        for (int h = 0; h < c->horizon; h++)
-            r->y[(size_t)h * s->cols + j] = out[h] * sigma + mu;
+        for (int h = 0; h < c->horizon; h++) {
+            float v = out[h] * sigma + mu;
+            if (!isfinite(v)) /* NaN weights, or a series whose scale overflows float32 inside the model */
+                mi_fatal("forecast of row %d, column '%s' is not finite: the weights are corrupt (run meshinfer "
+                         "check) or the series' values overflow float32 in the model", t + h, s->names[j]);
+            r->y[(size_t)h * s->cols + j] = v;
+        }
     }
 }
 
@@ -177,6 +191,8 @@ static void fc_run_windows(fc_run *r, mi_session *ss)
     int H = ss->cfg.horizon, C = r->s.cols;
     char err[MI_ERRLEN];
     r->y = mi_malloc((size_t)H * C * sizeof(float), "forecast");
+    r->x = mi_malloc((size_t)ss->cfg.lookback * sizeof(float), "look-back");
+    r->patches = mi_malloc((size_t)ss->cfg.seq_len * (size_t)ss->cfg.patch_len * sizeof(float), "patches");
     r->se = mi_calloc((size_t)C, sizeof(double), "errors");
     r->ae = mi_calloc((size_t)C, sizeof(double), "errors");
     double t0 = mi_now();
@@ -272,6 +288,8 @@ static void fc_free(fc_run *r)
     free(r->se);
     free(r->ae);
     free(r->y);
+    free(r->x);
+    free(r->patches);
 }
 
 int cmd_forecast(int argc, char **argv)

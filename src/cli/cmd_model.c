@@ -90,13 +90,14 @@ int cmd_synth(int argc, char **argv)
                                          {"seed", required_argument, 0, 'S'},
                                          {"out", required_argument, 0, 'o'},
                                          {"layers", required_argument, 0, 'l'},
+                                         {"channels", required_argument, 0, 'c'},
                                          {"help", no_argument, 0, 'h'},
                                          CLI_DTYPE_LONG_OPTS,
                                          {0, 0, 0, 0}};
     const char *shape = NULL, *out = NULL;
     cli_dtypes dt = {0};
     uint64_t seed = 1;
-    int layers = 0;
+    int layers = 0, channels = 0;
     int o;
     while ((o = getopt_long(argc, argv, ":s:S:o:l:h", opts, NULL)) != -1) {
         switch (o) {
@@ -104,12 +105,14 @@ int cmd_synth(int argc, char **argv)
         case 'S': seed = mi_parse_u64("--seed", optarg); break;
         case 'o': out = optarg; break;
         case 'l': layers = (int)mi_parse_long("--layers", optarg, 1, 1024); break;
+        case 'c': channels = (int)mi_parse_long("--channels", optarg, 1, 1 << 16); break;
         case 'h':
-            printf("usage: meshinfer synth --shape SHAPE --out MODEL.h5 [--seed S] [--layers N]\n"
+            printf("usage: meshinfer synth --shape SHAPE --out MODEL.h5 [--seed S] [--layers N] [--channels C]\n"
                    "                      [--dtype T] [--layer-dtype SPEC] [--embeddings-dtype T]\n\n"
                    "Writes a model with seeded synthetic weights in the shape of a real model, for speed\n"
                    "and scale work. The file is marked synthetic; outputs from it say \"synthetic weights\".\n"
                    "Shapes: %s\n--layers overrides the layer count (smaller test models).\n"
+                   "--channels: the columns a time-series model (patchtst) forecasts (default 3).\n"
                    "Precision (default fp32; the same seed gives the same weights at any precision):\n%s",
                    mi_config_shape_names(), CLI_DTYPE_HELP);
             return 0;
@@ -126,6 +129,10 @@ int cmd_synth(int argc, char **argv)
         mi_fatal("synth: unknown shape '%s' (known: %s)", shape, mi_config_shape_names());
     if (layers)
         c.n_layers = layers;
+    if (channels && c.family != MI_FAMILY_PATCHTST)
+        mi_fatal("synth: --channels applies to time-series models (--shape patchtst)");
+    if (channels)
+        c.n_channels = channels;
     char err[MI_ERRLEN];
     if (c.family == MI_FAMILY_PATCHTST && cli_dtypes_given(&dt))
         mi_fatal("synth: time-series models are written in float32 (docs/patchtst.md)");
@@ -373,6 +380,24 @@ int cmd_check(int argc, char **argv)
     mi_model_file *mf = mi_model_open(model, &c, err); /* config against every tensor's shape and dtype */
     if (!mf)
         mi_fatal("%s", err);
+    /* a time-series model's pruning masks, as forecast reads them */
+    char masks[160] = "";
+    if (c.family == MI_FAMILY_PATCHTST) {
+        unsigned char *mask[4];
+        for (int x = 0; x < 4; x++)
+            mask[x] = mi_malloc((size_t)c.n_layers * (size_t)(x == 3 ? c.hidden_dim : c.dim), "pruning mask");
+        double ratio = 0;
+        int magnitude = 0, ranks = 0, has = mi_model_read_masks(mf, mask, &ratio, &magnitude, &ranks, err);
+        for (int x = 0; x < 4; x++)
+            free(mask[x]);
+        if (has < 0) {
+            mi_model_close(mf);
+            mi_fatal("%s", err);
+        }
+        if (has)
+            snprintf(masks, sizeof masks, ", pruning masks (%s, r = %g, for %d devices)",
+                     magnitude ? "magnitude" : "communication-aware", ratio, ranks);
+    }
     mi_model_close(mf);
     double t0 = mi_now();
     mi_model m;
@@ -386,9 +411,9 @@ int cmd_check(int argc, char **argv)
     char dts[160];
     if (series)
         printf("check: %s: ok: %s%s, time-series model (%d layers, dim %d, %d heads, %d patches of %d, horizon %d, "
-               "%d channels); %zu weights (fp32), all finite; %.2f s\n",
+               "%d channels%s); %zu weights (fp32), all finite; %.2f s\n",
                model, c.name, c.synthetic ? " (synthetic weights)" : "", c.n_layers, c.dim, c.n_heads, c.seq_len,
-               c.patch_len, c.horizon, c.n_channels, n, mi_now() - t0);
+               c.patch_len, c.horizon, c.n_channels, masks, n, mi_now() - t0);
     else
         printf("check: %s: ok: %s%s, %d layers, dim %d, %d heads (%d KV), vocab %d; %zu weights (%s), all finite; "
                "tokenizer of %d pieces; %.2f s\n",

@@ -36,16 +36,22 @@ const char *mi_family_name(int family)
 /* The time-series family's own fields (docs/patchtst.md): patches tile the
  * look-back exactly, and its head and attention reuse the vocabulary and
  * context fields. Float32 only: its weights are a few hundred kilobytes. */
-static int validate_patchtst(const mi_config *c, char *err)
+static int patchtst_ranges(const mi_config *c, char *err)
 {
+    /* bounded so that one channel's look-back and patches stay a few megabytes */
     struct { const char *name; int v; int hi; } f[] = {
         {"patch_len", c->patch_len, 4096}, {"patch_stride", c->patch_stride, 4096},
-        {"lookback", c->lookback, 1 << 20}, {"horizon", c->horizon, 1 << 16},
+        {"lookback", c->lookback, 1 << 16}, {"horizon", c->horizon, 1 << 16},
         {"n_channels", c->n_channels, 1 << 16},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (f[i].v <= 0 || f[i].v > f[i].hi)
             return mi_set_error(err, "config: %s = %d is outside [1, %d]", f[i].name, f[i].v, f[i].hi);
+    return 0;
+}
+
+static int validate_patchtst(const mi_config *c, char *err)
+{
     if (c->lookback < c->patch_len || (c->lookback - c->patch_len) % c->patch_stride != 0)
         return mi_set_error(err, "config: lookback = %d is not patch_len = %d plus a multiple of patch_stride = %d",
                             c->lookback, c->patch_len, c->patch_stride);
@@ -72,6 +78,9 @@ int mi_config_validate(const mi_config *c, char *err)
 {
     if (c->family != MI_FAMILY_LLAMA && c->family != MI_FAMILY_PATCHTST)
         return mi_set_error(err, "config: unknown model family %d", c->family);
+    /* the family's own fields first: seq_len and vocab_size are derived from them */
+    if (c->family == MI_FAMILY_PATCHTST && patchtst_ranges(c, err))
+        return -1;
     struct { const char *name; int v; int hi; } f[] = {
         {"dim", c->dim, 1 << 16},          {"hidden_dim", c->hidden_dim, 1 << 18},
         {"n_layers", c->n_layers, 1024},   {"n_heads", c->n_heads, 1024},

@@ -169,6 +169,8 @@ static int check_dataset(hid_t file, const char *name, int rank, hsize_t d0, hsi
     }
     if (want_class == H5T_NATIVE_FLOAT && (cls != H5T_FLOAT || tsize != 4))
         return mi_set_error(err, "%s: tensor '%s' is not float32", path, name);
+    if (want_class == H5T_NATIVE_UCHAR && (cls != H5T_INTEGER || tsize != 1))
+        return mi_set_error(err, "%s: '%s' is not a mask of 8-bit integers", path, name);
     return 0;
 }
 
@@ -186,6 +188,7 @@ static int read_str_attr(hid_t loc, const char *name, char *buf, size_t n)
          * HDF5 converts them only to variable-length memory strings */
         hid_t t = H5Tcopy(H5T_C_S1);
         H5Tset_size(t, H5T_VARIABLE);
+        H5Tset_cset(t, H5Tget_cset(at)); /* h5py writes UTF-8; HDF5 converts no character set into another */
         char *v = NULL;
         if (H5Aread(a, t, &v) >= 0 && v) {
             snprintf(buf, n, "%s", v);
@@ -197,6 +200,7 @@ static int read_str_attr(hid_t loc, const char *name, char *buf, size_t n)
     } else if (a >= 0 && at >= 0 && H5Tget_class(at) == H5T_STRING && attr_is_single(a) && H5Tget_size(at) < n) {
         hid_t t = H5Tcopy(H5T_C_S1);
         H5Tset_size(t, n);
+        H5Tset_cset(t, H5Tget_cset(at));
         rc = H5Aread(a, t, buf) < 0 ? -1 : 0;
         H5Tclose(t);
     }
@@ -607,12 +611,22 @@ int mi_model_read_masks(mi_model_file *mf, unsigned char *mask[4], double *ratio
     const mi_config *c = &mf->cfg;
     if (H5Lexists(mf->file, "somegather", H5P_DEFAULT) <= 0)
         return 0;
+    hid_t o = H5Oopen(mf->file, "somegather", H5P_DEFAULT);
+    H5I_type_t kind = o >= 0 ? H5Iget_type(o) : H5I_BADID;
+    if (o >= 0)
+        H5Oclose(o);
+    if (kind != H5I_GROUP)
+        return mi_set_error(err, "%s: /somegather is not a group (the pruning masks, docs/patchtst.md)", mf->path);
     hid_t g = H5Gopen2(mf->file, "somegather", H5P_DEFAULT);
     if (g < 0)
         return mi_set_error(err, "%s: cannot open the group /somegather", mf->path);
     float r = 0;
     char mode[32] = "";
-    int rc = read_int_attr(g, "ranks", ranks, mf->path, err) || read_float_attr(g, "prune", &r, mf->path, err);
+    int rc = 0;
+    if (H5Aexists(g, "ranks") <= 0 || H5Aexists(g, "prune") <= 0)
+        rc = mi_set_error(err, "%s: /somegather needs the attributes ranks and prune (docs/patchtst.md)", mf->path);
+    if (!rc)
+        rc = read_int_attr(g, "ranks", ranks, mf->path, err) || read_float_attr(g, "prune", &r, mf->path, err);
     if (!rc && (read_str_attr(g, "prune_mode", mode, sizeof mode) || (strcmp(mode, "aware") && strcmp(mode, "magnitude"))))
         rc = mi_set_error(err, "%s: /somegather needs prune_mode \"aware\" or \"magnitude\"", mf->path);
     H5Gclose(g);

@@ -4,6 +4,7 @@
 #include "meshinfer/series.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +62,8 @@ int mi_series_read(const char *path, mi_series *s, char *err)
         rc = mi_set_error(err, "%s: empty series file (needs a header row of column names)", path);
         goto done;
     }
+    if ((unsigned char)line[0] == 0xEF && (unsigned char)line[1] == 0xBB && (unsigned char)line[2] == 0xBF)
+        memmove(line, line + 3, strlen(line + 3) + 1); /* a UTF-8 byte-order mark (spreadsheet exports) */
     total = split(line, fld, MAX_COLS);
     if (total > MAX_COLS) {
         rc = mi_set_error(err, "%s: more than %d columns", path, MAX_COLS);
@@ -73,13 +76,23 @@ int mi_series_read(const char *path, mi_series *s, char *err)
     s->names = mi_calloc((size_t)s->cols, sizeof(char *), "series names");
     for (int j = 0; j < s->cols; j++)
         s->names[j] = strndup(trim(fld[j + s->skipped_time]), 64);
+    int blank = 0; /* line number of a blank line seen: only the end of the file may have them */
     for (int row = 2; (len = getline(&line, &cap, f)) > 0; row++) {
-        if (strspn(line, " \t\r\n") == (size_t)len)
-            continue; /* a blank line (a trailing newline) */
+        if (strspn(line, " \t\r\n") == (size_t)len) {
+            blank = blank ? blank : row;
+            continue;
+        }
+        if (blank) { /* skipping it would shift every later time step */
+            rc = mi_set_error(err, "%s: line %d is blank, but data rows follow it", path, blank);
+            goto done;
+        }
         int k = split(line, fld, MAX_COLS);
         if (k != total) {
-            rc = mi_set_error(err, "%s: row %d has %d fields, the header has %d", path, row, k > MAX_COLS ? -1 : k,
-                              total);
+            if (k > MAX_COLS)
+                rc = mi_set_error(err, "%s: line %d has more than %d fields, the header has %d", path, row, MAX_COLS,
+                                  total);
+            else
+                rc = mi_set_error(err, "%s: line %d has %d fields, the header has %d", path, row, k, total);
             goto done;
         }
         if ((size_t)(s->rows + 1) * (size_t)s->cols > vcap) {
@@ -90,11 +103,14 @@ int mi_series_read(const char *path, mi_series *s, char *err)
         }
         for (int j = 0; j < s->cols; j++) {
             char *t = trim(fld[j + s->skipped_time]), *end = NULL;
-            errno = 0;
             double v = *t ? strtod(t, &end) : NAN;
-            if (!*t || end == t || *end || !isfinite(v) || errno == ERANGE) {
-                rc = mi_set_error(err, "%s: row %d, column '%s': %s value '%.32s' (fill or drop missing values first)",
-                                  path, row, s->names[j], *t ? "non-numeric or non-finite" : "missing", t);
+            /* the model computes in float32: a value beyond its range cannot be forecast (a
+             * value too small for it is as good as 0, as strtod's underflow says) */
+            if (!*t || end == t || *end || !isfinite(v) || fabs(v) > FLT_MAX) {
+                const char *why = !*t ? "missing" : end == t || *end ? "non-numeric" : !isfinite(v) ? "non-finite"
+                                                                                                 : "outside float32's range";
+                rc = mi_set_error(err, "%s: line %d, column '%s': %s value '%.32s'%s", path, row, s->names[j], why, t,
+                                  !*t ? " (fill or drop missing values first)" : "");
                 goto done;
             }
             s->v[(size_t)s->rows * s->cols + j] = v;

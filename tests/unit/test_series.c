@@ -124,26 +124,28 @@ static void test_csv(void)
 {
     char err[MI_ERRLEN];
     mi_series s;
-    CU_ASSERT_EQUAL_FATAL(read_text("time,a,b\n0,1.5,2\n1,-3,4e2\r\n\n", &s, err), 0);
+    CU_ASSERT_EQUAL_FATAL(read_text("time,a,b\n0,1.5,2\n1,-3,4e2\r\n\n \n", &s, err), 0); /* blank lines at the end */
     CU_ASSERT_EQUAL(s.rows, 2);
     CU_ASSERT_EQUAL(s.cols, 2);
     CU_ASSERT_EQUAL(s.skipped_time, 1);
     CU_ASSERT_STRING_EQUAL(s.names[1], "b");
     CU_ASSERT_DOUBLE_EQUAL(s.v[3], 400.0, 0);
     mi_series_free(&s);
-    CU_ASSERT_EQUAL(read_text("a,b\n1,2\n", &s, err), 0);
+    CU_ASSERT_EQUAL(read_text("a,b\n1,1e-310\n", &s, err), 0); /* below float32's smallest: 0, not an error */
     CU_ASSERT_EQUAL(s.skipped_time, 0);
     CU_ASSERT_EQUAL(s.cols, 2);
     mi_series_free(&s);
     static const struct { const char *text, *says; } bad[] = {
-        {"a,b\n1,2\n3,\n", "row 3, column 'b': missing"},
-        {"a,b\n1,2\nNA,4\n", "row 3, column 'a'"},
+        {"a,b\n1,2\n3,\n", "line 3, column 'b': missing"},
+        {"a,b\n1,2\nNA,4\n", "line 3, column 'a': non-numeric"},
         {"a,b\n1,nan\n", "non-finite"},
         {"a,b\n1,x2\n", "non-numeric"},
-        {"a,b\n1,2,3\n", "row 2 has 3 fields, the header has 2"},
+        {"a,b\n1,2,3\n", "line 2 has 3 fields, the header has 2"},
         {"a,b\n", "no data rows"},
         {"", "empty series file"},
         {"a,b\n1,1e999\n", "non-finite"},
+        {"a,b\n1,1e300\n", "outside float32's range"},
+        {"a,b\n1,2\n\n3,4\n", "line 3 is blank, but data rows follow it"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err[0] = '\0';
