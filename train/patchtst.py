@@ -12,14 +12,22 @@ Subcommands (each has --help):
   synth   a model with seeded random weights (synthetic=1) for engine tests
   series  a synthetic multivariate CSV and its split file, for development
 
-Data conventions (also in the --help texts):
-  * CSV: a header row; columns whose first data value is not a number (e.g. a
-    date) are dropped; every other column is one channel.
-  * Split file (JSON): {"train": [a, b], "val": [a, b], "test": [a, b]}, row
-    ranges of the data rows (header excluded), half-open; {"start": a,
-    "end": b} objects and the key "valid"/"validation" for "val" are accepted
-    too. Without --split: the first 70% train, the next 10% val, the last 20%
-    test.
+Data conventions (also in the --help texts); the same rules as the engine's
+(src/model/series.c mi_series_read, src/cli/cmd_forecast.c read_split):
+  * CSV: a header row of column names; a FIRST column named time, date or
+    timestamp (any case) is left out; every other column is one channel, and
+    every value of it must be a number (as C's strtod reads a whole field:
+    no empty fields, NA, nan, inf, 1_0; at most |v| = 3.4e38, float32's
+    range). Fields are split at every comma; spaces, tabs and double quotes
+    around a field are ignored. Every row has the header's number of fields;
+    blank lines only at the end of the file; at most 4096 columns, lines of
+    at most 1 MiB, files of at most 1 GiB. Errors name the file, the line
+    (the header is line 1) and the column.
+  * Split file (JSON, at most 1 MiB): an object with "train", "val" and
+    "test" (eval: "val" optional), each [first, end): two non-negative
+    integers, first < end <= the series' data rows (header excluded); other
+    keys are ignored. Without --split: the first 70% train, the next 10%
+    val, the last 20% test. Each range must hold at least one window.
   * Windows: lookback + horizon consecutive rows lying wholly inside one
     split's range, chronological, start rows a, a + stride, ...; every column
     of a window is a separate sample (channel independence).
@@ -27,14 +35,25 @@ Data conventions (also in the --help texts):
     the truth, both standardised by the TRAIN split's per-column mean and
     population standard deviation; averaged over samples, horizon steps and
     channels. Training minimises the same quantity.
+
+Inputs must be regular files (no directories, FIFOs or devices). Outputs are
+checked before any work (not an input, not a directory, in an existing
+folder), written under a temporary name in their folder and moved into place
+only when everything succeeded. Errors: one line `patchtst: error: ...` on
+stderr, exit status 2 for a bad option, 1 otherwise.
 """
 
 import argparse
+import array
 import csv
+import fractions
 import json
 import math
 import os
+import re
+import stat
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -48,6 +67,226 @@ PRUNE_MODES = ("aware", "magnitude")
 FORMAT_VERSION = 3
 REVIN_EPS = 1e-5
 M64 = (1 << 64) - 1
+
+
+# ----------------------------------------------------------------------------- errors, input and output files
+
+class Error(Exception):
+    """A bad input or a failure: main prints `patchtst: error: <message>` and exits with code (1)."""
+    code = 1
+
+
+class UsageError(Error):
+    """A bad option or option value (exit 2)."""
+    code = 2
+
+
+MAX_INPUT_BYTES = 1 << 30  # series files
+MAX_LINE_BYTES = 1 << 20   # a series line
+MAX_SPLIT_BYTES = 1 << 20  # split files
+MAX_COLS = 4096            # series columns (as the engine's MAX_COLS)
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def _size(n):
+    if n >= 1 << 30 and not n % (1 << 30):
+        return f"{n >> 30} GiB"
+    return f"{n >> 20} MiB" if n >= 1 << 20 and not n % (1 << 20) else f"{n} bytes"
+
+
+def check_input(path, what):
+    """os.stat of path, which must name a readable regular file (not a directory, FIFO or device)."""
+    if path is None or path == "":
+        raise UsageError(f"the {what} path is empty")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise Error(f"{path}: cannot open the {what}: no such file") from None
+    except OSError as e:
+        raise Error(f"{path}: cannot open the {what}: {e.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise Error(f"{path}: the {what} is a directory, not a regular file")
+    if not stat.S_ISREG(st.st_mode):
+        raise Error(f"{path}: the {what} is not a regular file (a FIFO, socket or device)")
+    return st
+
+
+def open_input(path, what, max_bytes):
+    """A binary file object of the regular file path, at most max_bytes long (never blocks on a FIFO)."""
+    st = check_input(path, what)
+    if st.st_size > max_bytes:
+        raise Error(f"{path}: the {what} is larger than {_size(max_bytes)} ({st.st_size} bytes)")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise Error(f"{path}: cannot open the {what}: {e.strerror}") from None
+    fh = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # replaced since the stat
+        fh.close()
+        raise Error(f"{path}: the {what} is not a regular file (a FIFO, socket or device)")
+    return fh
+
+
+def _is_hdf5(path):
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(8) == HDF5_SIGNATURE
+    except OSError:
+        return False
+
+
+class Outputs:
+    """The files one command writes. check() refuses a destination before any work is done (empty, a
+    directory or device, a dangling symbolic link, an input of the command, another output, an HDF5 file
+    when the output is not a model, a folder that does not exist or cannot be written); temp() names a
+    temporary file in the destination's folder to write instead; commit() moves every temporary file into
+    place once all are written. Leaving the with block without commit() removes them: a failure leaves
+    nothing behind and never damages an existing file."""
+
+    def __init__(self, inputs):
+        self.inputs = [p for p in inputs if p]
+        self.dest = []    # (path, real path, what)
+        self.temps = []   # (temporary path, real path)
+        self.umask = os.umask(0)
+        os.umask(self.umask)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for tmp, _ in self.temps:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        self.temps = []
+        return False
+
+    def check(self, path, what, model=False):
+        if path is None or path == "":
+            raise UsageError(f"the {what} path is empty")
+        if path.endswith(os.sep):
+            raise Error(f"{path}: the {what} names a directory; give a file name")
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode) and not os.path.exists(path):
+                raise Error(f"{path}: the {what} is a symbolic link to nothing; give a file name")
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise Error(f"{path}: cannot write the {what}: {e.strerror}") from None
+        real = os.path.realpath(path)
+        for top in ("/proc", "/sys", "/dev"):
+            if real == top or real.startswith(top + "/"):
+                raise Error(f"{path}: the {what} would be written into {real}, which holds no ordinary files")
+        try:
+            st = os.stat(real)
+        except FileNotFoundError:
+            st = None
+        except OSError as e:
+            raise Error(f"{path}: cannot write the {what}: {e.strerror}") from None
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            raise Error(f"{path}: the {what} is a directory; give a file name")
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            raise Error(f"{path}: the {what} exists and is not a regular file (a device or FIFO); refusing to "
+                        f"replace it")
+
+        def same(p):
+            if st is not None and os.path.exists(p):
+                return os.path.samefile(real, p)
+            return os.path.realpath(p) == real
+
+        for inp in self.inputs:
+            if same(inp):
+                raise Error(f"{path}: the {what} is the same file as the input {inp}; refusing to overwrite it")
+        for p, _, w in self.dest:
+            if same(p):
+                raise Error(f"{path}: the {what} is the same file as the {w} {p}; give two names")
+        if st is not None and not model and _is_hdf5(real):
+            raise Error(f"{path} is an HDF5 file (a model?); refusing to replace it with the {what}")
+        folder = os.path.dirname(real)
+        if not os.path.isdir(folder):
+            raise Error(f"{path}: cannot write the {what}: directory {folder} does not exist")
+        try:  # try it: access() says yes to root on a read-only mount
+            fd, probe = tempfile.mkstemp(dir=folder, prefix=".patchtst-probe-")
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as e:
+            raise Error(f"{path}: cannot write the {what}: cannot create files in {folder} ({e.strerror})") from None
+        self.dest.append((path, real, what))
+        return real
+
+    def temp(self, path):
+        """A new temporary file in path's folder (path: as given to check) to write path's contents to."""
+        real = next(r for p, r, _ in self.dest if p == path)
+        try:
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(real), prefix="." + os.path.basename(real) + ".",
+                                       suffix=".partial")
+            os.close(fd)
+            self.temps.append((tmp, real))
+            try:
+                mode = stat.S_IMODE(os.stat(real).st_mode)  # an existing file keeps its permissions
+            except OSError:
+                mode = 0o666 & ~self.umask
+            os.chmod(tmp, mode)
+        except OSError as e:
+            raise Error(f"{path}: cannot write a temporary file next to it ({e.strerror})") from None
+        return tmp
+
+    def commit(self):
+        """Move every temporary file into place."""
+        while self.temps:
+            tmp, real = self.temps[0]
+            try:
+                os.replace(tmp, real)
+            except OSError as e:
+                raise Error(f"{real}: cannot move {tmp} into place ({e.strerror})") from None
+            self.temps.pop(0)
+
+
+# strtod's whole-field forms (C locale) of a finite number: decimal and hexadecimal
+_DEC = re.compile(rb"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_HEX = re.compile(rb"([+-]?)0[xX](?:([0-9a-fA-F]+)\.?([0-9a-fA-F]*)|\.([0-9a-fA-F]+))(?:[pP]([+-]?[0-9]+))?")
+_C_SPACE = b" \t\n\v\f\r"
+_MIN_NORMAL = sys.float_info.min
+_TINY = fractions.Fraction(2) ** -1022 - fractions.Fraction(2) ** -1076
+
+
+def strtod(field):
+    """The value C's strtod gives for the whole of field (bytes), or None where the engine refuses it: not a
+    number in full, not finite, or out of range (strtod's ERANGE: overflow, or an inexact result below the
+    smallest normal double)."""
+    t = field.lstrip(_C_SPACE)
+    m = _HEX.fullmatch(t)
+    if m:
+        try:
+            v = float.fromhex(t.decode())
+        except OverflowError:
+            return None
+        ip, fp = (m.group(2) or b""), (m.group(3) or m.group(4) or b"")
+        nonzero = (ip + fp).strip(b"0") != b""
+
+        def exact():
+            e = int(m.group(5) or b"0") - 4 * len(fp)
+            x = fractions.Fraction(int(ip + fp, 16)) * fractions.Fraction(2) ** e
+            return -x if m.group(1) == b"-" else x
+    elif _DEC.fullmatch(t):
+        v = float(t)
+        nonzero = re.split(rb"[eE]", t)[0].strip(b"+-0.") != b""
+
+        def exact():
+            return fractions.Fraction(t.decode())
+    else:
+        return None
+    if not math.isfinite(v):
+        return None
+    if nonzero and abs(v) <= _MIN_NORMAL:  # tiny (below the smallest normal after rounding to 53 bits) and inexact
+        if v == 0:
+            return None
+        x = abs(exact())
+        if x < _TINY and x != fractions.Fraction(abs(v)):
+            return None
+    return v
 
 
 # ----------------------------------------------------------------------------- shape
@@ -452,15 +691,6 @@ def _str_attr(loc, name, value):
     aid.close()
 
 
-def _read_attr(loc, name):
-    v = loc.attrs[name]
-    if isinstance(v, (bytes, np.bytes_)):
-        return v.decode()
-    if isinstance(v, np.ndarray) and v.shape == ():
-        v = v[()]
-    return v.item() if hasattr(v, "item") else v
-
-
 def save_model(path, model, sg=None, prune=0.0):
     """Write model (and sg's masks when pruned) in the layout of docs/patchtst.md, format_version 3."""
     import h5py
@@ -502,30 +732,122 @@ def save_model(path, model, sg=None, prune=0.0):
                 s.create_dataset("keep_" + XCH_NAMES[w], data=sg.keep[w].numpy().astype(np.uint8))
 
 
+# the engine's bounds on a patchtst model's attributes (src/model/config.c mi_config_validate)
+MODEL_INT_ATTRS = (("dim", 1 << 16), ("hidden_dim", 1 << 18), ("n_layers", 1024), ("n_heads", 1024),
+                   ("n_kv_heads", 128), ("head_dim", 4096), ("patch_len", 4096), ("patch_stride", 4096),
+                   ("lookback", 1 << 20), ("horizon", 1 << 16), ("n_channels", 1 << 16))
+MAX_PARAMETERS = 1 << 28  # 1 GiB of float32: a larger file is no model of this script's
+
+
+def _attr(loc, name, path, where=""):
+    """The single value of attribute name of loc (an error naming path when missing or not one value)."""
+    if name not in loc.attrs:
+        raise Error(f"{path}: attribute '{where}{name}' missing (not a patchtst model file, docs/patchtst.md)")
+    try:
+        v = loc.attrs[name]
+    except (OSError, TypeError, ValueError, KeyError) as e:
+        raise Error(f"{path}: cannot read attribute '{where}{name}' ({e})") from None
+    if isinstance(v, np.ndarray):
+        if v.size != 1:
+            raise Error(f"{path}: attribute '{where}{name}' is not a single value (corrupt file)")
+        v = v.reshape(())[()]
+    return v
+
+
+def _int_attr(loc, name, path, where=""):
+    v = _attr(loc, name, path, where)
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise Error(f"{path}: attribute '{where}{name}' is not an integer ({v!r})")
+    return int(v)
+
+
+def _float_attr(loc, name, path, where=""):
+    v = _attr(loc, name, path, where)
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise Error(f"{path}: attribute '{where}{name}' is not a number ({v!r})")
+    return float(v)
+
+
+def _string_attr(loc, name, path, where=""):
+    v = _attr(loc, name, path, where)
+    if isinstance(v, (bytes, np.bytes_)):
+        return bytes(v).decode("utf-8", "replace")
+    if isinstance(v, str):
+        return v
+    raise Error(f"{path}: attribute '{where}{name}' is not a string ({v!r})")
+
+
 def load_model(path, dtype=torch.float32):
-    """(model, somegather info or None) from a model file; info: {"ranks", "prune", "prune_mode", "keep"}."""
+    """(model, somegather info or None) from a model file; info: {"ranks", "prune", "prune_mode", "keep"}.
+    Every attribute and tensor is checked (the engine's rules) before anything is allocated."""
     import h5py
-    with h5py.File(path, "r") as f:
-        a = {k: _read_attr(f, k) for k in f.attrs}
-        if a.get("format_version") != FORMAT_VERSION or a.get("family") != "patchtst":
-            raise ValueError(f"{path}: not a patchtst model of format_version {FORMAT_VERSION} "
-                             f"(format_version {a.get('format_version')}, family {a.get('family')!r})")
-        if a.get("n_kv_heads", a["n_heads"]) != a["n_heads"]:
-            raise ValueError(f"{path}: n_kv_heads must equal n_heads")
-        cfg = Config(**{k: a[k] for k in ("dim", "hidden_dim", "n_layers", "n_heads", "head_dim", "norm_eps",
-                                          "patch_len", "patch_stride", "lookback", "horizon", "n_channels",
-                                          "synthetic", "name")})
+    check_input(path, "model file")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise Error(f"{path}: cannot open the model file: not an HDF5 file, or truncated or corrupt "
+                    f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    with f:
+        version = _int_attr(f, "format_version", path)
+        family = _string_attr(f, "family", path) if "family" in f.attrs else None
+        if version != FORMAT_VERSION or family != "patchtst":
+            raise Error(f"{path}: not a patchtst time-series model (format_version {version}, family "
+                        f"{'missing' if family is None else repr(family)}; a language model?): this needs "
+                        f"format_version {FORMAT_VERSION} with family \"patchtst\" (docs/patchtst.md)")
+        a = {}
+        for k, hi in MODEL_INT_ATTRS:
+            a[k] = _int_attr(f, k, path)
+            if not 1 <= a[k] <= hi:
+                raise Error(f"{path}: attribute {k} = {a[k]} is outside [1, {hi}]")
+        if a["n_kv_heads"] != a["n_heads"]:
+            raise Error(f"{path}: n_kv_heads = {a['n_kv_heads']} must equal n_heads = {a['n_heads']}")
+        del a["n_kv_heads"]
+        a["synthetic"] = _int_attr(f, "synthetic", path)
+        a["norm_eps"] = _float_attr(f, "norm_eps", path)
+        if not 0 < a["norm_eps"] < 1:
+            raise Error(f"{path}: norm_eps = {a['norm_eps']} must be in (0, 1)")
+        a["name"] = _string_attr(f, "name", path) if "name" in f.attrs else "patchtst"
+        try:
+            cfg = Config(**a)
+        except ValueError as e:
+            raise Error(f"{path}: {e}") from None
+        F, Hd, N, P = cfg.dim, cfg.hidden_dim, cfg.n_patches, cfg.patch_len
+        layer_shapes = {"attention_norm": (F,), "attention_norm_b": (F,), "wq": (F, F), "wq_b": (F,),
+                        "wk": (F, F), "wk_b": (F,), "wv": (F, F), "wv_b": (F,), "wo_t": (F, F), "wo_b": (F,),
+                        "ffn_norm": (F,), "ffn_norm_b": (F,), "w1": (Hd, F), "w1_b": (Hd,), "w2_t": (Hd, F),
+                        "w2_b": (F,)}
+        shapes = {"patch_embed": (F, P), "patch_embed_b": (F,), "pos_embed": (N, F), "head": (cfg.horizon, N * F),
+                  "head_b": (cfg.horizon,)}
+        for l in range(cfg.n_layers):
+            shapes.update({f"layers/{l:03d}/{k}": s for k, s in layer_shapes.items()})
+        total = sum(math.prod(s) for s in shapes.values())
+        if total > MAX_PARAMETERS:
+            raise Error(f"{path}: the attributes make a model of {total} parameters, more than this script loads "
+                        f"({MAX_PARAMETERS})")
+        for name, shape in shapes.items():
+            try:
+                d = f.get(name)
+            except (OSError, KeyError, ValueError, TypeError) as e:
+                raise Error(f"{path}: cannot read tensor '{name}' ({e})") from None
+            if not isinstance(d, h5py.Dataset):
+                raise Error(f"{path}: tensor '{name}' missing")
+            if tuple(d.shape) != shape:
+                raise Error(f"{path}: '{name}' has shape {tuple(d.shape)}, expected {shape}")
+            if d.dtype != np.float32:
+                raise Error(f"{path}: tensor '{name}' is not float32 ({d.dtype})")
         model = PatchTST(cfg)
 
         def put(param, name, transpose=False):
-            if name not in f:
-                raise ValueError(f"{path}: tensor '{name}' missing")
-            v = torch.from_numpy(np.asarray(f[name], dtype=np.float32))
+            try:
+                arr = np.asarray(f[name], dtype=np.float32)
+            except (OSError, KeyError, ValueError, TypeError) as e:
+                raise Error(f"{path}: cannot read tensor '{name}' (truncated or corrupt file: "
+                            f"{str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+            if not np.isfinite(arr).all():
+                raise Error(f"{path}: tensor '{name}' holds non-finite values (NaN or infinity)")
+            v = torch.from_numpy(arr)
             if transpose:
                 v = v.t()
-            if tuple(v.shape) != tuple(param.shape):
-                raise ValueError(f"{path}: '{name}' has shape {tuple(f[name].shape)}, expected "
-                                 f"{tuple(param.t().shape) if transpose else tuple(param.shape)}")
             with torch.no_grad():
                 param.copy_(v)
 
@@ -543,52 +865,181 @@ def load_model(path, dtype=torch.float32):
         info = None
         if "somegather" in f:
             s = f["somegather"]
-            info = {"ranks": int(_read_attr(s, "ranks")), "prune": float(_read_attr(s, "prune")),
-                    "prune_mode": str(_read_attr(s, "prune_mode")), "keep": {}}
+            if not isinstance(s, h5py.Group):
+                raise Error(f"{path}: '/somegather' is not a group")
+            info = {"ranks": _int_attr(s, "ranks", path, "somegather/"),
+                    "prune": _float_attr(s, "prune", path, "somegather/"),
+                    "prune_mode": _string_attr(s, "prune_mode", path, "somegather/"), "keep": {}}
+            if not 1 <= info["ranks"] <= cfg.n_heads:
+                raise Error(f"{path}: somegather/ranks = {info['ranks']} is outside [1, n_heads = {cfg.n_heads}]")
+            if info["prune_mode"] not in PRUNE_MODES:
+                raise Error(f"{path}: somegather/prune_mode is {info['prune_mode']!r}, not aware or magnitude")
             for w in range(4):
-                info["keep"][w] = torch.from_numpy(np.asarray(s["keep_" + XCH_NAMES[w]]) != 0)
+                name = "somegather/keep_" + XCH_NAMES[w]
+                try:
+                    d = f.get(name)
+                except (OSError, KeyError, ValueError, TypeError) as e:
+                    raise Error(f"{path}: cannot read mask '{name}' ({e})") from None
+                want = (cfg.n_layers, cfg.widths()[w])
+                if not isinstance(d, h5py.Dataset):
+                    raise Error(f"{path}: mask '{name}' missing")
+                if tuple(d.shape) != want or d.dtype.kind not in "biu":
+                    raise Error(f"{path}: mask '{name}' has shape {tuple(d.shape)} and type {d.dtype}, expected "
+                                f"{want} uint8")
+                try:
+                    info["keep"][w] = torch.from_numpy(np.asarray(d) != 0)
+                except (OSError, ValueError, TypeError) as e:
+                    raise Error(f"{path}: cannot read mask '{name}' (truncated or corrupt file: {e})") from None
     return model.to(dtype), info
 
 
 # ----------------------------------------------------------------------------- data
 
+def _trim(field):
+    """The engine's trim(): spaces, tabs and double quotes off both ends."""
+    return field.strip(b' \t"')
+
+
+def _show(b, n=32):
+    """A field as a quoted, escaped string (its first n bytes)."""
+    return repr(b[:n].decode("utf-8", "backslashreplace") + ("..." if len(b) > n else ""))
+
+
 def read_series(path):
-    """(values float64 [T, C], column names) of a CSV with a header; non-numeric columns are dropped."""
-    with open(path, newline="") as fh:
-        rows = list(csv.reader(fh))
-    if len(rows) < 2:
-        raise ValueError(f"{path}: a header and at least one data row expected")
-    header, data = rows[0], [r for r in rows[1:] if r]
-    keep = []
-    for j, _ in enumerate(header):
-        try:
-            float(data[0][j])
-            keep.append(j)
-        except (ValueError, IndexError):
-            pass
-    if not keep:
-        raise ValueError(f"{path}: no numeric column")
-    vals = np.array([[float(r[j]) for j in keep] for r in data], dtype=np.float64)
-    return vals, [header[j] for j in keep]
+    """(values float64 [T, C], column names) of a series CSV, by the engine's rules (src/model/series.c
+    mi_series_read): a header row of names; a first column named time, date or timestamp (any case) is left
+    out; every other column is a channel whose every value is a number as strtod reads a whole field (finite,
+    within float32's range); every row has the header's field count; blank lines only at the end."""
+    with open_input(path, "series file", MAX_INPUT_BYTES) as fh:
+        total_bytes = 0
+        header = None
+        vals = array.array("d")
+        rows, blank = 0, None
+        lineno = 0
+        while True:
+            line = fh.readline(MAX_LINE_BYTES + 2)
+            if not line:
+                break
+            lineno += 1
+            total_bytes += len(line)
+            if lineno == 1 and line.startswith(HDF5_SIGNATURE[:4]):
+                raise Error(f"{path}: an HDF5 file (a model?), not a CSV series")
+            if total_bytes > MAX_INPUT_BYTES:
+                raise Error(f"{path}: the series file is larger than {_size(MAX_INPUT_BYTES)}")
+            content = line.rstrip(b"\r\n")
+            if len(content) > MAX_LINE_BYTES:
+                raise Error(f"{path}: line {lineno} is longer than {_size(MAX_LINE_BYTES)}")
+            if b"\0" in content:
+                raise Error(f"{path}: line {lineno} holds a NUL byte (not a text file?)")
+            if header is None:
+                if not line.strip(b" \t\r\n"):
+                    raise Error(f"{path}: line 1: the header row is blank (it names the columns)")
+                fields = content.split(b",")
+                if len(fields) > MAX_COLS:
+                    raise Error(f"{path}: line 1: more than {MAX_COLS} columns ({len(fields)})")
+                total = len(fields)
+                skip = int(total > 1 and _trim(fields[0]).lower() in (b"time", b"date", b"timestamp"))
+                header = [_trim(f).decode("utf-8", "replace") for f in fields]
+                names = header[skip:]
+                continue
+            if not line.strip(b" \t\r\n"):
+                if blank is None:
+                    blank = lineno
+                continue
+            if blank is not None:
+                raise Error(f"{path}: line {blank} is blank but data rows follow (line {lineno}); blank lines "
+                            f"may only end the file")
+            fields = content.split(b",")
+            if len(fields) != total:
+                raise Error(f"{path}: line {lineno} has {len(fields)} fields, the header has {total}")
+            for j in range(skip, total):
+                t = _trim(fields[j])
+                where = f"{path}: line {lineno}, column '{header[j]}'"
+                if not t:
+                    raise Error(f"{where}: missing value (an empty field; fill or drop missing values first)")
+                v = strtod(t)
+                if v is None:
+                    raise Error(f"{where}: {_show(t)} is not a finite number (fill or drop missing values "
+                                f"first)")
+                if abs(v) > FLOAT32_MAX:
+                    raise Error(f"{where}: {_show(t)} overflows float32 (|v| > 3.4e38)")
+                vals.append(v)
+            rows += 1
+    if header is None:
+        raise Error(f"{path}: empty series file (needs a header row of column names)")
+    if rows == 0:
+        raise Error(f"{path}: no data rows after the header")
+    return np.frombuffer(vals, dtype=np.float64).reshape(rows, len(names)).copy(), names
 
 
-def read_split(path, T):
-    """{"train": (a, b), "val": (a, b), "test": (a, b)} from a split file (or the 70/10/20 default)."""
+def _json_key_once(pairs):
+    keys = [k for k, _ in pairs]
+    for k in keys:
+        if keys.count(k) > 1:
+            raise _DuplicateKey(k)
+    return dict(pairs)
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _json_constant(name):
+    raise _NotJSON(f"{name} is not a JSON value")
+
+
+class _NotJSON(Exception):
+    pass
+
+
+def read_split(path, T, need_val=True):
+    """{"train": (a, b), "val": (a, b), "test": (a, b)} from a split file (or the 70/10/20 default): a JSON
+    object with "train", "val" (not needed when need_val is False) and "test", each [first, end) of two
+    non-negative integers with first < end <= T; other keys are ignored (the engine's read_split)."""
     if path is None:
         a, b = int(T * 0.7), int(T * 0.8)
         return {"train": (0, a), "val": (a, b), "test": (b, T)}
-    with open(path) as fh:
-        js = json.load(fh)
+    with open_input(path, "split file", MAX_SPLIT_BYTES) as fh:
+        raw = fh.read(MAX_SPLIT_BYTES + 1)
+    if len(raw) > MAX_SPLIT_BYTES:
+        raise Error(f"{path}: the split file is larger than {_size(MAX_SPLIT_BYTES)}")
+    if not raw.strip():
+        raise Error(f"{path}: the split file is empty (expects {{\"train\": [first, end], ...}})")
+    try:
+        js = json.loads(raw.decode("utf-8"), parse_constant=_json_constant, object_pairs_hook=_json_key_once)
+    except UnicodeDecodeError as e:
+        raise Error(f"{path}: not valid JSON (not UTF-8 text at byte {e.start})") from None
+    except json.JSONDecodeError as e:
+        raise Error(f"{path}: not valid JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    except _NotJSON as e:
+        raise Error(f"{path}: not valid JSON ({e})") from None
+    except _DuplicateKey as e:
+        raise Error(f"{path}: the key '{e}' appears twice") from None
+    except RecursionError:
+        raise Error(f"{path}: not valid JSON (nested too deeply)") from None
+    except ValueError as e:  # e.g. an integer of more digits than Python converts
+        raise Error(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(js, dict):
+        raise Error(f"{path}: the split file must hold a JSON object {{\"train\": [first, end], \"val\": [...], "
+                    f"\"test\": [...]}}, not a {type(js).__name__}")
     out = {}
-    for key, alts in (("train", ("train",)), ("val", ("val", "valid", "validation")), ("test", ("test",))):
-        v = next((js[k] for k in alts if k in js), None)
-        if isinstance(v, dict):
-            v = [v.get("start", v.get("begin")), v.get("end", v.get("stop"))]
-        if not (isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(x, int) for x in v)):
-            raise ValueError(f"{path}: '{key}' must be a row range [start, end) (or {{\"start\", \"end\"}})")
-        if not 0 <= v[0] <= v[1] <= T:
-            raise ValueError(f"{path}: '{key}' range {v} is outside the series' {T} rows")
-        out[key] = (int(v[0]), int(v[1]))
+    for key in ("train", "val", "test"):
+        if key not in js:
+            if key == "val" and not need_val:
+                continue
+            raise Error(f"{path}: the key \"{key}\" is missing (a row range [first, end])")
+        v = js[key]
+        ok = isinstance(v, list) and len(v) == 2 and all(
+            not isinstance(x, bool) and (isinstance(x, int) or (isinstance(x, float) and x.is_integer()))
+            for x in v)
+        if not ok:
+            raise Error(f"{path}: \"{key}\" must be [first row, end row] (two non-negative integers), not "
+                        f"{json.dumps(v)[:60]}")
+        lo, hi = int(v[0]), int(v[1])
+        if not 0 <= lo < hi <= T:
+            raise Error(f"{path}: \"{key}\" = [{lo}, {hi}] is not a row range inside the series' {T} data rows "
+                        f"(0 <= first < end <= {T})")
+        out[key] = (lo, hi)
     return out
 
 
@@ -598,18 +1049,29 @@ def window_starts(rng, cfg, stride=1):
 
 
 class Data:
-    def __init__(self, series, split, cfg):
+    def __init__(self, series, split, cfg, need_val=True):
         self.values, self.names = read_series(series)
         T, C = self.values.shape
-        self.split = read_split(split, T)
+        self.split = read_split(split, T, need_val)
+        self.source = split if split is not None else f"{series} (the default 70/10/20 split of its {T} rows)"
         tr = self.values[self.split["train"][0]:self.split["train"][1]]
         if len(tr) < 2:
-            raise ValueError("the train split has fewer than 2 rows")
+            raise Error(f"{self.source}: the train split has fewer than 2 rows")
         self.mean = tr.mean(0)
         self.std = tr.std(0)
         self.std[self.std == 0] = 1.0
         self.cfg = cfg
         self.C = C
+
+    def windows(self, key, stride):
+        """window_starts of split key; an error when it holds none."""
+        w = window_starts(self.split[key], self.cfg, stride)
+        if len(w) == 0:
+            a, b = self.split[key]
+            need = self.cfg.lookback + self.cfg.horizon
+            raise Error(f"{self.source}: the {key} rows [{a}, {b}) ({b - a} rows) hold no window of lookback "
+                        f"{self.cfg.lookback} + horizon {self.cfg.horizon} = {need} rows")
+        return w
 
     def batch(self, starts, chans, dtype=torch.float32):
         """(lookback x [B, L], truth [B, horizon], std [B]) for samples (start, channel)."""
@@ -657,13 +1119,46 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
+def check_devices(cfg, D, what="--devices", exc=UsageError):
+    """D devices must divide the heads, dim and hidden_dim equally (Somegather)."""
+    if D < 1 or cfg.n_heads % D or cfg.dim % D or cfg.hidden_dim % D:
+        ok = [d for d in range(1, cfg.n_heads + 1) if not (cfg.n_heads % d or cfg.dim % d or cfg.hidden_dim % d)]
+        raise exc(f"{what} {D}: the devices must divide n_heads {cfg.n_heads}, dim {cfg.dim} and hidden_dim "
+                  f"{cfg.hidden_dim} equally ({', '.join(map(str, ok))})")
+
+
+def check_finite(model, what):
+    for k, v in model.state_dict().items():
+        if not bool(torch.isfinite(v).all()):
+            raise Error(f"{what}: the weights became non-finite ({k}); nothing written (try a lower --lr or --clip)")
+
+
 def cmd_train(a):
+    if a.prune > 0 and a.stages < 1:
+        raise UsageError(f"train: --stages {a.stages}: pruning (--prune {a.prune}) needs at least 1 stage")
+    if a.dim % a.n_heads:
+        raise UsageError(f"train: --dim {a.dim} is not a multiple of --n-heads {a.n_heads}")
+    try:
+        cfg = Config(n_channels=1, name=a.name, dim=a.dim, hidden_dim=a.hidden_dim, n_layers=a.n_layers,
+                     n_heads=a.n_heads, head_dim=a.dim // a.n_heads)
+    except ValueError as e:
+        raise UsageError(f"train: {e}") from None
+    check_devices(cfg, a.devices)
+    check_input(a.series, "series file")
+    if a.split is not None:
+        check_input(a.split, "split file")
+    with Outputs([a.series, a.split]) as outs:
+        outs.check(a.out, "model file", model=True)
+        if a.json is not None:
+            outs.check(a.json, "result file")
+        return train(a, cfg, outs)
+
+
+def train(a, cfg, outs):
     torch.manual_seed(a.seed)
     np.random.seed(a.seed)
     torch.set_num_threads(a.threads)
     t_start = time.time()
-    cfg = Config(n_channels=1, name=a.name, dim=a.dim, hidden_dim=a.hidden_dim, n_layers=a.n_layers,
-                 n_heads=a.n_heads, head_dim=a.dim // a.n_heads)
     data = Data(a.series, a.split, cfg)
     cfg.n_channels = data.C
     if a.name is None:
@@ -671,11 +1166,9 @@ def cmd_train(a):
     gen = torch.Generator().manual_seed(a.seed)
     model = PatchTST(cfg).init_weights(gen)
     sg = Somegather(cfg, a.devices, mode=a.prune_mode)
-    tr = window_starts(data.split["train"], cfg, a.stride)
-    va = window_starts(data.split["val"], cfg, a.eval_stride)
-    te = window_starts(data.split["test"], cfg, a.eval_stride)
-    if len(tr) == 0 or len(va) == 0 or len(te) == 0:
-        raise SystemExit(f"train: a split is shorter than lookback + horizon = {cfg.lookback + cfg.horizon} rows")
+    tr = data.windows("train", a.stride)
+    va = data.windows("val", a.eval_stride)
+    te = data.windows("test", a.eval_stride)
     st_all, ch_all = samples(tr, data.C)
     log(f"train: {a.series}: {len(data.values)} rows x {data.C} channels; windows train {len(tr)} (stride "
         f"{a.stride}), val {len(va)}, test {len(te)}; {len(st_all)} train samples; {n_parameters(model)} "
@@ -717,17 +1210,24 @@ def cmd_train(a):
                 if a.clip > 0:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), a.clip)
                 opt.step()
-                tot += float(loss) * y.numel()
+                lv = float(loss)
+                if not math.isfinite(lv):
+                    raise Error(f"train: epoch {ep_global + 1} ({phase} {ep + 1}/{n_ep}), step {i // a.batch_size + 1}"
+                                f": the loss is not finite ({lv}); nothing written (try a lower --lr or --clip)")
+                tot += lv * y.numel()
                 cnt += y.numel()
             train_loss = tot / max(cnt, 1)
             t_train = time.time() - t0
             val = evaluate(model, data, va, sg)
+            if not math.isfinite(val):
+                raise Error(f"train: epoch {ep_global + 1} ({phase}): the val MSE is not finite ({val}); nothing "
+                            f"written (try a lower --lr or --clip)")
             secs = time.time() - t0
             ep_global += 1
             history.append({"epoch": ep_global, "phase": phase, "train_loss": train_loss, "val_mse": val,
                             "seconds": secs, "train_seconds": t_train, "samples": int(len(perm))})
             log(f"train: epoch {ep_global} ({phase} {ep + 1}/{n_ep}): loss {train_loss:.5f}, val MSE {val:.5f}, "
-                f"{secs:.1f} s ({t_train:.1f} s training, {len(perm) / t_train:.0f} samples/s)")
+                f"{secs:.1f} s ({t_train:.1f} s training, {len(perm) / max(t_train, 1e-9):.0f} samples/s)")
             if best is None or val < best:
                 best, bad = val, 0
                 best_state = {k2: v.detach().clone() for k2, v in model.state_dict().items()}
@@ -744,9 +1244,11 @@ def cmd_train(a):
     if a.devices > 1 and a.dropout > 0:
         res_mse["test_under_loss"] = evaluate(model, data, te, sg,
                                               HashLoss(a.dropout, a.seed, a.loss_mode, a.devices, cfg.n_patches))
-    save_model(a.out, model, sg, a.prune)
-    log(f"train: wrote {a.out}; MSE (standardised by the train split) train {res_mse['train']:.5f}, val "
-        f"{res_mse['val']:.5f}, test {res_mse['test']:.5f}; {time.time() - t_start:.0f} s")
+    check_finite(model, "train")
+    for k, v in res_mse.items():
+        if not math.isfinite(v):
+            raise Error(f"train: the {k} MSE of the trained model is not finite ({v}); nothing written")
+    save_model(outs.temp(a.out), model, sg, a.prune)
     result = {"config": {k: v for k, v in vars(a).items() if k != "fn"} | {"model": cfg.as_dict()},
               "data": {"series": a.series, "split": data.split, "channels": data.names, "rows": len(data.values)},
               "epochs": history, "seconds": time.time() - t_start, "train_seconds": t_end_train - t_start,
@@ -754,9 +1256,13 @@ def cmd_train(a):
                                           "test_under_loss: the engine's hash loss at p = dropout, seed = --seed",
               "parameters": n_parameters(model),
               "kept": {XCH_NAMES[w]: int(sg.keep[w].sum()) for w in range(4)}, "model": a.out}
-    if a.json:
-        with open(a.json, "w") as fh:
+    if a.json is not None:
+        with open(outs.temp(a.json), "w") as fh:
             json.dump(result, fh, indent=1)
+    outs.commit()
+    log(f"train: wrote {a.out}{' and ' + a.json if a.json is not None else ''}; MSE (standardised by the train "
+        f"split) train {res_mse['train']:.5f}, val {res_mse['val']:.5f}, test {res_mse['test']:.5f}; "
+        f"{time.time() - t_start:.0f} s")
     return 0
 
 
@@ -767,28 +1273,49 @@ def somegather_for(model, info, D, dtype):
 
 
 def cmd_eval(a):
+    check_input(a.model, "model file")
+    check_input(a.series, "series file")
+    if a.split is not None:
+        check_input(a.split, "split file")
+    with Outputs([a.model, a.series, a.split]) as outs:
+        if a.out is not None:
+            outs.check(a.out, "forecast file")
+        if a.json is not None:
+            outs.check(a.json, "result file")
+        return evaluate_cmd(a, outs)
+
+
+def evaluate_cmd(a, outs):
     torch.set_num_threads(a.threads)
     dtype = torch.float64 if a.dtype == "float64" else torch.float32
     model, info = load_model(a.model, dtype)
     cfg = model.cfg
-    data = Data(a.series, a.split, cfg)
+    if a.devices is not None:
+        check_devices(cfg, a.devices)
+    elif info:
+        check_devices(cfg, info["ranks"], f"{a.model}: somegather/ranks", Error)
+    data = Data(a.series, a.split, cfg, need_val=False)
     if data.C != cfg.n_channels:
-        raise SystemExit(f"eval: the series has {data.C} channels, the model was trained on {cfg.n_channels}")
+        raise Error(f"eval: {a.series} has {data.C} channel(s) ({', '.join(data.names)[:80]}), but the model was "
+                    f"trained on {cfg.n_channels}")
     D = a.devices if a.devices is not None else (info["ranks"] if info else 1)
     sg = somegather_for(model, info, D, dtype)
     lost = HashLoss(a.loss, a.loss_seed, a.loss_mode, D, cfg.n_patches) if a.loss > 0 else None
-    te = window_starts(data.split["test"], cfg, a.stride)
+    te = data.windows("test", a.stride)
     if a.window is not None:
         if not 0 <= a.window < len(te):
-            raise SystemExit(f"eval: --window {a.window} outside the {len(te)} test windows")
+            raise UsageError(f"eval: --window {a.window} is outside the {len(te)} test windows (0..{len(te) - 1})")
         te, first = te[a.window:a.window + 1], a.window
     else:
         first = 0
     t0 = time.time()
     mse, P = evaluate(model, data, te, sg, lost, dtype=dtype, collect=True)
     secs = time.time() - t0
-    if a.out:
-        with open(a.out, "w", newline="") as fh:
+    if not (math.isfinite(mse) and np.isfinite(P).all()):
+        raise Error(f"eval: the forecasts are not finite (values too large for {a.dtype} arithmetic?); nothing "
+                    f"written")
+    if a.out is not None:
+        with open(outs.temp(a.out), "w", newline="") as fh:
             w = csv.writer(fh)
             w.writerow(["window", "row", "step"] + data.names)
             for i, s in enumerate(te):
@@ -800,20 +1327,25 @@ def cmd_eval(a):
            "loss": a.loss, "loss_mode": a.loss_mode, "loss_seed": a.loss_seed,
            "pruned": None if info is None else {k: info[k] for k in ("ranks", "prune", "prune_mode")},
            "seconds": secs}
-    print(f"eval: {len(te)} test window(s), D={D}, loss {a.loss} {a.loss_mode}: MSE {mse:.6f}")
-    if a.json:
-        with open(a.json, "w") as fh:
+    if a.json is not None:
+        with open(outs.temp(a.json), "w") as fh:
             json.dump(res, fh, indent=1)
+    outs.commit()
+    print(f"eval: {len(te)} test window(s), D={D}, loss {a.loss} {a.loss_mode}: MSE {mse:.6f}")
     return 0
 
 
 def cmd_synth(a):
     cfg = Config(n_channels=a.n_channels, synthetic=1, name="patchtst-synthetic")
-    model = PatchTST(cfg).init_weights(torch.Generator().manual_seed(a.seed), synthetic=True)
-    sg = None
-    if a.prune > 0:
-        sg = Somegather(cfg, a.devices, prune_masks(model, a.devices, a.prune, a.prune_mode), a.prune_mode)
-    save_model(a.out, model, sg, a.prune)
+    check_devices(cfg, a.devices)
+    with Outputs([]) as outs:
+        outs.check(a.out, "model file", model=True)
+        model = PatchTST(cfg).init_weights(torch.Generator().manual_seed(a.seed), synthetic=True)
+        sg = None
+        if a.prune > 0:
+            sg = Somegather(cfg, a.devices, prune_masks(model, a.devices, a.prune, a.prune_mode), a.prune_mode)
+        save_model(outs.temp(a.out), model, sg, a.prune)
+        outs.commit()
     print(f"synth: wrote {a.out} ({n_parameters(model)} parameters, seed {a.seed}, {a.n_channels} channels"
           + (f", pruned {a.prune} {a.prune_mode} for {a.devices} devices" if sg else "") + ")")
     return 0
@@ -821,6 +1353,19 @@ def cmd_synth(a):
 
 def cmd_series(a):
     """A synthetic series: daily and weekly cycles, slow trend, AR(1) noise, mixed across channels."""
+    if a.rows * a.n_channels > 50_000_000:
+        raise UsageError(f"series: --rows {a.rows} x --n-channels {a.n_channels} is more than 50000000 values")
+    split = a.split if a.split is not None else os.path.splitext(a.out)[0] + ".split.json"
+    with Outputs([]) as outs:
+        outs.check(a.out, "series file")
+        outs.check(split, "split file")
+        write_series(a, outs, split)
+        outs.commit()
+    print(f"series: wrote {a.out} ({a.rows} rows x {a.n_channels} channels) and {split}")
+    return 0
+
+
+def write_series(a, outs, split):
     rng = np.random.default_rng(a.seed)
     T, C = a.rows, a.n_channels
     t = np.arange(T)
@@ -833,61 +1378,117 @@ def cmd_series(a):
         noise[i] = 0.8 * noise[i - 1] + e[i]
     mixm = np.eye(C) + 0.3 * rng.normal(0, 1, (C, C)) / np.sqrt(C)
     vals = (base + noise) @ mixm * rng.uniform(1, 10, C) + rng.uniform(-5, 20, C)
-    with open(a.out, "w", newline="") as fh:
+    with open(outs.temp(a.out), "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["date"] + [f"c{j}" for j in range(C)])
         for i in range(T):
             w.writerow([f"h{i}"] + [f"{v:.4f}" for v in vals[i]])
-    split = a.split or os.path.splitext(a.out)[0] + ".split.json"
     a1, a2 = int(T * 0.6), int(T * 0.8)
-    with open(split, "w") as fh:
+    with open(outs.temp(split), "w") as fh:
         json.dump({"train": [0, a1], "val": [a1, a2], "test": [a2, T]}, fh)
-    print(f"series: wrote {a.out} ({T} rows x {C} channels) and {split}")
-    return 0
+
+
+class ArgParser(argparse.ArgumentParser):
+    """argparse, with a usage error reported as one line `patchtst: error: [SUBCOMMAND: ]MESSAGE` (exit 2)."""
+
+    def error(self, message):
+        sub = self.prog.split(" ", 1)[1] + ": " if " " in self.prog else ""
+        self.exit(2, f"patchtst: error: {sub}{message}\n")
+
+
+def _range_text(lo, hi, lo_open, hi_open):
+    if hi is None:
+        return f"{'>' if lo_open else '>='} {lo}"
+    return f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
+
+
+def integer(lo=None, hi=None):
+    """An argparse type: a decimal integer (digits only) in [lo, hi]."""
+    def parse(text):
+        if not re.fullmatch(r"[+-]?[0-9]{1,30}", text):
+            raise argparse.ArgumentTypeError(f"'{text[:40]}' is not an integer")
+        v = int(text)
+        if (lo is not None and v < lo) or (hi is not None and v > hi):
+            raise argparse.ArgumentTypeError(f"{v} is outside {_range_text(lo, hi, False, False)}"
+                                             if hi is not None else f"{v} must be >= {lo}")
+        return v
+    return parse
+
+
+def number(lo, hi=None, lo_open=False, hi_open=False):
+    """An argparse type: a finite decimal number (as strtod reads one) in the given range."""
+    def parse(text):
+        v = strtod(text.encode()) if _DEC.fullmatch(text.encode("utf-8", "replace")) else None
+        if v is None:
+            raise argparse.ArgumentTypeError(f"'{text[:40]}' is not a finite number")
+        if v < lo or (lo_open and v == lo) or (hi is not None and (v > hi or (hi_open and v == hi))):
+            r = _range_text(lo, hi, lo_open, hi_open)
+            raise argparse.ArgumentTypeError(f"{text} must be {r}" if hi is None else f"{text} is outside {r}")
+        return v
+    return parse
+
+
+def model_name(text):
+    if not text or "\0" in text:
+        raise argparse.ArgumentTypeError("a model name must be non-empty text")
+    return text
 
 
 def parser():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="cmd", required=True)
+    p = ArgParser(prog="patchtst", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="{train,eval,synth,series}")
+    csv_help = ("CSV series: a header row of names; a first column named time, date or timestamp is left out; "
+                "every other column is a channel, every value a finite number; every row has the header's "
+                "field count (at most 1 GiB, 4096 columns)")
+    split_help = ("split JSON {\"train\": [first, end], \"val\": [...], \"test\": [...]}: data-row ranges, two "
+                  "non-negative integers each, first < end <= rows (default 70/10/20)")
 
     t = sub.add_parser("train", help="train a model on a CSV series and write the HDF5 model file",
                        description="Train PatchTST (docs/patchtst.md) with D-device somegather semantics, "
                                    "message dropout and staged pruning; write MODEL.h5. MSEs are on the series "
-                                   "standardised by the train split's per-column mean and population std.")
-    t.add_argument("--series", required=True, help="CSV with a header (non-numeric columns dropped)")
-    t.add_argument("--split", help="split JSON {train,val,test: [start, end)} (default 70/10/20)")
+                                   "standardised by the train split's per-column mean and population std. The "
+                                   "outputs are written only when training succeeded (never over an input).")
+    t.add_argument("--series", required=True, help=csv_help)
+    t.add_argument("--split", help=split_help)
     t.add_argument("--out", required=True, help="the model file to write (HDF5)")
-    t.add_argument("--devices", type=int, default=1, help="D devices trained for (default 1)")
-    t.add_argument("--prune", type=float, default=0.0, help="final pruning ratio R per sender and exchange (0)")
+    t.add_argument("--devices", type=integer(1), default=1,
+                   help="D devices trained for; must divide n_heads 16 (1, 2, 4, 8 or 16; default 1)")
+    t.add_argument("--prune", type=number(0, 1, hi_open=True), default=0.0,
+                   help="final pruning ratio R per sender and exchange, in [0, 1) (0)")
     t.add_argument("--prune-mode", choices=PRUNE_MODES, default="aware",
                    help="aware: rank by the weights on other devices, owner keeps its columns; magnitude: rank by "
                         "all weights, owner drops them too (default aware)")
-    t.add_argument("--stages", type=int, default=2, help="pruning stages K: stage k prunes R*k/K (default 2)")
-    t.add_argument("--stage-epochs", type=int, help="retraining epochs per stage (default --epochs)")
-    t.add_argument("--dropout", type=float, default=0.0, help="message dropout probability P in training (0)")
+    t.add_argument("--stages", type=integer(), default=2,
+                   help="pruning stages K >= 1: stage k prunes R*k/K (default 2)")
+    t.add_argument("--stage-epochs", type=integer(1), help="retraining epochs per stage, >= 1 (default --epochs)")
+    t.add_argument("--dropout", type=number(0, 1, hi_open=True), default=0.0,
+                   help="message dropout probability P in training, in [0, 1) (0)")
     t.add_argument("--loss-mode", choices=LOSS_MODES, default="link", help="message dropout mode (link)")
     t.add_argument("--dropout-unit", choices=("row", "window"), default="row",
                    help="fresh drop decision per patch row (default; as the engine's per-position loss) or one "
                         "per sample for all rows")
-    t.add_argument("--epochs", type=int, default=10, help="epochs before pruning (default 10)")
-    t.add_argument("--seed", type=int, default=1, help="seed of weights, order and dropout (default 1)")
+    t.add_argument("--epochs", type=integer(1), default=10, help="epochs before pruning, >= 1 (default 10)")
+    t.add_argument("--seed", type=integer(0, 2 ** 32 - 1), default=1,
+                   help="seed of weights, order and dropout, in [0, 2^32) (default 1)")
     t.add_argument("--json", help="write the result (config, epochs, seconds, MSEs, parameters) here")
-    t.add_argument("--lr", type=float, default=5e-4, help="Adam learning rate (5e-4)")
-    t.add_argument("--batch-size", type=int, default=128, help="samples per step (128)")
-    t.add_argument("--clip", type=float, default=1.0, help="gradient norm clip, 0 none (1.0)")
-    t.add_argument("--stride", type=int, default=1, help="start-row stride of the train windows (1)")
-    t.add_argument("--eval-stride", type=int, default=1, help="start-row stride of val/test windows (1)")
-    t.add_argument("--max-samples", type=int, default=0,
+    t.add_argument("--lr", type=number(0, lo_open=True), default=5e-4, help="Adam learning rate, > 0 (5e-4)")
+    t.add_argument("--batch-size", type=integer(1), default=128, help="samples per step, >= 1 (128)")
+    t.add_argument("--clip", type=number(0), default=1.0, help="gradient norm clip, 0 none (1.0)")
+    t.add_argument("--stride", type=integer(1), default=1, help="start-row stride of the train windows, >= 1 (1)")
+    t.add_argument("--eval-stride", type=integer(1), default=1,
+                   help="start-row stride of val/test windows, >= 1 (1)")
+    t.add_argument("--max-samples", type=integer(0), default=0,
                    help="train samples per epoch, a fresh random subset (0: all)")
-    t.add_argument("--patience", type=int, default=0, help="stop a phase after this many epochs without val "
-                                                           "improvement (0: never); the phase's best is kept")
-    t.add_argument("--name", help="the model's name attribute (default patchtst-<csv name>)")
-    t.add_argument("--threads", type=int, default=1,
-                   help="torch threads (1: on a shared 2-core machine 2 threads ran 10x slower)")
-    t.add_argument("--dim", type=int, default=128, help=argparse.SUPPRESS)
-    t.add_argument("--hidden-dim", type=int, default=256, help=argparse.SUPPRESS)
-    t.add_argument("--n-layers", type=int, default=6, help=argparse.SUPPRESS)
-    t.add_argument("--n-heads", type=int, default=16, help=argparse.SUPPRESS)
+    t.add_argument("--patience", type=integer(0), default=0,
+                   help="stop a phase after this many epochs without val improvement (0: never); the phase's best "
+                        "is kept")
+    t.add_argument("--name", type=model_name, help="the model's name attribute (default patchtst-<csv name>)")
+    t.add_argument("--threads", type=integer(1, 1024), default=1,
+                   help="torch threads, >= 1 (1: on a shared 2-core machine 2 threads ran 10x slower)")
+    t.add_argument("--dim", type=integer(1, 1 << 16), default=128, help=argparse.SUPPRESS)
+    t.add_argument("--hidden-dim", type=integer(1, 1 << 18), default=256, help=argparse.SUPPRESS)
+    t.add_argument("--n-layers", type=integer(1, 1024), default=6, help=argparse.SUPPRESS)
+    t.add_argument("--n-heads", type=integer(1, 128), default=16, help=argparse.SUPPRESS)
     t.set_defaults(fn=cmd_train)
 
     e = sub.add_parser("eval", help="forecast the test split with a model file (the engine's semantics)",
@@ -895,32 +1496,37 @@ def parser():
                                    "/somegather masks and the engine's hash message loss. Prints the MSE on the "
                                    "series standardised by the train split's per-column mean and population std.")
     e.add_argument("--model", required=True, help="model file (HDF5, format_version 3, family patchtst)")
-    e.add_argument("--series", required=True, help="CSV as for train")
-    e.add_argument("--split", help="split JSON as for train (default 70/10/20)")
-    e.add_argument("--devices", type=int, help="D (default: /somegather's ranks, else 1)")
-    e.add_argument("--loss", type=float, default=0.0, help="message loss probability (0)")
+    e.add_argument("--series", required=True, help=csv_help + "; as many channels as the model's n_channels")
+    e.add_argument("--split", help=split_help.replace("\"val\": [...], ", "\"val\" (optional), "))
+    e.add_argument("--devices", type=integer(1),
+                   help="D, dividing the model's n_heads (default: /somegather's ranks, else 1)")
+    e.add_argument("--loss", type=number(0, 1), default=0.0, help="message loss probability, in [0, 1] (0)")
     e.add_argument("--loss-mode", choices=LOSS_MODES, default="link", help="link, receiver or sender (link)")
-    e.add_argument("--loss-seed", type=int, default=1, help="loss seed, as meshinfer's --loss-seed (1)")
+    e.add_argument("--loss-seed", type=integer(0, 2 ** 64 - 1), default=1,
+                   help="loss seed, as meshinfer's --loss-seed, >= 0 (1)")
     g = e.add_mutually_exclusive_group()
-    g.add_argument("--window", type=int, help="only test window I (0-based)")
+    g.add_argument("--window", type=integer(0), help="only test window I (0-based)")
     g.add_argument("--all", action="store_true", help="every test window (the default)")
-    e.add_argument("--stride", type=int, default=1, help="start-row stride of the test windows (1)")
+    e.add_argument("--stride", type=integer(1), default=1, help="start-row stride of the test windows, >= 1 (1)")
     e.add_argument("--out", help="forecasts CSV: window,row,step,<channels>, one line per horizon step")
     e.add_argument("--json", help="write the result here")
     e.add_argument("--dtype", choices=("float32", "float64"), default="float32", help="arithmetic (float32)")
-    e.add_argument("--threads", type=int, default=1,
-                   help="torch threads (1: on a shared 2-core machine 2 threads ran 10x slower)")
+    e.add_argument("--threads", type=integer(1, 1024), default=1,
+                   help="torch threads, >= 1 (1: on a shared 2-core machine 2 threads ran 10x slower)")
     e.set_defaults(fn=cmd_eval)
 
     s = sub.add_parser("synth", help="a model with seeded random weights (synthetic=1) for engine tests",
                        description="Write a patchtst model of the default shape with seeded random weights "
                                    "(random norm gains and biases too), name patchtst-synthetic, synthetic=1.")
     s.add_argument("--out", required=True, help="the model file to write")
-    s.add_argument("--seed", type=int, default=1, help="weight seed (1)")
-    s.add_argument("--n-channels", type=int, default=7, help="n_channels attribute (7)")
-    s.add_argument("--prune", type=float, default=0.0, help="also write /somegather masks ranked from the weights")
+    s.add_argument("--seed", type=integer(0, 2 ** 64 - 1), default=1, help="weight seed, >= 0 (1)")
+    s.add_argument("--n-channels", type=integer(1, 65536), default=7,
+                   help="n_channels attribute, in [1, 65536] (7)")
+    s.add_argument("--prune", type=number(0, 1, hi_open=True), default=0.0,
+                   help="also write /somegather masks ranked from the weights, ratio in [0, 1) (0)")
     s.add_argument("--prune-mode", choices=PRUNE_MODES, default="aware", help="(aware)")
-    s.add_argument("--devices", type=int, default=4, help="D the masks are ranked for (4)")
+    s.add_argument("--devices", type=integer(1), default=4,
+                   help="D the masks are ranked for, dividing n_heads 16 (4)")
     s.set_defaults(fn=cmd_synth)
 
     d = sub.add_parser("series", help="a synthetic CSV series and split file for development",
@@ -928,9 +1534,10 @@ def parser():
                                    "trend, AR(1) noise, mixed channels) and a 60/20/20 split file.")
     d.add_argument("--out", required=True, help="CSV to write")
     d.add_argument("--split", help="split JSON to write (default <out>.split.json)")
-    d.add_argument("--rows", type=int, default=8000, help="rows (8000)")
-    d.add_argument("--n-channels", type=int, default=7, help="channels (7)")
-    d.add_argument("--seed", type=int, default=1, help="seed (1)")
+    d.add_argument("--rows", type=integer(3, 10 ** 7), default=8000, help="rows, in [3, 10^7] (8000)")
+    d.add_argument("--n-channels", type=integer(1, MAX_COLS - 1), default=7,
+                   help=f"channels, in [1, {MAX_COLS - 1}] (7)")
+    d.add_argument("--seed", type=integer(0, 2 ** 64 - 1), default=1, help="seed, >= 0 (1)")
     d.set_defaults(fn=cmd_series)
     return p
 
@@ -947,10 +1554,30 @@ def tune_malloc():
         pass
 
 
+def fail(message, code):
+    print("patchtst: error: " + " ".join(str(message).split("\n")), file=sys.stderr, flush=True)
+    return code
+
+
 def main(argv=None):
+    """Run one subcommand; a bad input or a failure prints one line `patchtst: error: ...` and returns 1 (2 for a
+    bad option; argparse's own usage errors exit 2 through ArgParser.error)."""
     a = parser().parse_args(argv)
     tune_malloc()
-    return a.fn(a)
+    try:
+        return a.fn(a)
+    except UsageError as e:
+        return fail(e if str(e).startswith(a.cmd + ":") else f"{a.cmd}: {e}", e.code)
+    except Error as e:
+        return fail(e, e.code)
+    except KeyboardInterrupt:
+        return fail("interrupted; nothing written", 130)
+    except MemoryError:
+        return fail("out of memory; nothing written", 1)
+    except OSError as e:  # an I/O failure nothing above anticipated (a full disk, an HDF5 library error)
+        where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        what = e.strerror or (str(e).splitlines() or [type(e).__name__])[0]
+        return fail(f"{where}{what}", 1)
 
 
 if __name__ == "__main__":

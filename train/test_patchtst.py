@@ -1,7 +1,10 @@
-"""Tests of train/patchtst.py: python3 -m unittest (from train/ or with train on the path)."""
+"""Tests of train/patchtst.py: /usr/bin/python3 -m unittest discover -s train (Debian's python3: torch, h5py)."""
 
+import json
 import math
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -299,6 +302,458 @@ class TestFile(unittest.TestCase):
                 lines = fh.read().splitlines()
             self.assertEqual(lines[0], "window,row,step,c0,c1,c2")
             self.assertEqual(len(lines), 1 + 24)
+
+
+# ----------------------------------------------------------------------------- bad input (the CLI's error rules)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "patchtst.py")
+
+# Runs each CLI case as its own process: a server imports torch once (about 3 s here) and compiles the script,
+# and forks a child per case, which runs it as `python3 patchtst.py ARGS` would (as __main__), with its own stdin
+# (/dev/null), stdout and stderr files and working directory; an exception escaping the script prints its
+# traceback and exits 1, as the interpreter would; a child still running after its timeout is killed (rc None).
+SERVER = r"""
+import json, os, sys, time, traceback
+script = sys.argv[1]
+sys.path.insert(0, os.path.dirname(script))
+import patchtst  # noqa: F401  (torch, numpy, h5py)
+with open(script) as fh:
+    code_obj = compile(fh.read(), script, "exec")
+for line in sys.stdin:
+    req = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.chdir(req["cwd"])
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+            os.dup2(os.open(req["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 1)
+            os.dup2(os.open(req["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
+            sys.argv = [script] + req["argv"]
+            try:
+                exec(code_obj, {"__name__": "__main__", "__file__": script, "__builtins__": __builtins__})
+                code = 0
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+                if not isinstance(e.code, (int, type(None))):
+                    print(e.code, file=sys.stderr)
+            except BaseException:
+                traceback.print_exc()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+    deadline = time.time() + req["timeout"]
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            rc = os.waitstatus_to_exitcode(status)
+            break
+        if time.time() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            rc = None
+            break
+        time.sleep(0.005)
+    print(json.dumps({"rc": rc}), flush=True)
+"""
+
+
+class Runner:
+    def __init__(self):
+        self.proc = subprocess.Popen([sys.executable, "-c", SERVER, SCRIPT], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        self.tmp = tempfile.mkdtemp(prefix="patchtst-cli-")
+
+    def run(self, argv, cwd, timeout=60):
+        out, err = os.path.join(self.tmp, "out"), os.path.join(self.tmp, "err")
+        self.proc.stdin.write(json.dumps({"argv": argv, "cwd": cwd, "stdout": out, "stderr": err,
+                                          "timeout": timeout}) + "\n")
+        self.proc.stdin.flush()
+        rc = json.loads(self.proc.stdout.readline())["rc"]
+        with open(out) as o, open(err) as e:
+            return rc, o.read(), e.read()
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+        self.proc.stdout.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+RUNNER = None
+
+
+def runner():
+    global RUNNER
+    if RUNNER is None:
+        RUNNER = Runner()
+    return RUNNER
+
+
+def tearDownModule():
+    if RUNNER is not None:
+        RUNNER.close()
+
+
+def write(path, text, mode="w"):
+    with open(path, mode) as fh:
+        fh.write(text)
+    return path
+
+
+def series_text(rows=700, cols=("a", "b", "c"), first=None):
+    head = ([first] if first else []) + list(cols)
+    lines = [",".join(head)]
+    for i in range(rows):
+        vals = [f"{math.sin(i / 10 + j) * (j + 1) + 0.001 * i:.5f}" for j in range(len(cols))]
+        lines.append(",".join(([f"t{i}"] if first else []) + vals))
+    return "\n".join(lines) + "\n"
+
+
+SPLIT = '{"train": [0, 400], "val": [400, 550], "test": [550, 700]}'
+
+
+class CLICase(unittest.TestCase):
+    """Fixtures in one folder: s.csv (700 rows x a, b, c), split.json, m.h5 (a small synthetic 3-channel model:
+    dim 16, 4 heads, one layer; lookback 96, horizon 24)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="patchtst-test-")
+        cls.csv = write(cls.path("s.csv"), series_text())
+        cls.split = write(cls.path("split.json"), SPLIT)
+        cls.model = cls.path("m.h5")
+        pt.save_model(cls.model, synth(seed=4, dim=16, hidden_dim=32, n_layers=1, n_heads=4, head_dim=4))
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    @classmethod
+    def path(cls, name):
+        return os.path.join(cls.dir, name)
+
+    def snapshot(self):
+        """Every file of the fixture folder and its bytes."""
+        out = {}
+        for name in sorted(os.listdir(self.dir)):
+            p = self.path(name)
+            out[name] = None
+            if os.path.isfile(p) and os.path.getsize(p) < 1 << 24:
+                with open(p, "rb") as fh:
+                    out[name] = fh.read()
+        return out
+
+    def fails(self, argv, code=1, *fragments, timeout=60, progress=False):
+        """argv fails with exactly one line `patchtst: error: ...` holding every fragment (after progress lines
+        of training with progress), exit code code, and leaves the fixture folder as it was (no output, no
+        temporary file, no input changed)."""
+        before = self.snapshot()
+        rc, out, err = runner().run(argv, self.dir, timeout)
+        self.assertIsNotNone(rc, f"{argv}: still running after {timeout} s")
+        lines = err.splitlines()
+        if progress:
+            self.assertTrue(all(line.startswith("train: ") for line in lines[:-1]), err)
+            lines = lines[-1:]
+        self.assertEqual(len(lines), 1, f"{argv}: stderr {err!r}")
+        self.assertTrue(lines[0].startswith("patchtst: error: "), lines[0])
+        self.assertEqual(rc, code, f"{argv}: {lines[0]}")
+        for f in fragments:
+            self.assertIn(f, lines[0], argv)
+        self.assertEqual(self.snapshot(), before, f"{argv} changed the folder")
+        return lines[0]
+
+    def succeeds(self, argv):
+        rc, out, err = runner().run(argv, self.dir)
+        self.assertEqual(rc, 0, f"{argv}: {err}")
+        return out, err
+
+    def ev(self, *extra, series=None, split=None):
+        return ["eval", "--model", self.model, "--series", series or self.csv, "--split", split or self.split,
+                "--window", "0"] + list(extra)
+
+
+def tiny_train(series, split, out, *extra):
+    """A small, fast training run (a 2-layer, dim 8 model, 64 samples)."""
+    return ["train", "--series", series, "--split", split, "--out", out, "--dim", "8", "--hidden-dim", "16",
+            "--n-layers", "1", "--n-heads", "2", "--epochs", "1", "--max-samples", "64", "--batch-size", "32",
+            "--eval-stride", "24"] + list(extra)
+
+
+class TestTracebacks(CLICase):
+    """Kind 1: what gave a Python traceback gives one error line."""
+
+    def test_series_faults(self):
+        cases = [("missing.csv", None, "no such file"),
+                 ("empty.csv", "", "empty series file"),
+                 ("header.csv", "a,b,c\n", "no data rows after the header"),
+                 ("gap.csv", "a,b,c\n1,2,3\n1,,3\n", "line 3, column 'b': missing value"),
+                 ("ragged.csv", "a,b,c\n1,2,3\n1,2\n", "line 3 has 2 fields, the header has 3")]
+        for name, text, frag in cases:
+            with self.subTest(name):
+                p = self.path(name)
+                if text is not None:
+                    write(p, text)
+                self.fails(self.ev(series=p), 1, p, frag)
+                if text is not None:
+                    os.unlink(p)
+        self.fails(self.ev(series=self.dir), 1, "is a directory")
+
+    def test_split_faults(self):
+        for name, text, frag in [("nojson.json", "train: [0, 400]", "not valid JSON"),
+                                 ("nokey.json", '{"train": [0, 400], "val": [400, 550]}', '"test" is missing')]:
+            with self.subTest(name):
+                p = write(self.path(name), text)
+                self.fails(self.ev(split=p), 1, p, frag)
+                os.unlink(p)
+
+    def test_model_faults(self):
+        import h5py
+        lm = self.path("lm.h5")
+        with h5py.File(lm, "w") as f:  # a language model: format_version 3 without family
+            for k, v in (("format_version", 3), ("dim", 64), ("n_layers", 2), ("vocab_size", 512)):
+                f.attrs[k] = np.int32(v)
+        self.fails(["eval", "--model", lm, "--series", self.csv], 1, lm, "not a patchtst time-series model",
+                   "family missing")
+        with h5py.File(lm, "w") as f:
+            f.attrs["format_version"] = np.int32(2)
+        self.fails(["eval", "--model", lm, "--series", self.csv], 1, "format_version 2")
+        os.unlink(lm)
+        cut = self.path("cut.h5")
+        with open(self.model, "rb") as src, open(cut, "wb") as dst:
+            dst.write(src.read(os.path.getsize(self.model) // 2))
+        self.fails(["eval", "--model", cut, "--series", self.csv], 1, cut, "truncated or corrupt")
+        os.unlink(cut)
+
+    def test_option_faults(self):
+        for extra, frag in [(["--devices", "0"], "argument --devices: 0 must be >= 1"),
+                            (["--devices", "3"], "--devices 3: the devices must divide n_heads 4"),
+                            (["--threads", "0"], "argument --threads: 0 is outside [1, 1024]")]:
+            with self.subTest(extra):
+                self.fails(self.ev(*extra), 2, frag)
+        train = tiny_train(self.csv, self.split, self.path("t.h5"))
+        for extra, frag in [(["--devices", "0"], "0 must be >= 1"), (["--devices", "3"], "must divide n_heads 2"),
+                            (["--batch-size", "0"], "argument --batch-size"), (["--threads", "0"], "--threads")]:
+            with self.subTest(extra):
+                self.fails(train + extra, 2, "patchtst: error: train: ", frag)
+        self.fails(["eval", "--model"], 2, "expected one argument")
+
+
+class TestNoHang(CLICase):
+    """Kind 2: only regular files are read, and only so much of them."""
+
+    def test_devices_and_fifos(self):
+        self.fails(self.ev(series="/dev/zero"), 1, "/dev/zero", "not a regular file", timeout=30)
+        self.fails(self.ev(split="/dev/zero"), 1, "/dev/zero", "not a regular file", timeout=30)
+        fifo = self.path("fifo.csv")
+        os.mkfifo(fifo)
+        try:
+            self.fails(self.ev(series=fifo), 1, "not a regular file", timeout=30)
+        finally:
+            os.unlink(fifo)
+
+    def test_sizes(self):
+        big = self.path("big.csv")
+        with open(big, "wb") as fh:  # sparse: 1 GiB + 1 byte, no disk space
+            fh.truncate((1 << 30) + 1)
+        self.fails(self.ev(series=big), 1, "larger than 1 GiB", timeout=30)
+        os.unlink(big)
+        long = write(self.path("long.csv"), "a,b,c\n" + "1" * (1 << 20) + "1,2,3\n")
+        self.fails(self.ev(series=long), 1, "line 2 is longer than 1 MiB", timeout=30)
+        os.unlink(long)
+
+    def test_real_process(self):
+        """The script itself (not forked from a loaded interpreter): no hang, one line."""
+        r = subprocess.run([sys.executable, SCRIPT] + self.ev(series="/dev/zero"), capture_output=True, text=True,
+                           timeout=120)
+        self.assertEqual(r.returncode, 1)
+        self.assertEqual(r.stderr.splitlines(), ["patchtst: error: /dev/zero: the series file is not a regular "
+                                                 "file (a FIFO, socket or device)"])
+
+
+class TestOutputs(CLICase):
+    """Kind 3: outputs never overwrite an input, are checked before any work, and appear only on success."""
+
+    def test_inputs_refused(self):
+        link = self.path("link.csv")
+        os.symlink(self.csv, link)
+        train = tiny_train(self.csv, self.split, self.path("t.h5"))
+        cases = [(tiny_train(self.csv, self.split, self.csv), "same file as the input"),
+                 (tiny_train(self.csv, self.split, link), "same file as the input"),
+                 (train + ["--json", self.split], "same file as the input"),
+                 (train + ["--json", self.path("t.h5")], "same file as the model file"),
+                 (self.ev("--out", self.model), "same file as the input"),
+                 (self.ev("--json", self.csv), "same file as the input"),
+                 (self.ev("--out", link), "same file as the input"),
+                 (self.ev("--out", self.dir), "is a directory"),
+                 (self.ev("--json", self.dir + "/"), "names a directory"),
+                 (self.ev("--out", self.path("no/f.csv")), "directory " + self.path("no") + " does not exist"),
+                 (self.ev("--out", self.path("f.csv"), "--json", self.path("no/r.json")), "does not exist"),
+                 (["synth", "--out", self.path("no/m.h5")], "does not exist"),
+                 (["series", "--out", self.path("x.csv"), "--split", self.path("x.csv")], "same file as")]
+        try:
+            for argv, frag in cases:
+                with self.subTest(argv):
+                    self.fails(argv, 1, frag)
+        finally:
+            os.unlink(link)
+
+    def test_failure_leaves_nothing(self):
+        keep = write(self.path("keep.csv"), "an older file\n")
+        two = write(self.path("two.csv"), "a,b\n" + "1,2\n" * 700)  # 2 channels; the model has 3
+        self.fails(self.ev("--out", keep, "--json", self.path("r.json"), series=two), 1, "2 channel(s)")
+        self.fails(tiny_train(self.csv, self.split, self.path("t.h5"), "--json", self.path("r.json"), "--lr", "1e30",
+                              "--clip", "0"), 1, "not finite", "nothing written", progress=True)
+        os.unlink(two)
+        os.unlink(keep)
+
+    def test_success_replaces(self):
+        out, js = self.path("f.csv"), self.path("r.json")
+        write(out, "old\n")
+        self.succeeds(self.ev("--out", out, "--json", js))
+        with open(out) as fh:
+            self.assertEqual(fh.readline(), "window,row,step,a,b,c\n")
+        with open(js) as fh:
+            self.assertEqual(json.load(fh)["windows"], 1)
+        self.assertEqual(sorted(n for n in os.listdir(self.dir) if n.startswith(".")), [])
+        os.unlink(out)
+        os.unlink(js)
+
+
+class TestSeriesRules(unittest.TestCase):
+    """Kind 4: the engine's CSV and split rules (src/model/series.c, src/cli/cmd_forecast.c), in process."""
+
+    def setUp(self):
+        self.d = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.d.cleanup()
+
+    def csv(self, text, name="s.csv"):
+        return write(os.path.join(self.d.name, name), text, "wb" if isinstance(text, bytes) else "w")
+
+    def bad(self, text, *fragments):
+        p = self.csv(text)
+        with self.assertRaises(pt.Error) as cm:
+            pt.read_series(p)
+        for f in (p,) + fragments:
+            self.assertIn(f, str(cm.exception))
+        return str(cm.exception)
+
+    def test_values(self):
+        for v in ("nan", "NaN", "inf", "-Infinity", "NA", "1_0", "1e", "0x", "1 2", "--1", "1e400", "1e-320"):
+            with self.subTest(v):
+                self.bad(f"a,b\n1,2\n3,{v}\n", "line 3, column 'b'", "is not a finite number")
+        self.bad("a,b\n1,2\n3,\n", "line 3, column 'b': missing value")
+        self.bad('a,b\n1,2\n3," "\n', "line 3, column 'b': missing value")
+        self.bad("x,y\n1,2\n1e39,0\n", "line 3, column 'x'", "overflows float32")
+        self.bad("x,y\n1,2\n-3.5e38,0\n", "line 3, column 'x'", "overflows float32")
+        v, names = pt.read_series(self.csv('a,b\n 1.5 ,"2"\r\n0x1p3,-.5e1\n+3.,1e-300\n3.4e38,0\n\n \n'))
+        self.assertEqual(names, ["a", "b"])
+        self.assertEqual(v.tolist(), [[1.5, 2.0], [8.0, -5.0], [3.0, 1e-300], [3.4e38, 0.0]])
+
+    def test_columns(self):
+        v, names = pt.read_series(self.csv("Timestamp,a\n2020-01-01,1\nyesterday,2\n"))
+        self.assertEqual((names, v.tolist()), (["a"], [[1.0], [2.0]]))
+        v, names = pt.read_series(self.csv("date\n1\n2\n"))  # a lone column is a channel
+        self.assertEqual(names, ["date"])
+        self.bad("a,date\n1,2020-01-01\n", "line 2, column 'date'")  # only a FIRST time column is left out
+        self.bad("station,a\nX,1\n", "line 2, column 'station'")  # no column is dropped for its values
+        self.bad("a,b\n1,2,3\n", "line 2 has 3 fields, the header has 2")
+        self.bad("a,b\n1,2\n\n3,4\n", "line 3 is blank but data rows follow (line 4)")
+        self.bad(",".join(f"c{j}" for j in range(4097)) + "\n", "more than 4096 columns")
+        v, names = pt.read_series(self.csv(",".join(f"c{j}" for j in range(4096)) + "\n" + ",".join(["1"] * 4096)))
+        self.assertEqual(v.shape, (1, 4096))
+        self.bad("\na\n1\n", "line 1: the header row is blank")
+        self.bad(b"a\n1\x002\n", "line 2 holds a NUL byte")
+
+    def test_strtod(self):
+        self.assertEqual(pt.strtod(b"0x1p-1074"), 5e-324)  # exact: no ERANGE
+        self.assertIsNone(pt.strtod(b"4.9406564584124654e-324"))  # inexact below the normal range: ERANGE
+        self.assertIsNone(pt.strtod(b"0x1.fffffffffffffp-1023"))  # tiny before rounding up to the smallest normal
+        self.assertEqual(pt.strtod(b"2.2250738585072014e-308"), 2.2250738585072014e-308)
+        self.assertEqual(pt.strtod(b"\v-0"), 0.0)
+        for t in (b"inf", b"nan(1)", b"1.8e308", b"0x1p1024", b"1_0", b"", b" "):
+            self.assertIsNone(pt.strtod(t), t)
+
+    def split_bad(self, text, *fragments, T=700, need_val=True):
+        p = self.csv(text, "split.json")
+        with self.assertRaises(pt.Error) as cm:
+            pt.read_split(p, T, need_val)
+        for f in (p,) + fragments:
+            self.assertIn(f, str(cm.exception))
+
+    def test_split(self):
+        ok = self.csv('{"name": "x", "train": [0, 400], "val": [400.0, 550], "test": [550, 700]}', "ok.json")
+        self.assertEqual(pt.read_split(ok, 700), {"train": (0, 400), "val": (400, 550), "test": (550, 700)})
+        nv = self.csv('{"train": [0, 400], "test": [550, 700]}', "nv.json")
+        self.assertEqual(pt.read_split(nv, 700, need_val=False), {"train": (0, 400), "test": (550, 700)})
+        self.split_bad('{"train": [0, 400], "test": [550, 700]}', '"val" is missing')
+        self.split_bad('{"train": [0, 400], "valid": [400, 550], "test": [550, 700]}', '"val" is missing')
+        for v, frag in [('{"start": 0, "end": 400}', "must be [first row, end row]"),
+                        ("[true, 400]", "must be [first row, end row]"), ("[0.5, 400]", "must be [first row"),
+                        ("[0, 400, 500]", "must be [first row"), ('["0", 400]', "must be [first row"),
+                        ("[-1, 400]", "is not a row range"), ("[400, 400]", "is not a row range"),
+                        ("[0, 701]", "is not a row range inside the series' 700 data rows")]:
+            with self.subTest(v):
+                self.split_bad('{"train": %s, "val": [400, 550], "test": [550, 700]}' % v, '"train"', frag)
+        self.split_bad('{"train": [0, 400], "val": [400, 550], "test": [550, 700]} x', "not valid JSON")
+        self.split_bad('{"train": [0, NaN], "val": [400, 550], "test": [550, 700]}', "not valid JSON")
+        self.split_bad('{"train": [0, 400], "train": [0, 300], "val": [400, 550], "test": [550, 700]}', "twice")
+        self.split_bad("[[0, 400]]", "JSON object")
+        self.split_bad("[" * 100000, "not valid JSON")
+        self.split_bad("", "is empty")
+
+
+class TestGarbage(CLICase):
+    """Kind 4 through the CLI: bad values, short splits, option ranges, non-finite training."""
+
+    def test_values_and_windows(self):
+        p = write(self.path("inf.csv"), "a,b,c\n" + "1,2,3\n" * 5 + "1,inf,3\n")
+        self.fails(self.ev(series=p), 1, p, "line 7, column 'b'", "not a finite number")
+        os.unlink(p)
+        short = write(self.path("short.json"), '{"train": [0, 400], "val": [400, 550], "test": [550, 600]}')
+        self.fails(self.ev(split=short), 1, "the test rows [550, 600) (50 rows) hold no window of lookback 96 + "
+                                            "horizon 24 = 120 rows")
+        os.unlink(short)
+        small = write(self.path("small.csv"), series_text(rows=200))
+        self.fails(["eval", "--model", self.model, "--series", small], 1, "default 70/10/20 split",
+                   "hold no window")
+        self.fails(tiny_train(small, self.split, self.path("t.h5")), 1, '"train" = [0, 400] is not a row range')
+        os.unlink(small)
+
+    def test_option_ranges(self):
+        train = tiny_train(self.csv, self.split, self.path("t.h5"))
+        for extra in (["--prune", "1"], ["--prune", "-0.1"], ["--prune", "0.5", "--stages", "0"],
+                      ["--dropout", "1"], ["--epochs", "0"], ["--stage-epochs", "0"], ["--max-samples", "-1"],
+                      ["--stride", "0"], ["--eval-stride", "0"], ["--lr", "0"], ["--lr", "nan"], ["--lr", "1_0"],
+                      ["--batch-size", "1.5"], ["--seed", "-1"], ["--clip", "inf"], ["--n-heads", "3"]):
+            with self.subTest(extra):
+                self.fails(train + extra, 2, "patchtst: error: train: ")
+        for extra in (["--loss", "1.5"], ["--loss", "-0.1"], ["--loss-seed", "-1"], ["--stride", "0"],
+                      ["--window", "-1"], ["--window", "99"], ["--threads", "2000"]):
+            with self.subTest(extra):
+                self.fails(self.ev(*extra), 2, "patchtst: error: eval: ")
+        out = self.path("x.h5")
+        for extra in (["--n-channels", "0"], ["--n-channels", "65537"], ["--seed", "-1"], ["--prune", "1"],
+                      ["--devices", "5"]):
+            with self.subTest(extra):
+                self.fails(["synth", "--out", out] + extra, 2, "patchtst: error: synth: ")
+        self.succeeds(["synth", "--out", out, "--n-channels", "65536", "--seed", str(2 ** 64 - 1)])
+        os.unlink(out)
+        self.succeeds(self.ev("--loss", "1", "--loss-seed", "0"))
+
+    def test_train_writes_on_success_only(self):
+        out, js = self.path("t.h5"), self.path("t.json")
+        self.succeeds(tiny_train(self.csv, self.split, out, "--json", js, "--devices", "2"))
+        m, _ = pt.load_model(out)
+        self.assertEqual(m.cfg.name, "patchtst-s")
+        with open(js) as fh:
+            self.assertTrue(math.isfinite(json.load(fh)["mse"]["test"]))
+        os.unlink(out)
+        os.unlink(js)
 
 
 if __name__ == "__main__":
