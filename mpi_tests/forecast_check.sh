@@ -98,7 +98,7 @@ versus() { # NAME D MODEL PYTORCH-EVAL-OPTIONS -- ENGINE-OPTIONS
     fi
 }
 if "$py" -c 'import torch, h5py' 2> /dev/null; then
-    cut -d, -f2- "$tmp/s.csv" > "$tmp/s3.csv" # the training script reads every column as a channel
+    cut -d, -f2- "$tmp/s.csv" > "$tmp/s3.csv" # a series without the time column: the row numbers of both sides are data rows
     for d in 1 2 4 8 16; do versus "D=$d" $d "$tmp/pt.h5" --; done
     # tp reduces partial sums in another order than one device: equal within the tolerance, not bit for bit
     for d in 2 4; do versus "tp D=$d" $d "$tmp/pt.h5" -- --planner tp; done
