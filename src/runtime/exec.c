@@ -34,9 +34,8 @@ static double op_embed(mi_runtime *rt, const mi_op *op, const fwd *f)
 {
     int W = rt->width[MI_BUF_X];
     if (rt->plan.cfg.family == MI_FAMILY_PATCHTST) {
-        float patches[(size_t)f->T * (size_t)rt->in_words];
-        memcpy(patches, rt->tokens, sizeof patches);
-        mi_patch_embed(&rt->model, patches, f->T, rt->buf[MI_BUF_X] + op->c0, W, op->c0, op->n);
+        memcpy(rt->patches, rt->tokens, (size_t)f->T * (size_t)rt->in_words * sizeof(float));
+        mi_patch_embed(&rt->model, rt->patches, f->T, rt->buf[MI_BUF_X] + op->c0, W, op->c0, op->n);
         return 0;
     }
     for (int t = 0; t < f->T; t++)

@@ -59,6 +59,8 @@ struct mi_runtime {
     int *tokens;               /* [max_T * in_words] the input of the current forward pass: its tokens,
                                   or (time-series family) its patches' floats, bit for bit */
     int in_words;              /* words of input per position: 1, or patch_len */
+    float *patches;            /* [max_T * patch_len] the time-series input decoded from tokens (heap: the
+                                  model file sets its size), NULL for a language model */
     int wire;                  /* the plan's wire dtype: the widest of its messages (buffers are sized by it) */
     unsigned char *wbuf;       /* encoded messages being sent or received */
     size_t wbuf_bytes;

@@ -61,6 +61,7 @@ void rt_setup_rest(mi_runtime *rt)
     rt->held_all = 1;
     rt->in_words = c->family == MI_FAMILY_PATCHTST ? c->patch_len : 1;
     rt->tokens = mi_calloc(T * (size_t)rt->in_words, sizeof(int), "tokens");
+    rt->patches = rt->in_words > 1 ? mi_calloc(T * (size_t)rt->in_words, sizeof(float), "patches") : NULL;
     rt->wire = rt->plan.wire;
     /* wbuf holds at most a reduction's three parts (sends, receives,
      * gathered sums), an allgather's message and those it receives, or T rows
@@ -90,6 +91,8 @@ void rt_teardown(mi_runtime *rt)
     }
     free(rt->held);
     free(rt->tokens);
+    free(rt->patches);
+    rt->patches = NULL;
     free(rt->wbuf);
     free(rt->wtmp);
     free(rt->zwire);
