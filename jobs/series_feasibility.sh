@@ -66,7 +66,7 @@ awk -F, 'NR > 1 && $7 == 1 { k = $1 "," $4 "," $3; if ($2 > best[k]) best[k] = $
             echo
         done
     done
-} > "$out/feasibility.md"
+} > "$tmp/feasibility.md"
 if command -v gnuplot > /dev/null; then
     for D in 1 4 16; do for r in 0 0.9; do
         awk -F, -v D="$D" -v r="$r" '$1 == D && $2 == r {print $3, $4}' "$tmp/best.csv" > "$tmp/d${D}_r$r.dat"
@@ -78,7 +78,7 @@ if command -v gnuplot > /dev/null; then
     done; done
     gnuplot <<EOF
 set terminal pngcairo size 900,560
-set output '$out/feasibility.png'
+set output '$tmp/feasibility.png'
 set title "Largest time-series model per nRF52840 (1 MiB flash, 256 KiB RAM), int8 weights"
 set xlabel "patches N (tokens)"
 set ylabel "feature size F"
@@ -88,4 +88,7 @@ set grid
 plot ${plots%, }
 EOF
 fi
+# written whole in the scratch folder, then moved: a failure leaves the last run's files
+mv "$tmp/feasibility.md" "$out/feasibility.md"
+[[ -f "$tmp/feasibility.png" ]] && mv "$tmp/feasibility.png" "$out/feasibility.png"
 echo "series_feasibility: wrote $out/feasibility.{csv,md,png}" >&2

@@ -146,10 +146,10 @@ done
     echo "D = $D devices, $seeds seeds, $epochs epochs + $stage_epochs per pruning stage (unpruned models: as many in all),"
     echo "$max_samples samples per epoch;"
     echo "test-window MSE of the engine's forecasts, standardised by the train rows; mean (min..max) over seeds."
-} > "$out/quality.md"
+} > "$tmp/quality.md"
 for ds in $datasets; do
     if [[ -f "$out/$ds/pruning.csv" ]]; then
-        node - "$out/$ds/pruning.csv" "$tmp/p" >> "$out/quality.md" <<'JS'
+        node - "$out/$ds/pruning.csv" "$tmp/p" >> "$tmp/quality.md" <<'JS'
 const fs = require("fs");
 const rows = fs.readFileSync(process.argv[2], "utf8").trim().split("\n").slice(1).map(l => l.split(","));
 const ds = rows[0][0];
@@ -176,7 +176,7 @@ process.stdout.write(o);
 JS
         gnuplot <<GP
 set terminal pngcairo size 700,450 font ",10"
-set output "$out/${ds}_pruning.png"
+set output "$tmp/${ds}_pruning.png"
 set title "$ds: forecast error against communication saved (D = $D)" noenhanced
 set xlabel "communication saved (%)"
 set ylabel "test MSE (standardised)"
@@ -187,7 +187,7 @@ plot "$tmp/p_aware.dat" using 1:2:3:4 with yerrorlines lw 2 title "somegather (c
 GP
     fi
     if [[ -f "$out/$ds/loss.csv" ]]; then
-        node - "$out/$ds/loss.csv" "$tmp/l" >> "$out/quality.md" <<'JS'
+        node - "$out/$ds/loss.csv" "$tmp/l" >> "$tmp/quality.md" <<'JS'
 const fs = require("fs");
 const rows = fs.readFileSync(process.argv[2], "utf8").trim().split("\n").slice(1).map(l => l.split(","));
 const ds = rows[0][0];
@@ -210,7 +210,7 @@ JS
         p=$(awk -F, 'NR > 1 && $3 != 0 {print $3; exit}' "$out/$ds/loss.csv")
         gnuplot <<GP
 set terminal pngcairo size 1200,400 font ",10"
-set output "$out/${ds}_loss.png"
+set output "$tmp/${ds}_loss.png"
 set multiplot layout 1,3 title "$ds: forecast error against message loss (D = $D; mean, min..max over seeds)" noenhanced
 set grid
 set xlabel "message loss (%)"
@@ -225,5 +225,8 @@ unset multiplot
 GP
     fi
 done
+# written whole in the scratch folder, then moved
+mv "$tmp/quality.md" "$out/quality.md"
+for f in "$tmp"/*_pruning.png "$tmp"/*_loss.png; do [[ -f $f ]] && mv "$f" "$out/"; done
 say "wrote $out/quality.md and the figures in $out ($(($(date +%s) - t_start)) s)"
 cat "$out/quality.md"

@@ -89,7 +89,7 @@ for D in $devices; do
     one "$D" 0.9
 done
 mv "$csv" "$out/latency.csv"
-node - "$out/latency.csv" > "$out/latency.md" <<'JS'
+node - "$out/latency.csv" > "$tmp/latency.md" <<'JS'
 const rows = require("fs").readFileSync(process.argv[2], "utf8").trim().split("\n").slice(1).map(l => l.split(","));
 const one = rows.find(r => r[1] === "1");
 let o = `| D | r | ms per forecast | speed-up vs one device | communication share of rank time |\n|---|---|---|---|---|\n`;
@@ -101,7 +101,7 @@ awk -F, 'NR > 1 && $3 == 0 {print $2, $4, 100 * $8}' "$out/latency.csv" > "$tmp/
 awk -F, 'NR > 1 && ($3 == 0.9 || $2 == 1) {print $2, $4, 100 * $8}' "$out/latency.csv" > "$tmp/r9.dat"
 gnuplot <<GP
 set terminal pngcairo size 1000,420 font ",10"
-set output "$out/latency.png"
+set output "$tmp/latency.png"
 set multiplot layout 1,2 title "time-series model on the emulated testbed: compute ${slowdown}x slower, ${cpu}% of a core, ${rate} Mbit/s shared, ${delay} ms, ${wire} messages"
 set grid
 set xlabel "devices D"
@@ -115,5 +115,7 @@ set yrange [0:100]
 plot "$tmp/r0.dat" using 1:3 with linespoints lw 2 title "r = 0", "$tmp/r9.dat" using 1:3 with linespoints lw 2 title "r = 0.9"
 unset multiplot
 GP
+mv "$tmp/latency.md" "$out/latency.md" # written whole, then moved
+mv "$tmp/latency.png" "$out/latency.png"
 say "wrote $out/latency.{csv,md,png}"
 cat "$out/latency.md"
