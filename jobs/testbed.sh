@@ -156,7 +156,10 @@ mkdir -p "$statedir"
 for f in "$statedir"/*.state; do
     [[ -f "$f" ]] || continue
     pid=${f##*/}; pid=${pid%.state}
-    { tr '\0' ' ' < "/proc/$pid/cmdline"; } 2>/dev/null | grep -q testbed.sh && continue
+    # (read whole, not piped into grep -q: under pipefail its early exit can
+    # fail the pipeline, and a live testbed's rules would be taken for debris)
+    cmd=$( { tr '\0' ' ' < "/proc/$pid/cmdline"; } 2>/dev/null || true)
+    [[ $cmd == *testbed.sh* ]] && continue
     (set +eu; . "$f"; remove_testbed "$s_tag" "$s_queue" "$s_port" "$s_ranks" "$s_autocork" "$s_reserved" "$s_netem" "$s_mpi")
     rm -f "$f"
     echo "testbed: removed what testbed $pid left behind (it was killed before it could clean up)" >&2

@@ -20,6 +20,12 @@
  *     "calibration": {"n_ranks": 3, "tool": "...", "date": "..."}  optional
  *   }
  *
+ * A device may also give "emulate": {"cpu_pct": 40, "slowdown": 1, "delay_ms": 5,
+ * "jitter_ms": 1, "loss_pct": 0, "rate_mbit": 50}, what the hosts testbed
+ * (jobs/hosts.sh) makes of it on one machine: its CPU quota (% of one core),
+ * a slowdown of every compute op, and its link's one-way delay, jitter, loss
+ * and bandwidth (0: unlimited); every key optional. Checked, never planned with.
+ *
  * A device may also give "power": {"idle_w": 3.8, "active_w": 4.9,
  * "freq": [1, 0.8, 0.6]} (watts idle and computing at the top frequency;
  * the DVFS levels as fractions of the top frequency, descending from 1;
@@ -228,9 +234,42 @@ static int parse_power(const cJSON *p, mi_device *dev, const char *prefix, const
     return 0;
 }
 
+/* A device's "emulate" block is read by the hosts testbed (jobs/hosts.sh), not
+ * by the planners: they see the device through "speed", "compute" and the
+ * links. It is checked here all the same, so that a file the planners accept
+ * is never one the testbed then refuses, and a typo is never silently the
+ * testbed's default. */
+static int check_emulate(const cJSON *e, const char *prefix, const char *where, char *err)
+{
+    static const char *const keys[] = {"cpu_pct", "slowdown", "delay_ms", "jitter_ms", "loss_pct", "rate_mbit", NULL};
+    char w[48];
+    snprintf(w, sizeof w, "%s.emulate", where);
+    if (!cJSON_IsObject(e))
+        return mi_set_error(err, "%s: %s must be an object like {\"cpu_pct\": 40, \"delay_ms\": 5, \"rate_mbit\": 50}",
+                            prefix, w);
+    if (mi_json_check_keys(e, keys, prefix, w, err))
+        return -1;
+    double cpu = 100, slow = 1, delay = 0, jitter = 0, loss = 0, rate = 0;
+    if (get_number(e, "cpu_pct", 0, &cpu, prefix, w, err) || get_number(e, "slowdown", 0, &slow, prefix, w, err) ||
+        get_number(e, "delay_ms", 1, &delay, prefix, w, err) || get_number(e, "jitter_ms", 1, &jitter, prefix, w, err) ||
+        get_number(e, "loss_pct", 1, &loss, prefix, w, err) || get_number(e, "rate_mbit", 1, &rate, prefix, w, err))
+        return -1;
+    if (cpu < 1 || cpu > 100)
+        return mi_set_error(err, "%s: %s.cpu_pct must be in [1, 100] (%% of one core; got %g)", prefix, w, cpu);
+    if (slow < 1 || slow > 1000)
+        return mi_set_error(err, "%s: %s.slowdown must be in [1, 1000] (got %g)", prefix, w, slow);
+    if (delay > 10000 || jitter > delay)
+        return mi_set_error(err, "%s: %s: delay_ms must be at most 10000 and jitter_ms at most delay_ms (got %g, %g)",
+                            prefix, w, delay, jitter);
+    if (loss >= 100)
+        return mi_set_error(err, "%s: %s.loss_pct must be below 100 (got %g)", prefix, w, loss);
+    return 0;
+}
+
 static int parse_device(const cJSON *d, int i, mi_device *dev, const char *prefix, char *err)
 {
-    static const char *const keys[] = {"name", "mem_mb", "speed", "host", "compute", "hwloc", "power", NULL};
+    static const char *const keys[] = {"name", "mem_mb", "speed", "host", "compute", "hwloc", "power", "emulate",
+                                       NULL};
     char where[32];
     snprintf(where, sizeof where, "devices[%d]", i);
     if (!cJSON_IsObject(d))
@@ -279,6 +318,9 @@ static int parse_device(const cJSON *d, int i, mi_device *dev, const char *prefi
     const cJSON *hw = cJSON_GetObjectItemCaseSensitive(d, "hwloc");
     if (hw && !cJSON_IsObject(hw))
         return mi_set_error(err, "%s: %s.hwloc must be an object (the device's description)", prefix, where);
+    const cJSON *em = cJSON_GetObjectItemCaseSensitive(d, "emulate");
+    if (em && check_emulate(em, prefix, where, err))
+        return -1;
     const cJSON *cp = cJSON_GetObjectItemCaseSensitive(d, "compute");
     if (cp)
         return parse_compute(cp, dev, prefix, where, err);

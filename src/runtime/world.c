@@ -36,6 +36,53 @@ int mi_world_launched(void)
            getenv("SLURM_STEP_ID");
 }
 
+/* Every pair of ranks exchanges one int before any work, with errors
+ * returned: a job whose hosts no transport connects (btl_tcp_if_include
+ * naming an interface some host lacks, or no tcp in --mca btl across hosts)
+ * otherwise dies at its first message deep in a collective, under Open MPI's
+ * own banner only, which names neither the MCA parameter nor the fix. A rank
+ * that cannot reach its peers says so in one line and aborts the job, so no
+ * rank waits for it. */
+static void world_probe(void)
+{
+    int size = 1, rank = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size < 2)
+        return;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    /* on the world itself: duplicating it would already communicate */
+    MPI_Comm c = MPI_COMM_WORLD;
+    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+    int *out = malloc((size_t)size * sizeof *out), *in = malloc((size_t)size * sizeof *in);
+    if (!out || !in) {
+        fprintf(stderr, "meshinfer: error: out of memory for %d ranks\n", size);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    for (int i = 0; i < size; i++)
+        out[i] = rank;
+    int rc = MPI_Alltoall(out, 1, MPI_INT, in, 1, MPI_INT, c);
+    for (int i = 0; rc == MPI_SUCCESS && i < size; i++)
+        if (in[i] != i)
+            rc = MPI_ERR_OTHER;
+    if (rc != MPI_SUCCESS) {
+        char host[MPI_MAX_PROCESSOR_NAME] = "?", why[MPI_MAX_ERROR_STRING] = "";
+        int n = 0;
+        MPI_Get_processor_name(host, &n);
+        MPI_Error_string(rc, why, &n);
+        fprintf(stderr,
+                "meshinfer: error: rank %d (host %s) cannot exchange messages with every other rank (%s): no MPI "
+                "transport connects their hosts; across hosts use --mca btl self,tcp (with --mca osc pt2pt) and a "
+                "btl_tcp_if_include that matches an address on every host (an interface name they all have, or "
+                "their common subnet)\n",
+                rank, host, why);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    free(out);
+    free(in);
+    MPI_Comm_set_errhandler(c, MPI_ERRORS_ARE_FATAL);
+}
+
 void mi_world_init(int *argc, char ***argv)
 {
     const char *force = getenv("MESHINFER_MPI");
@@ -44,8 +91,10 @@ void mi_world_init(int *argc, char ***argv)
         launched = atoi(force) != 0;
     if (launched && !mpi_running())
         MPI_Init(argc, argv);
-    if (mpi_running())
+    if (mpi_running()) {
         mi_set_fatal_hook(fatal_stop_world);
+        world_probe();
+    }
 }
 
 int mi_world_rank(void)

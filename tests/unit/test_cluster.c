@@ -199,6 +199,21 @@ static void test_cluster_field_errors(void)
     expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"power\": {\"watts\": 3}}]}", "unknown key 'watts'",
                          "power");
 
+    /* a device's emulation on the hosts testbed (jobs/hosts.sh): checked, not planned with */
+    expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"emulate\": 5}]}", "devices[0].emulate", "object");
+    expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"emulate\": {\"delay\": 5}}]}", "unknown key 'delay'",
+                         "devices[0].emulate");
+    expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"emulate\": {\"cpu_pct\": 150}}]}",
+                         "devices[0].emulate.cpu_pct", "[1, 100]");
+    expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"emulate\": {\"slowdown\": 0.5}}]}",
+                         "devices[0].emulate.slowdown", "[1, 1000]");
+    expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"emulate\": {\"delay_ms\": 2, \"jitter_ms\": 3}}]}",
+                         "devices[0].emulate", "jitter_ms at most delay_ms");
+    expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"emulate\": {\"loss_pct\": 100}}]}",
+                         "devices[0].emulate.loss_pct", "below 100");
+    expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"emulate\": {\"rate_mbit\": -1}}]}",
+                         "devices[0].emulate.rate_mbit", "non-negative");
+
     /* unknown keys at every level */
     expect_cluster_error("{\"foo\": 1, \"devices\": [{\"mem_mb\": 1}]}", "unknown key 'foo'", "top level");
     expect_cluster_error("{\"devices\": [{\"mem_mb\": 1}, {\"mem_MB\": 1}]}", "unknown key 'mem_MB'",
@@ -316,12 +331,13 @@ static void test_cluster_rtt(void)
 
 static void test_hostfiles(void)
 {
-    static const char *names[] = {"cluster-localhost.json", "cluster-5pi.json", "cluster-hetero.json"};
+    static const char *names[] = {"cluster-localhost.json", "cluster-5pi.json", "cluster-hetero.json",
+                                  "hosts-5pi.json", "hosts-hetero.json"};
     if (!g_hostfiles) {
         CU_FAIL("no hostfiles directory given on the command line");
         return;
     }
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 5; i++) {
         char path[4200], err[MI_ERRLEN] = "";
         snprintf(path, sizeof path, "%s/%s", g_hostfiles, names[i]);
         mi_cluster cl;
@@ -343,7 +359,7 @@ static void test_hostfiles(void)
             CHECK_NEAR(cl.latency_s, 20e-6);
             CHECK_NEAR(cl.bandwidth, 5e9);
             CHECK_NEAR(cl.mem_bw, 20e9);
-        } else if (i == 1) {
+        } else if (i == 1 || i == 3) { /* hosts-5pi.json: the same devices, emulated */
             CU_ASSERT_STRING_EQUAL(cl.dev[0].name, "pi-ctl");
             CU_ASSERT_STRING_EQUAL(cl.dev[4].name, "pi-w4");
             CHECK_NEAR(cl.dev[3].mem_bytes, 3500e6);
@@ -358,6 +374,8 @@ static void test_hostfiles(void)
                 smax = fmax(smax, cl.dev[d].speed);
             }
             CU_ASSERT(smax > smin); /* heterogeneous */
+            if (i == 4) /* the far host's link, from the links matrix */
+                CHECK_NEAR(cl.rtt_s[0 * cl.n_devices + 4], 2 * 6.5e-3);
         }
         mi_cluster_free(&cl);
     }
