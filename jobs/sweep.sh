@@ -27,23 +27,32 @@
 #   --cpu-pct P         CPU quota per rank, % of one core (default 40)
 #   --wire-dtype T      activation messages in fp32 (default), fp16 or q8_0 (use a --name per dtype)
 #   --name NAME         output name under results/ (default sweep)
+#   --hosts FILE        run every configuration on the hosts testbed (jobs/hosts.sh) made from
+#                       this cluster file: each rank its own host, with the CPU quota, slowdown
+#                       and link of its device's "emulate" block (--delays, --losses and
+#                       --cpu-pct then come from the file and may not be given); each run's
+#                       per-host CPU seconds and link bytes join the table, and NAME_hosts.png
+#                       plots TPOT, link MB and CPU time per host for every configuration
+#   --cluster FILE      give meshinfer this cluster file (budgets, speeds, links) for planning
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 model="$root/models/cache/stories15M.h5" tokens=242 ranks="5" delays="5" losses="0" cpu=40 name=sweep
 prompt="Once upon a time, there was a little girl named Lily"
-planners="layerwise roundrobin random greedy" tols="0.05" spec_off=1 wire=fp32
+planners="layerwise roundrobin random greedy" tols="0.05" spec_off=1 wire=fp32 hosts="" mcluster="" testbed_opts=0
 while (($#)); do
     case "$1" in
         --model) model=$2; shift 2 ;;
         --prompt) prompt=$2; shift 2 ;;
         --tokens) tokens=$2; shift 2 ;;
         --ranks) ranks=$2; shift 2 ;;
-        --delays) delays=$2; shift 2 ;;
-        --losses) losses=$2; shift 2 ;;
+        --delays) delays=$2; testbed_opts=1; shift 2 ;;
+        --losses) losses=$2; testbed_opts=1; shift 2 ;;
         --planners) planners=$2; shift 2 ;;
         --tolerances) tols=$2; shift 2 ;;
         --no-spec-off) spec_off=0; shift ;;
-        --cpu-pct) cpu=$2; shift 2 ;;
+        --cpu-pct) cpu=$2; testbed_opts=1; shift 2 ;;
+        --hosts) hosts=$2; shift 2 ;;
+        --cluster) mcluster=$2; shift 2 ;;
         --wire-dtype) wire=$2; shift 2 ;;
         --name) name=$2; shift 2 ;;
         -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
@@ -60,27 +69,41 @@ for v in $ranks; do [[ $v =~ ^[1-9][0-9]*$ ]] || fail "--ranks: '$v' is not a po
 for v in $delays $losses; do [[ $v =~ ^[0-9]+([.][0-9]+)?$ ]] || fail "--delays/--losses: '$v' is not a number"; done
 for v in $tols; do [[ $v =~ ^[0-9]+([.][0-9]+)?([eE][+-]?[0-9]+)?$ ]] || fail "--tolerances: '$v' is not a number"; done
 for v in $planners; do
-    [[ $v =~ ^(layerwise|roundrobin|random|greedy|tp)$ ]] || fail "--planners: unknown planner '$v' (layerwise roundrobin random greedy tp)"
+    [[ $v =~ ^(layerwise|roundrobin|random|greedy|tp|somegather|hybrid)$ ]] ||
+        fail "--planners: unknown planner '$v' (layerwise roundrobin random greedy tp somegather hybrid)"
 done
+if [[ -n $hosts ]]; then
+    [[ -r $hosts ]] || fail "--hosts: cluster file '$hosts' not found"
+    ((!testbed_opts)) || fail "--delays, --losses and --cpu-pct come from the cluster file's emulate blocks with --hosts"
+    delays=hosts losses=hosts
+fi
+[[ -z $mcluster || -r $mcluster ]] || fail "--cluster: cluster file '$mcluster' not found"
 [[ -n $ranks && -n $delays && -n $losses && -n $planners && -n $tols ]] || fail "an empty list of values"
 out="$root/results"; runs="$out/$name/runs"; mkdir -p "$runs"
 failed=0
 for n in $ranks; do for d in $delays; do for l in $losses; do for p in $planners; do for spec in 0 1; do
-    # nothing to overlap in a pipeline of whole layers; tp has no speculation
-    [[ ($p == layerwise || $p == tp) && $spec == 1 ]] && continue
-    [[ $p != layerwise && $spec == 0 && $spec_off == 0 ]] && continue
+    # nothing to overlap in a pipeline of whole layers; tp, somegather and hybrid have no speculation
+    [[ ($p == layerwise || $p == tp || $p == somegather || $p == hybrid) && $spec == 1 ]] && continue
+    [[ $p =~ ^(roundrobin|random|greedy)$ && $spec == 0 && $spec_off == 0 ]] && continue
     for t in $tols; do
         [[ $spec == 0 && $t != "${tols%% *}" ]] && continue
         f="$runs/${p}_spec${spec}_tol${t}_r${n}_d${d}_l${l}.json"
         [[ -s $f ]] && { echo "sweep: have $(basename "$f")" >&2; continue; }
-        extra=""; [[ $spec == 1 ]] && extra="--speculate --tolerance $t"
-        echo "sweep: $(date +%T) $p spec=$spec tol=$t ranks=$n delay=${d}ms loss=${l}%" >&2
-        if "$root/jobs/testbed.sh" --ranks "$n" --cpu-pct "$cpu" --delay-ms "$d" --jitter-ms "$(awk "BEGIN{print $d/5}")" \
-              --loss-pct "$l" -- generate -m "$model" -p "$prompt" -n "$tokens" --ignore-eos --planner "$p" --wire-dtype "$wire" $extra --json \
-              > "$f.partial" 2> "$f.log"; then
+        extra=(); [[ $spec == 1 ]] && extra=(--speculate --tolerance "$t")
+        [[ -n $mcluster ]] && extra+=(--cluster "$mcluster")
+        gen=(generate -m "$model" -p "$prompt" -n "$tokens" --ignore-eos --planner "$p" --wire-dtype "$wire" "${extra[@]}" --json)
+        if [[ -n $hosts ]]; then
+            echo "sweep: $(date +%T) $p spec=$spec tol=$t ranks=$n on the hosts of $hosts" >&2
+            bed=("$root/jobs/hosts.sh" --cluster "$hosts" --ranks "$n" --stats "${f%.json}.hosts.json.partial")
+        else
+            echo "sweep: $(date +%T) $p spec=$spec tol=$t ranks=$n delay=${d}ms loss=${l}%" >&2
+            bed=("$root/jobs/testbed.sh" --ranks "$n" --cpu-pct "$cpu" --delay-ms "$d" --jitter-ms "$(awk "BEGIN{print $d/5}")" --loss-pct "$l")
+        fi
+        if "${bed[@]}" -- "${gen[@]}" > "$f.partial" 2> "$f.log"; then
+            [[ -z $hosts ]] || mv "${f%.json}.hosts.json.partial" "${f%.json}.hosts.json"
             mv "$f.partial" "$f"; rm -f "$f.log"
         else
-            echo "sweep: run failed, see $f.log" >&2; rm -f "$f.partial"; failed=$((failed + 1))
+            echo "sweep: run failed, see $f.log" >&2; rm -f "$f.partial" "${f%.json}.hosts.json.partial"; failed=$((failed + 1))
         fi
     done
 done; done; done; done; done

@@ -11,7 +11,11 @@ csv="$p.csv"
 command -v gnuplot >/dev/null || { echo "sweep_plots: gnuplot not installed (jobs/build.sh installs it); CSV only" >&2; exit 0; }
 label="$(sed -n 2p "$csv" | cut -d, -f1)"
 [[ "$(sed -n 2p "$csv" | cut -d, -f2)" == "true" ]] && label="$label, synthetic weights"
-[[ "$(sed -n 2p "$csv" | cut -d, -f7)" == "net" ]] && where="real links" || where="emulated devices"
+case "$(sed -n 2p "$csv" | cut -d, -f7)" in
+    net) where="real links" ;;
+    hosts) where="hosts testbed" ;;
+    *) where="emulated devices" ;;
+esac
 positions="$(cut -d, -f12 "$csv" | tail -n +2 | sort -u | paste -sd/)"
 xtic='sprintf("%s%s r%d d%s l%s", strcol(3), strcol(4) eq "1" ? "+spec".strcol(5) : "", column(6), strcol(7), strcol(8))'
 made=()
@@ -73,6 +77,25 @@ set output "${p}_acceptance.png"
 set title "Acceptance per layer transition ($label)"; set xlabel "from layer"; set ylabel "acceptance"
 set yrange [-0.02:1.02]; set grid; set key outside right
 plot for [i=0:$((nacc - 1))] "${p}_acceptance.dat" index i using 1:2 with linespoints title columnheader(1)
+GP
+fi
+# the hosts testbed: TPOT, each host's link bytes and CPU time, per configuration
+if [[ -s "${p}_hosts.dat" ]]; then
+    nh=$(awk 'NR == 1 {n = split($0, a, "\" "); m = split(a[2], b, " "); print (m - 1) / 2}' "${p}_hosts.dat")
+    plot "${p}_hosts.png" <<GP
+set terminal pngcairo size 1100,1200
+set output "${p}_hosts.png"
+set multiplot layout 3,1 title "Hosts testbed: per configuration ($label)"
+set style data histograms; set style fill solid 0.8; set grid ytics; set key outside right
+set xtics rotate by -20; set yrange [0:*]
+set title "time per output token"; set ylabel "TPOT, ms"
+plot "${p}_hosts.dat" using 2:xtic(1) title "TPOT"
+set style histogram clustered gap 1
+set title "bytes on each host's link (sent + received, its veth's counters)"; set ylabel "MB"
+plot for [h=0:$((nh - 1))] "${p}_hosts.dat" using (column(3 + h)):xtic(1) title sprintf("host %d", h)
+set title "CPU time of each host (its cgroup: the rank and Open MPI's daemon)"; set ylabel "CPU seconds"
+plot for [h=0:$((nh - 1))] "${p}_hosts.dat" using (column(3 + $nh + h)):xtic(1) title sprintf("host %d", h)
+unset multiplot
 GP
 fi
 echo "sweep_plots: wrote ${p}_*.png" >&2
