@@ -81,4 +81,9 @@ bash "$root/jobs/sweep.sh" --model "$tmp/none.h5" > "$tmp/e4" 2>&1; rc=$?
 check "sweep.sh names a missing model" "[[ $rc == 2 ]] && grep -q 'none.h5' '$tmp/e4'"
 MODEL="$tmp/none.h5" bash "$root/jobs/sweep.slurm" > "$tmp/e5" 2>&1; rc=$?
 check "sweep.slurm names a missing model" "[[ $rc == 2 ]] && grep -q 'none.h5' '$tmp/e5'"
+YIELD_WHEN_IDLE=yes MODEL="$model" bash "$root/jobs/sweep.slurm" > "$tmp/e8" 2>&1; rc=$?
+check "sweep.slurm rejects YIELD_WHEN_IDLE=yes" "[[ $rc == 2 ]] && grep -q 'YIELD_WHEN_IDLE' '$tmp/e8'"
+bash "$root/jobs/sweep.slurm" --help > "$tmp/h" 2>&1; rc=$?
+check "sweep.slurm --help prints its header, not the #SBATCH lines" \
+    "[[ $rc == 0 ]] && grep -q '^usage: sbatch' '$tmp/h' && grep -q YIELD_WHEN_IDLE '$tmp/h' && ! grep -q SBATCH '$tmp/h'"
 exit $fail
