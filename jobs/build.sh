@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # Install missing Debian packages (Open MPI, OpenBLAS, HDF5, hwloc, CUnit,
 # gnuplot; PyTorch and h5py for seed 002's time-series training and its
-# comparison test, used as /usr/bin/python3) and build meshinfer into build/. Safe to run again: it installs
-# nothing that is present and rebuilds only what changed.
+# comparison test, used as /usr/bin/python3; Slurm and munge for the test that
+# submits jobs/sweep.slurm to a private one-node Slurm, mpi_tests/slurm_check.sh)
+# and build meshinfer into build/. Safe to run again: it installs
+# nothing that is present and rebuilds only what changed. Installing starts no
+# service: the Slurm and munge packages would start their daemons from their
+# postinst (invoke-rc.d), which fails in a container without an init system and
+# is not wanted (the test starts private ones), so a policy-rc.d that forbids it
+# is in place during the install when there is none (removed afterwards).
 #
 # usage: jobs/build.sh [--help]
 set -euo pipefail
@@ -13,7 +19,7 @@ fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
 pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-pthread-dev
       libhdf5-dev hdf5-tools libhwloc-dev hwloc libcunit1-dev libcjson-dev gnuplot-nox clang libclang-rt-dev
-      python3-torch python3-h5py python3-numpy)
+      python3-torch python3-h5py python3-numpy slurmd slurmctld slurm-client munge)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -22,6 +28,13 @@ if ((${#missing[@]})); then
     sudo=""
     [[ $(id -u) -ne 0 ]] && sudo="sudo"
     echo "build: installing ${missing[*]}" >&2
+    policy=/usr/sbin/policy-rc.d
+    if [[ ! -e $policy ]]; then
+        trap '$sudo rm -f "$policy"' EXIT
+        printf '#!/bin/sh\n# jobs/build.sh: no service starts while packages are installed\nexit 101\n' |
+            $sudo tee "$policy" >/dev/null
+        $sudo chmod 755 "$policy"
+    fi
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
