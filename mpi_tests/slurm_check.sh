@@ -1,0 +1,220 @@
+#!/usr/bin/env bash
+# Issue 13 item 6: jobs/sweep.slurm on a real Slurm. Starts a private one-node
+# Slurm on this machine (munged with a generated key, slurmctld, slurmd; config,
+# spool, state, logs and sockets in a temporary directory, SLURM_CONF pointing at
+# it, free ports picked at random so two runs do not collide; nothing in /etc is
+# read or written), submits
+#   sbatch --nodes=1 --ntasks=3 --ntasks-per-node=3 jobs/sweep.slurm
+# with 16 tokens, layer-wise and greedy head-level placement (speculation at
+# tolerance 0), waits for it (bounded), and checks: every run is in the CSV and
+# the table with 3 ranks, every run's text and tokens equal a one-rank
+# `meshinfer generate`, the ranks went through `srun --mpi=pmix` (the job's log
+# and slurmd's log of each step's PMIx set-up), and, with more ranks than cores,
+# that the script turned on mpi_yield_when_idle. Everything it started is stopped
+# and the directory removed on exit, also on failure, SIGTERM or Ctrl-C.
+# Skips (exit 77) when not root, without the Slurm/munge programs or without
+# Slurm's pmix plugin.
+# usage: slurm_check.sh MODEL MESHINFER
+set -uo pipefail
+model=${1:?usage: slurm_check.sh MODEL MESHINFER}
+bin=${2:?usage: slurm_check.sh MODEL MESHINFER}
+root="$(cd "$(dirname "$0")/.." && pwd)"
+prompt="Once upon a time, there was a little girl named Lily"   # jobs/sweep.slurm's prompt
+tokens=16 ntasks=3
+skip() { echo "SKIP: $*"; exit 77; }
+[[ $(id -u) == 0 ]] || skip "needs root (a private slurmd runs the job as the submitting user)"
+for c in munged mungekey slurmctld slurmd sbatch srun squeue sinfo scontrol scancel node timeout shuf; do
+    command -v "$c" >/dev/null || skip "'$c' not found (jobs/build.sh installs slurmd slurmctld slurm-client munge)"
+done
+[[ -r $model && -x $bin ]] || { echo "FAIL: model '$model' or binary '$bin' missing"; exit 1; }
+
+t0=$SECONDS
+tmp=$(mktemp -d /tmp/slurm_check.XXXXXX) || exit 1
+chmod 711 "$tmp"                     # munged wants every directory above its socket searchable
+conf="$tmp/slurm.conf"
+unset SLURM_CONF SLURM_JOB_ID OMPI_MCA_mpi_yield_when_idle YIELD_WHEN_IDLE
+mkdir -p "$tmp"/{munge,state,spool,log,jobtmp,out}
+munge_pid="" ctld_pid="" slurmd_pid=""
+fail=0
+check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
+
+# every process whose environment holds this test's SLURM_CONF: slurmctld, slurmd,
+# the job's slurmstepd and ranks, sbatch (nothing else can have it: the path is new)
+ours() {
+    local d p
+    for d in /proc/[0-9]*; do
+        p=${d#/proc/}
+        [[ $p == "$$" || $p == "$BASHPID" ]] && continue
+        grep -qzxF "SLURM_CONF=$conf" "$d/environ" 2>/dev/null && echo "$p"
+    done
+}
+stop_pid() {   # PID [seconds]: TERM, then KILL if it outlives the wait
+    local p=$1 n=$((${2:-10} * 10))
+    [[ -n $p ]] && kill -0 "$p" 2>/dev/null || return 0
+    kill "$p" 2>/dev/null
+    while ((n-- > 0)) && kill -0 "$p" 2>/dev/null; do sleep 0.1; done
+    kill -0 "$p" 2>/dev/null && kill -9 "$p" 2>/dev/null
+    wait "$p" 2>/dev/null
+    return 0
+}
+cleanup() {
+    local rc=$? n left
+    trap - EXIT TERM INT HUP
+    unset SLURM_CONF                 # so that only what this test started has it (see ours)
+    if [[ -n $ctld_pid ]] && kill -0 "$ctld_pid" 2>/dev/null; then
+        SLURM_CONF=$conf timeout 10 scancel -u root >/dev/null 2>&1
+        n=50; while ((n-- > 0)) && [[ -n $(SLURM_CONF=$conf timeout 5 squeue -h -o %i 2>/dev/null) ]]; do sleep 0.2; done
+        SLURM_CONF=$conf timeout 10 scontrol shutdown >/dev/null 2>&1
+        n=50; while ((n-- > 0)) && { kill -0 "$ctld_pid" || kill -0 "${slurmd_pid:-0}"; } 2>/dev/null; do sleep 0.2; done
+    fi
+    stop_pid "$ctld_pid" 5; stop_pid "$slurmd_pid" 5
+    left=$(ours)
+    if [[ -n $left ]]; then
+        kill $left 2>/dev/null; sleep 1
+        left=$(ours); [[ -n $left ]] && kill -9 $left 2>/dev/null && sleep 0.5
+    fi
+    stop_pid "$munge_pid" 5
+    left=$(ours)
+    [[ -n $munge_pid ]] && kill -0 "$munge_pid" 2>/dev/null && left+=" $munge_pid"
+    if [[ -n $left ]]; then echo "FAIL: still running after clean-up: $left"; rc=1; fi
+    rm -rf "$tmp"
+    [[ -e $tmp ]] && { echo "FAIL: $tmp not removed"; rc=1; }
+    ((rc == 77)) || echo "slurm_check: $((SECONDS - t0)) s, exit $rc"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'echo "slurm_check: interrupted"; exit 143' TERM INT HUP
+
+# a TCP port nobody on this machine uses (below the ephemeral range, so the kernel
+# will not hand it to an outgoing connection meanwhile)
+free_port() {
+    local p
+    while :; do
+        p=$(shuf -i 20000-32000 -n 1)
+        [[ $p == "${p1:-}" ]] && continue
+        grep -qi ":$(printf '%04X' "$p") " /proc/net/tcp /proc/net/tcp6 2>/dev/null || { echo "$p"; return; }
+    done
+}
+host=$(hostname -s)
+write_conf() {
+    cat > "$conf" <<EOF
+ClusterName=check$$
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$1
+SlurmdPort=$2
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$tmp/munge/socket
+StateSaveLocation=$tmp/state
+SlurmdSpoolDir=$tmp/spool
+TmpFS=$tmp/jobtmp
+SlurmctldPidFile=$tmp/slurmctld.pid
+SlurmdPidFile=$tmp/slurmd.pid
+SlurmctldLogFile=$tmp/log/slurmctld.log
+SlurmdLogFile=$tmp/log/slurmd.log
+SlurmdDebug=debug
+MailProg=/bin/true
+FirstJobId=$((1000 + RANDOM))
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+JobCompType=jobcomp/none
+MpiDefault=none
+ReturnToService=2
+KillWait=5
+# more CPUs than the machine has, so the job may ask for 3 tasks (x 4 CPUs, the
+# script's #SBATCH --cpus-per-task) on 2 cores; config_overrides lets slurmd accept it
+SlurmdParameters=config_overrides
+NodeName=$host NodeAddr=127.0.0.1 CPUs=12 State=UNKNOWN
+PartitionName=check Nodes=$host Default=YES MaxTime=INFINITE State=UP
+EOF
+}
+
+p1=$(free_port); p2=$(free_port)
+write_conf "$p1" "$p2"
+SLURM_CONF=$conf srun --mpi=list 2>&1 | grep -qw pmix || skip "Slurm has no pmix MPI plugin (srun --mpi=list)"
+mungekey -c -k "$tmp/munge/key" || exit 1
+munged -F --socket="$tmp/munge/socket" --key-file="$tmp/munge/key" --log-file="$tmp/munge/log" \
+    --pid-file="$tmp/munge/pid" --seed-file="$tmp/munge/seed" > "$tmp/log/munged.out" 2>&1 &
+munge_pid=$!
+n=50; until [[ -S $tmp/munge/socket ]] || ((n-- == 0)); do sleep 0.1; done
+[[ -S $tmp/munge/socket ]] || { echo "FAIL: munged did not start"; cat "$tmp/log/munged.out" "$tmp/munge/log"; exit 1; }
+export SLURM_CONF="$conf"            # every Slurm command, daemon and job step from here on uses it
+
+# slurmctld and slurmd; new ports if another program took one meanwhile
+up=0
+for attempt in 1 2 3; do
+    if ((attempt > 1)); then p1=$(free_port); p2=$(free_port); write_conf "$p1" "$p2"; fi
+    slurmctld -D > "$tmp/log/slurmctld.out" 2>&1 & ctld_pid=$!
+    slurmd -D > "$tmp/log/slurmd.out" 2>&1 & slurmd_pid=$!
+    n=150
+    while ((n-- > 0)) && kill -0 "$ctld_pid" 2>/dev/null && kill -0 "$slurmd_pid" 2>/dev/null; do
+        [[ $(timeout 5 sinfo -h -N -o %t 2>/dev/null) == idle ]] && { up=1; break; }
+        sleep 0.2
+    done
+    ((up)) && break
+    stop_pid "$ctld_pid" 5; stop_pid "$slurmd_pid" 5; ctld_pid="" slurmd_pid=""
+    grep -qi 'address already in use' "$tmp"/log/* || break
+    echo "slurm_check: port $p1 or $p2 taken, again with others"
+done
+if ((!up)); then
+    echo "FAIL: slurmctld/slurmd did not bring the node up"; tail -n 20 "$tmp"/log/*; exit 1
+fi
+echo "ok: private Slurm up on $host (ports $p1, $p2) after $((SECONDS - t0)) s"
+
+# the reference: one rank, same prompt and tokens
+OPENBLAS_NUM_THREADS=1 "$bin" generate -m "$model" -p "$prompt" -n "$tokens" --ignore-eos --json > "$tmp/ref.json" 2> "$tmp/ref.err" \
+    || { echo "FAIL: one-rank reference run"; cat "$tmp/ref.err"; exit 1; }
+
+# the sweep, submitted from the repository root (sweep.slurm finds it by SLURM_SUBMIT_DIR)
+(cd "$root" && MODEL="$model" TOKENS=$tokens PLANNERS="layerwise greedy" TOLERANCES=0 NAME=s OUT_DIR="$tmp/out" \
+    MESHINFER_BIN="$bin" TMPDIR="$tmp/jobtmp" OPENBLAS_NUM_THREADS=1 \
+    exec timeout 240 sbatch --wait --nodes=1 --ntasks=$ntasks --ntasks-per-node=$ntasks \
+        --output="$tmp/job-%j.log" jobs/sweep.slurm) > "$tmp/sbatch.out" 2>&1 &
+wait $!; rc=$?
+job=$(awk '/^Submitted batch job/ {print $4}' "$tmp/sbatch.out")
+joblog="$tmp/job-$job.log"
+check "sbatch --wait: job $job done in time with exit 0 (rc $rc; 124 = timed out)" "[[ $rc == 0 && -n '$job' ]]" \
+    || { cat "$tmp/sbatch.out"; [[ -f $joblog ]] && cat "$joblog"; tail -n 30 "$tmp/log/slurmctld.log"; }
+
+check "the job's ranks started by srun --mpi=pmix, not mpirun" \
+    "grep -q 'ranks started by srun --mpi=pmix -n $ntasks' '$joblog' && ! grep -q 'mpirun' '$joblog'"
+if (($(nproc) < ntasks)); then
+    check "$ntasks tasks on $(nproc) cores: sweep.slurm turned on mpi_yield_when_idle" \
+        "grep -q 'OMPI_MCA_mpi_yield_when_idle=1' '$joblog'"
+fi
+# slurmd's log: one step per run, each launched with 3 tasks and the PMIx server set up for it
+steps=$(grep -o "launch task StepId=$job\.[0-9]*" "$tmp/log/slurmd.log" | sort -u | wc -l)
+check "slurmd launched 3 job steps (one per run), got $steps" "[[ $steps == 3 ]]"
+pmix_ok=1
+for s in 0 1 2; do
+    grep -q "\[$job\.$s\] .*mpi/pmix.*slurmstepd_prefork" "$tmp/log/slurmd.log" || pmix_ok=0
+    grep -q "StepId=$job\.$s, task $((ntasks - 1))\$" "$tmp/log/slurmd.log" || pmix_ok=0
+done
+check "each step had the pmix plugin and $ntasks tasks (slurmd log)" "((pmix_ok))"
+
+runs="$tmp/out/s/runs"
+for r in layerwise_spec0 greedy_spec0 greedy_spec1; do
+    f="$runs/${r}_tol0_r${ntasks}_dnet_lnet.json"
+    check "run $r: $ntasks ranks, text and tokens of the one-rank run" \
+        "node -e '
+            const [a, b] = process.argv.slice(1).map(f => JSON.parse(require(\"fs\").readFileSync(f)));
+            const ok = a.n_ranks === $ntasks && a.ranks.length === $ntasks && a.generated_tokens === $tokens &&
+                       a.text === b.text && JSON.stringify(a.tokens) === JSON.stringify(b.tokens);
+            if (!ok) console.log(\"  got\", a.n_ranks, \"ranks:\", JSON.stringify(a.text), \"want\", JSON.stringify(b.text));
+            process.exit(ok ? 0 : 1);' '$f' '$tmp/ref.json' 2>&1"
+done
+csv="$tmp/out/s.csv"
+check "CSV: 3 runs, each with $ntasks ranks and $tokens tokens" \
+    "[[ -f '$csv' ]] && [[ \$(awk -F, 'NR == 1 {for (i = 1; i <= NF; i++) c[\$i] = i; next}
+        \$c[\"ranks\"] == $ntasks && \$c[\"tokens\"] == $tokens && \$c[\"delay_ms\"] == \"net\" {n++} END {print n + 0}' '$csv') == 3 ]]"
+check "table: layer-wise, head-level greedy, greedy + speculation" \
+    "grep -q '^| layer-wise |' '$tmp/out/s_table.md' && grep -q '^| head-level greedy |' '$tmp/out/s_table.md' &&
+     grep -q '^| head-level greedy + speculation (tol 0) |' '$tmp/out/s_table.md'"
+((fail)) && { echo "--- job log"; cat "$joblog" 2>/dev/null; }
+exit $fail
