@@ -375,6 +375,10 @@ if ((!quiet)); then
     echo "hosts: $ranks rank(s) on $n_hosts hosts on $subnet (bridge mi${id}br): $desc" >&2
 fi
 save_state
+# Inside a Slurm job (jobs/sweep.slurm with HOSTS) Open MPI would take the job's
+# allocation for its hosts and refuse ours ("All nodes which are allocated for
+# this job are already filled"): the hosts are this testbed's, not Slurm's.
+for v in $(compgen -e | grep '^SLURM_' || true); do unset "$v"; done
 # mpirun runs in the background so that a signal to this script stops the
 # run before the clean-up (bash defers traps while a foreground child runs)
 if ((launcher)); then

@@ -10,7 +10,11 @@
 # the table with 3 ranks, every run's text and tokens equal a one-rank
 # `meshinfer generate`, the ranks went through `srun --mpi=pmix` (the job's log
 # and slurmd's log of each step's PMIx set-up), and, with more ranks than cores,
-# that the script turned on mpi_yield_when_idle. Everything it started is stopped
+# that the script turned on mpi_yield_when_idle. Then the same script with
+# HOSTS=cluster file: the job's 3 ranks on 3 hosts of the hosts testbed
+# (jobs/hosts.sh) inside the allocation, each run with the one-rank text and
+# per-host statistics, nothing of the testbed left (that part is skipped
+# without network namespaces). Everything it started is stopped
 # and the directory removed on exit, also on failure, SIGTERM or Ctrl-C.
 # Skips (exit 77) when not root, without the Slurm/munge programs or without
 # Slurm's pmix plugin.
@@ -36,7 +40,7 @@ unset SLURM_CONF SLURM_JOB_ID OMPI_MCA_mpi_yield_when_idle YIELD_WHEN_IDLE
 mkdir -p "$tmp"/{munge,state,spool,log,jobtmp,out}
 munge_pid="" ctld_pid="" slurmd_pid=""
 fail=0
-check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
+check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; return 1; fi; }
 
 # every process whose environment holds this test's SLURM_CONF: slurmctld, slurmd,
 # the job's slurmstepd and ranks, sbatch (nothing else can have it: the path is new)
@@ -217,4 +221,36 @@ check "table: layer-wise, head-level greedy, greedy + speculation" \
     "grep -q '^| layer-wise |' '$tmp/out/s_table.md' && grep -q '^| head-level greedy |' '$tmp/out/s_table.md' &&
      grep -q '^| head-level greedy + speculation (tol 0) |' '$tmp/out/s_table.md'"
 ((fail)) && { echo "--- job log"; cat "$joblog" 2>/dev/null; }
+
+# The same script asked to use the hosts testbed (HOSTS=cluster file): the job's 3 ranks run on
+# 3 emulated hosts of the allocated node, each its own network stack, launched by mpirun from
+# the hostfile jobs/hosts.sh writes (skipped where the hosts testbed cannot run)
+if ip netns add "mi-probe-$$" 2>/dev/null && ip netns del "mi-probe-$$" && [[ -w /sys/fs/cgroup/cpu && -w /sys/fs/cgroup/cpuacct ]]; then
+    printf '%s\n' '{"devices": [{"name": "ctl", "mem_mb": 500, "emulate": {"delay_ms": 1}},' \
+        '{"name": "w1", "mem_mb": 500, "emulate": {"delay_ms": 2, "rate_mbit": 100}},' \
+        '{"name": "w2", "mem_mb": 500, "emulate": {"delay_ms": 3, "cpu_pct": 80}}]}' > "$tmp/hosts3.json"
+    (cd "$root" && MODEL="$model" TOKENS=$tokens PLANNERS="layerwise greedy" TOLERANCES=0 NAME=h OUT_DIR="$tmp/out" \
+        MESHINFER_BIN="$bin" HOSTS="$tmp/hosts3.json" OPENBLAS_NUM_THREADS=1 \
+        exec timeout 240 sbatch --wait --nodes=1 --ntasks=$ntasks --ntasks-per-node=$ntasks \
+            --output="$tmp/job-%j.log" jobs/sweep.slurm) > "$tmp/sbatch2.out" 2>&1 &
+    wait $!; rc=$?
+    job=$(awk '/^Submitted batch job/ {print $4}' "$tmp/sbatch2.out")
+    joblog="$tmp/job-$job.log"
+    check "HOSTS: job $job done in time with exit 0 (rc $rc)" "[[ $rc == 0 && -n '$job' ]]" ||
+        { cat "$tmp/sbatch2.out"; [[ -f $joblog ]] && cat "$joblog"; cat "$tmp/out/h/runs"/*.log 2>/dev/null; }
+    check "HOSTS: the job's ranks ran on the hosts testbed" "grep -q 'ranks on the hosts testbed' '$joblog'"
+    for r in layerwise_spec0 greedy_spec0 greedy_spec1; do
+        f="$tmp/out/h/runs/${r}_tol0_r${ntasks}_dhosts_lhosts"
+        check "HOSTS: run $r: $ntasks ranks on $ntasks hosts with their statistics, the one-rank text and tokens" \
+            "node -e '
+                const [a, b, h] = process.argv.slice(1).map(f => JSON.parse(require(\"fs\").readFileSync(f)));
+                const ok = a.n_ranks === $ntasks && a.text === b.text && JSON.stringify(a.tokens) === JSON.stringify(b.tokens) &&
+                           h.hosts.length === $ntasks && h.hosts.every(x => x.cpu_s > 0 && x.sent_bytes > 0);
+                process.exit(ok ? 0 : 1);' '$f.json' '$tmp/ref.json' '$f.hosts.json' 2>&1"
+    done
+    check "HOSTS: nothing of the hosts testbed left" \
+        "[[ -z \$(ip netns list | grep '^mi[0-9]*-') && -z \$(ls /run/meshinfer-hosts 2>/dev/null | grep '^mi') ]]"
+else
+    echo "skip: the hosts testbed part (needs network namespaces and cgroup-v1 cpu and cpuacct)"
+fi
 exit $fail
