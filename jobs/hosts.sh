@@ -258,6 +258,9 @@ exec 8>&-
 
 (
     flock 9
+    # a last line without its newline would otherwise become part of our first
+    # line, and go with it when the lines are removed
+    [[ ! -s /etc/hosts || -z $(tail -c 1 /etc/hosts) ]] || echo >> /etc/hosts
     for ((i = 0; i < n_hosts; i++)); do echo "$net.$((i + 1)) mi$id-$i # meshinfer-hosts mi$id"; done >> /etc/hosts
 ) 9> "$statedir/etc-hosts.lock"
 hostfile="$work/hostfile"
