@@ -68,12 +68,12 @@ while (($#)); do
         --cluster) (($# >= 2)) || die "--cluster needs a file"; cluster=$2; shift 2 ;;
         --ranks) (($# >= 2)) || die "--ranks needs a number"; ranks=$2; shift 2 ;;
         --hostfile) (($# >= 2)) || die "--hostfile needs a file"; userhf=$2; shift 2 ;;
-        --btl-if) (($# >= 2)) || die "--btl-if needs a value"; btlif=$2; shift 2 ;;
-        --oob-if) (($# >= 2)) || die "--oob-if needs a value"; oobif=$2; shift 2 ;;
+        --btl-if) [[ -n ${2:-} ]] || die "--btl-if needs a value (interface names or A.B.C.D/N subnets)"; btlif=$2; shift 2 ;;
+        --oob-if) [[ -n ${2:-} ]] || die "--oob-if needs a value (interface names or A.B.C.D/N subnets)"; oobif=$2; shift 2 ;;
         --mca-check) [[ ${2:-} == off ]] || die "--mca-check takes 'off'"; mcacheck=0; shift 2 ;;
         --timeout) (($# >= 2)) || die "--timeout needs seconds"; timeout=$2; shift 2 ;;
         --launcher) launcher=1; shift ;;
-        --stats) (($# >= 2)) || die "--stats needs a file"; stats=$2; shift 2 ;;
+        --stats) [[ -n ${2:-} ]] || die "--stats needs a file"; stats=$2; shift 2 ;;
         --quiet) quiet=1; shift ;;
         -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
         --) shift; break ;;
@@ -82,13 +82,18 @@ while (($#)); do
 done
 [[ -n $cluster ]] || die "give the cluster file: --cluster FILE (see --help)"
 (($#)) || die "give the meshinfer command after -- (see --help)"
-[[ -z $ranks || $ranks =~ ^[1-9][0-9]{0,2}$ ]] || die "--ranks '$ranks' is not a positive number"
-[[ $timeout =~ ^[0-9]+$ ]] || die "--timeout '$timeout' is not a whole number of seconds"
+[[ -z $ranks || $ranks =~ ^[1-9][0-9]{0,2}$ ]] || die "--ranks '$ranks' is not a number of ranks from 1 to 999"
+[[ $timeout =~ ^(0|[1-9][0-9]{0,6})$ ]] || die "--timeout '$timeout' is not a whole number of seconds (0: none; at most 9999999)"
 for v in "btl-if=$btlif" "oob-if=$oobif"; do
-    [[ -z ${v#*=} || ${v#*=} =~ ^[A-Za-z0-9./,:_-]+$ ]] || die "--${v%%=*} '${v#*=}' is not a list of interfaces or subnets"
+    IFS=, read -r -a parts <<< "${v#*=}"
+    for w in "${parts[@]}"; do
+        [[ $w =~ ^[A-Za-z][A-Za-z0-9_.:-]{0,14}$ || $w =~ ^([0-9]{1,3}\.){3}[0-9]{1,3}/([0-9]|[12][0-9]|3[0-2])$ ]] ||
+            die "--${v%%=*}: '$w' is neither an interface name nor a subnet A.B.C.D/N (N at most 32)"
+    done
 done
 if ((launcher)); then
-    command -v "$1" > /dev/null || [[ -x "$1" ]] || die "--launcher: '$1' is not a command"
+    if [[ $1 == */* ]]; then [[ -f $1 && -x $1 ]] || die "--launcher: '$1' is not an executable file"
+    else [[ -n $(type -P "$1" 2>/dev/null) ]] || die "--launcher: '$1' is not a command on PATH"; fi
 fi
 command -v node > /dev/null || die "needs node (Node.js) to read the cluster file"
 hostsdef=$(node "$root/jobs/lib/hosts_cluster.js" "$cluster") || exit 2
@@ -99,10 +104,11 @@ hf_dev=() hf_slots=() hf_total=0
 if [[ -n $userhf ]]; then
     [[ -r $userhf && -f $userhf ]] || die "--hostfile $userhf: cannot read it"
     devnames=()
-    for l in "${lines[@]}"; do devnames+=("${l%% *}"); done
+    for l in "${lines[@]}"; do read -r _ _ _ _ _ _ nm <<< "$l"; devnames+=("$nm"); done
     ln=0
     while IFS= read -r line || [[ -n $line ]]; do
         ln=$((ln + 1))
+        line=${line%$'\r'}
         line=${line%%#*}
         read -r h rest <<< "$line" || true
         [[ -n ${h:-} ]] || continue
@@ -133,7 +139,7 @@ n_hosts=$ranks
 [[ -n $userhf ]] && n_hosts=$n_dev
 names=() cpus=() slows=() delays=() jitters=() losses=() rates=()
 for ((i = 0; i < n_hosts; i++)); do
-    read -r nm c s d j l r <<< "${lines[$i]}"
+    read -r c s d j l r nm <<< "${lines[$i]}" # (the name last: it may hold spaces)
     names+=("$nm") cpus+=("$c") slows+=("$s") delays+=("$d") jitters+=("$j") losses+=("$l") rates+=("$r")
 done
 
@@ -157,6 +163,8 @@ cgroot=/sys/fs/cgroup/cpu acctroot=/sys/fs/cgroup/cpuacct
     { echo "hosts: error: $cgroot or $acctroot (cgroup v1 cpu and cpuacct controllers) is not writable" >&2; exit 1; }
 if [[ -n $stats ]]; then
     [[ -d $(dirname "$stats") ]] || die "--stats: folder $(dirname "$stats") does not exist"
+    [[ ! -d $stats ]] || die "--stats: '$stats' is a folder; give a file name"
+    { : > "$stats.partial"; } 2> /dev/null && rm -f "$stats.partial" || die "--stats: cannot write '$stats.partial' (the file is written whole, then renamed)"
 fi
 ip netns list > /dev/null 2>&1 || { echo "hosts: error: this kernel or container cannot make network namespaces (ip netns)" >&2; exit 1; }
 
@@ -166,7 +174,10 @@ mkdir -p "$statedir"
 # the cgroup are all miX-I; Open MPI drops everything after a dot in a host
 # name, so there is none.
 # remove_hosts ID NHOSTS MPIRUN_PID "NETEM_PIDS": what run ID made (each step harmless if already done)
-remove_hosts() {
+# (a subshell without errexit: a namespace's deletion takes its veth with it,
+# so a step failing because an earlier one did its work must not stop the rest)
+remove_hosts() (
+    set +e
     local id=$1 n=$2 mpi=$3 netems=$4 i ns g p
     [[ -n $mpi && "$(cat "/proc/$mpi/comm" 2>/dev/null)" == mpirun ]] && kill -KILL "$mpi" 2>/dev/null
     # a namespace lives on while a process is inside it, and so do its veths:
@@ -198,7 +209,7 @@ remove_hosts() {
         fi
     ) 9> "$statedir/etc-hosts.lock"
     return 0
-}
+)
 id="" mpi_pid="" work="" netem_pids=()
 save_state() {
     printf 's_id=%q s_n=%q s_mpi=%q s_work=%q s_netem=%q\n' "$id" "$n_hosts" "$mpi_pid" "$work" "${netem_pids[*]}" > "$statedir/mi$id.state.tmp" &&
@@ -216,7 +227,9 @@ cleanup() {
     rm -f "$statedir/mi$id.state"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
 # Choose a free subnet and claim it (its bridge address) under one lock, after
 # removing what runs killed outright left behind.
 exec 8> "$statedir/lock"
@@ -287,7 +300,7 @@ for ((i = 0; i < n_hosts; i++)); do
     fi
     if [[ ${rates[$i]} != 0 ]]; then
         for end in "ip netns exec $ns tc qdisc add dev eth0" "tc qdisc add dev mi${id}v$i"; do
-            $end root tbf rate "${rates[$i]}mbit" burst 32kbit latency 500ms
+            $end root tbf rate "${rates[$i]}kbit" burst 32kbit latency 500ms
         done
     fi
     g="$cgroot/$ns"
@@ -347,13 +360,25 @@ if ((mcacheck)); then
         addrs=$(ip netns exec "$ns" ip -4 -o addr show | awk '{print $2, $4}')
         have="$(tr '\n' ' ' <<< "$addrs" | sed 's/ $//')"
         for v in "btl-if=$btlif" "oob-if=$oobif"; do
-            [[ -n $(matching "${v#*=}" <<< "$addrs") ]] && continue
-            echo "hosts: error: --${v%%=*} '${v#*=}' matches no address of host $ns ($have), so Open MPI could not" \
-                 "connect it; use the hosts' subnet $subnet or their interface eth0" >&2
+            sel=$(matching "${v#*=}" <<< "$addrs" | tr '\n' ' ' | sed 's/ $//')
+            why=""
+            if [[ -z $sel ]]; then
+                why="matches no address of host $ns ($have), so Open MPI could not connect it"
+            elif [[ " $sel" == *" 127."* ]]; then
+                # every host's loopback address is that host itself: Open MPI
+                # offers it to the others, which then connect to themselves
+                why="selects a loopback address on host $ns ($sel), which every host has for itself, so the other hosts could not reach it (Open MPI would wait forever)"
+            else
+                reach=0
+                for a in $sel; do in_subnet "$subnet" "$a" && reach=1; done
+                ((reach)) || why="selects $sel on host $ns, not on the hosts' network $subnet"
+            fi
+            [[ -z $why ]] && continue
+            echo "hosts: error: --${v%%=*} '${v#*=}' $why; use the hosts' subnet $subnet or their interface eth0" >&2
             exit 2
         done
     done
-    mine=$(ip -4 -o addr show | awk '{print $2, $4}' | matching "$oobif")
+    mine=$(ip -4 -o addr show | awk '{print $2, $4}' | matching "$oobif" | tr '\n' ' ' | sed 's/ $//')
     ok=0
     for a in $mine; do in_subnet "$subnet" "$a" && ok=1; done
     if ((!ok)); then
@@ -373,7 +398,7 @@ if ((!quiet)); then
         [[ ${slows[$i]} != 1 ]] && desc+=" ${slows[$i]}x slower"
         desc+=" ${delays[$i]}+-${jitters[$i]} ms"
         [[ ${losses[$i]} != 0 ]] && desc+=" ${losses[$i]}% loss"
-        [[ ${rates[$i]} != 0 ]] && desc+=" ${rates[$i]} Mbit/s"
+        [[ ${rates[$i]} != 0 ]] && desc+=" $(awk -v k="${rates[$i]}" 'BEGIN {print k / 1000}') Mbit/s"
     done
     echo "hosts: $ranks rank(s) on $n_hosts hosts on $subnet (bridge mi${id}br): $desc" >&2
 fi
@@ -391,34 +416,41 @@ else
 fi
 mpi_pid=$!
 save_state
+# stop_run CODE MESSAGE: the run ends before its time (a signal, or --timeout)
 stop_run() {
+    trap '' INT TERM HUP
+    [[ -n ${watchdog:-} ]] && kill "$watchdog" 2>/dev/null || true
     kill -TERM "$mpi_pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$mpi_pid" 2>/dev/null || break; sleep 0.1; done
+    for _ in $(seq 20); do kill -0 "$mpi_pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$mpi_pid" 2>/dev/null || true
-    echo "hosts: interrupted: run stopped; removing its hosts" >&2
-    exit 130
+    wait "$mpi_pid" 2>/dev/null || true
+    echo >&2
+    echo "hosts: $2; removing its hosts" >&2
+    exit "$1"
 }
-trap stop_run INT TERM
+trap 'stop_run 130 "interrupted: run stopped"' INT
+trap 'stop_run 143 "terminated: run stopped"' TERM
+trap 'stop_run 129 "hung up: run stopped"' HUP
+trap 'stop_run 124 "error: the run took more than --timeout $timeout s; stopped"' USR1
 if ((timeout > 0)); then
-    ( sleep "$timeout"; kill -0 "$mpi_pid" 2>/dev/null || exit 0
-      echo "hosts: error: the run took more than --timeout $timeout s; stopped" >&2; kill -TERM $$ ) &
+    # a loop of short sleeps, not one long one: an orphaned sleep would hold
+    # the caller's pipe open for the rest of the timeout after the run ended
+    ( trap 'exit 0' TERM
+      for ((s = 0; s < timeout; s++)); do sleep 1; kill -0 "$mpi_pid" 2>/dev/null || exit 0; done
+      kill -USR1 $$ ) &
     watchdog=$!
 fi
 rc=0
 wait "$mpi_pid" || rc=$?
-[[ -n ${watchdog:-} ]] && kill "$watchdog" 2>/dev/null
+[[ -n ${watchdog:-} ]] && kill "$watchdog" 2>/dev/null || true
 if [[ -n $stats ]]; then
-    {
-        printf '{"subnet": "%s", "exit_code": %d, "hosts": [' "$subnet" "$rc"
-        for ((i = 0; i < n_hosts; i++)); do
-            v="/sys/class/net/mi${id}v$i/statistics"
-            # the bridge side's counters: what it receives, the host sent
-            printf '%s{"host": "mi%s-%d", "device": "%s", "device_index": %d, "cpu_s": %s, "sent_bytes": %s, "received_bytes": %s, "cpu_pct": %s, "slowdown": %s, "delay_ms": %s, "rate_mbit": %s}' \
-                "$([[ $i == 0 ]] || echo ", ")" "$id" "$i" "${names[$i]}" "$i" \
-                "$(awk '{printf "%.6f", $1 / 1e9}' "$acctroot/mi$id-$i/cpuacct.usage")" \
-                "$(cat "$v/rx_bytes")" "$(cat "$v/tx_bytes")" "${cpus[$i]}" "${slows[$i]}" "${delays[$i]}" "${rates[$i]}"
-        done
-        printf ']}\n'
-    } > "$stats.partial" && mv "$stats.partial" "$stats"
+    for ((i = 0; i < n_hosts; i++)); do
+        v="/sys/class/net/mi${id}v$i/statistics"
+        # the bridge side's counters: what it receives, the host sent
+        echo "$i $(cat "$acctroot/mi$id-$i/cpuacct.usage") $(cat "$v/rx_bytes") $(cat "$v/tx_bytes")"
+    done > "$work/counters"
+    node "$root/jobs/lib/hosts_cluster.js" --stats "$cluster" "$work/counters" "$subnet" "$id" "$rc" > "$stats.partial" &&
+        mv "$stats.partial" "$stats" ||
+        { rm -f "$stats.partial"; echo "hosts: error: --stats: could not write $stats" >&2; ((rc)) || rc=1; }
 fi
 exit "$rc"

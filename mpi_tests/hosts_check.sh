@@ -8,8 +8,9 @@
 #     pair), is within 20% of the configured (delay_a + delay_b) / 2 one way;
 #   - the per-host statistics file counts each host's CPU time and link bytes;
 #   - nothing is left behind (namespaces, bridge, /etc/hosts lines, cgroups,
-#     emulators, state) after a run, after SIGTERM mid-run, and after SIGKILL
-#     (the next run removes it);
+#     emulators, state) after a run, after SIGTERM mid-run, after --timeout
+#     (exit 124), and after SIGKILL (the next run removes it, also when part of
+#     it is gone already);
 #   - two testbeds at once take different subnets and both give the text;
 #   - bad input gives one line and exit 2, with nothing made: fewer hosts than
 #     ranks, a host name that does not resolve, interface selections that
@@ -34,7 +35,7 @@ leftovers() {
     echo "netns=$(ip netns list | grep -c '^mi[0-9]*-')" \
          "bridges=$(ip -o link show type bridge | grep -c ': mi[0-9]*br')" \
          "cgroups=$(ls /sys/fs/cgroup/cpu /sys/fs/cgroup/cpuacct | grep -c '^mi[0-9]*-')" \
-         "netem=$(pgrep -c mi_netem || true)" "state=$(ls /run/meshinfer-hosts 2>/dev/null | grep -c '^mi')" \
+         "netem=$(pgrep -c -r R,S,D mi_netem || true)" "state=$(ls /run/meshinfer-hosts 2>/dev/null | grep -c '^mi')" \
          "etc_hosts=$(grep -c 'meshinfer-hosts' /etc/hosts)"
 }
 clean="netns=0 bridges=0 cgroups=0 netem=0 state=0 etc_hosts=0"
@@ -109,10 +110,18 @@ sleep 2
 kill -TERM $pid
 wait $pid
 rc=$?
-check "SIGTERM mid-run: exit 130 ($rc)" "[[ $rc == 130 ]]"
+check "SIGTERM mid-run: exit 143 ($rc)" "[[ $rc == 143 ]]"
 check "SIGTERM mid-run: nothing left ($(leftovers))" "[[ \"\$(leftovers)\" == '$clean' && \"\$(hosts_sum)\" == '$etc0' ]]"
 
-# SIGKILL: no clean-up is possible; the next run removes what is left and works
+# --timeout: stopped, exit 124, everything removed
+"$root/jobs/hosts.sh" --cluster "$tmp/c3.json" --timeout 3 -- generate -m "$model" -n 250 --ignore-eos --planner greedy \
+    > /dev/null 2> "$tmp/to.err"
+rc=$?
+check "--timeout 3 on a longer run: exit 124 ($rc) and its line" "[[ $rc == 124 ]] && grep -q 'took more than --timeout 3 s' '$tmp/to.err'"
+check "--timeout: nothing left ($(leftovers))" "[[ \"\$(leftovers)\" == '$clean' && \"\$(hosts_sum)\" == '$etc0' ]]"
+
+# SIGKILL: no clean-up is possible; the next run removes what is left and works,
+# also when part of it is gone already (a namespace deleted takes its veth along)
 "$root/jobs/hosts.sh" --cluster "$tmp/c3.json" -- generate -m "$model" -n 250 --ignore-eos --planner greedy \
     > /dev/null 2> "$tmp/kill.err" &
 pid=$!
@@ -121,6 +130,8 @@ sleep 1
 kill -KILL $pid
 wait $pid 2> /dev/null
 check "SIGKILL: the run's hosts are still there (nothing could remove them)" "[[ \"\$(leftovers)\" != '$clean' ]]"
+ns0=$(ip netns list | grep -o '^mi[0-9]*-0' | head -1)
+[[ -n $ns0 ]] && ip netns del "$ns0"
 "$root/jobs/hosts.sh" --cluster "$tmp/c3.json" --ranks 2 --timeout 240 -- \
     generate -m "$model" -p "$prompt" -n 16 --planner layerwise --json > "$tmp/next.json" 2> "$tmp/next.err"
 check "the next run says it removed them" "grep -q 'left behind' '$tmp/next.err'"
@@ -144,7 +155,8 @@ printf 'ctl\nw1\npi-w9.local slots=1\n' > "$tmp/hf"
 bad "a host that does not resolve" "host 'pi-w9.local' does not resolve" --cluster "$tmp/c3.json" --hostfile "$tmp/hf" "${gen[@]}"
 bad "btl_tcp_if_include matching no address" "btl-if 'wlan0' matches no address of host" --cluster "$tmp/c3.json" --btl-if wlan0 "${gen[@]}"
 bad "btl_tcp_if_include on another subnet" "matches no address" --cluster "$tmp/c3.json" --btl-if 192.168.77.0/24 "${gen[@]}"
-bad "oob_tcp_if_include the hosts cannot reach" "hosts cannot reach" --cluster "$tmp/c3.json" --oob-if lo "${gen[@]}"
+bad "oob_tcp_if_include the hosts cannot reach" "hosts cannot reach" --cluster "$tmp/c3.json" --oob-if eth0 "${gen[@]}"
+bad "btl_tcp_if_include with the loopback interface" "selects a loopback address" --cluster "$tmp/c3.json" --btl-if eth0,lo "${gen[@]}"
 printf '{"devices": [{"mem_mb": 10, "emulate": {"cpu_pct": 40, "delay": 5}}]}\n' > "$tmp/typo.json"
 bad "an unknown emulate key" "unknown key 'delay'" --cluster "$tmp/typo.json" "${gen[@]}"
 "$mi" plan --shape stories15M --cluster "$tmp/typo.json" > /dev/null 2> "$tmp/plan.err"

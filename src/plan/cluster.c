@@ -263,6 +263,9 @@ static int check_emulate(const cJSON *e, const char *prefix, const char *where, 
                             prefix, w, delay, jitter);
     if (loss >= 100)
         return mi_set_error(err, "%s: %s.loss_pct must be below 100 (got %g)", prefix, w, loss);
+    /* tc's tbf takes whole kbit/s */
+    if (rate != 0 && (rate < 0.01 || rate > 100000))
+        return mi_set_error(err, "%s: %s.rate_mbit must be 0 (unlimited) or in [0.01, 100000] (got %g)", prefix, w, rate);
     return 0;
 }
 
@@ -287,6 +290,10 @@ static int parse_device(const cJSON *d, int i, mi_device *dev, const char *prefi
         if (len >= sizeof dev->name)
             return mi_set_error(err, "%s: %s.name is %zu characters long; at most %zu are allowed", prefix, where,
                                 len, sizeof dev->name - 1);
+        for (size_t k = 0; k < len; k++)
+            if ((unsigned char)name->valuestring[k] < 0x20 || name->valuestring[k] == 0x7f)
+                /* names are printed in tables and read back line by line (jobs/hosts.sh) */
+                return mi_set_error(err, "%s: %s.name contains a control character (byte %zu)", prefix, where, k);
         memcpy(dev->name, name->valuestring, len + 1);
     }
 

@@ -4,6 +4,7 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "internal.h"
 #include "meshinfer/common.h"
@@ -37,12 +38,14 @@ int mi_world_launched(void)
 }
 
 /* Every pair of ranks exchanges one int before any work, with errors
- * returned: a job whose hosts no transport connects (btl_tcp_if_include
- * naming an interface some host lacks, or no tcp in --mca btl across hosts)
- * otherwise dies at its first message deep in a collective, under Open MPI's
- * own banner only, which names neither the MCA parameter nor the fix. A rank
- * that cannot reach its peers says so in one line and aborts the job, so no
- * rank waits for it. */
+ * returned and a deadline: a job whose hosts no transport connects
+ * (btl_tcp_if_include naming an interface some host lacks, or no tcp in
+ * --mca btl across hosts) otherwise dies at its first message deep in a
+ * collective, under Open MPI's own banner only, which names neither the MCA
+ * parameter nor the fix; and one whose selection reaches the wrong peer (lo
+ * between hosts: every host's 127.0.0.1 is itself) waits forever. A rank that
+ * cannot reach its peers, or not within MESHINFER_PROBE_TIMEOUT seconds
+ * (default 60), says so in one line and aborts the job, so no rank waits. */
 static void world_probe(void)
 {
     int size = 1, rank = 0;
@@ -50,6 +53,14 @@ static void world_probe(void)
     if (size < 2)
         return;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    double limit = 60;
+    const char *env = getenv("MESHINFER_PROBE_TIMEOUT");
+    if (env && *env) {
+        char *end = NULL;
+        double v = strtod(env, &end);
+        if (end && !*end && v > 0 && v <= 86400)
+            limit = v;
+    }
     /* on the world itself: duplicating it would already communicate */
     MPI_Comm c = MPI_COMM_WORLD;
     MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
@@ -60,20 +71,36 @@ static void world_probe(void)
     }
     for (int i = 0; i < size; i++)
         out[i] = rank;
-    int rc = MPI_Alltoall(out, 1, MPI_INT, in, 1, MPI_INT, c);
-    for (int i = 0; rc == MPI_SUCCESS && i < size; i++)
+    MPI_Request q = MPI_REQUEST_NULL;
+    int rc = MPI_Ialltoall(out, 1, MPI_INT, in, 1, MPI_INT, c, &q), done = 0, late = 0;
+    double t0 = mi_now();
+    while (rc == MPI_SUCCESS && !done) {
+        rc = MPI_Test(&q, &done, MPI_STATUS_IGNORE);
+        if (rc == MPI_SUCCESS && !done) {
+            if (mi_now() - t0 > limit) {
+                late = 1;
+                break;
+            }
+            struct timespec ts = {0, 200000}; /* the cores belong to the peers we wait for */
+            nanosleep(&ts, NULL);
+        }
+    }
+    for (int i = 0; rc == MPI_SUCCESS && !late && i < size; i++)
         if (in[i] != i)
             rc = MPI_ERR_OTHER;
-    if (rc != MPI_SUCCESS) {
+    if (rc != MPI_SUCCESS || late) {
         char host[MPI_MAX_PROCESSOR_NAME] = "?", why[MPI_MAX_ERROR_STRING] = "";
         int n = 0;
         MPI_Get_processor_name(host, &n);
-        MPI_Error_string(rc, why, &n);
+        if (late)
+            snprintf(why, sizeof why, "no answer within %g s, MESHINFER_PROBE_TIMEOUT", limit);
+        else
+            MPI_Error_string(rc, why, &n);
         fprintf(stderr,
                 "meshinfer: error: rank %d (host %s) cannot exchange messages with every other rank (%s): no MPI "
                 "transport connects their hosts; across hosts use --mca btl self,tcp (with --mca osc pt2pt) and a "
-                "btl_tcp_if_include that matches an address on every host (an interface name they all have, or "
-                "their common subnet)\n",
+                "btl_tcp_if_include that matches an address on every host that the others can reach (an interface "
+                "name they all have, or their common subnet; never lo)\n",
                 rank, host, why);
         fflush(stderr);
         MPI_Abort(MPI_COMM_WORLD, 1);

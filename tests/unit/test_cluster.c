@@ -213,6 +213,10 @@ static void test_cluster_field_errors(void)
                          "devices[0].emulate.loss_pct", "below 100");
     expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"emulate\": {\"rate_mbit\": -1}}]}",
                          "devices[0].emulate.rate_mbit", "non-negative");
+    expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"emulate\": {\"rate_mbit\": 0.001}}]}",
+                         "devices[0].emulate.rate_mbit", "[0.01, 100000]");
+    expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"name\": \"pi\\n1\"}]}", "devices[0].name",
+                         "control character");
 
     /* unknown keys at every level */
     expect_cluster_error("{\"foo\": 1, \"devices\": [{\"mem_mb\": 1}]}", "unknown key 'foo'", "top level");
