@@ -178,6 +178,12 @@ void mi_runtime_free(mi_runtime *rt);
  * Open MPI's singleton start-up costs about 0.45 s, longer than a short
  * generation. MESHINFER_MPI=1 forces MPI_Init, =0 forbids it.
  * mi_world_init: call once at start (MPI_Init when launched by mpirun/srun).
+ *   With several ranks it then exchanges one int between every pair
+ *   (MPI_Ialltoall, errors returned, a deadline of MESHINFER_PROBE_TIMEOUT
+ *   seconds, default 60): a job whose hosts no MPI transport connects (an
+ *   interface selection that misses a host, or reaches the wrong one) stops
+ *   there with one line per rank naming the MCA fix and MPI_Abort, instead of
+ *   aborting or hanging inside its first collective (issue 13).
  * mi_world_rank/size: this process's rank and the job's size (0 and 1
  * without MPI; they also see an MPI_Init made by the caller, as in tests).
  * mi_world_finalize: MPI_Finalize if MPI is running. */
