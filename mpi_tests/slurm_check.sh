@@ -14,8 +14,20 @@
 # HOSTS=cluster file: the job's 3 ranks on 3 hosts of the hosts testbed
 # (jobs/hosts.sh) inside the allocation, each run with the one-rank text and
 # per-host statistics, nothing of the testbed left (that part is skipped
-# without network namespaces). Everything it started is stopped
-# and the directory removed on exit, also on failure, SIGTERM or Ctrl-C.
+# without network namespaces). Last, a multi-node Slurm on this one machine:
+# 3 nodes, each a network namespace on a private bridge (10.214.X.0/24, free
+# subnet, names msl<pid>...) with its own slurmd (nsenter + unshare --mount
+# --uts: own hostname, own spool and TmpFS bind-mounted), a second slurmctld on
+# the bridge, and
+#   sbatch --nodes=3 --ntasks=3 --ntasks-per-node=1 jobs/sweep.slurm
+# one rank per node by srun --mpi=pmix, MPI over TCP on the bridge
+# (OMPI_MCA_btl=self,tcp, osc pt2pt, btl_tcp_if_include the subnet): each
+# node's slurmd ran a task of every step and every run has the one-rank text
+# (skipped with the reason without network, mount or UTS namespaces).
+# Everything it started (daemons, jobs, namespaces, veths, bridge) is stopped
+# and the directory removed on exit, also on failure, SIGTERM or Ctrl-C;
+# nothing in /etc is written (the hosts part's /etc/hosts lines are removed by
+# jobs/hosts.sh).
 # Skips (exit 77) when not root, without the Slurm/munge programs or without
 # Slurm's pmix plugin.
 # usage: slurm_check.sh MODEL MESHINFER
@@ -39,6 +51,8 @@ conf="$tmp/slurm.conf"
 unset SLURM_CONF SLURM_JOB_ID OMPI_MCA_mpi_yield_when_idle YIELD_WHEN_IDLE
 mkdir -p "$tmp"/{munge,state,spool,log,jobtmp,out}
 munge_pid="" ctld_pid="" slurmd_pid=""
+# the multi-node part: its own slurm.conf, slurmctld and one slurmd per network namespace
+mconf="$tmp/multi/slurm.conf" mctld_pid="" mslurmd_pids=() mnet="" mbr="" mns=()
 fail=0
 check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; return 1; fi; }
 
@@ -49,7 +63,7 @@ ours() {
     for d in /proc/[0-9]*; do
         p=${d#/proc/}
         [[ $p == "$$" || $p == "$BASHPID" ]] && continue
-        grep -qzxF "SLURM_CONF=$conf" "$d/environ" 2>/dev/null && echo "$p"
+        grep -qzxE "SLURM_CONF=($conf|$mconf)" "$d/environ" 2>/dev/null && echo "$p"
     done
 }
 stop_pid() {   # PID [seconds]: TERM, then KILL if it outlives the wait
@@ -72,10 +86,28 @@ cleanup() {
         n=50; while ((n-- > 0)) && { kill -0 "$ctld_pid" || kill -0 "${slurmd_pid:-0}"; } 2>/dev/null; do sleep 0.2; done
     fi
     stop_pid "$ctld_pid" 5; stop_pid "$slurmd_pid" 5
+    if [[ -n $mctld_pid ]] && kill -0 "$mctld_pid" 2>/dev/null; then
+        SLURM_CONF=$mconf timeout 10 scancel -u root >/dev/null 2>&1
+        n=50; while ((n-- > 0)) && [[ -n $(SLURM_CONF=$mconf timeout 5 squeue -h -o %i 2>/dev/null) ]]; do sleep 0.2; done
+        SLURM_CONF=$mconf timeout 10 scontrol shutdown >/dev/null 2>&1
+        n=50; while ((n-- > 0)) && kill -0 "$mctld_pid" 2>/dev/null; do sleep 0.2; done
+    fi
+    stop_pid "$mctld_pid" 5
+    for p in "${mslurmd_pids[@]}"; do stop_pid "$p" 5; done
     left=$(ours)
     if [[ -n $left ]]; then
         kill $left 2>/dev/null; sleep 1
         left=$(ours); [[ -n $left ]] && kill -9 $left 2>/dev/null && sleep 0.5
+    fi
+    # the namespaces (whatever is still inside dies with a KILL first), their veths, the bridge
+    for ns in "${mns[@]}"; do
+        [[ -e /run/netns/$ns ]] || continue
+        for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+        ip netns del "$ns" 2>/dev/null || { sleep 0.5; ip netns del "$ns" 2>/dev/null; }
+        [[ -e /run/netns/$ns ]] && { echo "FAIL: network namespace $ns not removed"; rc=1; }
+    done
+    if [[ -n $mbr ]] && ip link show "$mbr" >/dev/null 2>&1; then
+        ip link del "$mbr" 2>/dev/null || { echo "FAIL: bridge $mbr not removed"; rc=1; }
     fi
     stop_pid "$munge_pid" 5
     left=$(ours)
@@ -252,5 +284,123 @@ if ip netns add "mi-probe-$$" 2>/dev/null && ip netns del "mi-probe-$$" && [[ -w
         "[[ -z \$(ip netns list | grep '^mi[0-9]*-') && -z \$(ls /run/meshinfer-hosts 2>/dev/null | grep '^mi') ]]"
 else
     echo "skip: the hosts testbed part (needs network namespaces and cgroup-v1 cpu and cpuacct)"
+fi
+# Several Slurm nodes on this one machine, each its own network stack: a bridge with one
+# network namespace per node (a veth, an address 10.214.X.I/24), a second private Slurm
+# (its own slurm.conf, ports, state) whose slurmctld listens on the bridge and whose
+# slurmds, one per namespace, run `slurmd -N NODE` entered with nsenter (ip netns exec
+# would remount /sys and hide the cgroup hierarchy slurmd wants) under unshare
+# --mount --uts: their own hostname, and their own spool directory (its pid file and
+# the step sockets) and TmpFS (PMIx's per-job directories) bind-mounted over the paths
+# slurm.conf names, since Slurm's pmix plugin does not expand %n. Then
+#   sbatch --nodes=3 --ntasks=3 --ntasks-per-node=1 jobs/sweep.slurm
+# one rank per node by srun --mpi=pmix, MPI over TCP on the bridge.
+multi_nodes=3
+multi_skip=""
+for c in ip nsenter unshare mount hostname; do
+    command -v "$c" >/dev/null || { multi_skip="'$c' not found"; break; }
+done
+if [[ -z $multi_skip ]]; then
+    if ip netns add "msl-probe-$$" 2>/dev/null; then
+        ip netns del "msl-probe-$$"
+        nsenter --net=/proc/self/ns/net unshare --mount --uts true 2>/dev/null ||
+            multi_skip="cannot make mount and UTS namespaces (unshare --mount --uts)"
+    else
+        multi_skip="cannot make network namespaces (ip netns add)"
+    fi
+fi
+if [[ -n $multi_skip ]]; then
+    echo "skip: the multi-node part ($multi_skip)"
+else
+    # a free subnet 10.214.X.0/24 and names of this run (msl<pid>...: two runs never share one)
+    used=$(ip -4 -o addr show 2>/dev/null | awk '{print $4}')
+    x=""
+    for c in $(shuf -i 1-250); do grep -q "^10\.214\.$c\." <<< "$used" || { x=$c; break; }; done
+    [[ -n $x ]] || { echo "FAIL: no free subnet 10.214.1-250.0/24"; exit 1; }
+    mnet="10.214.$x" mbr="msl$$br"
+    mkdir -p "$tmp/multi"/{state,log,spool,jobtmp}
+    ip link add "$mbr" type bridge && ip addr add "$mnet.254/24" dev "$mbr" && ip link set "$mbr" up ||
+        { echo "FAIL: bridge $mbr"; exit 1; }
+    for ((i = 0; i < multi_nodes; i++)); do
+        ns="msl$$-$i"
+        mns+=("$ns")
+        { ip netns add "$ns" && ip link add "msl$$v$i" type veth peer name eth0 netns "$ns" &&
+          ip link set "msl$$v$i" master "$mbr" up && ip -n "$ns" addr add "$mnet.$((i + 1))/24" dev eth0 &&
+          ip -n "$ns" link set eth0 up && ip -n "$ns" link set lo up; } || { echo "FAIL: namespace $ns"; exit 1; }
+        mkdir -p "$tmp/multi/node$i"/{spool,jobtmp}
+    done
+    mp1=$(free_port); mp2=$(free_port)
+    {
+        echo "ClusterName=checkm$$"
+        echo "FirstJobId=$((40000 + RANDOM))"
+        echo "SlurmctldHost=$host($mnet.254)"
+        echo "SlurmctldPort=$mp1"
+        echo "SlurmdPort=$mp2"
+        # per node through the bind mounts (see above); slurmd expands %n in its log file's name
+        echo "SlurmdSpoolDir=$tmp/multi/spool"
+        echo "SlurmdPidFile=$tmp/multi/spool/slurmd.pid"
+        echo "TmpFS=$tmp/multi/jobtmp"
+        echo "SlurmdLogFile=$tmp/multi/log/slurmd-%n.log"
+        echo "StateSaveLocation=$tmp/multi/state"
+        echo "SlurmctldPidFile=$tmp/multi/slurmctld.pid"
+        echo "SlurmctldLogFile=$tmp/multi/log/slurmctld.log"
+        grep -vE '^(ClusterName|SlurmctldHost|SlurmctldPort|SlurmdPort|SlurmdSpoolDir|SlurmdPidFile|TmpFS|SlurmdLogFile|StateSaveLocation|SlurmctldPidFile|SlurmctldLogFile|FirstJobId|NodeName|PartitionName)=' "$conf"
+        for ((i = 0; i < multi_nodes; i++)); do echo "NodeName=mnode$i NodeAddr=$mnet.$((i + 1)) CPUs=4 State=UNKNOWN"; done
+        echo "PartitionName=multi Nodes=mnode[0-$((multi_nodes - 1))] Default=YES MaxTime=INFINITE State=UP"
+    } > "$mconf"
+    SLURM_CONF=$mconf slurmctld -D > "$tmp/multi/log/slurmctld.out" 2>&1 & mctld_pid=$!
+    for ((i = 0; i < multi_nodes; i++)); do
+        SLURM_CONF=$mconf nsenter --net="/run/netns/msl$$-$i" unshare --mount --uts sh -c '
+            hostname "$1" && mount --bind "$2/node$3/spool" "$2/spool" && mount --bind "$2/node$3/jobtmp" "$2/jobtmp" &&
+            exec slurmd -D -N "$1"' sh "mnode$i" "$tmp/multi" "$i" > "$tmp/multi/log/slurmd$i.out" 2>&1 &
+        mslurmd_pids+=($!)
+    done
+    up=0 n=150
+    while ((n-- > 0)) && kill -0 "$mctld_pid" 2>/dev/null; do
+        [[ $(SLURM_CONF=$mconf timeout 5 sinfo -h -N -o %t 2>/dev/null | sort -u) == idle &&
+           $(SLURM_CONF=$mconf timeout 5 sinfo -h -N -o %N 2>/dev/null | wc -l) == "$multi_nodes" ]] && { up=1; break; }
+        sleep 0.2
+    done
+    if check "multi-node Slurm: $multi_nodes nodes idle, one slurmd per network namespace on $mnet.0/24" "((up))"; then
+        SLURM_CONF=$mconf timeout 30 srun -N $multi_nodes -n $multi_nodes -l sh -c 'echo $(hostname) $(hostname -I)' \
+            > "$tmp/multi/where.out" 2>&1
+        check "srun -N $multi_nodes: one task on each node, its own hostname and address" \
+            "[[ \$(awk '{print \$2, \$3}' '$tmp/multi/where.out' | sort -u | grep -c '^mnode[0-9] $mnet\.') == $multi_nodes ]]" ||
+            cat "$tmp/multi/where.out"
+        # MPI over TCP between the nodes: the bridge's subnet, and the one-sided
+        # component Debian's Open MPI needs over TCP (osc pt2pt)
+        (cd "$root" && SLURM_CONF=$mconf MODEL="$model" TOKENS=$tokens PLANNERS="layerwise greedy" TOLERANCES=0 NAME=m \
+            OUT_DIR="$tmp/out" MESHINFER_BIN="$bin" OPENBLAS_NUM_THREADS=1 \
+            OMPI_MCA_btl=self,tcp OMPI_MCA_osc=pt2pt OMPI_MCA_btl_tcp_if_include="$mnet.0/24" \
+            exec timeout 240 sbatch --wait --nodes=$multi_nodes --ntasks=$multi_nodes --ntasks-per-node=1 \
+                --output="$tmp/multi/job-%j.log" jobs/sweep.slurm) > "$tmp/sbatch3.out" 2>&1 &
+        wait $!; rc=$?
+        job=$(awk '/^Submitted batch job/ {print $4}' "$tmp/sbatch3.out")
+        joblog="$tmp/multi/job-$job.log"
+        check "multi-node: job $job on $multi_nodes nodes done in time with exit 0 (rc $rc)" "[[ $rc == 0 && -n '$job' ]]" ||
+            { cat "$tmp/sbatch3.out"; [[ -f $joblog ]] && cat "$joblog"; cat "$tmp/out/m/runs"/*.log 2>/dev/null; }
+        check "multi-node: ranks started by srun --mpi=pmix" "grep -q 'ranks started by srun --mpi=pmix -n $multi_nodes' '$joblog'"
+        # each node's slurmd launched a task of every step, with the pmix plugin
+        ok=1
+        for ((i = 0; i < multi_nodes; i++)); do
+            for s in 0 1 2; do
+                grep -q "launch task StepId=$job\.$s " "$tmp/multi/log/slurmd-mnode$i.log" &&
+                grep -q "\[$job\.$s\] .*mpi/pmix.*slurmstepd_prefork" "$tmp/multi/log/slurmd-mnode$i.log" || ok=0
+            done
+        done
+        check "multi-node: every node's slurmd launched a task of each of the 3 steps, with PMIx" "((ok))"
+        for r in layerwise_spec0 greedy_spec0 greedy_spec1; do
+            f="$tmp/out/m/runs/${r}_tol0_r${multi_nodes}_dnet_lnet.json"
+            check "multi-node: run $r: $multi_nodes ranks, text and tokens of the one-rank run" \
+                "node -e '
+                    const [a, b] = process.argv.slice(1).map(f => JSON.parse(require(\"fs\").readFileSync(f)));
+                    const ok = a.n_ranks === $multi_nodes && a.generated_tokens === $tokens &&
+                               a.text === b.text && JSON.stringify(a.tokens) === JSON.stringify(b.tokens);
+                    if (!ok) console.log(\"  got\", a.n_ranks, \"ranks:\", JSON.stringify(a.text), \"want\", JSON.stringify(b.text));
+                    process.exit(ok ? 0 : 1);' '$f' '$tmp/ref.json' 2>&1"
+        done
+    else
+        tail -n 20 "$tmp/multi/log"/*
+    fi
 fi
 exit $fail
