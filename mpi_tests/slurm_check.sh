@@ -368,10 +368,14 @@ else
             "[[ \$(awk '{print \$2, \$3}' '$tmp/multi/where.out' | sort -u | grep -c '^mnode[0-9] $mnet\.') == $multi_nodes ]]" ||
             cat "$tmp/multi/where.out"
         # MPI over TCP between the nodes: the bridge's subnet, and the one-sided
-        # component Debian's Open MPI needs over TCP (osc pt2pt)
+        # component Debian's Open MPI needs over TCP (osc pt2pt). PMIx messages between
+        # the slurmstepds go through slurmd (SLURM_PMIX_DIRECT_CONN=false): with the
+        # direct connections, a loaded machine crashed a rank in MPI_Init now and then
+        # (3 of 8 runs with 2 busy loops: SIGSEGV, a NULL call from mca_btl_tcp.so in
+        # opal_progress, the peers "failed to TCP connect"); 0 of 8 without them
         (cd "$root" && SLURM_CONF=$mconf MODEL="$model" TOKENS=$tokens PLANNERS="layerwise greedy" TOLERANCES=0 NAME=m \
             OUT_DIR="$tmp/out" MESHINFER_BIN="$bin" OPENBLAS_NUM_THREADS=1 \
-            OMPI_MCA_btl=self,tcp OMPI_MCA_osc=pt2pt OMPI_MCA_btl_tcp_if_include="$mnet.0/24" \
+            OMPI_MCA_btl=self,tcp OMPI_MCA_osc=pt2pt OMPI_MCA_btl_tcp_if_include="$mnet.0/24" SLURM_PMIX_DIRECT_CONN=false \
             exec timeout 240 sbatch --wait --nodes=$multi_nodes --ntasks=$multi_nodes --ntasks-per-node=1 \
                 --output="$tmp/multi/job-%j.log" jobs/sweep.slurm) > "$tmp/sbatch3.out" 2>&1 &
         wait $!; rc=$?
