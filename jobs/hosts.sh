@@ -144,12 +144,8 @@ for ((i = 0; i < n_hosts; i++)); do
 done
 
 [[ $(id -u) -eq 0 ]] || { echo "hosts: error: needs root (network namespaces, cgroups, iptables)" >&2; exit 1; }
-for p in iptables:iptables libnetfilter-queue-dev:- iproute2:ip util-linux:unshare; do
-    dpkg-query -W -f='${Status}' "${p%%:*}" 2>/dev/null | grep -q "install ok installed" || missing="${missing:-} ${p%%:*}"
-done
-if [[ -n "${missing:-}" ]]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
-fi
+. "$root/jobs/lib/packages.sh"
+ensure_packages iptables libnetfilter-queue-dev iproute2 util-linux
 bin="${MESHINFER_BIN:-$root/build/meshinfer}"
 [[ -n "${MESHINFER_BIN:-}" ]] || "$root/jobs/build.sh"
 [[ -x "$bin" ]] || die "$bin is not an executable (MESHINFER_BIN)"

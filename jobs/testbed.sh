@@ -107,12 +107,8 @@ for cpu in "${cpus[@]}"; do
     ((cpu * period * 10 >= 1000)) || { echo "testbed: error: --cpu-pct $cpu of a ${period} ms period is under the kernel's 1 ms minimum quota; use --cpu-period-ms $(( (100 + cpu - 1) / cpu ))" >&2; exit 2; }
 done
 [[ $(id -u) -eq 0 ]] || { echo "testbed: error: needs root (cgroups and iptables)" >&2; exit 1; }
-for p in libnetfilter-queue-dev iptables; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="${missing:-} $p"
-done
-if [[ -n "${missing:-}" ]]; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
-fi
+. "$root/jobs/lib/packages.sh"
+ensure_packages libnetfilter-queue-dev iptables
 bin="${MESHINFER_BIN:-$root/build/meshinfer}"
 [[ -n "${MESHINFER_BIN:-}" ]] || "$root/jobs/build.sh"
 [[ -x "$bin" ]] || { echo "testbed: error: $bin is not an executable (MESHINFER_BIN)" >&2; exit 2; }
