@@ -53,22 +53,13 @@ static void world_probe(void)
     if (size < 2)
         return;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    double limit = 60;
+    /* every rank sees the same value: a bad one stops each with one line */
     const char *env = getenv("MESHINFER_PROBE_TIMEOUT");
-    if (env && *env) {
-        char *end = NULL;
-        double v = strtod(env, &end);
-        if (end && !*end && v > 0 && v <= 86400)
-            limit = v;
-    }
+    double limit = env && *env ? mi_parse_double("MESHINFER_PROBE_TIMEOUT", env, 0.001, 86400) : 60;
     /* on the world itself: duplicating it would already communicate */
     MPI_Comm c = MPI_COMM_WORLD;
     MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
-    int *out = malloc((size_t)size * sizeof *out), *in = malloc((size_t)size * sizeof *in);
-    if (!out || !in) {
-        fprintf(stderr, "meshinfer: error: out of memory for %d ranks\n", size);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-    }
+    int *out = mi_malloc((size_t)size * sizeof *out, "probe"), *in = mi_malloc((size_t)size * sizeof *in, "probe");
     for (int i = 0; i < size; i++)
         out[i] = rank;
     MPI_Request q = MPI_REQUEST_NULL;
