@@ -8,7 +8,8 @@
 # service: the Slurm and munge packages would start their daemons from their
 # postinst (invoke-rc.d), which fails in a container without an init system and
 # is not wanted (the test starts private ones), so a policy-rc.d that forbids it
-# is in place during the install when there is none (removed afterwards).
+# is in place during the install when there is none (removed afterwards; see
+# jobs/lib/packages.sh).
 #
 # usage: jobs/build.sh [--help]
 set -euo pipefail
@@ -20,24 +21,8 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-pthread-dev
       libhdf5-dev hdf5-tools libhwloc-dev hwloc libcunit1-dev libcjson-dev gnuplot-nox clang libclang-rt-dev
       python3-torch python3-h5py python3-numpy slurmd slurmctld slurm-client munge)
-missing=()
-for p in "${pkgs[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-    sudo=""
-    [[ $(id -u) -ne 0 ]] && sudo="sudo"
-    echo "build: installing ${missing[*]}" >&2
-    policy=/usr/sbin/policy-rc.d
-    if [[ ! -e $policy ]]; then
-        trap '$sudo rm -f "$policy"' EXIT
-        printf '#!/bin/sh\n# jobs/build.sh: no service starts while packages are installed\nexit 101\n' |
-            $sudo tee "$policy" >/dev/null
-        $sudo chmod 755 "$policy"
-    fi
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+. "$root/jobs/lib/packages.sh"
+ensure_packages build "${pkgs[@]}"
 cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$root/build" -j "$(nproc)" >/dev/null
 echo "build: $root/build/meshinfer is ready" >&2

@@ -145,7 +145,7 @@ done
 
 [[ $(id -u) -eq 0 ]] || { echo "hosts: error: needs root (network namespaces, cgroups, iptables)" >&2; exit 1; }
 . "$root/jobs/lib/packages.sh"
-ensure_packages iptables libnetfilter-queue-dev iproute2 util-linux
+ensure_packages hosts iptables libnetfilter-queue-dev iproute2 util-linux
 bin="${MESHINFER_BIN:-$root/build/meshinfer}"
 [[ -n "${MESHINFER_BIN:-}" ]] || "$root/jobs/build.sh"
 [[ -x "$bin" ]] || die "$bin is not an executable (MESHINFER_BIN)"
@@ -160,7 +160,12 @@ cgroot=/sys/fs/cgroup/cpu acctroot=/sys/fs/cgroup/cpuacct
 if [[ -n $stats ]]; then
     [[ -d $(dirname "$stats") ]] || die "--stats: folder $(dirname "$stats") does not exist"
     [[ ! -d $stats ]] || die "--stats: '$stats' is a folder; give a file name"
-    { : > "$stats.partial"; } 2> /dev/null && rm -f "$stats.partial" || die "--stats: cannot write '$stats.partial' (the file is written whole, then renamed)"
+    # a file of our own there, not the .partial name (which could be someone's file)
+    probe=$(mktemp "$(dirname "$stats")/.hosts-stats.XXXXXX" 2> /dev/null) && rm -f "$probe" ||
+        die "--stats: cannot write in $(dirname "$stats") (the file is written whole there, then renamed)"
+    for input in "$cluster" "$userhf"; do
+        [[ -n $input && $(realpath -m "$stats") == $(realpath -m "$input") ]] && die "--stats $stats is an input of the run; give another file"
+    done
 fi
 ip netns list > /dev/null 2>&1 || { echo "hosts: error: this kernel or container cannot make network namespaces (ip netns)" >&2; exit 1; }
 

@@ -108,7 +108,7 @@ for cpu in "${cpus[@]}"; do
 done
 [[ $(id -u) -eq 0 ]] || { echo "testbed: error: needs root (cgroups and iptables)" >&2; exit 1; }
 . "$root/jobs/lib/packages.sh"
-ensure_packages libnetfilter-queue-dev iptables
+ensure_packages testbed libnetfilter-queue-dev iptables
 bin="${MESHINFER_BIN:-$root/build/meshinfer}"
 [[ -n "${MESHINFER_BIN:-}" ]] || "$root/jobs/build.sh"
 [[ -x "$bin" ]] || { echo "testbed: error: $bin is not an executable (MESHINFER_BIN)" >&2; exit 2; }
