@@ -157,6 +157,9 @@ bad "btl_tcp_if_include matching no address" "btl-if 'wlan0' matches no address 
 bad "btl_tcp_if_include on another subnet" "matches no address" --cluster "$tmp/c3.json" --btl-if 192.168.77.0/24 "${gen[@]}"
 bad "oob_tcp_if_include the hosts cannot reach" "hosts cannot reach" --cluster "$tmp/c3.json" --oob-if eth0 "${gen[@]}"
 bad "btl_tcp_if_include with the loopback interface" "selects a loopback address" --cluster "$tmp/c3.json" --btl-if eth0,lo "${gen[@]}"
+sum3=$(md5sum < "$tmp/c3.json")
+bad "--stats naming an input" "is an input of the run" --cluster "$tmp/c3.json" --stats "$tmp/../${tmp##*/}/c3.json" "${gen[@]}"
+check "--stats naming an input: the cluster file is untouched" "[[ \"\$(md5sum < '$tmp/c3.json')\" == '$sum3' ]]"
 printf '{"devices": [{"mem_mb": 10, "emulate": {"cpu_pct": 40, "delay": 5}}]}\n' > "$tmp/typo.json"
 bad "an unknown emulate key" "unknown key 'delay'" --cluster "$tmp/typo.json" "${gen[@]}"
 "$mi" plan --shape stories15M --cluster "$tmp/typo.json" > /dev/null 2> "$tmp/plan.err"
