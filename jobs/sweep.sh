@@ -94,16 +94,15 @@ for n in $ranks; do for d in $delays; do for l in $losses; do for p in $planners
         gen=(generate -m "$model" -p "$prompt" -n "$tokens" --ignore-eos --planner "$p" --wire-dtype "$wire" "${extra[@]}" --json)
         if [[ -n $hosts ]]; then
             echo "sweep: $(date +%T) $p spec=$spec tol=$t ranks=$n on the hosts of $hosts" >&2
-            bed=("$root/jobs/hosts.sh" --cluster "$hosts" --ranks "$n" --stats "${f%.json}.hosts.json.partial")
+            bed=("$root/jobs/hosts.sh" --cluster "$hosts" --ranks "$n" --stats "${f%.json}.hosts.json")
         else
             echo "sweep: $(date +%T) $p spec=$spec tol=$t ranks=$n delay=${d}ms loss=${l}%" >&2
             bed=("$root/jobs/testbed.sh" --ranks "$n" --cpu-pct "$cpu" --delay-ms "$d" --jitter-ms "$(awk "BEGIN{print $d/5}")" --loss-pct "$l")
         fi
         if "${bed[@]}" -- "${gen[@]}" > "$f.partial" 2> "$f.log"; then
-            [[ -z $hosts ]] || mv "${f%.json}.hosts.json.partial" "${f%.json}.hosts.json"
             mv "$f.partial" "$f"; rm -f "$f.log"
         else
-            echo "sweep: run failed, see $f.log" >&2; rm -f "$f.partial" "${f%.json}.hosts.json.partial"; failed=$((failed + 1))
+            echo "sweep: run failed, see $f.log" >&2; rm -f "$f.partial" "${f%.json}.hosts.json"; failed=$((failed + 1))
         fi
     done
 done; done; done; done; done
