@@ -280,6 +280,8 @@ if ip netns add "mi-probe-$$" 2>/dev/null && ip netns del "mi-probe-$$" && [[ -w
                            h.hosts.length === $ntasks && h.hosts.every(x => x.cpu_s > 0 && x.sent_bytes > 0);
                 process.exit(ok ? 0 : 1);' '$f.json' '$tmp/ref.json' '$f.hosts.json' 2>&1"
     done
+    check "HOSTS: the table gives each run's TPOT, link MB and CPU seconds for the $ntasks hosts" \
+        "[[ \$(grep -c '^| .* | [0-9.]* | [0-9.]* / [0-9.]* / [0-9.]* | [0-9.]* / [0-9.]* / [0-9.]* |\$' '$tmp/out/h_table.md') == 3 ]]"
     check "HOSTS: nothing of the hosts testbed left" \
         "[[ -z \$(ip netns list | grep '^mi[0-9]*-') && -z \$(ls /run/meshinfer-hosts 2>/dev/null | grep '^mi') ]]"
 else

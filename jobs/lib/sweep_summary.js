@@ -199,4 +199,5 @@ write(`${prefix}_active.dat`, active + '\n');
 write(`${prefix}_rtt.dat`, rttDat);
 write(`${prefix}_acceptance.dat`, accDat);
 if (hostRows.length) write(`${prefix}_hosts.dat`, hostsDat + '\n');
+else if (fs.existsSync(`${prefix}_hosts.dat`)) fs.unlinkSync(`${prefix}_hosts.dat`); // an earlier summary's, not these runs'
 process.stderr.write(`sweep_summary: ${rows.length} runs -> ${prefix}.csv, ${prefix}_table.md\n`);
