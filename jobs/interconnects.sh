@@ -12,7 +12,9 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 ranks=5 tokens=64 planner=greedy repeat=3 model="$root/models/cache/stories15M.h5"
 die() { echo "interconnects: error: $*" >&2; exit 2; }
 while (($#)); do
-    [[ $1 != --* || $1 == --help || $# -ge 2 ]] || die "$1 needs a value (see --help)"
+    case "$1" in
+        --ranks|--tokens|--planner|--repeat|--model) (($# >= 2)) || die "$1 needs a value (see --help)" ;;
+    esac
     case "$1" in
         --ranks) ranks=$2; shift 2 ;;
         --tokens) tokens=$2; shift 2 ;;
