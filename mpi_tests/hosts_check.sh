@@ -101,12 +101,17 @@ for k in 1 2; do
         tail -3 "$tmp/par$k.err"
 done
 
+# long_run LOG SECONDS: a long generation in the background (pid in $pid), SECONDS after its hosts are up
+long_run() {
+    "$root/jobs/hosts.sh" --cluster "$tmp/c3.json" -- generate -m "$model" -n 250 --ignore-eos --planner greedy \
+        > /dev/null 2> "$1" &
+    pid=$!
+    for _ in $(seq 100); do grep -q "rank(s) on" "$1" && break; sleep 0.1; done
+    sleep "$2"
+}
+
 # SIGTERM mid-run: stopped, everything removed
-"$root/jobs/hosts.sh" --cluster "$tmp/c3.json" -- generate -m "$model" -n 250 --ignore-eos --planner greedy \
-    > /dev/null 2> "$tmp/term.err" &
-pid=$!
-for _ in $(seq 100); do grep -q "rank(s) on" "$tmp/term.err" && break; sleep 0.1; done
-sleep 2
+long_run "$tmp/term.err" 2
 kill -TERM $pid
 wait $pid
 rc=$?
@@ -122,11 +127,7 @@ check "--timeout: nothing left ($(leftovers))" "[[ \"\$(leftovers)\" == '$clean'
 
 # SIGKILL: no clean-up is possible; the next run removes what is left and works,
 # also when part of it is gone already (a namespace deleted takes its veth along)
-"$root/jobs/hosts.sh" --cluster "$tmp/c3.json" -- generate -m "$model" -n 250 --ignore-eos --planner greedy \
-    > /dev/null 2> "$tmp/kill.err" &
-pid=$!
-for _ in $(seq 100); do grep -q "rank(s) on" "$tmp/kill.err" && break; sleep 0.1; done
-sleep 1
+long_run "$tmp/kill.err" 1
 kill -KILL $pid
 wait $pid 2> /dev/null
 check "SIGKILL: the run's hosts are still there (nothing could remove them)" "[[ \"\$(leftovers)\" != '$clean' ]]"
