@@ -207,16 +207,25 @@ echo "ok: private Slurm up on $host (ports $p1, $p2) after $((SECONDS - t0)) s"
 OPENBLAS_NUM_THREADS=1 "$bin" generate -m "$model" -p "$prompt" -n "$tokens" --ignore-eos --json > "$tmp/ref.json" 2> "$tmp/ref.err" \
     || { echo "FAIL: one-rank reference run"; cat "$tmp/ref.err"; exit 1; }
 
-# the sweep, submitted from the repository root (sweep.slurm finds it by SLURM_SUBMIT_DIR)
-(cd "$root" && MODEL="$model" TOKENS=$tokens PLANNERS="layerwise greedy" TOLERANCES=0 NAME=s OUT_DIR="$tmp/out" \
-    MESHINFER_BIN="$bin" TMPDIR="$tmp/jobtmp" OPENBLAS_NUM_THREADS=1 \
-    exec timeout 240 sbatch --wait --nodes=1 --ntasks=$ntasks --ntasks-per-node=$ntasks \
-        --output="$tmp/job-%j.log" jobs/sweep.slurm) > "$tmp/sbatch.out" 2>&1 &
-wait $!; rc=$?
-job=$(awk '/^Submitted batch job/ {print $4}' "$tmp/sbatch.out")
-joblog="$tmp/job-$job.log"
+# submit_sweep NAME NODES TASKS_PER_NODE LOG_DIR [VAR=VALUE...]: jobs/sweep.slurm with the
+# test's settings and these variables, submitted from the repository root (sweep.slurm
+# finds it by SLURM_SUBMIT_DIR) and waited for (bounded; in the background, so that a
+# signal to the test is handled meanwhile); sets rc, job and joblog
+submit_sweep() {
+    local name=$1 nodes=$2 per=$3 logdir=$4
+    shift 4
+    (cd "$root" && exec env MODEL="$model" TOKENS=$tokens PLANNERS="layerwise greedy" TOLERANCES=0 NAME="$name" \
+        OUT_DIR="$tmp/out" MESHINFER_BIN="$bin" OPENBLAS_NUM_THREADS=1 "$@" \
+        timeout 240 sbatch --wait --nodes="$nodes" --ntasks=$((nodes * per)) --ntasks-per-node="$per" \
+            --output="$logdir/job-%j.log" jobs/sweep.slurm) > "$tmp/sbatch-$name.out" 2>&1 &
+    wait $!; rc=$?
+    job=$(awk '/^Submitted batch job/ {print $4}' "$tmp/sbatch-$name.out")
+    joblog="$logdir/job-$job.log"
+}
+
+submit_sweep s 1 "$ntasks" "$tmp" TMPDIR="$tmp/jobtmp"
 check "sbatch --wait: job $job done in time with exit 0 (rc $rc; 124 = timed out)" "[[ $rc == 0 && -n '$job' ]]" \
-    || { cat "$tmp/sbatch.out"; [[ -f $joblog ]] && cat "$joblog"; tail -n 30 "$tmp/log/slurmctld.log"; }
+    || { cat "$tmp/sbatch-s.out"; [[ -f $joblog ]] && cat "$joblog"; tail -n 30 "$tmp/log/slurmctld.log"; }
 
 check "the job's ranks started by srun --mpi=pmix, not mpirun" \
     "grep -q 'ranks started by srun --mpi=pmix -n $ntasks' '$joblog' && ! grep -q 'mpirun' '$joblog'"
@@ -261,15 +270,9 @@ if ip netns add "mi-probe-$$" 2>/dev/null && ip netns del "mi-probe-$$" && [[ -w
     printf '%s\n' '{"devices": [{"name": "ctl", "mem_mb": 500, "emulate": {"delay_ms": 1}},' \
         '{"name": "w1", "mem_mb": 500, "emulate": {"delay_ms": 2, "rate_mbit": 100}},' \
         '{"name": "w2", "mem_mb": 500, "emulate": {"delay_ms": 3, "cpu_pct": 80}}]}' > "$tmp/hosts3.json"
-    (cd "$root" && MODEL="$model" TOKENS=$tokens PLANNERS="layerwise greedy" TOLERANCES=0 NAME=h OUT_DIR="$tmp/out" \
-        MESHINFER_BIN="$bin" HOSTS="$tmp/hosts3.json" OPENBLAS_NUM_THREADS=1 \
-        exec timeout 240 sbatch --wait --nodes=1 --ntasks=$ntasks --ntasks-per-node=$ntasks \
-            --output="$tmp/job-%j.log" jobs/sweep.slurm) > "$tmp/sbatch2.out" 2>&1 &
-    wait $!; rc=$?
-    job=$(awk '/^Submitted batch job/ {print $4}' "$tmp/sbatch2.out")
-    joblog="$tmp/job-$job.log"
+    submit_sweep h 1 "$ntasks" "$tmp" HOSTS="$tmp/hosts3.json"
     check "HOSTS: job $job done in time with exit 0 (rc $rc)" "[[ $rc == 0 && -n '$job' ]]" ||
-        { cat "$tmp/sbatch2.out"; [[ -f $joblog ]] && cat "$joblog"; cat "$tmp/out/h/runs"/*.log 2>/dev/null; }
+        { cat "$tmp/sbatch-h.out"; [[ -f $joblog ]] && cat "$joblog"; cat "$tmp/out/h/runs"/*.log 2>/dev/null; }
     check "HOSTS: the job's ranks ran on the hosts testbed" "grep -q 'ranks on the hosts testbed' '$joblog'"
     for r in layerwise_spec0 greedy_spec0 greedy_spec1; do
         f="$tmp/out/h/runs/${r}_tol0_r${ntasks}_dhosts_lhosts"
@@ -375,16 +378,10 @@ else
         # direct connections, a loaded machine crashed a rank in MPI_Init now and then
         # (3 of 8 runs with 2 busy loops: SIGSEGV, a NULL call from mca_btl_tcp.so in
         # opal_progress, the peers "failed to TCP connect"); 0 of 8 without them
-        (cd "$root" && SLURM_CONF=$mconf MODEL="$model" TOKENS=$tokens PLANNERS="layerwise greedy" TOLERANCES=0 NAME=m \
-            OUT_DIR="$tmp/out" MESHINFER_BIN="$bin" OPENBLAS_NUM_THREADS=1 \
-            OMPI_MCA_btl=self,tcp OMPI_MCA_osc=pt2pt OMPI_MCA_btl_tcp_if_include="$mnet.0/24" SLURM_PMIX_DIRECT_CONN=false \
-            exec timeout 240 sbatch --wait --nodes=$multi_nodes --ntasks=$multi_nodes --ntasks-per-node=1 \
-                --output="$tmp/multi/job-%j.log" jobs/sweep.slurm) > "$tmp/sbatch3.out" 2>&1 &
-        wait $!; rc=$?
-        job=$(awk '/^Submitted batch job/ {print $4}' "$tmp/sbatch3.out")
-        joblog="$tmp/multi/job-$job.log"
+        submit_sweep m "$multi_nodes" 1 "$tmp/multi" SLURM_CONF="$mconf" OMPI_MCA_btl=self,tcp OMPI_MCA_osc=pt2pt \
+            OMPI_MCA_btl_tcp_if_include="$mnet.0/24" SLURM_PMIX_DIRECT_CONN=false
         check "multi-node: job $job on $multi_nodes nodes done in time with exit 0 (rc $rc)" "[[ $rc == 0 && -n '$job' ]]" ||
-            { cat "$tmp/sbatch3.out"; [[ -f $joblog ]] && cat "$joblog"; cat "$tmp/out/m/runs"/*.log 2>/dev/null; }
+            { cat "$tmp/sbatch-m.out"; [[ -f $joblog ]] && cat "$joblog"; cat "$tmp/out/m/runs"/*.log 2>/dev/null; }
         check "multi-node: ranks started by srun --mpi=pmix" "grep -q 'ranks started by srun --mpi=pmix -n $multi_nodes' '$joblog'"
         # each node's slurmd launched a task of every step, with the pmix plugin
         ok=1
