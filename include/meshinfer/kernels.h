@@ -85,8 +85,10 @@ void mi_softmax(float *x, int n);
  * when *worst < tol, strictly: a ratio equal to the tolerance is recomputed. */
 int mi_spec_accept(const float *f, const float *z, int T, int d, double tol, double *worst);
 
-/* Use BLAS sgemv instead of our kernel for fp32 decode (a same-run baseline
- * for `bench`; not bit-reproducible under row partitioning). Process-wide. */
+/* Use BLAS (sgemv, sgemm) instead of our row kernels for fp32 products (a
+ * same-run baseline for `bench`; not bit-reproducible under row
+ * partitioning: a BLAS may choose its kernel by the matrix's size). Off by
+ * default. Process-wide. */
 void mi_use_blas_matvec(int on);
 
 /* Threads per rank for the matrix products (ours, OpenMP, and BLAS's);

@@ -72,8 +72,13 @@ static void matmul(float *y, int ldy, const float *x, int ldx, const mi_tensor *
     const int n_in = W->cols, n_out = W->rows;
     if (T < 1 || n_out < 1)
         return;
-    if (W->dtype == MI_F32 && (T > 1 || g_blas_matvec)) {
-        /* Accumulating into y (beta = 1) is not used: a BLAS that splits the
+    if (W->dtype == MI_F32 && g_blas_matvec) {
+        /* Only on request (bench's same-run baseline): a BLAS may pick its
+         * kernel by the matrix's size (OpenBLAS's small-matrix kernels on
+         * SkylakeX and later), so a row's sum could change with the rows
+         * around it and a row-partitioned run would not give one device's
+         * bits. Our row kernels below are the same for any slice, at any T.
+         * Accumulating into y (beta = 1) is not used: a BLAS that splits the
          * inner dimension into blocks adds each block's partial sums to y, so
          * y + W x would round differently from W x added afterwards, and a
          * sum split over ranks (or not) would no longer give the same bits on
