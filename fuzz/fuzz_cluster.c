@@ -6,6 +6,7 @@
 #include "meshinfer/common.h"
 #include "meshinfer/config.h"
 #include "meshinfer/plan.h"
+#include "meshinfer/planner.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -7,7 +7,8 @@
 #include "meshinfer/config.h"
 #include "meshinfer/cost.h"
 #include "meshinfer/plan.h"
-#include "../src/cli/cli.h"
+#include "meshinfer/planner.h"
+#include "meshinfer/control.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -41,6 +41,7 @@
 #include "meshinfer/forward.h"
 #include "meshinfer/partition.h"
 #include "meshinfer/plan.h"
+#include "meshinfer/planner.h"
 #include "meshinfer/runtime.h"
 #include "meshinfer/sampler.h"
 #include "meshinfer/quantize.h"

@@ -621,7 +621,7 @@ def n_parameters(model):
 # ----------------------------------------------------------------------------- pruning
 
 def pruning_scores(model, D, what, mode):
-    """Scores [n_layers, width] of exchange what's columns (docs/patchtst.md; src/plan/prune.c): the sum of
+    """Scores [n_layers, width] of exchange what's columns (docs/patchtst.md; src/planner/prune.c): the sum of
     |outgoing weights| the column feeds on the other devices (aware) or on all devices (magnitude), times
     |norm gain| for attn_in and ffn_in."""
     cfg = model.cfg
@@ -653,7 +653,7 @@ def pruning_scores(model, D, what, mode):
 
 def choose_keep(scores, D, ratio, prev_keep=None):
     """Keep mask [n_layers, width]: each sender drops ceil(ratio * own) of its own columns (as
-    src/plan/prune.c), those already dropped first (stages are nested), then the lowest scores, ties
+    src/planner/prune.c), those already dropped first (stages are nested), then the lowest scores, ties
     the lower column first."""
     n_layers, width = scores.shape
     keep = torch.ones(n_layers, width, dtype=torch.bool)

@@ -55,6 +55,9 @@ int mi_check_input_file(const char *path, const char *what, char *err);
  * Returns NULL with one line in err when it is not a readable regular file,
  * is larger than max_bytes, or holds a NUL byte. An empty file is returned. */
 char *mi_read_text_file(const char *path, const char *what, size_t max_bytes, size_t *len, char *err);
+/* A text file as mi_read_text_file reads it (up to 4 GiB), refused also when
+ * empty ("PATH: text file is empty"). Returns NULL with err set. */
+char *mi_read_text_nonempty(const char *path, size_t *len, char *err);
 
 /* Allocation that aborts with a clear message (bytes, what) on failure. */
 void *mi_malloc(size_t bytes, const char *what);

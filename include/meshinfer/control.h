@@ -1,15 +1,19 @@
-/* What generate, perplexity and bench share: MPI start-up, the distributed
- * options, making or loading the plan, starting the runtime, prompt checks
- * and the metrics report (internal header). */
-#ifndef MESHINFER_SESSION_H
-#define MESHINFER_SESSION_H
+/* The controller: rank 0's side of a distributed run, which generate,
+ * perplexity, bench and forecast share: start-up, the distributed options,
+ * making or loading the plan, starting the runtime, the memory check and
+ * re-placement, phase switches, runtime scaling (scaling.c), the metrics
+ * report, and generate's journal (journal.c). Collective calls say so.
+ *
+ * Layer: above the runtime (it calls no MPI itself), below the CLI. */
+#ifndef MESHINFER_CONTROL_H
+#define MESHINFER_CONTROL_H
 
-#include <getopt.h>
 #include <stdio.h>
 
 #include "meshinfer/cost.h"
 #include "meshinfer/partition.h"
 #include "meshinfer/plan.h"
+#include "meshinfer/planner.h"
 #include "meshinfer/runtime.h"
 #include "meshinfer/tokenizer.h"
 
@@ -52,32 +56,13 @@ typedef struct {
     int forecast;            /* the command is forecast: the model must be a time-series one (and only then) */
 } session_opts;
 
-/* getopt_long entries for the options above (codes >= 1000), to append to a
- * command's table, and their --help text. */
-#define SESSION_LONG_OPTS                                                         \
-    {"planner", required_argument, 0, 1000}, {"cluster", required_argument, 0, 1001}, \
-    {"plan-file", required_argument, 0, 1002}, {"trace", required_argument, 0, 1003}, \
-    {"plan-seed", required_argument, 0, 1004}, {"controller-works", required_argument, 0, 1005}, \
-    {"weights", required_argument, 0, 1006}, {"speculate", no_argument, 0, 1007}, \
-    {"tolerance", required_argument, 0, 1008}, {"min-acceptance", required_argument, 0, 1009}, \
-    {"spec-profile", required_argument, 0, 1010}, {"replan", no_argument, 0, 1011}, \
-    {"kv-positions", required_argument, 0, 1012}, {"wire-dtype", required_argument, 0, 1013}, \
-    {"prune", required_argument, 0, 1014}, {"prune-mode", required_argument, 0, 1015}, \
-    {"loss", required_argument, 0, 1016}, {"loss-mode", required_argument, 0, 1017}, \
-    {"loss-seed", required_argument, 0, 1018}, {"phase-plans", required_argument, 0, 1019}, \
-    {"tpot-ms", required_argument, 0, 1020}, {"importance", required_argument, 0, 1021}, \
-    {"energy", no_argument, 0, 1022}, {"prune-ffn", required_argument, 0, 1023}, \
-    {"ppl-budget", required_argument, 0, 1024}, {"somegather-quality", required_argument, 0, 1025}
-extern const char *SESSION_HELP;
 
-void session_opts_init(session_opts *o);
 /* --prune-ffn k: plan's layers each prune their k least important FFN
  * shards by imp (mi_prune_keep: the shards `quantize --prune-ffn k` drops).
  * Returns 0, or -1 with err: no shard measurements, k over half the shards. */
 int session_prune_ffn(mi_plan *plan, const mi_importance *imp, int k, char *err);
 
-/* Returns 1 if code was one of the session options (and applies it). */
-int session_opt(session_opts *o, int code, const char *arg);
+
 
 /* One memory-triggered re-placement (seed 000), as reported in --json. */
 typedef struct {
@@ -290,5 +275,48 @@ void session_metrics_json(mi_session *ss, FILE *f);
 
 /* Collective: per-rank metrics as a human-readable table on rank 0's stderr. */
 void session_metrics_table(mi_session *ss);
+
+/* ---- journal.c: generate --journal / --resume ---- */
+#include <stdint.h>
+typedef struct {
+    char model[4096];       /* the model file's path when the journal was begun */
+    char model_name[64];    /* its config: a resumed run must load the same model */
+    int n_layers, dim, hidden_dim, vocab_size;
+    char dtypes[160];       /* mi_config_dtype_summary: a resumed run must compute with the same weights */
+    char *prompt;           /* the prompt text, as given */
+    int n_prompt, *prompt_ids; /* [n_prompt] its tokens, BOS first */
+    long steps;             /* tokens asked for */
+    double temperature, topp;
+    uint64_t seed;
+    int ignore_eos;
+    int n_out, *out;        /* [n_out] tokens generated so far */
+    uint64_t rng;           /* the sampler's state after out[n_out - 1] was sampled */
+    int done;               /* 1: the generation ended (steps reached, or BOS/EOS) */
+    long valid_bytes;       /* journal_read: the bytes of its whole lines */
+    /* the distributed options that went into the tokens (--planner, --wire-dtype, --prune-ffn, ...),
+     * as given: n_options strings packed one after another, each NUL-terminated, options_len bytes */
+    char *options;
+    int n_options;
+    size_t options_len;
+    int sync;               /* --journal-sync: each line reaches the disk before the next token */
+    int fd;                 /* open to append (journal_begin, journal_append_open), else -1 */
+} gen_journal;
+
+/* Start a journal at path: the request's line (written whole, synced,
+ * renamed into place), then path open to append (j->fd). journal_append_open reopens an
+ * existing one to go on, first cutting it to keep_bytes (the whole lines
+ * journal_read found; -1: as it is). journal_token appends a token and the
+ * sampler's state after it; journal_finish appends "done" and closes. With
+ * j->sync each line is on disk (fdatasync) before they return. Each returns 0
+ * or -1 with one line in err. */
+int journal_begin(const char *path, gen_journal *j, char *err);
+int journal_append_open(const char *path, gen_journal *j, long keep_bytes, char *err);
+int journal_token(gen_journal *j, int token, uint64_t rng, char *err);
+int journal_finish(gen_journal *j, char *err);
+/* Read a journal strictly (unknown or duplicate keys, fields out of range,
+ * token ids past vocab_size, lines that are not token lines: one line in
+ * err, -1); a torn last line is dropped. journal_free releases it. */
+int journal_read(const char *path, gen_journal *j, char *err);
+void journal_free(gen_journal *j);
 
 #endif

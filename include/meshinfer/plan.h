@@ -1,7 +1,8 @@
 /* Placement plans: pure data saying which rank holds which shard of every
- * layer, and the planners that produce them. What each rank then computes
+ * layer, the cluster it is made for, validation and serialization. The
+ * planners that produce plans are planner.h; what each rank then computes
  * and sends is partition.h (programs); time and bytes are cost.h. No MPI
- * here: planners are unit-tested and reusable by a simulator.
+ * and no policy here.
  *
  * Units: bytes, seconds, bytes/second. Rank 0 is the controller (embeddings,
  * final norm, sampling, the token loop); seed 000 "Splitting by heads". */
@@ -230,113 +231,27 @@ int mi_plan_ffn_kept_units(const mi_plan *plan, int l, int u0, int n);
 /* The send list of `rank` in exchange kind x of layer l (NULL: it sends all it owns). */
 const mi_keep *mi_plan_keep(const mi_plan *plan, int l, int x, int rank);
 
-/* Seed 002 "communication-aware pruning": fill the send lists of a somegather
- * plan from the weights in model_path (read one layer at a time). Per layer,
- * exchange kind x (ratio[x] in [0, 1), MI_N_PRUNED_XCH entries) and rank,
- * the rank's columns are ranked by the absolute weights they feed (through
- * the norm's gain for residual columns) on the other ranks (MI_PRUNE_AWARE)
- * or on all ranks (MI_PRUNE_MAGNITUDE, the seed's baseline), and the lowest
- * ceil(ratio * owned) are left out. All ratios 0: no send lists. Returns 0
- * or -1 with one line in err (not somegather, a ratio outside [0, 1), the
- * model file unreadable). */
-int mi_plan_prune(mi_plan *plan, const char *model_path, const double *ratio, int mode, char *err);
-
-/* Seed 002's pruning within a perplexity budget (issue 10 item 6,
- * `--planner auto`): somegather's perplexity at several pruning ratios r,
- * measured on `ranks` ranks (jobs/somegather_quality.sh writes the file:
- * {"model", "n_layers", "dim", "ranks", "prune_mode": "aware", "text",
- * "tokens", "points": [{"r": 0, "perplexity": P0}, {"r": 0.25, ...}, ...]}). */
-#define MI_MAX_QUALITY_POINTS 16
-typedef struct {
-    int ranks;                             /* the job size the perplexities were measured on */
-    int n;                                 /* points, r ascending, the first r = 0 */
-    double r[MI_MAX_QUALITY_POINTS];       /* pruning ratio in [0, 1) */
-    double perplexity[MI_MAX_QUALITY_POINTS];
-} mi_sg_quality;
-
-/* Load path for model c. Returns 0, or -1 with one line in err: unreadable,
- * a JSON syntax error (its position), an unknown or duplicate key, another
- * model (name, n_layers or dim), a prune_mode other than "aware", points not
- * ascending from r = 0, an r outside [0, 1), a perplexity not finite and
- * positive, more than MI_MAX_QUALITY_POINTS points. */
-int mi_sg_quality_load(const char *path, const mi_config *c, mi_sg_quality *q, char *err);
-
-/* The largest measured r whose perplexity is at most (1 + budget) times the
- * unpruned one (budget a fraction, e.g. 0.05), its perplexity in *ppl; 0 (and
- * the unpruned perplexity) when no pruned point is within the budget. */
-double mi_sg_quality_best(const mi_sg_quality *q, double budget, double *ppl);
-
 /* Send lists with n < 0 (left out of a plan file) become every column
  * their rank owns. */
 void mi_plan_fill_keep(mi_plan *plan);
-
-/* Seed 002's time-series models carry the pruning masks they were trained
- * with (model_file.h mi_model_read_masks): make a somegather plan's send
- * lists from them, for any rank count (*ranks: the count trained for).
- * Returns 1 when the model has masks, 0 when it has none (or the plan is
- * not somegather), -1 with err. */
-int mi_plan_keep_from_model(mi_plan *plan, const char *model_path, int *ranks, char *err);
-
-/* Split `total` units (heads, FFN units, vocabulary rows) over n parts in
- * proportion to weight[0..n) (NULL: equal parts), in order: part i's share
- * ends at the nearest unit to its cumulative weight, and every part gets at
- * least one unit while units remain for the parts after it. Writes count[i]
- * (0 for parts beyond total) and returns how many parts got units. Pure; the
- * tp planner and seed 002's memory model share it so that the model's shards
- * are the planner's. No errors (n >= 1, total >= 0, weights > 0). */
-int mi_split_units(int total, const double *weight, int n, int *count);
 
 /* The columns [*c0, *c0 + *n) that `rank` owns in exchange kind x of a
  * somegather plan (its residual columns, its heads' output columns, its FFN
  * units). */
 void mi_plan_owned(const mi_plan *plan, int l, int x, int rank, int *c0, int *n);
 
-typedef struct {
-    mi_planner planner;
-    uint64_t seed;          /* for MI_PLANNER_RANDOM */
-    int controller_works;   /* -1: planner's default (tp: yes, others: no) */
-    int speculate;          /* mark transitions for inter-layer speculation (seed 000) */
-    const double *acceptance; /* [n_layers-1] profiled acceptance per transition, NULL: unknown (all 1) */
-    double min_acceptance;  /* a transition speculates only at or above this (seed 000: 0.7) */
-    int kv_positions;       /* KV-cache positions to budget memory for; 0: the whole context (seq_len).
-                               Fewer lets a placement start on smaller devices and be re-made as the
-                               cache grows (seed 000 "Memory needs active management") */
-    int wire;               /* wire dtype of activation messages (mi_plan.wire); 0 = fp32 */
-    int prefill;            /* hybrid: plan for the prefill phase (1) or for decode (0) */
-    int prefill_T;          /* hybrid, prefill: positions per pass judged (0: 64, the runtime's chunk) */
-    double prune;           /* somegather: this fraction of each rank's columns left out of every exchange,
-                               communication-aware (mi_plan_prune from the weights at weights_path); 0: none */
-    const char *weights_path;
-} mi_plan_options;
-
 /* Planner names as on the command line: layerwise roundrobin random greedy tp somegather hybrid. */
 const char *mi_planner_name(mi_planner p);
 /* Returns 0 and sets *p, or -1 for an unknown name. */
 int mi_planner_parse(const char *name, mi_planner *p);
-
-/* Make a plan of model c for the cluster's devices (n_ranks = n_devices).
- * Returns 0, or -1 with err naming the problem: no workers, or a plan that
- * cannot fit the memory budgets (the device and the shortfall in bytes). */
-int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, mi_plan *plan, char *err);
-
-/* Seed 000 "Not every layer deserves it": mark transition l -> l+1 for
- * speculation when its layer l keeps the projection and the FFN each on one
- * rank, its acceptance (acceptance[l], or 1 when NULL) is at least
- * min_acceptance, and the cost model's expected saving
- *   acceptance * min(FFN time of layer l, attention time of layer l+1) - extra message
- * is positive. Returns the number of transitions marked. */
-int mi_plan_mark_speculation(mi_plan *plan, const mi_cluster *cl, const double *acceptance, double min_acceptance);
-
-/* The expected saving (seconds per token) of speculating from layer l into
- * l+1 under this placement, with acceptance a (the formula above); negative
- * when the extra message costs more than the overlap can win. */
-double mi_plan_spec_saving(const mi_plan *plan, const mi_cluster *cl, int l, double a);
 
 /* Check structure (ranks in range, slices covering their ranges, one slice
  * per rank per layer) and, when cl != NULL, the memory budgets. Returns 0 or
  * -1 with one line in err. */
 int mi_plan_validate(const mi_plan *plan, const mi_cluster *cl, char *err);
 
+/* plan->layers: n_layers zeroed entries of plan->cfg (exits on out of memory). */
+void mi_plan_alloc_layers(mi_plan *plan);
 void mi_plan_free(mi_plan *plan);
 /* Drop the send lists (nothing pruned any more). */
 void mi_plan_free_keep(mi_plan *plan);

@@ -31,7 +31,7 @@ int mi_model_quantize(const char *in, const char *out, const mi_config *target, 
 /* The same, pruning the FFN (seed 003 4.3.1 shard-wise pruning): target's
  * hidden_dim is the channels kept, and ffn_keep lists them per layer
  * (n_layers rows of target->hidden_dim indices into the input's hidden
- * channels, ascending; cost.h mi_prune_keep makes it): rows of w1 and w3 and
+ * channels, ascending; planner.h mi_prune_keep makes it): rows of w1 and w3 and
  * columns of w2 are kept, so the written model computes what the input does
  * with the other channels' outputs zero. NULL ffn_keep, or target->hidden_dim
  * equal to the input's: mi_model_quantize. Errors as there, and: a

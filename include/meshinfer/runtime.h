@@ -195,6 +195,29 @@ int mi_world_size(void);
 int mi_world_launched(void);
 void mi_world_finalize(void);
 
+/* The job size and this process's rank as the launcher announced them
+ * (Open MPI's environment), before and without MPI_Init: 1 and rank 0 when
+ * no launcher started it. rank may be NULL. Lets a one-device command refuse
+ * to run N times under mpirun before it does any work. */
+int mi_world_launch_size(int *rank);
+
+/* Collectives of the whole job for set-up and reports (configs, plans,
+ * options, host names, measurements; never a program's exchange), in bytes.
+ * Every rank must call them in the same order. Alone, nothing moves.
+ * mi_world_bcast: rank 0's bytes[0, bytes) to every rank's buf.
+ * mi_world_gather: every rank's `bytes` bytes to rank 0's all[size * bytes],
+ *   in rank order (all may be NULL on the other ranks).
+ * mi_world_gather_strings: every rank's string to rank 0: a malloc'ed array
+ *   of size malloc'ed copies, in rank order (NULL on the other ranks).
+ * mi_world_barrier: returns when every rank has called it.
+ * mi_world_sum: x summed over the ranks on rank 0 (the others get their x).
+ * MPI errors end the job (MPI's default handler). */
+void mi_world_bcast(void *buf, size_t bytes);
+void mi_world_gather(const void *mine, size_t bytes, void *all);
+char **mi_world_gather_strings(const char *mine);
+void mi_world_barrier(void);
+double mi_world_sum(double x);
+
 /* Collective: on rank 0, rtt_s[r] = the round trip of a small message to
  * rank r (median of 9, seconds; rtt_s[0] = 0), measured without spinning so
  * that a CPU-limited device answers as it would while idle. */

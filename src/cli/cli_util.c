@@ -30,17 +30,6 @@ void cli_bad_option(const char *cmd, int code, char **argv)
     mi_fatal("%s: unknown option '%s' (see meshinfer %s --help)", cmd, arg, cmd);
 }
 
-char *cli_read_text_err(const char *path, size_t *len, char *err)
-{
-    char *buf = mi_read_text_file(path, "text file", (size_t)1 << 32, len, err);
-    if (buf && *len == 0) {
-        mi_set_error(err, "%s: text file is empty", path);
-        free(buf);
-        return NULL;
-    }
-    return buf;
-}
-
 /* Length of a valid UTF-8 sequence at s (at most n bytes), 0 if invalid. */
 static size_t utf8_len(const unsigned char *s, size_t n)
 {
@@ -166,19 +155,6 @@ void cli_parse_prune(const char *arg, double *ratio)
     }
     for (int k = 0; k < MI_N_PRUNED_XCH; k++)
         ratio[k] = kind[k] >= 0 ? kind[k] : all >= 0 ? all : 0.0;
-}
-
-double cli_nll(const float *logits, int V, int target)
-{
-    /* log-softmax of the target, in double for a stable sum over the vocabulary */
-    float mx = logits[0];
-    for (int v = 1; v < V; v++)
-        if (logits[v] > mx)
-            mx = logits[v];
-    double sum = 0.0;
-    for (int v = 0; v < V; v++)
-        sum += exp((double)(logits[v] - mx));
-    return log(sum) + (double)mx - (double)logits[target];
 }
 
 const char *cli_shell_word(const char *s, char *buf, size_t n)

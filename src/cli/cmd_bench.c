@@ -3,7 +3,6 @@
  * decode kernel (one rank), and a single-device pass (several ranks). */
 #define _POSIX_C_SOURCE 200809L
 #include <getopt.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +13,7 @@
 #include "meshinfer/kernels.h"
 #include "meshinfer/sampler.h"
 #include "meshinfer/stream.h"
-#include "session.h"
+#include "session_opts.h"
 
 static void help(void)
 {
@@ -179,12 +178,8 @@ int cmd_bench(int argc, char **argv)
     if (rank == 0 && !json)
         fprintf(stderr, "bench: measuring STREAM triad (%ld MB arrays, %d rank%s x %d thread%s)...\n", stream_mb,
                 size, size > 1 ? "s" : "", threads, threads > 1 ? "s" : "");
-    if (size > 1)
-        MPI_Barrier(MPI_COMM_WORLD);
-    double triad = mi_stream_triad_gbs((size_t)stream_mb * 1000000 / sizeof(float), 5, threads), triad_all = triad;
-    if (size > 1)
-        MPI_Reduce(&triad, &triad_all, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
-    triad = triad_all;
+    mi_world_barrier();
+    double triad = mi_world_sum(mi_stream_triad_gbs((size_t)stream_mb * 1000000 / sizeof(float), 5, threads));
     int streams = size * threads;
 
     if (rank != 0) {

@@ -5,7 +5,6 @@
  * from the size of the data and the link). */
 #define _POSIX_C_SOURCE 200809L
 #include <getopt.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,7 +142,7 @@ int cmd_calibrate(int argc, char **argv)
     }
     if (size > 1) {
         mi_check_all(failed, err);
-        MPI_Bcast(&co, sizeof co, MPI_BYTE, 0, MPI_COMM_WORLD);
+        mi_world_bcast(&co, sizeof co);
     } else if (failed) {
         mi_fatal("%s", err);
     }
@@ -189,26 +188,12 @@ int cmd_calibrate(int argc, char **argv)
     double *rtt = rank == 0 ? mi_calloc((size_t)size * size, sizeof(double), "calibration") : NULL;
     double *bw = rank == 0 ? mi_calloc((size_t)size * size, sizeof(double), "calibration") : NULL;
     if (size > 1) {
-        MPI_Gather(&mine, sizeof mine, MPI_BYTE, all, sizeof mine, MPI_BYTE, 0, MPI_COMM_WORLD);
-        int len = (int)hwlen + 1, *lens = rank == 0 ? mi_calloc((size_t)size, sizeof(int), "lens") : NULL;
-        MPI_Gather(&len, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD);
-        int *displ = NULL, tot = 0;
-        char *cat = NULL;
+        mi_world_gather(&mine, sizeof mine, all);
+        char **got = mi_world_gather_strings(hwjson);
         if (rank == 0) {
-            displ = mi_calloc((size_t)size, sizeof(int), "displ");
-            for (int r = 0; r < size; r++) {
-                displ[r] = tot;
-                tot += lens[r];
-            }
-            cat = mi_malloc((size_t)tot, "hwloc descriptions");
+            memcpy(hws, got, (size_t)size * sizeof *hws);
+            free(got);
         }
-        MPI_Gatherv(hwjson, len, MPI_CHAR, cat, lens, displ, MPI_CHAR, 0, MPI_COMM_WORLD);
-        if (rank == 0)
-            for (int r = 0; r < size; r++)
-                hws[r] = strdup(cat + displ[r]);
-        free(cat);
-        free(displ);
-        free(lens);
         if (rank == 0)
             fprintf(stderr, "calibrate: measuring %d link%s (ping-pong of 8 and %ld bytes)...\n",
                     size * (size - 1) / 2, size * (size - 1) / 2 == 1 ? "" : "s", link_bytes);

@@ -16,7 +16,7 @@
 #include "meshinfer/model_file.h"
 #include "meshinfer/output.h"
 #include "meshinfer/series.h"
-#include "session.h"
+#include "session_opts.h"
 
 static void help(void)
 {

@@ -1,7 +1,6 @@
 /* `meshinfer generate`: prompt in, streamed text out. */
 #define _POSIX_C_SOURCE 200809L
 #include <getopt.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +9,7 @@
 #include "meshinfer/common.h"
 #include "meshinfer/output.h"
 #include "meshinfer/sampler.h"
-#include "session.h"
+#include "session_opts.h"
 
 static void help(void)
 {
@@ -316,17 +315,14 @@ int cmd_generate(int argc, char **argv)
         mi_check_all(0, err);
     }
     if (resume && !model) {
-        if (size > 1)
-            MPI_Bcast(model_path, sizeof model_path, MPI_CHAR, 0, MPI_COMM_WORLD);
+        mi_world_bcast(model_path, sizeof model_path);
         model = model_path;
     }
     if (resume) { /* the journal's distributed options, to every rank (only rank 0 reads the journal) */
         unsigned long long jlen = rank == 0 ? jr.options_len : 0;
-        if (size > 1)
-            MPI_Bcast(&jlen, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+        mi_world_bcast(&jlen, sizeof jlen);
         char *jopts = rank == 0 ? jr.options : mi_malloc(jlen + 1, "journal options");
-        if (size > 1 && jlen)
-            MPI_Bcast(jopts, (int)jlen, MPI_CHAR, 0, MPI_COMM_WORLD);
+        mi_world_bcast(jopts, (size_t)jlen);
         int bad_opts = resume_options(jopts, (size_t)jlen, &given_opts, opts, &so, resume, err) != 0;
         if (rank != 0)
             free(jopts);

@@ -21,8 +21,10 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "meshinfer/quality.h"
 #include "meshinfer/common.h"
 #include "meshinfer/cost.h"
+#include "meshinfer/planner.h"
 #include "meshinfer/forward.h"
 #include "meshinfer/model.h"
 #include "meshinfer/output.h"
@@ -111,11 +113,11 @@ int cmd_importance(int argc, char **argv)
         mi_fatal("importance: --ffn-shard %d must be a multiple of %d dividing hidden_dim %d into 2 to %d shards",
                  shard, MI_QK, H, MI_MAX_PRUNE_SHARDS);
     int n_shards = shard > 0 ? H / shard : 0;
-    int n, *ids = cli_text_ids(path, &tok, max_tokens, &n);
+    int n, *ids = mi_text_ids(path, &tok, max_tokens, &n);
     mi_scratch s;
     mi_scratch_init(&s, c, 64);
     int tty = isatty(fileno(stderr));
-    double t0 = mi_now(), base = cli_window_perplexity(&m, &s, ids, n);
+    double t0 = mi_now(), base = mi_window_perplexity(&m, &s, ids, n);
     static const int steps[] = {MI_Q8_0, MI_Q4_0};
     double *rise = mi_calloc((size_t)c->n_layers * 2, sizeof(double), "importance");
     for (int l = 0; l < c->n_layers; l++) {
@@ -128,7 +130,7 @@ int cmd_importance(int argc, char **argv)
                 keep[k] = *mats[k];
                 *mats[k] = lowered(&keep[k], steps[st], &mem[k]);
             }
-            rise[l * 2 + st] = cli_window_perplexity(&m, &s, ids, n) - base;
+            rise[l * 2 + st] = mi_window_perplexity(&m, &s, ids, n) - base;
             for (int k = 0; k < 7; k++) {
                 *mats[k] = keep[k];
                 free(mem[k]);
@@ -148,8 +150,8 @@ int cmd_importance(int argc, char **argv)
         size_t row = mi_dtype_q_row_bytes(keep.dtype, (size_t)keep.cols);
         *w3 = z;
         for (int j = 0; j < n_shards; j++) {
-            cli_zero_rows(w3, j * shard, shard);
-            prune[l * n_shards + j] = cli_window_perplexity(&m, &s, ids, n) - base;
+            mi_zero_rows(w3, j * shard, shard);
+            prune[l * n_shards + j] = mi_window_perplexity(&m, &s, ids, n) - base;
             /* restore the shard's rows before the next one goes */
             memcpy((char *)z.q + (size_t)j * shard * row, (const char *)keep.q + (size_t)j * shard * row,
                    (size_t)shard * row);

@@ -15,6 +15,7 @@
 #include "meshinfer/model_file.h"
 #include "meshinfer/output.h"
 #include "meshinfer/cost.h"
+#include "meshinfer/planner.h"
 #include "meshinfer/quantize.h"
 #include "meshinfer/synth.h"
 #include "meshinfer/tokenizer.h"

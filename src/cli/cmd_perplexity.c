@@ -2,15 +2,15 @@
 #define _POSIX_C_SOURCE 200809L
 #include <getopt.h>
 #include <math.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "meshinfer/quality.h"
 #include "meshinfer/common.h"
-#include "session.h"
+#include "session_opts.h"
 
 static void help(void)
 {
@@ -66,7 +66,7 @@ int cmd_perplexity(int argc, char **argv)
     size_t len = 0;
     char *text = NULL;
     if (rank == 0)
-        text = cli_read_text_err(path, &len, err);
+        text = mi_read_text_nonempty(path, &len, err);
     mi_check_all(rank == 0 && !text, err);
     so.text_input = path;
     mi_session ss;
@@ -109,7 +109,7 @@ int cmd_perplexity(int argc, char **argv)
                 float *lg = session_forward(&ss, win + i, T, i, 1);
                 session_check_logits(lg, T * c->vocab_size, start + i);
                 for (int t = 0; t < T; t++) {
-                    nll += cli_nll(lg + (size_t)t * c->vocab_size, c->vocab_size, win[i + t + 1]);
+                    nll += mi_nll(lg + (size_t)t * c->vocab_size, c->vocab_size, win[i + t + 1]);
                     scored++;
                 }
             }

@@ -1,7 +1,7 @@
 /* `meshinfer plan`: make a placement plan and show its predicted memory,
  * bytes moved and time, without running the model (no MPI needed); with
  * --memory-model, seed 002's memory and traffic model of somegather and its
- * baselines over D = 1..N devices (cost.h mi_mem_model_make) as a table,
+ * baselines over D = 1..N devices (planner.h mi_mem_model_make) as a table,
  * CSV and a gnuplot figure. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -14,12 +14,14 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "meshinfer/quality.h"
 #include "meshinfer/common.h"
 #include "meshinfer/output.h"
 #include "meshinfer/model_file.h"
 #include "meshinfer/cost.h"
 #include "meshinfer/partition.h"
 #include "meshinfer/plan.h"
+#include "meshinfer/planner.h"
 
 static void help(void)
 {
@@ -732,17 +734,17 @@ int cmd_plan(int argc, char **argv)
             mi_model m;
             mi_tokenizer tok;
             mi_model_load_path(&m, model, &tok);
-            int *ids = cli_text_ids(check_text, &tok, max_tokens, &n_text);
+            int *ids = mi_text_ids(check_text, &tok, max_tokens, &n_text);
             mi_scratch s;
             mi_scratch_init(&s, &m.cfg, 64);
-            ppl_base = cli_window_perplexity(&m, &s, ids, n_text);
+            ppl_base = mi_window_perplexity(&m, &s, ids, n_text);
             int *keep = NULL;
             if (r->prune_k) {
                 keep = mi_malloc((size_t)c.n_layers * (size_t)r->cfg.hidden_dim * sizeof(int), "kept channels");
                 mi_prune_keep(imp, c.hidden_dim, r->prune_k, keep);
             }
-            cli_model_apply(&m, &r->cfg, keep, r->cfg.hidden_dim);
-            ppl_chosen = cli_window_perplexity(&m, &s, ids, n_text);
+            mi_model_apply(&m, &r->cfg, keep, r->cfg.hidden_dim);
+            ppl_chosen = mi_window_perplexity(&m, &s, ids, n_text);
             free(keep);
             free(ids);
             mi_scratch_free(&s);

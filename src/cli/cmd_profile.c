@@ -18,6 +18,7 @@
 #include "meshinfer/forward.h"
 #include "meshinfer/model_file.h"
 #include "meshinfer/plan.h"
+#include "meshinfer/planner.h"
 
 static void help(void)
 {
@@ -82,7 +83,7 @@ int cmd_profile(int argc, char **argv)
     if (mi_output_check(out, "profile file", inputs, 3, err))
         mi_fatal("%s", err);
     size_t len;
-    char *text = cli_read_text_err(path, &len, err);
+    char *text = mi_read_text_nonempty(path, &len, err);
     if (!text)
         mi_fatal("%s", err);
     mi_cluster cl;
@@ -204,7 +205,7 @@ int cmd_profile(int argc, char **argv)
     if (json) {
         size_t n;
         char e2[MI_ERRLEN];
-        char *j = cli_read_text_err(out, &n, e2);
+        char *j = mi_read_text_nonempty(out, &n, e2);
         if (j)
             fputs(j, stdout);
         free(j);

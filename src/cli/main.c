@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "meshinfer/common.h"
 #include "meshinfer/kernels.h"
+#include "meshinfer/runtime.h"
 
 static const struct {
     const char *name;
@@ -70,11 +71,11 @@ int main(int argc, char **argv)
         if (!strcmp(argv[1], commands[i].name)) {
             /* a one-device command started by mpirun on several ranks would do the
              * same work N times and race on its output file */
-            const char *n = getenv("OMPI_COMM_WORLD_SIZE"), *r = getenv("OMPI_COMM_WORLD_RANK");
-            if (!commands[i].mpi && n && atoi(n) > 1) {
-                if (!r || atoi(r) == 0)
-                    fprintf(stderr, "meshinfer: error: %s runs on one device; start it without mpirun (here on %s ranks)\n",
-                            argv[1], n);
+            int launch_rank, launch_size = mi_world_launch_size(&launch_rank);
+            if (!commands[i].mpi && launch_size > 1) {
+                if (launch_rank == 0)
+                    fprintf(stderr, "meshinfer: error: %s runs on one device; start it without mpirun (here on %d ranks)\n",
+                            argv[1], launch_size);
                 return 2;
             }
             int rc = commands[i].fn(argc - 1, argv + 1);

@@ -33,7 +33,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "meshinfer/control.h"
 #include "meshinfer/common.h"
 #include "../util/json_keys.h"
 

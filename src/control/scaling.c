@@ -1,7 +1,7 @@
 /* Seed 003 4.3, runtime scaling: the controller that, between decode steps,
  * lowers the precision of weights (computation scaling) or of activation
  * messages (communication scaling) when TPOT runs over --tpot-ms, and undoes
- * the newest lowering when the pressure has gone (see session.h
+ * the newest lowering when the pressure has gone (see control.h
  * session_after_step). Rank 0 only; the runtime carries a decision out as a
  * re-placement to the same placement. */
 #define _POSIX_C_SOURCE 200809L
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "meshinfer/common.h"
-#include "session.h"
+#include "meshinfer/control.h"
 
 #define WINDOW 5           /* steps whose median is TPOT now (a median: one slow step, a page fault or
                               another process on the core, is no trend) */
@@ -534,7 +534,7 @@ static double comm_of(const mi_session *ss, double now, const double *per)
     return fmax(0.0, now - most);
 }
 
-/* Whether the newest lowering can be undone now (see session.h): TPOT well
+/* Whether the newest lowering can be undone now (see control.h): TPOT well
  * under the target; for lowered weights, their device computes within SLOWED
  * (or the square root of its slowdown then) of its baseline again (two polls
  * DIAG steps apart: returns 0 while they are pending); for a lowered wire, the cost model's TPOT with the

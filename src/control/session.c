@@ -1,9 +1,10 @@
-/* Shared set-up of the model-running commands (see session.h). */
+/* Rank 0's controller for the model-running commands (see control.h):
+ * start-up, making or loading the plan, the runtime, memory-triggered
+ * re-placement, phase switches and the metrics report. */
 #define _POSIX_C_SOURCE 200809L
-#include "session.h"
+#include "meshinfer/control.h"
 
 #include <math.h>
-#include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -12,75 +13,10 @@
 #include "meshinfer/output.h"
 #include "meshinfer/kernels.h"
 #include "meshinfer/model_file.h"
-#include "cli.h"
+#include "meshinfer/runtime.h"
 
 #include <cjson/cJSON.h>
 
-const char *SESSION_HELP =
-    "Distribution (one rank per device; run under mpirun for several):\n"
-    "      --planner NAME      layerwise | roundrobin | random | greedy | tp | somegather | hybrid |\n"
-    "                          auto (default greedy). hybrid (seed 003): per layer and sublayer model\n"
-    "                          or tensor parallelism, whichever the cost model predicts faster, for\n"
-    "                          prefill and decode apart (the run re-places after the first token when\n"
-    "                          they differ); auto: every scheme predicted, the fastest that fits run\n"
-    "      --ppl-budget PCT    with auto: somegather at the largest pruning ratio r whose perplexity,\n"
-    "                          measured on this rank count (--somegather-quality FILE, from\n"
-    "                          jobs/somegather_quality.sh --for-auto), is within PCT% of the unpruned\n"
-    "                          one (seed 002's pruning)\n"
-    "      --tpot-ms T         seed 003 runtime scaling: when decoding runs over T ms per token, a\n"
-    "                          device whose compute slowed gets the layers it holds lowered (to q8_0,\n"
-    "                          then q4_0; computation scaling), else activation messages go lower\n"
-    "                          (fp32 -> fp16 -> q8_0; communication scaling); undone when TPOT stays\n"
-    "                          under 60% of T (decisions on stderr and in --json)\n"
-    "      --importance FILE   with --tpot-ms: lower the least important layers first (from\n"
-    "                          `meshinfer importance`; default: from the last layer)\n"
-    "      --prune-ffn K       seed 003 shard-wise pruning at load: every layer's K least important FFN\n"
-    "                          shards (--importance FILE measured with --ffn-shard) are not computed,\n"
-    "                          as `quantize --prune-ffn K` would make the file (the file is unchanged;\n"
-    "                          at most half of the shards). With --tpot-ms, runtime scaling also\n"
-    "                          prunes shards of a slowed device's layers once they are all q4_0\n"
-    "      --energy            with --tpot-ms: run devices off the critical path at lower DVFS levels\n"
-    "                          (the cluster file's \"power\": {\"freq\": [1, 0.8, ...]}) while the predicted\n"
-    "                          TPOT stays under 90% of T (seed 003 4.4; emulated here: compute stretched\n"
-    "                          by 1/f); --json reports energy and energy-delay product per run\n"
-    "      --phase-plans auto|both|decode|prefill  hybrid: each phase its own placement when the\n"
-    "                          prompt's predicted gain pays for the two re-placements (auto, default),\n"
-    "                          always (both), or one phase's for both (to measure what each gains)\n"
-    "      --cluster FILE      devices' memory budgets and speeds, links (JSON; default: equal devices\n"
-    "                          sharing this machine's free memory)\n"
-    "      --plan-file FILE    use a saved plan (from `meshinfer plan --out`)\n"
-    "      --plan-seed S       seed of the random planner (default 1)\n"
-    "      --controller-works yes|no  rank 0 also holds layer shards (default: yes for tp, else no)\n"
-    "      --weights file|scatter  every rank reads its shard from the model file (default), or\n"
-    "                          rank 0 reads all and sends each worker its shard\n"
-    "      --trace FILE        write a Chrome trace-event JSON (one track per rank; open in Perfetto)\n"
-    "      --wire-dtype T      activation messages between ranks in fp32 (default, exact), fp16 or\n"
-    "                          q8_0 (blocks of 32 with an fp16 scale: about 27% of the fp32 bytes);\n"
-    "                          partial sums are summed in fp32 so that every rank holds the same sums\n"
-    "                          (a plan file carries its own wire dtype: `meshinfer plan --wire-dtype`)\n"
-    "Somegather (seed 002; --planner somegather, on D ranks dividing the KV heads):\n"
-    "      --prune SPEC        leave out this fraction (in [0, 1)) of each rank's columns in every\n"
-    "                          exchange: R for all four, or per kind, e.g. 0.5,hidden=0.9 (kinds:\n"
-    "                          attn_in heads ffn_in hidden; default 0); the send lists are in the plan\n"
-    "      --prune-mode M      aware (default: columns ranked by the weights they feed on other ranks;\n"
-    "                          their owner keeps them) or magnitude (ordinary magnitude pruning: ranked\n"
-    "                          by all the weights they feed, dropped for every rank; same bandwidth)\n"
-    "      --loss P            emulated message loss: each message (sender, position) of an allgather\n"
-    "                          is lost with probability P in [0, 1]; its columns count as absent\n"
-    "      --loss-mode M       link (default: receiver j misses sender i), receiver (j gets nothing in\n"
-    "                          that exchange) or sender (nobody gets i's message)\n"
-    "      --loss-seed S       seed of the loss generator (default 1)\n"
-    "Inter-layer speculation (seed 000; head-level planners):\n"
-    "      --speculate         send each layer's Z to the next layer's head ranks before the FFN ends\n"
-    "      --tolerance T       keep the speculative attention when ||FFN(Z)||/||Z|| < T (default 0.05;\n"
-    "                          0 always recomputes: bit-identical to running without speculation)\n"
-    "      --spec-profile FILE acceptance per transition from `meshinfer profile`; only transitions with\n"
-    "                          acceptance >= --min-acceptance (default 0.7) and a positive saving speculate\n"
-    "Memory (seed 000 \"Memory needs active management\"; budgets from --cluster):\n"
-    "      --kv-positions N    KV-cache positions the placement budgets memory for (default: the whole\n"
-    "                          context; with --replan a quarter of it)\n"
-    "      --replan            re-run the planner and move shards and KV heads when a device crosses\n"
-    "                          85% of its budget or the cache outgrows the placement\n";
 
 int session_prune_ffn(mi_plan *plan, const mi_importance *imp, int k, char *err)
 {
@@ -103,112 +39,6 @@ int session_prune_ffn(mi_plan *plan, const mi_importance *imp, int k, char *err)
     }
     free(keep);
     return mi_plan_validate(plan, NULL, err);
-}
-
-void session_opts_init(session_opts *o)
-{
-    memset(o, 0, sizeof *o);
-    o->planner = "greedy";
-    o->plan_seed = 1;
-    o->controller_works = -1;
-    o->tolerance = 0.05;
-    o->min_acceptance = 0.7;
-    o->loss_seed = 1;
-    o->ppl_budget = -1;
-}
-
-int session_opt(session_opts *o, int code, const char *arg)
-{
-    switch (code) {
-    case 1020: o->tpot_ms = mi_parse_double("--tpot-ms", arg, 1e-3, 1e9); return 1;
-    case 1021: o->importance = arg; return 1;
-    case 1022: o->energy = 1; return 1;
-    case 1024: o->ppl_budget = mi_parse_double("--ppl-budget", arg, 0, 1e6); return 1;
-    case 1025: o->sg_quality = arg; return 1;
-    case 1023: o->prune_ffn = (int)mi_parse_long("--prune-ffn", arg, 0, MI_MAX_PRUNE_SHARDS / 2); return 1;
-    case 1019:
-        if (!strcmp(arg, "auto"))
-            o->phase_plans = 0;
-        else if (!strcmp(arg, "both"))
-            o->phase_plans = 3;
-        else if (!strcmp(arg, "decode"))
-            o->phase_plans = 1;
-        else if (!strcmp(arg, "prefill"))
-            o->phase_plans = 2;
-        else
-            mi_fatal("--phase-plans: '%s' is not auto, both, decode or prefill", arg);
-        return 1;
-    case 1000: {
-        mi_planner p;
-        if (strcmp(arg, "auto") && mi_planner_parse(arg, &p))
-            mi_fatal("--planner: unknown planner '%s' (layerwise, roundrobin, random, greedy, tp, somegather, hybrid, "
-                     "auto)", arg);
-        o->planner = arg;
-        o->placement_opts = 1;
-        return 1;
-    }
-    case 1001: o->cluster = arg; return 1;
-    case 1002: o->plan_file = arg; return 1;
-    case 1003: o->trace = arg; return 1;
-    case 1004:
-        o->plan_seed = mi_parse_u64("--plan-seed", arg);
-        o->placement_opts = 1;
-        return 1;
-    case 1005:
-        if (!strcmp(arg, "yes"))
-            o->controller_works = 1;
-        else if (!strcmp(arg, "no"))
-            o->controller_works = 0;
-        else
-            mi_fatal("--controller-works: '%s' is not yes or no", arg);
-        return 1;
-    case 1006:
-        if (!strcmp(arg, "scatter"))
-            o->scatter = 1;
-        else if (!strcmp(arg, "file"))
-            o->scatter = 0;
-        else
-            mi_fatal("--weights: '%s' is not file or scatter", arg);
-        return 1;
-    case 1007: o->speculate = 1; return 1;
-    case 1008: o->tolerance = mi_parse_double("--tolerance", arg, 0.0, 1e9); return 1;
-    case 1009: o->min_acceptance = mi_parse_double("--min-acceptance", arg, 0.0, 1.0); return 1;
-    case 1010: o->spec_profile = arg; return 1;
-    case 1011: o->replan = 1; return 1;
-    case 1012: o->kv_positions = (int)mi_parse_long("--kv-positions", arg, 1, 1 << 24); return 1;
-    case 1013:
-        o->wire = cli_wire_dtype(arg);
-        o->wire_set = 1;
-        return 1;
-    case 1014:
-        cli_parse_prune(arg, o->prune);
-        o->prune_set = 1;
-        return 1;
-    case 1015:
-        if (!strcmp(arg, "aware"))
-            o->prune_mode = MI_PRUNE_AWARE;
-        else if (!strcmp(arg, "magnitude"))
-            o->prune_mode = MI_PRUNE_MAGNITUDE;
-        else
-            mi_fatal("--prune-mode: '%s' is not aware or magnitude", arg);
-        o->prune_set = 1;
-        return 1;
-    case 1016:
-        o->loss = mi_parse_double("--loss", arg, 0.0, 1.0);
-        o->loss_set = 1;
-        return 1;
-    case 1017:
-        o->loss_mode = mi_loss_mode_parse(arg);
-        if (o->loss_mode < 0)
-            mi_fatal("--loss-mode: '%s' is not link, receiver or sender", arg);
-        o->loss_set = 1;
-        return 1;
-    case 1018:
-        o->loss_seed = mi_parse_u64("--loss-seed", arg);
-        o->loss_set = 1;
-        return 1;
-    default: return 0;
-    }
 }
 
 void session_mpi_init(int *argc, char ***argv, int *rank, int *size)
@@ -571,7 +401,7 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
         gethostname(host, sizeof host - 1);
         if (ss->rank == 0)
             ss->hosts = mi_calloc((size_t)ss->size, sizeof *ss->hosts, "host names");
-        MPI_Gather(host, 64, MPI_CHAR, ss->hosts, 64, MPI_CHAR, 0, MPI_COMM_WORLD);
+        mi_world_gather(host, sizeof host, ss->hosts);
     }
     if (ss->rank == 0 && ss->size <= MI_MAX_RANKS)
         failed = controller_setup(ss, path, o, err) != 0;
@@ -583,18 +413,17 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
     int *buf = ss->rank == 0 ? mi_plan_serialize(ss->has_prefill_plan ? &ss->plan_prefill : &ss->plan, &n) : NULL;
     long nl = (long)n;
     if (ss->size > 1) {
-        MPI_Bcast(&ss->cfg, (int)sizeof ss->cfg, MPI_BYTE, 0, MPI_COMM_WORLD);
-        MPI_Bcast(&nl, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+        mi_world_bcast(&ss->cfg, sizeof ss->cfg);
+        mi_world_bcast(&nl, sizeof nl);
         if (ss->rank != 0)
             buf = mi_malloc((size_t)nl * sizeof(int), "plan buffer");
-        MPI_Bcast(buf, (int)nl, MPI_INT, 0, MPI_COMM_WORLD);
+        mi_world_bcast(buf, (size_t)nl * sizeof(int));
     }
     /* every rank's DVFS level (1 unless --energy chose lower), emulated by stretching compute */
     if (ss->rank == 0 && !ss->energy)
         for (int r = 0; r < MI_MAX_RANKS; r++)
             ss->freq[r] = 1.0;
-    if (ss->size > 1)
-        MPI_Bcast(ss->freq, MI_MAX_RANKS, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    mi_world_bcast(ss->freq, sizeof ss->freq);
     mi_slowdown_set_freq(ss->freq[ss->rank < MI_MAX_RANKS ? ss->rank : 0]);
     mi_plan plan;
     failed = mi_plan_deserialize(buf, (size_t)nl, &ss->cfg, &plan, err) != 0;
@@ -606,8 +435,7 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
     for (int r = 0; r < ss->size; r++)
         if (ss->rtt_s[r] > rtt_max)
             rtt_max = ss->rtt_s[r];
-    if (ss->size > 1)
-        MPI_Bcast(&rtt_max, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    mi_world_bcast(&rtt_max, sizeof rtt_max);
     mi_runtime_options ro = {.model_path = path, .scatter = o->scatter, .max_T = chunk, .trace = o->trace != NULL,
                              .tolerance = o->tolerance, .loss_mode = o->loss_mode, .loss = o->loss,
                              .loss_seed = o->loss_seed, .spin_s = rtt_max > 1e-3 ? 100e-6 : 0};
@@ -870,7 +698,7 @@ int *session_encode_prompt(mi_session *ss, const char *prompt, int *n)
 int session_load_profile(const char *path, const mi_config *c, double tolerance, double *acc, char *err)
 {
     size_t len;
-    char *text = cli_read_text_err(path, &len, err);
+    char *text = mi_read_text_nonempty(path, &len, err);
     if (!text)
         return -1;
     cJSON *root = cJSON_Parse(text);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "meshinfer/common.h"
+#include "meshinfer/model.h"
 
 /* Seconds for E weight elements of dtype t over T positions on device d
  * (plan.h mi_device: the regression calibrate fits, or the roofline). */
@@ -265,4 +266,40 @@ double mi_predict_delays(const mi_plan *plan, const mi_programs *p)
     mi_predict(plan, p, &cl, 0, &pr);
     mi_cluster_free(&cl);
     return pr.token_s;
+}
+
+double mi_plan_switch_s(const mi_plan *from, const mi_plan *to, const mi_cluster *cl, int n_pos)
+{
+    const mi_config *c = &to->cfg;
+    int L = c->n_layers;
+    mi_layer_spec *ls = mi_calloc(2 * (size_t)L, sizeof *ls, "layer specs");
+    double worst = 0;
+    for (int r = 0; r < to->n_ranks; r++) {
+        mi_shard_spec a = {ls, 0, 0, 0, 0, 0}, b = {ls + L, 0, 0, 0, 0, 0};
+        mi_plan_shard(from, r, &a);
+        mi_plan_shard(to, r, &b);
+        /* what the runtime keeps in place (migrate.c): layers whose spec is unchanged, and the
+         * embeddings and classifier when unchanged */
+        for (int l = 0; l < L; l++)
+            if (!memcmp(&a.layers[l], &b.layers[l], sizeof a.layers[l]))
+                memset(&b.layers[l], 0, sizeof b.layers[l]);
+        if (a.embeddings == b.embeddings && a.cls_v0 == b.cls_v0 && a.cls_nv == b.cls_nv &&
+            a.emb_c0 == b.emb_c0 && a.emb_nc == b.emb_nc) {
+            b.embeddings = 0;
+            b.cls_nv = 0;
+            b.emb_nc = 0;
+        }
+        double t = (double)mi_shard_weight_bytes(c, &b) / cl->storage_bw;
+        /* KV heads arriving from their old owners */
+        for (int l = 0; l < L; l++)
+            for (int k = 0; k < c->n_kv_heads; k++) {
+                int o = from->layers[l].kv_rank[k];
+                if (to->layers[l].kv_rank[k] == r && o != r)
+                    t += 2.0 * n_pos * c->head_dim * sizeof(float) / mi_cluster_bandwidth(cl, o, r);
+            }
+        if (t > worst)
+            worst = t;
+    }
+    free(ls);
+    return worst;
 }

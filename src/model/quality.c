@@ -1,22 +1,22 @@
 /* Perplexity of a model configuration on one device, for seed 003's offline
  * measurements: `meshinfer importance` (each layer lowered, each FFN shard
  * pruned, one at a time) and the precision search's check of its own choice
- * (`plan --importance --text`). See cli.h. */
+ * (`plan --importance --text`). See quality.h. */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "meshinfer/quality.h"
 #include "meshinfer/common.h"
 #include "meshinfer/forward.h"
 #include "meshinfer/tensor.h"
 
-int *cli_text_ids(const char *path, const mi_tokenizer *tok, long max_tokens, int *n)
+int *mi_text_ids(const char *path, const mi_tokenizer *tok, long max_tokens, int *n)
 {
     char err[MI_ERRLEN];
     size_t len;
-    char *text = cli_read_text_err(path, &len, err);
+    char *text = mi_read_text_nonempty(path, &len, err);
     if (!text)
         mi_fatal("%s", err);
     int *ids = mi_malloc((len + 3) * sizeof(int), "text tokens");
@@ -31,7 +31,7 @@ int *cli_text_ids(const char *path, const mi_tokenizer *tok, long max_tokens, in
     return ids;
 }
 
-double cli_window_perplexity(mi_model *m, mi_scratch *s, const int *ids, int n)
+double mi_window_perplexity(mi_model *m, mi_scratch *s, const int *ids, int n)
 {
     const mi_config *c = &m->cfg;
     int W = c->seq_len, chunk = s->max_T;
@@ -47,14 +47,14 @@ double cli_window_perplexity(mi_model *m, mi_scratch *s, const int *ids, int n)
             int T = len - i < chunk ? len - i : chunk;
             const float *lg = mi_forward(m, s, win + i, T, i, 1);
             for (int t = 0; t < T; t++, scored++)
-                nll += cli_nll(lg + (size_t)t * c->vocab_size, c->vocab_size, win[i + t + 1]);
+                nll += mi_nll(lg + (size_t)t * c->vocab_size, c->vocab_size, win[i + t + 1]);
         }
     }
     free(win);
     return exp(nll / (double)scored);
 }
 
-void cli_zero_rows(mi_tensor *t, int r0, int n)
+void mi_zero_rows(mi_tensor *t, int r0, int n)
 {
     size_t row = mi_dtype_q_row_bytes(t->dtype, (size_t)t->cols);
     memset((char *)t->q + (size_t)r0 * row, 0, (size_t)n * row);
@@ -62,7 +62,7 @@ void cli_zero_rows(mi_tensor *t, int r0, int n)
         memset(t->d + (size_t)r0 * (size_t)(t->cols / MI_QK), 0, (size_t)n * (size_t)(t->cols / MI_QK) * sizeof(uint16_t));
 }
 
-void cli_model_apply(mi_model *m, const mi_config *target, const int *keep, int kept)
+void mi_model_apply(mi_model *m, const mi_config *target, const int *keep, int kept)
 {
     const mi_config *c = &m->cfg;
     char err[MI_ERRLEN];
@@ -75,7 +75,7 @@ void cli_model_apply(mi_model *m, const mi_config *target, const int *keep, int 
                 gone[keep[(size_t)l * kept + i]] = 0;
             for (int u = 0; u < c->hidden_dim; u++)
                 if (gone[u])
-                    cli_zero_rows(&L->w3, u, 1);
+                    mi_zero_rows(&L->w3, u, 1);
         }
         if (memcmp(c->dtype[l], target->dtype[l], MI_N_LAYER_MATS) &&
             mi_layer_convert(L, c->dim, target->dtype[l], err))
@@ -83,4 +83,17 @@ void cli_model_apply(mi_model *m, const mi_config *target, const int *keep, int 
     }
     memcpy(m->cfg.dtype, target->dtype, sizeof m->cfg.dtype);
     free(gone);
+}
+
+double mi_nll(const float *logits, int V, int target)
+{
+    /* log-softmax of the target, in double for a stable sum over the vocabulary */
+    float mx = logits[0];
+    for (int v = 1; v < V; v++)
+        if (logits[v] > mx)
+            mx = logits[v];
+    double sum = 0.0;
+    for (int v = 0; v < V; v++)
+        sum += exp((double)(logits[v] - mx));
+    return log(sum) + (double)mx - (double)logits[target];
 }

@@ -4,7 +4,7 @@
  * TTFT of its prompt plus TPOT times its decode steps (seed 003's two QoS
  * figures in the one number a user waits for). */
 #define _POSIX_C_SOURCE 200809L
-#include "meshinfer/cost.h"
+#include "meshinfer/planner.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,42 +98,6 @@ int mi_plan_compare(const mi_config *c, const mi_cluster *cl, const mi_plan_opti
     }
     *n_rows = n;
     return best;
-}
-
-double mi_plan_switch_s(const mi_plan *from, const mi_plan *to, const mi_cluster *cl, int n_pos)
-{
-    const mi_config *c = &to->cfg;
-    int L = c->n_layers;
-    mi_layer_spec *ls = mi_calloc(2 * (size_t)L, sizeof *ls, "layer specs");
-    double worst = 0;
-    for (int r = 0; r < to->n_ranks; r++) {
-        mi_shard_spec a = {ls, 0, 0, 0, 0, 0}, b = {ls + L, 0, 0, 0, 0, 0};
-        mi_plan_shard(from, r, &a);
-        mi_plan_shard(to, r, &b);
-        /* what the runtime keeps in place (migrate.c): layers whose spec is unchanged, and the
-         * embeddings and classifier when unchanged */
-        for (int l = 0; l < L; l++)
-            if (!memcmp(&a.layers[l], &b.layers[l], sizeof a.layers[l]))
-                memset(&b.layers[l], 0, sizeof b.layers[l]);
-        if (a.embeddings == b.embeddings && a.cls_v0 == b.cls_v0 && a.cls_nv == b.cls_nv &&
-            a.emb_c0 == b.emb_c0 && a.emb_nc == b.emb_nc) {
-            b.embeddings = 0;
-            b.cls_nv = 0;
-            b.emb_nc = 0;
-        }
-        double t = (double)mi_shard_weight_bytes(c, &b) / cl->storage_bw;
-        /* KV heads arriving from their old owners */
-        for (int l = 0; l < L; l++)
-            for (int k = 0; k < c->n_kv_heads; k++) {
-                int o = from->layers[l].kv_rank[k];
-                if (to->layers[l].kv_rank[k] == r && o != r)
-                    t += 2.0 * n_pos * c->head_dim * sizeof(float) / mi_cluster_bandwidth(cl, o, r);
-            }
-        if (t > worst)
-            worst = t;
-    }
-    free(ls);
-    return worst;
 }
 
 int mi_plan_phases_pay(const mi_plan *dec, const mi_programs *pd, const mi_plan *pre, const mi_programs *pp,

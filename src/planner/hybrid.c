@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "meshinfer/common.h"
-#include "meshinfer/cost.h"
+#include "meshinfer/planner.h"
 #include "meshinfer/partition.h"
 
 typedef struct {

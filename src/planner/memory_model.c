@@ -1,6 +1,6 @@
 /* Seed 002 Q1 (section 5.2.1, Fig. 4): what each device stores and sends
  * under somegather and under the three baselines the seed compares it with
- * (see cost.h, mi_mem_model_make).
+ * (see planner.h, mi_mem_model_make).
  *
  * Everything is counted per device from equal shares, in bytes:
  *
@@ -30,7 +30,7 @@
  *
  * Activations and KV cache are fp32 as in our runtime, except where a
  * scheme says otherwise (liu2025communication's 4-bit K/V). */
-#include "meshinfer/cost.h"
+#include "meshinfer/planner.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
 #ifndef MESHINFER_PLANNERS_H
 #define MESHINFER_PLANNERS_H
 
-#include "meshinfer/plan.h"
+#include "meshinfer/planner.h"
 
 /* Seed 003 hybrid parallelism (hybrid.c): fills plan->layers and the
  * classifier slices of a plan whose cfg, n_ranks and kv_positions are set

@@ -1,9 +1,9 @@
 /* Seed 003 4.2.2 "Importance-aware Mixed Precision" (issue 10 item 3): the
  * importance side file (`meshinfer importance`) and the search for the
  * highest-precision configuration that fits every device and meets the
- * TTFT/TPOT targets. See cost.h. */
+ * TTFT/TPOT targets. See planner.h. */
 #define _POSIX_C_SOURCE 200809L
-#include "meshinfer/cost.h"
+#include "meshinfer/planner.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

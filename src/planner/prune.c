@@ -18,7 +18,7 @@
 
 #include "meshinfer/common.h"
 #include "meshinfer/model.h"
-#include "meshinfer/plan.h"
+#include "meshinfer/planner.h"
 
 typedef struct {
     const mi_plan *plan;

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "meshinfer/common.h"
-#include "meshinfer/plan.h"
+#include "meshinfer/planner.h"
 #include "../util/json_keys.h"
 
 int mi_sg_quality_load(const char *path, const mi_config *c, mi_sg_quality *q, char *err)

@@ -51,12 +51,6 @@ void rt_reset_metrics_local(mi_runtime *rt)
         rt->opt.on_reset_metrics(rt->opt.on_reset_arg);
 }
 
-void mi_runtime_reset_metrics(mi_runtime *rt)
-{
-    rt_send_cmd(rt, CMD_RESET_METRICS, 0, 0, 0, NULL);
-    rt_reset_metrics_local(rt);
-}
-
 static const char *trace_name(int k)
 {
     switch (k) {

@@ -24,87 +24,6 @@ int mi_loss_mode_parse(const char *name)
     return -1;
 }
 
-/* ------------------------------------------------------------ set-up */
-
-/* Everything that depends on the plan, in two parts: the plan copy, its
- * programs and the shard, then the buffers (sized by the shard),
- * communicators and windows. Used at creation and again by a re-placement,
- * which puts back what it kept between the two. */
-void rt_setup_shard(mi_runtime *rt, const mi_plan *plan)
-{
-    /* deep copy so the caller may free its plan */
-    size_t n;
-    int *buf = mi_plan_serialize(plan, &n);
-    char err[MI_ERRLEN];
-    if (mi_plan_deserialize(buf, n, &plan->cfg, &rt->plan, err))
-        mi_fatal("%s", err);
-    free(buf);
-    rt->max_T = rt->opt.max_T < plan->cfg.seq_len ? rt->opt.max_T : plan->cfg.seq_len;
-    if (mi_programs_compile(&rt->plan, &rt->prog, err))
-        mi_fatal("%s", err);
-    rt_load_shard(rt);
-}
-
-void rt_setup_rest(mi_runtime *rt)
-{
-    const mi_config *c = &rt->plan.cfg;
-    mi_scratch_init(&rt->s, c, rt->max_T);
-    size_t T = (size_t)rt->max_T, widest = 0;
-    for (int b = 0; b < MI_N_BUFS; b++) {
-        rt->width[b] = mi_buf_width(c, b);
-        /* + 1: the speculation decision travels after X's rows */
-        rt->buf[b] = mi_calloc(T * (size_t)rt->width[b] + 1, sizeof(float), "activations");
-        if ((size_t)rt->width[b] > widest)
-            widest = (size_t)rt->width[b];
-    }
-    rt->held = mi_calloc(T * (size_t)c->dim, 1, "held columns");
-    rt->held_all = 1;
-    rt->in_words = c->family == MI_FAMILY_PATCHTST ? c->patch_len : 1;
-    rt->tokens = mi_calloc(T * (size_t)rt->in_words, sizeof(int), "tokens");
-    rt->patches = rt->in_words > 1 ? mi_calloc(T * (size_t)rt->in_words, sizeof(float), "patches") : NULL;
-    rt->wire = rt->plan.wire;
-    /* wbuf holds at most a reduction's three parts (sends, receives,
-     * gathered sums), an allgather's message and those it receives, or T rows
-     * of logits; wtmp two decoded rows of the widest buffer */
-    size_t per_row = mi_wire_row_bytes(rt->wire, widest) + 64;
-    rt->wbuf_bytes = T * ((size_t)rt->size + 3) * per_row + 64 * (size_t)MI_MAX_RANKS;
-    rt->wbuf = mi_malloc(rt->wbuf_bytes, "message buffer");
-    rt->wtmp = mi_calloc(2 * T * widest, sizeof(float), "message buffer");
-    rt->zwire_bytes = T * mi_wire_row_bytes(rt->wire, widest) + 8;
-    rt->zwire = mi_calloc(rt->zwire_bytes, 1, "message buffer");
-    rt->counts = mi_calloc(4 * (size_t)MI_MAX_RANKS, sizeof(int), "message counts");
-    rt->n_pend = 0;
-    rt->cmd = mi_calloc(4 + T * (size_t)rt->in_words, sizeof(int), "command");
-    rt_build_comms(rt);
-}
-
-void rt_teardown(mi_runtime *rt)
-{
-    rt_free_comms(rt);
-    mi_programs_free(&rt->prog);
-    mi_plan_free(&rt->plan);
-    mi_model_free(&rt->model);
-    mi_scratch_free(&rt->s);
-    for (int b = 0; b < MI_N_BUFS; b++) {
-        free(rt->buf[b]);
-        rt->buf[b] = NULL;
-    }
-    free(rt->held);
-    free(rt->tokens);
-    free(rt->patches);
-    rt->patches = NULL;
-    free(rt->wbuf);
-    free(rt->wtmp);
-    free(rt->zwire);
-    free(rt->counts);
-    free(rt->cmd);
-    rt->cmd = NULL;
-    rt->held = NULL;
-    rt->tokens = rt->counts = NULL;
-    rt->wbuf = rt->zwire = NULL;
-    rt->wtmp = NULL;
-}
-
 mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_runtime_options *opt)
 {
     mi_runtime *rt = mi_calloc(1, sizeof *rt, "runtime");
@@ -154,6 +73,12 @@ void rt_send_cmd(mi_runtime *rt, int cmd, int T, int pos0, int T_logits, const i
     for (int r = 1; r < rt->size; r++)
         MPI_Isend(m, n, MPI_INT, r, TAG_CMD, MPI_COMM_WORLD, &req[r - 1]);
     rt_waitall(rt->size - 1, req);
+}
+
+void mi_runtime_reset_metrics(mi_runtime *rt)
+{
+    rt_send_cmd(rt, CMD_RESET_METRICS, 0, 0, 0, NULL);
+    rt_reset_metrics_local(rt);
 }
 
 float *mi_runtime_forward(mi_runtime *rt, const int *tokens, int T, int pos0, int all_logits)

@@ -4,6 +4,7 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "internal.h"
@@ -204,4 +205,78 @@ void mi_world_rtt(double *rtt_s)
     }
     if (rank == 0)
         rtt_s[0] = 0;
+}
+
+int mi_world_launch_size(int *rank)
+{
+    const char *n = getenv("OMPI_COMM_WORLD_SIZE"), *r = getenv("OMPI_COMM_WORLD_RANK");
+    if (rank)
+        *rank = r ? atoi(r) : 0;
+    return n ? atoi(n) : 1;
+}
+
+/* The set-up and report collectives below travel on MPI_COMM_WORLD in bytes:
+ * every rank of a job runs the same build (little-endian x86-64 and aarch64
+ * alike), and none of them is an exchange of a program (the bytes checks
+ * count only those). Alone, nothing moves. */
+void mi_world_bcast(void *buf, size_t bytes)
+{
+    if (mi_world_size() > 1 && bytes > 0)
+        MPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
+}
+
+void mi_world_gather(const void *mine, size_t bytes, void *all)
+{
+    if (mi_world_size() > 1)
+        MPI_Gather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, 0, MPI_COMM_WORLD);
+    else if (all != mine)
+        memcpy(all, mine, bytes);
+}
+
+char **mi_world_gather_strings(const char *mine)
+{
+    int rank = mi_world_rank(), size = mi_world_size();
+    int len = (int)strlen(mine) + 1, *lens = rank == 0 ? mi_calloc((size_t)size, sizeof(int), "lengths") : NULL;
+    mi_world_gather(&len, sizeof len, lens);
+    int *displ = NULL, tot = 0;
+    char *cat = NULL;
+    if (rank == 0) {
+        displ = mi_calloc((size_t)size, sizeof(int), "offsets");
+        for (int r = 0; r < size; r++) {
+            displ[r] = tot;
+            tot += lens[r];
+        }
+        cat = mi_malloc((size_t)tot, "gathered strings");
+    }
+    if (size > 1)
+        MPI_Gatherv(mine, len, MPI_CHAR, cat, lens, displ, MPI_CHAR, 0, MPI_COMM_WORLD);
+    else
+        memcpy(cat, mine, (size_t)len);
+    char **out = NULL;
+    if (rank == 0) {
+        out = mi_calloc((size_t)size, sizeof(char *), "gathered strings");
+        for (int r = 0; r < size; r++)
+        {
+            out[r] = mi_malloc((size_t)lens[r], "gathered strings");
+            memcpy(out[r], cat + displ[r], (size_t)lens[r]);
+        }
+    }
+    free(cat);
+    free(displ);
+    free(lens);
+    return out;
+}
+
+void mi_world_barrier(void)
+{
+    if (mi_world_size() > 1)
+        MPI_Barrier(MPI_COMM_WORLD);
+}
+
+double mi_world_sum(double x)
+{
+    double sum = x;
+    if (mi_world_size() > 1)
+        MPI_Reduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    return sum;
 }

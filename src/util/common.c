@@ -336,3 +336,14 @@ void mi_temp_file_clear(void)
 {
     g_temp_set = 0;
 }
+
+char *mi_read_text_nonempty(const char *path, size_t *len, char *err)
+{
+    char *buf = mi_read_text_file(path, "text file", (size_t)1 << 32, len, err);
+    if (buf && *len == 0) {
+        mi_set_error(err, "%s: text file is empty", path);
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}

@@ -18,6 +18,7 @@
 #include "test_util.h"
 #include "meshinfer/config.h"
 #include "meshinfer/plan.h"
+#include "meshinfer/planner.h"
 #include "meshinfer/quantize.h"
 
 #include <CUnit/Basic.h>

@@ -13,6 +13,7 @@
 #include "meshinfer/cost.h"
 #include "meshinfer/partition.h"
 #include "meshinfer/plan.h"
+#include "meshinfer/planner.h"
 #include "test_util.h"
 
 #include <CUnit/Basic.h>

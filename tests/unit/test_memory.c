@@ -1,5 +1,5 @@
 /* CUnit tests of the memory and traffic model of seed 002 Q1
- * (src/cost/memory.c), linked without MPI:
+ * (src/planner/memory_model.c), linked without MPI:
  *   - somegather at r = 0 equals the compiled programs exactly (bytes sent
  *     and received per rank per decoded token, the total) and the plan's
  *     weight and KV-cache bytes per rank, for stories15M on D = 1, 2, 3, 6
@@ -28,6 +28,7 @@
 #include "meshinfer/cost.h"
 #include "meshinfer/partition.h"
 #include "meshinfer/plan.h"
+#include "meshinfer/planner.h"
 
 static void set_all_dtypes(mi_config *c, int t)
 {

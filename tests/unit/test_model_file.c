@@ -1060,7 +1060,7 @@ static void test_prune_ffn(void)
     char out[4300], err[MI_ERRLEN] = "";
     tu_path(out, sizeof out, g_dir, "pruned.h5");
     /* per layer, the 3 shards of 32 channels whose (7j + 3l) mod 10 is under 3 go (layer 0: 0, 3, 6),
-     * as cost.h mi_prune_keep would choose them for those importances */
+     * as planner.h mi_prune_keep would choose them for those importances */
     int k = 3, H = g_cfg.hidden_dim, kept = H - k * 32;
     int *keep = malloc((size_t)g_cfg.n_layers * (size_t)kept * sizeof(int));
     for (int l = 0; l < g_cfg.n_layers; l++)

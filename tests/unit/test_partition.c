@@ -33,6 +33,7 @@
 #include "meshinfer/cost.h"
 #include "meshinfer/partition.h"
 #include "meshinfer/plan.h"
+#include "meshinfer/planner.h"
 
 static int make(const char *shape, int planner, int n, int wire, mi_config *c, mi_plan *plan, mi_programs *p,
                 char *err)
