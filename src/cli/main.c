@@ -34,7 +34,8 @@ static const struct {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: meshinfer <command> [options]   (meshinfer <command> --help for details)\n\n"
+    fprintf(f, "usage: meshinfer <command> [options]   (meshinfer <command> --help for details)\n"
+               "       meshinfer --version\n\n"
                "Runs transformer language models split across MPI ranks (one rank per device).\n"
                "Commands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
@@ -53,6 +54,10 @@ int main(int argc, char **argv)
     if (argc < 2) {
         fprintf(stderr, "meshinfer: error: no command given (try meshinfer --help)\n");
         return 2;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "-V") || !strcmp(argv[1], "version")) {
+        printf("meshinfer %s (commit %s; kernels %s)\n", MESHINFER_VERSION, MESHINFER_COMMIT, mi_kernels_name());
+        return 0;
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);

@@ -22,6 +22,11 @@ mpi=(timeout 120 mpirun --allow-run-as-root -q --oversubscribe --bind-to none --
 js() { node -e 'const s = require("fs").readFileSync(process.argv[1], "utf8");
                 const j = JSON.parse(s.slice(s.indexOf("{"))); console.log(eval(process.argv[2]))' "$1" "$2" 2>&1; }
 
+# --- --version: the release, the commit it was built from and the kernels in use, on stdout, exit 0
+got=$("$bin" --version 2>&1); rc=$?
+[[ $rc -eq 0 && "$got" =~ ^meshinfer\ [0-9]+\.[0-9]+\.[0-9]+\ \(commit\ [0-9a-z-]+\;\ kernels\ [a-z0-9-]+\)$ ]] &&
+    ok "--version: $got" || bad "--version (exit $rc): $got"
+
 # --- info: stories15M's shape, and the counts that follow from it
 "$bin" info -m "$model" > "$tmp/info.json" 2>&1 || bad "info exited $?"
 got=$(js "$tmp/info.json" '[j.name, j.synthetic, j.dim, j.hidden_dim, j.n_layers, j.n_heads, j.n_kv_heads, j.head_dim,
