@@ -84,6 +84,17 @@ enum {
                                (the last one, or all), written to rows 0.. */
 };
 
+/* The model family's variant of a compute op (a family is a config plus op
+ * variants and parameters): chosen once, when a plan is compiled, so that
+ * the executor and the cost model branch on op fields only. */
+typedef enum {
+    MI_OPV_DEFAULT = 0,  /* Llama: token embedding rows, RMSNorm, SwiGLU FFN, classifier rows */
+    MI_OPV_PATCHES,      /* EMBED: patch embedding of the time-series input (series.h) */
+    MI_OPV_LAYERNORM,    /* NORM, NORM_LOCAL: LayerNorm with bias (mean-centred) */
+    MI_OPV_GELU,         /* FFN_UP: gelu(w1 XN + b1), no gate */
+    MI_OPV_SERIES_HEAD,  /* LOGITS: the forecasting head over every patch of X (one output row) */
+} mi_op_variant;
+
 typedef struct {
     unsigned char kind;  /* mi_op_kind */
     unsigned char buf;   /* the buffer written (compute) or moved (communication) */
@@ -94,6 +105,10 @@ typedef struct {
     int xid;             /* communication: index into mi_programs.xchg; -1 for compute */
     int c0, n;           /* columns written (compute) */
     int i0, ni;          /* columns read from `in` */
+    unsigned char variant; /* mi_op_variant */
+    int runs, n_runs;    /* FFN_UP, FFN_DOWN of a layer with pruned FFN shards (Voltron's shard-wise
+                            pruning): the kept units of the op's slice as mi_programs.run_c0/run_len
+                            [runs, runs + n_runs) (possibly none); runs = -1: nothing pruned */
 } mi_op;
 
 /* A set of columns, as ascending runs [c0[i], c0[i] + len[i]). */
@@ -144,9 +159,14 @@ typedef struct {
     mi_exchange *xchg;
     mi_program *prog[MI_N_PHASES]; /* [n_ranks] each */
     int embed_all;       /* every rank embeds (needs the tokens), not just rank 0 */
+    int n_runs;          /* kept FFN units of pruned layers, as ascending runs [run_c0[i], + run_len[i]) */
+    int *run_c0, *run_len; /* [n_runs], indexed by mi_op.runs */
 } mi_programs;
 
-/* Compile plan into per-rank programs with the scheme of plan->planner.
+/* Compile plan into per-rank programs with the scheme of plan->planner, then
+ * set what the model and plan decide per op: the family's op variants, the
+ * kept FFN units of pruned layers, and each exchange's wire dtype. The
+ * programs carry all the executor needs: it looks up no plan.
  * Returns 0, or -1 with one line in err (a plan the scheme cannot run). */
 int mi_programs_compile(const mi_plan *plan, mi_programs *p, char *err);
 void mi_programs_free(mi_programs *p);

@@ -88,6 +88,7 @@ mi_op pb_compute(int kind, int layer, int buf, int c0, int n)
     op.c0 = c0;
     op.n = n;
     op.xid = -1;
+    op.runs = -1;
     return op;
 }
 
@@ -174,6 +175,8 @@ void mi_programs_free(mi_programs *p)
     for (int i = 0; i < p->n_comms; i++)
         free(p->comms[i].members);
     free(p->comms);
+    free(p->run_c0);
+    free(p->run_len);
     memset(p, 0, sizeof *p);
 }
 

@@ -1,5 +1,6 @@
 /* Executing programs: one function per op kind, chosen by a table. The
- * executor knows op kinds, never partitioning schemes (partition.h). */
+ * executor knows op kinds and their fields (variant, columns, kept FFN
+ * runs), never partitioning schemes, model families or plans (partition.h). */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <string.h>
@@ -33,7 +34,7 @@ typedef double (*op_fn)(mi_runtime *rt, const mi_op *op, const fwd *f);
 static double op_embed(mi_runtime *rt, const mi_op *op, const fwd *f)
 {
     int W = rt->width[MI_BUF_X];
-    if (rt->plan.cfg.family == MI_FAMILY_PATCHTST) {
+    if (op->variant == MI_OPV_PATCHES) {
         memcpy(rt->patches, rt->tokens, (size_t)f->T * (size_t)rt->in_words * sizeof(float));
         mi_patch_embed(&rt->model, rt->patches, f->T, rt->buf[MI_BUF_X] + op->c0, W, op->c0, op->n);
         return 0;
@@ -63,13 +64,10 @@ static const float *norm_bias(const mi_runtime *rt, const mi_op *op)
                                     : rt->model.layers[op->layer].ffn_norm_b;
 }
 
-/* The time-series family's LayerNorm with bias (device-local with held);
- * it has no final norm: its head reads the residual stream itself. */
-static double series_norm(mi_runtime *rt, const mi_op *op, const fwd *f, const unsigned char *held)
+/* LayerNorm with bias (the time-series family; device-local with held). */
+static double layernorm(mi_runtime *rt, const mi_op *op, const fwd *f, const unsigned char *held)
 {
-    const mi_config *c = &rt->plan.cfg;
-    if (op->norm == MI_NORM_FINAL)
-        return 0;
+    const mi_config *c = &rt->model.cfg;
     mi_layernorm_held(rt->buf[MI_BUF_XN], rt->buf[MI_BUF_X], norm_weight(rt, op), norm_bias(rt, op), f->T, c->dim,
                       c->norm_eps, held);
     return 0;
@@ -79,9 +77,9 @@ static double op_norm(mi_runtime *rt, const mi_op *op, const fwd *f)
 {
     if ((op->flags & MI_OPF_IF_REJECTED) && rt->accepted)
         return 0; /* keep the attention computed on Z */
-    const mi_config *c = &rt->plan.cfg;
-    if (c->family == MI_FAMILY_PATCHTST)
-        return series_norm(rt, op, f, NULL);
+    const mi_config *c = &rt->model.cfg;
+    if (op->variant == MI_OPV_LAYERNORM)
+        return layernorm(rt, op, f, NULL);
     int first, T = norm_rows(op, f, &first);
     mi_rmsnorm(rt->buf[MI_BUF_XN], rt->buf[MI_BUF_X] + (size_t)first * c->dim, norm_weight(rt, op), T, c->dim,
                c->norm_eps);
@@ -90,9 +88,9 @@ static double op_norm(mi_runtime *rt, const mi_op *op, const fwd *f)
 
 static double op_norm_local(mi_runtime *rt, const mi_op *op, const fwd *f)
 {
-    const mi_config *c = &rt->plan.cfg;
-    if (c->family == MI_FAMILY_PATCHTST)
-        return series_norm(rt, op, f, rt->held_all ? NULL : rt->held);
+    const mi_config *c = &rt->model.cfg;
+    if (op->variant == MI_OPV_LAYERNORM)
+        return layernorm(rt, op, f, rt->held_all ? NULL : rt->held);
     int first, T = norm_rows(op, f, &first);
     size_t d = (size_t)c->dim;
     mi_rmsnorm_held(rt->buf[MI_BUF_XN], rt->buf[MI_BUF_X] + (size_t)first * d, norm_weight(rt, op), T, c->dim,
@@ -170,18 +168,19 @@ static double op_ffn_up(mi_runtime *rt, const mi_op *op, const fwd *f)
     const mi_layer *L = &rt->model.layers[op->layer];
     int W = rt->width[MI_BUF_HIDDEN], d = rt->width[MI_BUF_XN];
     float *h1 = rt->buf[MI_BUF_HIDDEN] + op->c0, *h3 = rt->s.h3;
-    int r0[MI_MAX_PRUNE_RUNS], rn[MI_MAX_PRUNE_RUNS], k = 1, nk = op->n;
-    if (rt->plan.cfg.family == MI_FAMILY_PATCHTST) { /* gelu(w1 x + b1): one product, no gate */
+    /* pruned: the kept units' runs (none pruned: nk = n, the runs unused) */
+    int k = op->n_runs, nk = op->n;
+    const int *r0 = op->runs >= 0 ? rt->prog.run_c0 + op->runs : NULL;
+    const int *rn = op->runs >= 0 ? rt->prog.run_len + op->runs : NULL;
+    if (op->variant == MI_OPV_GELU) { /* gelu(w1 x + b1): one product, no gate */
         product(rt, &L->w1, h1, W, rt->buf[MI_BUF_XN], d, f->T, 0);
         mi_add_bias(h1, W, L->b1, f->T, op->n);
         for (int t = 0; t < f->T; t++)
             mi_gelu(h1 + (size_t)t * W, (size_t)op->n);
         return 0;
     }
-    if (rt->plan.layers[op->layer].ffn_pruned) {
-        k = mi_plan_ffn_kept(&rt->plan, op->layer, op->c0, op->n, r0, rn);
+    if (op->runs >= 0)
         nk = L->w1.rows;
-    }
     if (nk > 0) {
         product(rt, &L->w1, h1, W, rt->buf[MI_BUF_XN], d, f->T, 0);
         product(rt, &L->w3, h3, nk, rt->buf[MI_BUF_XN], d, f->T, 0);
@@ -213,10 +212,10 @@ static double op_ffn_down(mi_runtime *rt, const mi_op *op, const fwd *f)
     float *y = rt->buf[op->buf] + op->c0;
     const float *x = rt->buf[op->in] + op->i0;
     int ldx = rt->width[op->in];
-    if (rt->plan.layers[op->layer].ffn_pruned) {
+    if (op->runs >= 0) {
         /* the kept units side by side (h3 is free: the up product's is used up) */
-        int r0[MI_MAX_PRUNE_RUNS], rn[MI_MAX_PRUNE_RUNS], k = mi_plan_ffn_kept(&rt->plan, op->layer, op->i0, op->ni,
-                                                                              r0, rn);
+        const int *r0 = rt->prog.run_c0 + op->runs, *rn = rt->prog.run_len + op->runs;
+        int k = op->n_runs;
         int nk = L->w2.cols;
         float *packed = rt->s.h3;
         for (int t = 0; t < f->T; t++)
@@ -265,7 +264,7 @@ static double op_spec_test(mi_runtime *rt, const mi_op *op, const fwd *f)
 
 static double op_logits(mi_runtime *rt, const mi_op *op, const fwd *f)
 {
-    if (rt->plan.cfg.family == MI_FAMILY_PATCHTST) { /* the head over all patches of X, one output row */
+    if (op->variant == MI_OPV_SERIES_HEAD) { /* the head over all patches of X, one output row */
         mi_series_head(&rt->model, rt->buf[MI_BUF_X], rt->buf[MI_BUF_LOGITS] + op->c0);
         return 0;
     }
