@@ -28,6 +28,47 @@ void mi_scratch_free(mi_scratch *s);
  * positions pos0 .. pos0+T-1, attend. heads_out: [T, n_kv*group*head_dim]. */
 void mi_attn_block(mi_model *m, int l, mi_scratch *s, const float *xn, int T, int pos0, float *heads_out);
 
+/* ---- the blocks' one implementation, on row-strided buffers ----
+ * The single-device pass (mi_forward, the dense wrappers below) and the
+ * distributed executor's ops (runtime exec.c, on its buffers' columns) call
+ * these same functions, so both compute the same numbers in the same order. */
+
+/* A matrix product as the blocks run it: y[T rows, ldy apart][W->rows] (+)=
+ * x[T rows, ldx apart][W->cols] @ W^T (add: accumulate). A NULL mi_product
+ * is mi_matmul_ld; the runtime passes one that keeps pending messages moving
+ * between row chunks (the same sums: a row does not depend on its chunk). */
+typedef struct {
+    void (*fn)(void *ctx, const mi_tensor *W, float *y, int ldy, const float *x, int ldx, int T, int add);
+    void *ctx;
+} mi_product;
+
+/* The FFN's activation: SwiGLU (Llama: silu(w1 x) * w3 x) or GELU with
+ * bias (the time-series family: gelu(w1 x + b1), no gate). */
+typedef enum { MI_ACT_SWIGLU = 0, MI_ACT_GELU } mi_ffn_act;
+/* The activation of model c's family. */
+mi_ffn_act mi_config_ffn_act(const mi_config *c);
+
+/* Output projection of layer l with this device's wo [n_out, n_in]: y (+)=
+ * heads @ wo^T; heads: T rows of n_in, ldh apart; y: T rows of n_out, ldy
+ * apart. The bias bo (when the layer has one) joins bias_to (T rows of n_out,
+ * ldb apart) before the product's sum is added; bias_to NULL means y, and
+ * then with add = 0 the bias follows the product instead (y is overwritten). */
+void mi_proj_rows(const mi_model *m, int l, const float *heads, int ldh, int T, float *y, int ldy, int add,
+                  float *bias_to, int ldb, const mi_product *prod);
+
+/* The FFN's first half over this device's nf = w1 rows units: h = act(w1 xn)
+ * (SwiGLU: * (w3 xn); GELU: w1 xn + b1 first). xn: T rows of dim, ldx apart;
+ * h: T rows of nf, ldh apart; h3: scratch of T * nf floats, rows nf apart. */
+void mi_ffn_up_rows(const mi_model *m, int l, mi_ffn_act act, const float *xn, int ldx, int T, float *h, int ldh,
+                    float *h3, const mi_product *prod);
+
+/* The FFN's second half: y (+)= h @ w2^T, with w2's bias b2 as bo in
+ * mi_proj_rows. h: T rows of w2 cols, ldh apart; y: T rows of w2 rows. */
+void mi_ffn_down_rows(const mi_model *m, int l, const float *h, int ldh, int T, float *y, int ldy, int add,
+                      float *bias_to, int ldb, const mi_product *prod);
+
+/* ---- dense wrappers (rows packed) ---- */
+
 /* Output projection with this device's wo: y[T, dim] (+)= heads @ wo^T, where
  * heads is [T, n_heads*head_dim] (MI_PROJ_FULL, all heads gathered) or
  * [T, n_kv*group*head_dim] (MI_PROJ_HEADS, this device's own heads, giving a

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "meshinfer/common.h"
+#include "meshinfer/kernels.h"
 
 void mi_scratch_init(mi_scratch *s, const mi_config *c, int max_T)
 {
@@ -77,41 +78,78 @@ void mi_attn_block(mi_model *m, int l, mi_scratch *s, const float *xn, int T, in
                      c->seq_len, s->att);
 }
 
+mi_ffn_act mi_config_ffn_act(const mi_config *c)
+{
+    return c->family == MI_FAMILY_PATCHTST ? MI_ACT_GELU : MI_ACT_SWIGLU;
+}
+
+static void product(const mi_product *prod, const mi_tensor *W, float *y, int ldy, const float *x, int ldx, int T,
+                    int add)
+{
+    if (prod)
+        prod->fn(prod->ctx, W, y, ldy, x, ldx, T, add);
+    else
+        mi_matmul_ld(y, ldy, x, ldx, W, T, add);
+}
+
+/* y (+)= x @ W^T with bias b: a bias joins its target before the product's
+ * sum does, as every path adds it, so that all of them round alike; only when
+ * the product overwrites the target does the bias come after. */
+static void biased_product(const mi_tensor *W, const float *b, const float *x, int ldx, int T, float *y, int ldy,
+                           int add, float *bias_to, int ldb, const mi_product *prod)
+{
+    int after = b && !bias_to && !add;
+    if (b && !after)
+        mi_add_bias(bias_to ? bias_to : y, bias_to ? ldb : ldy, b, T, W->rows);
+    product(prod, W, y, ldy, x, ldx, T, add);
+    if (after)
+        mi_add_bias(y, ldy, b, T, W->rows);
+}
+
+void mi_proj_rows(const mi_model *m, int l, const float *heads, int ldh, int T, float *y, int ldy, int add,
+                  float *bias_to, int ldb, const mi_product *prod)
+{
+    const mi_layer *L = &m->layers[l];
+    biased_product(&L->wo, L->bo, heads, ldh, T, y, ldy, add, bias_to, ldb, prod);
+}
+
+void mi_ffn_up_rows(const mi_model *m, int l, mi_ffn_act act, const float *xn, int ldx, int T, float *h, int ldh,
+                    float *h3, const mi_product *prod)
+{
+    const mi_layer *L = &m->layers[l];
+    int nf = L->w1.rows;
+    if (nf == 0)
+        return;
+    product(prod, &L->w1, h, ldh, xn, ldx, T, 0);
+    if (act == MI_ACT_GELU) {
+        mi_add_bias(h, ldh, L->b1, T, nf);
+        for (int t = 0; t < T; t++)
+            mi_gelu(h + (size_t)t * ldh, (size_t)nf);
+        return;
+    }
+    product(prod, &L->w3, h3, nf, xn, ldx, T, 0);
+    for (int t = 0; t < T; t++)
+        mi_swiglu(h + (size_t)t * ldh, h3 + (size_t)t * nf, (size_t)nf);
+}
+
+void mi_ffn_down_rows(const mi_model *m, int l, const float *h, int ldh, int T, float *y, int ldy, int add,
+                      float *bias_to, int ldb, const mi_product *prod)
+{
+    const mi_layer *L = &m->layers[l];
+    biased_product(&L->w2, L->b2, h, ldh, T, y, ldy, add, bias_to, ldb, prod);
+}
+
 void mi_proj_block(const mi_model *m, int l, const float *heads, int T, float *y, int add)
 {
     const mi_layer *L = &m->layers[l];
-    /* a bias joins the residual before the product is added, as every
-     * distributed path adds it (exec.c), so all of them round alike */
-    if (add && L->bo)
-        mi_add_bias(y, L->wo.rows, L->bo, T, L->wo.rows);
-    if (add)
-        mi_matmul_add(y, heads, &L->wo, T);
-    else
-        mi_matmul(y, heads, &L->wo, T);
-    if (!add && L->bo)
-        mi_add_bias(y, L->wo.rows, L->bo, T, L->wo.rows);
+    mi_proj_rows(m, l, heads, L->wo.cols, T, y, L->wo.rows, add, NULL, 0, NULL);
 }
 
 void mi_ffn_block(const mi_model *m, int l, mi_scratch *s, const float *xn, int T, float *y, int add)
 {
     const mi_layer *L = &m->layers[l];
-    int nf = L->spec.nf;
-    mi_matmul(s->h1, xn, &L->w1, T);
-    if (m->cfg.family == MI_FAMILY_PATCHTST) {
-        mi_add_bias(s->h1, nf, L->b1, T, nf);
-        mi_gelu(s->h1, (size_t)T * nf);
-    } else {
-        mi_matmul(s->h3, xn, &L->w3, T);
-        mi_swiglu(s->h1, s->h3, (size_t)T * nf);
-    }
-    if (add && L->b2)
-        mi_add_bias(y, L->w2.rows, L->b2, T, L->w2.rows);
-    if (add)
-        mi_matmul_add(y, s->h1, &L->w2, T);
-    else
-        mi_matmul(y, s->h1, &L->w2, T);
-    if (!add && L->b2)
-        mi_add_bias(y, L->w2.rows, L->b2, T, L->w2.rows);
+    mi_ffn_up_rows(m, l, mi_config_ffn_act(&m->cfg), xn, L->w1.cols, T, s->h1, L->w1.rows, s->h3, NULL);
+    mi_ffn_down_rows(m, l, s->h1, L->w2.cols, T, y, L->w2.rows, add, NULL, 0, NULL);
 }
 
 void mi_logits(const mi_model *m, mi_scratch *s, const float *x, int T, float *logits)

@@ -8,12 +8,15 @@
 #include <string.h>
 
 #include "meshinfer/common.h"
+#include "meshinfer/forward.h"
 #include "program_build.h"
 
 /* The family's variant of each compute op, and whether it exists at all:
  * the time-series family has no final norm (its head reads X itself). */
 static int family_variant(const mi_config *c, mi_op *op)
 {
+    if (op->kind == MI_OP_FFN_UP && mi_config_ffn_act(c) == MI_ACT_GELU)
+        op->variant = MI_OPV_GELU;
     if (c->family != MI_FAMILY_PATCHTST)
         return 1;
     switch (op->kind) {
@@ -24,7 +27,6 @@ static int family_variant(const mi_config *c, mi_op *op)
             return 0;
         op->variant = MI_OPV_LAYERNORM;
         break;
-    case MI_OP_FFN_UP: op->variant = MI_OPV_GELU; break;
     case MI_OP_LOGITS: op->variant = MI_OPV_SERIES_HEAD; break;
     default: break;
     }

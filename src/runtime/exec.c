@@ -120,9 +120,11 @@ static double op_attn(mi_runtime *rt, const mi_op *op, const fwd *f)
 
 /* y = in @ W^T on buffer slices, for decode in row chunks with progress
  * calls between them when a non-blocking send is pending (every row is the
- * same product as unchunked, so results do not depend on the chunking). */
-static void product(mi_runtime *rt, const mi_tensor *Wt, float *y, int ldy, const float *x, int ldx, int T, int add)
+ * same product as unchunked, so results do not depend on the chunking).
+ * The blocks (forward.h) run their products through it. */
+static void product(void *ctx, const mi_tensor *Wt, float *y, int ldy, const float *x, int ldx, int T, int add)
 {
+    mi_runtime *rt = ctx;
     if (T > 1 || rt->n_pend == 0) {
         mi_matmul_ld(y, ldy, x, ldx, Wt, T, add);
         return;
@@ -136,26 +138,18 @@ static void product(mi_runtime *rt, const mi_tensor *Wt, float *y, int ldy, cons
     }
 }
 
-/* The time-series family's output biases (bo, b2) of the rows this rank
- * computes join the residual stream X before the product's sum does: into
+/* An output bias (bo, b2: the time-series family's) of the rows this rank
+ * computes joins the residual stream X before the product's sum does: into
  * X directly when the op adds into it, and when it writes a partial to TMP
  * (layer-wise: X += TMP next) into X now. One order of additions everywhere,
  * so that every scheme and one device round alike (bit-identical forecasts).
  * The planners that reduce partial sums over ranks (tp) are refused for
- * this family (session.c): each rank would add the bias. */
-static void series_bias(mi_runtime *rt, const mi_op *op, const float *b, const fwd *f)
-{
-    int W = rt->width[MI_BUF_X];
-    mi_add_bias(rt->buf[MI_BUF_X] + op->c0, W, b, f->T, op->n);
-}
-
+ * that family (session.c): each rank would add the bias. */
 static double op_proj(mi_runtime *rt, const mi_op *op, const fwd *f)
 {
-    const mi_layer *L = &rt->model.layers[op->layer];
-    if (L->bo)
-        series_bias(rt, op, L->bo, f);
-    product(rt, &L->wo, rt->buf[op->buf] + op->c0, rt->width[op->buf], rt->buf[op->in] + op->i0,
-            rt->width[op->in], f->T, op->flags & MI_OPF_ADD);
+    mi_product prod = {product, rt};
+    mi_proj_rows(&rt->model, op->layer, rt->buf[op->in] + op->i0, rt->width[op->in], f->T, rt->buf[op->buf] + op->c0,
+                 rt->width[op->buf], op->flags & MI_OPF_ADD, rt->buf[MI_BUF_X] + op->c0, rt->width[MI_BUF_X], &prod);
     return 0;
 }
 
@@ -172,24 +166,15 @@ static double op_ffn_up(mi_runtime *rt, const mi_op *op, const fwd *f)
     int k = op->n_runs, nk = op->n;
     const int *r0 = op->runs >= 0 ? rt->prog.run_c0 + op->runs : NULL;
     const int *rn = op->runs >= 0 ? rt->prog.run_len + op->runs : NULL;
-    if (op->variant == MI_OPV_GELU) { /* gelu(w1 x + b1): one product, no gate */
-        product(rt, &L->w1, h1, W, rt->buf[MI_BUF_XN], d, f->T, 0);
-        mi_add_bias(h1, W, L->b1, f->T, op->n);
-        for (int t = 0; t < f->T; t++)
-            mi_gelu(h1 + (size_t)t * W, (size_t)op->n);
-        return 0;
-    }
     if (op->runs >= 0)
         nk = L->w1.rows;
-    if (nk > 0) {
-        product(rt, &L->w1, h1, W, rt->buf[MI_BUF_XN], d, f->T, 0);
-        product(rt, &L->w3, h3, nk, rt->buf[MI_BUF_XN], d, f->T, 0);
-    }
+    mi_product prod = {product, rt};
+    mi_ffn_up_rows(&rt->model, op->layer, op->variant == MI_OPV_GELU ? MI_ACT_GELU : MI_ACT_SWIGLU,
+                   rt->buf[MI_BUF_XN], d, f->T, h1, W, h3, &prod);
+    if (nk == op->n)
+        return 0;
     for (int t = 0; t < f->T; t++) {
         float *row = h1 + (size_t)t * W;
-        mi_swiglu(row, h3 + (size_t)t * nk, (size_t)nk);
-        if (nk == op->n)
-            continue;
         /* kept units packed first -> their places, last run first (each moves right or stays) */
         int at = nk;
         for (int i = k - 1; i >= 0; i--) {
@@ -230,9 +215,9 @@ static double op_ffn_down(mi_runtime *rt, const mi_op *op, const fwd *f)
         x = packed;
         ldx = nk;
     }
-    if (L->b2)
-        series_bias(rt, op, L->b2, f);
-    product(rt, &L->w2, y, rt->width[op->buf], x, ldx, f->T, op->flags & MI_OPF_ADD);
+    mi_product prod = {product, rt};
+    mi_ffn_down_rows(&rt->model, op->layer, x, ldx, f->T, y, rt->width[op->buf], op->flags & MI_OPF_ADD,
+                     rt->buf[MI_BUF_X] + op->c0, rt->width[MI_BUF_X], &prod);
     return 0;
 }
 
