@@ -8,6 +8,7 @@
 #ifndef MESHINFER_CONTROL_H
 #define MESHINFER_CONTROL_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "meshinfer/cost.h"
@@ -255,6 +256,46 @@ int session_scale_memory(mi_session *ss, int r, int pos0, int need, double limit
 void session_restart(mi_session *ss);
 
 float *session_prefill(mi_session *ss, const int *tokens, int n, int pos0);
+
+/* One generation: what to generate, and what it gave. */
+typedef struct {
+    const int *prompt;      /* [n_prompt] prompt tokens, BOS first */
+    int n_prompt;
+    long steps;             /* tokens to generate at most (>= 1) */
+    int ignore_eos;         /* go on after BOS/EOS */
+    float temperature, topp;/* sampler (mi_sampler; temperature 0: greedy) */
+    uint64_t seed;
+    const int *forced;      /* [n_forced] tokens replayed instead of sampled (--resume), or NULL */
+    int n_forced;
+    int rng_set;            /* the sampler goes on from rng (a journal's state after its last token) */
+    uint64_t rng;
+    int replay_only;        /* the forced tokens are the whole text: no forward pass at all */
+    int scale;              /* call session_after_step after each decode step (runtime scaling) */
+} mi_gen_request;
+
+typedef struct {
+    /* after each token is chosen (replayed: one of the forced tokens), before
+     * the next forward pass; prev is the token before it; rng the sampler's
+     * state after it */
+    void (*on_token)(void *ctx, int token, int prev, uint64_t rng, int replayed);
+    void *ctx;
+} mi_gen_hooks;
+
+typedef struct {
+    int *tokens, n;         /* [n] generated tokens (malloc'ed; free it), BOS/EOS included only with ignore_eos */
+    const char *stop;       /* "eos" or "length" */
+    double t0, t_first, t_end; /* mi_now() at the start, when the first token was chosen, at the end */
+    int replayed;           /* forced tokens replayed through forward passes before sampling went on */
+    double t_replayed;      /* mi_now() when they were */
+} mi_gen_result;
+
+/* Rank 0: the token loop, the only one: prefill the prompt (the prefill
+ * plan), switch to the decode phase, then per token: stop at BOS/EOS unless
+ * ignore_eos, record, call the hook, stop at steps, else one decode step
+ * (session_forward: the memory check and re-placement) and the next token
+ * (forced, or sampled). Ends the run on NaN logits (session_check_logits).
+ * The workers serve meanwhile (mi_runtime_serve). */
+void session_generate(mi_session *ss, const mi_gen_request *rq, const mi_gen_hooks *hk, mi_gen_result *res);
 
 /* Rank 0: encode a prompt with BOS; mi_fatal for an empty prompt, invalid
  * UTF-8, or a prompt that leaves no room in the context. */

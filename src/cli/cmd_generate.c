@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "meshinfer/common.h"
 #include "meshinfer/output.h"
+#include "meshinfer/runtime.h"
 #include "meshinfer/sampler.h"
 #include "session_opts.h"
 
@@ -170,7 +171,247 @@ static int resume_options(const char *jopts, size_t jlen, const opt_list *given,
     return rc;
 }
 
-/* What --repeat found (issue 11 item 7, a soak in one job). */
+/* generate's command line. */
+typedef struct {
+    const char *model, *prompt, *journal, *resume;
+    long steps;
+    double temperature, topp;
+    uint64_t seed;
+    int ignore_eos, threads, json, metrics, repeat, journal_sync;
+    session_opts so;
+    opt_list given_opts; /* the session options as given, for the journal */
+} gen_args;
+
+static const struct option gen_opts[] = {
+    {"model", required_argument, 0, 'm'},  {"prompt", required_argument, 0, 'p'},
+    {"steps", required_argument, 0, 'n'},  {"temperature", required_argument, 0, 't'},
+    {"top-p", required_argument, 0, 'P'},  {"seed", required_argument, 0, 's'},
+    {"ignore-eos", no_argument, 0, 'E'},   {"threads", required_argument, 0, 'T'},
+    {"json", no_argument, 0, 'j'},         {"metrics", no_argument, 0, 'M'},
+    {"help", no_argument, 0, 'h'},         {"journal", required_argument, 0, 'J'},
+    {"resume", required_argument, 0, 'R'}, {"repeat", required_argument, 0, 'r'},
+    {"journal-sync", no_argument, 0, 'Y'}, SESSION_LONG_OPTS,
+    {0, 0, 0, 0}};
+
+/* Options into a; returns 1 after --help. Every refusal is one mi_fatal line. */
+static int parse_args(int argc, char **argv, gen_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->prompt = "Once upon a time";
+    a->repeat = 1, a->steps = -1, a->topp = 0.9, a->seed = 42, a->threads = 1;
+    session_opts_init(&a->so);
+    int given = 0, o; /* options a resumed run takes from its journal */
+    while ((o = getopt_long(argc, argv, ":m:p:n:t:s:h", gen_opts, NULL)) != -1) {
+        switch (o) {
+        case 'm': a->model = optarg; break;
+        case 'p': a->prompt = optarg; given = 1; break;
+        case 'n': a->steps = mi_parse_long("--steps", optarg, 1, 1 << 20); given = 1; break;
+        case 't': a->temperature = mi_parse_double("--temperature", optarg, 0.0, 100.0); given = 1; break;
+        case 'P': a->topp = mi_parse_double("--top-p", optarg, 1e-6, 1.0); given = 1; break;
+        case 's': a->seed = mi_parse_u64("--seed", optarg); given = 1; break;
+        case 'E': a->ignore_eos = 1; given = 1; break;
+        case 'J': a->journal = optarg; break;
+        case 'R': a->resume = optarg; break;
+        case 'r': a->repeat = (int)mi_parse_long("--repeat", optarg, 1, 1000000); break;
+        case 'T': a->threads = (int)mi_parse_long("--threads", optarg, 1, 256); break;
+        case 'j': a->json = 1; break;
+        case 'M': a->metrics = 1; break;
+        case 'h': help(); return 1;
+        case 'Y': a->journal_sync = 1; break;
+        default:
+            if (!session_opt(&a->so, o, optarg))
+                cli_bad_option("generate", o, argv);
+            const struct option *so_opt = opt_by_code(gen_opts, o);
+            char dashed[64];
+            snprintf(dashed, sizeof dashed, "--%s", so_opt->name);
+            opt_list_add(&a->given_opts, dashed);
+            if (so_opt->has_arg)
+                opt_list_add(&a->given_opts, optarg);
+        }
+    }
+    cli_no_positional("generate", optind, argc, argv);
+    if (a->journal_sync && !a->journal && !a->resume)
+        mi_fatal("generate: --journal-sync syncs the journal: it needs --journal or --resume");
+    if (a->resume && given)
+        mi_fatal("generate: --resume takes the prompt, -n, --temperature, --top-p, --seed and --ignore-eos from the "
+                 "journal: leave them out");
+    if (a->resume && a->journal && strcmp(a->resume, a->journal))
+        mi_fatal("generate: --resume keeps journaling to its own file: leave out --journal");
+    if (a->repeat > 1 && (a->resume || a->journal))
+        mi_fatal("generate: --repeat runs one generation again and again in this job: it has no journal to keep");
+    if (a->resume)
+        a->journal = a->resume;
+    if (!a->model && !a->resume)
+        mi_fatal("generate: --model is required (see meshinfer generate --help)");
+    if (a->so.importance && a->so.tpot_ms <= 0 && !a->so.prune_ffn)
+        mi_fatal("generate: --importance orders the layers runtime scaling lowers (it needs --tpot-ms) and the FFN "
+                 "shards --prune-ffn drops");
+    if (a->so.energy && a->so.tpot_ms <= 0)
+        mi_fatal("generate: --energy spends the margin under a TPOT target on lower frequencies: it needs --tpot-ms");
+    return 0;
+}
+
+/* Collective: --resume's journal (read by rank 0 only: the workers may be on
+ * hosts without it) gives every rank its model path and distributed options,
+ * and rank 0 the request; a --journal output is checked against every input. */
+static void journal_setup(gen_args *a, gen_journal *jr, int rank, char *model_path, size_t path_size)
+{
+    char err[MI_ERRLEN] = "";
+    if (rank == 0 && a->resume) {
+        int bad = journal_read(a->resume, jr, err) != 0;
+        if (!bad && !a->model)
+            snprintf(model_path, path_size, "%s", jr->model);
+        mi_check_all(bad, err);
+    } else if (a->resume) {
+        mi_check_all(0, err);
+    }
+    if (rank == 0 && a->journal) {
+        /* every input of the run (the trace, another output, is checked against it in session_open) */
+        const session_opts *so = &a->so;
+        const char *inputs[] = {a->model ? a->model : model_path, so->cluster, so->plan_file, so->importance,
+                                so->sg_quality, so->spec_profile, so->text_input};
+        mi_check_all(mi_output_check(a->journal, "journal", inputs, 7, err) != 0, err);
+    } else if (a->journal) {
+        mi_check_all(0, err);
+    }
+    if (!a->resume)
+        return;
+    if (!a->model) {
+        mi_world_bcast(model_path, path_size);
+        a->model = model_path;
+    }
+    /* the journal's distributed options, to every rank */
+    unsigned long long jlen = rank == 0 ? jr->options_len : 0;
+    mi_world_bcast(&jlen, sizeof jlen);
+    char *jopts = rank == 0 ? jr->options : mi_malloc(jlen + 1, "journal options");
+    mi_world_bcast(jopts, (size_t)jlen);
+    int bad_opts = resume_options(jopts, (size_t)jlen, &a->given_opts, gen_opts, &a->so, a->resume, err) != 0;
+    if (rank != 0)
+        free(jopts);
+    mi_check_all(bad_opts, err);
+    if (rank == 0) {
+        a->prompt = jr->prompt;
+        a->steps = jr->steps;
+        a->temperature = jr->temperature;
+        a->topp = jr->topp;
+        a->seed = jr->seed;
+        a->ignore_eos = jr->ignore_eos;
+    }
+}
+
+/* Collective: the prompt's tokens on rank 0 (a resumed run's are the
+ * journal's, for the same model: checked; its prompt text is only printed)
+ * and the steps within the context. */
+static int *prompt_tokens(mi_session *ss, gen_args *a, const gen_journal *jr, int *n_prompt)
+{
+    const mi_config *c = &ss->cfg;
+    *n_prompt = 0;
+    int *ids = a->resume ? NULL : session_encode_prompt(ss, a->prompt, n_prompt);
+    char msg[MI_ERRLEN] = "";
+    int bad = 0;
+    if (ss->rank == 0 && a->resume) {
+        char dts[160];
+        mi_config_dtype_summary(c, dts, sizeof dts);
+        if (strcmp(jr->model_name, c->name) || jr->n_layers != c->n_layers || jr->dim != c->dim ||
+            jr->hidden_dim != c->hidden_dim || jr->vocab_size != c->vocab_size || strcmp(jr->dtypes, dts))
+            /* the same weights, or the continuation is not the first run's */
+            bad = snprintf(msg, sizeof msg, "generate: journal %s is of %s (%d layers, dim %d, hidden_dim %d, "
+                           "vocabulary %d, %s) but %s is %s (%d layers, dim %d, hidden_dim %d, vocabulary %d, %s)",
+                           a->resume, jr->model_name, jr->n_layers, jr->dim, jr->hidden_dim, jr->vocab_size,
+                           jr->dtypes, a->model, c->name, c->n_layers, c->dim, c->hidden_dim, c->vocab_size, dts) > 0;
+        else if (jr->n_prompt + jr->steps > c->seq_len)
+            bad = snprintf(msg, sizeof msg, "generate: journal %s asks for %d + %ld tokens, past the context of %d",
+                           a->resume, jr->n_prompt, jr->steps, c->seq_len) > 0;
+        *n_prompt = jr->n_prompt;
+        ids = mi_malloc((size_t)*n_prompt * sizeof(int), "prompt tokens");
+        memcpy(ids, jr->prompt_ids, (size_t)*n_prompt * sizeof(int));
+    }
+    int room = c->seq_len - *n_prompt;
+    if (ss->rank == 0 && !bad) {
+        if (a->steps < 0)
+            a->steps = room < 256 ? room : 256;
+        else if (a->steps > room)
+            bad = snprintf(msg, sizeof msg,
+                           "generate: prompt (%d tokens) + %ld new tokens exceeds the context of %d; use -n %d or less",
+                           *n_prompt, a->steps, c->seq_len, room) > 0;
+    }
+    mi_check_all(bad, msg);
+    return ids;
+}
+
+/* A new journal's request: the model, its config, the prompt, the sampling
+ * and the distributed options that went into the tokens (less this job's
+ * devices and outputs). */
+static void journal_request(const gen_args *a, const mi_config *c, const int *ids, int n_prompt, gen_journal *jr)
+{
+    snprintf(jr->model, sizeof jr->model, "%s", a->model);
+    snprintf(jr->model_name, sizeof jr->model_name, "%s", c->name);
+    jr->n_layers = c->n_layers, jr->dim = c->dim, jr->hidden_dim = c->hidden_dim, jr->vocab_size = c->vocab_size;
+    mi_config_dtype_summary(c, jr->dtypes, sizeof jr->dtypes);
+    jr->prompt = strdup(a->prompt);
+    jr->n_prompt = n_prompt;
+    jr->prompt_ids = mi_malloc((size_t)n_prompt * sizeof(int), "journal");
+    memcpy(jr->prompt_ids, ids, (size_t)n_prompt * sizeof(int));
+    jr->steps = a->steps, jr->temperature = a->temperature, jr->topp = a->topp, jr->seed = a->seed;
+    jr->ignore_eos = a->ignore_eos;
+    opt_list carried = {0};
+    const opt_list *g = &a->given_opts;
+    for (const char *s = g->buf; g->buf && s < g->buf + g->len; s += strlen(s) + 1) {
+        const struct option *so_opt = opt_by_name(gen_opts, s);
+        const char *arg = so_opt->has_arg ? s + strlen(s) + 1 : NULL;
+        if (opt_carried(so_opt->val)) {
+            opt_list_add(&carried, s);
+            if (arg)
+                opt_list_add(&carried, arg);
+        }
+        if (arg)
+            s += strlen(s) + 1;
+    }
+    jr->options = carried.buf, jr->n_options = carried.n, jr->options_len = carried.len;
+}
+
+/* What the token loop's hook does with each token: the text (streamed
+ * unless --json) and the journal's line. */
+typedef struct {
+    mi_session *ss;
+    int json;
+    gen_journal *jr;        /* NULL: no journal */
+    double journal_s;       /* time spent writing it */
+    char *text;
+    size_t len, cap;
+} gen_output;
+
+static void on_token(void *ctx, int token, int prev, uint64_t rng, int replayed)
+{
+    gen_output *g = ctx;
+    int len = 1;
+    /* with --ignore-eos a story can end mid-stream (BOS or EOS): the next
+     * one starts on a line of its own, not glued on ("sunshine.Once") */
+    const char *piece = token == MI_TOK_BOS || token == MI_TOK_EOS ? "\n"
+                                                                   : mi_tokenizer_decode(&g->ss->tok, prev, token, &len);
+    if (g->len + (size_t)len + 1 > g->cap) {
+        g->cap = 2 * (g->len + (size_t)len + 1);
+        char *nt = realloc(g->text, g->cap);
+        if (!nt)
+            mi_fatal("out of memory");
+        g->text = nt;
+    }
+    memcpy(g->text + g->len, piece, (size_t)len);
+    g->len += (size_t)len;
+    if (!g->json) {
+        fwrite(piece, 1, (size_t)len, stdout);
+        fflush(stdout);
+    }
+    if (g->jr && !replayed) {
+        char msg[MI_ERRLEN];
+        double tj = mi_now();
+        if (journal_token(g->jr, token, rng, msg))
+            mi_fatal("%s", msg);
+        g->journal_s += mi_now() - tj;
+    }
+}
+
+/* What --repeat found (a soak in one job). */
 typedef struct {
     int runs, same;                      /* generations after the first; how many gave its tokens */
     double rss0[MI_MAX_RANKS], rss1[MI_MAX_RANKS]; /* each rank's RSS after the first repeat and the last */
@@ -180,32 +421,18 @@ typedef struct {
 /* The same generation again, `more` times in the same job: the KV cache reset,
  * the sampler re-seeded, every token compared with the first run's (ref[n_ref]).
  * Resident memory per rank is polled after the first repeat and the last. */
-static void soak(mi_session *ss, const int *prompt_ids, int n_prompt, long steps, int ignore_eos, float temperature,
-                 float topp, uint64_t seed, const int *ref, int n_ref, int more, soak_result *sr)
+static void soak(mi_session *ss, mi_gen_request rq, const int *ref, int n_ref, int more, soak_result *sr)
 {
-    const mi_config *c = &ss->cfg;
     memset(sr, 0, sizeof *sr);
-    int *toks = mi_malloc((size_t)(steps > 0 ? steps : 1) * sizeof(int), "soak tokens");
+    rq.scale = 0;
     double t0 = mi_now();
     for (int rep = 0; rep < more; rep++) {
         session_restart(ss);
-        mi_sampler smp;
-        mi_sampler_init(&smp, c->vocab_size, temperature, topp, seed);
-        float *logits = session_prefill(ss, prompt_ids, n_prompt, 0);
-        session_check_logits(logits, c->vocab_size, n_prompt - 1);
-        int next = mi_sample(&smp, logits), n = 0;
-        session_phase(ss, 0, n_prompt);
-        while (ignore_eos || (next != MI_TOK_BOS && next != MI_TOK_EOS)) {
-            toks[n++] = next;
-            if (n >= steps)
-                break;
-            logits = session_forward(ss, &next, 1, n_prompt + n - 1, 0);
-            session_check_logits(logits, c->vocab_size, n_prompt + n - 1);
-            next = mi_sample(&smp, logits);
-        }
-        mi_sampler_free(&smp);
-        sr->same += n == n_ref && !memcmp(toks, ref, (size_t)n * sizeof(int));
+        mi_gen_result res;
+        session_generate(ss, &rq, NULL, &res);
+        sr->same += res.n == n_ref && !memcmp(res.tokens, ref, (size_t)res.n * sizeof(int));
         sr->runs++;
+        free(res.tokens);
         /* the baseline after the first repeat, not the first run: resetting the KV cache touches
          * every page of it once (2.4 MB of stories15M's on one rank), which is not growth */
         if (rep == 0)
@@ -216,392 +443,174 @@ static void soak(mi_session *ss, const int *prompt_ids, int n_prompt, long steps
     }
     sr->seconds = mi_now() - t0;
     mi_runtime_poll_rss(ss->rt, sr->rss1);
-    free(toks);
+    int size = ss->size, at = 0;
+    double worst = 0;
+    for (int r = 0; r < size; r++)
+        if (sr->rss1[r] - sr->rss0[r] > worst)
+            worst = sr->rss1[r] - sr->rss0[r], at = r;
+    fprintf(stderr, "meshinfer: --repeat %d: %d of %d repeats gave the first run's tokens in %.1f s; resident "
+            "memory grew at most %.3f MB (rank %d) from the first repeat to the last\n", more + 1, sr->same,
+            sr->runs, sr->seconds, worst / 1e6, at);
+}
+
+static void print_json(const gen_args *a, mi_session *ss, int n_prompt, const mi_gen_result *res,
+                       const gen_output *g, const soak_result *sr)
+{
+    const mi_config *c = &ss->cfg;
+    int size = ss->size, n_decode = res->n - 1; /* forward passes after the first token */
+    double ttft = res->t_first - res->t0, tpot = n_decode > 0 ? (res->t_end - res->t_first) / n_decode : 0.0;
+    printf("{\"model\": ");
+    cli_json_string(stdout, a->model, strlen(a->model));
+    printf(", \"synthetic_weights\": %s, \"n_ranks\": %d, \"prompt_tokens\": %d, \"generated_tokens\": %d, "
+           "\"stop\": \"%s\", \"ttft_ms\": %.3f, \"tpot_ms\": %.4f, \"decode_tokens_per_s\": %.2f, "
+           "\"load_s\": %.3f, \"text\": ",
+           c->synthetic ? "true" : "false", size, n_prompt, res->n, res->stop, ttft * 1e3, tpot * 1e3,
+           tpot > 0 ? 1.0 / tpot : 0.0, ss->load_seconds);
+    cli_json_string(stdout, g->text, g->len);
+    if (a->temperature > 0)
+        printf(", \"decoding\": {\"mode\": \"sampled\", \"temperature\": %g, \"top_p\": %g, \"seed\": %llu}",
+               a->temperature, a->topp, (unsigned long long)a->seed);
+    else
+        printf(", \"decoding\": {\"mode\": \"greedy\"}");
+    double pt, pp;
+    session_predict(ss, n_prompt, n_decode > 0 ? n_decode : 1, &pt, &pp);
+    printf(", \"predicted_ttft_ms\": %.3f, \"predicted_tpot_ms\": %.4f, \"phase_switches\": %d, "
+           "\"phase_switch_ms\": %.3f, \"tpot_without_switch_ms\": %.4f", pt * 1e3, pp * 1e3, ss->n_switches,
+           ss->switch_s * 1e3, n_decode > 0 ? (res->t_end - res->t_first - ss->switch_s) / n_decode * 1e3 : 0.0);
+    if (a->repeat > 1) {
+        printf(", \"repeat\": {\"runs\": %d, \"same_tokens\": %d, \"seconds\": %.3f, \"rss_mb_after_first_repeat\": [",
+               sr->runs, sr->same, sr->seconds);
+        for (int r = 0; r < size; r++)
+            printf("%s%.3f", r ? ", " : "", sr->rss0[r] / 1e6);
+        printf("], \"rss_mb_after_last\": [");
+        for (int r = 0; r < size; r++)
+            printf("%s%.3f", r ? ", " : "", sr->rss1[r] / 1e6);
+        printf("]}");
+    }
+    if (a->journal) {
+        int n_new = res->n - (a->resume ? g->jr->n_out : 0);
+        printf(", \"journal\": {\"replayed_tokens\": %d, \"replay_ms\": %.3f, \"write_us_per_token\": %.1f}",
+               res->replayed, res->replayed ? (res->t_replayed - res->t0) * 1e3 : 0.0,
+               n_new > 0 ? g->journal_s / n_new * 1e6 : 0.0);
+    }
+    printf(", \"tokens\": [");
+    for (int i = 0; i < res->n; i++)
+        printf(i ? ", %d" : "%d", res->tokens[i]);
+    printf("], ");
+}
+
+static void print_summary(const gen_args *a, const mi_session *ss, int n_prompt, const mi_gen_result *res)
+{
+    int n_decode = res->n - 1;
+    double ttft = res->t_first - res->t0, tpot = n_decode > 0 ? (res->t_end - res->t_first) / n_decode : 0.0;
+    printf("\n");
+    fflush(stdout);
+    char tp[64] = "TPOT n/a (one token)";
+    if (n_decode > 0)
+        snprintf(tp, sizeof tp, "TPOT %.2f ms, %.1f tokens/s", tpot * 1e3, 1.0 / tpot);
+    char mode[96] = "greedy"; /* the decoding mode, apart from the placement */
+    if (a->temperature > 0)
+        snprintf(mode, sizeof mode, "sampled at T %g, top-p %g, seed %llu", a->temperature, a->topp,
+                 (unsigned long long)a->seed);
+    /* under a launcher stdout and stderr travel apart and the text's last
+     * line can arrive after this one: start it on a line of its own */
+    fprintf(stderr, "%sgenerate: %d prompt + %d new tokens, %s, on %d rank%s (planner %s), TTFT %.1f ms, %s%s\n",
+            mi_world_launched() ? "\n" : "", n_prompt, res->n, mode, ss->size, ss->size > 1 ? "s" : "",
+            mi_planner_name(ss->plan.planner), ttft * 1e3, tp, ss->cfg.synthetic ? " (synthetic weights)" : "");
+}
+
+/* Rank 0: the generation (and --repeat's soak), streamed, journaled, reported. */
+static void run(gen_args *a, mi_session *ss, gen_journal *jr, const int *ids, int n_prompt)
+{
+    const mi_config *c = &ss->cfg;
+    int resume = a->resume != NULL, done = resume && jr->done;
+    mi_gen_request rq = {.prompt = ids, .n_prompt = n_prompt, .steps = a->steps, .ignore_eos = a->ignore_eos,
+                         .temperature = (float)a->temperature, .topp = (float)a->topp, .seed = a->seed,
+                         .forced = resume ? jr->out : NULL, .n_forced = resume ? jr->n_out : 0,
+                         .rng_set = resume, .rng = resume ? jr->rng : 0, .replay_only = done, .scale = 1};
+    if (a->journal && !resume)
+        journal_request(a, c, ids, n_prompt, jr);
+    jr->sync = a->journal_sync;
+    if (a->journal) {
+        char msg[MI_ERRLEN];
+        jr->fd = -1;
+        mi_sampler smp; /* the journal starts from the sampler's state before any token */
+        mi_sampler_init(&smp, c->vocab_size, rq.temperature, rq.topp, rq.seed);
+        jr->rng = resume ? jr->rng : smp.rng;
+        mi_sampler_free(&smp);
+        /* begun before the prompt (a loss during it resumes too); a resumed one goes on after its
+         * last whole line */
+        if (resume ? (done ? 0 : journal_append_open(a->journal, jr, jr->valid_bytes, msg))
+                   : journal_begin(a->journal, jr, msg))
+            mi_fatal("%s", msg);
+    }
+    if (done) /* nothing left to generate: the text, as the run that finished printed it */
+        rq.steps = rq.n_forced;
+    gen_output g = {.ss = ss, .json = a->json, .jr = a->journal ? jr : NULL, .cap = 1024};
+    g.text = mi_malloc(g.cap, "generated text");
+    if (!a->json) {
+        fputs(a->prompt, stdout);
+        fflush(stdout);
+    }
+    mi_gen_hooks hk = {on_token, &g};
+    mi_gen_result res;
+    session_generate(ss, &rq, &hk, &res);
+    soak_result sr;
+    memset(&sr, 0, sizeof sr);
+    if (a->repeat > 1) /* the first run's figures stand; the repeats are reported apart */
+        soak(ss, rq, res.tokens, res.n, a->repeat - 1, &sr);
+    char msg[MI_ERRLEN];
+    if (a->journal && !done && journal_finish(jr, msg))
+        mi_fatal("%s", msg);
+    if (resume)
+        fprintf(stderr, "meshinfer: resumed from %s on %d rank%s: %d token%s replayed (the prompt and %d decode "
+                "steps) in %.1f ms, then %d new\n", a->resume, ss->size, ss->size > 1 ? "s" : "", rq.n_forced,
+                rq.n_forced == 1 ? "" : "s", rq.n_forced, res.replayed ? (res.t_replayed - res.t0) * 1e3 : 0.0,
+                res.n - rq.n_forced);
+    mi_runtime_stop(ss->rt);
+    ss->run_s = res.t_end - res.t0; /* the energy report's span: prompt and decoding */
+    ss->run_tokens = res.n;
+    if (a->json)
+        print_json(a, ss, n_prompt, &res, &g, &sr);
+    else
+        print_summary(a, ss, n_prompt, &res);
+    free(g.text);
+    free(res.tokens);
 }
 
 int cmd_generate(int argc, char **argv)
 {
-    static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},  {"prompt", required_argument, 0, 'p'},
-        {"steps", required_argument, 0, 'n'},  {"temperature", required_argument, 0, 't'},
-        {"top-p", required_argument, 0, 'P'},  {"seed", required_argument, 0, 's'},
-        {"ignore-eos", no_argument, 0, 'E'},   {"threads", required_argument, 0, 'T'},
-        {"json", no_argument, 0, 'j'},         {"metrics", no_argument, 0, 'M'},
-        {"help", no_argument, 0, 'h'},         {"journal", required_argument, 0, 'J'},
-        {"resume", required_argument, 0, 'R'}, {"repeat", required_argument, 0, 'r'},
-        {"journal-sync", no_argument, 0, 'Y'}, SESSION_LONG_OPTS,
-        {0, 0, 0, 0}};
-    opt_list given_opts = {0}; /* the session options as given, for the journal */
-    int journal_sync = 0;
-    const char *model = NULL, *prompt = "Once upon a time", *journal = NULL, *resume = NULL;
-    int given = 0; /* options a resumed run takes from its journal */
-    int repeat = 1;
-    long steps = -1;
-    double temperature = 0.0, topp = 0.9;
-    uint64_t seed = 42;
-    int ignore_eos = 0, threads = 1, json = 0, metrics = 0, o;
-    session_opts so;
-    session_opts_init(&so);
-    while ((o = getopt_long(argc, argv, ":m:p:n:t:s:h", opts, NULL)) != -1) {
-        switch (o) {
-        case 'm': model = optarg; break;
-        case 'p': prompt = optarg; given = 1; break;
-        case 'n': steps = mi_parse_long("--steps", optarg, 1, 1 << 20); given = 1; break;
-        case 't': temperature = mi_parse_double("--temperature", optarg, 0.0, 100.0); given = 1; break;
-        case 'P': topp = mi_parse_double("--top-p", optarg, 1e-6, 1.0); given = 1; break;
-        case 's': seed = mi_parse_u64("--seed", optarg); given = 1; break;
-        case 'E': ignore_eos = 1; given = 1; break;
-        case 'J': journal = optarg; break;
-        case 'R': resume = optarg; break;
-        case 'r': repeat = (int)mi_parse_long("--repeat", optarg, 1, 1000000); break;
-        case 'T': threads = (int)mi_parse_long("--threads", optarg, 1, 256); break;
-        case 'j': json = 1; break;
-        case 'M': metrics = 1; break;
-        case 'h': help(); return 0;
-        case 'Y': journal_sync = 1; break;
-        default:
-            if (!session_opt(&so, o, optarg))
-                cli_bad_option("generate", o, argv);
-            const struct option *so_opt = opt_by_code(opts, o);
-            char dashed[64];
-            snprintf(dashed, sizeof dashed, "--%s", so_opt->name);
-            opt_list_add(&given_opts, dashed);
-            if (so_opt->has_arg)
-                opt_list_add(&given_opts, optarg);
-        }
-    }
-    cli_no_positional("generate", optind, argc, argv);
-    if (journal_sync && !journal && !resume)
-        mi_fatal("generate: --journal-sync syncs the journal: it needs --journal or --resume");
-    if (resume && given)
-        mi_fatal("generate: --resume takes the prompt, -n, --temperature, --top-p, --seed and --ignore-eos from the "
-                 "journal: leave them out");
-    if (resume && journal && strcmp(resume, journal))
-        mi_fatal("generate: --resume keeps journaling to its own file: leave out --journal");
-    if (repeat > 1 && (resume || journal))
-        mi_fatal("generate: --repeat runs one generation again and again in this job: it has no journal to keep");
-    if (resume)
-        journal = resume;
-    if (!model && !resume)
-        mi_fatal("generate: --model is required (see meshinfer generate --help)");
-    if (so.importance && so.tpot_ms <= 0 && !so.prune_ffn)
-        mi_fatal("generate: --importance orders the layers runtime scaling lowers (it needs --tpot-ms) and the FFN "
-                 "shards --prune-ffn drops");
-    if (so.energy && so.tpot_ms <= 0)
-        mi_fatal("generate: --energy spends the margin under a TPOT target on lower frequencies: it needs --tpot-ms");
-
+    gen_args a;
+    if (parse_args(argc, argv, &a))
+        return 0;
     int rank, size;
     session_mpi_init(&argc, &argv, &rank, &size);
-    /* issue 11 item 5: the journal is rank 0's (the workers may be on hosts without it); the model
-     * path it names goes to every rank */
     gen_journal jr;
     memset(&jr, 0, sizeof jr);
     jr.fd = -1;
-    char err[MI_ERRLEN] = "", model_path[4096] = "";
-    if (rank == 0 && resume) {
-        int bad = journal_read(resume, &jr, err) != 0;
-        if (!bad && !model)
-            snprintf(model_path, sizeof model_path, "%s", jr.model);
-        mi_check_all(bad, err);
-    } else if (resume) {
-        mi_check_all(0, err);
-    }
-    if (rank == 0 && journal) {
-        /* every input of the run (the trace, another output, is checked against it in session_open) */
-        const char *inputs[] = {model ? model : model_path, so.cluster, so.plan_file, so.importance, so.sg_quality,
-                                so.spec_profile, so.text_input};
-        mi_check_all(mi_output_check(journal, "journal", inputs, 7, err) != 0, err);
-    } else if (journal) {
-        mi_check_all(0, err);
-    }
-    if (resume && !model) {
-        mi_world_bcast(model_path, sizeof model_path);
-        model = model_path;
-    }
-    if (resume) { /* the journal's distributed options, to every rank (only rank 0 reads the journal) */
-        unsigned long long jlen = rank == 0 ? jr.options_len : 0;
-        mi_world_bcast(&jlen, sizeof jlen);
-        char *jopts = rank == 0 ? jr.options : mi_malloc(jlen + 1, "journal options");
-        mi_world_bcast(jopts, (size_t)jlen);
-        int bad_opts = resume_options(jopts, (size_t)jlen, &given_opts, opts, &so, resume, err) != 0;
-        if (rank != 0)
-            free(jopts);
-        mi_check_all(bad_opts, err);
-    }
-    if (rank == 0 && resume) {
-        prompt = jr.prompt;
-        steps = jr.steps;
-        temperature = jr.temperature;
-        topp = jr.topp;
-        seed = jr.seed;
-        ignore_eos = jr.ignore_eos;
-    }
-    so.journal = journal;
+    char model_path[4096] = "";
+    journal_setup(&a, &jr, rank, model_path, sizeof model_path);
+    a.so.journal = a.journal;
+    a.so.auto_steps = a.steps > 0 ? (int)(a.steps < 4096 ? a.steps : 4096) : 0;
+    a.so.auto_prompt = (int)(strlen(a.prompt) / 4) + 2; /* about 4 characters per token, and BOS */
     mi_session ss;
-    so.auto_steps = steps > 0 ? (int)(steps < 4096 ? steps : 4096) : 0;
-    so.auto_prompt = (int)(strlen(prompt) / 4) + 2; /* about 4 characters per token, and BOS */
-    session_open(&ss, "generate", model, &so, 64, threads);
-    const mi_config *c = &ss.cfg;
-    int n_prompt = 0;
-    /* a resumed run uses the journal's tokens (every rank knows it resumes: the same command line);
-     * its prompt text is only printed, never encoded again */
-    int *prompt_ids = resume ? NULL : session_encode_prompt(&ss, prompt, &n_prompt);
-    char msg[MI_ERRLEN] = "";
-    int bad = 0;
-    if (rank == 0 && resume) { /* the journal's tokens, not a new encoding: the same model's, checked */
-        char dts[160];
-        mi_config_dtype_summary(c, dts, sizeof dts);
-        if (strcmp(jr.model_name, c->name) || jr.n_layers != c->n_layers || jr.dim != c->dim ||
-            jr.hidden_dim != c->hidden_dim || jr.vocab_size != c->vocab_size || strcmp(jr.dtypes, dts))
-            /* the same weights, or the continuation is not the first run's */
-            bad = snprintf(msg, sizeof msg, "generate: journal %s is of %s (%d layers, dim %d, hidden_dim %d, "
-                           "vocabulary %d, %s) but %s is %s (%d layers, dim %d, hidden_dim %d, vocabulary %d, %s)",
-                           resume, jr.model_name, jr.n_layers, jr.dim, jr.hidden_dim, jr.vocab_size, jr.dtypes, model,
-                           c->name, c->n_layers, c->dim, c->hidden_dim, c->vocab_size, dts) > 0;
-        else if (jr.n_prompt + jr.steps > c->seq_len)
-            bad = snprintf(msg, sizeof msg, "generate: journal %s asks for %d + %ld tokens, past the context of %d",
-                           resume, jr.n_prompt, jr.steps, c->seq_len) > 0;
-        n_prompt = jr.n_prompt;
-        prompt_ids = mi_malloc((size_t)n_prompt * sizeof(int), "prompt tokens");
-        memcpy(prompt_ids, jr.prompt_ids, (size_t)n_prompt * sizeof(int));
-    }
-    int room = c->seq_len - n_prompt;
-    if (rank == 0 && !bad) {
-        if (steps < 0)
-            steps = room < 256 ? room : 256;
-        else if (steps > room)
-            bad = snprintf(msg, sizeof msg,
-                           "generate: prompt (%d tokens) + %ld new tokens exceeds the context of %d; use -n %d or less",
-                           n_prompt, steps, c->seq_len, room) > 0;
-    }
-    mi_check_all(bad, msg);
-
-    if (rank != 0) {
+    session_open(&ss, "generate", a.model, &a.so, 64, a.threads);
+    int n_prompt;
+    int *ids = prompt_tokens(&ss, &a, &jr, &n_prompt);
+    if (rank != 0)
         mi_runtime_serve(ss.rt);
-    } else {
-        mi_sampler smp;
-        mi_sampler_init(&smp, c->vocab_size, (float)temperature, (float)topp, seed);
-        int *out = mi_malloc((size_t)steps * sizeof(int), "generated tokens");
-        /* --resume: the journal's tokens are replayed (the forward passes the first run made, decode
-         * step by decode step: a prefill over them would sum in another order), not sampled; the
-         * sampler goes on from its journaled state */
-        int n_forced = resume ? jr.n_out : 0;
-        const int *forced = resume ? jr.out : NULL;
-        if (resume)
-            smp.rng = jr.rng;
-        if (journal && !resume) {
-            snprintf(jr.model, sizeof jr.model, "%s", model);
-            snprintf(jr.model_name, sizeof jr.model_name, "%s", c->name);
-            jr.n_layers = c->n_layers, jr.dim = c->dim, jr.hidden_dim = c->hidden_dim, jr.vocab_size = c->vocab_size;
-            mi_config_dtype_summary(c, jr.dtypes, sizeof jr.dtypes);
-            jr.prompt = strdup(prompt);
-            jr.n_prompt = n_prompt;
-            jr.prompt_ids = mi_malloc((size_t)n_prompt * sizeof(int), "journal");
-            memcpy(jr.prompt_ids, prompt_ids, (size_t)n_prompt * sizeof(int));
-            jr.steps = steps, jr.temperature = temperature, jr.topp = topp, jr.seed = seed, jr.ignore_eos = ignore_eos;
-            /* the distributed options, less those of this job's devices and outputs */
-            opt_list carried = {0};
-            for (const char *s = given_opts.buf; given_opts.buf && s < given_opts.buf + given_opts.len;
-                 s += strlen(s) + 1) {
-                const struct option *so_opt = opt_by_name(opts, s);
-                const char *arg = so_opt->has_arg ? s + strlen(s) + 1 : NULL;
-                if (opt_carried(so_opt->val)) {
-                    opt_list_add(&carried, s);
-                    if (arg)
-                        opt_list_add(&carried, arg);
-                }
-                if (arg)
-                    s += strlen(s) + 1;
-            }
-            jr.options = carried.buf, jr.n_options = carried.n, jr.options_len = carried.len;
-        }
-        jr.sync = journal_sync;
-        if (journal) {
-            jr.fd = -1;
-            jr.rng = smp.rng;
-            /* begun before the prompt (a loss during it resumes too); a resumed one goes on after its
-             * last whole line */
-            int rc = resume ? (jr.done ? 0 : journal_append_open(journal, &jr, jr.valid_bytes, msg))
-                            : journal_begin(journal, &jr, msg);
-            if (rc)
-                mi_fatal("%s", msg);
-        }
-        double journal_s = 0, t_replayed = 0;
-        int replayed = 0;
-        if (resume && jr.done) /* nothing left to generate: the text, as the run that finished printed it */
-            steps = n_forced;
-        size_t text_cap = 1024, text_len = 0;
-        char *text = mi_malloc(text_cap, "generated text");
-        if (!json) {
-            fputs(prompt, stdout);
-            fflush(stdout);
-        }
-        double t0 = mi_now();
-        int next;
-        float *logits = NULL;
-        if (resume && jr.done) { /* a run that stopped before any token stopped at BOS or EOS */
-            next = n_forced > 0 ? forced[0] : MI_TOK_EOS;
-        } else {
-            logits = session_prefill(&ss, prompt_ids, n_prompt, 0);
-            session_check_logits(logits, c->vocab_size, n_prompt - 1);
-            next = n_forced > 0 ? forced[0] : mi_sample(&smp, logits);
-        }
-        double t_first = mi_now();
-        /* seed 003: a hybrid plan's decode placement takes over once the first
-         * token is out (its cost falls in TPOT and is reported apart) */
-        session_phase(&ss, 0, n_prompt);
-        int n_out = 0, prev = prompt_ids[n_prompt - 1];
-        const char *stop = "length";
-        for (;;) {
-            if (!ignore_eos && (next == MI_TOK_BOS || next == MI_TOK_EOS)) {
-                stop = "eos";
-                break;
-            }
-            out[n_out++] = next;
-            int len = 1;
-            /* with --ignore-eos a story can end mid-stream (BOS or EOS): the
-             * next one starts on a line of its own, not glued on ("sunshine.Once") */
-            const char *piece = next == MI_TOK_BOS || next == MI_TOK_EOS ? "\n"
-                                                                         : mi_tokenizer_decode(&ss.tok, prev, next, &len);
-            if (text_len + (size_t)len + 1 > text_cap) {
-                text_cap = 2 * (text_len + (size_t)len + 1);
-                char *nt = realloc(text, text_cap);
-                if (!nt)
-                    mi_fatal("out of memory");
-                text = nt;
-            }
-            memcpy(text + text_len, piece, (size_t)len);
-            text_len += (size_t)len;
-            if (!json) {
-                fwrite(piece, 1, (size_t)len, stdout);
-                fflush(stdout);
-            }
-            if (journal && n_out > n_forced) {
-                double tj = mi_now();
-                if (journal_token(&jr, next, smp.rng, msg))
-                    mi_fatal("%s", msg);
-                journal_s += mi_now() - tj;
-            }
-            if (n_out >= steps)
-                break;
-            if (resume && jr.done) { /* printing the finished text: no forward pass */
-                prev = next;
-                next = forced[n_out];
-                continue;
-            }
-            prev = next;
-            double ts = mi_now();
-            logits = session_forward(&ss, &next, 1, n_prompt + n_out - 1, 0);
-            session_check_logits(logits, c->vocab_size, n_prompt + n_out - 1);
-            if (n_out < n_forced) {
-                next = forced[n_out];
-            } else {
-                if (n_out == n_forced && n_forced > 0) {
-                    replayed = n_forced;
-                    t_replayed = mi_now();
-                }
-                next = mi_sample(&smp, logits);
-            }
-            /* seed 003 runtime scaling: may re-place (the logits were read) */
-            session_after_step(&ss, mi_now() - ts, n_prompt + n_out);
-        }
-        double t_end = mi_now();
-        soak_result sr;
-        memset(&sr, 0, sizeof sr);
-        if (repeat > 1) {
-            /* the first run's figures stand; the repeats are reported apart */
-            soak(&ss, prompt_ids, n_prompt, steps, ignore_eos, (float)temperature, (float)topp, seed, out, n_out,
-                 repeat - 1, &sr);
-            double worst = 0;
-            int at = 0;
-            for (int r = 0; r < size; r++)
-                if (sr.rss1[r] - sr.rss0[r] > worst)
-                    worst = sr.rss1[r] - sr.rss0[r], at = r;
-            fprintf(stderr, "meshinfer: --repeat %d: %d of %d repeats gave the first run's tokens in %.1f s; resident "
-                    "memory grew at most %.3f MB (rank %d) from the first repeat to the last\n", repeat, sr.same,
-                    sr.runs, sr.seconds, worst / 1e6, at);
-        }
-        if (journal && !(resume && jr.done)) {
-            if (journal_finish(&jr, msg))
-                mi_fatal("%s", msg);
-        }
-        if (resume)
-            fprintf(stderr, "meshinfer: resumed from %s on %d rank%s: %d token%s replayed (the prompt and %d decode "
-                    "steps) in %.1f ms, then %d new\n", resume, size, size > 1 ? "s" : "", n_forced,
-                    n_forced == 1 ? "" : "s", n_forced, replayed ? (t_replayed - t0) * 1e3 : 0.0, n_out - n_forced);
-        mi_runtime_stop(ss.rt);
-        ss.run_s = t_end - t0; /* the energy report's span: prompt and decoding */
-        ss.run_tokens = n_out;
-        double ttft = t_first - t0;
-        int n_decode = n_out - 1; /* forward passes after the first token */
-        double tpot = n_decode > 0 ? (t_end - t_first) / n_decode : 0.0;
-        if (json) {
-            printf("{\"model\": ");
-            cli_json_string(stdout, model, strlen(model));
-            printf(", \"synthetic_weights\": %s, \"n_ranks\": %d, \"prompt_tokens\": %d, \"generated_tokens\": %d, "
-                   "\"stop\": \"%s\", \"ttft_ms\": %.3f, \"tpot_ms\": %.4f, \"decode_tokens_per_s\": %.2f, "
-                   "\"load_s\": %.3f, \"text\": ",
-                   c->synthetic ? "true" : "false", size, n_prompt, n_out, stop, ttft * 1e3, tpot * 1e3,
-                   tpot > 0 ? 1.0 / tpot : 0.0, ss.load_seconds);
-            cli_json_string(stdout, text, text_len);
-            if (temperature > 0)
-                printf(", \"decoding\": {\"mode\": \"sampled\", \"temperature\": %g, \"top_p\": %g, \"seed\": %llu}",
-                       temperature, topp, (unsigned long long)seed);
-            else
-                printf(", \"decoding\": {\"mode\": \"greedy\"}");
-            double pt, pp;
-            session_predict(&ss, n_prompt, n_decode > 0 ? n_decode : 1, &pt, &pp);
-            printf(", \"predicted_ttft_ms\": %.3f, \"predicted_tpot_ms\": %.4f, \"phase_switches\": %d, "
-                   "\"phase_switch_ms\": %.3f, \"tpot_without_switch_ms\": %.4f", pt * 1e3, pp * 1e3, ss.n_switches,
-                   ss.switch_s * 1e3, n_decode > 0 ? (t_end - t_first - ss.switch_s) / n_decode * 1e3 : 0.0);
-            if (repeat > 1) {
-                printf(", \"repeat\": {\"runs\": %d, \"same_tokens\": %d, \"seconds\": %.3f, \"rss_mb_after_first_repeat\": [",
-                       sr.runs, sr.same, sr.seconds);
-                for (int r = 0; r < size; r++)
-                    printf("%s%.3f", r ? ", " : "", sr.rss0[r] / 1e6);
-                printf("], \"rss_mb_after_last\": [");
-                for (int r = 0; r < size; r++)
-                    printf("%s%.3f", r ? ", " : "", sr.rss1[r] / 1e6);
-                printf("]}");
-            }
-            if (journal)
-                printf(", \"journal\": {\"replayed_tokens\": %d, \"replay_ms\": %.3f, \"write_us_per_token\": %.1f}",
-                       replayed, replayed ? (t_replayed - t0) * 1e3 : 0.0,
-                       n_out > n_forced ? journal_s / (n_out - n_forced) * 1e6 : 0.0);
-            printf(", \"tokens\": [");
-            for (int i = 0; i < n_out; i++)
-                printf(i ? ", %d" : "%d", out[i]);
-            printf("], ");
-        } else {
-            printf("\n");
-            fflush(stdout);
-            char tp[64] = "TPOT n/a (one token)";
-            if (n_decode > 0)
-                snprintf(tp, sizeof tp, "TPOT %.2f ms, %.1f tokens/s", tpot * 1e3, 1.0 / tpot);
-            char mode[96] = "greedy"; /* the decoding mode, apart from the placement */
-            if (temperature > 0)
-                snprintf(mode, sizeof mode, "sampled at T %g, top-p %g, seed %llu", temperature, topp,
-                         (unsigned long long)seed);
-            /* under a launcher stdout and stderr travel apart and the text's last
-             * line can arrive after this one: start it on a line of its own */
-            fprintf(stderr, "%sgenerate: %d prompt + %d new tokens, %s, on %d rank%s (planner %s), TTFT %.1f ms, %s%s\n",
-                    mi_world_launched() ? "\n" : "", n_prompt, n_out, mode, size, size > 1 ? "s" : "", mi_planner_name(ss.plan.planner), ttft * 1e3,
-                    tp, c->synthetic ? " (synthetic weights)" : "");
-        }
-        free(text);
-        free(out);
-        free(prompt_ids);
-        mi_sampler_free(&smp);
-        journal_free(&jr);
-    }
-    free(given_opts.buf);
-    if (json)
+    else
+        run(&a, &ss, &jr, ids, n_prompt);
+    free(ids);
+    journal_free(&jr);
+    free(a.given_opts.buf);
+    if (a.json)
         session_metrics_json(&ss, stdout);
-    if (rank == 0 && json)
+    if (rank == 0 && a.json)
         printf("}\n");
-    if (metrics)
+    if (a.metrics)
         session_metrics_table(&ss);
-    session_close(&ss, &so);
+    session_close(&ss, &a.so);
     mi_world_finalize();
     return 0;
 }
