@@ -9,8 +9,8 @@ if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     exit 0
 fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
-"$root/jobs/build.sh"
-model="$("$root/jobs/fetch_model.sh")"
+"$root/jobs/dev/build.sh"
+model="$("$root/jobs/dev/fetch_model.sh")"
 prompt="${1:-Once upon a time, there was a little girl named Lily}"
 echo "quickstart: meshinfer generate -m $model -p \"$prompt\" -n 200" >&2
 "$root/build/meshinfer" generate -m "$model" -p "$prompt" -n 200

@@ -10,6 +10,6 @@ if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     exit 0
 fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
-"$root/jobs/build.sh"
+"$root/jobs/dev/build.sh"
 cd "$root/build"
 ctest --output-on-failure "$@"

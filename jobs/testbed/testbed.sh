@@ -14,7 +14,7 @@
 # (two 1 KB sends 5 ms apart instead of together); a real link drains the
 # queue in microseconds.
 #
-# usage: jobs/testbed.sh [options] -- MESHINFER_ARGS...
+# usage: jobs/testbed/testbed.sh [options] -- MESHINFER_ARGS...
 #   --ranks N          ranks (default 5: a controller and 4 workers)
 #   --cpu-pct P[,P...] CPU quota of each rank, % of one core (default 40); a
 #                      list gives rank 0, 1, ... their own (the last repeats):
@@ -42,7 +42,7 @@
 #                      like a wireless channel (default 0: unlimited)
 #   --port P           first TCP port of the ranks' links (default 46000)
 #   --launcher         after --, a command that starts its own mpirun jobs on the
-#                      testbed (e.g. jobs/resilient_generate.sh, which relaunches
+#                      testbed (e.g. jobs/testbed/resilient_generate.sh, which relaunches
 #                      after a lost rank), instead of meshinfer's arguments: it
 #                      gets MESHINFER_TESTBED_MPI (the mpirun options that put
 #                      the links on the shaped ports; it adds mpi_yield_when_idle) and MESHINFER_TESTBED_WRAPPER
@@ -51,9 +51,9 @@
 # environment: MESHINFER_BIN  the meshinfer binary to run (default build/meshinfer,
 #                              built first)
 # example:
-#   jobs/testbed.sh -- generate -m models/cache/stories15M.h5 --planner greedy --speculate --json
+#   jobs/testbed/testbed.sh -- generate -m models/cache/stories15M.h5 --planner greedy --speculate --json
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 ranks=5 cpu=40 slowdown=1 period=5 changes=() delay=5 jitter=1 loss=0 rate=0 port=46000 launcher=0
 while (($#)); do
     case "$1" in
@@ -110,7 +110,7 @@ done
 . "$root/jobs/lib/packages.sh"
 ensure_packages testbed libnetfilter-queue-dev iptables
 bin="${MESHINFER_BIN:-$root/build/meshinfer}"
-[[ -n "${MESHINFER_BIN:-}" ]] || "$root/jobs/build.sh"
+[[ -n "${MESHINFER_BIN:-}" ]] || "$root/jobs/dev/build.sh"
 [[ -x "$bin" ]] || { echo "testbed: error: $bin is not an executable (MESHINFER_BIN)" >&2; exit 2; }
 cmake -S "$root" -B "$root/build" >/dev/null && cmake --build "$root/build" --target mi_netem >/dev/null
 cgroot=/sys/fs/cgroup/cpu

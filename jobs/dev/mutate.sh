@@ -7,7 +7,7 @@
 # build does), and survives when every test passes. Reports each and the
 # share killed; exit 1 when any survives.
 #
-# usage: jobs/mutate.sh [--out FILE.csv] [--only N[,N...]]
+# usage: jobs/dev/mutate.sh [--out FILE.csv] [--only N[,N...]]
 #   --out FILE.csv   one line per mutant: number, file, what, killed|survived, seconds
 #   --only N,...     run only these mutants (numbers as listed)
 set -uo pipefail
@@ -15,7 +15,7 @@ if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="" only=""
 while (($#)); do
     case "$1" in
@@ -31,7 +31,7 @@ if [[ -n "$out" ]]; then # checked before the work, written whole at the end: ne
     [[ -e "$out" ]] && (cd "$root" && git ls-files --error-unmatch -- "$(realpath --relative-to="$root" "$out")" > /dev/null 2>&1) &&
         { echo "mutate: error: --out '$out' is a file of the repository (the mutants' input)" >&2; exit 2; }
 fi
-[[ -f "$root/models/cache/stories15M.h5" ]] || { echo "mutate: error: the real model is not fetched (jobs/fetch_model.sh)" >&2; exit 2; }
+[[ -f "$root/models/cache/stories15M.h5" ]] || { echo "mutate: error: the real model is not fetched (jobs/dev/fetch_model.sh)" >&2; exit 2; }
 
 # file | sed expression (applied to the first line it matches, which must exist) | what it breaks
 mutants=(

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seed 003 (Voltron, issue 10) on the emulated testbed (jobs/testbed.sh): a
+# Seed 003 (Voltron, issue 10) on the emulated testbed (jobs/testbed/testbed.sh): a
 # heterogeneous cluster of three device classes (a fast device, one 2x and two
 # 4x slower: --slowdown 1,2,4,4, every rank a full core's quota; links 1 ms one
 # way) with memory budgets that no single device meets (stories15M's also rule
@@ -16,7 +16,7 @@
 # Writes DIR/voltron.csv, voltron.md and voltron.png (predicted against
 # measured), and DIR/cluster-<model>.json and plans-<model>.txt.
 #
-# usage: jobs/voltron.sh [--quick] [--replot] [--out DIR] [--steps N]
+# usage: jobs/experiments/voltron.sh [--quick] [--replot] [--out DIR] [--steps N]
 #   --quick   stories15M only
 #   --replot  no runs: redraw voltron.md and voltron.png from DIR/voltron.csv
 #   --steps N decoded tokens per run (default 64 for stories15M, 24 for TinyLlama)
@@ -25,7 +25,7 @@ if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="${MESHINFER_BIN:-$root/build/meshinfer}"
 out="$root/results/voltron"
 quick=0 replot=0 steps=""
@@ -42,13 +42,13 @@ while (($#)); do
 done
 command -v gnuplot >/dev/null || fail "gnuplot is not installed (apt-get install gnuplot-nox)"
 command -v node >/dev/null || fail "node is not installed (apt-get install nodejs)"
-TB=("$root/jobs/testbed.sh" --ranks 4 --cpu-pct 100 --slowdown 1,2,4,4 --delay-ms 1 --jitter-ms 0.1)
+TB=("$root/jobs/testbed/testbed.sh" --ranks 4 --cpu-pct 100 --slowdown 1,2,4,4 --delay-ms 1 --jitter-ms 0.1)
 prompt="$(head -c 400 "$root/models/cache/moby-dick.txt" 2>/dev/null | tr '\n' ' ')"
 if ((!replot)); then
-    [[ -x "$bin" ]] || { "$root/jobs/build.sh"; bin="$root/build/meshinfer"; }
+    [[ -x "$bin" ]] || { "$root/jobs/dev/build.sh"; bin="$root/build/meshinfer"; }
     export MESHINFER_BIN="$bin"
     stories="$root/models/cache/stories15M.h5"
-    [[ -f "$stories" ]] || stories="$("$root/jobs/fetch_model.sh")"
+    [[ -f "$stories" ]] || stories="$("$root/jobs/dev/fetch_model.sh")"
     [[ -n "$prompt" ]] || prompt="$(head -c 400 "$root/models/cache/moby-dick.txt" | tr '\n' ' ')"
     tiny="$root/models/cache/tinyllama-synth-q4_0.h5"
     if ((!quick)) && [[ ! -f "$tiny" ]]; then
@@ -73,7 +73,7 @@ if ((!replot)); then
             local run=$1 ranks=$2 slow=$3 pl=$4; shift 4
             say "$label: $run"
             local rc=0
-            "$root/jobs/testbed.sh" --ranks "$ranks" --cpu-pct 100 --slowdown "$slow" --delay-ms 1 --jitter-ms 0.1 -- \
+            "$root/jobs/testbed/testbed.sh" --ranks "$ranks" --cpu-pct 100 --slowdown "$slow" --delay-ms 1 --jitter-ms 0.1 -- \
                 generate -m "$m" -n "$n" --ignore-eos -p "$prompt" --json --planner "$pl" "$@" > "$out/run.json" 2> "$out/err" || rc=$?
             if ((rc)); then
                 local why; why=$(grep -m1 -o 'error: .*' "$out/err" || tail -1 "$out/err")

@@ -12,13 +12,13 @@
 # whether it fits), OUT/feasibility.md (the largest F that fits per N) and
 # OUT/feasibility.png.
 #
-# usage: jobs/series_feasibility.sh [--out DIR]   (default results/series)
+# usage: jobs/experiments/series_feasibility.sh [--out DIR]   (default results/series)
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="$root/results/series"
 while (($#)); do
     case "$1" in
@@ -27,7 +27,7 @@ while (($#)); do
     esac
 done
 bin="${MESHINFER_BIN:-$root/build/meshinfer}"
-[[ -x $bin ]] || { echo "series_feasibility: error: $bin not built (run jobs/build.sh)" >&2; exit 1; }
+[[ -x $bin ]] || { echo "series_feasibility: error: $bin not built (run jobs/dev/build.sh)" >&2; exit 1; }
 mkdir -p "$out"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
@@ -52,7 +52,7 @@ awk -F, 'NR > 1 && $7 == 1 { k = $1 "," $4 "," $3; if ($2 > best[k]) best[k] = $
     echo "# Largest feature size F that fits an nRF52840 (1 MiB flash, 256 KiB RAM), int8 weights"
     echo
     echo "6 layers, 16 heads, FFN 2F, horizon 24; rows: devices D and somegather pruning r; columns: N patches."
-    echo "\"-\": not even F = ${dims[0]} fits. From \`jobs/series_feasibility.sh\` (\`meshinfer plan --memory-model\`)."
+    echo "\"-\": not even F = ${dims[0]} fits. From \`jobs/experiments/series_feasibility.sh\` (\`meshinfer plan --memory-model\`)."
     echo
     printf "| D | r |"; for N in "${patches[@]}"; do printf " N=%s |" "$N"; done; echo
     printf "|---|---|"; for N in "${patches[@]}"; do printf -- "---|"; done; echo

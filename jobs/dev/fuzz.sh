@@ -12,7 +12,7 @@
 # a crash is saved as BUILD/crash-HARNESS-* and makes the run fail: fix it and
 # keep the input in fuzz/corpus/HARNESS/ as a regression seed.
 #
-# usage: jobs/fuzz.sh [--seconds N] [--build-dir DIR] [HARNESS...]
+# usage: jobs/dev/fuzz.sh [--seconds N] [--build-dir DIR] [HARNESS...]
 #   --seconds N      per harness (default 60; the test suite runs 8)
 #   --build-dir DIR  the clang tree (default build-fuzz)
 #   HARNESS          cluster plan tokenizer checkpoint sidefiles hdf5 cmdline (default all)
@@ -21,7 +21,7 @@ if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 dir="$root/build-fuzz" seconds=60 harnesses=()
 while (($#)); do
     case "$1" in

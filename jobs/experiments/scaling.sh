@@ -23,13 +23,13 @@
 # dtypes in force), SCENARIO.md (TPOT before, during and after, the
 # decisions with their cost) and SCENARIO.png for each.
 #
-# usage: jobs/scaling.sh [--out DIR] [--scenario link|link-mild|device|all]
+# usage: jobs/experiments/scaling.sh [--out DIR] [--scenario link|link-mild|device|all]
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="${MESHINFER_BIN:-$root/build/meshinfer}"
 out="$root/results/scaling"
 scenario=all
@@ -43,7 +43,7 @@ while (($#)); do
 done
 case "$scenario" in link|link-mild|device|all) ;; *) fail "--scenario: '$scenario' is not link, link-mild, device or all" ;; esac
 command -v gnuplot >/dev/null || fail "gnuplot is not installed (apt-get install gnuplot-nox)"
-[[ -x "$bin" ]] || { "$root/jobs/build.sh"; bin="$root/build/meshinfer"; }
+[[ -x "$bin" ]] || { "$root/jobs/dev/build.sh"; bin="$root/build/meshinfer"; }
 # the job's own copy: a rebuild while it runs must not change the binary under it
 tmpbin="$(mktemp /tmp/meshinfer-scaling.XXXXXX)"
 trap 'rm -f "$tmpbin"' EXIT
@@ -60,7 +60,7 @@ run() { # label testbed-args... -- generate-args...
     while [[ "$1" != "--" ]]; do tb+=("$1"); shift; done
     shift
     echo "scaling: $label..." >&2
-    "$root/jobs/testbed.sh" "${tb[@]}" -- generate -m "$model" --ignore-eos --json "$@" \
+    "$root/jobs/testbed/testbed.sh" "${tb[@]}" -- generate -m "$model" --ignore-eos --json "$@" \
         > "$out/$label.json.partial" 2> "$out/$label.err" ||
         fail "$label: $(grep -m1 error "$out/$label.err" || tail -1 "$out/$label.err")"
     mv "$out/$label.json.partial" "$out/$label.json"

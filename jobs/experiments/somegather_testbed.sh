@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seed 002's latency question on the emulated testbed (jobs/testbed.sh): time
+# Seed 002's latency question on the emulated testbed (jobs/testbed/testbed.sh): time
 # per decoded token of somegather (pruning r = 0, 0.5, 0.9) against tp and
 # layer-wise, on D = 2..6 devices (somegather where D divides the KV heads),
 # for stories15M (real weights) and the TinyLlama-1.1B shape (synthetic
@@ -11,7 +11,7 @@
 # (compute, communication, idle).
 # Writes results/somegather_testbed/latency.csv, latency.md and latency.png.
 #
-# usage: jobs/somegather_testbed.sh [--quick] [--replot] [--out DIR]
+# usage: jobs/experiments/somegather_testbed.sh [--quick] [--replot] [--out DIR]
 #   --quick   stories15M only, unlimited rate only
 #   --replot  no runs: redraw latency.md and latency.png from DIR/latency.csv
 set -euo pipefail
@@ -19,7 +19,7 @@ if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="$root/build/meshinfer"
 out="$root/results/somegather_testbed"
 quick=0 replot=0
@@ -37,9 +37,9 @@ command -v gnuplot >/dev/null || fail "gnuplot is not installed (apt-get install
 if ((replot)); then
     [[ -f "$out/latency.csv" ]] || fail "--replot: no $out/latency.csv (run without --replot first)"
 else
-    [[ -x "$bin" ]] || "$root/jobs/build.sh"
+    [[ -x "$bin" ]] || "$root/jobs/dev/build.sh"
     stories="$root/models/cache/stories15M.h5"
-    [[ -f "$stories" ]] || stories="$("$root/jobs/fetch_model.sh")"
+    [[ -f "$stories" ]] || stories="$("$root/jobs/dev/fetch_model.sh")"
     tiny="$root/models/cache/tinyllama-synth-q4_0.h5"
     if ((!quick)) && [[ ! -f "$tiny" ]]; then
         echo "somegather_testbed: writing the synthetic TinyLlama-shaped q4_0 model (seeded random weights)..." >&2
@@ -52,7 +52,7 @@ else
         local m=$1 label=$2 link=$3 rate=$4 D=$5 p=$6 r=$7 n=$8 extra=()
         [[ $p == somegather && $r != 0 ]] && extra=(--prune "$r")
         say "$label, $link, D=$D, $p${extra[*]:+ r=$r}"
-        if ! "$root/jobs/testbed.sh" --ranks "$D" --delay-ms 5 --jitter-ms 0 --rate-mbit "$rate" -- \
+        if ! "$root/jobs/testbed/testbed.sh" --ranks "$D" --delay-ms 5 --jitter-ms 0 --rate-mbit "$rate" -- \
              generate -m "$m" -n "$n" --planner "$p" "${extra[@]}" --json > "$out/run.json" 2> "$out/err"; then
             grep -q "does not divide\|has only\|cut\|does not fit" "$out/err" && { say "  skipped: $(grep -o 'error: .*' "$out/err")"; return; }
             fail "$label $p on $D ranks: $(tail -1 "$out/err")"

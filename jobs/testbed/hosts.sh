@@ -26,7 +26,7 @@
 # by the next one (state in /run/meshinfer-hosts). Runs side by side never
 # collide: each takes a free subnet 10.213.X.0/24 and the names miX-0, miX-1, ...
 #
-# usage: jobs/hosts.sh --cluster FILE [options] -- MESHINFER_ARGS...
+# usage: jobs/testbed/hosts.sh --cluster FILE [options] -- MESHINFER_ARGS...
 #   --cluster FILE     the cluster file: one host per device (required)
 #   --ranks N          ranks, one per host, on the first N devices (default: every device)
 #   --hostfile FILE    place the ranks by this Open MPI hostfile ("NAME [slots=N]" lines,
@@ -57,10 +57,10 @@
 #   --quiet            no summary line
 # environment: MESHINFER_BIN  the meshinfer binary (default build/meshinfer, built first)
 # example:
-#   jobs/hosts.sh --cluster hostfiles/hosts-hetero.json -- generate \
+#   jobs/testbed/hosts.sh --cluster hostfiles/hosts-hetero.json -- generate \
 #       -m models/cache/stories15M.h5 --cluster hostfiles/hosts-hetero.json --planner greedy --json
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 cluster="" ranks="" userhf="" btlif="" oobif="" mcacheck=1 timeout=0 launcher=0 quiet=0 stats=""
 die() { echo "hosts: error: $*" >&2; exit 2; }
 while (($#)); do
@@ -147,7 +147,7 @@ done
 . "$root/jobs/lib/packages.sh"
 ensure_packages hosts iptables libnetfilter-queue-dev iproute2 util-linux
 bin="${MESHINFER_BIN:-$root/build/meshinfer}"
-[[ -n "${MESHINFER_BIN:-}" ]] || "$root/jobs/build.sh"
+[[ -n "${MESHINFER_BIN:-}" ]] || "$root/jobs/dev/build.sh"
 [[ -x "$bin" ]] || die "$bin is not an executable (MESHINFER_BIN)"
 netem="$(dirname "$bin")/mi_netem"
 [[ -x $netem ]] || netem="$root/build/mi_netem"
@@ -289,7 +289,7 @@ for ((i = 0; i < n_hosts; i++)); do
     ip netns exec "$ns" ip link set lo up
     # Linux holds back a small segment while the previous one is still queued
     # in the host, and the emulator keeps it queued for the whole delay (see
-    # jobs/testbed.sh); each namespace has its own setting, the machine's is untouched
+    # jobs/testbed/testbed.sh); each namespace has its own setting, the machine's is untouched
     ip netns exec "$ns" sysctl -qw net.ipv4.tcp_autocorking=0
     if awk -v d="${delays[$i]}" -v l="${losses[$i]}" 'BEGIN {exit !(d > 0 || l > 0)}'; then
         ip netns exec "$ns" "$netem" --queue 1 --delay-ms "${delays[$i]}" --jitter-ms "${jitters[$i]}" \
@@ -404,7 +404,7 @@ if ((!quiet)); then
     echo "hosts: $ranks rank(s) on $n_hosts hosts on $subnet (bridge mi${id}br): $desc" >&2
 fi
 save_state
-# Inside a Slurm job (jobs/sweep.slurm with HOSTS) Open MPI would take the job's
+# Inside a Slurm job (jobs/testbed/sweep.slurm with HOSTS) Open MPI would take the job's
 # allocation for its hosts and refuse ours ("All nodes which are allocated for
 # this job are already filled"): the hosts are this testbed's, not Slurm's.
 for v in $(compgen -e | grep '^SLURM_' || true); do unset "$v"; done

@@ -3,7 +3,7 @@
 # somegather (r = 0, 0.5, 0.9) against hu2024edge, liu2025communication and
 # bochem2025distributed, as tables, CSV and PNG figures (no model file, no MPI).
 #
-# usage: jobs/memory_model.sh [OUT_DIR] [extra `meshinfer plan --memory-model` options]
+# usage: jobs/experiments/memory_model.sh [OUT_DIR] [extra `meshinfer plan --memory-model` options]
 #   writes OUT_DIR/memory_model_<shape>.{txt,csv,png} for tinyllama-1.1b and
 #   stories15M (OUT_DIR default results/memory_model)
 set -euo pipefail
@@ -11,11 +11,11 @@ if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="${1:-$root/results/memory_model}"
 shift || true
 bin="${MESHINFER_BIN:-$root/build/meshinfer}"
-[[ -x $bin ]] || { echo "memory_model: error: $bin not built (run jobs/build.sh)" >&2; exit 1; }
+[[ -x $bin ]] || { echo "memory_model: error: $bin not built (run jobs/dev/build.sh)" >&2; exit 1; }
 mkdir -p "$out"
 for shape in tinyllama-1.1b stories15M; do
     base="$out/memory_model_${shape%%-*}"

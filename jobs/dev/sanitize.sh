@@ -10,10 +10,10 @@
 # item 7): generate --repeat N on 4 ranks with re-placement moving KV heads in
 # every generation, each repeat checked against the first run's tokens
 # (resident memory is reported, not judged: ASan's quarantine keeps freed
-# memory; jobs/soak.sh judges it on the normal build). Leak checking is off:
+# memory; jobs/testbed/soak.sh judges it on the normal build). Leak checking is off:
 # Open MPI keeps its allocations until exit by design.
 #
-# usage: jobs/sanitize.sh [--build-dir DIR] [--soak N] [MODEL.h5]
+# usage: jobs/dev/sanitize.sh [--build-dir DIR] [--soak N] [MODEL.h5]
 #   --build-dir DIR   the sanitizer build tree (default build-sanitize)
 #   --soak N          generations in the soak (default 20; 0 skips it)
 #   MODEL.h5          default models/cache/stories15M.h5
@@ -23,7 +23,7 @@ if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 dir="$root/build-sanitize" soak=20
 model="$root/models/cache/stories15M.h5"
 while (($#)); do
@@ -35,9 +35,9 @@ while (($#)); do
         *) model=$1; shift ;;
     esac
 done
-[[ -f "$model" ]] || { echo "sanitize: error: $model: no such model file (jobs/fetch_model.sh)" >&2; exit 2; }
+[[ -f "$model" ]] || { echo "sanitize: error: $model: no such model file (jobs/dev/fetch_model.sh)" >&2; exit 2; }
 ref="${MESHINFER_BIN:-$root/build/meshinfer}"
-[[ -x "$ref" ]] || { echo "sanitize: error: $ref is not built (jobs/build.sh)" >&2; exit 2; }
+[[ -x "$ref" ]] || { echo "sanitize: error: $ref is not built (jobs/dev/build.sh)" >&2; exit 2; }
 flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 echo "sanitize: building $dir with $flags" >&2
 mkdir -p "$dir"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seed 000's experiment as a sweep on the emulated testbed (jobs/testbed.sh):
+# Seed 000's experiment as a sweep on the emulated testbed (jobs/testbed/testbed.sh):
 # planners x speculation on/off x rank counts x link delay (RTT) x loss x tolerance.
 # Each run's --json is kept in results/NAME/runs/ (an interrupted sweep resumes
 # where it stopped); jobs/lib/sweep_summary.js turns them into
@@ -14,7 +14,7 @@
 #   NAME_active.png      compute seconds per device
 #   NAME_rtt.png         seconds against measured RTT (when several delays are swept)
 #
-# usage: jobs/sweep.sh [options]
+# usage: jobs/testbed/sweep.sh [options]
 #   --model FILE        model (default models/cache/stories15M.h5)
 #   --prompt TEXT       prompt (default the reference prompt of 14 tokens)
 #   --tokens N          new tokens per run (default 242: 256 positions with the prompt)
@@ -27,7 +27,7 @@
 #   --cpu-pct P         CPU quota per rank, % of one core (default 40)
 #   --wire-dtype T      activation messages in fp32 (default), fp16 or q8_0 (use a --name per dtype)
 #   --name NAME         output name under results/ (default sweep)
-#   --hosts FILE        run every configuration on the hosts testbed (jobs/hosts.sh) made from
+#   --hosts FILE        run every configuration on the hosts testbed (jobs/testbed/hosts.sh) made from
 #                       this cluster file: each rank its own host, with the CPU quota, slowdown
 #                       and link of its device's "emulate" block (--delays, --losses and
 #                       --cpu-pct then come from the file and may not be given); each run's
@@ -35,7 +35,7 @@
 #                       plots TPOT, link MB and CPU time per host for every configuration
 #   --cluster FILE      give meshinfer this cluster file (budgets, speeds, links) for planning
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 model="$root/models/cache/stories15M.h5" tokens=242 ranks="5" delays="5" losses="0" cpu=40 name=sweep
 prompt="Once upon a time, there was a little girl named Lily"
 planners="layerwise roundrobin random greedy" tols="0.05" spec_off=1 wire=fp32 hosts="" mcluster="" testbed_opts=0
@@ -60,7 +60,7 @@ while (($#)); do
     esac
 done
 [[ $name =~ ^[A-Za-z0-9._-]+$ ]] || { echo "sweep: error: --name '$name' must be letters, digits, '.', '_' or '-'" >&2; exit 2; }
-[[ -r $model ]] || { echo "sweep: error: model '$model' not found (jobs/fetch_model.sh or meshinfer synth)" >&2; exit 2; }
+[[ -r $model ]] || { echo "sweep: error: model '$model' not found (jobs/dev/fetch_model.sh or meshinfer synth)" >&2; exit 2; }
 fail() { echo "sweep: error: $*" >&2; exit 2; }
 for v in $ranks; do [[ $v =~ ^[1-9][0-9]*$ ]] || fail "--ranks: '$v' is not a positive rank count"; done
 [[ $tokens =~ ^[1-9][0-9]*$ ]] || fail "--tokens '$tokens' is not a positive number"
@@ -94,10 +94,10 @@ for n in $ranks; do for d in $delays; do for l in $losses; do for p in $planners
         gen=(generate -m "$model" -p "$prompt" -n "$tokens" --ignore-eos --planner "$p" --wire-dtype "$wire" "${extra[@]}" --json)
         if [[ -n $hosts ]]; then
             echo "sweep: $(date +%T) $p spec=$spec tol=$t ranks=$n on the hosts of $hosts" >&2
-            bed=("$root/jobs/hosts.sh" --cluster "$hosts" --ranks "$n" --stats "${f%.json}.hosts.json")
+            bed=("$root/jobs/testbed/hosts.sh" --cluster "$hosts" --ranks "$n" --stats "${f%.json}.hosts.json")
         else
             echo "sweep: $(date +%T) $p spec=$spec tol=$t ranks=$n delay=${d}ms loss=${l}%" >&2
-            bed=("$root/jobs/testbed.sh" --ranks "$n" --cpu-pct "$cpu" --delay-ms "$d" --jitter-ms "$(awk "BEGIN{print $d/5}")" --loss-pct "$l")
+            bed=("$root/jobs/testbed/testbed.sh" --ranks "$n" --cpu-pct "$cpu" --delay-ms "$d" --jitter-ms "$(awk "BEGIN{print $d/5}")" --loss-pct "$l")
         fi
         if "${bed[@]}" -- "${gen[@]}" > "$f.partial" 2> "$f.log"; then
             mv "$f.partial" "$f"; rm -f "$f.log"

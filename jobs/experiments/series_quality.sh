@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Seed 002 Fig. 7 and Fig. 8 for its own workload (docs/patchtst.md), on the
-# real series of jobs/fetch_series.sh: models trained with PyTorch
+# real series of jobs/dev/fetch_series.sh: models trained with PyTorch
 # (train/patchtst.py, Debian's python3-torch) for D devices, evaluated by the
 # engine (`mpirun -np D meshinfer forecast --split`: every test window, the
 # error standardised by the train rows), several seeds, mean and spread.
@@ -14,7 +14,7 @@
 # dataset and figure (OUT/DATASET_pruning.png, OUT/DATASET_loss.png), and keeps
 # the models in OUT/models. A model already trained (same file name) is reused.
 #
-# usage: jobs/series_quality.sh [--datasets "sensor_mote3 seattle_hourly sp500"] [--devices D]
+# usage: jobs/experiments/series_quality.sh [--datasets "sensor_mote3 seattle_hourly sp500"] [--devices D]
 #            [--seeds N] [--epochs E] [--stage-epochs E] [--max-samples N] [--ratios "0.5 0.9"]
 #            [--dropout P] [--only pruning|loss] [--out DIR]
 #   defaults: D 4, 2 seeds, 3 epochs (then 1 per pruning stage, 2 stages; models without pruning
@@ -25,7 +25,7 @@ if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 out="$root/results/series" datasets="sensor_mote3 seattle_hourly sp500" D=4 seeds=2 epochs=3 stage_epochs=1
 max_samples=3000 ratios="0.5 0.9" dropout=0.1 only=""
 fail() { echo "series_quality: error: $*" >&2; exit 1; }
@@ -51,13 +51,13 @@ done
 py=/usr/bin/python3
 "$py" -c 'import torch, h5py' 2> /dev/null || fail "$py lacks torch or h5py (apt-get install python3-torch python3-h5py)"
 bin="$root/build/meshinfer"
-[[ -x $bin ]] || "$root/jobs/build.sh"
+[[ -x $bin ]] || "$root/jobs/dev/build.sh"
 command -v gnuplot > /dev/null || fail "gnuplot is not installed (apt-get install gnuplot-nox)"
 cache="${MESHINFER_CACHE:-$root/models/cache}/series"
 for ds in $datasets; do
-    [[ -f "$cache/$ds.csv" ]] || MESHINFER_CACHE="$(dirname "$cache")" "$root/jobs/fetch_series.sh" > /dev/null ||
+    [[ -f "$cache/$ds.csv" ]] || MESHINFER_CACHE="$(dirname "$cache")" "$root/jobs/dev/fetch_series.sh" > /dev/null ||
         fail "cannot fetch the series"
-    [[ -f "$cache/$ds.csv" ]] || fail "no dataset '$ds' (jobs/fetch_series.sh fetches: $(ls "$cache" | sed -n 's/[.]csv$//p' | tr '\n' ' '))"
+    [[ -f "$cache/$ds.csv" ]] || fail "no dataset '$ds' (jobs/dev/fetch_series.sh fetches: $(ls "$cache" | sed -n 's/[.]csv$//p' | tr '\n' ' '))"
 done
 mkdir -p "$out/models"
 tmp="$(mktemp -d)"
@@ -141,7 +141,7 @@ done
 
 # ---- summaries and figures: mean and spread (min..max) over seeds
 {
-    echo "# Seed 002 Fig. 7 and 8 for the time-series model (jobs/series_quality.sh)"
+    echo "# Seed 002 Fig. 7 and 8 for the time-series model (jobs/experiments/series_quality.sh)"
     echo
     echo "D = $D devices, $seeds seeds, $epochs epochs + $stage_epochs per pruning stage (unpruned models: as many in all),"
     echo "$max_samples samples per epoch;"

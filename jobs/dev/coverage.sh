@@ -11,18 +11,18 @@
 # Counters are reset before the run, so the numbers are this run's; MPI ranks
 # merge into the same .gcda files under libgcov's file locks.
 #
-# usage: jobs/coverage.sh [--build-dir DIR] [--min-command PCT] [--report-only]
+# usage: jobs/dev/coverage.sh [--build-dir DIR] [--min-command PCT] [--report-only]
 #   --build-dir DIR    the coverage tree (default build-coverage)
 #   --min-command PCT  lowest line coverage for each cmd_*.c (default 70)
 #   --report-only      report the tree's counters as they are (no build, no tests)
 # Installs gcovr with apt-get when missing; the rest of what the build needs
-# comes from jobs/build.sh.
+# comes from jobs/dev/build.sh.
 set -uo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 dir="$root/build-coverage" min=70 report_only=0
 while (($#)); do
     case "$1" in
@@ -35,7 +35,7 @@ while (($#)); do
     esac
 done
 [[ "$dir" == /* ]] || dir="$PWD/$dir"
-command -v gcc > /dev/null || { echo "coverage: error: gcc is not installed (jobs/build.sh)" >&2; exit 2; }
+command -v gcc > /dev/null || { echo "coverage: error: gcc is not installed (jobs/dev/build.sh)" >&2; exit 2; }
 if ! command -v gcovr > /dev/null; then
     echo "coverage: installing gcovr" >&2
     sudo=""; [[ $(id -u) -ne 0 ]] && sudo="sudo"
@@ -51,7 +51,7 @@ if ((!report_only)); then
     CC=gcc cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS="$flags" \
           -DCMAKE_EXE_LINKER_FLAGS=--coverage > "$dir/build.log" 2>&1 &&
         cmake --build "$dir" -j2 >> "$dir/build.log" 2>&1 ||
-        { echo "coverage: error: build failed (see $dir/build.log; jobs/build.sh installs what it needs)" >&2; exit 1; }
+        { echo "coverage: error: build failed (see $dir/build.log; jobs/dev/build.sh installs what it needs)" >&2; exit 1; }
     find "$dir" -name '*.gcda' -delete
     echo "coverage: running the test suite in $dir (log: $dir/ctest.log)" >&2
     # A failing test is reported, not fatal: the normal build's suite (jobs/run_tests.sh) is the test

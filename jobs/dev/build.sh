@@ -2,7 +2,7 @@
 # Install missing Debian packages (Open MPI, OpenBLAS, HDF5, hwloc, CUnit,
 # gnuplot; PyTorch and h5py for seed 002's time-series training and its
 # comparison test, used as /usr/bin/python3; Slurm and munge for the test that
-# submits jobs/sweep.slurm to a private one-node Slurm, mpi_tests/slurm_check.sh;
+# submits jobs/testbed/sweep.slurm to a private one-node Slurm, mpi_tests/slurm_check.sh;
 # iproute2, iptables and libnetfilter-queue for the emulated testbeds and their
 # link emulator mi_netem, so that a fresh machine builds it and runs every test)
 # and build meshinfer into build/. Safe to run again: it installs
@@ -13,13 +13,13 @@
 # is in place during the install when there is none (removed afterwards; see
 # jobs/lib/packages.sh).
 #
-# usage: jobs/build.sh [--help]
+# usage: jobs/dev/build.sh [--help]
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-pthread-dev
       libhdf5-dev hdf5-tools libhwloc-dev hwloc libcunit1-dev libcjson-dev gnuplot-nox clang libclang-rt-dev
       python3-torch python3-h5py python3-numpy slurmd slurmctld slurm-client munge

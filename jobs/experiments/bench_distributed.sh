@@ -7,13 +7,13 @@
 # rank count), and prints a table with the speedup over the 1-rank run of the
 # same sweep.
 #
-# usage: jobs/bench_distributed.sh [--model FILE] [--wire-dtype fp32|fp16|q8_0] [--ranks "1 2 4 5"]
+# usage: jobs/experiments/bench_distributed.sh [--model FILE] [--wire-dtype fp32|fp16|q8_0] [--ranks "1 2 4 5"]
 #                                  [--planners "..."] [--steps N] [--repeat R] [--name NAME]
 #   default model: models/cache/tinyllama-synth.h5 (TinyLlama-1.1B shape, synthetic weights,
 #   written by `meshinfer synth` on first use, 4.4 GB); --steps default 44 (12-token prompt + 32
 #   decoded); NAME defaults to the model file's name and the wire dtype
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="$root/build/meshinfer"
 model="$root/models/cache/tinyllama-synth.h5"
 ranks="1 2 4 5"
@@ -48,7 +48,7 @@ done
 [[ $repeat =~ ^[1-9][0-9]*$ ]] || fail "--repeat '$repeat' is not a positive number"
 [[ -n "$name" ]] || name="$(basename "$model" .h5)-$wire"
 [[ "$name" =~ ^[A-Za-z0-9._-]+$ ]] || { echo "bench_distributed: error: --name '$name' may hold letters, digits, '.', '_', '-'" >&2; exit 2; }
-[[ -x "$bin" ]] || "$root/jobs/build.sh"
+[[ -x "$bin" ]] || "$root/jobs/dev/build.sh"
 if [[ ! -f "$model" ]]; then
     [[ "$model" == "$root/models/cache/tinyllama-synth.h5" ]] ||
         { echo "bench_distributed: error: $model not found" >&2; exit 1; }

@@ -16,13 +16,13 @@
 # Writes DIR/energy.csv, energy.md and energy.png (joules per token against
 # TPOT).
 #
-# usage: jobs/energy.sh [--out DIR]
+# usage: jobs/experiments/energy.sh [--out DIR]
 set -euo pipefail
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
     exit 0
 fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
 bin="${MESHINFER_BIN:-$root/build/meshinfer}"
 out="$root/results/energy"
 fail() { echo "energy: error: $*" >&2; exit 1; }
@@ -33,9 +33,9 @@ while (($#)); do
     esac
 done
 command -v gnuplot >/dev/null || fail "gnuplot is not installed (apt-get install gnuplot-nox)"
-[[ -x "$bin" ]] || { "$root/jobs/build.sh"; bin="$root/build/meshinfer"; }
+[[ -x "$bin" ]] || { "$root/jobs/dev/build.sh"; bin="$root/build/meshinfer"; }
 model="$root/models/cache/stories15M.h5"
-[[ -f "$model" ]] || fail "$model is missing (jobs/fetch_model.sh)"
+[[ -f "$model" ]] || fail "$model is missing (jobs/dev/fetch_model.sh)"
 tmpd="$(mktemp -d /tmp/meshinfer-energy.XXXXXX)"
 trap 'rm -rf "$tmpd"' EXIT
 cp "$bin" "$tmpd/meshinfer" # the job's own copy: a rebuild while it runs must not change it
@@ -46,7 +46,7 @@ cluster() { # name idle active
     node -e 'const [n, idle, active, path] = process.argv.slice(1);
       const dev = i => ({name: (i ? "w" + i : "ctl"), mem_mb: 4000,
                          power: {idle_w: +idle, active_w: +active, freq: [1, 0.8, 0.6, 0.4]}});
-      require("fs").writeFileSync(path, JSON.stringify({description: `jobs/energy.sh: ${n} power profile`,
+      require("fs").writeFileSync(path, JSON.stringify({description: `jobs/experiments/energy.sh: ${n} power profile`,
         devices: [0, 1, 2].map(dev)}, null, 1));' "$1" "$2" "$3" "$tmpd/$1.json"
 }
 cluster pi 3.8 4.9
