@@ -4,11 +4,7 @@
 #
 # usage: jobs/quickstart.sh [PROMPT]
 set -euo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
-    exit 0
-fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+. "$(dirname "$0")/lib/common.sh"
 "$root/jobs/dev/build.sh"
 model="$("$root/jobs/dev/fetch_model.sh")"
 prompt="${1:-Once upon a time, there was a little girl named Lily}"

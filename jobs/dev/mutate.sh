@@ -11,27 +11,24 @@
 #   --out FILE.csv   one line per mutant: number, file, what, killed|survived, seconds
 #   --only N,...     run only these mutants (numbers as listed)
 set -uo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
-    exit 0
-fi
-root="$(cd "$(dirname "$0")/../.." && pwd)"
+. "$(dirname "$0")/../lib/common.sh"
+fail_status=2
 out="" only=""
 while (($#)); do
     case "$1" in
-        --out|--only) (($# >= 2)) || { echo "mutate: error: $1 needs a value" >&2; exit 2; } ;;&
+        --out|--only) need_value "$@" ;;&
         --out) out=$2; shift 2 ;;
         --only) only=",$2,"; shift 2 ;;
-        *) echo "mutate: error: unknown option '$1' (see --help)" >&2; exit 2 ;;
+        *) bad_option "$1" ;;
     esac
 done
 if [[ -n "$out" ]]; then # checked before the work, written whole at the end: never onto a source file
-    [[ -d "$out" ]] && { echo "mutate: error: --out '$out' is a directory" >&2; exit 2; }
-    [[ -d "$(dirname -- "$out")" ]] || { echo "mutate: error: --out '$out': its directory does not exist" >&2; exit 2; }
+    [[ -d "$out" ]] && fail "--out '$out' is a directory"
+    [[ -d "$(dirname -- "$out")" ]] || fail "--out '$out': its directory does not exist"
     [[ -e "$out" ]] && (cd "$root" && git ls-files --error-unmatch -- "$(realpath --relative-to="$root" "$out")" > /dev/null 2>&1) &&
-        { echo "mutate: error: --out '$out' is a file of the repository (the mutants' input)" >&2; exit 2; }
+        fail "--out '$out' is a file of the repository (the mutants' input)"
 fi
-[[ -f "$root/models/cache/stories15M.h5" ]] || { echo "mutate: error: the real model is not fetched (jobs/dev/fetch_model.sh)" >&2; exit 2; }
+[[ -f "$root/models/cache/stories15M.h5" ]] || fail "the real model is not fetched (jobs/dev/fetch_model.sh)"
 
 # file | sed expression (applied to the first line it matches, which must exist) | what it breaks
 mutants=(
@@ -85,11 +82,11 @@ mutants=(
 work="$(mktemp -d /tmp/meshinfer-mutate.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 echo "mutate: copying the tree and building it once in $work" >&2
-git -C "$root" ls-files -z | (cd "$root" && xargs -0 cp --parents -t "$work") || { echo "mutate: error: copy failed" >&2; exit 2; }
+git -C "$root" ls-files -z | (cd "$root" && xargs -0 cp --parents -t "$work") || fail "copy failed"
 mkdir -p "$work/models"
 ln -s "$root/models/cache" "$work/models/cache"
 cmake -S "$work" -B "$work/build" -DCMAKE_BUILD_TYPE=Release > "$work/build.log" 2>&1 &&
-    cmake --build "$work/build" -j2 >> "$work/build.log" 2>&1 || { echo "mutate: error: the unmutated tree does not build" >&2; exit 2; }
+    cmake --build "$work/build" -j2 >> "$work/build.log" 2>&1 || fail "the unmutated tree does not build"
 suite() { (cd "$work/build" && timeout 900 ctest -j2 -R '^(unit_(forward|kernels|partition|hybrid|memory|model_file|tokenizer|cluster)|cli_generate_real_model|mpi_distributed_np3)$' \
             -E aarch64 --output-on-failure > "$work/ctest.log" 2>&1); }
 suite || { echo "mutate: error: the unmutated suite fails (see $work/ctest.log)" >&2; cat "$work/ctest.log" | tail -20 >&2; exit 2; }

@@ -19,31 +19,28 @@
 #   MODEL.h5          default models/cache/stories15M.h5
 # environment: MESHINFER_BIN  the normal build's binary (default build/meshinfer)
 set -uo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
-    exit 0
-fi
-root="$(cd "$(dirname "$0")/../.." && pwd)"
+. "$(dirname "$0")/../lib/common.sh"
+fail_status=2
 dir="$root/build-sanitize" soak=20
 model="$root/models/cache/stories15M.h5"
 while (($#)); do
     case "$1" in
-        --build-dir) (($# >= 2)) || { echo "sanitize: error: --build-dir needs a value" >&2; exit 2; }; dir=$2; shift 2 ;;
-        --soak) [[ "${2:-}" =~ ^[0-9]+$ ]] || { echo "sanitize: error: --soak needs a whole number" >&2; exit 2; }
+        --build-dir) need_value "$@"; dir=$2; shift 2 ;;
+        --soak) [[ "${2:-}" =~ ^[0-9]+$ ]] || fail "--soak needs a whole number"
                 soak=$2; shift 2 ;;
-        -*) echo "sanitize: error: unknown option '$1' (see --help)" >&2; exit 2 ;;
+        -*) bad_option "$1" ;;
         *) model=$1; shift ;;
     esac
 done
-[[ -f "$model" ]] || { echo "sanitize: error: $model: no such model file (jobs/dev/fetch_model.sh)" >&2; exit 2; }
-ref="${MESHINFER_BIN:-$root/build/meshinfer}"
-[[ -x "$ref" ]] || { echo "sanitize: error: $ref is not built (jobs/dev/build.sh)" >&2; exit 2; }
+check_model "$model"
+meshinfer_bin
+ref=$bin
 flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 echo "sanitize: building $dir with $flags" >&2
 mkdir -p "$dir"
 cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS="$flags" \
       -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" > "$dir/build.log" 2>&1 &&
-    cmake --build "$dir" -j2 >> "$dir/build.log" 2>&1 || { echo "sanitize: error: build failed (see $dir/build.log)" >&2; exit 1; }
+    cmake --build "$dir" -j2 >> "$dir/build.log" 2>&1 || { fail_status=1; fail "build failed (see $dir/build.log)"; }
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
 fail=0 pass=0
 echo "sanitize: unit tests" >&2
@@ -55,7 +52,7 @@ else
 fi
 san="$dir/meshinfer" tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 q4="$tmp/q4.h5"
-"$ref" quantize -m "$model" --dtype q4_0 --out "$q4" > /dev/null 2>&1 || { echo "sanitize: error: quantize failed" >&2; exit 1; }
+"$ref" quantize -m "$model" --dtype q4_0 --out "$q4" > /dev/null 2>&1 || { fail_status=1; fail "quantize failed"; }
 mpi=(timeout 300 mpirun --allow-run-as-root -q --oversubscribe --bind-to none --mca mpi_yield_when_idle 1
      -x ASAN_OPTIONS -x UBSAN_OPTIONS)
 tokens() { node -e 'const s = require("fs").readFileSync(0, "utf8"); const i = s.indexOf("{");

@@ -13,8 +13,7 @@
 #   written by `meshinfer synth` on first use, 4.4 GB); --steps default 44 (12-token prompt + 32
 #   decoded); NAME defaults to the model file's name and the wire dtype
 set -euo pipefail
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-bin="$root/build/meshinfer"
+. "$(dirname "$0")/../lib/common.sh"
 model="$root/models/cache/tinyllama-synth.h5"
 ranks="1 2 4 5"
 planners="layerwise roundrobin random greedy tp"
@@ -22,12 +21,12 @@ steps=44
 repeat=2
 wire=fp32
 name=""
-fail() { echo "bench_distributed: error: $*" >&2; exit 2; }
+fail_status=2
 while (($#)); do
     case "$1" in
-        -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
+        -h|--help) usage; exit 0 ;;
         --model|--ranks|--planners|--steps|--repeat|--wire-dtype|--name)
-            (($# >= 2)) || fail "$1 needs a value (see --help)" ;;&
+            need_value "$@" ;;&
         --model) model=$2; shift 2 ;;
         --ranks) ranks=$2; shift 2 ;;
         --planners) planners=$2; shift 2 ;;
@@ -35,7 +34,7 @@ while (($#)); do
         --repeat) repeat=$2; shift 2 ;;
         --wire-dtype) wire=$2; shift 2 ;;
         --name) name=$2; shift 2 ;;
-        *) fail "unknown option '$1' (see --help)" ;;
+        *) bad_option "$1" ;;
     esac
 done
 case "$wire" in fp32|fp16|q8_0) ;; *) fail "--wire-dtype '$wire' is not fp32, fp16 or q8_0" ;; esac
@@ -47,11 +46,11 @@ done
 [[ $steps =~ ^[1-9][0-9]*$ ]] || fail "--steps '$steps' is not a positive number"
 [[ $repeat =~ ^[1-9][0-9]*$ ]] || fail "--repeat '$repeat' is not a positive number"
 [[ -n "$name" ]] || name="$(basename "$model" .h5)-$wire"
-[[ "$name" =~ ^[A-Za-z0-9._-]+$ ]] || { echo "bench_distributed: error: --name '$name' may hold letters, digits, '.', '_', '-'" >&2; exit 2; }
-[[ -x "$bin" ]] || "$root/jobs/dev/build.sh"
+[[ "$name" =~ ^[A-Za-z0-9._-]+$ ]] || fail "--name '$name' may hold letters, digits, '.', '_', '-'"
+meshinfer_bin
 if [[ ! -f "$model" ]]; then
     [[ "$model" == "$root/models/cache/tinyllama-synth.h5" ]] ||
-        { echo "bench_distributed: error: $model not found" >&2; exit 1; }
+        { fail_status=1; fail "$model not found"; }
     "$bin" synth --shape tinyllama-1.1b --seed 1 --out "$model"
 fi
 out="$root/results"; mkdir -p "$out"
@@ -114,9 +113,7 @@ prec=$(sed -n 2p "$base.csv" | cut -d, -f12)
 label="$mname, $prec weights, $wire messages, 1 thread per rank, shared memory"
 [[ "$synth" == "true" ]] && label="$label, synthetic weights"
 if command -v gnuplot >/dev/null; then
-    gnuplot <<GP
-set terminal pngcairo size 900,500
-set output "$base.png"
+    plot_png "$base.png" "900,500" <<GP
 set title "Decode tokens/s by planner and rank count ($label)"
 set xlabel "ranks"; set ylabel "decode tokens/s"; set key outside right; set grid
 set xtics 1

@@ -51,21 +51,15 @@
 # converter, and Open MPI (jobs/dev/build.sh). With the defaults a run takes about 1.5 minutes on
 # a 2-core machine (builds and checks included; the converted models are kept in --work).
 set -euo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
-    exit 0
-fi
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-bin="$root/build/meshinfer"
+. "$(dirname "$0")/../lib/common.sh"
 cache="$root/models/cache"
 py=/usr/bin/python3
 llama2c="" dllama="" rounds=5 steps=256 tl_rounds=3 tl_steps=44 port=9998
 out="$root/results/reference" work="$root/.cache/bench_reference"
-die() { echo "bench_reference: error: $*" >&2; exit 1; }
 log() { echo "bench_reference: $*" >&2; }
-posint() { [[ $2 =~ ^[0-9]+$ ]] || die "$1 needs a whole number (got '$2')"; }
+posint() { [[ $2 =~ ^[0-9]+$ ]] || fail "$1 needs a whole number (got '$2')"; }
 while (($#)); do
-    (($# >= 2)) || [[ $1 == -h || $1 == --help ]] || die "option '$1' needs a value (see --help)"
+    (($# >= 2)) || [[ $1 == -h || $1 == --help ]] || fail "option '$1' needs a value (see --help)"
     case "$1" in
         --llama2c) llama2c=$2; shift 2 ;;
         --dllama) dllama=$2; shift 2 ;;
@@ -76,21 +70,21 @@ while (($#)); do
         --out) out=$2; shift 2 ;;
         --work) work=$2; shift 2 ;;
         --port) posint "$1" "$2"; port=$2; shift 2 ;;
-        *) die "unknown option '$1' (see --help)" ;;
+        *) bad_option "$1" ;;
     esac
 done
-[[ -n $llama2c || -n $dllama ]] || die "give --llama2c DIR and/or --dllama DIR (see --help)"
-((rounds >= 1)) || die "--rounds must be at least 1"
-((steps >= 16 && steps <= 256)) || die "--steps must be 16..256 (stories15M's context)"
-((tl_steps >= 16 && tl_steps <= 2048)) || die "--tinyllama-steps must be 16..2048"
+[[ -n $llama2c || -n $dllama ]] || fail "give --llama2c DIR and/or --dllama DIR (see --help)"
+((rounds >= 1)) || fail "--rounds must be at least 1"
+((steps >= 16 && steps <= 256)) || fail "--steps must be 16..256 (stories15M's context)"
+((tl_steps >= 16 && tl_steps <= 2048)) || fail "--tinyllama-steps must be 16..2048"
 if [[ -n $llama2c ]]; then
-    llama2c="$(cd "$llama2c" 2>/dev/null && pwd)" || die "--llama2c: no such folder"
-    [[ -f $llama2c/run.c ]] || die "--llama2c $llama2c has no run.c (a llama2.c checkout?)"
+    llama2c="$(cd "$llama2c" 2>/dev/null && pwd)" || fail "--llama2c: no such folder"
+    [[ -f $llama2c/run.c ]] || fail "--llama2c $llama2c has no run.c (a llama2.c checkout?)"
 fi
 if [[ -n $dllama ]]; then
-    dllama="$(cd "$dllama" 2>/dev/null && pwd)" || die "--dllama: no such folder"
+    dllama="$(cd "$dllama" 2>/dev/null && pwd)" || fail "--dllama: no such folder"
     [[ -f $dllama/Makefile && -f $dllama/src/dllama.cpp ]] ||
-        die "--dllama $dllama has no Makefile and src/dllama.cpp (a distributed-llama checkout?)"
+        fail "--dllama $dllama has no Makefile and src/dllama.cpp (a distributed-llama checkout?)"
 fi
 mkdir -p "$out" "$work"
 out="$(cd "$out" && pwd)"; work="$(cd "$work" && pwd)"
@@ -109,8 +103,8 @@ if ((${#missing[@]})); then
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-[[ -x "$bin" ]] || "$root/jobs/dev/build.sh"
-command -v taskset >/dev/null || die "taskset (util-linux) is needed"
+meshinfer_bin
+command -v taskset >/dev/null || fail "taskset (util-linux) is needed"
 ncores=$(nproc)
 ((ncores >= 2)) || log "warning: $ncores core(s): the 2-node/2-rank runs share a core"
 core1=$((ncores >= 2 ? 1 : 0))
@@ -163,7 +157,7 @@ if [[ -n $dllama ]]; then
     cp -r "$dllama/Makefile" "$dllama/src" "$work/dllama/"
     log "building distributed-llama ($dllama, $dl_commit) in $work/dllama"
     make -C "$work/dllama" -j "$ncores" dllama > "$logs/dllama-build.log" 2>&1 ||
-        die "building distributed-llama failed (see $logs/dllama-build.log)"
+        fail "building distributed-llama failed (see $logs/dllama-build.log)"
     dl_bin="$work/dllama/dllama"
 fi
 
@@ -283,8 +277,8 @@ if [[ -n $llama2c ]]; then
 import json, sys
 j = json.load(open(sys.argv[1])); t = j["tokens"]; n = j["prompt_tokens"]
 print(n + t.index(1) if 1 in t else int(sys.argv[2]))' "$logs/check-meshinfer-bos.json" "$steps")
-    run_spec "llama2c|$steps" "$logs/check-llama2c.txt" >/dev/null || die "llama2.c: $(cat "$logs/check-llama2c.txt.err")"
-    "$py" - "$logs/check-llama2c.txt" "$prompt$mesh_text" <<'PY' || die "llama2.c's greedy text differs from meshinfer's (see $logs/check-llama2c.txt)"
+    run_spec "llama2c|$steps" "$logs/check-llama2c.txt" >/dev/null || fail "llama2.c: $(cat "$logs/check-llama2c.txt.err")"
+    "$py" - "$logs/check-llama2c.txt" "$prompt$mesh_text" <<'PY' || fail "llama2.c's greedy text differs from meshinfer's (see $logs/check-llama2c.txt)"
 import sys
 got = open(sys.argv[1], encoding="utf-8", errors="replace").read()
 sys.exit(0 if got.startswith(sys.argv[2]) else 1)
@@ -300,7 +294,7 @@ if [[ -n $dllama ]]; then
         local o=$1 s=$2; shift 2
         if [[ ! -f $o || $s -nt $o || $root/jobs/lib/to_dllama.py -nt $o ]]; then
             "$py" "$root/jobs/lib/to_dllama.py" "$@" 2> "$logs/convert-$(basename "$o").log" ||
-                die "to_dllama.py failed (see $logs/convert-$(basename "$o").log)"
+                fail "to_dllama.py failed (see $logs/convert-$(basename "$o").log)"
         fi
     }
     log "converting models for distributed-llama (into $work)"
@@ -310,25 +304,25 @@ if [[ -n $dllama ]]; then
     conv "$dl_s15dq" "$s15q" -m "$s15q" --weights f32 --model-out "$dl_s15dq"
     chk() {  # chk NAME MODEL BUF EXPECTED_TEXT: dllama 1 node, n_check tokens; 0 when the text agrees
         run_spec "dllama|1|$2|$dl_tok|$3|$((n_check + 4))" "$logs/check-dllama-$1.txt" >/dev/null ||
-            die "distributed-llama ($1): $(cat "$logs/check-dllama-$1.txt.err")"
+            fail "distributed-llama ($1): $(cat "$logs/check-dllama-$1.txt.err")"
         [[ $(dl_field "$logs/check-dllama-$1.txt" Evaluation nTokens) == 4 ]] ||
-            die "distributed-llama ($1) did not encode \"$dl_prompt\" into BOS + 4 tokens as we do (tokenizer conversion)"
+            fail "distributed-llama ($1) did not encode \"$dl_prompt\" into BOS + 4 tokens as we do (tokenizer conversion)"
         [[ "$(dl_text "$logs/check-dllama-$1.txt")" == "$4" ]]
     }
     chk fp32 "$dl_s15" f32 "$mesh_text" ||
-        die "distributed-llama's greedy text (fp32) differs from meshinfer's: the conversion is wrong (see $logs/check-dllama-fp32.txt)"
+        fail "distributed-llama's greedy text (fp32) differs from meshinfer's: the conversion is wrong (see $logs/check-dllama-fp32.txt)"
     log "check: distributed-llama fp32 continues \"$prompt\" with the same $n_check tokens as meshinfer"
     "$bin" generate -m "$s15q" -p "$prompt" -n "$n_check" --json > "$logs/check-meshinfer-q4_0.json" 2>/dev/null
     mesh_q_text=$(json_field "$logs/check-meshinfer-q4_0.json" text)
     chk q4_0-dequantized "$dl_s15dq" f32 "$mesh_q_text" ||
-        die "distributed-llama on our q4_0 weights (dequantized to f32) writes another text than meshinfer q4_0 (see $logs/check-dllama-q4_0-dequantized.txt)"
+        fail "distributed-llama on our q4_0 weights (dequantized to f32) writes another text than meshinfer q4_0 (see $logs/check-dllama-q4_0-dequantized.txt)"
     log "check: distributed-llama on our q4_0 weights (as f32) writes the same $n_check tokens as meshinfer q4_0"
     chk q40 "$dl_s15q" q80 "$mesh_q_text" || true
     same=$("$py" -c '
 import os, sys
 a, b = sys.argv[1], sys.argv[2]
 print(len(os.path.commonprefix([a, b])))' "$(dl_text "$logs/check-dllama-q40.txt")" "$mesh_q_text")
-    ((same >= 20)) || die "distributed-llama q40 (q80 buffers) diverges from meshinfer q4_0 within $same characters: the q40 repack is wrong (see $logs/check-dllama-q40.txt)"
+    ((same >= 20)) || fail "distributed-llama q40 (q80 buffers) diverges from meshinfer q4_0 within $same characters: the q40 repack is wrong (see $logs/check-dllama-q40.txt)"
     if ((same < ${#mesh_q_text})); then
         notes+=("stories15M q4_0: distributed-llama (q40 weights, bit-identical to ours) and meshinfer q4_0 agree on the first $same characters of their $n_check-token texts, then differ. Both quantize every matmul input to 8-bit blocks of 32, distributed-llama with fp16 block scales (q80), meshinfer with fp32 ones; with the weights dequantized to f32 (no activation quantization) distributed-llama writes exactly meshinfer's q4_0 text")
         log "check: distributed-llama q40/q80 agrees with meshinfer q4_0 on $same characters, then differs (its q80 activations have fp16 scales, ours fp32)"
@@ -337,11 +331,11 @@ print(len(os.path.commonprefix([a, b])))' "$(dl_text "$logs/check-dllama-q40.txt
         conv "$dl_tl" "$tl" -m "$tl" --weights q40 --model-out "$dl_tl" --tokenizer-out "$dl_tltok"
         "$bin" tokenize -m "$tl" -p "$prompt" > "$logs/check-tinyllama-tokens.txt" 2>/dev/null
         tl_prompt_tokens=$(wc -w < "$logs/check-tinyllama-tokens.txt")
-        ((tl_steps > tl_prompt_tokens)) || die "--tinyllama-steps must exceed the prompt's $tl_prompt_tokens tokens"
+        ((tl_steps > tl_prompt_tokens)) || fail "--tinyllama-steps must exceed the prompt's $tl_prompt_tokens tokens"
         run_spec "dllama|1|$dl_tl|$dl_tltok|q80|$((tl_prompt_tokens + 1))" "$logs/check-dllama-tinyllama.txt" >/dev/null ||
-            die "distributed-llama (TinyLlama): $(cat "$logs/check-dllama-tinyllama.txt.err")"
+            fail "distributed-llama (TinyLlama): $(cat "$logs/check-dllama-tinyllama.txt.err")"
         [[ $(dl_field "$logs/check-dllama-tinyllama.txt" Evaluation nTokens) == $((tl_prompt_tokens - 1)) ]] ||
-            die "distributed-llama encodes the TinyLlama prompt into another number of tokens than we do ($tl_prompt_tokens)"
+            fail "distributed-llama encodes the TinyLlama prompt into another number of tokens than we do ($tl_prompt_tokens)"
         log "check: both encode the TinyLlama prompt into $tl_prompt_tokens tokens"
     fi
 fi

@@ -12,24 +12,19 @@
 #
 # usage: jobs/experiments/critical_path.sh [--ranks N] [--cpu-pct P] [--delays D1,D2] [--steps N] [--out DIR]
 set -euo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
-    exit 0
-fi
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-model="$root/models/cache/stories15M.h5"
+. "$(dirname "$0")/../lib/common.sh"
+model=""
 out="$root/results/critical_path"
 ranks=3 cpu=40 delays=5,10 steps=24
-fail() { echo "critical_path: error: $*" >&2; exit 1; }
 while (($#)); do
     case "$1" in
-        --ranks|--cpu-pct|--delays|--steps|--out) (($# >= 2)) || fail "$1 needs a value (see --help)" ;;&
+        --ranks|--cpu-pct|--delays|--steps|--out) need_value "$@" ;;&
         --ranks) ranks=$2; shift 2 ;;
         --cpu-pct) cpu=$2; shift 2 ;;
         --delays) delays=$2; shift 2 ;;
         --steps) steps=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
-        *) fail "unknown option '$1' (see --help)" ;;
+        *) bad_option "$1" ;;
     esac
 done
 [[ $ranks =~ ^[2-9]$ ]] || fail "--ranks '$ranks' must be 2..9"
@@ -37,9 +32,8 @@ done
 [[ $delays =~ ^[0-9]+(\.[0-9]+)?,[0-9]+(\.[0-9]+)?$ ]] || fail "--delays '$delays' is not D1,D2 in ms"
 d1=${delays%,*} d2=${delays#*,}
 awk "BEGIN {exit !($d2 > $d1)}" || fail "--delays: D2 must be larger than D1"
-[[ -f "$model" ]] || model="$("$root/jobs/dev/fetch_model.sh")"
-mkdir -p "$out"
-say() { echo "critical_path: $*" >&2; }
+real_model
+out_dir "$out"
 csv="$out/critical_path.csv.partial"
 echo "planner,ranks,delay_ms,tpot_ms,calibrated_ms,model_delays,bytes_per_token" > "$csv"
 for p in layerwise roundrobin random greedy tp somegather; do

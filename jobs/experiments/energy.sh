@@ -18,28 +18,21 @@
 #
 # usage: jobs/experiments/energy.sh [--out DIR]
 set -euo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
-    exit 0
-fi
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-bin="${MESHINFER_BIN:-$root/build/meshinfer}"
+. "$(dirname "$0")/../lib/common.sh"
 out="$root/results/energy"
-fail() { echo "energy: error: $*" >&2; exit 1; }
 while (($#)); do
     case "$1" in
-        --out) (($# >= 2)) || fail "--out needs a value"; out=$2; shift 2 ;;
-        *) fail "unknown option '$1' (see --help)" ;;
+        --out) need_value "$@"; out=$2; shift 2 ;;
+        *) bad_option "$1" ;;
     esac
 done
 command -v gnuplot >/dev/null || fail "gnuplot is not installed (apt-get install gnuplot-nox)"
-[[ -x "$bin" ]] || { "$root/jobs/dev/build.sh"; bin="$root/build/meshinfer"; }
-model="$root/models/cache/stories15M.h5"
-[[ -f "$model" ]] || fail "$model is missing (jobs/dev/fetch_model.sh)"
+meshinfer_bin
+real_model
 tmpd="$(mktemp -d /tmp/meshinfer-energy.XXXXXX)"
 trap 'rm -rf "$tmpd"' EXIT
 cp "$bin" "$tmpd/meshinfer" # the job's own copy: a rebuild while it runs must not change it
-mkdir -p "$out"
+out_dir "$out"
 mpi=(mpirun --allow-run-as-root -q --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 -np 3)
 
 cluster() { # name idle active
@@ -111,9 +104,7 @@ for (const prof of ["pi", "phone"]) {
 }
 fs.writeFileSync(`${out}/energy.dat`, dat);
 JS
-gnuplot <<GP
-set terminal pngcairo size 900,450 font ",10"
-set output "$out/energy.png.partial"
+plot_png "$out/energy.png" "900,450" ",10" <<GP
 set title "energy per token against TPOT, stories15M on 3 ranks (power model; DVFS emulated)"
 set xlabel "TPOT (ms)"
 set ylabel "mJ per token"
@@ -125,7 +116,6 @@ plot "$out/energy.dat" index 0 using 1:2 with points pt 7 ps 1.5 lc rgb "#1f77b4
      "" index 1 using 1:2 with points pt 5 ps 1.5 lc rgb "#d62728" title "a phone SoC (0.5 W idle, 5 W active)", \
      "" index 1 using 1:2:3 with labels offset 1,-0.8 left font ",8" notitle
 GP
-mv "$out/energy.png.partial" "$out/energy.png"
 rm -f "$out/energy.dat"
 cat "$out/energy.md"
 echo "energy: wrote $out/energy.csv, energy.md, energy.png" >&2

@@ -7,16 +7,11 @@
 #   writes OUT_DIR/memory_model_<shape>.{txt,csv,png} for tinyllama-1.1b and
 #   stories15M (OUT_DIR default results/memory_model)
 set -euo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
-    exit 0
-fi
-root="$(cd "$(dirname "$0")/../.." && pwd)"
+. "$(dirname "$0")/../lib/common.sh"
 out="${1:-$root/results/memory_model}"
 shift || true
-bin="${MESHINFER_BIN:-$root/build/meshinfer}"
-[[ -x $bin ]] || { echo "memory_model: error: $bin not built (run jobs/dev/build.sh)" >&2; exit 1; }
-mkdir -p "$out"
+meshinfer_bin
+out_dir "$out"
 for shape in tinyllama-1.1b stories15M; do
     base="$out/memory_model_${shape%%-*}"
     "$bin" plan --memory-model --shape "$shape" --prune 0,0.5,0.9 --csv "$base.csv" --png "$base.png" "$@" \

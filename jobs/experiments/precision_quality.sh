@@ -14,34 +14,25 @@
 #
 # usage: jobs/experiments/precision_quality.sh [--model models/cache/stories15M.h5] [--out DIR]
 set -euo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
-    exit 0
-fi
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-bin="$root/build/meshinfer"
-model="$root/models/cache/stories15M.h5"
+. "$(dirname "$0")/../lib/common.sh"
+model=""
 out="$root/results/precision"
-fail() { echo "precision_quality: error: $*" >&2; exit 1; }
 while (($#)); do
     case "$1" in
-        --model|--out) (($# >= 2)) || fail "$1 needs a value (see --help)" ;;&
+        --model|--out) need_value "$@" ;;&
         --model) model=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
-        *) fail "unknown option '$1' (see --help)" ;;
+        *) bad_option "$1" ;;
     esac
 done
-[[ -x "$bin" ]] || "$root/jobs/dev/build.sh"
-[[ -f "$model" ]] || model="$("$root/jobs/dev/fetch_model.sh")"
+meshinfer_bin
+real_model
 moby="$root/models/cache/moby-dick.txt"
 [[ -f "$moby" ]] || "$root/jobs/dev/fetch_references.sh" >/dev/null
-[[ -f "$model" ]] || fail "model '$model' not found"
-mkdir -p "$out"
+out_dir "$out"
 # what depends on the model is kept apart per model file (name and size)
 cache="$out/cache-$(basename "$model" .h5)-$(stat -c %s "$model")"
 mkdir -p "$cache"
-say() { echo "precision_quality: $*" >&2; }
-mpi() { mpirun --allow-run-as-root -q --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 "$@"; }
 
 stories="$cache/own-stories.txt"
 "$root/jobs/lib/sample_stories.sh" "$bin" "$model" "$stories" 101 116
@@ -60,7 +51,6 @@ configs=(
     "q4_0, q8_0 messages|--dtype q4_0|q8_0"
 )
 prompt="Once upon a time, there was a little girl named Lily"
-json_get() { node -e 'const j = JSON.parse(require("fs").readFileSync(0, "utf8")); console.log(j[process.argv[1]])' "$1"; }
 csv="$out/quality.csv.partial"
 trap 'rm -f "$csv"' EXIT
 echo "config,weights_mb,wire,ppl_stories,ppl_moby,stories_tokens,moby_tokens,same_tokens_as_fp32,text" > "$csv"
@@ -87,14 +77,14 @@ for c in "${configs[@]}"; do
         fail "$name: perplexity: $(tail -1 "$cache/err")"
     g=$("${run[@]}" generate -m "$file" -p "$prompt" -n 100 "${opts[@]}" --json 2>"$cache/err") ||
         fail "$name: generate: $(tail -1 "$cache/err")"
-    toks=$(printf '%s' "$g" | node -e 'console.log(JSON.parse(require("fs").readFileSync(0, "utf8")).tokens.join(" "))')
+    toks=$(printf '%s' "$g" | json - 'j.tokens.join(" ")')
     [[ -n "$ref_tokens" ]] || ref_tokens="$toks"
     same=$(node -e 'const a = process.argv[1].split(" "), b = process.argv[2].split(" "); let n = 0;
                     while (n < a.length && n < b.length && a[n] === b[n]) n++; console.log(n + "/" + a.length)' \
            "$ref_tokens" "$toks")
-    mb=$(node -e 'console.log((require("fs").statSync(process.argv[1]).size / 1e6).toFixed(1))' "$file")
-    text=$(printf '%s' "$g" | json_get text | tr '\n"' " '" | cut -c1-120)
-    echo "\"$name\",$mb,${wire/-/fp32},$(printf '%s' "$p1" | json_get perplexity),$(printf '%s' "$p2" | json_get perplexity),$(printf '%s' "$p1" | json_get tokens),$(printf '%s' "$p2" | json_get tokens),$same,\"$text\"" >> "$csv"
+    mb=$(file_mb "$file")
+    text=$(printf '%s' "$g" | json - j.text | tr '\n"' " '" | cut -c1-120)
+    echo "\"$name\",$mb,${wire/-/fp32},$(printf '%s' "$p1" | json - j.perplexity),$(printf '%s' "$p2" | json - j.perplexity),$(printf '%s' "$p1" | json - j.tokens),$(printf '%s' "$p2" | json - j.tokens),$same,\"$text\"" >> "$csv"
 done
 mv "$csv" "$out/quality.csv"
 trap - EXIT

@@ -20,32 +20,22 @@
 #
 # usage: jobs/experiments/pruning.sh [--model models/cache/stories15M.h5] [--out results/pruning]
 set -euo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
-    exit 0
-fi
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-bin="$root/build/meshinfer"
-model="$root/models/cache/stories15M.h5"
+. "$(dirname "$0")/../lib/common.sh"
+model=""
 out="$root/results/pruning"
-fail() { echo "pruning: error: $*" >&2; exit 1; }
 while (($#)); do
     case "$1" in
-        --model|--out) (($# >= 2)) || fail "$1 needs a value (see --help)" ;;&
+        --model|--out) need_value "$@" ;;&
         --model) model=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
-        *) fail "unknown option '$1' (see --help)" ;;
+        *) bad_option "$1" ;;
     esac
 done
-[[ -x "$bin" ]] || "$root/jobs/dev/build.sh"
-[[ -f "$model" ]] || model="$("$root/jobs/dev/fetch_model.sh")"
-[[ -f "$model" ]] || fail "model '$model' not found"
-mkdir -p "$out"
+meshinfer_bin
+real_model
+out_dir "$out"
 cache="$out/cache-$(basename "$model" .h5)-$(stat -c %s "$model")"
 mkdir -p "$cache"
-say() { echo "pruning: $*" >&2; }
-mpi() { mpirun --allow-run-as-root -q --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 "$@"; }
-json_get() { node -e 'const j = JSON.parse(require("fs").readFileSync(0, "utf8")); console.log(j[process.argv[1]])' "$1"; }
 
 scored="$cache/own-stories.txt"
 imptext="$cache/importance-stories.txt"
@@ -66,7 +56,7 @@ node -e 'const fs = require("fs"); const j = JSON.parse(fs.readFileSync(process.
 n_shards=$(node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1])); console.log(j.hidden_dim / j.ffn_shard)' "$imp")
 
 ppl() { # model file -> perplexity on the scored text
-    "$bin" perplexity -m "$1" --text "$scored" --json 2>"$cache/err" | json_get perplexity ||
+    "$bin" perplexity -m "$1" --text "$scored" --json 2>"$cache/err" | json - j.perplexity ||
         fail "perplexity of $1: $(tail -1 "$cache/err")"
 }
 mk() { # name quantize-options... -> the file (made once)
@@ -75,13 +65,12 @@ mk() { # name quantize-options... -> the file (made once)
         fail "quantize $*: $(tail -1 "$cache/err")"
     echo "$f"
 }
-mb() { node -e 'console.log((require("fs").statSync(process.argv[1]).size / 1e6).toFixed(1))' "$1"; }
 
 csv="$out/pruning.csv.partial"
 trap 'rm -f "$csv"' EXIT
 echo "config,weights,shards_pruned,hidden_dim,file_mb,perplexity,expected_rise" > "$csv"
 base=$(ppl "$model")
-echo "fp32,fp32,0,$(json_get hidden_dim < "$imp"),$(mb "$model"),$base,0" >> "$csv"
+echo "fp32,fp32,0,$(json - j.hidden_dim < "$imp"),$(file_mb "$model"),$base,0" >> "$csv"
 for k in $(seq 1 $((n_shards / 2))); do
     say "pruning $k of $n_shards shards per layer..."
     for how in importance blind; do
@@ -92,13 +81,13 @@ for k in $(seq 1 $((n_shards / 2))); do
           const k = +process.argv[2]; let s = 0;
           for (const l of j.layers) s += [...l.prune].sort((a, b) => a - b).slice(0, k).reduce((a, b) => a + b, 0);
           console.log(s.toFixed(4))' "$imp" "$k")
-        echo "prune $how,fp32,$k,$(json_get hidden_dim < "$imp" | awk -v k="$k" -v n="$n_shards" '{print $1 - k * $1 / n}'),$(mb "$f"),$(ppl "$f"),$rise" >> "$csv"
+        echo "prune $how,fp32,$k,$(json - j.hidden_dim < "$imp" | awk -v k="$k" -v n="$n_shards" '{print $1 - k * $1 / n}'),$(file_mb "$f"),$(ppl "$f"),$rise" >> "$csv"
     done
 done
-n_layers=$(json_get n_layers < "$imp")
+n_layers=$(json - j.n_layers < "$imp")
 for dt in q8_0 q4_0; do # layers only: embeddings stay fp32, as in every other row
     f=$(mk "layers-$dt" --layer-dtype "0-$((n_layers - 1)):$dt")
-    echo "every layer $dt,$dt,0,$(json_get hidden_dim < "$imp"),$(mb "$f"),$(ppl "$f"),0" >> "$csv"
+    echo "every layer $dt,$dt,0,$(json - j.hidden_dim < "$imp"),$(file_mb "$f"),$(ppl "$f"),0" >> "$csv"
 done
 
 # the precision search on a cluster that every-layer-q4_0 does not fit
@@ -116,19 +105,19 @@ without=$("$bin" plan -m "$model" --cluster "$cl" --planner hybrid --importance 
 [[ $without == *error* ]] || fail "the search without pruning was expected to fail on $cl: $without"
 search=$("$bin" plan -m "$model" --cluster "$cl" --planner hybrid --importance "$imp" --json 2>"$cache/err") ||
     fail "search: $(tail -1 "$cache/err")"
-spec=$(json_get layer_dtype <<<"$search")
-k=$(json_get prune_ffn_shards <<<"$search")
-search_ms=$(json_get search_ms <<<"$search")
+spec=$(json - j.layer_dtype <<<"$search")
+k=$(json - j.prune_ffn_shards <<<"$search")
+search_ms=$(json - j.search_ms <<<"$search")
 f=$(mk "chosen-$k" --layer-dtype "$spec" --prune-ffn "$k" --importance "$imp")
-echo "chosen by the search,${spec//,/ },$k,$(json_get hidden_dim <<<"$search"),$(mb "$f"),$(ppl "$f"),$(json_get expected_perplexity_rise <<<"$search")" >> "$csv"
-one=$("$bin" generate -m "$f" -n 60 --json 2>"$cache/err" | json_get tokens) || fail "one rank: $(tail -1 "$cache/err")"
+echo "chosen by the search,${spec//,/ },$k,$(json - j.hidden_dim <<<"$search"),$(file_mb "$f"),$(ppl "$f"),$(json - j.expected_perplexity_rise <<<"$search")" >> "$csv"
+one=$("$bin" generate -m "$f" -n 60 --json 2>"$cache/err" | json - j.tokens) || fail "one rank: $(tail -1 "$cache/err")"
 four=$(mpi -np 4 "$bin" generate -m "$f" --cluster "$cl" --planner hybrid -n 60 --json 2>"$cache/err") ||
     fail "4 ranks: $(tail -1 "$cache/err")"
-same=$([[ "$(json_get tokens <<<"$four")" == "$one" ]] && echo "the same 60 tokens as one rank" || echo "DIFFERENT tokens from one rank")
+same=$([[ "$(json - j.tokens <<<"$four")" == "$one" ]] && echo "the same 60 tokens as one rank" || echo "DIFFERENT tokens from one rank")
 mv "$csv" "$out/pruning.csv"
 trap - EXIT
 
-node - "$out" "$without" "$spec" "$k" "$search_ms" "$same" "$(json_get tpot_ms <<<"$four")" <<'JS'
+node - "$out" "$without" "$spec" "$k" "$search_ms" "$same" "$(json - j.tpot_ms <<<"$four")" <<'JS'
 const fs = require("fs");
 const [out, without, spec, k, searchMs, same, tpot] = process.argv.slice(2);
 const rows = fs.readFileSync(`${out}/pruning.csv`, "utf8").trim().split("\n").slice(1).map(l => l.split(","));
@@ -149,9 +138,7 @@ for (const how of ["importance", "blind"]) {
 fs.writeFileSync(`${out}/pruning.dat`, dat);
 process.stdout.write(md);
 JS
-gnuplot <<GP
-set terminal pngcairo size 800,450 font ",10"
-set output "$out/pruning.png.partial"
+plot_png "$out/pruning.png" "800,450" ",10" <<GP
 set title "stories15M: perplexity on its own stories as FFN shards (64 channels) are pruned from every layer"
 set xlabel "FFN shards pruned per layer (of $n_shards)"
 set ylabel "perplexity"
@@ -161,7 +148,6 @@ set key top left
 plot "$out/pruning.dat" index 0 using 1:2 with linespoints pt 7 lw 2 title "least important first (meshinfer importance)", \
      "" index 1 using 1:2 with linespoints pt 5 lw 2 title "each layer's first shards (blind)"
 GP
-mv "$out/pruning.png.partial" "$out/pruning.png"
 rm -f "$out/pruning.dat"
 
 # the same shards pruned at run time (generate --prune-ffn: not computed, no file made): TPOT on one
@@ -172,7 +158,7 @@ declare -A tpots
 for round in 1 2 3; do
     for k in 0 2 4 $((n_shards / 2)); do
         pr=(); ((k)) && pr=(--prune-ffn "$k" --importance "$imp")
-        t=$("$bin" generate -m "$model" -n 200 --ignore-eos "${pr[@]}" --json 2>"$cache/err" | json_get tpot_ms) ||
+        t=$("$bin" generate -m "$model" -n 200 --ignore-eos "${pr[@]}" --json 2>"$cache/err" | json - j.tpot_ms) ||
             fail "generate --prune-ffn $k: $(tail -1 "$cache/err")"
         tpots[$k]+="$t "
     done
@@ -188,8 +174,8 @@ done
         base_t=$(tr ' ' '\n' <<<"${tpots[0]}" | grep . | sort -g | sed -n 2p)
         same="-"
         if ((k)); then
-            a=$("$bin" generate -m "$model" -n 60 --prune-ffn "$k" --importance "$imp" --json 2>/dev/null | json_get tokens)
-            b=$("$bin" generate -m "$cache/prune-importance-$k.h5" -n 60 --json 2>/dev/null | json_get tokens)
+            a=$("$bin" generate -m "$model" -n 60 --prune-ffn "$k" --importance "$imp" --json 2>/dev/null | json - j.tokens)
+            b=$("$bin" generate -m "$cache/prune-importance-$k.h5" -n 60 --json 2>/dev/null | json - j.tokens)
             same=$([[ -n "$a" && "$a" == "$b" ]] && echo same || echo DIFFERENT)
         fi
         echo "| $k | $med | $(awk -v a="$med" -v b="$base_t" 'BEGIN {printf "%.2fx", a / b}') | $same |"

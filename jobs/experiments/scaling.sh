@@ -25,25 +25,19 @@
 #
 # usage: jobs/experiments/scaling.sh [--out DIR] [--scenario link|link-mild|device|all]
 set -euo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
-    exit 0
-fi
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-bin="${MESHINFER_BIN:-$root/build/meshinfer}"
+. "$(dirname "$0")/../lib/common.sh"
 out="$root/results/scaling"
 scenario=all
-fail() { echo "scaling: error: $*" >&2; exit 1; }
 while (($#)); do
     case "$1" in
-        --out) (($# >= 2)) || fail "--out needs a value"; out=$2; shift 2 ;;
-        --scenario) (($# >= 2)) || fail "--scenario needs a value"; scenario=$2; shift 2 ;;
-        *) fail "unknown option '$1' (see --help)" ;;
+        --out) need_value "$@"; out=$2; shift 2 ;;
+        --scenario) need_value "$@"; scenario=$2; shift 2 ;;
+        *) bad_option "$1" ;;
     esac
 done
 case "$scenario" in link|link-mild|device|all) ;; *) fail "--scenario: '$scenario' is not link, link-mild, device or all" ;; esac
 command -v gnuplot >/dev/null || fail "gnuplot is not installed (apt-get install gnuplot-nox)"
-[[ -x "$bin" ]] || { "$root/jobs/dev/build.sh"; bin="$root/build/meshinfer"; }
+meshinfer_bin
 # the job's own copy: a rebuild while it runs must not change the binary under it
 tmpbin="$(mktemp /tmp/meshinfer-scaling.XXXXXX)"
 trap 'rm -f "$tmpbin"' EXIT
@@ -52,7 +46,7 @@ chmod +x "$tmpbin"
 export MESHINFER_BIN="$tmpbin"
 model="$root/models/cache/stories42M-synth.h5"
 [[ -f "$model" ]] || "$tmpbin" synth --shape stories42M --out "$model" >/dev/null
-mkdir -p "$out"
+out_dir "$out"
 
 run() { # label testbed-args... -- generate-args...
     local label=$1; shift
@@ -141,9 +135,7 @@ JS
 }
 
 plot() { # name title target label
-    gnuplot <<GP
-set terminal pngcairo size 1000,420 font ",10"
-set output "$out/$1.png.partial"
+    plot_png "$out/$1.png" "1000,420" ",10" <<GP
 set datafile separator ","
 set title "$2 (clipped at 3x target)"
 set xlabel "decoded token"
@@ -156,7 +148,6 @@ plot "$out/$1.csv" every ::1 using 1:3 with lines lc rgb "#bbbbbb" title "withou
      "$out/$1.csv" every ::1 using 1:2 with lines lc rgb "#1f77b4" title "$4", \
      $3 with lines dt 2 lc rgb "#d62728" title "target"
 GP
-    mv "$out/$1.png.partial" "$out/$1.png"
 }
 
 if [[ "$scenario" == link || "$scenario" == all ]]; then

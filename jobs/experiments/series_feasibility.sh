@@ -14,21 +14,16 @@
 #
 # usage: jobs/experiments/series_feasibility.sh [--out DIR]   (default results/series)
 set -euo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
-    exit 0
-fi
-root="$(cd "$(dirname "$0")/../.." && pwd)"
+. "$(dirname "$0")/../lib/common.sh"
 out="$root/results/series"
 while (($#)); do
     case "$1" in
-        --out) (($# >= 2)) || { echo "series_feasibility: error: --out needs a folder" >&2; exit 2; }; out=$2; shift 2 ;;
-        *) echo "series_feasibility: error: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+        --out) need_value "$@"; out=$2; shift 2 ;;
+        *) bad_option "$1" ;;
     esac
 done
-bin="${MESHINFER_BIN:-$root/build/meshinfer}"
-[[ -x $bin ]] || { echo "series_feasibility: error: $bin not built (run jobs/dev/build.sh)" >&2; exit 1; }
-mkdir -p "$out"
+meshinfer_bin
+out_dir "$out"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 flash=$((1024 * 1024)) ram=$((256 * 1024))
@@ -76,9 +71,7 @@ if command -v gnuplot > /dev/null; then
         [[ -s "$tmp/d${D}_r$r.dat" ]] &&
             plots+="'$tmp/d${D}_r$r.dat' using 1:2 with linespoints lw 2 title 'D = $D, r = $r', "
     done; done
-    gnuplot <<EOF
-set terminal pngcairo size 900,560
-set output '$tmp/feasibility.png'
+    plot_png "$tmp/feasibility.png" "900,560" <<EOF
 set title "Largest time-series model per nRF52840 (1 MiB flash, 256 KiB RAM), int8 weights"
 set xlabel "patches N (tokens)"
 set ylabel "feature size F"

@@ -21,18 +21,12 @@
 #   train 5 epochs, as many as a pruned one), 3000 samples per epoch,
 #   dropout 0.1 (the rate models are trained at; seed 002 trains at the loss it deploys at)
 set -euo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
-    exit 0
-fi
-root="$(cd "$(dirname "$0")/../.." && pwd)"
+. "$(dirname "$0")/../lib/common.sh"
 out="$root/results/series" datasets="sensor_mote3 seattle_hourly sp500" D=4 seeds=2 epochs=3 stage_epochs=1
 max_samples=3000 ratios="0.5 0.9" dropout=0.1 only=""
-fail() { echo "series_quality: error: $*" >&2; exit 1; }
-say() { echo "series_quality: $*" >&2; }
 int() { [[ $2 =~ ^[1-9][0-9]*$ ]] || fail "$1 needs a positive integer, not '$2'"; }
 while (($#)); do
-    (($# >= 2)) || fail "$1 needs a value (see --help)"
+    need_value "$@"
     case "$1" in
         --datasets) datasets=$2 ;;
         --devices) int "$1" "$2"; D=$2 ;;
@@ -44,14 +38,13 @@ while (($#)); do
         --dropout) [[ $2 =~ ^0?[.][0-9]+$ ]] || fail "--dropout needs a probability in (0, 1)"; dropout=$2 ;;
         --only) [[ $2 == pruning || $2 == loss ]] || fail "--only takes pruning or loss"; only=$2 ;;
         --out) out=$2 ;;
-        *) fail "unknown option '$1' (see --help)" ;;
+        *) bad_option "$1" ;;
     esac
     shift 2
 done
 py=/usr/bin/python3
 "$py" -c 'import torch, h5py' 2> /dev/null || fail "$py lacks torch or h5py (apt-get install python3-torch python3-h5py)"
-bin="$root/build/meshinfer"
-[[ -x $bin ]] || "$root/jobs/dev/build.sh"
+meshinfer_bin
 command -v gnuplot > /dev/null || fail "gnuplot is not installed (apt-get install gnuplot-nox)"
 cache="${MESHINFER_CACHE:-$root/models/cache}/series"
 for ds in $datasets; do
@@ -174,9 +167,7 @@ for (const r of rs) {
 }
 process.stdout.write(o);
 JS
-        gnuplot <<GP
-set terminal pngcairo size 700,450 font ",10"
-set output "$tmp/${ds}_pruning.png"
+        plot_png "$tmp/${ds}_pruning.png" "700,450" ",10" <<GP
 set title "$ds: forecast error against communication saved (D = $D)" noenhanced
 set xlabel "communication saved (%)"
 set ylabel "test MSE (standardised)"
@@ -208,9 +199,7 @@ for (const mode of ["link", "receiver", "sender"])
 process.stdout.write(o);
 JS
         p=$(awk -F, 'NR > 1 && $3 != 0 {print $3; exit}' "$out/$ds/loss.csv")
-        gnuplot <<GP
-set terminal pngcairo size 1200,400 font ",10"
-set output "$tmp/${ds}_loss.png"
+        plot_png "$tmp/${ds}_loss.png" "1200,400" ",10" <<GP
 set multiplot layout 1,3 title "$ds: forecast error against message loss (D = $D; mean, min..max over seeds)" noenhanced
 set grid
 set xlabel "message loss (%)"

@@ -18,17 +18,11 @@
 #                               [--rate-mbit R] [--delay-ms D] [--devices "4 8 16"] [--windows N]
 #                               [--wire-dtype fp32|fp16|q8_0]
 set -euo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
-    exit 0
-fi
-root="$(cd "$(dirname "$0")/../.." && pwd)"
+. "$(dirname "$0")/../lib/common.sh"
 out="$root/results/series" model="" slowdown=50 cpu=25 rate=1 delay=2 devices="4 8 16" windows=4 wire=q8_0
-fail() { echo "series_testbed: error: $*" >&2; exit 1; }
-say() { echo "series_testbed: $*" >&2; }
 num() { [[ $2 =~ ^[0-9]+([.][0-9]+)?$ ]] || fail "$1 needs a number, not '$2'"; }
 while (($#)); do
-    (($# >= 2)) || fail "$1 needs a value (see --help)"
+    need_value "$@"
     case "$1" in
         --out) out=$2 ;;
         --model) model=$2 ;;
@@ -39,15 +33,14 @@ while (($#)); do
         --devices) devices=$2 ;;
         --windows) num "$1" "$2"; windows=$2 ;;
         --wire-dtype) wire=$2 ;;
-        *) fail "unknown option '$1' (see --help)" ;;
+        *) bad_option "$1" ;;
     esac
     shift 2
 done
 ((EUID == 0)) || fail "the testbed needs root (cgroups, iptables)"
-bin="$root/build/meshinfer"
-[[ -x $bin ]] || "$root/jobs/dev/build.sh"
+meshinfer_bin
 command -v gnuplot > /dev/null || fail "gnuplot is not installed (apt-get install gnuplot-nox)"
-mkdir -p "$out"
+out_dir "$out"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 if [[ -z $model ]]; then
@@ -99,9 +92,7 @@ process.stdout.write(o);
 JS
 awk -F, 'NR > 1 && $3 == 0 {print $2, $4, 100 * $8}' "$out/latency.csv" > "$tmp/r0.dat"
 awk -F, 'NR > 1 && ($3 == 0.9 || $2 == 1) {print $2, $4, 100 * $8}' "$out/latency.csv" > "$tmp/r9.dat"
-gnuplot <<GP
-set terminal pngcairo size 1000,420 font ",10"
-set output "$tmp/latency.png"
+plot_png "$tmp/latency.png" "1000,420" ",10" <<GP
 set multiplot layout 1,2 title "time-series model on the emulated testbed: compute ${slowdown}x slower, ${cpu}% of a core, ${rate} Mbit/s shared, ${delay} ms, ${wire} messages"
 set grid
 set xlabel "devices D"

@@ -23,51 +23,35 @@
 #
 # usage: jobs/experiments/somegather_quality.sh [--ranks D] [--seeds N] [--model FILE] [--out DIR] [--for-auto]
 set -euo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
-    exit 0
-fi
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-bin="$root/build/meshinfer"
-model="$root/models/cache/stories15M.h5"
+. "$(dirname "$0")/../lib/common.sh"
+model=""
 out="$root/results/somegather"
 ranks=3 seeds=5 for_auto=0
-fail() { echo "somegather_quality: error: $*" >&2; exit 1; }
 while (($#)); do
     case "$1" in
-        --ranks|--seeds|--model|--out) (($# >= 2)) || fail "$1 needs a value (see --help)" ;;&
+        --ranks|--seeds|--model|--out) need_value "$@" ;;&
         --ranks) ranks=$2; shift 2 ;;
         --seeds) seeds=$2; shift 2 ;;
         --model) model=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         --for-auto) for_auto=1; shift ;;
-        *) fail "unknown option '$1' (see --help)" ;;
+        *) bad_option "$1" ;;
     esac
 done
 [[ $ranks =~ ^[1-9][0-9]*$ ]] || fail "--ranks '$ranks' is not a positive integer"
 [[ $seeds =~ ^[1-9][0-9]*$ ]] || fail "--seeds '$seeds' is not a positive integer"
-[[ -x "$bin" ]] || "$root/jobs/dev/build.sh"
-[[ -f "$model" ]] || model="$("$root/jobs/dev/fetch_model.sh")"
+meshinfer_bin
+real_model
 moby="$root/models/cache/moby-dick.txt"
 [[ -f "$moby" ]] || "$root/jobs/dev/fetch_references.sh" >/dev/null
 command -v gnuplot >/dev/null || fail "gnuplot is not installed (apt-get install gnuplot-nox)"
-mkdir -p "$out"
-say() { echo "somegather_quality: $*" >&2; }
-mpi() { mpirun --allow-run-as-root -q --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 "$@"; }
+out_dir "$out"
 
 # the in-distribution text, sampled as precision_quality.sh samples it (and shared with it)
 cache="$root/results/precision/cache-$(basename "$model" .h5)-$(stat -c %s "$model")"
 stories="$cache/own-stories.txt"
-if [[ ! -s "$stories" ]]; then
-    mkdir -p "$cache"
-    say "sampling the in-distribution text..."
-    for s in $(seq 101 116); do
-        "$bin" generate -m "$model" -t 1 --top-p 0.95 -s "$s" -n 250 2>"$out/err" ||
-            fail "sampling with seed $s: $(tail -1 "$out/err")"
-        echo
-    done > "$stories.partial"
-    mv "$stories.partial" "$stories"
-fi
+mkdir -p "$cache"
+"$root/jobs/lib/sample_stories.sh" "$bin" "$model" "$stories" 101 116
 
 if ((for_auto)); then
     json="$out/somegather-quality-$ranks.json"
@@ -76,9 +60,9 @@ if ((for_auto)); then
         say "pruning r = $r on $ranks ranks..."
         mpi -np "$ranks" "$bin" perplexity -m "$model" --text "$stories" --planner somegather --prune "$r" --json \
             > "$out/run.json" 2>"$out/err" || fail "perplexity --prune $r: $(tail -1 "$out/err")"
-        pts+=("$r" "$(node -e 'console.log(JSON.parse(require("fs").readFileSync(process.argv[1])).perplexity)' "$out/run.json")")
+        pts+=("$r" "$(json "$out/run.json" j.perplexity)")
     done
-    tokens=$(node -e 'console.log(JSON.parse(require("fs").readFileSync(process.argv[1])).tokens)' "$out/run.json")
+    tokens=$(json "$out/run.json" j.tokens)
     rm -f "$out/run.json" "$out/err"
     "$bin" info -m "$model" --json > "$out/info.json" 2>/dev/null || fail "meshinfer info -m $model failed"
     node - "$out/info.json" "$ranks" "$tokens" "${pts[@]}" > "$json.partial" <<'JS'
@@ -189,9 +173,7 @@ for (const m of ["link", "receiver", "sender"]) {
 }
 fs.writeFileSync(`${dir}/loss.dat`, q);
 JS
-gnuplot <<GP
-set terminal pngcairo size 900,560 font ",11"
-set output "$out/pruning.png.partial"
+plot_png "$out/pruning.png" "900,560" ",11" <<GP
 set title "somegather on $ranks ranks, stories15M (no retraining): pruning at equal bandwidth"
 set xlabel "fraction r of each rank's columns never sent (all four exchanges)"
 set ylabel "perplexity"
@@ -211,8 +193,6 @@ plot "$out/loss.dat" index 0 using 1:2:3 with yerrorlines lw 2 pt 7 title "link:
      "" index 1 using 1:2:3 with yerrorlines lw 2 pt 5 title "receiver: j gets nothing", \
      "" index 2 using 1:2:3 with yerrorlines lw 2 pt 9 title "sender: nobody gets i"
 GP
-mv "$out/pruning.png.partial" "$out/pruning.png"
-mv "$out/loss.png.partial" "$out/loss.png"
 rm -f "$out/pruning.dat" "$out/loss.dat"
 cat "$out/quality.md"
 say "wrote $out/quality.csv, quality.md, pruning.png, loss.png"

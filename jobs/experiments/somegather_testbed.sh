@@ -15,37 +15,30 @@
 #   --quick   stories15M only, unlimited rate only
 #   --replot  no runs: redraw latency.md and latency.png from DIR/latency.csv
 set -euo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
-    exit 0
-fi
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-bin="$root/build/meshinfer"
+. "$(dirname "$0")/../lib/common.sh"
 out="$root/results/somegather_testbed"
 quick=0 replot=0
-fail() { echo "somegather_testbed: error: $*" >&2; exit 1; }
-say() { echo "somegather_testbed: $*" >&2; }
 while (($#)); do
     case "$1" in
         --quick) quick=1; shift ;;
         --replot) replot=1; shift ;;
-        --out) (($# >= 2)) || fail "--out needs a value"; out=$2; shift 2 ;;
-        *) fail "unknown option '$1' (see --help)" ;;
+        --out) need_value "$@"; out=$2; shift 2 ;;
+        *) bad_option "$1" ;;
     esac
 done
 command -v gnuplot >/dev/null || fail "gnuplot is not installed (apt-get install gnuplot-nox)"
 if ((replot)); then
     [[ -f "$out/latency.csv" ]] || fail "--replot: no $out/latency.csv (run without --replot first)"
 else
-    [[ -x "$bin" ]] || "$root/jobs/dev/build.sh"
-    stories="$root/models/cache/stories15M.h5"
-    [[ -f "$stories" ]] || stories="$("$root/jobs/dev/fetch_model.sh")"
+    meshinfer_bin
+    real_model
+    stories=$model
     tiny="$root/models/cache/tinyllama-synth-q4_0.h5"
     if ((!quick)) && [[ ! -f "$tiny" ]]; then
         echo "somegather_testbed: writing the synthetic TinyLlama-shaped q4_0 model (seeded random weights)..." >&2
         "$bin" synth --shape tinyllama-1.1b --dtype q4_0 --out "$tiny" >/dev/null
     fi
-    mkdir -p "$out"
+    out_dir "$out"
     csv="$out/latency.csv.partial"
     echo "model,link,ranks,scheme,prune,tpot_ms,calibrated_ms,delays,bytes_per_token,compute_s,comm_s,idle_s" > "$csv"
     one() { # model label link-label rate D planner prune steps
@@ -124,9 +117,7 @@ fs.writeFileSync(process.argv[3], o);
 JS
 n_groups=$(cut -d, -f1,2 "$out/latency.csv" | tail -n +2 | sort -u | wc -l)
 titles=$(cut -d, -f1,2 "$out/latency.csv" | tail -n +2 | awk '!seen[$0]++' | tr ',\n' '  ')
-gnuplot <<GP
-set terminal pngcairo size $((n_groups > 1 ? 1200 : 700)),$((n_groups > 2 ? 900 : 480)) font ",10"
-set output "$out/latency.png.partial"
+plot_png "$out/latency.png" "$((n_groups > 1 ? 1200 : 700)),$((n_groups > 2 ? 900 : 480))" ",10" <<GP
 set multiplot layout $((n_groups > 2 ? 2 : 1)),$((n_groups > 1 ? 2 : 1)) title "time per token on the emulated testbed (5 ms links, 40% of a core per device)"
 set logscale y
 set grid
@@ -146,7 +137,6 @@ do for [g = 0:$((n_groups - 1))] {
 }
 unset multiplot
 GP
-mv "$out/latency.png.partial" "$out/latency.png"
 rm -f "$out/latency.dat"
 cat "$out/latency.md"
 say "wrote $out/latency.csv, latency.md, latency.png"

@@ -21,23 +21,16 @@
 #   --replot  no runs: redraw voltron.md and voltron.png from DIR/voltron.csv
 #   --steps N decoded tokens per run (default 64 for stories15M, 24 for TinyLlama)
 set -euo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
-    exit 0
-fi
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-bin="${MESHINFER_BIN:-$root/build/meshinfer}"
+. "$(dirname "$0")/../lib/common.sh"
 out="$root/results/voltron"
 quick=0 replot=0 steps=""
-fail() { echo "voltron: error: $*" >&2; exit 1; }
-say() { echo "voltron: $*" >&2; }
 while (($#)); do
     case "$1" in
         --quick) quick=1; shift ;;
         --replot) replot=1; shift ;;
-        --out) (($# >= 2)) || fail "--out needs a value"; out=$2; shift 2 ;;
+        --out) need_value "$@"; out=$2; shift 2 ;;
         --steps) (($# >= 2)) && [[ $2 =~ ^[1-9][0-9]*$ ]] || fail "--steps needs a positive integer"; steps=$2; shift 2 ;;
-        *) fail "unknown option '$1' (see --help)" ;;
+        *) bad_option "$1" ;;
     esac
 done
 command -v gnuplot >/dev/null || fail "gnuplot is not installed (apt-get install gnuplot-nox)"
@@ -45,17 +38,17 @@ command -v node >/dev/null || fail "node is not installed (apt-get install nodej
 TB=("$root/jobs/testbed/testbed.sh" --ranks 4 --cpu-pct 100 --slowdown 1,2,4,4 --delay-ms 1 --jitter-ms 0.1)
 prompt="$(head -c 400 "$root/models/cache/moby-dick.txt" 2>/dev/null | tr '\n' ' ')"
 if ((!replot)); then
-    [[ -x "$bin" ]] || { "$root/jobs/dev/build.sh"; bin="$root/build/meshinfer"; }
+    meshinfer_bin
     export MESHINFER_BIN="$bin"
-    stories="$root/models/cache/stories15M.h5"
-    [[ -f "$stories" ]] || stories="$("$root/jobs/dev/fetch_model.sh")"
+    real_model
+    stories=$model
     [[ -n "$prompt" ]] || prompt="$(head -c 400 "$root/models/cache/moby-dick.txt" | tr '\n' ' ')"
     tiny="$root/models/cache/tinyllama-synth-q4_0.h5"
     if ((!quick)) && [[ ! -f "$tiny" ]]; then
         say "writing the synthetic TinyLlama-shaped q4_0 model (seeded random weights)..."
         "$bin" synth --shape tinyllama-1.1b --dtype q4_0 --out "$tiny" >/dev/null
     fi
-    mkdir -p "$out"
+    out_dir "$out"
     csv="$out/voltron.csv.partial"
     echo "model,run,planner,fits,ttft_ms,predicted_ttft_ms,tpot_ms,predicted_tpot_ms,phase_switch_ms,max_device_mb,device_mb,note" > "$csv"
     models=("$stories|stories15M|$root/hostfiles/cluster-voltron-stories.json|${steps:-64}|")
@@ -136,9 +129,7 @@ JS
 read -r ttft_lo ttft_hi tpot_lo tpot_hi < <(node -e 'const l = require("fs").readFileSync(process.argv[1], "utf8").trim().split("\n").slice(1).map(x => x.split(",")).filter(r => r[3] === "1");
   const rng = (a, b) => { const v = l.flatMap(r => [+r[a], +r[b]]).filter(x => x > 0); return [Math.min(...v) * 0.7, Math.max(...v) * 1.4]; };
   console.log([...rng(4, 5), ...rng(6, 7)].join(" "))' "$out/voltron.csv")
-gnuplot <<GP
-set terminal pngcairo size 1100,480 font ",10"
-set output "$out/voltron.png.partial"
+plot_png "$out/voltron.png" "1100,480" ",10" <<GP
 set multiplot layout 1,2 title "seed 003 on the testbed: the calibrated cost model's prediction against the measurement (1 ms links; devices 1x, 2x, 4x, 4x slower)"
 set grid
 set logscale xy
@@ -155,7 +146,6 @@ do for [i = 0:1] {
 }
 unset multiplot
 GP
-mv "$out/voltron.png.partial" "$out/voltron.png"
 rm -f "$out/voltron.dat"
 cat "$out/voltron.md"
 say "wrote $out/voltron.csv, voltron.md, voltron.png"

@@ -8,12 +8,12 @@
 # and the ratio to shared memory, and writes results/interconnects.csv.
 # usage: jobs/testbed/interconnects.sh [--ranks N] [--tokens N] [--planner P] [--repeat N] [--model FILE]
 set -euo pipefail
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-ranks=5 tokens=64 planner=greedy repeat=3 model="$root/models/cache/stories15M.h5"
-die() { echo "interconnects: error: $*" >&2; exit 2; }
+. "$(dirname "$0")/../lib/common.sh"
+ranks=5 tokens=64 planner=greedy repeat=3 model=""
+fail_status=2
 while (($#)); do
     case "$1" in
-        --ranks|--tokens|--planner|--repeat|--model) (($# >= 2)) || die "$1 needs a value (see --help)" ;;
+        --ranks|--tokens|--planner|--repeat|--model) need_value "$@" ;;
     esac
     case "$1" in
         --ranks) ranks=$2; shift 2 ;;
@@ -21,19 +21,18 @@ while (($#)); do
         --planner) planner=$2; shift 2 ;;
         --repeat) repeat=$2; shift 2 ;;
         --model) model=$2; shift 2 ;;
-        -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
-        *) die "unknown option '$1' (see --help)" ;;
+        -h|--help) usage; exit 0 ;;
+        *) bad_option "$1" ;;
     esac
 done
 for v in "ranks=$ranks" "tokens=$tokens" "repeat=$repeat"; do
-    [[ ${v#*=} =~ ^[1-9][0-9]{0,3}$ ]] || die "--${v%%=*} '${v#*=}' is not a positive number"
+    [[ ${v#*=} =~ ^[1-9][0-9]{0,3}$ ]] || fail "--${v%%=*} '${v#*=}' is not a positive number"
 done
-((ranks >= 2 && ranks <= 16)) || die "--ranks $ranks: use 2 to 16"
-[[ -r $model ]] || die "model '$model' not found (jobs/dev/fetch_model.sh)"
-[[ $(id -u) -eq 0 ]] || die "needs root (the hosts path makes network namespaces)"
-bin="${MESHINFER_BIN:-$root/build/meshinfer}"
-[[ -n "${MESHINFER_BIN:-}" ]] || "$root/jobs/dev/build.sh"
-export MESHINFER_BIN="$bin"
+((ranks >= 2 && ranks <= 16)) || fail "--ranks $ranks: use 2 to 16"
+[[ -z $model ]] || check_model "$model"
+[[ $(id -u) -eq 0 ]] || fail "needs root (the hosts path makes network namespaces)"
+meshinfer_bin
+real_model
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 {
     printf '{"description": "interconnects.sh: %d plain hosts, no emulation", "devices": [' "$ranks"
@@ -48,7 +47,7 @@ run() { # PATH_NAME K
         vader) "${local_mpi[@]}" --mca btl self,vader "$bin" "${gen[@]}" ;;
         tcp-lo) "${local_mpi[@]}" --mca btl self,tcp --mca btl_tcp_if_include lo --mca osc pt2pt "$bin" "${gen[@]}" ;;
         hosts) "$root/jobs/testbed/hosts.sh" --quiet --cluster "$tmp/plain.json" --timeout 600 -- "${gen[@]}" ;;
-    esac > "$tmp/$1.$2.json" 2> "$tmp/$1.$2.err" || { tail -3 "$tmp/$1.$2.err" >&2; die "the $1 run failed"; }
+    esac > "$tmp/$1.$2.json" 2> "$tmp/$1.$2.err" || { tail -3 "$tmp/$1.$2.err" >&2; fail "the $1 run failed"; }
 }
 paths=(vader tcp-lo hosts)
 for ((k = 0; k < repeat; k++)); do

@@ -26,20 +26,13 @@
 #   `jobs/testbed/testbed.sh --launcher -- jobs/testbed/resilient_generate.sh ...` to run every
 #   launch on the emulated devices and links
 set -euo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
-    exit 0
-fi
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-bin="${MESHINFER_BIN:-$root/build/meshinfer}"
-fail() { echo "resilient_generate: error: $*" >&2; exit 1; }
-say() { echo "resilient_generate: $*" >&2; }
+. "$(dirname "$0")/../lib/common.sh"
 hostfile="" np=0 journal="" json="" max_launches=8
 first=() every=()
 while (($#)); do
     case "$1" in
         --hostfile|--np|--journal|--json|--max-launches|--model|--prompt|--steps|--temperature|--top-p|--seed)
-            (($# >= 2)) || fail "$1 needs a value (see --help)" ;;&
+            need_value "$@" ;;&
         --hostfile) hostfile=$2; shift 2 ;;
         --np) np=$2; shift 2 ;;
         --journal) journal=$2; shift 2 ;;
@@ -53,7 +46,7 @@ while (($#)); do
         --seed) first+=(-s "$2"); shift 2 ;;
         --ignore-eos) first+=(--ignore-eos); shift ;;
         --) shift; every+=("$@"); break ;;
-        *) fail "unknown option '$1' (see --help)" ;;
+        *) bad_option "$1" ;;
     esac
 done
 [[ -n "$hostfile" ]] || fail "--hostfile is required (see --help)"
@@ -61,7 +54,7 @@ done
 [[ $np =~ ^[0-9]{1,5}$ ]] || fail "--np '$np' is not a whole number"
 np=$((10#$np))
 [[ $max_launches =~ ^[1-9][0-9]*$ ]] || fail "--max-launches '$max_launches' is not a positive number"
-[[ -x "$bin" ]] || fail "$bin is not built (jobs/dev/build.sh)"
+meshinfer_bin
 
 # outputs are checked before anything runs, as meshinfer checks its own: not a directory, in a
 # directory that exists and can be written, and never one of the inputs (by device and inode, so

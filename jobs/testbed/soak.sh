@@ -15,29 +15,24 @@
 #              testbed running at the same time needs another range)
 #   defaults: 200 generations of 64 tokens, 3% loss, 4 ranks, 1 ms links; needs root (testbed)
 set -euo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
-    exit 0
-fi
-root="$(cd "$(dirname "$0")/../.." && pwd)"
+. "$(dirname "$0")/../lib/common.sh"
 gens=200 steps=64 loss=3 port=46000 out="$root/results/soak"
-fail() { echo "soak: error: $*" >&2; exit 1; }
 while (($#)); do
     case "$1" in
-        --generations|--steps|--loss-pct|--port|--out) (($# >= 2)) || fail "$1 needs a value (see --help)" ;;&
+        --generations|--steps|--loss-pct|--port|--out) need_value "$@" ;;&
         --generations) gens=$2; shift 2 ;;
         --steps) steps=$2; shift 2 ;;
         --loss-pct) loss=$2; shift 2 ;;
         --port) port=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
-        *) fail "unknown option '$1' (see --help)" ;;
+        *) bad_option "$1" ;;
     esac
 done
 [[ $gens =~ ^[1-9][0-9]*$ && $steps =~ ^[1-9][0-9]*$ ]] || fail "--generations and --steps take positive whole numbers"
 [[ $port =~ ^[1-9][0-9]{0,4}$ ]] && ((port + 99 <= 65535)) || fail "--port '$port' is not a TCP port with 99 more above it"
-model="$root/models/cache/stories15M.h5"
-[[ -f "$model" ]] || model="$("$root/jobs/dev/fetch_model.sh")"
-mkdir -p "$out"
+model=""
+real_model
+out_dir "$out"
 echo "soak: $gens generations of $steps tokens on the testbed (4 ranks, 1 ms links, $loss% loss)..." >&2
 "$root/jobs/testbed/testbed.sh" --ranks 4 --cpu-pct 100 --delay-ms 1 --jitter-ms 0 --loss-pct "$loss" --port "$port" -- \
     generate -m "$model" -n "$steps" --ignore-eos --repeat "$gens" --cluster "$root/mpi_tests/cluster-tight.json" \
