@@ -60,49 +60,49 @@
 #   jobs/testbed/hosts.sh --cluster hostfiles/hosts-hetero.json -- generate \
 #       -m models/cache/stories15M.h5 --cluster hostfiles/hosts-hetero.json --planner greedy --json
 set -euo pipefail
-root="$(cd "$(dirname "$0")/../.." && pwd)"
+. "$(dirname "$0")/../lib/common.sh"
 cluster="" ranks="" userhf="" btlif="" oobif="" mcacheck=1 timeout=0 launcher=0 quiet=0 stats=""
-die() { echo "hosts: error: $*" >&2; exit 2; }
+fail_status=2
 while (($#)); do
     case "$1" in
-        --cluster) (($# >= 2)) || die "--cluster needs a file"; cluster=$2; shift 2 ;;
-        --ranks) (($# >= 2)) || die "--ranks needs a number"; ranks=$2; shift 2 ;;
-        --hostfile) (($# >= 2)) || die "--hostfile needs a file"; userhf=$2; shift 2 ;;
-        --btl-if) [[ -n ${2:-} ]] || die "--btl-if needs a value (interface names or A.B.C.D/N subnets)"; btlif=$2; shift 2 ;;
-        --oob-if) [[ -n ${2:-} ]] || die "--oob-if needs a value (interface names or A.B.C.D/N subnets)"; oobif=$2; shift 2 ;;
-        --mca-check) [[ ${2:-} == off ]] || die "--mca-check takes 'off'"; mcacheck=0; shift 2 ;;
-        --timeout) (($# >= 2)) || die "--timeout needs seconds"; timeout=$2; shift 2 ;;
+        --cluster) (($# >= 2)) || fail "--cluster needs a file"; cluster=$2; shift 2 ;;
+        --ranks) (($# >= 2)) || fail "--ranks needs a number"; ranks=$2; shift 2 ;;
+        --hostfile) (($# >= 2)) || fail "--hostfile needs a file"; userhf=$2; shift 2 ;;
+        --btl-if) [[ -n ${2:-} ]] || fail "--btl-if needs a value (interface names or A.B.C.D/N subnets)"; btlif=$2; shift 2 ;;
+        --oob-if) [[ -n ${2:-} ]] || fail "--oob-if needs a value (interface names or A.B.C.D/N subnets)"; oobif=$2; shift 2 ;;
+        --mca-check) [[ ${2:-} == off ]] || fail "--mca-check takes 'off'"; mcacheck=0; shift 2 ;;
+        --timeout) (($# >= 2)) || fail "--timeout needs seconds"; timeout=$2; shift 2 ;;
         --launcher) launcher=1; shift ;;
-        --stats) [[ -n ${2:-} ]] || die "--stats needs a file"; stats=$2; shift 2 ;;
+        --stats) [[ -n ${2:-} ]] || fail "--stats needs a file"; stats=$2; shift 2 ;;
         --quiet) quiet=1; shift ;;
-        -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
+        -h|--help) usage; exit 0 ;;
         --) shift; break ;;
-        *) die "unknown option '$1' (see --help)" ;;
+        *) bad_option "$1" ;;
     esac
 done
-[[ -n $cluster ]] || die "give the cluster file: --cluster FILE (see --help)"
-(($#)) || die "give the meshinfer command after -- (see --help)"
-[[ -z $ranks || $ranks =~ ^[1-9][0-9]{0,2}$ ]] || die "--ranks '$ranks' is not a number of ranks from 1 to 999"
-[[ $timeout =~ ^(0|[1-9][0-9]{0,6})$ ]] || die "--timeout '$timeout' is not a whole number of seconds (0: none; at most 9999999)"
+[[ -n $cluster ]] || fail "give the cluster file: --cluster FILE (see --help)"
+(($#)) || fail "give the meshinfer command after -- (see --help)"
+[[ -z $ranks || $ranks =~ ^[1-9][0-9]{0,2}$ ]] || fail "--ranks '$ranks' is not a number of ranks from 1 to 999"
+[[ $timeout =~ ^(0|[1-9][0-9]{0,6})$ ]] || fail "--timeout '$timeout' is not a whole number of seconds (0: none; at most 9999999)"
 for v in "btl-if=$btlif" "oob-if=$oobif"; do
     IFS=, read -r -a parts <<< "${v#*=}"
     for w in "${parts[@]}"; do
         [[ $w =~ ^[A-Za-z][A-Za-z0-9_.:-]{0,14}$ || $w =~ ^([0-9]{1,3}\.){3}[0-9]{1,3}/([0-9]|[12][0-9]|3[0-2])$ ]] ||
-            die "--${v%%=*}: '$w' is neither an interface name nor a subnet A.B.C.D/N (N at most 32)"
+            fail "--${v%%=*}: '$w' is neither an interface name nor a subnet A.B.C.D/N (N at most 32)"
     done
 done
 if ((launcher)); then
-    if [[ $1 == */* ]]; then [[ -f $1 && -x $1 ]] || die "--launcher: '$1' is not an executable file"
-    else [[ -n $(type -P "$1" 2>/dev/null) ]] || die "--launcher: '$1' is not a command on PATH"; fi
+    if [[ $1 == */* ]]; then [[ -f $1 && -x $1 ]] || fail "--launcher: '$1' is not an executable file"
+    else [[ -n $(type -P "$1" 2>/dev/null) ]] || fail "--launcher: '$1' is not a command on PATH"; fi
 fi
-command -v node > /dev/null || die "needs node (Node.js) to read the cluster file"
+command -v node > /dev/null || fail "needs node (Node.js) to read the cluster file"
 hostsdef=$(node "$root/jobs/lib/hosts_cluster.js" "$cluster") || exit 2
 mapfile -t lines <<< "$hostsdef"
 n_dev=${#lines[@]}
 # --hostfile: lines "NAME [slots=N]", checked now; hf_dev/hf_slots hold them
 hf_dev=() hf_slots=() hf_total=0
 if [[ -n $userhf ]]; then
-    [[ -r $userhf && -f $userhf ]] || die "--hostfile $userhf: cannot read it"
+    [[ -r $userhf && -f $userhf ]] || fail "--hostfile $userhf: cannot read it"
     devnames=()
     for l in "${lines[@]}"; do read -r _ _ _ _ _ _ nm <<< "$l"; devnames+=("$nm"); done
     ln=0
@@ -114,26 +114,26 @@ if [[ -n $userhf ]]; then
         [[ -n ${h:-} ]] || continue
         slots=1
         if [[ -n ${rest:-} ]]; then
-            [[ $rest =~ ^slots=([1-9][0-9]{0,2})$ ]] || die "--hostfile $userhf line $ln: '$rest' is not slots=N"
+            [[ $rest =~ ^slots=([1-9][0-9]{0,2})$ ]] || fail "--hostfile $userhf line $ln: '$rest' is not slots=N"
             slots=${BASH_REMATCH[1]}
         fi
         d=-1
         for ((k = 0; k < n_dev; k++)); do [[ ${devnames[$k]} == "$h" ]] && { d=$k; break; }; done
         if ((d < 0)); then
             if getent hosts "$h" > /dev/null; then
-                die "--hostfile $userhf line $ln: host '$h' resolves, but to no host of this testbed; name a device of $cluster (${devnames[*]})"
+                fail "--hostfile $userhf line $ln: host '$h' resolves, but to no host of this testbed; name a device of $cluster (${devnames[*]})"
             else
-                die "--hostfile $userhf line $ln: host '$h' does not resolve (no /etc/hosts line or DNS record) and is no device of $cluster (${devnames[*]}); fix the name or add the device"
+                fail "--hostfile $userhf line $ln: host '$h' does not resolve (no /etc/hosts line or DNS record) and is no device of $cluster (${devnames[*]}); fix the name or add the device"
             fi
         fi
         hf_dev+=("$d") hf_slots+=("$slots"); hf_total=$((hf_total + slots))
     done < "$userhf"
-    ((hf_total > 0)) || die "--hostfile $userhf names no host"
+    ((hf_total > 0)) || fail "--hostfile $userhf names no host"
     ranks=${ranks:-$hf_total}
-    ((ranks <= hf_total)) || die "--hostfile $userhf gives $hf_total slot(s), fewer than the $ranks ranks asked for; add slots=N or hosts"
+    ((ranks <= hf_total)) || fail "--hostfile $userhf gives $hf_total slot(s), fewer than the $ranks ranks asked for; add slots=N or hosts"
 fi
 ranks=${ranks:-$n_dev}
-((ranks <= n_dev || hf_total > 0)) || die "cluster file $cluster gives $n_dev host(s), fewer than the $ranks ranks asked for; add devices to it or use --ranks $n_dev"
+((ranks <= n_dev || hf_total > 0)) || fail "cluster file $cluster gives $n_dev host(s), fewer than the $ranks ranks asked for; add devices to it or use --ranks $n_dev"
 # the testbed makes every device's host when a hostfile places the ranks, else the first $ranks
 n_hosts=$ranks
 [[ -n $userhf ]] && n_hosts=$n_dev
@@ -143,31 +143,31 @@ for ((i = 0; i < n_hosts; i++)); do
     names+=("$nm") cpus+=("$c") slows+=("$s") delays+=("$d") jitters+=("$j") losses+=("$l") rates+=("$r")
 done
 
-[[ $(id -u) -eq 0 ]] || { echo "hosts: error: needs root (network namespaces, cgroups, iptables)" >&2; exit 1; }
-. "$root/jobs/lib/packages.sh"
-ensure_packages hosts iptables libnetfilter-queue-dev iproute2 util-linux
-bin="${MESHINFER_BIN:-$root/build/meshinfer}"
-[[ -n "${MESHINFER_BIN:-}" ]] || "$root/jobs/dev/build.sh"
-[[ -x "$bin" ]] || die "$bin is not an executable (MESHINFER_BIN)"
-netem="$(dirname "$bin")/mi_netem"
-[[ -x $netem ]] || netem="$root/build/mi_netem"
-if [[ ! -x $netem ]]; then
-    cmake -S "$root" -B "$root/build" > /dev/null && cmake --build "$root/build" --target mi_netem > /dev/null
-fi
+((launcher)) || check_model_args "$@"
+[[ $(id -u) -eq 0 ]] || { fail_status=1; fail "needs root (network namespaces, cgroups, iptables)"; }
+# packages only when a command is missing: the binaries are built once, not on every run
+for c in iptables ip tc flock unshare; do
+    command -v "$c" > /dev/null && continue
+    . "$root/jobs/lib/packages.sh"
+    ensure_packages hosts iptables iproute2 util-linux
+    break
+done
+meshinfer_bin
+netem_bin
 cgroot=/sys/fs/cgroup/cpu acctroot=/sys/fs/cgroup/cpuacct
 [[ -w $cgroot && -w $acctroot ]] ||
-    { echo "hosts: error: $cgroot or $acctroot (cgroup v1 cpu and cpuacct controllers) is not writable" >&2; exit 1; }
+    { fail_status=1; fail "$cgroot or $acctroot (cgroup v1 cpu and cpuacct controllers) is not writable"; }
 if [[ -n $stats ]]; then
-    [[ -d $(dirname "$stats") ]] || die "--stats: folder $(dirname "$stats") does not exist"
-    [[ ! -d $stats ]] || die "--stats: '$stats' is a folder; give a file name"
+    [[ -d $(dirname "$stats") ]] || fail "--stats: folder $(dirname "$stats") does not exist"
+    [[ ! -d $stats ]] || fail "--stats: '$stats' is a folder; give a file name"
     # a file of our own there, not the .partial name (which could be someone's file)
     probe=$(mktemp "$(dirname "$stats")/.hosts-stats.XXXXXX" 2> /dev/null) && rm -f "$probe" ||
-        die "--stats: cannot write in $(dirname "$stats") (the file is written whole there, then renamed)"
+        fail "--stats: cannot write in $(dirname "$stats") (the file is written whole there, then renamed)"
     for input in "$cluster" "$userhf"; do
-        [[ -n $input && $(realpath -m "$stats") == $(realpath -m "$input") ]] && die "--stats $stats is an input of the run; give another file"
+        [[ -n $input && $(realpath -m "$stats") == $(realpath -m "$input") ]] && fail "--stats $stats is an input of the run; give another file"
     done
 fi
-ip netns list > /dev/null 2>&1 || { echo "hosts: error: this kernel or container cannot make network namespaces (ip netns)" >&2; exit 1; }
+ip netns list > /dev/null 2>&1 || { fail_status=1; fail "this kernel or container cannot make network namespaces (ip netns)"; }
 
 statedir=/run/meshinfer-hosts
 mkdir -p "$statedir"
@@ -258,7 +258,7 @@ for x in $(seq 1 250); do
     id=$x
     break
 done
-[[ -n $id ]] || { echo "hosts: error: no free subnet in 10.213.1-250.0/24 (250 testbeds running?)" >&2; exit 1; }
+[[ -n $id ]] || { fail_status=1; fail "no free subnet in 10.213.1-250.0/24 (250 testbeds running?)"; }
 echo $$ > "$statedir/mi$id.owner"
 work=$(mktemp -d /tmp/mi-hosts.XXXXXX)
 save_state

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Seed 000's experiment as a sweep on the emulated testbed (jobs/testbed/testbed.sh):
 # planners x speculation on/off x rank counts x link delay (RTT) x loss x tolerance.
-# Each run's --json is kept in results/NAME/runs/ (an interrupted sweep resumes
-# where it stopped); jobs/lib/sweep_summary.js turns them into
-#   results/NAME.csv           one row per run
-#   results/NAME_table.md      seconds, ratio to layer-wise, bytes moved, per-device
+# Each run's --json is kept in DIR/NAME/runs/ (an interrupted sweep resumes
+# where it stopped, given the same --out); jobs/lib/sweep_summary.js turns them into
+#   DIR/NAME.csv           one row per run
+#   DIR/NAME_table.md      seconds, ratio to layer-wise, bytes moved, per-device
 #                              compute time and estimated energy, acceptance
 # and gnuplot draws
 #   NAME_time.png        seconds per configuration
@@ -26,7 +26,11 @@
 #   --no-spec-off       skip head-level runs without speculation
 #   --cpu-pct P         CPU quota per rank, % of one core (default 40)
 #   --wire-dtype T      activation messages in fp32 (default), fp16 or q8_0 (use a --name per dtype)
-#   --name NAME         output name under results/ (default sweep)
+#   --name NAME         output name in DIR (default sweep)
+#   --out DIR           output folder (default results/YYYY-MM-DD, today's)
+#   --quick             a try-out in a minute or two: 3 ranks, 16 tokens, every planner once
+#                       (layerwise, tp, somegather, hybrid; roundrobin, random and greedy
+#                       with speculation only); options given as well still count
 #   --hosts FILE        run every configuration on the hosts testbed (jobs/testbed/hosts.sh) made from
 #                       this cluster file: each rank its own host, with the CPU quota, slowdown
 #                       and link of its device's "emulate" block (--delays, --losses and
@@ -35,12 +39,16 @@
 #                       plots TPOT, link MB and CPU time per host for every configuration
 #   --cluster FILE      give meshinfer this cluster file (budgets, speeds, links) for planning
 set -euo pipefail
-root="$(cd "$(dirname "$0")/../.." && pwd)"
-model="$root/models/cache/stories15M.h5" tokens=242 ranks="5" delays="5" losses="0" cpu=40 name=sweep
+. "$(dirname "$0")/../lib/common.sh"
+fail_status=2
+model="" tokens=242 ranks="5" delays="5" losses="0" cpu=40 name=sweep out="$root/results/$(date +%F)"
 prompt="Once upon a time, there was a little girl named Lily"
 planners="layerwise roundrobin random greedy" tols="0.05" spec_off=1 wire=fp32 hosts="" mcluster="" testbed_opts=0
+quick=0 given=" "
 while (($#)); do
     case "$1" in
+        --model|--prompt|--tokens|--ranks|--delays|--losses|--planners|--tolerances|--cpu-pct|--hosts|--cluster|--wire-dtype|--name|--out)
+            need_value "$@"; given+="$1 " ;;&
         --model) model=$2; shift 2 ;;
         --prompt) prompt=$2; shift 2 ;;
         --tokens) tokens=$2; shift 2 ;;
@@ -55,13 +63,20 @@ while (($#)); do
         --cluster) mcluster=$2; shift 2 ;;
         --wire-dtype) wire=$2; shift 2 ;;
         --name) name=$2; shift 2 ;;
-        -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
-        *) echo "sweep: error: unknown option '$1' (see --help)" >&2; exit 2 ;;
+        --out) out=$2; shift 2 ;;
+        --quick) quick=1; shift ;;
+        -h|--help) usage; exit 0 ;;
+        *) bad_option "$1" ;;
     esac
 done
-[[ $name =~ ^[A-Za-z0-9._-]+$ ]] || { echo "sweep: error: --name '$name' must be letters, digits, '.', '_' or '-'" >&2; exit 2; }
-[[ -r $model ]] || { echo "sweep: error: model '$model' not found (jobs/dev/fetch_model.sh or meshinfer synth)" >&2; exit 2; }
-fail() { echo "sweep: error: $*" >&2; exit 2; }
+if ((quick)); then
+    # the fewest runs that still show every planner, and speculation where it exists
+    [[ $given == *" --tokens "* ]] || tokens=16
+    [[ $given == *" --ranks "* ]] || ranks=3
+    [[ $given == *" --planners "* ]] || planners="layerwise roundrobin random greedy tp somegather hybrid"
+    spec_off=0
+fi
+[[ $name =~ ^[A-Za-z0-9._-]+$ ]] || fail "--name '$name' must be letters, digits, '.', '_' or '-'"
 for v in $ranks; do [[ $v =~ ^[1-9][0-9]*$ ]] || fail "--ranks: '$v' is not a positive rank count"; done
 [[ $tokens =~ ^[1-9][0-9]*$ ]] || fail "--tokens '$tokens' is not a positive number"
 [[ $cpu =~ ^[1-9][0-9]*$ ]] || fail "--cpu-pct '$cpu' is not a positive integer"
@@ -79,7 +94,10 @@ if [[ -n $hosts ]]; then
 fi
 [[ -z $mcluster || -r $mcluster ]] || fail "--cluster: cluster file '$mcluster' not found"
 [[ -n $ranks && -n $delays && -n $losses && -n $planners && -n $tols ]] || fail "an empty list of values"
-out="$root/results"; runs="$out/$name/runs"; mkdir -p "$runs"
+if [[ -n $model ]]; then check_model "$model"; else real_model; fi
+runs="$out/$name/runs"
+out_dir "$out" "$runs"
+meshinfer_bin # (built here once, not by every testbed run)
 failed=0
 for n in $ranks; do for d in $delays; do for l in $losses; do for p in $planners; do for spec in 0 1; do
     # nothing to overlap in a pipeline of whole layers; tp, somegather and hybrid have no speculation

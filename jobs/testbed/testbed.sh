@@ -53,10 +53,13 @@
 # example:
 #   jobs/testbed/testbed.sh -- generate -m models/cache/stories15M.h5 --planner greedy --speculate --json
 set -euo pipefail
-root="$(cd "$(dirname "$0")/../.." && pwd)"
+. "$(dirname "$0")/../lib/common.sh"
+fail_status=2
 ranks=5 cpu=40 slowdown=1 period=5 changes=() delay=5 jitter=1 loss=0 rate=0 port=46000 launcher=0
 while (($#)); do
     case "$1" in
+        --ranks|--cpu-pct|--slowdown|--at|--cpu-period-ms|--delay-ms|--jitter-ms|--loss-pct|--rate-mbit|--port)
+            need_value "$@" ;;&
         --ranks) ranks=$2; shift 2 ;;
         --cpu-pct) cpu=$2; shift 2 ;;
         --slowdown) slowdown=$2; shift 2 ;;
@@ -68,53 +71,58 @@ while (($#)); do
         --rate-mbit) rate=$2; shift 2 ;;
         --port) port=$2; shift 2 ;;
         --launcher) launcher=1; shift ;;
-        -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
+        -h|--help) usage; exit 0 ;;
         --) shift; break ;;
-        *) echo "testbed: error: unknown option '$1' (see --help)" >&2; exit 2 ;;
+        *) bad_option "$1" ;;
     esac
 done
-(($#)) || { echo "testbed: error: give the meshinfer command after --" >&2; exit 2; }
+(($#)) || fail "give the meshinfer command after --"
 if ((launcher)); then
-    command -v "$1" > /dev/null || [[ -x "$1" ]] || { echo "testbed: error: --launcher: '$1' is not a command" >&2; exit 2; }
+    command -v "$1" > /dev/null || [[ -x "$1" ]] || fail "--launcher: '$1' is not a command"
 fi
 for v in "ranks=$ranks" "cpu-period-ms=$period" "port=$port"; do
-    [[ ${v#*=} =~ ^[1-9][0-9]{0,5}$ ]] || { echo "testbed: error: --${v%%=*} '${v#*=}' is not a positive integer" >&2; exit 2; }
+    [[ ${v#*=} =~ ^[1-9][0-9]{0,5}$ ]] || fail "--${v%%=*} '${v#*=}' is not a positive integer"
 done
+# the links take ports P to P+99, and sysctl would refuse a reserved range past 65535 in its own words
+((port + 99 <= 65535)) || fail "--port $port: the links take ports $port-$((port + 99)), past the last TCP port 65535; use at most 65436"
 IFS=, read -r -a cpus <<< "$cpu"
-((${#cpus[@]} >= 1)) || { echo "testbed: error: --cpu-pct is empty" >&2; exit 2; }
+((${#cpus[@]} >= 1)) || fail "--cpu-pct is empty"
 for c in "${cpus[@]}"; do
-    [[ $c =~ ^[1-9][0-9]{0,5}$ ]] || { echo "testbed: error: --cpu-pct '$c' is not a positive integer" >&2; exit 2; }
+    [[ $c =~ ^[1-9][0-9]{0,5}$ ]] || fail "--cpu-pct '$c' is not a positive integer"
 done
 IFS=, read -r -a slows <<< "$slowdown"
-((${#slows[@]} >= 1)) || { echo "testbed: error: --slowdown is empty" >&2; exit 2; }
+((${#slows[@]} >= 1)) || fail "--slowdown is empty"
 for c in "${slows[@]}"; do
     [[ $c =~ ^[0-9]+([.][0-9]+)?$ ]] && awk -v s="$c" 'BEGIN {exit !(s >= 1 && s <= 1000)}' ||
-        { echo "testbed: error: --slowdown '$c' is not a number in [1, 1000]" >&2; exit 2; }
+        fail "--slowdown '$c' is not a number in [1, 1000]"
 done
 slow_of() { local i=$1; ((i < ${#slows[@]})) || i=$((${#slows[@]} - 1)); echo "${slows[$i]}"; }
 for ch in "${changes[@]}"; do
     [[ $ch =~ ^[0-9]+([.][0-9]+)?:(link=[0-9]+([.][0-9]+)?/[0-9]+([.][0-9]+)?|rank=[0-9]+,slowdown=[0-9]+([.][0-9]+)?)$ ]] ||
-        { echo "testbed: error: --at '$ch' is not T:link=DELAY_MS/RATE_MBIT or T:rank=K,slowdown=S" >&2; exit 2; }
+        fail "--at '$ch' is not T:link=DELAY_MS/RATE_MBIT or T:rank=K,slowdown=S"
 done
 # the quota of rank r (the list's last entry for ranks beyond it)
 cpu_of() { local i=$1; ((i < ${#cpus[@]})) || i=$((${#cpus[@]} - 1)); echo "${cpus[$i]}"; }
 for v in "delay-ms=$delay" "jitter-ms=$jitter" "loss-pct=$loss" "rate-mbit=$rate"; do
-    [[ ${v#*=} =~ ^[0-9]+([.][0-9]+)?$ ]] || { echo "testbed: error: --${v%%=*} '${v#*=}' is not a number" >&2; exit 2; }
+    [[ ${v#*=} =~ ^[0-9]+([.][0-9]+)?$ ]] || fail "--${v%%=*} '${v#*=}' is not a number"
 done
 for cpu in "${cpus[@]}"; do
-    ((cpu <= 100)) || { echo "testbed: error: --cpu-pct $cpu is more than one core (100)" >&2; exit 2; }
+    ((cpu <= 100)) || fail "--cpu-pct $cpu is more than one core (100)"
     # the kernel's smallest quota is 1 ms
-    ((cpu * period * 10 >= 1000)) || { echo "testbed: error: --cpu-pct $cpu of a ${period} ms period is under the kernel's 1 ms minimum quota; use --cpu-period-ms $(( (100 + cpu - 1) / cpu ))" >&2; exit 2; }
+    ((cpu * period * 10 >= 1000)) || fail "--cpu-pct $cpu of a ${period} ms period is under the kernel's 1 ms minimum quota; use --cpu-period-ms $(( (100 + cpu - 1) / cpu ))"
 done
-[[ $(id -u) -eq 0 ]] || { echo "testbed: error: needs root (cgroups and iptables)" >&2; exit 1; }
-. "$root/jobs/lib/packages.sh"
-ensure_packages testbed libnetfilter-queue-dev iptables
-bin="${MESHINFER_BIN:-$root/build/meshinfer}"
-[[ -n "${MESHINFER_BIN:-}" ]] || "$root/jobs/dev/build.sh"
-[[ -x "$bin" ]] || { echo "testbed: error: $bin is not an executable (MESHINFER_BIN)" >&2; exit 2; }
-cmake -S "$root" -B "$root/build" >/dev/null && cmake --build "$root/build" --target mi_netem >/dev/null
+((launcher)) || check_model_args "$@"
+[[ $(id -u) -eq 0 ]] || { fail_status=1; fail "needs root (cgroups and iptables)"; }
+meshinfer_bin
+fail_status=1 # (what fails from here on is the machine, not the arguments)
+# packages only when something is missing: the binaries are built once, not on every run
+if ! command -v iptables > /dev/null; then
+    . "$root/jobs/lib/packages.sh"
+    ensure_packages testbed iptables
+fi
+netem_bin
 cgroot=/sys/fs/cgroup/cpu
-[[ -w "$cgroot" ]] || { echo "testbed: error: $cgroot (cgroup v1 cpu controller) is not writable" >&2; exit 1; }
+[[ -w "$cgroot" ]] || fail "$cgroot (cgroup v1 cpu controller) is not writable"
 
 tag="meshinfer-testbed-$$"
 queue=$(( ($$ % 60000) + 100 ))
@@ -186,7 +194,7 @@ done
 ctl="$(mktemp -d)"
 trap 'cleanup; rm -rf "$ctl"' EXIT
 for ((r = 0; r < ranks; r++)); do echo "$(slow_of $r)" > "$ctl/slow$r"; done
-"$root/build/mi_netem" --queue "$queue" --delay-ms "$delay" --jitter-ms "$jitter" --loss-pct "$loss" --rate-mbit "$rate" \
+"$netem" --queue "$queue" --delay-ms "$delay" --jitter-ms "$jitter" --loss-pct "$loss" --rate-mbit "$rate" \
     --control "$ctl/link" &
 netem_pid=$!
 save_state
