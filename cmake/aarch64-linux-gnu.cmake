@@ -4,7 +4,7 @@
 # /usr/lib/aarch64-linux-gnu), which Debian's cross gcc searches by itself.
 #
 # AARCH64_STATIC (default ON) links executables statically, so that
-# qemu-aarch64 runs them without an aarch64 sysroot (jobs/cross_kernels.sh).
+# qemu-aarch64 runs them without an aarch64 sysroot (jobs/dev/cross_kernels.sh).
 #
 # usage: cmake -S . -B build-aarch64 -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake
 #

@@ -6,7 +6,7 @@
  * Seeds are model files, which the repository does not hold: with
  * MESHINFER_FUZZ_SEEDS=DIR set, the harness writes small seeded synthetic
  * models there (every dtype, shared and separate classifier, mixed layer
- * dtypes) and exits; jobs/fuzz.sh does this before fuzzing. fuzz/corpus/hdf5
+ * dtypes) and exits; jobs/dev/fuzz.sh does this before fuzzing. fuzz/corpus/hdf5
  * keeps only inputs that once failed.
  *
  * Debian's libhdf5 is not instrumented and over-reads on some corrupt

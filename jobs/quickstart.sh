@@ -4,13 +4,9 @@
 #
 # usage: jobs/quickstart.sh [PROMPT]
 set -euo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
-    exit 0
-fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
-"$root/jobs/build.sh"
-model="$("$root/jobs/fetch_model.sh")"
+. "$(dirname "$0")/lib/common.sh"
+"$root/jobs/dev/build.sh"
+model="$("$root/jobs/dev/fetch_model.sh")"
 prompt="${1:-Once upon a time, there was a little girl named Lily}"
 echo "quickstart: meshinfer generate -m $model -p \"$prompt\" -n 200" >&2
 "$root/build/meshinfer" generate -m "$model" -p "$prompt" -n 200

@@ -5,11 +5,7 @@
 #
 # usage: jobs/run_tests.sh [extra ctest arguments, e.g. -R unit_]
 set -euo pipefail
-if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
-    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
-    exit 0
-fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
-"$root/jobs/build.sh"
+. "$(dirname "$0")/lib/common.sh"
+"$root/jobs/dev/build.sh"
 cd "$root/build"
 ctest --output-on-failure "$@"

@@ -8,7 +8,7 @@
 #     pruning masks carried by the model (communication-aware and
 #     magnitude), and with message loss in each of the three modes decided by
 #     the same seed; skipped (not failed) only where Debian's python3-torch is
-#     missing, which jobs/build.sh installs;
+#     missing, which jobs/dev/build.sh installs;
 #   - message loss changes the forecast, the same seed reproduces it;
 #   - bad input: a series with a missing value, too few rows, a column count
 #     the model was not trained on, --at outside the file, a language model

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The hosts testbed (jobs/hosts.sh, issue 13): three hosts, each its own
+# The hosts testbed (jobs/testbed/hosts.sh, issue 13): three hosts, each its own
 # network namespace, address, hostname, CPU cgroup and shaped link, launched
 # by mpirun from a hostfile through the rsh launcher. Checks that
 #   - a 3-host generation gives the one-rank tokens (greedy head-level and
@@ -58,7 +58,7 @@ prompt="Once upon a time"
 want=$(json "$tmp/one.json" 'j.tokens.join(" ")')
 
 for p in greedy somegather; do
-    "$root/jobs/hosts.sh" --cluster "$tmp/c3.json" --stats "$tmp/st-$p.json" --timeout 240 -- \
+    "$root/jobs/testbed/hosts.sh" --cluster "$tmp/c3.json" --stats "$tmp/st-$p.json" --timeout 240 -- \
         generate -m "$model" -p "$prompt" -n 16 --planner $p --cluster "$tmp/c3.json" --json > "$tmp/$p.json" 2> "$tmp/$p.err"
     rc=$?
     check "$p on 3 hosts exits 0" "[[ $rc == 0 ]]" || tail -5 "$tmp/$p.err"
@@ -73,7 +73,7 @@ check "statistics: ranks 1 and 2 received what their rank-0 link counted (bytes 
 check "nothing left after the runs ($(leftovers))" "[[ \"\$(leftovers)\" == '$clean' && \"\$(hosts_sum)\" == '$etc0' ]]"
 
 # every link's latency against its configuration
-"$root/jobs/hosts.sh" --cluster "$tmp/c3.json" --timeout 240 -- \
+"$root/jobs/testbed/hosts.sh" --cluster "$tmp/c3.json" --timeout 240 -- \
     calibrate --seconds 0.001 --link-bytes 65536 -o "$tmp/cal.json" > "$tmp/cal.out" 2> "$tmp/cal.err"
 check "calibrate on 3 hosts exits 0" "[[ $? == 0 ]]" || tail -5 "$tmp/cal.err"
 res=$(node -e '
@@ -90,7 +90,7 @@ check "calibrate names each device by its own host" "[[ \$(json '$tmp/cal.json' 
 
 # two testbeds at once: different subnets, both right
 for k in 1 2; do
-    "$root/jobs/hosts.sh" --cluster "$tmp/c3.json" --ranks 2 --timeout 240 -- \
+    "$root/jobs/testbed/hosts.sh" --cluster "$tmp/c3.json" --ranks 2 --timeout 240 -- \
         generate -m "$model" -p "$prompt" -n 16 --planner layerwise --json > "$tmp/par$k.json" 2> "$tmp/par$k.err" &
 done
 wait
@@ -103,7 +103,7 @@ done
 
 # long_run LOG SECONDS: a long generation in the background (pid in $pid), SECONDS after its hosts are up
 long_run() {
-    "$root/jobs/hosts.sh" --cluster "$tmp/c3.json" -- generate -m "$model" -n 250 --ignore-eos --planner greedy \
+    "$root/jobs/testbed/hosts.sh" --cluster "$tmp/c3.json" -- generate -m "$model" -n 250 --ignore-eos --planner greedy \
         > /dev/null 2> "$1" &
     pid=$!
     for _ in $(seq 100); do grep -q "rank(s) on" "$1" && break; sleep 0.1; done
@@ -119,7 +119,7 @@ check "SIGTERM mid-run: exit 143 ($rc)" "[[ $rc == 143 ]]"
 check "SIGTERM mid-run: nothing left ($(leftovers))" "[[ \"\$(leftovers)\" == '$clean' && \"\$(hosts_sum)\" == '$etc0' ]]"
 
 # --timeout: stopped, exit 124, everything removed
-"$root/jobs/hosts.sh" --cluster "$tmp/c3.json" --timeout 3 -- generate -m "$model" -n 250 --ignore-eos --planner greedy \
+"$root/jobs/testbed/hosts.sh" --cluster "$tmp/c3.json" --timeout 3 -- generate -m "$model" -n 250 --ignore-eos --planner greedy \
     > /dev/null 2> "$tmp/to.err"
 rc=$?
 check "--timeout 3 on a longer run: exit 124 ($rc) and its line" "[[ $rc == 124 ]] && grep -q 'took more than --timeout 3 s' '$tmp/to.err'"
@@ -133,7 +133,7 @@ wait $pid 2> /dev/null
 check "SIGKILL: the run's hosts are still there (nothing could remove them)" "[[ \"\$(leftovers)\" != '$clean' ]]"
 ns0=$(ip netns list | grep -o '^mi[0-9]*-0' | head -1)
 [[ -n $ns0 ]] && ip netns del "$ns0"
-"$root/jobs/hosts.sh" --cluster "$tmp/c3.json" --ranks 2 --timeout 240 -- \
+"$root/jobs/testbed/hosts.sh" --cluster "$tmp/c3.json" --ranks 2 --timeout 240 -- \
     generate -m "$model" -p "$prompt" -n 16 --planner layerwise --json > "$tmp/next.json" 2> "$tmp/next.err"
 check "the next run says it removed them" "grep -q 'left behind' '$tmp/next.err'"
 check "the next run gives the one-rank tokens" "[[ \"\$(json '$tmp/next.json' 'j.tokens.join(\" \")' 2>/dev/null)\" == \"\$want\" ]]"
@@ -143,7 +143,7 @@ check "after SIGKILL and the next run: nothing left ($(leftovers))" "[[ \"\$(lef
 # bad input: one line naming the problem and the fix, exit 2, nothing made
 bad() { # NAME EXPECTED_PATTERN ARGS...
     local name=$1 pat=$2; shift 2
-    timeout 120 "$root/jobs/hosts.sh" "$@" > "$tmp/bad.out" 2> "$tmp/bad.err"
+    timeout 120 "$root/jobs/testbed/hosts.sh" "$@" > "$tmp/bad.out" 2> "$tmp/bad.err"
     local rc=$? lines
     lines=$(grep -c . "$tmp/bad.err")
     check "bad input, $name: exit 2, one line ($(head -c 160 "$tmp/bad.err"))" \
@@ -167,7 +167,7 @@ bad "an unknown emulate key" "unknown key 'delay'" --cluster "$tmp/typo.json" "$
 check "meshinfer refuses the same typo in the cluster file" "grep -q \"unknown key 'delay' in devices\\[0\\].emulate\" '$tmp/plan.err'"
 
 # with the check off, meshinfer's own start-up probe names the fix on every rank (no hang)
-timeout 120 "$root/jobs/hosts.sh" --cluster "$tmp/c3.json" --btl-if wlan0 --mca-check off --timeout 100 -- \
+timeout 120 "$root/jobs/testbed/hosts.sh" --cluster "$tmp/c3.json" --btl-if wlan0 --mca-check off --timeout 100 -- \
     generate -m "$model" -n 4 > /dev/null 2> "$tmp/probe.err"
 rc=$?
 check "check off, MPI interface matching nothing: exit non-zero ($rc), not the timeout" "[[ $rc != 0 && $rc != 124 ]] && ! grep -q 'took more than' '$tmp/probe.err'"

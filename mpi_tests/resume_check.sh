@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 11 item 5: a generation survives a lost device. jobs/resilient_generate.sh
+# Issue 11 item 5: a generation survives a lost device. jobs/testbed/resilient_generate.sh
 # runs a 5-rank generation (layer-wise: exact at any rank count) from a
 # hostfile; a worker rank, chosen at random, is killed (SIGKILL) at a random
 # token; the job relaunches on the 4 ranks left with generate --resume, and
@@ -8,7 +8,7 @@
 # whole (another model, damaged, options given twice), a finished journal's
 # text printed without computing, and the distributed options carried by the
 # journal (those that change the tokens may not be changed on resume).
-# With --testbed the killed runs are on jobs/testbed.sh (5 devices at a full
+# With --testbed the killed runs are on jobs/testbed/testbed.sh (5 devices at a full
 # core each, 2 ms links: TCP between ranks, each rank in its cgroup), and only
 # those cases run.
 # usage: resume_check.sh MESHINFER MODEL.h5 [SEED] [--testbed]
@@ -18,7 +18,7 @@ RANDOM=${3:-$$}
 testbed=()
 if [[ "${4:-}" == --testbed ]]; then
     ((EUID == 0)) || { echo "skipped: the testbed needs root"; exit 77; }
-    testbed=("$(cd "$(dirname "$0")/.." && pwd)/jobs/testbed.sh" --ranks 5 --cpu-pct 100 --delay-ms 2 --jitter-ms 0 --launcher --)
+    testbed=("$(cd "$(dirname "$0")/.." && pwd)/jobs/testbed/testbed.sh" --ranks 5 --cpu-pct 100 --delay-ms 2 --jitter-ms 0 --launcher --)
 fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
 tmp="$(mktemp -d)"
@@ -50,7 +50,7 @@ one_case() { # NAME GENERATE-OPTIONS...
         esac
     done
     rm -f "$tmp/j.json"
-    MESHINFER_BIN="$bin" timeout 300 "${testbed[@]}" "$root/jobs/resilient_generate.sh" --hostfile "$tmp/hosts" --journal "$tmp/j.json" \
+    MESHINFER_BIN="$bin" timeout 300 "${testbed[@]}" "$root/jobs/testbed/resilient_generate.sh" --hostfile "$tmp/hosts" --journal "$tmp/j.json" \
         --json "$tmp/res.json" --model "$model" --steps $steps --ignore-eos "${opts[@]}" -- --planner layerwise \
         > "$tmp/got" 2> "$tmp/err" &
     local job=$! n=0 pid="" t_kill=""

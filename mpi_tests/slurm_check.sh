@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Issue 13 item 6: jobs/sweep.slurm on a real Slurm. Starts a private one-node
+# Issue 13 item 6: jobs/testbed/sweep.slurm on a real Slurm. Starts a private one-node
 # Slurm on this machine (munged with a generated key, slurmctld, slurmd; config,
 # spool, state, logs and sockets in a temporary directory, SLURM_CONF pointing at
 # it, free ports picked at random so two runs do not collide; nothing in /etc is
 # read or written), submits
-#   sbatch --nodes=1 --ntasks=3 --ntasks-per-node=3 jobs/sweep.slurm
+#   sbatch --nodes=1 --ntasks=3 --ntasks-per-node=3 jobs/testbed/sweep.slurm
 # with 16 tokens, layer-wise and greedy head-level placement (speculation at
 # tolerance 0), waits for it (bounded), and checks: every run is in the CSV and
 # the table with 3 ranks, every run's text and tokens equal a one-rank
@@ -12,14 +12,14 @@
 # and slurmd's log of each step's PMIx set-up), and, with more ranks than cores,
 # that the script turned on mpi_yield_when_idle. Then the same script with
 # HOSTS=cluster file: the job's 3 ranks on 3 hosts of the hosts testbed
-# (jobs/hosts.sh) inside the allocation, each run with the one-rank text and
+# (jobs/testbed/hosts.sh) inside the allocation, each run with the one-rank text and
 # per-host statistics, nothing of the testbed left (that part is skipped
 # without network namespaces). Last, a multi-node Slurm on this one machine:
 # 3 nodes, each a network namespace on a private bridge (10.214.X.0/24, free
 # subnet, names msl<pid>...) with its own slurmd (nsenter + unshare --mount
 # --uts: own hostname, own spool and TmpFS bind-mounted), a second slurmctld on
 # the bridge, and
-#   sbatch --nodes=3 --ntasks=3 --ntasks-per-node=1 jobs/sweep.slurm
+#   sbatch --nodes=3 --ntasks=3 --ntasks-per-node=1 jobs/testbed/sweep.slurm
 # one rank per node by srun --mpi=pmix, MPI over TCP on the bridge
 # (OMPI_MCA_btl=self,tcp, osc pt2pt, btl_tcp_if_include the subnet): each
 # node's slurmd ran a task of every step and every run has the one-rank text
@@ -27,7 +27,7 @@
 # Everything it started (daemons, jobs, namespaces, veths, bridge) is stopped
 # and the directory removed on exit, also on failure, SIGTERM or Ctrl-C;
 # nothing in /etc is written (the hosts part's /etc/hosts lines are removed by
-# jobs/hosts.sh).
+# jobs/testbed/hosts.sh).
 # Skips (exit 77) when not root, without the Slurm/munge programs or without
 # Slurm's pmix plugin.
 # usage: slurm_check.sh MODEL MESHINFER
@@ -35,12 +35,12 @@ set -uo pipefail
 model=${1:?usage: slurm_check.sh MODEL MESHINFER}
 bin=${2:?usage: slurm_check.sh MODEL MESHINFER}
 root="$(cd "$(dirname "$0")/.." && pwd)"
-prompt="Once upon a time, there was a little girl named Lily"   # jobs/sweep.slurm's prompt
+prompt="Once upon a time, there was a little girl named Lily"   # jobs/testbed/sweep.slurm's prompt
 tokens=16 ntasks=3
 skip() { echo "SKIP: $*"; exit 77; }
 [[ $(id -u) == 0 ]] || skip "needs root (a private slurmd runs the job as the submitting user)"
 for c in munged mungekey slurmctld slurmd sbatch srun squeue sinfo scontrol scancel node timeout shuf; do
-    command -v "$c" >/dev/null || skip "'$c' not found (jobs/build.sh installs slurmd slurmctld slurm-client munge)"
+    command -v "$c" >/dev/null || skip "'$c' not found (jobs/dev/build.sh installs slurmd slurmctld slurm-client munge)"
 done
 [[ -r $model && -x $bin ]] || { echo "FAIL: model '$model' or binary '$bin' missing"; exit 1; }
 
@@ -207,7 +207,7 @@ echo "ok: private Slurm up on $host (ports $p1, $p2) after $((SECONDS - t0)) s"
 OPENBLAS_NUM_THREADS=1 "$bin" generate -m "$model" -p "$prompt" -n "$tokens" --ignore-eos --json > "$tmp/ref.json" 2> "$tmp/ref.err" \
     || { echo "FAIL: one-rank reference run"; cat "$tmp/ref.err"; exit 1; }
 
-# submit_sweep NAME NODES TASKS_PER_NODE LOG_DIR [VAR=VALUE...]: jobs/sweep.slurm with the
+# submit_sweep NAME NODES TASKS_PER_NODE LOG_DIR [VAR=VALUE...]: jobs/testbed/sweep.slurm with the
 # test's settings and these variables, submitted from the repository root (sweep.slurm
 # finds it by SLURM_SUBMIT_DIR) and waited for (bounded; in the background, so that a
 # signal to the test is handled meanwhile); sets rc, job and joblog
@@ -217,7 +217,7 @@ submit_sweep() {
     (cd "$root" && exec env MODEL="$model" TOKENS=$tokens PLANNERS="layerwise greedy" TOLERANCES=0 NAME="$name" \
         OUT_DIR="$tmp/out" MESHINFER_BIN="$bin" OPENBLAS_NUM_THREADS=1 "$@" \
         timeout 240 sbatch --wait --nodes="$nodes" --ntasks=$((nodes * per)) --ntasks-per-node="$per" \
-            --output="$logdir/job-%j.log" jobs/sweep.slurm) > "$tmp/sbatch-$name.out" 2>&1 &
+            --output="$logdir/job-%j.log" jobs/testbed/sweep.slurm) > "$tmp/sbatch-$name.out" 2>&1 &
     wait $!; rc=$?
     job=$(awk '/^Submitted batch job/ {print $4}' "$tmp/sbatch-$name.out")
     joblog="$logdir/job-$job.log"
@@ -265,7 +265,7 @@ check "table: layer-wise, head-level greedy, greedy + speculation" \
 
 # The same script asked to use the hosts testbed (HOSTS=cluster file): the job's 3 ranks run on
 # 3 emulated hosts of the allocated node, each its own network stack, launched by mpirun from
-# the hostfile jobs/hosts.sh writes (skipped where the hosts testbed cannot run)
+# the hostfile jobs/testbed/hosts.sh writes (skipped where the hosts testbed cannot run)
 if ip netns add "mi-probe-$$" 2>/dev/null && ip netns del "mi-probe-$$" && [[ -w /sys/fs/cgroup/cpu && -w /sys/fs/cgroup/cpuacct ]]; then
     printf '%s\n' '{"devices": [{"name": "ctl", "mem_mb": 500, "emulate": {"delay_ms": 1}},' \
         '{"name": "w1", "mem_mb": 500, "emulate": {"delay_ms": 2, "rate_mbit": 100}},' \
@@ -298,7 +298,7 @@ fi
 # --mount --uts: their own hostname, and their own spool directory (its pid file and
 # the step sockets) and TmpFS (PMIx's per-job directories) bind-mounted over the paths
 # slurm.conf names, since Slurm's pmix plugin does not expand %n. Then
-#   sbatch --nodes=3 --ntasks=3 --ntasks-per-node=1 jobs/sweep.slurm
+#   sbatch --nodes=3 --ntasks=3 --ntasks-per-node=1 jobs/testbed/sweep.slurm
 # one rank per node by srun --mpi=pmix, MPI over TCP on the bridge.
 multi_nodes=3
 multi_skip=""

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The sweep's batch variant end to end without Slurm (jobs/sweep.slurm falls back
+# The sweep's batch variant end to end without Slurm (jobs/testbed/sweep.slurm falls back
 # to mpirun): 3 ranks, layer-wise and greedy head-level placement, speculation at
 # tolerance 0 (nothing may be accepted) and 1e9 (everything must be), then the
 # summary (CSV, table with ratios to layer-wise, per-device compute time) and
@@ -15,7 +15,7 @@ fail=0
 check() { if eval "$2"; then echo "ok: $1"; else echo "FAIL: $1"; fail=1; fi; }
 
 SLURM_NTASKS=3 MODEL="$model" TOKENS=6 PLANNERS="layerwise greedy" TOLERANCES="0 1e9" NAME=t OUT_DIR="$tmp" \
-    OMPI_MCA_mpi_yield_when_idle=1 bash "$root/jobs/sweep.slurm" > "$tmp/out" 2>&1
+    OMPI_MCA_mpi_yield_when_idle=1 bash "$root/jobs/testbed/sweep.slurm" > "$tmp/out" 2>&1
 rc=$?
 check "sweep.slurm (mpirun fallback) exits 0" "[[ $rc == 0 ]]" || cat "$tmp/out"
 csv="$tmp/t.csv"
@@ -71,19 +71,19 @@ check "summary into a missing directory: one error line" "[[ $rc == 1 && \$(wc -
 mv "$tmp/empty/greedy_spec0_tol0_r3_d5_l0.json" "$tmp/empty/greedy_spec0_tol0_r9_d5_l0.json"
 node "$root/jobs/lib/sweep_summary.js" "$tmp/empty" "$tmp/x" > "$tmp/e2" 2>&1; rc=$?
 check "summary: file name and run disagree on ranks" "[[ $rc == 1 ]] && grep -q 'says 9 ranks but the run had 3' '$tmp/e2'"
-SLURM_NTASKS=0 MODEL="$model" bash "$root/jobs/sweep.slurm" > "$tmp/e6" 2>&1; rc=$?
+SLURM_NTASKS=0 MODEL="$model" bash "$root/jobs/testbed/sweep.slurm" > "$tmp/e6" 2>&1; rc=$?
 check "sweep.slurm rejects SLURM_NTASKS=0" "[[ $rc == 2 ]] && grep -q 'SLURM_NTASKS' '$tmp/e6'"
-bash "$root/jobs/sweep.sh" --planners GREEDY > "$tmp/e7" 2>&1; rc=$?
+bash "$root/jobs/testbed/sweep.sh" --planners GREEDY > "$tmp/e7" 2>&1; rc=$?
 check "sweep.sh rejects an unknown planner" "[[ $rc == 2 ]] && grep -q \"unknown planner 'GREEDY'\" '$tmp/e7'"
-bash "$root/jobs/sweep.sh" --name 'a/b' > "$tmp/e3" 2>&1; rc=$?
+bash "$root/jobs/testbed/sweep.sh" --name 'a/b' > "$tmp/e3" 2>&1; rc=$?
 check "sweep.sh rejects a --name with a slash" "[[ $rc == 2 ]] && grep -q -- '--name' '$tmp/e3'"
-bash "$root/jobs/sweep.sh" --model "$tmp/none.h5" > "$tmp/e4" 2>&1; rc=$?
+bash "$root/jobs/testbed/sweep.sh" --model "$tmp/none.h5" > "$tmp/e4" 2>&1; rc=$?
 check "sweep.sh names a missing model" "[[ $rc == 2 ]] && grep -q 'none.h5' '$tmp/e4'"
-MODEL="$tmp/none.h5" bash "$root/jobs/sweep.slurm" > "$tmp/e5" 2>&1; rc=$?
+MODEL="$tmp/none.h5" bash "$root/jobs/testbed/sweep.slurm" > "$tmp/e5" 2>&1; rc=$?
 check "sweep.slurm names a missing model" "[[ $rc == 2 ]] && grep -q 'none.h5' '$tmp/e5'"
-YIELD_WHEN_IDLE=yes MODEL="$model" bash "$root/jobs/sweep.slurm" > "$tmp/e8" 2>&1; rc=$?
+YIELD_WHEN_IDLE=yes MODEL="$model" bash "$root/jobs/testbed/sweep.slurm" > "$tmp/e8" 2>&1; rc=$?
 check "sweep.slurm rejects YIELD_WHEN_IDLE=yes" "[[ $rc == 2 ]] && grep -q 'YIELD_WHEN_IDLE' '$tmp/e8'"
-bash "$root/jobs/sweep.slurm" --help > "$tmp/h" 2>&1; rc=$?
+bash "$root/jobs/testbed/sweep.slurm" --help > "$tmp/h" 2>&1; rc=$?
 check "sweep.slurm --help prints its header, not the #SBATCH lines" \
     "[[ $rc == 0 ]] && grep -q '^usage: sbatch' '$tmp/h' && grep -q YIELD_WHEN_IDLE '$tmp/h' && ! grep -q SBATCH '$tmp/h'"
 exit $fail

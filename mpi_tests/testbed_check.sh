@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The emulated device testbed (jobs/testbed.sh) on a short run: the text is the
+# The emulated device testbed (jobs/testbed/testbed.sh) on a short run: the text is the
 # one-rank text, the measured RTT reflects the added delay, a lossy link still
 # gives the same text (TCP retransmits), a token waits for as many link delays
 # as its programs' dependencies need (layer-wise 3, somegather 27 on 3 ranks:
@@ -34,7 +34,7 @@ json() { node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1
 want=$(json "$tmp/one.json" 'j.tokens.join(" ")')
 want_text=$("$mi" generate -m "$model" -n 12 2>/dev/null)
 
-"$root/jobs/testbed.sh" --ranks 3 --cpu-pct 60 --delay-ms 2 --jitter-ms 0.4 --port $port -- \
+"$root/jobs/testbed/testbed.sh" --ranks 3 --cpu-pct 60 --delay-ms 2 --jitter-ms 0.4 --port $port -- \
     generate -m "$model" -n 12 --planner greedy --json > "$tmp/a.json" 2> "$tmp/a.err"
 rc=$?
 check "testbed run exits 0" "[[ $rc == 0 ]]" || tail -5 "$tmp/a.err"
@@ -51,7 +51,7 @@ check "no cgroup, iptables rule or mi_netem left after a run" "[[ \"\$(leftovers
 autocork=$(sysctl -n net.ipv4.tcp_autocorking 2>/dev/null)
 for p in layerwise somegather; do
     for d in 2 8; do
-        "$root/jobs/testbed.sh" --ranks 3 --cpu-pct 60 --delay-ms $d --jitter-ms 0 --port $port -- \
+        "$root/jobs/testbed/testbed.sh" --ranks 3 --cpu-pct 60 --delay-ms $d --jitter-ms 0 --port $port -- \
             generate -m "$model" -n 24 --planner $p --json > "$tmp/cp-$p-$d.json" 2> "$tmp/cp.err" || tail -3 "$tmp/cp.err"
     done
     # medians of the steps: one step a neighbour on this VM stretches must not tilt a 24-step mean
@@ -66,13 +66,13 @@ for p in layerwise somegather; do
 done
 check "TCP autocorking restored after the runs" "[[ \"\$(sysctl -n net.ipv4.tcp_autocorking 2>/dev/null)\" == '$autocork' ]]"
 
-"$root/jobs/testbed.sh" --ranks 3 --cpu-pct 60 --delay-ms 1 --loss-pct 3 --port $port -- \
+"$root/jobs/testbed/testbed.sh" --ranks 3 --cpu-pct 60 --delay-ms 1 --loss-pct 3 --port $port -- \
     generate -m "$model" -n 12 --planner roundrobin > "$tmp/b.txt" 2> "$tmp/b.err"
 rc=$?
 check "3% packet loss: exits 0 with the same text" "[[ $rc == 0 && -n \"\$want_text\" && \"\$(cat '$tmp/b.txt')\" == \"\$want_text\" ]]"
 check "mi_netem dropped packets" "grep -q 'dropped' '$tmp/b.err' && ! grep -q ' 0 dropped' '$tmp/b.err'"
 
-"$root/jobs/testbed.sh" --ranks 3 --cpu-pct 30 --delay-ms 5 --port $port -- \
+"$root/jobs/testbed/testbed.sh" --ranks 3 --cpu-pct 30 --delay-ms 5 --port $port -- \
     generate -m "$model" -n 240 --ignore-eos --planner greedy > /dev/null 2> "$tmp/c.err" &
 tb=$!
 for _ in $(seq 150); do grep -q "^testbed: 3 ranks" "$tmp/c.err" && break; sleep 0.2; done
@@ -86,7 +86,7 @@ check "SIGTERM: no meshinfer rank, cgroup, iptables rule or mi_netem left" \
 
 # killed outright, a testbed cannot clean up: the next run removes what it left
 reserved=$(sysctl -n net.ipv4.ip_local_reserved_ports)
-"$root/jobs/testbed.sh" --ranks 2 --delay-ms 5 --port $port -- \
+"$root/jobs/testbed/testbed.sh" --ranks 2 --delay-ms 5 --port $port -- \
     generate -m "$model" -n 240 --ignore-eos > /dev/null 2> "$tmp/k.err" &
 tb=$!
 for _ in $(seq 150); do grep -q "^testbed: 2 ranks" "$tmp/k.err" && break; sleep 0.2; done
@@ -94,7 +94,7 @@ check "while it runs, the shaped ports are reserved from other programs' connect
     "sysctl -n net.ipv4.ip_local_reserved_ports | grep -q '$port-$((port + 99))'"
 kill -KILL "$tb"; wait "$tb" 2>/dev/null
 check "SIGKILL: its 2 iptables rules and 2 cgroups stay behind" "[[ \"\$(leftovers '$tmp/k.err')\" == '2 2 '* ]]"
-"$root/jobs/testbed.sh" --ranks 2 --delay-ms 1 --port $port -- generate -m "$model" -n 4 > /dev/null 2> "$tmp/l.err"
+"$root/jobs/testbed/testbed.sh" --ranks 2 --delay-ms 1 --port $port -- generate -m "$model" -n 4 > /dev/null 2> "$tmp/l.err"
 rc=$?
 check "the next run exits 0 and says it removed them" "[[ $rc == 0 ]] && grep -q 'removed what testbed $tb left behind' '$tmp/l.err'"
 sleep 1
@@ -105,12 +105,12 @@ check "nothing of either run left; reserved ports and autocorking restored" \
 # of its step (96 ms, layer messages 90% of the bytes); a target 16% under that is met by lowering the
 # messages of some layers to fp16, the last first (no importance file), not every message
 "$mi" synth --shape tiny-gqa --out "$tmp/gqa.h5" > /dev/null 2>&1
-"$root/jobs/testbed.sh" --ranks 3 --cpu-pct 100 --delay-ms 0 --jitter-ms 0 --rate-mbit 2 --port $port -- \
+"$root/jobs/testbed/testbed.sh" --ranks 3 --cpu-pct 100 --delay-ms 0 --jitter-ms 0 --rate-mbit 2 --port $port -- \
     generate -m "$tmp/gqa.h5" --planner tp -n 100 --ignore-eos --tpot-ms 80 --json > "$tmp/w.json" 2> "$tmp/w.err"
 first=$(json "$tmp/w.json" 'j.scaling.decisions.length ? j.scaling.decisions[0].kind + ": " + j.scaling.decisions[0].change : "none"' 2>&1)
 check "per-layer wire: the first decision lowers the last layers' messages only ($first)" \
     "[[ '$first' =~ ^wire:\ messages\ of\ layers\ 3(\ 2)?(\ 1)?\ -\>\ fp16$ ]]"
 
-"$root/jobs/testbed.sh" --ranks 3 --bogus 1 -- info > /dev/null 2> "$tmp/d.err"; rc=$?
+"$root/jobs/testbed/testbed.sh" --ranks 3 --bogus 1 -- info > /dev/null 2> "$tmp/d.err"; rc=$?
 check "unknown option: exit 2 naming it" "[[ $rc == 2 ]] && grep -q 'bogus' '$tmp/d.err'"
 exit $fail

@@ -33,7 +33,7 @@ int mi_plan_prune(mi_plan *plan, const char *model_path, const double *ratio, in
 
 /* Seed 002's pruning within a perplexity budget (issue 10 item 6,
  * `--planner auto`): somegather's perplexity at several pruning ratios r,
- * measured on `ranks` ranks (jobs/somegather_quality.sh writes the file:
+ * measured on `ranks` ranks (jobs/experiments/somegather_quality.sh writes the file:
  * {"model", "n_layers", "dim", "ranks", "prune_mode": "aware", "text",
  * "tokens", "points": [{"r": 0, "perplexity": P0}, {"r": 0.25, ...}, ...]}). */
 #define MI_MAX_QUALITY_POINTS 16

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// The hosts testbed's reading of a cluster file (jobs/hosts.sh).
+// The hosts testbed's reading of a cluster file (jobs/testbed/hosts.sh).
 //
 //   node hosts_cluster.js CLUSTER.json
 //     one line per device: "cpu_pct slowdown delay_ms jitter_ms loss_pct rate_kbit name",

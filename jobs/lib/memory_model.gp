@@ -7,7 +7,7 @@
 #   PNG    the figure to write
 #   TITLE  the model shape and settings, for the title
 #   R...   the somegather pruning ratios in the CSV, space-separated
-# `meshinfer plan --memory-model --png FILE` runs it; jobs/memory_model.sh
+# `meshinfer plan --memory-model --png FILE` runs it; jobs/experiments/memory_model.sh
 # makes the figures of the README.
 if (ARGC < 4) { print "memory_model.gp: usage: gnuplot -c memory_model.gp CSV PNG TITLE RATIOS"; exit status 1 }
 csv = ARG1

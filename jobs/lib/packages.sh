@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # ensure_packages WHO PKG...: install the Debian packages of the list that are
 # not installed yet, saying so as WHO; with sudo when not root. The one
-# installer of the job scripts (jobs/build.sh, jobs/testbed.sh, jobs/hosts.sh).
+# installer of the job scripts (jobs/dev/build.sh, jobs/testbed/testbed.sh, jobs/testbed/hosts.sh).
 # Installing starts no service: packages such as slurmd and munge start their
 # daemons from their postinst (invoke-rc.d), which fails in a container without
 # an init system and is not wanted (the Slurm test starts private ones), so a

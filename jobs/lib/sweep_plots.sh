@@ -8,7 +8,7 @@ csv="$p.csv"
 [[ -r $csv ]] || { echo "sweep_plots: error: '$csv' not found (run jobs/lib/sweep_summary.js first)" >&2; exit 1; }
 [[ $(head -1 "$csv") == model,synthetic_weights,planner,* && $(wc -l < "$csv") -ge 2 ]] ||
     { echo "sweep_plots: error: '$csv' is not a sweep summary with at least one run" >&2; exit 1; }
-command -v gnuplot >/dev/null || { echo "sweep_plots: gnuplot not installed (jobs/build.sh installs it); CSV only" >&2; exit 0; }
+command -v gnuplot >/dev/null || { echo "sweep_plots: gnuplot not installed (jobs/dev/build.sh installs it); CSV only" >&2; exit 0; }
 label="$(sed -n 2p "$csv" | cut -d, -f1)"
 [[ "$(sed -n 2p "$csv" | cut -d, -f2)" == "true" ]] && label="$label, synthetic weights"
 case "$(sed -n 2p "$csv" | cut -d, -f7)" in

@@ -1,10 +1,10 @@
 #!/usr/bin/env node
-// Turns the per-run JSON files of a sweep (jobs/sweep.sh, jobs/sweep.slurm) into
+// Turns the per-run JSON files of a sweep (jobs/testbed/sweep.sh, jobs/testbed/sweep.slurm) into
 // one CSV row per run, a Markdown table with ratios to layer-wise, and gnuplot
 // data files. The run's configuration that meshinfer cannot know (link delay,
 // loss) is read from the file name: PLANNER_spec{0,1}_tol{T}_r{RANKS}_d{DELAY}_l{LOSS}.json,
-// DELAY and LOSS being 'net' for runs on real links (jobs/sweep.slurm) and 'hosts' for runs
-// on the hosts testbed (jobs/sweep.sh --hosts), whose per-host statistics (jobs/hosts.sh
+// DELAY and LOSS being 'net' for runs on real links (jobs/testbed/sweep.slurm) and 'hosts' for runs
+// on the hosts testbed (jobs/testbed/sweep.sh --hosts), whose per-host statistics (jobs/testbed/hosts.sh
 // --stats: CPU seconds and bytes on each host's link) sit beside the run as NAME.hosts.json
 //
 // usage: node jobs/lib/sweep_summary.js RUNS_DIR OUT_PREFIX
@@ -73,7 +73,7 @@ const rows = files.map(f => {
     let hosts = null;
     if (fs.existsSync(hostsFile)) {
         try { hosts = JSON.parse(fs.readFileSync(hostsFile, 'utf8')).hosts; }
-        catch (e) { die(`${path.basename(hostsFile)}: not a jobs/hosts.sh --stats file (${e.message})`); }
+        catch (e) { die(`${path.basename(hostsFile)}: not a jobs/testbed/hosts.sh --stats file (${e.message})`); }
         if (!Array.isArray(hosts) || !hosts.every(h => h && isNum(h.cpu_s) && isNum(h.sent_bytes) && isNum(h.received_bytes)))
             die(`${path.basename(hostsFile)}: 'hosts' must list cpu_s, sent_bytes and received_bytes per host`);
     }

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Convert a meshinfer HDF5 model (and its tokenizer, or a llama2.c tokenizer.bin)
 into distributed-llama's model (.m) and tokenizer (.t) files, for side-by-side
-benchmarks (jobs/bench_reference.sh). Written from the file formats as
+benchmarks (jobs/experiments/bench_reference.sh). Written from the file formats as
 distributed-llama's loader reads them (src/llm.cpp loadLlmHeader and
 loadLlmNetWeight, src/tokenizer.cpp, src/nn/nn-quants.hpp); no code of it is used.
 

@@ -31,7 +31,7 @@ static void help(void)
            "  --at ROW         forecast rows [ROW, ROW+horizon) from rows [ROW-lookback, ROW)\n"
            "                   (default: the last horizon rows of the file)\n"
            "  --split FILE     JSON with \"train\": [0, a] and \"test\": [b, N] row ranges (written by\n"
-           "                   jobs/fetch_series.sh): every window whose forecast lies in the test\n"
+           "                   jobs/dev/fetch_series.sh): every window whose forecast lies in the test\n"
            "                   range (its look-back may start earlier), errors standardised by the\n"
            "                   train rows' deviation (without --split: the whole file's)\n"
            "  --stride N       rows between the windows of --split (default: the horizon)\n"

@@ -38,7 +38,7 @@ static void help(void)
            "  --ppl-budget PCT      with all or auto: somegather at the largest pruning ratio r whose\n"
            "                        perplexity, measured on this cluster's rank count, is within PCT%%\n"
            "                        of the unpruned one (seed 002's pruning; needs --somegather-quality)\n"
-           "  --somegather-quality FILE   those perplexities (jobs/somegather_quality.sh writes it)\n"
+           "  --somegather-quality FILE   those perplexities (jobs/experiments/somegather_quality.sh writes it)\n"
            "  --prompt-tokens N     prompt length of the predicted TTFT (default 32, or a quarter of a\n"
            "                        shorter context)\n"
            "  --steps N             decoded tokens of the predicted TPOT (default 128, or the rest)\n"
@@ -440,7 +440,7 @@ static int mem_draw_png(const char *png, const char *csv, const mi_config *c, co
         return mi_output_commit(&out, err);
     mi_output_abort(&out);
     if (rc == 127)
-        return mi_set_error(err, "%s: --png needs gnuplot, which is not installed (jobs/build.sh installs it)", png);
+        return mi_set_error(err, "%s: --png needs gnuplot, which is not installed (jobs/dev/build.sh installs it)", png);
     if (rc < 0)
         return mi_set_error(err, "%s: cannot write the PNG file (%s)", png, msg);
     return mi_set_error(err, "%s: gnuplot failed: %s", png, first_line(msg));

@@ -17,7 +17,7 @@ const char *SESSION_HELP =
     "                          they differ); auto: every scheme predicted, the fastest that fits run\n"
     "      --ppl-budget PCT    with auto: somegather at the largest pruning ratio r whose perplexity,\n"
     "                          measured on this rank count (--somegather-quality FILE, from\n"
-    "                          jobs/somegather_quality.sh --for-auto), is within PCT% of the unpruned\n"
+    "                          jobs/experiments/somegather_quality.sh --for-auto), is within PCT% of the unpruned\n"
     "                          one (seed 002's pruning)\n"
     "      --tpot-ms T         seed 003 runtime scaling: when decoding runs over T ms per token, a\n"
     "                          device whose compute slowed gets the layers it holds lowered (to q8_0,\n"

@@ -22,7 +22,7 @@
  *
  * A device may also give "emulate": {"cpu_pct": 40, "slowdown": 1, "delay_ms": 5,
  * "jitter_ms": 1, "loss_pct": 0, "rate_mbit": 50}, what the hosts testbed
- * (jobs/hosts.sh) makes of it on one machine: its CPU quota (% of one core),
+ * (jobs/testbed/hosts.sh) makes of it on one machine: its CPU quota (% of one core),
  * a slowdown of every compute op, and its link's one-way delay, jitter, loss
  * and bandwidth (0: unlimited); every key optional. Checked, never planned with.
  *
@@ -234,7 +234,7 @@ static int parse_power(const cJSON *p, mi_device *dev, const char *prefix, const
     return 0;
 }
 
-/* A device's "emulate" block is read by the hosts testbed (jobs/hosts.sh), not
+/* A device's "emulate" block is read by the hosts testbed (jobs/testbed/hosts.sh), not
  * by the planners: they see the device through "speed", "compute" and the
  * links. It is checked here all the same, so that a file the planners accept
  * is never one the testbed then refuses, and a typo is never silently the
@@ -292,7 +292,7 @@ static int parse_device(const cJSON *d, int i, mi_device *dev, const char *prefi
                                 len, sizeof dev->name - 1);
         for (size_t k = 0; k < len; k++)
             if ((unsigned char)name->valuestring[k] < 0x20 || name->valuestring[k] == 0x7f)
-                /* names are printed in tables and read back line by line (jobs/hosts.sh) */
+                /* names are printed in tables and read back line by line (jobs/testbed/hosts.sh) */
                 return mi_set_error(err, "%s: %s.name contains a control character (byte %zu)", prefix, where, k);
         memcpy(dev->name, name->valuestring, len + 1);
     }

@@ -1,6 +1,6 @@
 /* Seed 002's pruning ratio within a perplexity budget (issue 10 item 6): the
  * perplexities somegather measured at several ratios (a side file written by
- * jobs/somegather_quality.sh), and the largest ratio a budget allows. The
+ * jobs/experiments/somegather_quality.sh), and the largest ratio a budget allows. The
  * perplexity of a pruned somegather run depends on which columns each rank
  * keeps, so it is measured on the job's rank count, not predicted. */
 #define _POSIX_C_SOURCE 200809L
@@ -36,7 +36,7 @@ int mi_sg_quality_load(const char *path, const mi_config *c, mi_sg_quality *q, c
     if (!cJSON_IsObject(root) || !cJSON_IsString(name) || !cJSON_IsNumber(nl) || !cJSON_IsNumber(dim) ||
         !cJSON_IsNumber(ranks) || !cJSON_IsArray(pts)) {
         mi_set_error(err, "%s: not a somegather quality file (model, n_layers, dim, ranks and points are needed; "
-                          "jobs/somegather_quality.sh writes one)", prefix);
+                          "jobs/experiments/somegather_quality.sh writes one)", prefix);
         goto done;
     }
     if (strcmp(name->valuestring, c->name) || nl->valuedouble != c->n_layers || dim->valuedouble != c->dim) {

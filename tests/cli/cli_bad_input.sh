@@ -355,7 +355,7 @@ expect_error "plan --energy without a target" "--energy chooses DVFS levels for 
 expect_error "plan --energy with a target the top levels miss" "no margin to spend on lower frequencies" \
     "$bin" plan -m "$model" --cluster "$tmp/dvfs2.json" --planner layerwise --tpot-ms 0.01 --energy
 # issue 10 item 6: auto's somegather at its best pruning ratio within a perplexity budget, from
-# perplexities measured on the job's rank count (this file's are jobs/somegather_quality.sh
+# perplexities measured on the job's rank count (this file's are jobs/experiments/somegather_quality.sh
 # --for-auto's for stories15M on 3 ranks, rounded)
 printf '{"model": "stories15M", "n_layers": 6, "dim": 288, "ranks": 3, "prune_mode": "aware", "points": [{"r": 0, "perplexity": 3.58}, {"r": 0.01, "perplexity": 13.7}, {"r": 0.02, "perplexity": 27.3}, {"r": 0.05, "perplexity": 55.2}]}' > "$tmp/sgq.json"
 sg() { "$bin" plan -m "$model" --ranks 3 --planner all --ppl-budget "$1" --somegather-quality "$tmp/sgq.json" --json 2>/dev/null |

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks what jobs/fetch_series.sh wrote: for each dataset, NAME.csv has the
+# Checks what jobs/dev/fetch_series.sh wrote: for each dataset, NAME.csv has the
 # header, row count and column count that NAME.split.json states, no empty or
 # non-numeric field, and the splits train/val/test cover [0, rows) exactly, in
 # order, none empty, the test split holding one look-back + horizon window
@@ -15,7 +15,7 @@ window=$((96 + 24))
 present=0
 for n in "${names[@]}"; do [[ -f "$dir/$n.csv" || -f "$dir/$n.split.json" ]] && present=1; done
 if ((!present)); then
-    echo "skip: no series in $dir (run jobs/fetch_series.sh)"; exit 77
+    echo "skip: no series in $dir (run jobs/dev/fetch_series.sh)"; exit 77
 fi
 
 pass=0 fail=0

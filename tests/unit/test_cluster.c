@@ -200,7 +200,7 @@ static void test_cluster_field_errors(void)
     expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"power\": {\"watts\": 3}}]}", "unknown key 'watts'",
                          "power");
 
-    /* a device's emulation on the hosts testbed (jobs/hosts.sh): checked, not planned with */
+    /* a device's emulation on the hosts testbed (jobs/testbed/hosts.sh): checked, not planned with */
     expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"emulate\": 5}]}", "devices[0].emulate", "object");
     expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"emulate\": {\"delay\": 5}}]}", "unknown key 'delay'",
                          "devices[0].emulate");

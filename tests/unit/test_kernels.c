@@ -5,7 +5,7 @@
  * (all-zero blocks, maximum magnitudes, sizes that are not a multiple of the
  * SIMD width, odd row counts), with row subsets bit-identical to the whole.
  * Needs only the kernel library, so it also runs cross-compiled under
- * qemu-aarch64 (jobs/cross_kernels.sh).
+ * qemu-aarch64 (jobs/dev/cross_kernels.sh).
  *
  * usage: test_kernels */
 #include <CUnit/Basic.h>
