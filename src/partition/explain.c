@@ -379,8 +379,9 @@ static void explain_placement(const mi_plan *plan, FILE *f)
 {
     const mi_config *c = &plan->cfg;
     int g = mi_kv_group(c);
-    fprintf(f, "placement (%s, %d ranks; query heads %d per KV head, head_dim %d, FFN units %d):\n",
-            mi_planner_name(plan->planner), plan->n_ranks, g, c->head_dim, c->hidden_dim);
+    fprintf(f, "placement (%s, %d rank%s; query heads %d per KV head, head_dim %d, FFN units %d):\n",
+            mi_planner_name(plan->planner), plan->n_ranks, plan->n_ranks == 1 ? "" : "s", g, c->head_dim,
+            c->hidden_dim);
     for (int l = 0; l < c->n_layers; l++) {
         const mi_layer_plan *lp = &plan->layers[l];
         line b = {{0}, 0};

@@ -114,7 +114,7 @@ sp_line=$(grep '^speculation: ' "$tmp/sp.err")
 want=$(js "$tmp/sp.json" '"speculation: " + j.speculation.length + " transitions, " +
            j.speculation.reduce((a, s) => a + s.accepted, 0) + " of " + j.speculation.reduce((a, s) => a + s.decided, 0) +
            " tests accepted"')
-tab=$(awk '$1 ~ /^[0-9]+$/ && NF == 11 {printf "%s %s %s %s;", $1, $2, $4, $5}' "$tmp/sp.err")
+tab=$(awk '$1 ~ /^[0-9]+$/ && NF == 12 {printf "%s %s %s %s;", $1, $2, $4, $5}' "$tmp/sp.err")
 # the table's rounding (MB to 2 places, bytes per forward whole) against the JSON's numbers
 rows=$(js "$tmp/sp.json" 'const t = "'"$tab"'".split(";").filter(x => x).map(x => x.split(" ").map(Number));
       t.length == j.ranks.length && t.every((x, i) => { const r = j.ranks[i]; return x[0] == r.rank &&
