@@ -55,6 +55,8 @@ typedef struct {
     const char *sg_quality;  /* --somegather-quality: its measured perplexities (mi_sg_quality) */
     const char *journal;     /* generate --journal/--resume: another output the trace must not overwrite */
     int forecast;            /* the command is forecast: the model must be a time-series one (and only then) */
+    int explain;             /* --explain: rank 0 writes the programs that run in words to stderr (partition.h
+                                mi_programs_explain) once the plan is made, before the first pass */
 } session_opts;
 
 
@@ -122,6 +124,8 @@ typedef struct {
     int replan;             /* --replan */
     int kv_positions0;      /* rank 0: the KV positions the first placement budgets */
     int from_plan_file;     /* rank 0: the plan came from --plan-file */
+    char planned_with[320]; /* rank 0: what the placement was made for (plan file, cluster file, measured
+                               round trips and free memory), said in --metrics, --json and --explain */
     double mem_w[MI_MAX_RANKS], mem_kv[MI_MAX_RANKS]; /* rank 0: per rank, weight bytes and KV bytes per
                                                          position of the current plan (checked every pass) */
     int max_T;              /* positions per forward pass */

@@ -9,11 +9,11 @@
  * programs to predict time and bytes. A plan compiles to a prefill program
  * and a decode program per rank; they may differ.
  *
- * Schemes: seed 000's head-level units (layerwise, roundrobin, random,
- * greedy, tp: one rank holds the residual stream between blocks, which moves
- * by broadcasts, RMA gathers and reductions) and seed 002's somegather (every
- * rank holds a column slice of the residual stream; every exchange is an
- * allgather of activation columns, optionally pruned).
+ * Schemes: HeadSplit's head-level units (layerwise, roundrobin, random,
+ * greedy, tp, and Voltron's hybrid: one rank holds the residual stream
+ * between blocks, which moves by broadcasts, RMA gathers and reductions) and
+ * CATS's somegather (every rank holds a column slice of the residual stream;
+ * every exchange is an allgather of activation columns, optionally pruned).
  *
  * No MPI here: programs are plain data, unit-tested without MPI. */
 #ifndef MESHINFER_PARTITION_H
@@ -204,5 +204,25 @@ void mi_wire_slice(int dim, int n_members, int j, int *c0, int *len);
 
 /* Write the programs as text, one line per op, for `meshinfer plan --programs`. */
 void mi_programs_print(const mi_programs *p, const mi_config *c, FILE *f);
+
+/* Write the programs p compiled from plan in words, for `meshinfer plan
+ * --explain` and `generate --explain`: first who holds what per layer (query
+ * heads and their KV heads, wo, FFN units [v0, v0+n) of hidden_dim,
+ * classifier rows of vocab_size, somegather's residual columns of dim), then
+ * per phase and rank one numbered line per op: the weights a compute op
+ * multiplies with (layer, matrix, heads, rows, units or columns; matrices
+ * are [out, in] as in the model file: wq/wk/wv rows are head_dim per head,
+ * wo is [dim, n_heads*head_dim], w1/w3 [hidden_dim, dim], w2 [dim,
+ * hidden_dim]), and what a communication op sends to which ranks or waits
+ * for from which, in bytes per position (mi_exchange_bytes: payload in the
+ * exchange's wire dtype plus 4-byte speculation decisions; no controller
+ * commands or MPI headers). Each rank's line gives its bytes sent and
+ * received per position; each phase ends with the total over ranks, which
+ * for decode is mi_programs_bytes(p, MI_PHASE_DECODE), the bytes per token.
+ * phases: MI_PHASE_DECODE or MI_PHASE_PREFILL for one phase, -1 for both
+ * (decode first; a rank whose prefill program is the decode one's steps gets
+ * one line). plan must be the plan p was compiled from (its head and unit
+ * assignment names what the ops' columns are). Never fails; writes to f. */
+void mi_programs_explain(const mi_plan *plan, const mi_programs *p, int phases, FILE *f);
 
 #endif

@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "meshinfer/config.h"
 #include "meshinfer/model.h"
@@ -255,6 +256,18 @@ void mi_plan_alloc_layers(mi_plan *plan);
 void mi_plan_free(mi_plan *plan);
 /* Drop the send lists (nothing pruned any more). */
 void mi_plan_free_keep(mi_plan *plan);
+
+/* Write plan's placement as one JSON object on one line, no newline:
+ *   {"layers": [{"layer": l, "kv_rank": [rank of each KV head (n_kv_heads)],
+ *                "proj_rank": rank holding wo (-1: split with the heads),
+ *                "ffn": [[rank, v0, n], ...] FFN units [v0, v0+n) of hidden_dim,
+ *                "speculate": inter-layer speculation into layer l+1}, ...],
+ *    "classifier": [[rank, v0, n], ...] vocabulary rows,
+ *    "columns": [[rank, v0, n], ...] somegather's residual columns of dim ([] otherwise)}
+ * The shapes are the plan file's (mi_plan_save_json) without somegather's
+ * send lists. `plan --json` and generate's metrics both print it, as
+ * "placement". Returns 0, or -1 when out of memory or the write fails. */
+int mi_plan_placement_json(const mi_plan *plan, FILE *f);
 
 /* What `rank` holds: fills spec (spec->layers must hold n_layers entries). */
 void mi_plan_shard(const mi_plan *plan, int rank, mi_shard_spec *spec);

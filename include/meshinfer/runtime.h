@@ -26,6 +26,13 @@ typedef struct {
     double msgs_recv, msgs_lost;    /* seed 002 allgather messages (one per sender and position) received,
                                        and of them lost to the emulated message loss */
     long forwards, positions;       /* forward passes and positions processed */
+    /* Decode passes (one position: the decode program) and the bytes of
+     * them alone: bytes per token is decode_bytes_sent summed over ranks /
+     * decode_forwards, the quantity partition.h mi_programs_bytes predicts
+     * for MI_PHASE_DECODE. The totals above also hold prefill passes, whose
+     * T positions each move a position's bytes. */
+    long decode_forwards;
+    double decode_bytes_sent, decode_bytes_recv;
     double weight_bytes, kv_bytes;  /* held by this rank */
     double rss_weights;             /* resident memory growth while loading the shard */
     double replans, replan_s;       /* re-placements taken part in, and their seconds (load + KV moves) */

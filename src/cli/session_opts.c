@@ -45,7 +45,13 @@ const char *SESSION_HELP =
     "      --controller-works yes|no  rank 0 also holds layer shards (default: yes for tp, else no)\n"
     "      --weights file|scatter  every rank reads its shard from the model file (default), or\n"
     "                          rank 0 reads all and sends each worker its shard\n"
-    "      --trace FILE        write a Chrome trace-event JSON (one track per rank; open in Perfetto)\n"
+    "      --trace FILE        write a Chrome trace-event JSON (one track per rank; open in Perfetto;\n"
+    "                          jobs/lib/trace_gantt.sh draws it as a PNG, one row per rank)\n"
+    "      --explain           before the first pass, print the placement that runs and every rank's\n"
+    "                          program in words (as `meshinfer plan --explain`) to stderr, and what it\n"
+    "                          was planned for: under mpirun without --cluster or --plan-file, the\n"
+    "                          round trips measured at start-up and this machine's free memory, which\n"
+    "                          is why it may differ from `meshinfer plan --ranks N`\n"
     "      --wire-dtype T      activation messages between ranks in fp32 (default, exact), fp16 or\n"
     "                          q8_0 (blocks of 32 with an fp16 scale: about 27% of the fp32 bytes);\n"
     "                          partial sums are summed in fp32 so that every rank holds the same sums\n"
@@ -140,6 +146,7 @@ int session_opt(session_opts *o, int code, const char *arg)
             mi_fatal("--weights: '%s' is not file or scatter", arg);
         return 1;
     case 1007: o->speculate = 1; return 1;
+    case 1026: o->explain = 1; return 1;
     case 1008: o->tolerance = mi_parse_double("--tolerance", arg, 0.0, 1e9); return 1;
     case 1009: o->min_acceptance = mi_parse_double("--min-acceptance", arg, 0.0, 1.0); return 1;
     case 1010: o->spec_profile = arg; return 1;

@@ -22,7 +22,8 @@
     {"loss-seed", required_argument, 0, 1018}, {"phase-plans", required_argument, 0, 1019}, \
     {"tpot-ms", required_argument, 0, 1020}, {"importance", required_argument, 0, 1021}, \
     {"energy", no_argument, 0, 1022}, {"prune-ffn", required_argument, 0, 1023}, \
-    {"ppl-budget", required_argument, 0, 1024}, {"somegather-quality", required_argument, 0, 1025}
+    {"ppl-budget", required_argument, 0, 1024}, {"somegather-quality", required_argument, 0, 1025}, \
+    {"explain", no_argument, 0, 1026}
 extern const char *SESSION_HELP;
 
 void session_opts_init(session_opts *o);

@@ -98,6 +98,46 @@ static void memory_of_plan(mi_session *ss)
     }
 }
 
+/* What the placement is made for, in words (ss->planned_with): a run
+ * without a cluster file plans for what it measured (round trips at
+ * start-up, this machine's free memory), not for the 20 us links and 4000
+ * MB devices that `plan --ranks N` assumes, so its placement may differ;
+ * a user reading --metrics, --json or --explain should see why. Called with
+ * the cluster before the measured round trips are added to it. */
+static void describe_planning(mi_session *ss, const session_opts *o, const mi_cluster *cl)
+{
+    char *s = ss->planned_with;
+    size_t n = sizeof ss->planned_with;
+    int rtt = ss->size > 1 && !cl->rtt_s;
+    if (o->plan_file)
+        snprintf(s, n, "the plan file %s (its placement as saved)", o->plan_file);
+    else if (o->cluster)
+        snprintf(s, n, "the cluster file %s%s", o->cluster,
+                 rtt ? ", with the round trips measured at start-up (+15%)" : cl->rtt_s ? " and its measured links" : "");
+    else if (rtt)
+        snprintf(s, n, "measured: round trips at start-up (+15%%) and this machine's free memory, %.0f MB per rank "
+                       "(plan --ranks %d assumes 20 us links and 4000 MB devices; plan --out P, then --plan-file P, "
+                       "runs plan's placement)", cl->n_devices > 0 ? cl->dev[0].mem_bytes / 1e6 : 0.0, ss->size);
+    else
+        snprintf(s, n, "one rank with this machine's free memory (%.0f MB)",
+                 cl->n_devices > 0 ? cl->dev[0].mem_bytes / 1e6 : 0.0);
+}
+
+/* --explain: the placement and programs that will run, on stderr before
+ * the first pass (hybrid with both placements: each phase from its own). */
+static void explain_run(const mi_session *ss)
+{
+    fprintf(stderr, "meshinfer: --explain: the placement below was planned for %s\n", ss->planned_with);
+    if (ss->has_prefill_plan) {
+        fprintf(stderr, "prefill placement:\n");
+        mi_programs_explain(&ss->plan_prefill, &ss->prog_prefill, MI_PHASE_PREFILL, stderr);
+        fprintf(stderr, "decode placement:\n");
+        mi_programs_explain(&ss->plan, &ss->prog, MI_PHASE_DECODE, stderr);
+    } else {
+        mi_programs_explain(&ss->plan, &ss->prog, -1, stderr);
+    }
+}
+
 /* Rank 0's part of the set-up; returns 0 or -1 with err set. */
 static int controller_setup(mi_session *ss, const char *path, const session_opts *o, char *err)
 {
@@ -161,6 +201,7 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
     } else {
         mi_cluster_default(&cl, ss->size, mem_available() / ss->size);
     }
+    describe_planning(ss, o, &cl);
     if (ss->size > 1 && !cl.rtt_s) {
         /* links the planner sees: measured RTTs plus a 15% margin (seed 000
          * "WiFi needs margins"); worker pairs are estimated through rank 0.
@@ -372,6 +413,8 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
             }
         }
     }
+    if (!rc && o->explain)
+        explain_run(ss);
     ss->cl = cl;
     ss->replan = o->replan;
     ss->kv_positions0 = ss->plan.kv_positions;
@@ -812,6 +855,35 @@ static void energy_json(const mi_session *ss, const mi_rank_metrics *all, FILE *
             given ? "cluster file" : "defaults: seed 000's Raspberry Pi 4, 3.8 W idle, 4.9 W active");
 }
 
+/* s as a JSON string (paths in planned_with may hold quotes or backslashes). */
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\')
+            fprintf(f, "\\%c", ch);
+        else if (ch < 0x20)
+            fprintf(f, "\\u%04x", ch);
+        else
+            fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+/* Bytes per token measured: every rank's bytes sent in decode passes over
+ * its decode passes, summed (runtime.h decode_bytes_sent); what the plan's
+ * mi_programs_bytes(decode) predicts. 0 when no decode pass ran. */
+static double measured_bytes_per_token(const mi_session *ss, const mi_rank_metrics *all, long *passes)
+{
+    double b = 0;
+    *passes = all[0].decode_forwards;
+    for (int r = 0; r < ss->size; r++)
+        if (all[r].decode_forwards > 0)
+            b += all[r].decode_bytes_sent / (double)all[r].decode_forwards;
+    return b;
+}
+
 void session_metrics_json(mi_session *ss, FILE *f)
 {
     mi_rank_metrics *all = ss->rank == 0 ? mi_calloc((size_t)ss->size, sizeof *all, "metrics") : NULL;
@@ -835,10 +907,23 @@ void session_metrics_json(mi_session *ss, FILE *f)
     fprintf(f, "]}, ");
     fprintf(f, "\"weights\": \"%s\", \"plan\": {\"planner\": \"%s\", \"controller_works\": %s, "
                "\"wire_dtype\": \"%s\", \"plan_ms\": %.3f, \"predicted_token_ms\": %.4f, "
-               "\"predicted_bytes_per_token\": %.0f}, ",
+               "\"predicted_bytes_per_token\": %.0f, \"planned_for\": ",
             mi_config_dtype_summary(&ss->cfg, dts, sizeof dts), mi_planner_name(ss->plan.planner),
             ss->plan.controller_works ? "true" : "false", mi_dtype_name(ss->plan.wire), ss->plan_ms,
             ss->pred.token_s * 1e3, ss->pred.bytes_per_token);
+    json_string(f, ss->planned_with);
+    /* the placement that ran last (after any re-placement), in plan --json's shape */
+    fprintf(f, ", \"placement\": ");
+    if (mi_plan_placement_json(&ss->plan, f))
+        mi_fatal("cannot write the placement as JSON");
+    if (ss->has_prefill_plan) {
+        fprintf(f, ", \"prefill_placement\": ");
+        if (mi_plan_placement_json(&ss->plan_prefill, f))
+            mi_fatal("cannot write the placement as JSON");
+    }
+    long passes = 0;
+    double bpt = measured_bytes_per_token(ss, all, &passes);
+    fprintf(f, "}, \"bytes_per_token\": %.0f, \"decode_passes\": %ld, ", bpt, passes);
     fprintf(f, "\"calibrated_token_ms\": %.4f, \"critical_path_delays\": %.2f, \"stream_gbs\": [",
             calibrated_token_s(ss) * 1e3, mi_predict_delays(&ss->plan, &ss->prog));
     for (int r = 0; r < ss->size; r++)
@@ -891,15 +976,18 @@ void session_metrics_json(mi_session *ss, FILE *f)
     for (int r = 0; r < ss->size; r++) {
         const mi_rank_metrics *m = &all[r];
         double fw = m->forwards > 0 ? (double)m->forwards : 1.0;
+        double dp = m->decode_forwards > 0 ? (double)m->decode_forwards : 1.0;
         fprintf(f, "%s{\"rank\": %d, \"weight_bytes\": %.0f, \"kv_cache_bytes\": %.0f, \"rss_growth_bytes\": %.0f, "
-                   "\"predicted_weight_bytes\": %zu, \"forwards\": %ld, \"positions\": %ld, "
+                   "\"predicted_weight_bytes\": %zu, \"forwards\": %ld, \"positions\": %ld, \"decode_forwards\": %ld, "
+                   "\"bytes_sent_per_token\": %.1f, \"bytes_recv_per_token\": %.1f, "
                    "\"bytes_sent\": %.0f, \"bytes_recv\": %.0f, \"bytes_sent_per_forward\": %.1f, "
                    "\"bytes_recv_per_forward\": %.1f, \"seconds\": {\"attention\": %.6f, \"projection\": %.6f, "
                    "\"ffn\": %.6f, \"logits\": %.6f, \"communication\": %.6f, \"idle\": %.6f, "
                    "\"replan\": %.6f}, \"kv_bytes_moved_sent\": %.0f, \"kv_bytes_moved_recv\": %.0f, "
                    "\"messages_received\": %.0f, \"messages_lost\": %.0f}",
                 r ? ", " : "", r, m->weight_bytes, m->kv_bytes, m->rss_weights, ss->pred.weight_bytes[r],
-                m->forwards, m->positions, m->bytes_sent, m->bytes_recv, m->bytes_sent / fw, m->bytes_recv / fw,
+                m->forwards, m->positions, m->decode_forwards, m->decode_bytes_sent / dp, m->decode_bytes_recv / dp,
+                m->bytes_sent, m->bytes_recv, m->bytes_sent / fw, m->bytes_recv / fw,
                 m->attn, m->proj, m->ffn, m->logits, m->comm, m->idle, m->replan_s, m->moved_bytes_sent,
                 m->moved_bytes_recv, m->msgs_recv, m->msgs_lost);
     }
@@ -918,6 +1006,13 @@ void session_metrics_table(mi_session *ss)
                     "messages %s, kernels %s\n", mi_planner_name(ss->plan.planner), ss->pred.token_s * 1e3,
             ss->pred.bytes_per_token, ss->plan_ms, mi_config_dtype_summary(&ss->cfg, dts, sizeof dts),
             mi_dtype_name(ss->plan.wire), mi_kernels_name());
+    fprintf(stderr, "placement planned for %s\n", ss->planned_with);
+    long passes = 0;
+    double bpt = measured_bytes_per_token(ss, all, &passes);
+    if (ss->size > 1)
+        fprintf(stderr, "bytes per token (one decode pass, all ranks' payload): measured %.0f over %ld decode passes, "
+                        "predicted %.0f; sent_B/fwd also averages the prefill passes, which move each prompt "
+                        "position's bytes\n", bpt, passes, ss->pred.bytes_per_token);
     if (ss->size > 1)
         fprintf(stderr, "calibrated prediction %.3f ms/token (measured streaming rates and round trips, no margin); "
                         "%.0f link delays on a token's critical path\n", calibrated_token_s(ss) * 1e3,
@@ -947,13 +1042,15 @@ void session_metrics_table(mi_session *ss)
                 ss->plan.prune[1], ss->plan.prune[2], ss->plan.prune[3], mi_loss_mode_name(ss->loss_mode), ss->loss,
                 (unsigned long long)ss->loss_seed, lost, got);
     }
-    fprintf(stderr, "rank  weights_MB  kv_MB  sent_B/fwd  recv_B/fwd   attn_s   proj_s    ffn_s  logits_s   comm_s   idle_s\n");
+    fprintf(stderr, "rank  weights_MB  kv_MB  sent_B/fwd  recv_B/fwd   attn_s   proj_s    ffn_s  logits_s   comm_s   idle_s  "
+                    "sent_B/tok\n");
     for (int r = 0; r < ss->size; r++) {
         const mi_rank_metrics *m = &all[r];
         double fw = m->forwards > 0 ? (double)m->forwards : 1.0;
-        fprintf(stderr, "%4d  %10.2f  %5.1f  %10.0f  %10.0f  %7.4f  %7.4f  %7.4f  %8.4f  %7.4f  %7.4f\n", r,
+        double dp = m->decode_forwards > 0 ? (double)m->decode_forwards : 1.0;
+        fprintf(stderr, "%4d  %10.2f  %5.1f  %10.0f  %10.0f  %7.4f  %7.4f  %7.4f  %8.4f  %7.4f  %7.4f  %10.0f\n", r,
                 m->weight_bytes / 1e6, m->kv_bytes / 1e6, m->bytes_sent / fw, m->bytes_recv / fw, m->attn, m->proj,
-                m->ffn, m->logits, m->comm, m->idle);
+                m->ffn, m->logits, m->comm, m->idle, m->decode_bytes_sent / dp);
     }
     free(all);
 }

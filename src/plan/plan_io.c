@@ -250,6 +250,46 @@ int mi_plan_save_json(const mi_plan *plan, const char *path, char *err)
     return mi_output_commit(&out, err);
 }
 
+/* The placement alone, one compact object: what plan --json and generate's
+ * metrics print, so that the two can be compared key for key. Uses the plan
+ * file's shapes (kv_rank, proj_rank, [rank, v0, n] slices) without the
+ * somegather send lists, which run to thousands of columns. */
+int mi_plan_placement_json(const mi_plan *plan, FILE *f)
+{
+    const mi_config *c = &plan->cfg;
+    cJSON *doc = cJSON_CreateObject(), *layers = doc ? cJSON_AddArrayToObject(doc, "layers") : NULL;
+    int ok = layers != NULL;
+    for (int l = 0; ok && l < c->n_layers; l++) {
+        const mi_layer_plan *lp = &plan->layers[l];
+        cJSON *lj = cJSON_CreateObject();
+        ok = lj && cJSON_AddItemToArray(layers, lj);
+        if (!ok) {
+            cJSON_Delete(lj);
+            break;
+        }
+        cJSON *kv = cJSON_CreateIntArray(lp->kv_rank, c->n_kv_heads), *ffn = slices_json(lp->ffn, lp->n_ffn);
+        ok = cJSON_AddNumberToObject(lj, "layer", l) && kv && cJSON_AddItemToObject(lj, "kv_rank", kv);
+        if (!ok)
+            cJSON_Delete(kv);
+        ok = ok && cJSON_AddNumberToObject(lj, "proj_rank", lp->proj_rank) && ffn &&
+             cJSON_AddItemToObject(lj, "ffn", ffn);
+        if (!ok)
+            cJSON_Delete(ffn);
+        ok = ok && cJSON_AddBoolToObject(lj, "speculate", lp->speculate != 0);
+    }
+    cJSON *cls = ok ? slices_json(plan->cls, plan->n_cls) : NULL;
+    ok = cls && cJSON_AddItemToObject(doc, "classifier", cls);
+    if (!ok)
+        cJSON_Delete(cls);
+    cJSON *cols = ok ? slices_json(plan->cols, plan->n_cols) : NULL;
+    ok = cols && cJSON_AddItemToObject(doc, "columns", cols);
+    if (!ok)
+        cJSON_Delete(cols);
+    int rc = ok ? put_value(f, doc) : -1;
+    cJSON_Delete(doc);
+    return rc;
+}
+
 /* --------------------------------------------------------------- load */
 
 

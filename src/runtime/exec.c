@@ -313,6 +313,7 @@ static const op_fn exec_table[MI_N_OPS] = {
 void rt_run_program(mi_runtime *rt, const fwd *f)
 {
     const mi_program *g = &rt->prog.prog[f->T == 1 ? MI_PHASE_DECODE : MI_PHASE_PREFILL][rt->rank];
+    double sent0 = rt->m.bytes_sent, recv0 = rt->m.bytes_recv;
     for (int i = 0; i < g->n_ops; i++) {
         const mi_op *op = &g->ops[i];
         double comm = 0;
@@ -337,4 +338,9 @@ void rt_run_program(mi_runtime *rt, const fwd *f)
     rt->m.comm += rt_complete_pending(rt);
     rt->m.forwards++;
     rt->m.positions += f->T;
+    if (f->T == 1) {
+        rt->m.decode_forwards++;
+        rt->m.decode_bytes_sent += rt->m.bytes_sent - sent0;
+        rt->m.decode_bytes_recv += rt->m.bytes_recv - recv0;
+    }
 }

@@ -24,6 +24,33 @@ int mi_loss_mode_parse(const char *name)
     return -1;
 }
 
+/* A trace puts every rank's events on rank 0's time line. Leaving the
+ * barrier is skewed by milliseconds when ranks share cores, so each worker
+ * measures its clock against rank 0's in one round trip (NTP's estimate:
+ * rank 0's clock read half-way through it) and starts its trace at rank 0's
+ * origin as its own clock reads it. Collective. */
+static void trace_origin(mi_runtime *rt)
+{
+    double origin0 = rt->t_origin;
+    MPI_Bcast(&origin0, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    for (int r = 1; r < rt->size; r++) {
+        double a, tw, off;
+        if (rt->rank == 0) {
+            a = mi_now();
+            MPI_Send(&a, 1, MPI_DOUBLE, r, TAG_CLOCK, MPI_COMM_WORLD);
+            MPI_Recv(&tw, 1, MPI_DOUBLE, r, TAG_CLOCK, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            off = tw - 0.5 * (a + mi_now());
+            MPI_Send(&off, 1, MPI_DOUBLE, r, TAG_CLOCK, MPI_COMM_WORLD);
+        } else if (rt->rank == r) {
+            MPI_Recv(&a, 1, MPI_DOUBLE, 0, TAG_CLOCK, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            tw = mi_now();
+            MPI_Send(&tw, 1, MPI_DOUBLE, 0, TAG_CLOCK, MPI_COMM_WORLD);
+            MPI_Recv(&off, 1, MPI_DOUBLE, 0, TAG_CLOCK, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            rt->t_origin = origin0 + off;
+        }
+    }
+}
+
 mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_runtime_options *opt)
 {
     mi_runtime *rt = mi_calloc(1, sizeof *rt, "runtime");
@@ -42,6 +69,8 @@ mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_runtime_options *opt
         MPI_Barrier(MPI_COMM_WORLD);
     rt->t_origin = mi_now();
     rt->idle_since = rt->t_origin;
+    if (rt->trace && rt->size > 1)
+        trace_origin(rt);
     return rt;
 }
 

@@ -114,7 +114,7 @@ sp_line=$(grep '^speculation: ' "$tmp/sp.err")
 want=$(js "$tmp/sp.json" '"speculation: " + j.speculation.length + " transitions, " +
            j.speculation.reduce((a, s) => a + s.accepted, 0) + " of " + j.speculation.reduce((a, s) => a + s.decided, 0) +
            " tests accepted"')
-tab=$(awk '$1 ~ /^[0-9]+$/ && NF == 11 {printf "%s %s %s %s;", $1, $2, $4, $5}' "$tmp/sp.err")
+tab=$(awk '$1 ~ /^[0-9]+$/ && NF == 12 {printf "%s %s %s %s;", $1, $2, $4, $5}' "$tmp/sp.err")
 # the table's rounding (MB to 2 places, bytes per forward whole) against the JSON's numbers
 rows=$(js "$tmp/sp.json" 'const t = "'"$tab"'".split(";").filter(x => x).map(x => x.split(" ").map(Number));
       t.length == j.ranks.length && t.every((x, i) => { const r = j.ranks[i]; return x[0] == r.rank &&
@@ -162,7 +162,7 @@ got=$(js "$tmp/bench2.json" '[j.n_ranks, j.steps, j.prompt_tokens, j.decode_toke
 # --- plan --memory-model: table, CSV and PNG for stories15M on 1-3 devices
 "$bin" plan --memory-model -m "$model" --max-devices 3 --prune 0,0.9 --csv "$tmp/mm.csv" --png "$tmp/mm.png" \
     > "$tmp/mm.out" 2>&1 || bad "plan --memory-model exited $?: $(tail -1 "$tmp/mm.out")"
-grep -q "^memory model (seed 002 Q1) for stories15M: dim 288, 6 layers, 6 heads in 6 KV groups, hidden 768, vocab 32000; weights fp32, messages fp32, 256 positions" "$tmp/mm.out" &&
+grep -q "^memory model (CATS Q1) for stories15M: dim 288, 6 layers, 6 heads in 6 KV groups, hidden 768, vocab 32000; weights fp32, messages fp32, 256 positions" "$tmp/mm.out" &&
    [[ $(grep -cE '^ +[1-3]  (somegather|token split|head split)' "$tmp/mm.out") == 15 ]] &&
     ok "plan --memory-model: header of stories15M, 3 devices x 5 schemes" || bad "plan --memory-model: $(head -4 "$tmp/mm.out")"
 # one device holds every weight (4 bytes a parameter) and K and V of 6 layers x 256 positions x 288
