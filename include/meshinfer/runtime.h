@@ -21,6 +21,8 @@
 typedef struct {
     double attn, proj, ffn, logits; /* compute */
     double comm;                    /* inside MPI calls of the schedule (transfer and waiting for peers) */
+    double slowdown;                /* of the compute times above, the sleeps of an emulated slower device
+                                       (MESHINFER_SLOWDOWN: S-1 times each compute op's own time) */
     double idle;                    /* outside forward passes: workers waiting for the next token */
     double bytes_sent, bytes_recv;  /* payload bytes handed to MPI (partition.h mi_exchange_bytes) */
     double msgs_recv, msgs_lost;    /* seed 002 allgather messages (one per sender and position) received,

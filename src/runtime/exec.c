@@ -322,9 +322,13 @@ void rt_run_program(mi_runtime *rt, const fwd *f)
             comm += rt_complete_pending(rt);
         double t0 = mi_now();
         double in_mpi = exec_table[op->kind](rt, op, f);
-        if (!is_comm)
-            mi_slowdown_pay(t0); /* an emulated slower device (common.h) */
         double t1 = mi_now();
+        if (!is_comm) {
+            mi_slowdown_pay(t0); /* an emulated slower device (common.h) */
+            double t2 = mi_now();
+            rt->m.slowdown += t2 - t1;
+            t1 = t2;
+        }
         if (is_comm) {
             comm += in_mpi;
         } else {

@@ -378,21 +378,29 @@ expect_error "search targets without importance" "give --importance FILE too" \
     "$bin" plan -m "$model" --ranks 2 --planner hybrid --tpot-ms 5
 expect_error "unreachable targets: the best reachable named" "targets cannot be met; the lowest precision .* reaches TTFT" \
     "$bin" plan -m "$model" --ranks 2 --planner hybrid --importance "$tmp/imp.json" --tpot-ms 0.001
-# the emulated slowdown stretches compute as a slower CPU would: 3x slower decoding, within the
-# machine's noise (1.7x to 4.5x: 1.84x was seen with the sanitizer build sharing the 2 cores; the
-# sleep is owed and paid in pieces, so small ops stretch too).
+# the emulated slowdown stretches compute as a slower CPU would: every compute op sleeps S-1 times its
+# own time after it (the contract, read from the run's own counters: the sleeps against the compute
+# they follow, 2x for S = 3 within 10%), and decoding gets at least 1.7x slower. Not "at most S times
+# slower": on a host whose last-level cache holds the whole model (480 MB here), other tenants evict
+# it while a slowed rank sleeps, so its compute itself took 1.9x as long and TPOT grew about 6x.
 # Runs alternate and the best of each counts: another test on the same cores stretches a slowed
 # op's measured time, and so its sleep, twice over.
-tpot() { "$@" bench -m "$model" -n 96 --no-baseline --repeat 3 --json 2>/dev/null |
-         node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).tpot_ms))'; }
+bench_json() { "$@" bench -m "$model" -n 96 --no-baseline --repeat 3 --json 2>/dev/null; }
+tpot() { bench_json "$@" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).tpot_ms))'; }
 t1=1e9 t3=1e9
 for _ in 1 2 3; do
     a=$(tpot "$bin"); b=$(tpot env MESHINFER_SLOWDOWN=3 "$bin")
     t1=$(awk -v x="$t1" -v y="$a" 'BEGIN {print (y < x ? y : x)}'); t3=$(awk -v x="$t3" -v y="$b" 'BEGIN {print (y < x ? y : x)}')
 done
-if awk -v a="$t1" -v b="$t3" 'BEGIN {exit !(a > 0 && b / a >= 1.7 && b / a <= 4.5)}'; then
+if awk -v a="$t1" -v b="$t3" 'BEGIN {exit !(a > 0 && b / a >= 1.7)}'; then
     echo "ok: MESHINFER_SLOWDOWN=3: TPOT $t1 -> $t3 ms"; pass=$((pass+1))
-else echo "FAIL: MESHINFER_SLOWDOWN=3: TPOT $t1 -> $t3 ms (want 1.7x to 4.5x)"; fail=$((fail+1)); fi
+else echo "FAIL: MESHINFER_SLOWDOWN=3: TPOT $t1 -> $t3 ms (want at least 1.7x)"; fail=$((fail+1)); fi
+paid=$(bench_json env MESHINFER_SLOWDOWN=3 "$bin" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{
+    const t = JSON.parse(s).ranks[0].seconds, all = t.attention + t.projection + t.ffn + t.logits;
+    console.log((t.emulated_slowdown / (all - t.emulated_slowdown)).toFixed(3))})')
+if awk -v r="$paid" 'BEGIN {exit !(r >= 1.8 && r <= 2.2)}'; then
+    echo "ok: MESHINFER_SLOWDOWN=3: the sleeps are ${paid}x the compute they follow"; pass=$((pass+1))
+else echo "FAIL: MESHINFER_SLOWDOWN=3: the sleeps are ${paid}x the compute they follow (want 2x within 10%)"; fail=$((fail+1)); fi
 # and leaves the text alone
 a=$("$bin" generate -m "$model" -n 20 2>/dev/null); b=$(MESHINFER_SLOWDOWN=2 "$bin" generate -m "$model" -n 20 2>/dev/null)
 [[ -n "$a" && "$a" == "$b" ]] && { echo "ok: MESHINFER_SLOWDOWN=2: same text"; pass=$((pass+1)); } ||
