@@ -3,9 +3,23 @@
 # whole test suite with ctest (the suite fetches the real model and the npm
 # reference material itself on first use).
 #
-# usage: jobs/run_tests.sh [extra ctest arguments, e.g. -R unit_]
+# usage: jobs/run_tests.sh [--coverage] [extra ctest arguments, e.g. -R unit_]
+#   --coverage  the same suite in build-coverage/ (optimized as build/, and
+#               instrumented with gcc --coverage), then line coverage of src/
+#               from that one run (jobs/dev/coverage.sh --report-only: fails
+#               when a command's file is below 70%). CI runs this: one run of
+#               the suite gives both the verdict and the coverage.
 set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"
+if [[ "${1:-}" == "--coverage" ]]; then
+    shift
+    "$root/jobs/dev/build.sh" --coverage
+    find "$root/build-coverage" -name '*.gcda' -delete # this run's counters only
+    rc=0 cov=0
+    (cd "$root/build-coverage" && ctest --output-on-failure "$@") || rc=$?
+    "$root/jobs/dev/coverage.sh" --report-only --build-dir "$root/build-coverage" || cov=$?
+    exit $((rc ? rc : cov))
+fi
 "$root/jobs/dev/build.sh"
 cd "$root/build"
 ctest --output-on-failure "$@"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install missing Debian packages (Open MPI, OpenBLAS, HDF5, hwloc, CUnit,
-# gnuplot; PyTorch and h5py for seed 002's time-series training and its
+# gnuplot; PyTorch and h5py for CATS's time-series training and its
 # comparison test, used as /usr/bin/python3; Slurm and munge for the test that
 # submits jobs/testbed/sweep.slurm to a private one-node Slurm, mpi_tests/slurm_check.sh;
 # iproute2, iptables and libnetfilter-queue for the emulated testbeds and their
@@ -13,15 +13,26 @@
 # is in place during the install when there is none (removed afterwards; see
 # jobs/lib/packages.sh).
 #
-# usage: jobs/dev/build.sh [--help]
+# usage: jobs/dev/build.sh [--coverage] [--help]
+#   --coverage  build into build-coverage/ instead, optimized as build/ is and
+#               instrumented with gcc --coverage (jobs/run_tests.sh --coverage)
 set -euo pipefail
 . "$(dirname "$0")/../lib/common.sh"
+out=build flags=()
+while (($#)); do
+    case "$1" in
+        --coverage) out=build-coverage
+                    flags=(-DCMAKE_C_COMPILER=gcc -DCMAKE_C_FLAGS=--coverage -DCMAKE_EXE_LINKER_FLAGS=--coverage) ;;
+        *) bad_option "$1" ;;
+    esac
+    shift
+done
 pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-pthread-dev
       libhdf5-dev hdf5-tools libhwloc-dev hwloc libcunit1-dev libcjson-dev gnuplot-nox clang libclang-rt-dev
       python3-torch python3-h5py python3-numpy slurmd slurmctld slurm-client munge
       iproute2 iptables libnetfilter-queue-dev)
 . "$root/jobs/lib/packages.sh"
 ensure_packages build "${pkgs[@]}"
-cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$root/build" -j "$(nproc)" >/dev/null
-echo "build: $root/build/meshinfer is ready" >&2
+cmake -S "$root" -B "$root/$out" -DCMAKE_BUILD_TYPE=Release "${flags[@]}" >/dev/null
+cmake --build "$root/$out" -j "$(nproc)" >/dev/null
+echo "build: $root/$out/meshinfer is ready" >&2

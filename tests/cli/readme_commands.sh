@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's two set-up commands exist and are executable, and .ci/run runs
-# the README's test command and jobs/dev/coverage.sh (guards against a README or
-# CI script drifting).
+# the README's test command with --coverage, whose report is jobs/dev/coverage.sh
+# (guards against a README or CI script drifting).
 # usage: readme_commands.sh REPO_ROOT
 set -u
 root=$1
@@ -11,6 +11,6 @@ chk '[[ $(wc -l < "$root/README.md") -gt 100 ]]' "README.md has content"
 chk 'grep -q "^jobs/quickstart.sh" "$root/README.md" && [[ -x "$root/jobs/quickstart.sh" ]]' "first command: jobs/quickstart.sh"
 chk 'grep -q "^jobs/run_tests.sh" "$root/README.md" && [[ -x "$root/jobs/run_tests.sh" ]]' "second command: jobs/run_tests.sh"
 chk 'grep -q "jobs/run_tests.sh" "$root/.ci/run"' ".ci/run runs jobs/run_tests.sh"
-chk 'grep -q "^bash jobs/dev/coverage.sh" "$root/.ci/run" && [[ -x "$root/jobs/dev/coverage.sh" ]]' ".ci/run runs jobs/dev/coverage.sh"
+chk 'grep -q "^bash jobs/run_tests.sh --coverage" "$root/.ci/run" && grep -q "jobs/dev/coverage.sh --report-only" "$root/jobs/run_tests.sh" && [[ -x "$root/jobs/dev/coverage.sh" ]]' ".ci/run runs the suite with --coverage, which reports through jobs/dev/coverage.sh"
 echo "$pass passed, $fail failed"
 ((fail == 0))
