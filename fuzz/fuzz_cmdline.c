@@ -1,4 +1,4 @@
-/* libFuzzer harness: the command line (issue 11 item 6). One input is one
+/* libFuzzer harness: the command line. One input is one
  * argument list, one argument per line, the first naming the command; it runs
  * as `meshinfer ARGS...` would, on one device, in a scratch directory that
  * holds a small synthetic model (m.h5, and q.h5 in q4_0) and a text (t.txt),

@@ -1,4 +1,4 @@
-/* libFuzzer harness: the HDF5 model loader (issue 11 item 6), the path every
+/* libFuzzer harness: the HDF5 model loader, the path every
  * rank's shard comes through. One input is one model file: opened and checked
  * against its config (mi_model_open), loaded whole, its tokenizer read and
  * every weight checked finite, as `meshinfer check` does.

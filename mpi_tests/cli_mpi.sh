@@ -108,7 +108,7 @@ expect_error "unknown planner" "unknown planner 'best'" -np 2 "$bin" generate -m
 expect_error "prompt past the context on 3 ranks" "context is 256 tokens" \
     -np 3 "$bin" generate -m "$model" -p "$(for i in $(seq 300); do printf 'word '; done)"
 expect_error "steps past the context on 3 ranks" "exceeds the context" -np 3 "$bin" generate -m "$model" -n 1000
-# memory-triggered re-placement (seed 000): workers whose budgets hold the KV
+# memory-triggered re-placement (HeadSplit): workers whose budgets hold the KV
 # cache for the whole context only once heads move to the big device
 tight="$(dirname "$0")/cluster-tight.json"
 want200=$("$bin" generate -m "$model" -n 200 --ignore-eos --json 2>/dev/null |
@@ -160,7 +160,7 @@ if unshare -m true 2>/dev/null; then
 else
     echo "skip: 64 KB /dev/shm (no unshare -m here)"
 fi
-# seed 002 somegather
+# CATS somegather
 expect_error "somegather on 4 ranks of 6 heads" "4 does not divide the model's 6 heads.*run on 1, 2, 3, 6 ranks" \
     -np 4 "$bin" generate -m "$model" --planner somegather
 expect_error "somegather on 7 ranks of 6 heads" "the model has only 6 heads.*run on 1, 2, 3, 6 ranks" -np 7 "$bin" generate -m "$model" --planner somegather
@@ -208,7 +208,7 @@ expect_error "send list for an unknown exchange" "exchange must be attn_in, head
     -np 3 "$bin" generate -m "$model" --plan-file "$tmp/sg-xch.json"
 expect_error "--prune with a plan file" "--plan-file fixes the placement" \
     -np 3 "$bin" generate -m "$model" --plan-file "$tmp/sg3.json" --prune 0.5
-# seed 003 (issue 10): calibrate on 3 ranks, then hybrid (prefill and decode
+# Voltron: calibrate on 3 ranks, then hybrid (prefill and decode
 # placed apart on a tight heterogeneous cluster) and auto give the one-rank text
 if run -np 3 "$bin" calibrate -m "$model" --seconds 0.01 --link-bytes 65536 -o "$tmp/cal3.json" > "$tmp/cal.out" 2>"$tmp/err"; then
     calok=$(node -e 'const c = JSON.parse(require("fs").readFileSync(process.argv[1]));
@@ -241,7 +241,7 @@ out=$(run -np 3 "$bin" generate -m "$model" -p "$prompt" -n 38 --cluster "$tmp/t
 grep -q "planner auto: [a-z]* (predicted .* somegather at r = 0.02 (measured perplexity 3.600, +0.6%; budget 5%)" "$tmp/err" &&
     [[ -n "$out" ]] && ok "--planner auto --ppl-budget 5: somegather judged at r = 0.02, $(grep -o 'planner auto: [a-z]*' "$tmp/err") run" ||
     bad "--planner auto --ppl-budget: $(head -2 "$tmp/err")"
-# issue 11 item 7: a soak in one job -- the same generation 10 times on 4 ranks whose budgets force
+# a soak in one job -- the same generation 10 times on 4 ranks whose budgets force
 # re-placements: each generation starts from the first placement again (a re-placement) and re-places
 # as it grows, every repeat gives the first run's tokens, no rank's resident memory grows by 1 MB
 run -np 4 "$bin" generate -m "$model" -n 120 --ignore-eos --repeat 10 --cluster "$(dirname "$0")/cluster-tight.json" \
@@ -255,7 +255,7 @@ sk=$(node -e 'const d = JSON.parse(require("fs").readFileSync(process.argv[1])),
     bad "--repeat soak: $sk $(tail -2 "$tmp/soak.err")"
 expect_error "--repeat with a journal" "--repeat runs one generation again and again" \
     -np 2 "$bin" generate -m "$model" --repeat 3 --journal "$tmp/j.json"
-# seed 003 shard-wise pruning: a model with 3 of every layer's 12 FFN shards pruned (hidden_dim 576; an
+# Voltron shard-wise pruning: a model with 3 of every layer's 12 FFN shards pruned (hidden_dim 576; an
 # importance file that ranks shards differently per layer) gives the one-rank text on 3 ranks, per scheme
 node -e 'const L = []; for (let l = 0; l < 6; l++) L.push({layer: l, q8_0: 0.01 * (6 - l), q4_0: 0.02 * (6 - l),
     prune: Array.from({length: 12}, (_, j) => (j * 5 + l * 7) % 12)});
@@ -303,7 +303,7 @@ node -e 'const fs = require("fs"), c = JSON.parse(fs.readFileSync(process.argv[1
   c.devices.forEach(d => d.mem_mb = 5); fs.writeFileSync(process.argv[2], JSON.stringify(c));' "$tmp/cal3.json" "$tmp/none3.json"
 expect_error "--planner auto where nothing fits" "--planner auto: no scheme fits" \
     -np 3 "$bin" generate -m "$model" --cluster "$tmp/none3.json" --planner auto
-# seed 003 communication scaling: an unreachable --tpot-ms, no device's compute to blame, lowers
+# Voltron communication scaling: an unreachable --tpot-ms, no device's compute to blame, lowers
 # the messages twice (fp32 -> fp16 -> q8_0), each decision logged with its cost, and the run goes on
 run -np 3 "$bin" generate -m "$model" -n 60 --planner tp --tpot-ms 0.01 --json > "$tmp/sc.json" 2> "$tmp/sc.err"
 sc=$(node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1])); const d = j.scaling.decisions;
@@ -314,7 +314,7 @@ sc=$(node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1]));
     grep -q "scaling after token [0-9]*: TPOT .* over the 0.01 ms target; no device's compute explains it" "$tmp/sc.err" &&
     ok "--tpot-ms: messages lowered fp32 -> fp16 -> q8_0, each decision diagnosed and costed, 60 tokens" ||
     bad "--tpot-ms: $sc $(head -3 "$tmp/sc.err")"
-# seed 003 computation scaling: rank 1 (every layer) becomes 20x slower once the baseline is taken
+# Voltron computation scaling: rank 1 (every layer) becomes 20x slower once the baseline is taken
 # (measured well over 1.5x even on a busy machine: the diagnosis needs 1.3x);
 # the controller blames it and lowers layers it holds (the least important, the last, first), and
 # as every layer at q4_0 is still too slow at 20x, then prunes their FFN shards; the run goes on
@@ -353,7 +353,7 @@ kv=$(node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1]));
 [[ $kv =~ ^200\ [1-9] ]] && grep -q "scaling at position 105: the KV cache of 105 positions would take small1 (rank 1)" "$tmp/kv.err" &&
     ok "--tpot-ms: the KV cache past a budget lowers that device's layers instead of stopping ($kv)" ||
     bad "--tpot-ms under KV pressure: $kv $(grep -m2 "scaling\|error" "$tmp/kv.err")"
-# seed 003 4.4 energy: under a generous target, --energy runs every device of a cluster whose
+# Voltron §4.4 energy: under a generous target, --energy runs every device of a cluster whose
 # dynamic power dominates at its lower level (emulated: compute stretched); the run's measured
 # energy falls below the same run's at top frequency, and TPOT stays under the target
 for e in top energy; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 12: seed 002's time-series model (docs/patchtst.md) in the engine.
+# CATS's time-series model (docs/patchtst.md) in the engine.
 #   - somegather at 2, 4, 8 and 16 ranks and layer-wise at 2 and 3 give the
 #     one-rank forecasts bit for bit (same numbers, same order of additions);
 #   - the engine equals PyTorch's evaluation of the same model file

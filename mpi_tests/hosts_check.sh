@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The hosts testbed (jobs/testbed/hosts.sh, issue 13): three hosts, each its own
+# The hosts testbed (jobs/testbed/hosts.sh): three hosts, each its own
 # network namespace, address, hostname, CPU cgroup and shaped link, launched
 # by mpirun from a hostfile through the rsh launcher. Checks that
 #   - a 3-host generation gives the one-rank tokens (greedy head-level and

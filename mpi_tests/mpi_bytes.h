@@ -1,4 +1,4 @@
-/* Bytes counted at the MPI layer (issue 11 item 8): mpi_bytes.c defines the
+/* Bytes counted at the MPI layer: mpi_bytes.c defines the
  * MPI calls that move data (through the MPI profiling interface: each counts
  * its payload, then calls the PMPI_ version), so a test can hold what MPI was
  * actually handed against the plan's prediction, independently of the

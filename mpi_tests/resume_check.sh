@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 11 item 5: a generation survives a lost device. jobs/testbed/resilient_generate.sh
+# a generation survives a lost device. jobs/testbed/resilient_generate.sh
 # runs a 5-rank generation (layer-wise: exact at any rank count) from a
 # hostfile; a worker rank, chosen at random, is killed (SIGKILL) at a random
 # token; the job relaunches on the 4 ranks left with generate --resume, and

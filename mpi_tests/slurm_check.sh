@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 13 item 6: jobs/testbed/sweep.slurm on a real Slurm. Starts a private one-node
+# jobs/testbed/sweep.slurm on a real Slurm. Starts a private one-node
 # Slurm on this machine (munged with a generated key, slurmctld, slurmd; config,
 # spool, state, logs and sockets in a temporary directory, SLURM_CONF pointing at
 # it, free ports picked at random so two runs do not collide; nothing in /etc is

@@ -11,20 +11,20 @@
  * profiling interface: for every pair of ranks); head-level
  * placement moves more bytes than layer-wise; and with the real model each
  * rank's resident memory growth while loading is within 10% of its shard.
- * With inter-layer speculation on every eligible transition (seed 000),
+ * With inter-layer speculation on every eligible transition (HeadSplit),
  * tolerance 0 gives bit-identical tokens and logits to running without it,
  * and an infinite tolerance accepts every test. The same for the real model
  * in q8_0 and q4_0 and the small one in q4_0 (each against one device with
  * the same weights); with q8_0 (real model) and fp16 (small one) messages,
  * every rank's bytes equal the prediction and are at most 30% (52%) of fp32's;
- * with q8_0 messages in the first half of the layers only (seed 003's
+ * with q8_0 messages in the first half of the layers only (Voltron's
  * communication scaling per layer), between all-fp32's and all-q8_0's.
- * Seed 003's computation scaling: a layer-wise run that lowers layers 2-3 to
+ * Voltron's computation scaling: a layer-wise run that lowers layers 2-3 to
  * q8_0 and 5 to q4_0 after the prompt (a re-placement to the same shards)
  * gives bit for bit the logits of one device converting the same layers at
  * the same point, and raising them again (reloaded from the file) gives the
  * fp32 run's logits bit for bit.
- * Seed 003's hybrid planner on a heterogeneous, memory-tight cluster runs the
+ * Voltron's hybrid planner on a heterogeneous, memory-tight cluster runs the
  * prompt on its prefill placement, re-places to its decode placement (the KV
  * heads that change owner moved and counted) and gives one device's tokens.
  *
@@ -83,7 +83,7 @@ static void predicted_matrix(const mi_programs *p, int ph, double *m)
     }
 }
 
-/* Issue 11 item 8: the bytes MPI itself was handed on the exchanges'
+/* the bytes MPI itself was handed on the exchanges'
  * communicators and windows (mpi_bytes.c, counted since the runtime's
  * metrics reset) equal, for every pair of ranks, steps times the
  * prediction of programs p's decode phase. Collective; returns (rank 0) the
@@ -300,7 +300,7 @@ static double pruned_kinds_bytes(const mi_programs *p)
     return b;
 }
 
-/* Seed 002 on this job's ranks (when they divide the KV heads): pruning at
+/* CATS on this job's ranks (when they divide the KV heads): pruning at
  * r = 0.9 moves exactly the predicted bytes, at most 10% of r = 0's in the
  * four pruned exchanges, and a plan file carries the send lists (same
  * tokens after a save and load); message loss is deterministic for a seed,
@@ -428,7 +428,7 @@ static void check_somegather(const char *path, const mi_config *c, const int *pr
     mi_cluster_free(&cl);
 }
 
-/* Seed 003 hybrid parallelism on a heterogeneous, memory-tight cluster
+/* Voltron hybrid parallelism on a heterogeneous, memory-tight cluster
  * (speeds 1, 1/2, 1/3, ...; rank 0 with room for the embeddings and about a
  * third of the layers, the others less): the prefill placement runs the
  * prompt, the runtime re-places to the decode placement (KV heads moved to
@@ -554,7 +554,7 @@ static void check_hybrid(const char *path, const mi_config *c, const int *prompt
     mi_cluster_free(&cl);
 }
 
-/* Seed 003 4.3.1 computation scaling through the runtime (see the header). */
+/* Voltron §4.3.1 computation scaling through the runtime (see the header). */
 #define LOWERED "2-3:q8_0,5:q4_0"
 static void check_lowering(const char *path, const mi_config *c, const int *prompt, const run_result *ref)
 {
@@ -666,7 +666,7 @@ static double uniform_bytes(mi_plan *plan, int wire)
     return t;
 }
 
-/* mixed: seed 003's communication scaling per layer: the plan's wire is
+/* mixed: Voltron's communication scaling per layer: the plan's wire is
  * fp32 and only the first half of the layers send in `wire`; the bytes must
  * fall strictly between all-fp32 and all-`wire` and still be what the
  * runtime moves. */
@@ -694,7 +694,7 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
         mi_plan plan;
         char err[MI_ERRLEN];
         if (pl == MI_PLANNER_SOMEGATHER && c->n_kv_heads % g_size) {
-            /* seed 002 needs equal shares of whole heads: refused, saying why */
+            /* CATS needs equal shares of whole heads: refused, saying why */
             CHECK(mi_plan_make(c, &cl, &po, &plan, err) != 0 &&
                       (strstr(err, "does not divide") || strstr(err, "the model has only")),
                   "somegather on %d ranks of %d KV heads was not refused: %s", g_size, c->n_kv_heads, err);

@@ -5,7 +5,7 @@
 # as its programs' dependencies need (layer-wise 3, somegather 27 on 3 ranks:
 # TPOT's growth per ms of delay, within 10%) and the calibrated cost model
 # predicts TPOT within 15%, a slow medium's messages are lowered to fp16 for
-# some layers only, the last first (seed 003 communication scaling per
+# some layers only, the last first (Voltron communication scaling per
 # layer), and everything the testbed creates (cgroups,
 # iptables rules, mi_netem, TCP autocorking turned off) is undone afterwards,
 # also when the script is sent SIGTERM mid-run. Skipped (exit 77) without root or a writable cgroup-v1
@@ -101,7 +101,7 @@ sleep 1
 check "nothing of either run left; reserved ports and autocorking restored" \
     "[[ \"\$(leftovers '$tmp/k.err') \$(leftovers '$tmp/l.err')\" == '0 0 0 0 0 0' && \"\$(sysctl -n net.ipv4.ip_local_reserved_ports)\" == '$reserved' && \"\$(sysctl -n net.ipv4.tcp_autocorking)\" == '$autocork' && \$(pgrep -fc 'meshinfer generate.*-n 240' || true) == 0 ]]"
 
-# seed 003 communication scaling per layer: on a 2 Mbit/s medium a small model's tp messages are most
+# Voltron communication scaling per layer: on a 2 Mbit/s medium a small model's tp messages are most
 # of its step (96 ms, layer messages 90% of the bytes); a target 16% under that is met by lowering the
 # messages of some layers to fp16, the last first (no importance file), not every message
 "$mi" synth --shape tiny-gqa --out "$tmp/gqa.h5" > /dev/null 2>&1

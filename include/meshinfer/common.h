@@ -66,8 +66,8 @@ void *mi_calloc(size_t n, size_t size, const char *what);
 /* Wall-clock seconds from a monotonic clock. */
 double mi_now(void);
 
-/* An emulated slower device (the testbed's --slowdown; seed 003's
- * heterogeneous devices, issue 10): MESHINFER_SLOWDOWN=S
+/* An emulated slower device (the testbed's --slowdown; Voltron's
+ * heterogeneous devices): MESHINFER_SLOWDOWN=S
  * (a number >= 1, read once; absent: 1) makes every compute op take S times
  * as long, as a CPU S times slower would, by sleeping (S - 1) times the op's
  * own time after it. A CPU-quota cgroup throttles only sustained work (a
@@ -82,7 +82,7 @@ double mi_now(void);
  * contents are ignored): a device that slows down mid-run. */
 double mi_slowdown(void);
 void mi_slowdown_pay(double t0);
-/* Emulated DVFS (seed 003 4.4, `--energy`): this device runs at level f
+/* Emulated DVFS (Voltron §4.4, `--energy`): this device runs at level f
  * (fraction of its top frequency, in (0, 1]), so its compute takes 1/f as
  * long, on top of any slowdown above (the two multiply). */
 void mi_slowdown_set_freq(double f);

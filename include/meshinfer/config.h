@@ -1,5 +1,5 @@
 /* Model hyper-parameters (llama2.c naming) of the two model families: a
- * Llama-architecture decoder (the language models), and seed 002's
+ * Llama-architecture decoder (the language models), and CATS's
  * time-series encoder (docs/patchtst.md), whose patches play the tokens'
  * part and whose forecasting head the classifier's. Every size is in
  * elements, not bytes. */
@@ -17,7 +17,7 @@ enum { MI_WQ, MI_WK, MI_WV, MI_WO, MI_W1, MI_W2, MI_W3, MI_N_LAYER_MATS };
 /* Model families. */
 typedef enum {
     MI_FAMILY_LLAMA = 0,    /* RMSNorm, RoPE, causal attention, SwiGLU FFN, token embeddings, logits */
-    MI_FAMILY_PATCHTST = 1, /* seed 002's workload: patch embedding, LayerNorm with bias, non-causal
+    MI_FAMILY_PATCHTST = 1, /* CATS's workload: patch embedding, LayerNorm with bias, non-causal
                                attention with biases, GELU MLP with biases, a linear forecasting head
                                over all patches (vocab_size = horizon, seq_len = n_patches) */
 } mi_family;
@@ -82,7 +82,7 @@ size_t mi_decode_weight_elems(const mi_config *c);
 /* Bytes of those weights in their stored dtypes (what a decoded token streams). */
 size_t mi_decode_weight_bytes(const mi_config *c);
 
-/* Bytes (in their dtypes) of the units seed 000 places, norms excluded:
+/* Bytes (in their dtypes) of the units HeadSplit places, norms excluded:
  * one KV-head group of layer l (its query heads' wq rows, its wk and wv rows),
  * the wo columns of n_kv KV-head groups (n_kv_heads: all of wo), the FFN's nf
  * units (w1 and w3 rows, w2 columns), the token embeddings, and `rows` rows of
@@ -96,7 +96,7 @@ size_t mi_embedding_bytes(const mi_config *c);
 size_t mi_w3_row_bytes(const mi_config *c, int l);
 size_t mi_classifier_bytes(const mi_config *c, int rows);
 
-/* Alignment of column splits (seed 003 tensor parallelism) in layer l: a
+/* Alignment of column splits (Voltron tensor parallelism) in layer l: a
  * slice of the FFN must start and end on a multiple of mi_ffn_align (32 when
  * w2 is a block dtype, else 1), and the KV-head groups whose wo columns one
  * rank holds must be runs that start and end on a multiple of mi_kv_align

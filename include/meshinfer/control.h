@@ -36,10 +36,10 @@ typedef struct {
     int kv_positions;        /* --kv-positions: KV positions the first placement budgets (0: default) */
     int wire;                /* --wire-dtype: dtype of activation messages (mi_dtype; default fp32) */
     int wire_set;            /* --wire-dtype given (a plan file carries its own) */
-    double prune[MI_N_PRUNED_XCH]; /* --prune: seed 002 pruning ratio per exchange kind */
+    double prune[MI_N_PRUNED_XCH]; /* --prune: CATS pruning ratio per exchange kind */
     int prune_mode;          /* --prune-mode (mi_prune_mode) */
     int prune_set;           /* --prune or --prune-mode given (somegather only; a plan file has its own) */
-    double loss;             /* --loss: seed 002 message-loss probability */
+    double loss;             /* --loss: CATS message-loss probability */
     int loss_mode;           /* --loss-mode (mi_loss_mode) */
     uint64_t loss_seed;      /* --loss-seed */
     int loss_set;            /* --loss, --loss-mode or --loss-seed given (somegather only) */
@@ -47,7 +47,7 @@ typedef struct {
                                 pays for the re-placements), 1 decode's for both phases, 2 prefill's
                                 for both (to measure what each phase gains), 3 apart always */
     int auto_prompt, auto_steps; /* --planner auto: the request judged (prompt tokens, decoded tokens) */
-    double tpot_ms;          /* --tpot-ms: seed 003 runtime scaling's target (0: off) */
+    double tpot_ms;          /* --tpot-ms: Voltron runtime scaling's target (0: off) */
     const char *importance;  /* --importance: `meshinfer importance` file ordering computation scaling */
     int energy;              /* --energy: spend the margin under --tpot-ms on lower DVFS levels */
     int prune_ffn;           /* --prune-ffn: FFN shards pruned per layer at load (needs --importance) */
@@ -67,7 +67,7 @@ int session_prune_ffn(mi_plan *plan, const mi_importance *imp, int k, char *err)
 
 
 
-/* One memory-triggered re-placement (seed 000), as reported in --json. */
+/* One memory-triggered re-placement (HeadSplit), as reported in --json. */
 typedef struct {
     int position;           /* KV positions after the forward pass that triggered it */
     int rank;               /* the device that crossed the threshold (or outgrew the plan) */
@@ -88,7 +88,7 @@ typedef struct {
     unsigned char layer[MI_MAX_LAYERS];
 } session_wires;
 
-/* One runtime-scaling decision (seed 003 4.3), as reported in --json. */
+/* One runtime-scaling decision (Voltron §4.3), as reported in --json. */
 typedef struct {
     int token;              /* the decode step after which it was taken */
     char trigger[192];      /* what crossed the target, and the diagnosis */
@@ -105,7 +105,7 @@ typedef struct {
 } session_decision;
 #define SESSION_MAX_DECISIONS 64
 #define SESSION_MAX_TOKENS 65536
-#define SESSION_REPLAN_THRESHOLD 0.85 /* seed 000: re-place when a device crosses 85% of its memory */
+#define SESSION_REPLAN_THRESHOLD 0.85 /* HeadSplit: re-place when a device crosses 85% of its memory */
 
 typedef struct {
     int rank, size;
@@ -132,13 +132,13 @@ typedef struct {
     double stream_rate[MI_MAX_RANKS]; /* rank 0: each rank's measured weight-streaming rate, bytes/s */
     char (*hosts)[64];      /* rank 0: the host each rank runs on ([size]), to hold a calibration to */
     int pos_hi;             /* rank 0: the highest position a forward pass has reached */
-    int loss_mode;          /* seed 002 emulated message loss (runtime options) */
+    int loss_mode;          /* CATS emulated message loss (runtime options) */
     double loss;
     uint64_t loss_seed;
     int n_replans;          /* every re-placement (replans holds the first SESSION_MAX_REPLANS) */
     int n_replans_moved;    /* ... of which moved shards */
     session_replan replans[SESSION_MAX_REPLANS];
-    /* seed 003: a hybrid plan for the prefill phase apart from the decode
+    /* Voltron: a hybrid plan for the prefill phase apart from the decode
      * plan (plan), when the planner made them differ */
     int has_prefill_plan;   /* rank 0 */
     mi_plan plan_prefill;   /* rank 0 */
@@ -146,7 +146,7 @@ typedef struct {
     int installed_prefill;  /* rank 0: the runtime runs plan_prefill now */
     int n_switches;         /* rank 0: phase switches (each a re-placement: shards loaded, KV heads moved) */
     double switch_s;        /* rank 0: their time */
-    /* seed 003 4.3 runtime scaling (--tpot-ms), rank 0; scaling.c */
+    /* Voltron §4.3 runtime scaling (--tpot-ms), rank 0; scaling.c */
     double tpot_target_s;   /* 0: off */
     int n_tokens;           /* decode steps timed */
     float *token_ms;        /* [SESSION_MAX_TOKENS] each step's time */
@@ -156,7 +156,7 @@ typedef struct {
     int n_decisions;
     session_decision decisions[SESSION_MAX_DECISIONS];
     mi_importance *imp;     /* --importance, or NULL: layers lowered from the last */
-    /* seed 000 / seed 003 4.4 energy */
+    /* HeadSplit / Voltron §4.4 energy */
     double freq[MI_MAX_RANKS]; /* every rank's DVFS level (1: top; --energy lowers some), on every rank */
     int energy;             /* --energy chose the levels (rank 0: en holds the search) */
     mi_energy_result en;
@@ -196,7 +196,7 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
  * serving here), write the trace if asked, free. */
 void session_close(mi_session *ss, const session_opts *o);
 
-/* Rank 0: mi_runtime_forward after the memory check of seed 000 "Memory
+/* Rank 0: mi_runtime_forward after the memory check of HeadSplit "Memory
  * needs active management": when the KV cache after this pass (pos0+T
  * positions) takes a device across 85% of its budget, or past the positions
  * the plan budgeted, and --replan is on, the planner runs again for twice as
@@ -218,7 +218,7 @@ double session_phase(mi_session *ss, int prefill, int n_pos);
 void session_predict(const mi_session *ss, int n_prompt, int n_steps, double *ttft, double *tpot);
 
 /* Rank 0, after a decode step of step_s seconds that left n_pos positions
- * cached: record it and, with --tpot-ms, scale at run time (seed 003 4.3;
+ * cached: record it and, with --tpot-ms, scale at run time (Voltron §4.3;
  * scaling.c). When the median of the last 5 steps is over the target, every
  * rank's compute time is polled twice 8 steps apart. A device whose compute
  * per step has grown 1.3x over its own baseline (steps 8-16, against the cost
@@ -244,7 +244,7 @@ void session_after_step(mi_session *ss, double step_s, int n_pos);
 
 /* Rank 0, with --tpot-ms, before a forward pass that would take rank r's
  * memory at need positions past limit bytes (the KV cache grows past its
- * budget; seed 003 4.3.1 computation scaling): lower the layers r holds, in
+ * budget; Voltron §4.3.1 computation scaling): lower the layers r holds, in
  * the order session_after_step would, just enough that r fits at need, and
  * install that with pos0 positions cached. Such a lowering is not undone (the
  * cache does not shrink within a sequence). Returns 1 if it did, 0 when
@@ -256,7 +256,7 @@ int session_scale_memory(mi_session *ss, int r, int pos0, int need, double limit
  * the prefill plan (session_phase). */
 /* Empty the KV cache (a new generation in the same job: generate --repeat)
  * and, under --replan, go back to the first placement, so each generation
- * re-places as it grows as the first did (issue 11 item 7). Rank 0. */
+ * re-places as it grows as the first did. Rank 0. */
 void session_restart(mi_session *ss);
 
 float *session_prefill(mi_session *ss, const int *tokens, int n, int pos0);

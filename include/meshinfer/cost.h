@@ -20,7 +20,7 @@ typedef struct {
 } mi_prediction;
 
 /* Seconds a compute op of `rank`'s programs takes at T positions after ctx
- * cached ones, on the device's compute model (seed 003 4.2.1's regression,
+ * cached ones, on the device's compute model (Voltron §4.2.1's regression,
  * plan.h mi_device: weights of each dtype over T positions, attention over
  * the cached and new positions, elementwise work per output column and
  * position, a fixed cost per op; logits for the last position only).
@@ -29,7 +29,7 @@ double mi_op_compute_s(const mi_plan *plan, const mi_op *op, const mi_cluster *c
 
 /* Predict one forward pass of phase ph (mi_phase) over T positions at
  * context position ctx by running every rank's program on a clock per rank,
- * message by message, as the runtime sends them (seed 000's cost model, on
+ * message by message, as the runtime sends them (HeadSplit's cost model, on
  * programs): the command reaches each worker one link latency after rank 0
  * sends it; a compute op advances its rank's clock (mi_op_compute_s); sends
  * are eager (the sender goes on) and a receiver waits for latency + T *
@@ -45,17 +45,17 @@ void mi_predict_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster
 /* One decode step at context position ctx: mi_predict_pass(decode, T = 1). */
 void mi_predict(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, int ctx, mi_prediction *out);
 
-/* Seconds to the first token (TTFT, seed 003): the prefill program over a
+/* Seconds to the first token (TTFT, Voltron): the prefill program over a
  * prompt of n_prompt tokens in passes of at most `chunk` positions, as
  * mi_runtime_prefill runs it. */
 double mi_predict_ttft(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, int n_prompt, int chunk);
 
-/* Mean seconds per output token (TPOT, seed 003) over n_steps decode steps
+/* Mean seconds per output token (TPOT, Voltron) over n_steps decode steps
  * from context position ctx0. */
 double mi_predict_tpot(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, int ctx0, int n_steps);
 
 /* Seconds to re-place from plan `from` to plan `to` with n_pos positions
- * cached (seed 000 "Memory needs active management"'s move, used for seed
+ * cached (HeadSplit "Memory needs active management"'s move, used for seed
  * 003's phase switch), as the runtime does it (migrate.c): per rank, the weights it does
  * not already hold in the same layout read from storage at cl->storage_bw,
  * and the KV heads it newly owns received from their old owners; the
@@ -64,10 +64,9 @@ double mi_plan_switch_s(const mi_plan *from, const mi_plan *to, const mi_cluster
 
 /* ------------------------------------------------------------ calibration
  *
- * Seed 003 4.2.1: computation time from "a regression model based on ...
+ * Voltron §4.2.1: computation time from "a regression model based on ...
  * device type, layer type, precision, input token length, and the number of
- * tokens accumulated in the KV cache", measured on the device itself (issue
- * 10 item 1). No MPI: `meshinfer calibrate` runs it on every rank. */
+ * tokens accumulated in the KV cache", measured on the device itself. No MPI: `meshinfer calibrate` runs it on every rank. */
 
 typedef struct {
     int dim, hidden_dim;  /* a layer's matrices measured: wq [q_dim, dim], wk and wv [kv_dim, dim], */
@@ -99,8 +98,8 @@ double mi_predict_delays(const mi_plan *plan, const mi_programs *p);
 
 /* ------------------------------------------------------------ energy
  *
- * Seed 000 (energy and energy-delay product per run, from power drawn idle
- * and active) and seed 003 4.4 (spend the latency margin under a TPOT
+ * HeadSplit (energy and energy-delay product per run, from power drawn idle
+ * and active) and Voltron §4.4 (spend the latency margin under a TPOT
  * constraint on lower DVFS levels of devices that are not critical). The
  * power model is plan.h mi_device's: idle watts always, plus active - idle
  * scaled by f^3 while computing at level f. No MPI. */
@@ -131,7 +130,7 @@ typedef struct {
     double seconds;             /* the search's time */
 } mi_energy_result;
 
-/* Seed 003 4.4: from every device at its top level, lower one device by one
+/* Voltron §4.4: from every device at its top level, lower one device by one
  * DVFS level at a time, always the step that saves the most joules per token,
  * while the predicted TPOT stays at most tpot_limit_s; devices on the
  * critical path keep their level because lowering them breaks the limit.

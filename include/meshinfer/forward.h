@@ -1,4 +1,4 @@
-/* The Llama forward pass, split into the blocks that seed 000 places on
+/* The Llama forward pass, split into the blocks that HeadSplit places on
  * devices: attention (per KV-head group), output projection, FFN. A single
  * device runs them in order (mi_forward); the distributed runtime runs the same
  * block functions on the ranks a plan names, so both compute the same numbers. */

@@ -1,5 +1,5 @@
 /* What device this process runs on, as the cost model's calibration needs it
- * (seed 003 4.2.1: the device is a feature of its regression; issue 10 item 1):
+ * (Voltron §4.2.1: the device is a feature of its regression):
  * each MPI rank describes its own host (hostname, CPU, cores it may use,
  * caches, memory, the cgroup limits of an emulated device) and can pin
  * itself to its share of the host's cores.

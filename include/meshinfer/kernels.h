@@ -13,14 +13,14 @@
  * out may alias x. */
 void mi_rmsnorm(float *out, const float *x, const float *w, int T, int dim, float eps);
 
-/* Seed 002 device-local RMSNorm: like mi_rmsnorm, but each row's mean
+/* CATS device-local RMSNorm: like mi_rmsnorm, but each row's mean
  * square is over the columns it holds (held[t*dim + i] != 0; pruned or lost
  * columns are not held) and the others are written as 0. held == NULL, or
  * every column held, gives mi_rmsnorm's result bit for bit. */
 void mi_rmsnorm_held(float *out, const float *x, const float *w, int T, int dim, float eps,
                      const unsigned char *held);
 
-/* Seed 002's time-series family (docs/patchtst.md): LayerNorm with gain g
+/* CATS's time-series family (docs/patchtst.md): LayerNorm with gain g
  * and bias b over each row of x [T, dim] (biased variance, eps inside the
  * square root), device-local when held is given: mean and variance over
  * the held columns only (held[t*dim + i] != 0), the others written as 0.
@@ -40,7 +40,7 @@ void mi_add_bias(float *y, int ldy, const float *b, int T, int n);
  * sgemm; the other dtypes run the same row kernel for every position (the
  * rows in cache-sized tiles), so their prefill equals their decode bit for
  * bit. Block dtypes quantize each row of x to int8 once per call.
- * Seed 000: every output row is computed the same way whatever rows surround
+ * HeadSplit: every output row is computed the same way whatever rows surround
  * it, so row shards on several ranks reproduce one device exactly. */
 void mi_matmul(float *y, const float *x, const mi_tensor *W, int T);
 
@@ -77,7 +77,7 @@ void mi_swiglu(float *h1, const float *h3, size_t n);
 /* Softmax in place over n values. */
 void mi_softmax(float *x, int n);
 
-/* Seed 000's inter-layer speculation test: is the FFN's contribution f small
+/* HeadSplit's inter-layer speculation test: is the FFN's contribution f small
  * next to Z (the residual stream the next layer's attention was computed on)?
  * f, z: [T][d]. *worst receives the largest ||f_t|| / ||z_t|| over the T
  * positions (a norm ratio, not its square: the tolerance is on the ratio;

@@ -1,5 +1,5 @@
 /* Weights and KV cache held by one device: the whole model, or the shard that
- * a placement plan gives this rank (seed 000 "Splitting by heads": attention
+ * a placement plan gives this rank (HeadSplit "Splitting by heads": attention
  * heads, the output projection and the FFN are separate units of placement).
  *
  * Query heads that share one KV head (grouped-query attention) always stay
@@ -19,10 +19,10 @@
 /* How much of the output projection wo a device holds. */
 typedef enum {
     MI_PROJ_NONE = 0,
-    MI_PROJ_FULL = 1,  /* all of wo: head outputs are gathered here (seed 000) */
+    MI_PROJ_FULL = 1,  /* all of wo: head outputs are gathered here (HeadSplit) */
     MI_PROJ_HEADS = 2, /* the wo columns of this device's own heads (tensor parallelism) */
     MI_PROJ_ROWS = 3,  /* rows [o0, o0+no) of wo over every head's output: this device's residual
-                          columns (seed 002 somegather) */
+                          columns (CATS somegather) */
 } mi_proj_kind;
 
 /* What one device holds of one layer. KV heads need not be contiguous
@@ -145,7 +145,7 @@ int mi_model_load(mi_model *m, const mi_weight_source *src, const mi_config *cfg
  * the tokenizer into tok when tok != NULL. */
 void mi_model_load_path(mi_model *m, const char *path, mi_tokenizer *tok);
 
-/* Every weight m holds finite (issue 11 "files checked whole"; `meshinfer
+/* Every weight m holds finite (files are checked whole; `meshinfer
  * check`): the embeddings, norms, classifier and every layer matrix, read
  * row by row in their dtype. Sets *n_weights (may be NULL) to the values
  * checked. Returns 0, or -1 with one line in err naming path, the tensor
@@ -161,7 +161,7 @@ void mi_model_embed(const mi_model *m, int tok, float *out);
 /* Free layer l's weights and KV cache (its arena), leaving it empty. */
 void mi_layer_free(mi_layer *L);
 
-/* Seed 003 4.3.1 "computation scaling": re-encode layer L's weight matrices
+/* Voltron §4.3.1 "computation scaling": re-encode layer L's weight matrices
  * (the ones it holds) in dtypes to[MI_N_LAYER_MATS] (mi_layer_mat order),
  * in a new arena that replaces the old one; norms and KV cache stay. Lowering
  * goes through fp32 (mi_tensor_convert); raising precision cannot restore

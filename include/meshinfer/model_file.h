@@ -19,7 +19,7 @@
  *
  * Every tensor is stored so that the shard a rank holds (a KV-head group's
  * query/key/value/output rows, or a slice of FFN units) is a contiguous row
- * range: seed 000's head-level placement and seed 003's tensor parallelism then
+ * range: HeadSplit's head-level placement and Voltron's tensor parallelism then
  * read their shard with one contiguous hyperslab. wo and w2 are stored
  * transposed for that reason; the shard loader (model.h) and mi_model_read_t()
  * transpose them back.
@@ -39,7 +39,7 @@
  * byte-for-byte transposes of the in-memory row layout. A shard's rows stay one
  * hyperslab of qs and one of d; for wo_t and w2_t it must be whole blocks.
  *
- * Seed 002's time-series family (format_version 3, family = "patchtst") has
+ * CATS's time-series family (format_version 3, family = "patchtst") has
  * its own attributes and tensors, with biases and no tokenizer; see
  * docs/patchtst.md, which the training script follows too. */
 #ifndef MESHINFER_MODEL_FILE_H
@@ -95,7 +95,7 @@ int mi_model_read_raw_cols(mi_model_file *mf, const char *name, size_t row0, siz
 int mi_model_read_t(mi_model_file *mf, const char *name, size_t row0, size_t nrows,
                     float *out, char *err);
 
-/* Seed 002 pruning masks a time-series model was trained with (the group
+/* CATS pruning masks a time-series model was trained with (the group
  * /somegather, docs/patchtst.md): mask[x] receives [n_layers, width] bytes
  * (1 = the column's owner sends it) for the exchanges attn_in, heads,
  * ffn_in (width dim) and hidden (width hidden_dim); *ratio the pruning

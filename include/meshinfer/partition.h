@@ -53,23 +53,23 @@ typedef enum {
     MI_OP_FFN_UP,    /* HIDDEN[:, c0:c0+n] = silu(w1 XN) * (w3 XN), this rank's n units */
     MI_OP_FFN_DOWN,  /* buf[:, c0:c0+n] (+)= in[:, i0:i0+ni] @ w2^T, w2 = this rank's [n, ni] */
     MI_OP_ADD,       /* X[:, c0:c0+n] += TMP[:, c0:c0+n] */
-    MI_OP_SPEC_TEST, /* seed 000 speculation test of `layer`: accepted = max over positions of
+    MI_OP_SPEC_TEST, /* HeadSplit speculation test of `layer`: accepted = max over positions of
                         ||TMP|| / ||X|| < tolerance (before the ADD) */
     MI_OP_LOGITS,    /* LOGITS[:, c0:c0+n] = classifier rows [c0, c0+n) @ XN, last positions only */
-    MI_OP_NORM_LOCAL,/* seed 002 device-local norm: NORM with the mean square over the columns of X this
+    MI_OP_NORM_LOCAL,/* CATS device-local norm: NORM with the mean square over the columns of X this
                         rank holds after the last allgather (its own and those received; not the pruned or
                         lost ones, which become 0): with every column held, NORM's result exactly */
     /* communication: xid names the exchange (mi_exchange) every member's matching op shares */
     MI_OP_BCAST,     /* buf's columns from the root to the other members (FLAG: with the decision) */
-    MI_OP_IBCAST,    /* the same, non-blocking at the root until its next communication (seed 000 Z) */
+    MI_OP_IBCAST,    /* the same, non-blocking at the root until its next communication (HeadSplit Z) */
     MI_OP_POST,      /* the root of a PUT exposes its window (MPI_Win_post) ahead of the PUT, so the
                         origins' puts never wait for the post to travel */
     MI_OP_PUT,       /* members put their HEADS_LOCAL into the root's window; the root places them
-                        into HEADS (seed 000 "gathered by RMA at the projection rank") */
+                        into HEADS (HeadSplit "gathered by RMA at the projection rank") */
     MI_OP_ALLREDUCE, /* X[:, c0:c0+n] += sum over members of TMP, the same sums on every member, in
                         the exchange's rounds (1: every member sends its whole partial to every other;
                         2: reduce-scatter then allgather, fewer bytes) */
-    MI_OP_ALLGATHERV,/* each member's sent columns of buf to every other member (seed 002 somegather:
+    MI_OP_ALLGATHERV,/* each member's sent columns of buf to every other member (CATS somegather:
                         pruned columns never travel; lost ones arrive as absent) */
     MI_OP_GATHERV,   /* each member's LOGITS columns to the root */
     MI_N_OPS
@@ -135,7 +135,7 @@ typedef struct {
     mi_colset *own;      /* [n_members] ALLGATHERV only: the columns member j owns (send minus own =
                             its pruned columns); NULL otherwise */
     int mask_own;        /* ALLGATHERV: the owner too treats its pruned columns as absent (ordinary
-                            magnitude pruning, the baseline of seed 002); 0: only receivers do */
+                            magnitude pruning, the baseline of CATS); 0: only receivers do */
 } mi_exchange;
 
 typedef struct {

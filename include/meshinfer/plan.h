@@ -5,7 +5,7 @@
  * and no policy here.
  *
  * Units: bytes, seconds, bytes/second. Rank 0 is the controller (embeddings,
- * final norm, sampling, the token loop); seed 000 "Splitting by heads". */
+ * final norm, sampling, the token loop); HeadSplit "Splitting by heads". */
 #ifndef MESHINFER_PLAN_H
 #define MESHINFER_PLAN_H
 
@@ -28,7 +28,7 @@ typedef struct {
     double mem_bytes;  /* budget for weights + KV cache on this device */
     double speed;      /* relative compute speed; 1.0 = reference device */
     /* The compute model of the cost model (cost.h), per device. A calibrated
-     * device (`meshinfer calibrate`, seed 003 4.2.1 "a regression model based
+     * device (`meshinfer calibrate`, Voltron §4.2.1 "a regression model based
      * on ... device type, layer type, precision, input token length, and the
      * number of tokens accumulated in the KV cache") has them measured; for
      * the others mi_cluster_finish derives them from mem_bw, speed and gflops
@@ -47,11 +47,11 @@ typedef struct {
     double op_s;       /* fixed seconds per compute op (dispatch) */
     double vec_s;      /* seconds per output element per position of an op's elementwise work (norms,
                           RoPE, SwiGLU, residual adds): what a prompt's many positions add up */
-    /* Energy (seed 000, seed 003 4.4; cost.h mi_predict_energy): watts drawn idle and while
+    /* Energy (HeadSplit, Voltron §4.4; cost.h mi_predict_energy): watts drawn idle and while
      * computing at the top frequency, and the DVFS levels the device offers as fractions of its
      * top frequency, descending, freq[0] = 1. A level f stretches compute by 1/f and draws
      * idle_w + (active_w - idle_w) * f^3 while computing (dynamic power ~ f V^2, V ~ f).
-     * Defaults: seed 000's Raspberry Pi 4 (3.8 W idle, 4.9 W active) at one level. */
+     * Defaults: HeadSplit's Raspberry Pi 4 (3.8 W idle, 4.9 W active) at one level. */
     double idle_w, active_w;
     int n_freq;
     double freq[MI_MAX_FREQ];
@@ -76,7 +76,7 @@ typedef struct {
                              must be the job that uses it (hosts in dev[].host) */
 } mi_cluster;
 
-/* Seed 000's Raspberry Pi 4 power figures (3.8 W idle, 4.9 W active) at one
+/* HeadSplit's Raspberry Pi 4 power figures (3.8 W idle, 4.9 W active) at one
  * DVFS level: what a device without "power" in its cluster file gets. */
 void mi_device_power_defaults(mi_device *d);
 
@@ -98,14 +98,14 @@ int mi_cluster_parse(const char *json, mi_cluster *cl, char *err);
 int mi_cluster_load(const char *path, mi_cluster *cl, char *err);
 
 /* Use measured round-trip times (seconds, [n*n], copied) plus a safety
- * margin (0.15 = 15%, seed 000 "WiFi needs margins") for the link latency
+ * margin (0.15 = 15%, HeadSplit "WiFi needs margins") for the link latency
  * model: latency(i,j) = rtt(i,j) * (1 + margin) / 2. */
 void mi_cluster_set_rtt(mi_cluster *cl, const double *rtt_s, double margin);
 
 /* One-way latency between two devices (from measured RTTs when present). */
 double mi_cluster_latency(const mi_cluster *cl, int a, int b);
 
-/* Bandwidth of the link a -> b, bytes/s (measured when present; seed 003
+/* Bandwidth of the link a -> b, bytes/s (measured when present; Voltron
  * 4.2.1: communication time from the data's size and the link). */
 double mi_cluster_bandwidth(const mi_cluster *cl, int a, int b);
 
@@ -115,7 +115,7 @@ double mi_cluster_bandwidth(const mi_cluster *cl, int a, int b);
  * speed or mem_bw. */
 void mi_cluster_finish(mi_cluster *cl);
 
-/* Write cl as a cluster file (`meshinfer calibrate`, seed 003 4.2.1; the
+/* Write cl as a cluster file (`meshinfer calibrate`, Voltron §4.2.1; the
  * format of mi_cluster_parse, with the
  * calibration when present; hw: optional [n_devices] JSON objects describing
  * each device (hwinfo.h), written under "hwloc", or NULL). Returns 0 or -1
@@ -131,16 +131,16 @@ typedef enum {
     MI_PLANNER_LAYERWISE = 0, /* contiguous blocks of whole layers per worker (pipeline baseline) */
     MI_PLANNER_ROUNDROBIN,    /* heads, projection, FFN dealt to workers in turn */
     MI_PLANNER_RANDOM,        /* every unit on a random worker (seeded) */
-    MI_PLANNER_GREEDY,        /* seed 000: FFN and projection first, then heads, balancing time under budgets */
+    MI_PLANNER_GREEDY,        /* HeadSplit: FFN and projection first, then heads, balancing time under budgets */
     MI_PLANNER_TP,            /* tensor parallel: every layer's heads and FFN split over all workers */
-    MI_PLANNER_SOMEGATHER,    /* seed 002: the residual stream split by columns over all ranks, each with its
+    MI_PLANNER_SOMEGATHER,    /* CATS: the residual stream split by columns over all ranks, each with its
                                  heads, FFN units and rows of wo and w2; every exchange an allgather */
-    MI_PLANNER_HYBRID,        /* seed 003 Voltron: per layer and sublayer, model or tensor parallelism,
+    MI_PLANNER_HYBRID,        /* Voltron Voltron: per layer and sublayer, model or tensor parallelism,
                                  whichever the cost model predicts faster for the phase (prefill or decode) */
     MI_N_PLANNERS
 } mi_planner;
 
-/* Seed 002's exchanges of a layer (and the last one before the classifier):
+/* CATS's exchanges of a layer (and the last one before the classifier):
  * what pruning and message loss act on. */
 typedef enum {
     MI_XCH_NONE = -1,
@@ -158,7 +158,7 @@ const char *mi_xch_name(int k);
 /* The kind of a name, or -1. */
 int mi_xch_parse(const char *name);
 
-/* Seed 002 "communication-aware pruning" and the baseline it is compared with. */
+/* CATS "communication-aware pruning" and the baseline it is compared with. */
 typedef enum {
     MI_PRUNE_AWARE = 0,     /* a rank's columns ranked by the absolute weights they feed on the other ranks;
                                the lowest are never sent, their owner still uses them */
@@ -183,12 +183,12 @@ typedef struct {
                                      -1: wo split with the heads, partial outputs reduced */
     int n_ffn;                    /* FFN slices; 1 = the whole FFN on one rank */
     mi_slice *ffn;                /* [n_ffn], ascending, covering [0, hidden_dim) */
-    int speculate;                /* seed 000 inter-layer speculation from this layer to the next:
+    int speculate;                /* HeadSplit inter-layer speculation from this layer to the next:
                                      Z goes to the next layer's head ranks before the FFN runs */
     int accept_permille;          /* expected acceptance of that speculation (profile), for the cost model */
-    int wire;                     /* seed 003 4.3.2 per layer: this layer's messages go in the narrower of
+    int wire;                     /* Voltron §4.3.2 per layer: this layer's messages go in the narrower of
                                      this and the plan's wire (mi_plan_wire); MI_F32: the plan's */
-    uint64_t ffn_pruned;          /* seed 003 4.3.1 shard-wise pruning at run time: bit s set = FFN units
+    uint64_t ffn_pruned;          /* Voltron §4.3.1 shard-wise pruning at run time: bit s set = FFN units
                                      [s*ffn_shard, (s+1)*ffn_shard) output zero and are not computed */
 } mi_layer_plan;
 
@@ -201,11 +201,11 @@ typedef struct {
     int n_cls;              /* classifier slices over the vocabulary */
     mi_slice *cls;          /* [n_cls], ascending, covering [0, vocab_size) */
     int kv_positions;       /* KV-cache positions the memory budgets were checked for (<= seq_len) */
-    int wire;               /* mi_dtype of every activation message (seed 003 "communication scaling"):
+    int wire;               /* mi_dtype of every activation message (Voltron "communication scaling"):
                                MI_F32 (exact), MI_F16 or MI_Q8_0 */
     double plan_seconds;    /* time the planner took */
     int ffn_shard;          /* FFN units per pruning shard of layers[].ffn_pruned (0: nothing pruned) */
-    /* seed 002 somegather (MI_PLANNER_SOMEGATHER; other planners: n_cols = 0, keep = NULL). The layers'
+    /* CATS somegather (MI_PLANNER_SOMEGATHER; other planners: n_cols = 0, keep = NULL). The layers'
      * kv_rank say each rank's heads, their ffn slices its units, proj_rank is -1. */
     int n_cols;             /* residual-column slices, one per rank */
     mi_slice *cols;         /* [n_cols], ascending, covering [0, dim) */
@@ -216,11 +216,11 @@ typedef struct {
 
 /* The wire dtype of layer l's activation messages (l = -1: the messages of
  * no layer, embeddings and logits): the narrower (fewer bytes) of the plan's
- * wire and the layer's own (seed 003 4.3.2: communication scaling lowers the
+ * wire and the layer's own (Voltron §4.3.2: communication scaling lowers the
  * messages of the least important layers first). */
 int mi_plan_wire(const mi_plan *plan, int l);
 
-/* Seed 003 4.3.1, shard-wise pruning at run time: the FFN units of layer l
+/* Voltron §4.3.1, shard-wise pruning at run time: the FFN units of layer l
  * in [u0, u0+n) that are not pruned, as ascending runs [r0[i], r0[i]+rn[i])
  * (r0, rn: room for MI_MAX_PRUNE_RUNS). A layer with nothing pruned gives
  * the one run [u0, u0+n) (none when n = 0). Returns the number of runs; the
@@ -278,17 +278,17 @@ void mi_plan_rank_memory(const mi_plan *plan, int rank, size_t *weight_bytes, si
 /* Bytes `rank` holds once its KV cache has n_pos positions: weights plus
  * n_pos positions of its KV heads (the runtime allocates the cache for
  * seq_len but the pages are touched only as positions are written). The
- * memory account of seed 000 "Memory needs active management". */
+ * memory account of HeadSplit "Memory needs active management". */
 double mi_plan_rank_bytes_at(const mi_plan *plan, int rank, int n_pos);
 
-/* Seed 000 "Memory needs active management": the rank whose weights plus KV
+/* HeadSplit "Memory needs active management": the rank whose weights plus KV
  * cache for n_pos positions are the largest fraction of its budget, and that
  * fraction in *frac (devices with no budget count as 0). */
 int mi_plan_fullest_rank(const mi_plan *plan, const mi_cluster *cl, int n_pos, double *frac);
 
 /* 1 when a and b place every unit on the same ranks (speculation marks and
  * the KV horizon aside): re-placing a into b would move nothing, so a
- * memory-triggered re-placement (seed 000) can skip the move. */
+ * memory-triggered re-placement (HeadSplit) can skip the move. */
 int mi_plan_same_placement(const mi_plan *a, const mi_plan *b);
 
 /* Flatten a plan to ints (for MPI_Bcast) and back. The buffer from

@@ -20,7 +20,7 @@
 
 /* ------------------------------------------------------------ placement */
 
-/* Seed 002 "communication-aware pruning": fill the send lists of a somegather
+/* CATS "communication-aware pruning": fill the send lists of a somegather
  * plan from the weights in model_path (read one layer at a time). Per layer,
  * exchange kind x (ratio[x] in [0, 1), MI_N_PRUNED_XCH entries) and rank,
  * the rank's columns are ranked by the absolute weights they feed (through
@@ -31,8 +31,7 @@
  * model file unreadable). */
 int mi_plan_prune(mi_plan *plan, const char *model_path, const double *ratio, int mode, char *err);
 
-/* Seed 002's pruning within a perplexity budget (issue 10 item 6,
- * `--planner auto`): somegather's perplexity at several pruning ratios r,
+/* CATS's pruning within a perplexity budget (`--planner auto`): somegather's perplexity at several pruning ratios r,
  * measured on `ranks` ranks (jobs/experiments/somegather_quality.sh writes the file:
  * {"model", "n_layers", "dim", "ranks", "prune_mode": "aware", "text",
  * "tokens", "points": [{"r": 0, "perplexity": P0}, {"r": 0.25, ...}, ...]}). */
@@ -56,7 +55,7 @@ int mi_sg_quality_load(const char *path, const mi_config *c, mi_sg_quality *q, c
  * the unpruned perplexity) when no pruned point is within the budget. */
 double mi_sg_quality_best(const mi_sg_quality *q, double budget, double *ppl);
 
-/* Seed 002's time-series models carry the pruning masks they were trained
+/* CATS's time-series models carry the pruning masks they were trained
  * with (model_file.h mi_model_read_masks): make a somegather plan's send
  * lists from them, for any rank count (*ranks: the count trained for).
  * Returns 1 when the model has masks, 0 when it has none (or the plan is
@@ -68,7 +67,7 @@ int mi_plan_keep_from_model(mi_plan *plan, const char *model_path, int *ranks, c
  * ends at the nearest unit to its cumulative weight, and every part gets at
  * least one unit while units remain for the parts after it. Writes count[i]
  * (0 for parts beyond total) and returns how many parts got units. Pure; the
- * tp planner and seed 002's memory model share it so that the model's shards
+ * tp planner and CATS's memory model share it so that the model's shards
  * are the planner's. No errors (n >= 1, total >= 0, weights > 0). */
 int mi_split_units(int total, const double *weight, int n, int *count);
 
@@ -76,12 +75,12 @@ typedef struct {
     mi_planner planner;
     uint64_t seed;          /* for MI_PLANNER_RANDOM */
     int controller_works;   /* -1: planner's default (tp: yes, others: no) */
-    int speculate;          /* mark transitions for inter-layer speculation (seed 000) */
+    int speculate;          /* mark transitions for inter-layer speculation (HeadSplit) */
     const double *acceptance; /* [n_layers-1] profiled acceptance per transition, NULL: unknown (all 1) */
-    double min_acceptance;  /* a transition speculates only at or above this (seed 000: 0.7) */
+    double min_acceptance;  /* a transition speculates only at or above this (HeadSplit: 0.7) */
     int kv_positions;       /* KV-cache positions to budget memory for; 0: the whole context (seq_len).
                                Fewer lets a placement start on smaller devices and be re-made as the
-                               cache grows (seed 000 "Memory needs active management") */
+                               cache grows (HeadSplit "Memory needs active management") */
     int wire;               /* wire dtype of activation messages (mi_plan.wire); 0 = fp32 */
     int prefill;            /* hybrid: plan for the prefill phase (1) or for decode (0) */
     int prefill_T;          /* hybrid, prefill: positions per pass judged (0: 64, the runtime's chunk) */
@@ -95,7 +94,7 @@ typedef struct {
  * cannot fit the memory budgets (the device and the shortfall in bytes). */
 int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, mi_plan *plan, char *err);
 
-/* Seed 000 "Not every layer deserves it": mark transition l -> l+1 for
+/* HeadSplit "Not every layer deserves it": mark transition l -> l+1 for
  * speculation when its layer l keeps the projection and the FFN each on one
  * rank, its acceptance (acceptance[l], or 1 when NULL) is at least
  * min_acceptance, and the cost model's expected saving
@@ -128,13 +127,13 @@ typedef struct {
 } mi_compare_row;
 #define MI_COMPARE_MAX 8
 
-/* The request a plan is judged by (issue 10 item 6), fitted to a context of
+/* The request a plan is judged by, fitted to a context of
  * seq_len positions: a prompt of *n_prompt tokens (<= 0: 32, or a quarter of
  * a shorter context) and *n_steps decoded tokens (<= 0: 128), each cut to
  * what the context holds. */
 void mi_request_defaults(int seq_len, int *n_prompt, int *n_steps);
 
-/* Issue 10 item 6 (`plan --planner all`, `--planner auto`): plan model c on
+/* The comparison of schemes (`plan --planner all`, `--planner auto`): plan model c on
  * cluster cl with each scheme worth choosing (layerwise, greedy, tp,
  * somegather, at base->prune: its best ratio within a perplexity budget,
  * mi_sg_quality_best; hybrid with both phases), options from base (planner,
@@ -145,7 +144,7 @@ void mi_request_defaults(int seq_len, int *n_prompt, int *n_steps);
 int mi_plan_compare(const mi_config *c, const mi_cluster *cl, const mi_plan_options *base, int n_prompt,
                     int n_steps, int chunk, mi_compare_row *rows, int *n_rows);
 
-/* Seed 003's phases placed apart pay when the prompt's predicted TTFT gain
+/* Voltron's phases placed apart pay when the prompt's predicted TTFT gain
  * (decode placement's TTFT minus the prefill placement's) exceeds the two
  * re-placements per request: to the decode placement after the prompt
  * (n_prompt positions of KV cache) and back before the next prompt. Returns
@@ -153,14 +152,14 @@ int mi_plan_compare(const mi_config *c, const mi_cluster *cl, const mi_plan_opti
 int mi_plan_phases_pay(const mi_plan *dec, const mi_programs *pd, const mi_plan *pre, const mi_programs *pp,
                        const mi_cluster *cl, int n_prompt, int chunk, double *gain_s, double *switch_s);
 
-/* ------------------------------------------------ mixed precision (seed 003 4.2.2) */
+/* ------------------------------------------------ mixed precision (Voltron §4.2.2) */
 
 #define MI_MAX_PRUNE_SHARDS 64 /* FFN shards per layer an importance file can rank */
 
 /* A model's importance side file (`meshinfer importance`): per layer, the
  * rise in perplexity when its seven matrices are lowered to q8_0 and to q4_0,
  * and (when measured) when each FFN shard -- ffn_shard consecutive hidden
- * channels: rows of w1 and w3, columns of w2 -- is pruned (seed 003 4.3.1
+ * channels: rows of w1 and w3, columns of w2 -- is pruned (Voltron §4.3.1
  * "shard-wise pruning"; the seed scores channels one by one and sums them per
  * unit, we score the unit whole). */
 typedef struct {
@@ -182,7 +181,7 @@ typedef struct {
  * entries are optional. */
 int mi_importance_load(const char *path, const mi_config *c, mi_importance *imp, char *err);
 
-/* Seed 003's shard-wise pruning at level k: every layer loses the same
+/* Voltron's shard-wise pruning at level k: every layer loses the same
  * number k of FFN shards, each layer its k least important (ties: the lower
  * index goes). keep (may be NULL) receives per layer the hidden channels kept,
  * ascending: n_layers rows of hidden_dim - k * ffn_shard indices into the
@@ -209,10 +208,10 @@ typedef struct {
     char spec[8192];          /* the dtypes as `meshinfer quantize --layer-dtype` takes them */
 } mi_precision_result;
 
-/* Seed 003's search: from model c's dtypes down the chain (every layer to
+/* Voltron's search: from model c's dtypes down the chain (every layer to
  * q8_0, least important first, then to q4_0 in the order of what that step
  * adds, then -- when imp holds pruning measurements -- pruning 1, 2, ... FFN
- * shards from every layer, up to half of them: seed 003 4.3.1 prunes only
+ * shards from every layer, up to half of them: Voltron §4.3.1 prunes only
  * when precision is not enough), binary search for the fewest downgrades with
  * which the planner of `po` fits every device's budget and the predicted TTFT
  * and TPOT meet q's targets. A pruned configuration has a smaller hidden_dim
@@ -224,7 +223,7 @@ int mi_precision_search(const mi_config *c, const mi_cluster *cl, const mi_plan_
 
 /* ------------------------------------------------ memory and traffic model
  *
- * Seed 002 Q1 (section 5.2.1, Fig. 4): per device, the weights it stores
+ * CATS Q1 (section 5.2.1, Fig. 4): per device, the weights it stores
  * (the seed's flash), the KV cache and activations it holds for N positions
  * (its RAM) and what it sends per decoded token, under somegather (sections
  * 4.2, 4.3) and the three baselines the seed compares it with. Pure
@@ -232,7 +231,7 @@ int mi_precision_search(const mi_config *c, const mi_cluster *cl, const mi_plan_
  * figure counts is stated in src/planner/memory_model.c. Units: bytes. */
 
 typedef enum {
-    MI_MEM_SOMEGATHER = 0,   /* seed 002: dim/D residual columns, n_heads/D heads, hidden_dim/D FFN units
+    MI_MEM_SOMEGATHER = 0,   /* CATS: dim/D residual columns, n_heads/D heads, hidden_dim/D FFN units
                                 and vocab_size/D classifier rows per device; four allgathers per layer,
                                 each sending (1 - prune) of a device's columns, then a whole one and the
                                 logits gathered at device 0 */
@@ -248,7 +247,7 @@ typedef enum {
 
 /* "somegather", "token-split", "token-split-4bit", "head-split" ("?" otherwise). */
 const char *mi_mem_scheme_name(int scheme);
-/* The seed's name of the scheme: "seed 002", "hu2024edge", "liu2025communication",
+/* The seed's name of the scheme: "CATS", "hu2024edge", "liu2025communication",
  * "bochem2025distributed". */
 const char *mi_mem_scheme_source(int scheme);
 

@@ -1,4 +1,4 @@
-/* Lowering a model's precision (seed 003: precision per layer and per
+/* Lowering a model's precision (Voltron: precision per layer and per
  * tensor): choosing the dtype of every weight matrix, and writing a model
  * file in those dtypes from an fp32 one. No MPI. */
 #ifndef MESHINFER_QUANTIZE_H
@@ -28,7 +28,7 @@ int mi_dtypes_apply(mi_config *c, const char *dtype, const char *layer_spec, con
  * write failure. */
 int mi_model_quantize(const char *in, const char *out, const mi_config *target, int progress, char *err);
 
-/* The same, pruning the FFN (seed 003 4.3.1 shard-wise pruning): target's
+/* The same, pruning the FFN (Voltron §4.3.1 shard-wise pruning): target's
  * hidden_dim is the channels kept, and ffn_keep lists them per layer
  * (n_layers rows of target->hidden_dim indices into the input's hidden
  * channels, ascending; planner.h mi_prune_keep makes it): rows of w1 and w3 and

@@ -25,7 +25,7 @@ typedef struct {
                                        (MESHINFER_SLOWDOWN: S-1 times each compute op's own time) */
     double idle;                    /* outside forward passes: workers waiting for the next token */
     double bytes_sent, bytes_recv;  /* payload bytes handed to MPI (partition.h mi_exchange_bytes) */
-    double msgs_recv, msgs_lost;    /* seed 002 allgather messages (one per sender and position) received,
+    double msgs_recv, msgs_lost;    /* CATS allgather messages (one per sender and position) received,
                                        and of them lost to the emulated message loss */
     long forwards, positions;       /* forward passes and positions processed */
     /* Decode passes (one position: the decode program) and the bytes of
@@ -47,7 +47,7 @@ typedef struct {
 
 typedef struct mi_runtime mi_runtime;
 
-/* Seed 002's three modes of message loss in an all-to-all exchange. */
+/* CATS's three modes of message loss in an all-to-all exchange. */
 typedef enum {
     MI_LOSS_LINK = 0,  /* receiver j misses sender i's message */
     MI_LOSS_RECEIVER,  /* receiver j gets nothing from anyone in that exchange */
@@ -63,8 +63,8 @@ typedef struct {
     int max_T;               /* positions per forward pass (prefill chunk) */
     int trace;               /* record per-step events for a Chrome trace */
     double tolerance;        /* speculation: keep the speculative attention when ||FFN(Z)||/||Z|| is
-                                below this (seed 000: 0.05); 0 always recomputes (bit-exact) */
-    /* seed 002 message loss in allgather exchanges, emulated: each message (sender, position) is lost
+                                below this (HeadSplit: 0.05); 0 always recomputes (bit-exact) */
+    /* CATS message loss in allgather exchanges, emulated: each message (sender, position) is lost
      * with probability loss, decided by a generator seeded with loss_seed and keyed by (position,
      * layer, exchange, sender, receiver) as loss_mode says, so every rank agrees where it must. A
      * lost message's columns are absent: zero, and left out of the device-local norm. */
@@ -94,7 +94,7 @@ mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_runtime_options *opt
  * ([T, vocab_size]) when all_logits. */
 float *mi_runtime_forward(mi_runtime *rt, const int *tokens, int T, int pos0, int all_logits);
 
-/* Rank 0 only, seed 002's time-series family (docs/patchtst.md): one
+/* Rank 0 only, CATS's time-series family (docs/patchtst.md): one
  * forward pass over all n_patches patches of one channel, patches
  * [n_patches * patch_len] (series.h mi_series_patches); returns the head's
  * outputs [horizon], still normalised. Needs max_T >= n_patches: attention
@@ -105,7 +105,7 @@ float *mi_runtime_forecast(mi_runtime *rt, const float *patches);
 float *mi_runtime_prefill(mi_runtime *rt, const int *tokens, int n, int pos0);
 
 /* Rank 0 only: switch every rank to plan in the middle of a sequence whose
- * KV cache holds n_pos positions (seed 000 "Memory needs active management").
+ * KV cache holds n_pos positions (HeadSplit "Memory needs active management").
  * A rank keeps in place the layers (weights and KV cache) and the embeddings
  * or classifier whose shard does not change, frees the rest before loading
  * what is new to it (a device never holds two placements), and each KV head
@@ -115,12 +115,12 @@ float *mi_runtime_prefill(mi_runtime *rt, const int *tokens, int n, int pos0);
  * replans, replan_s and moved_bytes_* count the move. */
 void mi_runtime_replan(mi_runtime *rt, const mi_plan *plan, int n_pos);
 /* The plan's weight dtypes (plan->cfg.dtype) may differ from the file's
- * (seed 003 4.3.1 computation scaling): a layer whose dtypes change is
+ * (Voltron §4.3.1 computation scaling): a layer whose dtypes change is
  * reloaded and re-encoded from the file's weights (model.h
  * mi_layer_convert), so raising it back to the file's dtype is exact. */
 
 /* Rank 0 only: every rank's compute seconds so far (attn + proj + ffn +
- * logits of its metrics) into compute_s[n_ranks], for seed 003's runtime
+ * logits of its metrics) into compute_s[n_ranks], for Voltron's runtime
  * scaling to tell a slowed device from a slowed link between two polls.
  * Costs one command and one gather: a round trip to the farthest rank.
  * Changing a rank's weights (mi_runtime_replan) keeps its counters. */
@@ -128,7 +128,7 @@ void mi_runtime_poll_compute(mi_runtime *rt, double *compute_s);
 
 /* Rank 0 only: every rank's resident set size now, in bytes, into
  * rss_bytes[n_ranks] (0 where /proc cannot tell): what a soak of many
- * generations in one job watches for growth (issue 11 item 7). One command
+ * generations in one job watches for growth. One command
  * and one gather. */
 void mi_runtime_poll_rss(mi_runtime *rt, double *rss_bytes);
 
@@ -151,7 +151,7 @@ const mi_rank_metrics *mi_runtime_metrics(mi_runtime *rt, mi_rank_metrics *all);
  * holds no weights reports 0. */
 double mi_runtime_stream_rate(mi_runtime *rt, double min_seconds, double *all);
 
-/* Collective (issue 10 item 1): ping-pong between every pair of ranks, one
+/* Collective: ping-pong between every pair of ranks, one
  * pair at a time so that no two share a medium. On rank 0, rtt_s[a*n+b] is
  * the median round trip of 8 bytes (seconds) and bw[a*n+b] the bandwidth
  * (bytes/s) from round trips of `big` bytes (at most 64 MiB): 2 * big /
@@ -160,8 +160,7 @@ double mi_runtime_stream_rate(mi_runtime *rt, double min_seconds, double *all);
 void mi_calibrate_links(size_t big, double *rtt_s, double *bw);
 
 /* Collective: this rank's index among the ranks of its host and their
- * number (0 and 1 without MPI), for calibrate (seed 003 4.2.1; issue 10
- * item 1). */
+ * number (0 and 1 without MPI), for calibrate (Voltron §4.2.1). */
 void mi_world_host(int *local_rank, int *local_size);
 
 /* Collective: fn(ctx) on every rank, the ranks of one host one at a time
@@ -192,7 +191,7 @@ void mi_runtime_free(mi_runtime *rt);
  *   seconds, default 60): a job whose hosts no MPI transport connects (an
  *   interface selection that misses a host, or reaches the wrong one) stops
  *   there with one line per rank naming the MCA fix and MPI_Abort, instead of
- *   aborting or hanging inside its first collective (issue 13).
+ *   aborting or hanging inside its first collective.
  * mi_world_rank/size: this process's rank and the job's size (0 and 1
  * without MPI; they also see an MPI_Init made by the caller, as in tests).
  * mi_world_finalize: MPI_Finalize if MPI is running. */

@@ -1,4 +1,4 @@
-/* Seed 002's time-series workload (docs/patchtst.md): series files, the
+/* CATS's time-series workload (docs/patchtst.md): series files, the
  * PatchTST-style encoder's input (instance normalisation, patches), its
  * patch embedding and forecasting head, and its single-device forecast.
  * The distributed runtime runs the same functions on the shards a plan

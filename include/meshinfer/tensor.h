@@ -10,14 +10,14 @@
  * Blocks run along the input axis of a matrix-vector product (a row of W in
  * y = W x), so a row is whole blocks and a shard of rows never cuts one; a
  * shard of columns (tensor parallelism's wo and w2) must start and end on a
- * multiple of 32 (seed 003: precision is lowered per layer and per tensor).
+ * multiple of 32 (Voltron: precision is lowered per layer and per tensor).
  *
  * In memory a tensor keeps values and scales apart ("structure of arrays"):
  * q holds rows x cols values (fp32, fp16, int8, or two 4-bit values per
  * byte), d holds rows x cols/32 fp16 scales. SIMD kernels then load whole
  * blocks with aligned vector loads.
  *
- * Messages between ranks (seed 003 "communication scaling") are encoded with
+ * Messages between ranks (Voltron "communication scaling") are encoded with
  * a wire dtype: fp32 (exact), fp16, or q8_0 blocks whose last block may be
  * shorter than 32 so that nothing but data is sent. No MPI, HDF5 or BLAS
  * here: kernels and their tests build for any target. */
@@ -81,7 +81,7 @@ size_t mi_tensor_place_bytes(int dtype, size_t rows, size_t cols);
 /* Rows [r0, r0+n) of t as a tensor sharing its memory. */
 mi_tensor mi_tensor_rows(const mi_tensor *t, int r0, int n);
 
-/* Seed 003 4.3.1 shard-wise pruning at run time: keep only the rows (or the
+/* Voltron §4.3.1 shard-wise pruning at run time: keep only the rows (or the
  * columns) in the ascending runs [r0[i], r0[i]+rn[i]), i < n_runs, packed in
  * place in t's own memory (t->rows or t->cols shrinks to their summed
  * lengths; the memory past them goes unused, not freed). Columns of a blocked
@@ -93,7 +93,7 @@ int mi_tensor_keep_cols(mi_tensor *t, int n_runs, const int *c0, const int *cn);
 /* Dequantize row r of t into out[cols]. */
 void mi_tensor_row_f32(const mi_tensor *t, int r, float *out);
 
-/* Seed 003 4.3.1 "computation scaling": *out becomes w's values re-encoded
+/* Voltron §4.3.1 "computation scaling": *out becomes w's values re-encoded
  * in dtype t, placed in mem (mi_tensor_place_bytes(t, rows, cols) bytes,
  * 64-byte aligned), row by row through fp32, so lowering a tensor gives the
  * same values as quantizing the file's weights would. Returns 0, or -1 when a
@@ -120,7 +120,7 @@ void mi_dequantize_row(int t, const void *q, const uint16_t *d, int n, float *ou
  * MI_Q8_0; q8_0 sends ceil(n/32) fp16 scales then n int8 values, the last
  * block short when 32 does not divide n). */
 size_t mi_wire_row_bytes(int t, size_t n);
-/* Seed 003 4.3.2's ladder of wire dtypes, fp32 -> fp16 -> q8_0 (fewer bytes
+/* Voltron §4.3.2's ladder of wire dtypes, fp32 -> fp16 -> q8_0 (fewer bytes
  * down it): the next dtype down from t (-1 from q8_0 or a dtype not on it),
  * and the narrower of a and b. */
 int mi_wire_lower(int t);

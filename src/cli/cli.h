@@ -48,7 +48,7 @@ void cli_dtypes_apply(const cli_dtypes *d, mi_config *c, const char *cmd);
  * for anything else. */
 int cli_wire_dtype(const char *s);
 
-/* --prune SPEC of somegather (seed 002): "R" for all four exchange kinds, or
+/* --prune SPEC of somegather (CATS): "R" for all four exchange kinds, or
  * a comma list mixing "R" and "kind=R" (attn_in heads ffn_in hidden), each R
  * in [0, 1); fills ratio[MI_N_PRUNED_XCH]. mi_fatal names the problem. */
 void cli_parse_prune(const char *arg, double *ratio);

@@ -1,4 +1,4 @@
-/* `meshinfer forecast`: seed 002's time-series workload (docs/patchtst.md).
+/* `meshinfer forecast`: CATS's time-series workload (docs/patchtst.md).
  * A PatchTST-style encoder forecasts every channel of a multivariate series
  * from its look-back, split over the ranks by somegather (or layer-wise),
  * and is scored against the rows that follow. */
@@ -22,7 +22,7 @@ static void help(void)
 {
     printf("usage: [mpirun -np N ...] meshinfer forecast --model MODEL.h5 --series FILE.csv\n"
            "           [--at ROW | --split SPLIT.json [--stride N]] [--out FORECAST.csv] [--json]\n\n"
-           "Forecasts every column of a multivariate series with a time-series model (seed 002's\n"
+           "Forecasts every column of a multivariate series with a time-series model (CATS's\n"
            "PatchTST-style encoder, docs/patchtst.md; `meshinfer synth --shape patchtst` makes a\n"
            "synthetic one, train/patchtst.py trains one), each column on its own (channel-\n"
            "independent), and prints the error against the rows that follow the look-back.\n"
@@ -39,7 +39,7 @@ static void help(void)
            "                   forecast row, step, then one per channel)\n"
            "  --threads N      compute threads per rank (default 1)\n"
            "  --json           print one JSON object\n"
-           "Planners (--planner; for forecast the default is somegather): somegather (seed 002,\n"
+           "Planners (--planner; for forecast the default is somegather): somegather (CATS,\n"
            "with --prune R or the masks the model was trained with, and --loss P --loss-mode M\n"
            "--loss-seed S), layerwise and tp. A model trained with pruning masks gives the same\n"
            "forecasts at every rank count only without them: a mask names columns, and which\n"

@@ -27,7 +27,7 @@ static void help(void)
            "      --json              print one JSON object (text, tokens, timing, per-rank metrics)\n"
            "      --metrics           print per-rank time, bytes and memory to stderr\n"
            "      --journal FILE      after every token, record what it takes to go on without this job\n"
-           "                          (prompt tokens, tokens so far, sampler state; issue 11 item 5)\n"
+           "                          (prompt tokens, tokens so far, sampler state)\n"
            "      --repeat N          run the same generation N times in this job (KV cache reset, sampler\n"
            "                          re-seeded): a soak; reports how many gave the first run's tokens and\n"
            "                          every rank's resident memory after the first repeat and the last\n"
@@ -50,8 +50,7 @@ static void help(void)
 }
 
 /* The session options of a command line, as given ("--planner", "layerwise",
- * "--speculate", ...), packed NUL-terminated: what a journal keeps (issue 11
- * item 5) and what a resumed run compares with it. */
+ * "--speculate", ...), packed NUL-terminated: what a journal keeps and what a resumed run compares with it. */
 typedef struct {
     char *buf;
     size_t len, cap;

@@ -176,7 +176,7 @@ int cmd_quantize(int argc, char **argv)
                    "Norms stay fp32 (dim values each, and they scale every activation). Blocks run along\n"
                    "each matrix's input axis, so dim and hidden_dim must be multiples of 32 for q8_0/q4_0.\n"
                    "The input must be fp32; the output appears only when complete.\n"
-                   "  --prune-ffn K       seed 003's shard-wise pruning: every layer loses its K least\n"
+                   "  --prune-ffn K       Voltron's shard-wise pruning: every layer loses its K least\n"
                    "                      important FFN shards (rows of w1 and w3, columns of w2), ranked\n"
                    "                      by --importance FILE (`meshinfer importance`, which measures\n"
                    "                      shards of --ffn-shard channels); hidden_dim shrinks by K shards\n",

@@ -18,11 +18,11 @@ static const struct {
 } commands[] = {
     {"generate", cmd_generate, "generate text from a prompt (streams tokens)", 1},
     {"perplexity", cmd_perplexity, "mean NLL and perplexity of a text file", 1},
-    {"forecast", cmd_forecast, "forecast a multivariate series with a time-series model (seed 002)", 1},
+    {"forecast", cmd_forecast, "forecast a multivariate series with a time-series model (CATS)", 1},
     {"bench", cmd_bench, "TTFT, TPOT, decode tokens/s and weight bandwidth vs STREAM triad", 1},
     {"plan", cmd_plan, "make a placement plan; print predicted memory, bytes and time per device", 0},
     {"calibrate", cmd_calibrate, "measure every rank's device and link; write a cluster file for --cluster", 1},
-    {"importance", cmd_importance, "perplexity rise per layer lowered to q8_0 and to q4_0 (seed 003's importance)", 0},
+    {"importance", cmd_importance, "perplexity rise per layer lowered to q8_0 and to q4_0 (Voltron's importance)", 0},
     {"profile", cmd_profile, "acceptance of inter-layer speculation per layer transition, over a corpus", 0},
     {"convert", cmd_convert, "llama2.c checkpoint + tokenizer.bin -> HDF5 model file", 0},
     {"synth", cmd_synth, "write a seeded synthetic model of a real model's shape", 0},

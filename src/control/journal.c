@@ -1,5 +1,5 @@
-/* The generation journal behind `generate --journal` and `--resume` (issue
- * 11 item 5, Petals-style history replay): rank 0 records what it takes to go
+/* The generation journal behind `generate --journal` and `--resume`
+ * (Petals-style history replay): rank 0 records what it takes to go
  * on from any token on other hosts -- the model, the prompt's tokens, the
  * tokens generated so far and the sampler's state -- so that when a device is
  * lost the survivors re-plan for their rank count, replay the tokens and

@@ -92,7 +92,7 @@ static void memory_check(mi_session *ss, int pos0, int T)
         return;
     int need = pos0 + T;
     mi_plan *cur = &ss->plan;
-    /* seed 003: lower precision on the device before anything moves or stops */
+    /* Voltron: lower precision on the device before anything moves or stops */
     double limit = ss->replan ? SESSION_REPLAN_THRESHOLD : 1.0;
     for (int r = 0; r < ss->size && ss->tpot_target_s > 0; r++)
         if (budget_fraction(ss, r, need) > limit &&

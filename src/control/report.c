@@ -45,7 +45,7 @@ static double calibrated_token_s(const mi_session *ss)
     return pr.token_s;
 }
 
-/* Seed 000's energy and energy-delay product of the run (run_s seconds):
+/* HeadSplit's energy and energy-delay product of the run (run_s seconds):
  * every device draws its idle power throughout and its active power (at its
  * DVFS level) while it computes, by its measured compute seconds; beside the
  * cost model's prediction per token. Power from the cluster file, or seed
@@ -70,7 +70,7 @@ static void energy_json(const mi_session *ss, const mi_rank_metrics *all, FILE *
     fprintf(f, "], \"joules\": %.4f, \"seconds\": %.4f, \"edp_js\": %.5f, \"j_per_token\": %.5f, "
                "\"predicted_j_per_token\": %.5f, \"power\": \"%s\"}, ", total, ss->run_s, total * ss->run_s,
             ss->run_tokens > 0 ? total / ss->run_tokens : 0.0, pj,
-            given ? "cluster file" : "defaults: seed 000's Raspberry Pi 4, 3.8 W idle, 4.9 W active");
+            given ? "cluster file" : "defaults: HeadSplit's Raspberry Pi 4, 3.8 W idle, 4.9 W active");
 }
 
 /* s as a JSON string (paths in planned_with may hold quotes or backslashes). */

@@ -1,4 +1,4 @@
-/* Seed 003 4.3, runtime scaling: the controller that, between decode steps,
+/* Voltron §4.3, runtime scaling: the controller that, between decode steps,
  * lowers the precision of weights (computation scaling) or of activation
  * messages (communication scaling) when TPOT runs over --tpot-ms, and undoes
  * the newest lowering when the pressure has gone (see control.h
@@ -21,7 +21,7 @@
 #define RECOVERED 0.6     /* a link taking this share of its time per byte when its messages were lowered */
 #define AIM 0.9            /* computation scaling aims at this share of the target (a margin for noise) */
 
-/* A layer's place on the chain of seed 003's precision steps: 0 the file's
+/* A layer's place on the chain of Voltron's precision steps: 0 the file's
  * dtype (fp32 or fp16), 1 q8_0, 2 q4_0. Its query matrix speaks for it:
  * scaling lowers a layer's seven matrices together. */
 static int layer_step(const mi_config *c, int l)
@@ -40,7 +40,7 @@ static double step_cost(const mi_session *ss, int l, int step)
     return step == 1 ? r8 : r4 - r8;
 }
 
-/* What lowering layer l's messages costs (seed 003 4.3.2: an activation is
+/* What lowering layer l's messages costs (Voltron §4.3.2: an activation is
  * as important as the weights that produce it, here the layer's two
  * precision steps together), or without --importance, the last layers first. */
 static double message_cost(const mi_session *ss, int l)
@@ -238,7 +238,7 @@ static int by_rise(const void *a, const void *b)
 }
 
 /* The layers rank r holds, as single steps in the order computation scaling
- * takes them (seed 003 4.3.1: "lowers the precision of the least important
+ * takes them (Voltron §4.3.1: "lowers the precision of the least important
  * shards, then prunes them"): first precision steps, always the cheapest next
  * one among r's layers (a layer's q8_0 step before its q4_0 one; a step the
  * plan cannot take, a tensor-parallel shard not on whole blocks of 32, rules
@@ -449,7 +449,7 @@ static double step_bytes(mi_session *ss)
     return b;
 }
 
-/* A step's time with fewer bytes: seed 003 4.3.2 "estimates the expected
+/* A step's time with fewer bytes: Voltron §4.3.2 "estimates the expected
  * communication overhead ... under the current signal strength". The link
  * as it is now is measured, not modelled: comm_s is the step time no rank
  * spent computing (TPOT minus the largest compute per step of the last
@@ -459,7 +459,7 @@ static double with_bytes(double now, double comm_s, double bytes_now, double byt
     return now - comm_s + (bytes_now > 0 ? comm_s * bytes / bytes_now : 0.0);
 }
 
-/* Communication scaling (seed 003 4.3.2): one step down the wire ladder
+/* Communication scaling (Voltron §4.3.2): one step down the wire ladder
  * (fp32 -> fp16 -> q8_0) for the messages of the fewest layers, least
  * important first (message_cost), with which the step, its communication
  * scaled by the bytes (with_bytes), meets AIM x target (binary search); when
@@ -634,6 +634,192 @@ static void warm_up(mi_session *ss, double now, int n_pos)
     wires_set(&ss->plan, &ww);
 }
 
+/* The baseline: every rank's compute per step (steps 8-16 at first, and
+ * again after weights were lowered) against the cost model's for the plan in
+ * force, so that a later slowdown is told from the model's own error (an
+ * uncalibrated model is far off for quantized kernels). Returns 1 while a
+ * baseline is being measured (no decision then). */
+static int measure_baseline(mi_session *ss, int k, int n_pos)
+{
+    if (!ss->has_base && !ss->rebase_k)
+        ss->rebase_k = 8, ss->rebase_rank = -1, ss->rebase_slow = 1;
+    if (!ss->rebase_k)
+        return 0;
+    if (k == ss->rebase_k) {
+        poll(ss, k, NULL, NULL);
+    } else if (k == ss->rebase_k + DIAG) {
+        double per[MI_MAX_RANKS];
+        poll(ss, k, per, NULL);
+        ratios(ss, per, n_pos, ss->base_ratio);
+        if (ss->rebase_rank >= 0)
+            ss->base_ratio[ss->rebase_rank] /= ss->rebase_slow;
+        if (!ss->has_base) { /* said once: what later slowdowns are measured against */
+            fprintf(stderr, "meshinfer: scaling: baseline after token %d, compute per step:", k);
+            for (int r = 0; r < ss->size; r++)
+                fprintf(stderr, " rank %d %.3f ms", r, per[r] * 1e3);
+            fputc('\n', stderr);
+            warm_up(ss, median(ss->token_ms + k - WINDOW, WINDOW) / 1e3, n_pos);
+        }
+        ss->has_base = 1;
+        ss->rebase_k = 0;
+        ss->poll_k = -1;
+    }
+    return 1;
+}
+
+/* TPOT is over the target: a diagnosis over two polls DIAG steps apart (the
+ * first opens it), then computation scaling when a device slowed enough to
+ * explain it, else communication scaling. Returns 1 with a decision in *dd
+ * (and *t0, *decided: when the decision began and was taken), 0 for none. */
+static int diagnose_and_lower(mi_session *ss, int k, double now, int n_pos, session_decision *dd, double *t0,
+                              double *decided)
+{
+    if (ss->poll_k < 0 || k - ss->poll_k > 2 * DIAG) {
+        poll(ss, k, NULL, NULL);
+        return 0;
+    }
+    if (k - ss->poll_k < DIAG)
+        return 0;
+    double per[MI_MAX_RANKS], ratio[MI_MAX_RANKS];
+    int k0 = ss->poll_k;
+    poll(ss, k, per, &dd->poll_ms);
+    ss->poll_k = -1;
+    *t0 = mi_now();
+    ratios(ss, per, n_pos, ratio);
+    /* the device whose compute grew the most past its baseline, in seconds
+     * per step; it is the cause only if that growth is at least half the
+     * overshoot (a device 1.4x slower on a small share of the work is not
+     * why TPOT went over) */
+    int slow = -1;
+    double worst = 0, grew = 0;
+    for (int r = 0; r < ss->size; r++) {
+        double x = ss->base_ratio[r] > 0 ? ratio[r] / ss->base_ratio[r] : 0;
+        double g = x > 1 ? per[r] * (1 - 1 / x) : 0;
+        if (g > grew || slow < 0)
+            grew = g, worst = x, slow = r;
+    }
+    /* the overshoot over the same steps as the polls (a slowdown that began
+     * inside the window is diluted alike in both) */
+    double span = 0;
+    for (int i = k0; i < k; i++)
+        span += ss->token_ms[i] / ((k - k0) * 1e3);
+    int device = slow >= 0 && worst >= SLOWED && grew >= 0.5 * (span - ss->tpot_target_s);
+    struct session_undo *u = &ss->undo[ss->n_undo];
+    memcpy(u->dtype, ss->plan.cfg.dtype, (size_t)ss->cfg.n_layers * sizeof u->dtype[0]);
+    for (int l = 0; l < ss->cfg.n_layers; l++)
+        u->ffn_pruned[l] = ss->plan.layers[l].ffn_pruned;
+    u->ffn_shard = ss->plan.ffn_shard;
+    memcpy(u->base_ratio, ss->base_ratio, sizeof u->base_ratio);
+    wires_get(&ss->plan, &u->wires);
+    u->rank = -1;
+    u->slow = 1;
+    u->comm_per_byte = 0;
+    if (ss->last_was_probe && k - ss->last_change <= 2 * DIAG)
+        ss->hold *= 2; /* the probe failed */
+    if (device && lower_weights(ss, slow, worst, now, n_pos, dd) > 0) {
+        *decided = mi_now();
+        weights_state was;
+        memcpy(was.dtype, u->dtype, (size_t)ss->cfg.n_layers * sizeof was.dtype[0]);
+        memcpy(was.pruned, u->ffn_pruned, (size_t)ss->cfg.n_layers * sizeof was.pruned[0]);
+        describe(was.dtype, ss->plan.cfg.dtype, ss->cfg.n_layers, dd->change, sizeof dd->change);
+        describe_pruned(&was, &ss->plan, dd->change, sizeof dd->change);
+        dd->weights = 1;
+        dd->rank = slow;
+        dd->slowdown = worst;
+        u->rank = slow;
+        u->slow = worst;
+        snprintf(dd->trigger, sizeof dd->trigger, "TPOT %.2f ms over the %.2f ms target; %s (rank %d) computes %.2fx "
+                 "its baseline", now * 1e3, ss->tpot_target_s * 1e3, ss->cl.dev[slow].name, slow, worst);
+        /* the lowered kernels' speed is measured, not assumed: a new baseline, r still slowed */
+        ss->rebase_k = k + WINDOW;
+        ss->rebase_rank = slow;
+        ss->rebase_slow = worst;
+    } else if (lower_wire(ss, now, comm_of(ss, now, per), device, dd, &u->comm_per_byte)) {
+        /* no device slowed enough to explain it: the time went to the links,
+         * which fewer bytes relieve */
+        *decided = mi_now();
+        if (ss->plan.wire == u->wires.wire) /* some layers' messages, not every one */
+            describe_wires(&u->wires, &ss->plan, dd->change, sizeof dd->change);
+        dd->slowdown = worst;
+        if (device)
+            snprintf(dd->trigger, sizeof dd->trigger, "TPOT %.2f ms over the %.2f ms target; %s (rank %d) computes "
+                     "%.2fx its baseline but holds nothing left to lower", now * 1e3, ss->tpot_target_s * 1e3,
+                     ss->cl.dev[slow].name, slow, worst);
+        else
+            snprintf(dd->trigger, sizeof dd->trigger, "TPOT %.2f ms over the %.2f ms target; no device's compute "
+                     "explains it (most: rank %d, %.2fx its baseline, +%.2f ms a step)", now * 1e3,
+                     ss->tpot_target_s * 1e3, slow, worst, grew * 1e3);
+    } else {
+        ss->last_change = k; /* nothing left that helps: diagnose again later, not every step */
+        return 0;
+    }
+    ss->n_undo++;
+    return 1;
+}
+
+/* The pressure has gone: undo the newest lowering (a probe; if TPOT goes
+ * back over the target soon after, the next probe waits twice as long, so a
+ * lasting slowdown is not probed every few tokens). Returns 1 with the
+ * decision in *dd, 0 when a memory re-placement since forbids it. */
+static int undo_newest(mi_session *ss, session_decision *dd)
+{
+    const struct session_undo *u = &ss->undo[ss->n_undo - 1];
+    weights_state cur, was;
+    weights_get(&ss->plan, &cur);
+    memcpy(was.dtype, u->dtype, sizeof was.dtype);
+    memcpy(was.pruned, u->ffn_pruned, sizeof was.pruned);
+    was.ffn_shard = u->ffn_shard;
+    wires curw;
+    wires_get(&ss->plan, &curw);
+    dd->restore = 1;
+    dd->weights = memcmp(cur.dtype, was.dtype, (size_t)ss->cfg.n_layers * sizeof cur.dtype[0]) != 0 ||
+                  memcmp(cur.pruned, was.pruned, (size_t)ss->cfg.n_layers * sizeof *cur.pruned) != 0;
+    dd->wire_to = u->wires.wire;
+    weights_set(&ss->plan, &was);
+    wires_set(&ss->plan, &u->wires);
+    ss->n_undo--;
+    if (!plan_ok(ss)) { /* a memory re-placement since: keep what is in force */
+        weights_set(&ss->plan, &cur);
+        wires_set(&ss->plan, &curw);
+        return 0;
+    }
+    if (!dd->weights && curw.wire == u->wires.wire) /* some layers' messages go back up */
+        describe_wires(&curw, &ss->plan, dd->change, sizeof dd->change);
+    memcpy(ss->base_ratio, u->base_ratio, sizeof ss->base_ratio);
+    if (dd->weights) {
+        describe(cur.dtype, ss->plan.cfg.dtype, ss->cfg.n_layers, dd->change, sizeof dd->change);
+        describe_pruned(&cur, &ss->plan, dd->change, sizeof dd->change);
+    }
+    return 1;
+}
+
+/* A decision taken: installed, recorded and said in one line. */
+static void apply_decision(mi_session *ss, int k, int n_pos, session_decision *dd, double t0, double decided, int w)
+{
+    dd->token = k;
+    /* the decision, not the formatting of its log line (printf's code, cold after a decode step,
+     * was a third of it); a probe's polls are reported apart (poll_ms), as a diagnosis's are */
+    dd->decide_us = ((decided > 0 ? decided : mi_now()) - t0) * 1e6 - (dd->restore ? dd->poll_ms * 1e3 : 0.0);
+    double t1 = mi_now();
+    install(ss, n_pos);
+    dd->apply_ms = (mi_now() - t1) * 1e3;
+    ss->last_change = k;
+    ss->last_was_probe = dd->restore;
+    ss->poll_k = -1;
+    ss->decisions[ss->n_decisions++] = *dd;
+    if (dd->weights)
+        fprintf(stderr, "meshinfer: scaling after token %d: %s -> %s %s (decided in %.0f us after a %.1f ms poll, "
+                        "installed in %.1f ms)\n", k, dd->trigger, dd->restore ? "restored" : "lowered", dd->change,
+                dd->decide_us, dd->poll_ms, dd->apply_ms);
+    else if (dd->change[0])
+        fprintf(stderr, "meshinfer: scaling after token %d: %s -> %s %s (decided in %.0f us, installed in %.1f ms)\n",
+                k, dd->trigger, dd->restore ? "restored" : "lowered", dd->change, dd->decide_us, dd->apply_ms);
+    else
+        fprintf(stderr, "meshinfer: scaling after token %d: %s -> messages %s to %s (decided in %.0f us, installed in "
+                        "%.1f ms)\n", k, dd->trigger, mi_dtype_name(w), mi_dtype_name(dd->wire_to), dd->decide_us,
+                dd->apply_ms);
+}
+
 void session_after_step(mi_session *ss, double step_s, int n_pos)
 {
     if (ss->n_tokens < SESSION_MAX_TOKENS)
@@ -642,35 +828,8 @@ void session_after_step(mi_session *ss, double step_s, int n_pos)
     if (ss->tpot_target_s <= 0 || ss->installed_prefill || k < WINDOW || k > SESSION_MAX_TOKENS ||
         ss->n_decisions >= SESSION_MAX_DECISIONS)
         return;
-    /* the baseline: every rank's compute per step (steps 8-16 at first, and again
-     * after weights were lowered) against the cost model's for the plan in
-     * force, so that a later slowdown is told from the model's own error (an
-     * uncalibrated model is far off for quantized kernels) */
-    if (!ss->has_base && !ss->rebase_k)
-        ss->rebase_k = 8, ss->rebase_rank = -1, ss->rebase_slow = 1;
-    if (ss->rebase_k) {
-        if (k == ss->rebase_k) {
-            poll(ss, k, NULL, NULL);
-        } else if (k == ss->rebase_k + DIAG) {
-            double per[MI_MAX_RANKS];
-            poll(ss, k, per, NULL);
-            ratios(ss, per, n_pos, ss->base_ratio);
-            if (ss->rebase_rank >= 0)
-                ss->base_ratio[ss->rebase_rank] /= ss->rebase_slow;
-            if (!ss->has_base) { /* said once: what later slowdowns are measured against */
-                fprintf(stderr, "meshinfer: scaling: baseline after token %d, compute per step:", k);
-                for (int r = 0; r < ss->size; r++)
-                    fprintf(stderr, " rank %d %.3f ms", r, per[r] * 1e3);
-                fputc('\n', stderr);
-            }
-            if (!ss->has_base)
-                warm_up(ss, median(ss->token_ms + k - WINDOW, WINDOW) / 1e3, n_pos);
-            ss->has_base = 1;
-            ss->rebase_k = 0;
-            ss->poll_k = -1;
-        }
+    if (measure_baseline(ss, k, n_pos))
         return;
-    }
     double t0 = mi_now(), decided = 0;
     double now = median(ss->token_ms + k - WINDOW, WINDOW) / 1e3;
     int w = ss->plan.wire;
@@ -679,143 +838,12 @@ void session_after_step(mi_session *ss, double step_s, int n_pos)
     dd.rank = -1;
     dd.slowdown = 1.0;
     dd.wire_from = dd.wire_to = w;
-    if (now > ss->tpot_target_s && k - ss->last_change >= WINDOW) {
-        /* a diagnosis spans two polls DIAG steps apart (the first opens it) */
-        if (ss->poll_k < 0 || k - ss->poll_k > 2 * DIAG) {
-            poll(ss, k, NULL, NULL);
-            return;
-        }
-        if (k - ss->poll_k < DIAG)
-            return;
-        double per[MI_MAX_RANKS], ratio[MI_MAX_RANKS];
-        int k0 = ss->poll_k;
-        poll(ss, k, per, &dd.poll_ms);
-        ss->poll_k = -1;
-        t0 = mi_now();
-        ratios(ss, per, n_pos, ratio);
-        /* the device whose compute grew the most past its baseline, in seconds
-         * per step; it is the cause only if that growth is at least half the
-         * overshoot (a device 1.4x slower on a small share of the work is not
-         * why TPOT went over) */
-        int slow = -1;
-        double worst = 0, grew = 0;
-        for (int r = 0; r < ss->size; r++) {
-            double x = ss->base_ratio[r] > 0 ? ratio[r] / ss->base_ratio[r] : 0;
-            double g = x > 1 ? per[r] * (1 - 1 / x) : 0;
-            if (g > grew || slow < 0)
-                grew = g, worst = x, slow = r;
-        }
-        /* the overshoot over the same steps as the polls (a slowdown that began
-         * inside the window is diluted alike in both) */
-        double span = 0;
-        for (int i = k0; i < k; i++)
-            span += ss->token_ms[i] / ((k - k0) * 1e3);
-        int device = slow >= 0 && worst >= SLOWED && grew >= 0.5 * (span - ss->tpot_target_s);
-        struct session_undo *u = &ss->undo[ss->n_undo];
-        memcpy(u->dtype, ss->plan.cfg.dtype, (size_t)ss->cfg.n_layers * sizeof u->dtype[0]);
-        for (int l = 0; l < ss->cfg.n_layers; l++)
-            u->ffn_pruned[l] = ss->plan.layers[l].ffn_pruned;
-        u->ffn_shard = ss->plan.ffn_shard;
-        memcpy(u->base_ratio, ss->base_ratio, sizeof u->base_ratio);
-        wires_get(&ss->plan, &u->wires);
-        u->rank = -1;
-        u->slow = 1;
-        u->comm_per_byte = 0;
-        if (ss->last_was_probe && k - ss->last_change <= 2 * DIAG)
-            ss->hold *= 2; /* the probe failed */
-        if (device && lower_weights(ss, slow, worst, now, n_pos, &dd) > 0) {
-            decided = mi_now();
-            weights_state was;
-            memcpy(was.dtype, u->dtype, (size_t)ss->cfg.n_layers * sizeof was.dtype[0]);
-            memcpy(was.pruned, u->ffn_pruned, (size_t)ss->cfg.n_layers * sizeof was.pruned[0]);
-            describe(was.dtype, ss->plan.cfg.dtype, ss->cfg.n_layers, dd.change, sizeof dd.change);
-            describe_pruned(&was, &ss->plan, dd.change, sizeof dd.change);
-            dd.weights = 1;
-            dd.rank = slow;
-            dd.slowdown = worst;
-            u->rank = slow;
-            u->slow = worst;
-            snprintf(dd.trigger, sizeof dd.trigger, "TPOT %.2f ms over the %.2f ms target; %s (rank %d) computes %.2fx "
-                     "its baseline", now * 1e3, ss->tpot_target_s * 1e3, ss->cl.dev[slow].name, slow, worst);
-            /* the lowered kernels' speed is measured, not assumed: a new baseline, r still slowed */
-            ss->rebase_k = k + WINDOW;
-            ss->rebase_rank = slow;
-            ss->rebase_slow = worst;
-        } else if (lower_wire(ss, now, comm_of(ss, now, per), device, &dd, &u->comm_per_byte)) {
-            /* no device slowed enough to explain it: the time went to the links,
-             * which fewer bytes relieve */
-            decided = mi_now();
-            if (ss->plan.wire == u->wires.wire) /* some layers' messages, not every one */
-                describe_wires(&u->wires, &ss->plan, dd.change, sizeof dd.change);
-            dd.slowdown = worst;
-            if (device)
-                snprintf(dd.trigger, sizeof dd.trigger, "TPOT %.2f ms over the %.2f ms target; %s (rank %d) computes "
-                         "%.2fx its baseline but holds nothing left to lower", now * 1e3, ss->tpot_target_s * 1e3,
-                         ss->cl.dev[slow].name, slow, worst);
-            else
-                snprintf(dd.trigger, sizeof dd.trigger, "TPOT %.2f ms over the %.2f ms target; no device's compute "
-                         "explains it (most: rank %d, %.2fx its baseline, +%.2f ms a step)", now * 1e3,
-                         ss->tpot_target_s * 1e3, slow, worst, grew * 1e3);
-        } else {
-            ss->last_change = k; /* nothing left that helps: diagnose again later, not every step */
-            return;
-        }
-        ss->n_undo++;
-    } else if (ss->n_undo > 0 && k - ss->last_change >= ss->hold && k >= ss->probe_k && now <= ss->tpot_target_s &&
-               room_to_undo(ss, k, now, n_pos, &dd)) {
-        /* the pressure has gone: undo the newest lowering (a probe; if TPOT
-         * goes back over the target soon after, the next probe waits twice as
-         * long, so a lasting slowdown is not probed every few tokens) */
-        const struct session_undo *u = &ss->undo[ss->n_undo - 1];
-        weights_state cur, was;
-        weights_get(&ss->plan, &cur);
-        memcpy(was.dtype, u->dtype, sizeof was.dtype);
-        memcpy(was.pruned, u->ffn_pruned, sizeof was.pruned);
-        was.ffn_shard = u->ffn_shard;
-        wires curw;
-        wires_get(&ss->plan, &curw);
-        dd.restore = 1;
-        dd.weights = memcmp(cur.dtype, was.dtype, (size_t)ss->cfg.n_layers * sizeof cur.dtype[0]) != 0 ||
-                     memcmp(cur.pruned, was.pruned, (size_t)ss->cfg.n_layers * sizeof *cur.pruned) != 0;
-        dd.wire_to = u->wires.wire;
-        weights_set(&ss->plan, &was);
-        wires_set(&ss->plan, &u->wires);
-        ss->n_undo--;
-        if (!plan_ok(ss)) { /* a memory re-placement since: keep what is in force */
-            weights_set(&ss->plan, &cur);
-            wires_set(&ss->plan, &curw);
-            return;
-        }
-        if (!dd.weights && curw.wire == u->wires.wire) /* some layers' messages go back up */
-            describe_wires(&curw, &ss->plan, dd.change, sizeof dd.change);
-        memcpy(ss->base_ratio, u->base_ratio, sizeof ss->base_ratio);
-        if (dd.weights) {
-            describe(cur.dtype, ss->plan.cfg.dtype, ss->cfg.n_layers, dd.change, sizeof dd.change);
-            describe_pruned(&cur, &ss->plan, dd.change, sizeof dd.change);
-        }
-    } else {
-        return;
-    }
-    dd.token = k;
-    /* the decision, not the formatting of its log line (printf's code, cold after a decode step,
-     * was a third of it); a probe's polls are reported apart (poll_ms), as a diagnosis's are */
-    dd.decide_us = ((decided > 0 ? decided : mi_now()) - t0) * 1e6 - (dd.restore ? dd.poll_ms * 1e3 : 0.0);
-    double t1 = mi_now();
-    install(ss, n_pos);
-    dd.apply_ms = (mi_now() - t1) * 1e3;
-    ss->last_change = k;
-    ss->last_was_probe = dd.restore;
-    ss->poll_k = -1;
-    ss->decisions[ss->n_decisions++] = dd;
-    if (dd.weights)
-        fprintf(stderr, "meshinfer: scaling after token %d: %s -> %s %s (decided in %.0f us after a %.1f ms poll, "
-                        "installed in %.1f ms)\n", k, dd.trigger, dd.restore ? "restored" : "lowered", dd.change,
-                dd.decide_us, dd.poll_ms, dd.apply_ms);
-    else if (dd.change[0])
-        fprintf(stderr, "meshinfer: scaling after token %d: %s -> %s %s (decided in %.0f us, installed in %.1f ms)\n",
-                k, dd.trigger, dd.restore ? "restored" : "lowered", dd.change, dd.decide_us, dd.apply_ms);
-    else
-        fprintf(stderr, "meshinfer: scaling after token %d: %s -> messages %s to %s (decided in %.0f us, installed in "
-                        "%.1f ms)\n", k, dd.trigger, mi_dtype_name(w), mi_dtype_name(dd.wire_to), dd.decide_us,
-                dd.apply_ms);
+    int decision = 0;
+    if (now > ss->tpot_target_s && k - ss->last_change >= WINDOW)
+        decision = diagnose_and_lower(ss, k, now, n_pos, &dd, &t0, &decided);
+    else if (ss->n_undo > 0 && k - ss->last_change >= ss->hold && k >= ss->probe_k && now <= ss->tpot_target_s &&
+             room_to_undo(ss, k, now, n_pos, &dd))
+        decision = undo_newest(ss, &dd);
+    if (decision)
+        apply_decision(ss, k, n_pos, &dd, t0, decided, w);
 }

@@ -510,7 +510,7 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
     if (ss->rank == 0 && ss->size > MI_MAX_RANKS)
         failed = mi_set_error(err, "%d ranks is more than the %d meshinfer supports", ss->size, MI_MAX_RANKS);
     if (ss->size > 1 && ss->size <= MI_MAX_RANKS) {
-        mi_world_rtt(ss->rtt_s); /* seed 000: "measure round-trip times at startup" */
+        mi_world_rtt(ss->rtt_s); /* HeadSplit: "measure round-trip times at startup" */
         char host[64] = "";
         gethostname(host, sizeof host - 1);
         if (ss->rank == 0)

@@ -1,5 +1,5 @@
 /* Measuring a device's compute model (see cost.h mi_calibrate_compute):
- * the regression of seed 003 4.2.1, fitted on this device's own kernels. */
+ * the regression of Voltron §4.2.1, fitted on this device's own kernels. */
 #define _POSIX_C_SOURCE 200809L
 #include "meshinfer/cost.h"
 

@@ -39,7 +39,7 @@ double mi_op_compute_s(const mi_plan *plan, const mi_op *op, const mi_cluster *c
         return t + share * (w + heads * d->kv_s * hd * cached);
     }
     case MI_OP_PROJ: return t + mat_s(d, c->dtype[l][MI_WO], (double)op->n * op->ni, T);
-    case MI_OP_FFN_UP: { /* pruned shards (seed 003 4.3.1) are not computed */
+    case MI_OP_FFN_UP: { /* pruned shards (Voltron §4.3.1) are not computed */
         double nk = mi_plan_ffn_kept_units(plan, l, op->c0, op->n);
         return t + mat_s(d, c->dtype[l][MI_W1], nk * D, T) + mat_s(d, c->dtype[l][MI_W3], nk * D, T);
     }

@@ -1,5 +1,5 @@
-/* Energy per token and DVFS levels under a TPOT limit (see cost.h: seed 000's
- * energy and energy-delay product, seed 003 4.4's energy optimisation). */
+/* Energy per token and DVFS levels under a TPOT limit (see cost.h: HeadSplit's
+ * energy and energy-delay product, Voltron §4.4's energy optimisation). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -12,7 +12,7 @@
  * Rules every family keeps, which tests check:
  * - A row's result depends only on that row and the activations, never on
  *   r0, r1 or on which rows are computed together: a rank holding a subset
- *   of the rows (seed 000's head-level partitioning) gets bit-identical
+ *   of the rows (HeadSplit's head-level partitioning) gets bit-identical
  *   results to one device.
  * - Activation quantization is the same arithmetic in every family: per
  *   block amax, d = amax / 127 (fp32), id = d ? 1/d : 0, q = round-to-nearest-

@@ -65,7 +65,7 @@ static int validate_patchtst(const mi_config *c, char *err)
                             c->n_kv_heads, c->n_heads);
     /* its model files hold float32 (model_file.c checks every tensor); other
      * dtypes are for the memory model's questions (int8 weights on a
-     * microcontroller, seed 002's feasibility), never loaded; the patch
+     * microcontroller, CATS's feasibility), never loaded; the patch
      * embedding is counted in float32 whatever emb_dtype says */
     for (int l = 0; l < c->n_layers; l++)
         for (int m = 0; m < MI_N_LAYER_MATS; m++)
@@ -294,7 +294,7 @@ int mi_config_from_shape(const char *shape, mi_config *c)
         strncpy(c->name, shapes[i].name, sizeof c->name - 1);
         return 0;
     }
-    if (strcmp(shape, "patchtst") == 0) { /* seed 002's workload, docs/patchtst.md */
+    if (strcmp(shape, "patchtst") == 0) { /* CATS's workload, docs/patchtst.md */
         memset(c, 0, sizeof *c);
         c->family = MI_FAMILY_PATCHTST;
         c->dim = 128;
@@ -319,6 +319,6 @@ int mi_config_from_shape(const char *shape, mi_config *c)
 
 const char *mi_config_shape_names(void)
 {
-    return "stories15M, stories42M, stories110M, tinyllama-1.1b, tiny-gqa, patchtst (seed 002's time-series "
+    return "stories15M, stories42M, stories110M, tinyllama-1.1b, tiny-gqa, patchtst (CATS's time-series "
            "encoder)";
 }

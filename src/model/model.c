@@ -334,7 +334,7 @@ static void want_vec(loader *ld, int layer, const char *name, size_t cols, size_
     r->vec = dst;
 }
 
-/* Seed 002's time-series family (docs/patchtst.md): the same shards as a
+/* CATS's time-series family (docs/patchtst.md): the same shards as a
  * language model's (heads, wo rows or columns, FFN units, w2 rows or
  * columns, head rows), each with the rows of its bias; no tokenizer, no w3,
  * no KV cache beyond the patches. */

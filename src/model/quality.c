@@ -1,4 +1,4 @@
-/* Perplexity of a model configuration on one device, for seed 003's offline
+/* Perplexity of a model configuration on one device, for Voltron's offline
  * measurements: `meshinfer importance` (each layer lowered, each FFN shard
  * pruned, one at a time) and the precision search's check of its own choice
  * (`plan --importance --text`). See quality.h. */

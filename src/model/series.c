@@ -1,4 +1,4 @@
-/* Seed 002's time-series family: series files and the encoder's own
+/* CATS's time-series family: series files and the encoder's own
  * blocks (see series.h, docs/patchtst.md). */
 #define _GNU_SOURCE
 #include "meshinfer/series.h"

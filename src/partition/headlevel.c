@@ -1,4 +1,4 @@
-/* Seed 000's head-level schemes (layerwise, roundrobin, random, greedy, tp)
+/* HeadSplit's head-level schemes (layerwise, roundrobin, random, greedy, tp)
  * compiled to per-rank programs (see partition.h).
  *
  * The residual stream lives on one rank at a time (or on several identical
@@ -8,7 +8,7 @@
  * partial projections are reduced); the FFN runs on one rank or as slices
  * whose partial sums are reduced; logits are gathered at rank 0.
  *
- * Inter-layer speculation (seed 000 "Speculating across layers"): after the
+ * Inter-layer speculation (HeadSplit "Speculating across layers"): after the
  * projection of layer l the projection rank sends Z non-blocking to the FFN
  * rank and to layer l+1's head ranks, which start attention on Z while the
  * FFN runs; the FFN rank tests ||FFN(Z)|| / ||Z|| and broadcasts the decision

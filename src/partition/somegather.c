@@ -1,4 +1,4 @@
-/* Seed 002's somegather scheme compiled to per-rank programs (see
+/* CATS's somegather scheme compiled to per-rank programs (see
  * partition.h).
  *
  * Every rank r owns a column slice C_r of the residual stream, whole heads

@@ -29,14 +29,14 @@
  * A device may also give "power": {"idle_w": 3.8, "active_w": 4.9,
  * "freq": [1, 0.8, 0.6]} (watts idle and computing at the top frequency;
  * the DVFS levels as fractions of the top frequency, descending from 1;
- * every key optional; defaults seed 000's Raspberry Pi 4 at one level).
+ * every key optional; defaults HeadSplit's Raspberry Pi 4 at one level).
  *
  * `meshinfer calibrate` writes the last two and, per device, "host" (where
  * it was measured), "hwloc" (the device's description, kept for people, not
  * read back) and "compute": {"pass_ns": {"fp32": .., "fp16": .., "q8_0": ..,
  * "q4_0": ..}, "pos_ns": {...}, "kv_ns": .., "op_us": .., "vec_ns": ..} (plan.h mi_device,
  * in nanoseconds per weight element and microseconds per op). A device with
- * "compute" is calibrated; its speed is then only what the seed 000 planners
+ * "compute" is calibrated; its speed is then only what the HeadSplit planners
  * (greedy) weigh.
  *
  * Units and conversions:
@@ -98,7 +98,7 @@ void mi_cluster_default(mi_cluster *cl, int n, double mem_each)
 
 void mi_device_power_defaults(mi_device *d)
 {
-    d->idle_w = 3.8; /* seed 000: "from 3.8 W idle to 4.8 to 5.0 W active" */
+    d->idle_w = 3.8; /* HeadSplit: "from 3.8 W idle to 4.8 to 5.0 W active" */
     d->active_w = 4.9;
     d->n_freq = 1;
     d->freq[0] = 1.0;

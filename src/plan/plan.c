@@ -150,7 +150,7 @@ void mi_plan_shard(const mi_plan *plan, int rank, mi_shard_spec *spec)
             }
         for (int i = 0; i < plan->n_cols; i++)
             if (plan->cols[i].rank == rank) {
-                /* seed 002: this rank's residual columns are its rows of wo and w2 */
+                /* CATS: this rank's residual columns are its rows of wo and w2 */
                 s->proj = MI_PROJ_ROWS;
                 s->o0 = plan->cols[i].v0;
                 s->no = plan->cols[i].n;
@@ -261,7 +261,7 @@ static int check_slices(const mi_slice *s, int n, int total, int n_ranks, const 
     return 0;
 }
 
-/* Seed 002: every rank owns one slice of the residual, one run of whole KV
+/* CATS: every rank owns one slice of the residual, one run of whole KV
  * heads and one FFN slice, and its send lists lie inside what it owns. */
 static int validate_somegather(const mi_plan *plan, char *err)
 {
@@ -387,7 +387,7 @@ int mi_plan_validate(const mi_plan *plan, const mi_cluster *cl, char *err)
                                 lp->proj_rank, n);
         if (check_slices(lp->ffn, lp->n_ffn, c->hidden_dim, n, "FFN", l, err))
             return -1;
-        /* seed 003 tensor parallelism with block dtypes: a rank's columns of
+        /* Voltron tensor parallelism with block dtypes: a rank's columns of
          * w2 (its FFN slice) and of a split wo (its heads) must be whole blocks */
         int fa = mi_ffn_align(c, l), ka = mi_kv_align(c, l);
         if (plan->planner == MI_PLANNER_SOMEGATHER) /* wo and w2 split by rows: blocks stay whole */
@@ -473,7 +473,7 @@ int *mi_plan_serialize(const mi_plan *plan, size_t *n_ints)
         *q++ = lp->wire;
         *q++ = (int)(uint32_t)lp->ffn_pruned;
         *q++ = (int)(uint32_t)(lp->ffn_pruned >> 32);
-        /* the weight dtypes travel with the plan: seed 003's computation
+        /* the weight dtypes travel with the plan: Voltron's computation
          * scaling re-places to the same shards in lower dtypes */
         for (int m = 0; m < MI_N_LAYER_MATS; m++)
             *q++ = c->dtype[l][m];

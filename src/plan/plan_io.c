@@ -63,7 +63,7 @@ static cJSON *slices_json(const mi_slice *s, int n)
     return arr;
 }
 
-/* Seed 002: the residual columns of each rank, the pruning and its send
+/* CATS: the residual columns of each rank, the pruning and its send
  * lists (one entry per layer, exchange and rank: the columns it sends). */
 static int somegather_json(cJSON *doc, const mi_plan *plan)
 {

@@ -1,7 +1,6 @@
-/* Every scheme planned and predicted for one cluster and model (issue 10
- * item 6): the table of `meshinfer plan --planner all` and the choice of
+/* Every scheme planned and predicted for one cluster and model: the table of `meshinfer plan --planner all` and the choice of
  * `--planner auto`. One objective for all: the predicted time of a request,
- * TTFT of its prompt plus TPOT times its decode steps (seed 003's two QoS
+ * TTFT of its prompt plus TPOT times its decode steps (Voltron's two QoS
  * figures in the one number a user waits for). */
 #define _POSIX_C_SOURCE 200809L
 #include "meshinfer/planner.h"
@@ -14,7 +13,7 @@
 #include "meshinfer/partition.h"
 
 /* The schemes compared: random is a strawman and roundrobin a baseline of
- * seed 000's; neither is a choice anyone would want auto to make. */
+ * HeadSplit's; neither is a choice anyone would want auto to make. */
 static const mi_planner compared[] = {MI_PLANNER_LAYERWISE, MI_PLANNER_GREEDY, MI_PLANNER_TP,
                                       MI_PLANNER_SOMEGATHER, MI_PLANNER_HYBRID};
 

@@ -1,4 +1,4 @@
-/* Seed 003 4.2.1 "Layer-wise Hybrid Parallelism" (Voltron): one pass over
+/* Voltron §4.2.1 "Layer-wise Hybrid Parallelism" (Voltron): one pass over
  * the layers choosing, for each sublayer (attention, FFN), model parallelism
  * (the whole sublayer on the fastest device that has room) or tensor
  * parallelism (shards in proportion to the devices' speed), whichever the

@@ -1,4 +1,4 @@
-/* Seed 002 Q1 (section 5.2.1, Fig. 4): what each device stores and sends
+/* CATS Q1 (section 5.2.1, Fig. 4): what each device stores and sends
  * under somegather and under the three baselines the seed compares it with
  * (see planner.h, mi_mem_model_make).
  *
@@ -43,7 +43,7 @@
 
 static const char *const scheme_names[MI_MEM_N_SCHEMES] = {"somegather", "token-split", "token-split-4bit",
                                                            "head-split"};
-static const char *const scheme_sources[MI_MEM_N_SCHEMES] = {"seed 002", "hu2024edge", "liu2025communication",
+static const char *const scheme_sources[MI_MEM_N_SCHEMES] = {"CATS", "hu2024edge", "liu2025communication",
                                                              "bochem2025distributed"};
 
 const char *mi_mem_scheme_name(int s) { return s >= 0 && s < MI_MEM_N_SCHEMES ? scheme_names[s] : "?"; }
@@ -334,7 +334,7 @@ static double q4_bytes(int n)
  * its K and V row of every layer to the D-1 others; token ids (4 bytes) are
  * not counted, as in our runtime's counters. liu2025communication exchanges
  * and keeps K and V in 4-bit blocks whatever the wire dtype (its
- * "specialized low-precision quantization", seed 002 section 5.2.1); its
+ * "specialized low-precision quantization", CATS section 5.2.1); its
  * weights stay in the config's dtypes, because the seed has its flash as
  * constant as hu2024edge's and credits the quantization to RAM only. */
 static void token_split_model(const mi_config *c, int D, int wire, int N, int low_bit, mi_mem_model *m)

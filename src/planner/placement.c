@@ -155,7 +155,7 @@ static int no_room(const placer *p, const char *what, int l, double bytes, char 
                         l, what, bytes, p->cl->dev[most].name, most, free_b, bytes - free_b);
 }
 
-/* Seed 000's greedy placement: FFN and projection first (the big blocks,
+/* HeadSplit's greedy placement: FFN and projection first (the big blocks,
  * balanced by predicted time), then the heads of each layer spread so that the
  * layer's attention finishes soonest; memory budgets are hard constraints. */
 static int spec_ok(const mi_plan_options *opt, int l)
@@ -193,7 +193,7 @@ static int plan_greedy(mi_plan *plan, placer *p, const mi_plan_options *opt, cha
         double hw = head_weight_bytes(c, l);
         double hwork = hw + head_kv_bytes(c, c->seq_len / 2); /* mean KV read over a full context */
         double layer_att[MI_MAX_RANKS] = {0};
-        /* Seed 000: a layer whose input is speculated only has to finish its
+        /* HeadSplit: a layer whose input is speculated only has to finish its
          * attention within the previous layer's FFN, so inside that window its
          * heads go where memory is most free rather than where they finish first. */
         double window = 0;
@@ -260,7 +260,7 @@ static void plan_tp(mi_plan *plan, placer *p)
     memcpy(plan->cls, tmp, (size_t)plan->n_cls * sizeof(mi_slice));
 }
 
-/* Seed 002 "Partitioning strategy on top of somegather": D = all ranks, each
+/* CATS "Partitioning strategy on top of somegather": D = all ranks, each
  * with an equal share of the KV heads (whole groups of query heads), of the
  * residual columns, of the FFN units and of the vocabulary. */
 static int plan_somegather(mi_plan *plan, int D, char *err)

@@ -4,7 +4,7 @@
 
 #include "meshinfer/planner.h"
 
-/* Seed 003 hybrid parallelism (hybrid.c): fills plan->layers and the
+/* Voltron hybrid parallelism (hybrid.c): fills plan->layers and the
  * classifier slices of a plan whose cfg, n_ranks and kv_positions are set
  * and whose layers are allocated (zeroed), for the phase opt->prefill says.
  * Returns 0, or -1 with err when a sublayer fits nowhere. */

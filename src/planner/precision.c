@@ -1,4 +1,4 @@
-/* Seed 003 4.2.2 "Importance-aware Mixed Precision" (issue 10 item 3): the
+/* Voltron §4.2.2 "Importance-aware Mixed Precision": the
  * importance side file (`meshinfer importance`) and the search for the
  * highest-precision configuration that fits every device and meets the
  * TTFT/TPOT targets. See planner.h. */
@@ -216,7 +216,7 @@ int mi_precision_search(const mi_config *c, const mi_cluster *cl, const mi_plan_
     int L = c->n_layers, n = 0;
     int P = imp->ffn_shard > 0 && imp->n_layers == L ? imp->n_shards / 2 : 0; /* pruning levels: keep half */
     step *st = mi_calloc(2 * (size_t)L + (size_t)P, sizeof *st, "precision steps");
-    /* seed 003: down the chain, least important first: every layer to q8_0 (ordered by its
+    /* Voltron: down the chain, least important first: every layer to q8_0 (ordered by its
      * q8_0 rise), then every layer to q4_0 (by what that step adds) */
     for (int t = 0; t < 2; t++) {
         int first = n;
@@ -231,7 +231,7 @@ int mi_precision_search(const mi_config *c, const mi_cluster *cl, const mi_plan_
         }
         qsort(st + first, (size_t)(n - first), sizeof *st, by_rise);
     }
-    /* then seed 003's pruning, the same number of shards from every layer: level k's step
+    /* then Voltron's pruning, the same number of shards from every layer: level k's step
      * costs what its k-th shards add */
     double prev = 0;
     for (int k = 1; k <= P; k++) {
@@ -240,7 +240,7 @@ int mi_precision_search(const mi_config *c, const mi_cluster *cl, const mi_plan_
         prev = sum;
     }
     /* binary search for the fewest steps that meet everything (memory and time fall as
-     * precision falls: seed 003's monotonic relationship) */
+     * precision falls: Voltron's monotonic relationship) */
     mi_config cfg;
     double rise, ttft, tpot;
     int lo = 0, hi = n, evaluated = 0, pk, S = imp->ffn_shard;

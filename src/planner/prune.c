@@ -1,4 +1,4 @@
-/* Seed 002 "communication-aware pruning": the send lists of a somegather
+/* CATS "communication-aware pruning": the send lists of a somegather
  * plan, from the model's weights (see plan.h mi_plan_prune).
  *
  * A column a rank sends in an exchange feeds weights on the receivers: a

@@ -1,4 +1,4 @@
-/* Seed 002's pruning ratio within a perplexity budget (issue 10 item 6): the
+/* CATS's pruning ratio within a perplexity budget: the
  * perplexities somegather measured at several ratios (a side file written by
  * jobs/experiments/somegather_quality.sh), and the largest ratio a budget allows. The
  * perplexity of a pruned somegather run depends on which columns each rank

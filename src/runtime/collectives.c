@@ -171,7 +171,7 @@ double rt_bcast(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, int nonblocki
 
 /* ------------------------------------------------------------ RMA put */
 
-/* Seed 000: head outputs go to the projection rank by RMA. Each head rank
+/* HeadSplit: head outputs go to the projection rank by RMA. Each head rank
  * puts its [T, its heads] outputs, encoded in the wire dtype, into its own
  * slot of the root's window (one MPI_Put); the root then decodes every slot
  * into place in HEADS. The root's own heads are copied exactly. */
@@ -410,7 +410,7 @@ static uint64_t mix(uint64_t z)
     return z ^ (z >> 31);
 }
 
-/* Seed 002 message loss: is the message of sender s (world rank) to receiver
+/* CATS message loss: is the message of sender s (world rank) to receiver
  * r at position pos of this exchange lost? Keyed by what the mode says must
  * agree: link (s, r), receiver (r: nothing reaches it), sender (s: it reaches
  * nobody), so every rank decides the same without talking. */
@@ -467,7 +467,7 @@ static void mark_pruned(float *buf, unsigned char *held, int W, int t, const mi_
         }
 }
 
-/* Seed 002 somegather: each member sends its kept columns of buf (all it
+/* CATS somegather: each member sends its kept columns of buf (all it
  * owns when nothing is pruned), encoded, to every other member, all messages
  * posted at once (one round of link latency; MPI_Allgatherv's ring or Bruck
  * takes up to n - 1 or log2 n rounds). What a rank does not hold afterwards

@@ -153,7 +153,7 @@ static double op_proj(mi_runtime *rt, const mi_op *op, const fwd *f)
     return 0;
 }
 
-/* Seed 003 4.3.1: a layer whose plan prunes FFN shards holds only the kept
+/* Voltron §4.3.1: a layer whose plan prunes FFN shards holds only the kept
  * units' weights (load.c prune_layers): the up product fills the kept units
  * of the op's slice, the pruned ones are zero (as a pruned model's), and the
  * down product reads the kept units only. */
@@ -231,7 +231,7 @@ static double op_add(mi_runtime *rt, const mi_op *op, const fwd *f)
     return 0;
 }
 
-/* Seed 000's test: is the FFN's contribution small next to Z? (TMP holds the
+/* HeadSplit's test: is the FFN's contribution small next to Z? (TMP holds the
  * FFN's output, X the residual stream Z.) */
 static double op_spec_test(mi_runtime *rt, const mi_op *op, const fwd *f)
 {
@@ -306,7 +306,7 @@ static const op_fn exec_table[MI_N_OPS] = {
     [MI_OP_BCAST] = op_bcast,           [MI_OP_IBCAST] = op_bcast,      [MI_OP_PUT] = op_put,
     [MI_OP_POST] = op_post,
     [MI_OP_ALLREDUCE] = op_allreduce,   [MI_OP_GATHERV] = op_gatherv,
-    /* seed 002 somegather */
+    /* CATS somegather */
     [MI_OP_NORM_LOCAL] = op_norm_local, [MI_OP_ALLGATHERV] = op_allgatherv,
 };
 

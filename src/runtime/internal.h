@@ -43,7 +43,7 @@ struct mi_runtime {
     const unsigned char *keep_layers; /* during a re-placement: layers whose shard stays (not reloaded) */
     int keep_globals;                 /* ... and embeddings / classifier stay */
     /* the model file's weight dtypes (the first plan's): a later plan may hold a layer lower
-     * (seed 003 computation scaling), which loading then re-encodes from these */
+     * (Voltron computation scaling), which loading then re-encodes from these */
     unsigned char stored_dtype[MI_MAX_LAYERS][MI_N_LAYER_MATS];
     mi_plan plan;
     mi_programs prog;

@@ -41,7 +41,7 @@ static int fetch_recv(void *ctx, const char *name, size_t row0, size_t nrows, si
     return 0;
 }
 
-/* Seed 003 computation scaling: the layers this plan holds in other dtypes
+/* Voltron computation scaling: the layers this plan holds in other dtypes
  * than the file's are re-encoded after loading (a layer raised back to its
  * stored dtype was reloaded from the file, so it comes back exact). Returns
  * 0 or -1 with err. */
@@ -58,7 +58,7 @@ static int convert_layers(mi_runtime *rt, char *err)
     return 0;
 }
 
-/* Seed 003 4.3.1, shard-wise pruning at run time: the FFN units the plan
+/* Voltron §4.3.1, shard-wise pruning at run time: the FFN units the plan
  * prunes leave this rank's w1 and w3 rows and w2 columns, packed in place,
  * so the products skip them (exec.c op_ffn_up, op_ffn_down). A layer whose
  * pruning changes is reloaded first (migrate.c), so what is packed away comes

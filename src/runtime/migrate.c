@@ -6,7 +6,7 @@
 #include "internal.h"
 #include "meshinfer/common.h"
 
-/* Seed 000 "Memory needs active management": every rank stages the KV rows
+/* HeadSplit "Memory needs active management": every rank stages the KV rows
  * [0, n_pos) of the heads it holds, drops its old shard (so a device never
  * holds two placements at once), loads its shard of the new plan, and KV
  * heads whose owner changed are sent old owner -> new owner. Messages between

@@ -5,7 +5,7 @@
  * dropped with probability loss. Every packet that passes is delayed once, so
  * a rule matching both directions gives an RTT of about 2 x delay. With a
  * rate, every packet also occupies one shared medium for its bits / rate in
- * arrival order, as on a wireless channel that all devices share (seed 002's
+ * arrival order, as on a wireless channel that all devices share (CATS's
  * mesh): bytes cost time and traffic queues.
  *
  * usage: mi_netem --queue Q --delay-ms D [--jitter-ms J] [--loss-pct L] [--rate-mbit R] [--seed S]
@@ -13,7 +13,7 @@
  * Runs until SIGINT/SIGTERM, then releases every held packet and exits 0.
  * With --control, SIGUSR1 makes it read "DELAY_MS RATE_MBIT" from FILE and
  * use them for the packets that arrive from then on (a link that degrades
- * or recovers mid-run: issue 10's runtime scaling). */
+ * or recovers mid-run: Voltron's runtime scaling). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>

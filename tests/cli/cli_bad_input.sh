@@ -222,7 +222,7 @@ if [[ $started == 1 && $rc -eq 143 && -z "$(find "$tmp" -name 'prof.json*')" ]];
 else
     echo "FAIL: interrupted profile: started $started, exit $rc, left: $(find "$tmp" -name 'prof.json*')"; fail=$((fail+1))
 fi
-# seed 003 (issue 10): an emulated slowdown that is not a number, plan options out of range,
+# Voltron: an emulated slowdown that is not a number, plan options out of range,
 # calibrated cluster files that contradict themselves
 expect_error "MESHINFER_SLOWDOWN not a number" "MESHINFER_SLOWDOWN='fast' is not a number" \
     env MESHINFER_SLOWDOWN=fast "$bin" generate -m "$model" -n 2
@@ -269,7 +269,7 @@ expect_error "plan --out over another model" "other.h5 is an HDF5 file \\(a mode
     "$bin" plan -m "$model" --ranks 2 --out "$tmp/other.h5"
 "$bin" check -m "$tmp/other.h5" > /dev/null 2>&1 &&
     { echo "ok: the other model is intact"; pass=$((pass+1)); } || { echo "FAIL: the other model was damaged"; fail=$((fail+1)); }
-# seed 003 importance and the precision search
+# Voltron importance and the precision search
 "$bin" quantize -m "$model" --dtype q4_0 --out "$tmp/q4.h5" > /dev/null 2>&1
 printf 'Once upon a time, there was a little girl named Lily. She loved to play outside in the sunshine.\n' > "$tmp/story.txt"
 expect_error "importance of a quantized model" "holds q4_0 weights in layer 0: lowering needs fp32 or fp16" \
@@ -285,7 +285,7 @@ else echo "FAIL: importance output: $(head -c 300 "$tmp/imp.json")"; fail=$((fai
 "$bin" synth --shape tiny-gqa --out "$tmp/gqa.h5" > /dev/null 2>&1
 expect_error "importance file for another model" "is for stories15M .* but the model is tiny-gqa" \
     "$bin" plan -m "$tmp/gqa.h5" --ranks 2 --planner hybrid --importance "$tmp/imp.json"
-# seed 003 shard-wise pruning: the file keeps 10 of 12 shards per layer; bad requests named
+# Voltron shard-wise pruning: the file keeps 10 of 12 shards per layer; bad requests named
 if "$bin" quantize -m "$model" --prune-ffn 2 --importance "$tmp/imp.json" --out "$tmp/pruned.h5" > /dev/null 2>&1 &&
    [[ $("$bin" info -m "$tmp/pruned.h5" --json | node -e 'console.log(JSON.parse(require("fs").readFileSync(0)).hidden_dim)') == 640 ]] &&
    printf '{"devices": [{"name": "a", "mem_mb": 39}, {"name": "b", "mem_mb": 1.5}, {"name": "c", "mem_mb": 1.5}, {"name": "d", "mem_mb": 1.4}]}' > "$tmp/tight4.json" &&
@@ -343,7 +343,7 @@ expect_error "--ffn-shard that cuts hidden_dim" "--ffn-shard 48 must be a multip
     "$bin" importance -m "$model" --text "$tmp/story.txt" --ffn-shard 48 --out "$tmp/imp48.json"
 [[ ! -e "$tmp/p2.h5" && ! -e "$tmp/imp48.json" ]] && { echo "ok: refused pruning left no file"; pass=$((pass+1)); } ||
     { echo "FAIL: a refused pruning left a file"; fail=$((fail+1)); }
-# seed 003 4.4 without MPI: plan --energy prints the levels generate --energy would choose
+# Voltron §4.4 without MPI: plan --energy prints the levels generate --energy would choose
 printf '{"devices": [{"name": "a", "mem_mb": 4000, "power": {"idle_w": 0.5, "active_w": 5, "freq": [1, 0.6]}}, {"name": "b", "mem_mb": 4000, "power": {"idle_w": 0.5, "active_w": 5, "freq": [1, 0.6]}}]}' > "$tmp/dvfs2.json"
 en=$("$bin" plan -m "$model" --cluster "$tmp/dvfs2.json" --planner layerwise --tpot-ms 50 --energy --json 2>&1 |
      node -e 'const e = JSON.parse(require("fs").readFileSync(0, "utf8")).plans[0].energy;
@@ -354,7 +354,7 @@ expect_error "plan --energy without a target" "--energy chooses DVFS levels for 
     "$bin" plan -m "$model" --ranks 2 --energy
 expect_error "plan --energy with a target the top levels miss" "no margin to spend on lower frequencies" \
     "$bin" plan -m "$model" --cluster "$tmp/dvfs2.json" --planner layerwise --tpot-ms 0.01 --energy
-# issue 10 item 6: auto's somegather at its best pruning ratio within a perplexity budget, from
+# auto's somegather at its best pruning ratio within a perplexity budget, from
 # perplexities measured on the job's rank count (this file's are jobs/experiments/somegather_quality.sh
 # --for-auto's for stories15M on 3 ranks, rounded)
 printf '{"model": "stories15M", "n_layers": 6, "dim": 288, "ranks": 3, "prune_mode": "aware", "points": [{"r": 0, "perplexity": 3.58}, {"r": 0.01, "perplexity": 13.7}, {"r": 0.02, "perplexity": 27.3}, {"r": 0.05, "perplexity": 55.2}]}' > "$tmp/sgq.json"

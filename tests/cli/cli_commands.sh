@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The commands that no other test runs to a checked result (issue 11 item 8),
+# The commands that no other test runs to a checked result,
 # on the real model: info (stories15M's config, parameter count and weight
 # bytes from its shape), tokenize (known ids, from the model and from
 # tokenizer.bin), profile (positions per window, percentiles, acceptance at its

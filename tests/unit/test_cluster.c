@@ -95,7 +95,7 @@ static void test_cluster_full(void)
     CU_ASSERT_STRING_EQUAL(cl.dev[2].name, "dev2");
     CHECK_NEAR(cl.dev[2].mem_bytes, 1e6);
     CHECK_NEAR(cl.dev[2].speed, 1.0);
-    /* power: given for pi5, seed 000's Raspberry Pi 4 figures at one level otherwise */
+    /* power: given for pi5, HeadSplit's Raspberry Pi 4 figures at one level otherwise */
     CU_ASSERT(cl.dev[1].power_given && !cl.dev[0].power_given);
     CHECK_NEAR(cl.dev[1].idle_w, 2.7);
     CHECK_NEAR(cl.dev[1].active_w, 7);
@@ -187,7 +187,7 @@ static void test_cluster_field_errors(void)
                          "positive number");
     expect_cluster_error("{\"description\": 3, \"devices\": [{\"mem_mb\": 1}]}", "'description'", "string");
 
-    /* a device's power model (seed 000 / seed 003 4.4 energy) */
+    /* a device's power model (HeadSplit / Voltron §4.4 energy) */
     expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"power\": 5}]}", "devices[0].power", "object");
     expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"power\": {\"idle_w\": 5, \"active_w\": 4}}]}",
                          "devices[0].power.active_w", "below idle_w");
@@ -600,7 +600,7 @@ static void test_plan_blocks(void)
     CU_ASSERT_EQUAL(q.wire, MI_F16);
     mi_plan_free(&q);
     free(buf);
-    /* so do the weight dtypes (seed 003 computation scaling re-places to lower ones),
+    /* so do the weight dtypes (Voltron computation scaling re-places to lower ones),
      * and a table that does not fit the shards is refused */
     p.cfg.dtype[1][MI_W1] = MI_Q8_0;
     buf = mi_plan_serialize(&p, &n);
@@ -831,7 +831,7 @@ static void test_plan_save_missing_dir(void)
 /* ------------------------------------------- KV horizon and re-placement */
 
 /* stories15M on a controller and three workers whose budgets are tight: the
- * greedy placement must change as the KV horizon grows (seed 000 "Memory
+ * greedy placement must change as the KV horizon grows (HeadSplit "Memory
  * needs active management"), memory at n positions is linear in n. */
 static void tight_cluster(mi_cluster *cl)
 {

@@ -131,7 +131,7 @@ static void test_rmsnorm_softmax_rope(void)
     mi_softmax(first, 3);
     CU_ASSERT_DOUBLE_EQUAL(first[0], 1.0, 1e-6);
 
-    /* seed 000's speculation test: the ratio of norms, not its square, strictly under the
+    /* HeadSplit's speculation test: the ratio of norms, not its square, strictly under the
      * tolerance; the worst position decides */
     float z[2 * 4] = {1, 1, 1, 1, 2, 0, 0, 0}, fz[2 * 4] = {0.5f, 0.5f, 0.5f, 0.5f, 0.6f, 0, 0, 0};
     double worst;

@@ -1,4 +1,4 @@
-/* CUnit tests for seed 003's pieces without MPI: calibrated cluster files
+/* CUnit tests for Voltron's pieces without MPI: calibrated cluster files
  * (compute model, link matrices, calibration block: parse, save, round
  * trip, errors), the cost model's phases (a prefill pass and TTFT against
  * the regression's own arithmetic), the hybrid planner's choices (model
@@ -203,7 +203,7 @@ static void cluster_of(mi_cluster *cl, int n, const double *speed, const double 
     cl->bandwidth = bw;
 }
 
-/* Seed 000's energy and seed 003 4.4's DVFS levels under a TPOT limit. */
+/* HeadSplit's energy and Voltron §4.4's DVFS levels under a TPOT limit. */
 static void test_energy(void)
 {
     mi_config c;
@@ -240,7 +240,7 @@ static void test_energy(void)
     CU_ASSERT_EQUAL(r.freq[0], 1.0);
     CU_ASSERT_EQUAL(r.freq[1], 1.0);
     CU_ASSERT_DOUBLE_EQUAL(r.joules, r.top_joules, 1e-15);
-    /* idle power dominating (seed 000's Pi), a slower device on the critical path (both are, in
+    /* idle power dominating (HeadSplit's Pi), a slower device on the critical path (both are, in
      * a pipeline) costs every device's idle power for longer than it saves: even with room, none goes down */
     CU_ASSERT_EQUAL(mi_energy_plan(&p, &prog, &cl, 100, t * 3, &r, err), 0);
     CU_ASSERT_EQUAL(r.freq[0], 1.0);
@@ -357,7 +357,7 @@ static void test_switch_cost(void)
     mi_cluster_free(&cl);
 }
 
-/* Seed 003's precision search: the fewest downgrades, least important first,
+/* Voltron's precision search: the fewest downgrades, least important first,
  * that fit; one fewer does not; unreachable targets name the best reachable;
  * an importance file for another model is refused. */
 static void test_precision_search(void)
@@ -397,7 +397,7 @@ static void test_precision_search(void)
     CU_ASSERT_EQUAL(mi_precision_search(&c, &cl, &po, &imp, &q, &r, err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "cannot be met"));
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "reaches TTFT"));
-    /* seed 003's pruning after precision: with shard importances, budgets that every-layer-q4_0
+    /* Voltron's pruning after precision: with shard importances, budgets that every-layer-q4_0
      * misses are met by pruning the same number of FFN shards from every layer */
     imp.ffn_shard = 64;
     imp.n_shards = c.hidden_dim / 64; /* 12 */
@@ -464,7 +464,7 @@ static void test_precision_search(void)
     mi_cluster_free(&cl);
 }
 
-/* Seed 002's pruning within a budget: the largest measured ratio whose
+/* CATS's pruning within a budget: the largest measured ratio whose
  * perplexity is within it (past a worse point: measurements are noisy), r = 0
  * when none is; quality files checked whole. */
 static void test_sg_quality(void)
@@ -558,7 +558,7 @@ int main(void)
         return 1;
     if (CU_initialize_registry() != CUE_SUCCESS)
         return 1;
-    CU_pSuite s = CU_add_suite("seed 003: calibration, phases, hybrid, comparison", NULL, NULL);
+    CU_pSuite s = CU_add_suite("Voltron: calibration, phases, hybrid, comparison", NULL, NULL);
     if (!s || !CU_add_test(s, "calibrated cluster files: parse, roofline defaults, save, round trip", test_parse_calibrated) ||
         !CU_add_test(s, "calibrated cluster files: errors", test_calibrated_errors) ||
         !CU_add_test(s, "prefill and decode passes, TTFT and TPOT", test_prefill_cost) ||

@@ -178,7 +178,7 @@ static void test_non_finite_gives_nan_scale(void)
     CU_ASSERT(isnan(mi_f32_from_fp16(d[1])));
 }
 
-/* Seed 003 4.3.1 pruning at run time packs the kept rows (w1, w3) and
+/* Voltron §4.3.1 pruning at run time packs the kept rows (w1, w3) and
  * columns (w2) in place: each kept value decodes to what it was, for every
  * dtype, and blocked columns cut inside a block are refused untouched. */
 static void test_tensor_keep(void)
@@ -219,7 +219,7 @@ static void test_tensor_keep(void)
     }
 }
 
-/* Seed 003 computation scaling re-encodes a held tensor: row by row the
+/* Voltron computation scaling re-encodes a held tensor: row by row the
  * same bytes as quantizing its fp32 values, q8_0 -> q4_0 through fp32 too,
  * and a blocked dtype refused where the columns are not whole blocks. */
 static void test_tensor_convert(void)

@@ -1,4 +1,4 @@
-/* CUnit tests of the memory and traffic model of seed 002 Q1
+/* CUnit tests of the memory and traffic model of CATS Q1
  * (src/planner/memory_model.c), linked without MPI:
  *   - somegather at r = 0 equals the compiled programs exactly (bytes sent
  *     and received per rank per decoded token, the total) and the plan's

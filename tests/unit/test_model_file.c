@@ -1051,7 +1051,7 @@ static void test_quantize_q8_0(void) { check_quantized("q8_0", NULL, NULL); }
 static void test_quantize_q4_0(void) { check_quantized("q4_0", NULL, NULL); }
 static void test_quantize_mixed(void) { check_quantized(NULL, "0-1:q8_0,2:q4_0,3:fp16", "q8_0"); }
 
-/* Seed 003's shard-wise pruning: each layer loses its k least important FFN
+/* Voltron's shard-wise pruning: each layer loses its k least important FFN
  * shards (ranked per layer), the written model holds exactly the kept rows of
  * w1 and w3 and columns of w2, and it computes what the full model does with
  * the pruned channels' w3 rows zeroed (their outputs zero). */

@@ -149,7 +149,7 @@ static void test_layerwise_bytes(void)
     mi_plan_free(&plan);
 }
 
-/* Seed 003 4.3.2 per layer: one layer's messages in fp16 cost half as many
+/* Voltron §4.3.2 per layer: one layer's messages in fp16 cost half as many
  * bytes, the others' are unchanged; a layer never goes wider than the plan;
  * the layers' wire dtypes travel with the plan and are validated. */
 static void test_layer_wire(void)
@@ -194,7 +194,7 @@ static void test_layer_wire(void)
     mi_plan_free(&plan);
 }
 
-/* Seed 003 4.3.1 pruning at run time: the kept runs of a slice, cut at
+/* Voltron §4.3.1 pruning at run time: the kept runs of a slice, cut at
  * shard boundaries and merged across kept neighbours; the masks travel with
  * the plan; more than half of a layer's shards, or shards outside it,
  * refused; the cost model charges the FFN for the kept units only. */
@@ -436,7 +436,7 @@ static void test_idle_rank_costs_nothing(void)
     CU_ASSERT_DOUBLE_EQUAL(t[1], t[0], 1e-12);
 }
 
-/* Seed 000's speculation marks (layer-wise, stories15M on a controller and
+/* HeadSplit's speculation marks (layer-wise, stories15M on a controller and
  * three workers): with the default links every transition whose profiled
  * acceptance reaches the minimum is marked, its acceptance kept in permille
  * (0.9 -> 900), one below the minimum (0.5 < 0.7) and the last layer never;

@@ -1,4 +1,4 @@
-/* CUnit tests of seed 002's time-series family (docs/patchtst.md), no MPI:
+/* CUnit tests of CATS's time-series family (docs/patchtst.md), no MPI:
  *   - LayerNorm with bias, whole and device-local (held columns), against
  *     values worked out by hand; GELU against the erf form's known values;
  *   - instance normalisation and patching of one channel;
