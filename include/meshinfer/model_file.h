@@ -55,6 +55,12 @@
 
 typedef struct mi_model_file mi_model_file;
 
+/* 1 with one line in err when path is a format people bring that meshinfer
+ * does not read (a GGUF file, a safetensors file, a Hugging Face model
+ * folder; by their first bytes, or by name when those say nothing), naming it
+ * and what to do; 0 otherwise (err untouched). Reads at most 16 bytes. */
+int mi_foreign_format(const char *path, char *err);
+
 /* Open a model file read-only, read and validate the config, and check that
  * every tensor exists with the shape the config implies, recording each
  * weight matrix's dtype in cfg (norms must be float32).

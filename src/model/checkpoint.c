@@ -20,7 +20,7 @@
 int mi_checkpoint_open(mi_checkpoint *ck, const char *path, char *err)
 {
     memset(ck, 0, sizeof *ck);
-    if (mi_check_input_file(path, "checkpoint", err))
+    if (mi_foreign_format(path, err) || mi_check_input_file(path, "checkpoint", err))
         return -1;
     int fd = open(path, O_RDONLY);
     if (fd < 0)

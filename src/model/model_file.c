@@ -462,7 +462,7 @@ static int read_patchtst_config(hid_t f, mi_config *c, const char *path, char *e
 mi_model_file *mi_model_open(const char *path, mi_config *cfg, char *err)
 {
     quiet_hdf5();
-    if (mi_check_input_file(path, "model file", err))
+    if (mi_foreign_format(path, err) || mi_check_input_file(path, "model file", err))
         return NULL;
     if (H5Fis_hdf5(path) <= 0) {
         mi_set_error(err, "%s: not an HDF5 file, or truncated/corrupt (use `meshinfer convert` to make one)",

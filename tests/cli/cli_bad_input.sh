@@ -89,6 +89,18 @@ fi
 expect_error "model is random bytes"    "not an HDF5 file"       "$bin" generate -m "$tmp/random.h5"
 expect_error "model truncated"          "truncated|corrupt"      "$bin" generate -m "$tmp/half.h5"
 expect_error "model is a .bin checkpoint" "not an HDF5 file"     "$bin" generate -m "$ckpt"
+# the formats people bring are named as what they are, never "corrupt" nor sent to convert
+printf 'GGUF\003\000\000\000' > "$tmp/m.gguf"
+printf '\010\000\000\000\000\000\000\000{"a":1}' > "$tmp/m.safetensors"
+mkdir -p "$tmp/hf" && echo '{}' > "$tmp/hf/config.json" && : > "$tmp/empty.gguf"
+expect_error "model is a GGUF file"        "m.gguf is a GGUF file: .*not supported yet" "$bin" generate -m "$tmp/m.gguf"
+expect_error "model is a safetensors file" "is a safetensors file: .*not supported yet" "$bin" generate -m "$tmp/m.safetensors"
+expect_error "model is a Hugging Face folder" "is a Hugging Face model folder" "$bin" info -m "$tmp/hf"
+expect_error "model named .gguf, empty"    "named like a GGUF file"  "$bin" check -m "$tmp/empty.gguf"
+expect_error "convert a GGUF file"         "is a GGUF file: .*not supported yet" \
+    "$bin" convert --checkpoint "$tmp/m.gguf" --tokenizer "$tokbin" --out "$tmp/from-gguf.h5"
+[[ ! -e "$tmp/from-gguf.h5" ]] && { echo "ok: convert of a GGUF file leaves no output"; pass=$((pass+1)); } ||
+    { echo "FAIL: convert of a GGUF file left $tmp/from-gguf.h5"; fail=$((fail+1)); }
 expect_error "unknown option"           "unknown option '--frob'" "$bin" generate -m "$model" --frob
 expect_error "option without value"     "needs a value"          "$bin" generate -m
 expect_error "non-numeric -n"           "'12x' is not an integer" "$bin" generate -m "$model" -n 12x
