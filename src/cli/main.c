@@ -51,6 +51,10 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    /* whole lines: stdout and stderr into one pipe (2>&1 | ...) interleave
+     * by lines, never a warning spliced into the middle of a table's row (a
+     * pipe would otherwise buffer stdout in 4 KB blocks) */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) {
         fprintf(stderr, "meshinfer: error: no command given (try meshinfer --help)\n");
         return 2;

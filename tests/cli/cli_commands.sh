@@ -27,6 +27,13 @@ got=$("$bin" --version 2>&1); rc=$?
 [[ $rc -eq 0 && "$got" =~ ^meshinfer\ [0-9]+\.[0-9]+\.[0-9]+\ \(commit\ [0-9a-z-]+\;\ kernels\ [a-z0-9-]+\)$ ]] &&
     ok "--version: $got" || bad "--version (exit $rc): $got"
 
+# --- stdout and stderr into one pipe: whole lines (plan --planner all writes its table to stdout and
+# "skipped" lines to stderr; a block-buffered stdout put one in the middle of a row)
+"$bin" plan -m "$model" --cluster "$(dirname "$0")/../../hostfiles/cluster-hetero.json" --planner all > "$tmp/all.txt" 2>&1
+n_skip=$(grep -c 'skipped' "$tmp/all.txt"); n_start=$(grep -c '^plan: [a-z]* skipped' "$tmp/all.txt")
+[[ $n_skip -ge 1 && $n_skip -eq $n_start ]] && ok "plan --planner all 2>&1: $n_skip 'skipped' lines, each a line of its own" ||
+    bad "plan --planner all 2>&1: $n_start of $n_skip 'skipped' messages start a line"
+
 # --- info: stories15M's shape, and the counts that follow from it
 "$bin" info -m "$model" > "$tmp/info.json" 2>&1 || bad "info exited $?"
 got=$(js "$tmp/info.json" '[j.name, j.synthetic, j.dim, j.hidden_dim, j.n_layers, j.n_heads, j.n_kv_heads, j.head_dim,
