@@ -192,7 +192,7 @@ static void spec_run(const char *path, const mi_config *c, const mi_plan *plan, 
             (*n_spec)++;
         }
     mi_runtime_options ro = {.model_path = path, .max_T = CHUNK, .tolerance = tol};
-    mi_runtime *rt = mi_runtime_create(&sp, &ro);
+    mi_runtime *rt = mi_runtime_create(&sp, NULL, &ro);
     mi_rank_metrics *all = g_rank == 0 ? calloc((size_t)g_size, sizeof *all) : NULL;
     size_t V = (size_t)c->vocab_size;
     if (g_rank == 0) {
@@ -261,7 +261,7 @@ static void run_plan(const mi_plan *plan, const mi_runtime_options *ro_in, const
 {
     mi_runtime_options ro = *ro_in;
     ro.on_reset_metrics = mpib_reset_cb;
-    mi_runtime *rt = mi_runtime_create(plan, &ro);
+    mi_runtime *rt = mi_runtime_create(plan, NULL, &ro);
     size_t V = (size_t)c->vocab_size;
     if (g_rank == 0) {
         float *lg = mi_runtime_prefill(rt, prompt, N_PROMPT, 0);
@@ -482,14 +482,14 @@ static void check_hybrid(const char *path, const mi_config *c, const int *prompt
           g_size, c->name);
     mi_runtime_options ro = {.model_path = path, .max_T = CHUNK, .tolerance = 0.05};
     mpib_reset(); /* KV moves at the MPI layer: counted from here (every rank) */
-    mi_runtime *rt = mi_runtime_create(&pre, &ro);
+    mi_runtime *rt = mi_runtime_create(&pre, NULL, &ro);
     mi_rank_metrics *all = g_rank == 0 ? calloc((size_t)g_size, sizeof *all) : NULL;
     if (g_rank == 0) {
         size_t V = (size_t)c->vocab_size;
         /* the logits live in the runtime's buffers, which a re-placement replaces */
         float *first = malloc(V * sizeof(float)), *lg = first;
         memcpy(first, mi_runtime_prefill(rt, prompt, N_PROMPT, 0), V * sizeof(float));
-        mi_runtime_replan(rt, &dec, N_PROMPT);
+        mi_runtime_replan(rt, &dec, NULL, N_PROMPT);
         double worst = 0, scale = 0;
         int same = 1;
         for (int k = 0; k <= N_DECODE; k++) {
@@ -601,13 +601,13 @@ static void check_lowering(const char *path, const mi_config *c, const int *prom
     mi_plan low = plan; /* the same shards; the runtime copies what it is given */
     low.cfg = low_cfg;
     mi_runtime_options ro = {.model_path = path, .max_T = CHUNK};
-    mi_runtime *rt = mi_runtime_create(&plan, &ro);
+    mi_runtime *rt = mi_runtime_create(&plan, NULL, &ro);
     if (g_rank == 0) {
         double worst_low = 0, worst_back = 0;
         /* the logits live in the runtime's buffers, which a re-placement replaces */
         float *first = malloc(V * sizeof(float)), *lg = first;
         memcpy(first, mi_runtime_prefill(rt, prompt, N_PROMPT, 0), V * sizeof(float));
-        mi_runtime_replan(rt, &low, N_PROMPT);
+        mi_runtime_replan(rt, &low, NULL, N_PROMPT);
         for (int k = 0; k <= N_DECODE; k++) {
             if (k > 0)
                 lg = mi_runtime_forward(rt, &ref->tokens[N_PROMPT + k - 1], 1, N_PROMPT + k - 1, 0);
@@ -616,7 +616,7 @@ static void check_lowering(const char *path, const mi_config *c, const int *prom
         }
         /* back to the file's dtypes: reloaded, so exactly the fp32 run */
         mi_runtime_reset(rt);
-        mi_runtime_replan(rt, &plan, 0);
+        mi_runtime_replan(rt, &plan, NULL, 0);
         lg = mi_runtime_prefill(rt, prompt, N_PROMPT, 0);
         for (int k = 0; k <= N_DECODE; k++) {
             if (k > 0)
@@ -729,7 +729,7 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
             headlevel_bytes = total;
         mi_runtime_options ro = {.model_path = path, .scatter = pl == MI_PLANNER_RANDOM /* exercise --weights scatter too */,
                                  .max_T = CHUNK, .tolerance = 0.05, .on_reset_metrics = mpib_reset_cb};
-        mi_runtime *rt = mi_runtime_create(&plan, &ro);
+        mi_runtime *rt = mi_runtime_create(&plan, NULL, &ro);
         mi_rank_metrics *all = g_rank == 0 ? calloc((size_t)g_size, sizeof *all) : NULL;
         if (g_rank == 0) {
             float *lg = mi_runtime_prefill(rt, prompt, N_PROMPT, 0);

@@ -170,6 +170,10 @@ typedef struct {
  * Returns 0, or -1 with one line in err (a plan the scheme cannot run). */
 int mi_programs_compile(const mi_plan *plan, mi_programs *p, char *err);
 void mi_programs_free(mi_programs *p);
+/* A deep copy of src into dst, which owns it (free with mi_programs_free):
+ * what the runtime keeps of programs its caller compiled. Exits on out of
+ * memory. */
+void mi_programs_copy(const mi_programs *src, mi_programs *dst);
 
 /* Name of an op kind ("attention", "allgatherv", ...), for traces and listings. */
 const char *mi_op_name(int kind);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "meshinfer/forward.h"
+#include "meshinfer/partition.h"
 #include "meshinfer/plan.h"
 
 #define MI_SPEC_MAX_LAYERS 128
@@ -85,9 +86,13 @@ typedef struct {
 } mi_runtime_options;
 
 /* Load this rank's shard of plan (identical on all ranks), build
- * communicators and windows. On any rank's failure, the lowest failing rank
- * prints one error line and every rank exits with status 1. */
-mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_runtime_options *opt);
+ * communicators and windows. prog: the plan's programs as the caller
+ * compiled them (partition.h mi_programs_compile; the runtime keeps a copy),
+ * so that a plan is compiled once per rank; NULL: the runtime compiles plan
+ * itself (the workers, which receive only the plan). On any rank's failure,
+ * the lowest failing rank prints one error line and every rank exits with
+ * status 1. */
+mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_programs *prog, const mi_runtime_options *opt);
 
 /* Rank 0 only: run tokens[T] at positions pos0.. (T <= max_T). Returns the
  * logits of the last position ([vocab_size]), or of all T positions
@@ -104,7 +109,8 @@ float *mi_runtime_forecast(mi_runtime *rt, const float *patches);
 /* Rank 0 only: run n tokens in chunks of max_T; returns last logits. */
 float *mi_runtime_prefill(mi_runtime *rt, const int *tokens, int n, int pos0);
 
-/* Rank 0 only: switch every rank to plan in the middle of a sequence whose
+/* Rank 0 only: switch every rank to plan (prog: its programs, as in
+ * mi_runtime_create; NULL: compiled here) in the middle of a sequence whose
  * KV cache holds n_pos positions (HeadSplit "Memory needs active management").
  * A rank keeps in place the layers (weights and KV cache) and the embeddings
  * or classifier whose shard does not change, frees the rest before loading
@@ -113,7 +119,7 @@ float *mi_runtime_prefill(mi_runtime *rt, const int *tokens, int n, int pos0);
  * new one; the output is unchanged (the same rows, just elsewhere). With
  * --weights scatter every shard is streamed again. Metrics carry over;
  * replans, replan_s and moved_bytes_* count the move. */
-void mi_runtime_replan(mi_runtime *rt, const mi_plan *plan, int n_pos);
+void mi_runtime_replan(mi_runtime *rt, const mi_plan *plan, const mi_programs *prog, int n_pos);
 /* The plan's weight dtypes (plan->cfg.dtype) may differ from the file's
  * (Voltron §4.3.1 computation scaling): a layer whose dtypes change is
  * reloaded and re-encoded from the file's weights (model.h

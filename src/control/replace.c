@@ -47,8 +47,12 @@ static void install_placement(mi_session *ss, mi_plan *np, int n_pos, session_re
     for (int l = 0; l < ss->cfg.n_layers; l++)
         for (int k = 0; k < ss->cfg.n_kv_heads; k++)
             ev->kv_heads_moved += cur->layers[l].kv_rank[k] != np->layers[l].kv_rank[k];
+    mi_programs prog;
+    char perr[MI_ERRLEN];
+    if (mi_programs_compile(np, &prog, perr))
+        mi_fatal("re-placement: %s", perr);
     double t1 = mi_now();
-    mi_runtime_replan(ss->rt, np, n_pos);
+    mi_runtime_replan(ss->rt, np, &prog, n_pos);
     ss->installed_prefill = 0; /* a re-placement installs a decode plan */
     ev->seconds = mi_now() - t1;
     ev->moved = 1;
@@ -56,9 +60,7 @@ static void install_placement(mi_session *ss, mi_plan *np, int n_pos, session_re
     *cur = *np;
     ss->busy_valid = 0; /* runtime scaling's prediction was for the old placement */
     mi_programs_free(&ss->prog);
-    char perr[MI_ERRLEN];
-    if (mi_programs_compile(cur, &ss->prog, perr))
-        mi_fatal("re-placement: %s", perr);
+    ss->prog = prog;
     session_memory_of_plan(ss);
 }
 
@@ -169,7 +171,8 @@ double session_phase(mi_session *ss, int prefill, int n_pos)
     if (!ss->has_prefill_plan || ss->installed_prefill == prefill)
         return 0;
     double t0 = mi_now();
-    mi_runtime_replan(ss->rt, prefill ? &ss->plan_prefill : &ss->plan, n_pos);
+    mi_runtime_replan(ss->rt, prefill ? &ss->plan_prefill : &ss->plan, prefill ? &ss->prog_prefill : &ss->prog,
+                      n_pos);
     double t = mi_now() - t0;
     ss->installed_prefill = prefill;
     ss->n_switches++;

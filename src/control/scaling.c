@@ -89,11 +89,11 @@ static void describe_wires(const wires *from, const mi_plan *p, char *out, size_
 static void install(mi_session *ss, int n_pos)
 {
     ss->busy_valid = 0;
-    mi_runtime_replan(ss->rt, &ss->plan, n_pos);
     mi_programs_free(&ss->prog);
     char err[MI_ERRLEN];
     if (mi_programs_compile(&ss->plan, &ss->prog, err))
         mi_fatal("runtime scaling: %s", err);
+    mi_runtime_replan(ss->rt, &ss->plan, &ss->prog, n_pos);
 }
 
 /* The plan is still valid with these dtypes (blocked dtypes need tensor-

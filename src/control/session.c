@@ -557,7 +557,9 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
     ss->loss_mode = o->loss_mode;
     ss->loss = o->loss;
     ss->loss_seed = o->loss_seed;
-    ss->rt = mi_runtime_create(&plan, &ro);
+    /* rank 0 hands the runtime the programs it compiled; the workers compile the plan they got */
+    const mi_programs *prog = ss->rank != 0 ? NULL : ss->installed_prefill ? &ss->prog_prefill : &ss->prog;
+    ss->rt = mi_runtime_create(&plan, prog, &ro);
     mi_plan_free(&plan);
     /* what each device computes per second, for the calibrated prediction
      * (the cost model with measured rates and round trips, no margins) */

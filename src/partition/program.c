@@ -347,3 +347,59 @@ void mi_programs_print(const mi_programs *p, const mi_config *c, FILE *f)
         }
     }
 }
+
+static int *ints_dup(const int *a, int n)
+{
+    if (!a || n <= 0)
+        return NULL;
+    int *b = mi_malloc((size_t)n * sizeof(int), "programs");
+    memcpy(b, a, (size_t)n * sizeof(int));
+    return b;
+}
+
+static void colset_copy(const mi_colset *a, mi_colset *b)
+{
+    *b = *a;
+    b->c0 = ints_dup(a->c0, a->n_runs);
+    b->len = ints_dup(a->len, a->n_runs);
+}
+
+void mi_programs_copy(const mi_programs *src, mi_programs *dst)
+{
+    *dst = *src;
+    dst->comms = mi_calloc((size_t)(src->n_comms > 0 ? src->n_comms : 1), sizeof(mi_comm), "programs");
+    for (int i = 0; i < src->n_comms; i++) {
+        dst->comms[i] = src->comms[i];
+        dst->comms[i].members = ints_dup(src->comms[i].members, src->comms[i].n_members);
+    }
+    dst->xchg = mi_calloc((size_t)(src->n_xchg > 0 ? src->n_xchg : 1), sizeof(mi_exchange), "programs");
+    for (int i = 0; i < src->n_xchg; i++) {
+        const mi_exchange *a = &src->xchg[i];
+        mi_exchange *b = &dst->xchg[i];
+        *b = *a;
+        int n = src->comms[a->comm].n_members;
+        b->send = a->send ? mi_calloc((size_t)n, sizeof(mi_colset), "programs") : NULL;
+        b->own = a->own ? mi_calloc((size_t)n, sizeof(mi_colset), "programs") : NULL;
+        for (int j = 0; j < n; j++) {
+            if (a->send)
+                colset_copy(&a->send[j], &b->send[j]);
+            if (a->own)
+                colset_copy(&a->own[j], &b->own[j]);
+        }
+    }
+    for (int ph = 0; ph < MI_N_PHASES; ph++) {
+        if (!src->prog[ph])
+            continue;
+        dst->prog[ph] = mi_calloc((size_t)src->n_ranks, sizeof(mi_program), "programs");
+        for (int r = 0; r < src->n_ranks; r++) {
+            const mi_program *a = &src->prog[ph][r];
+            mi_program *b = &dst->prog[ph][r];
+            b->n_ops = b->cap = a->n_ops;
+            b->ops = mi_malloc((size_t)(a->n_ops > 0 ? a->n_ops : 1) * sizeof(mi_op), "programs");
+            memcpy(b->ops, a->ops, (size_t)a->n_ops * sizeof(mi_op));
+        }
+    }
+    dst->run_c0 = ints_dup(src->run_c0, src->n_runs);
+    dst->run_len = ints_dup(src->run_len, src->n_runs);
+}
+

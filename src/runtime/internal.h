@@ -107,10 +107,10 @@ double rt_allgatherv(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fw
 double rt_gatherv(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *f);
 
 /* migrate.c */
-void rt_replan_local(mi_runtime *rt, const mi_plan *np, int n_pos);
+void rt_replan_local(mi_runtime *rt, const mi_plan *np, const mi_programs *prog, int n_pos);
 
 /* runtime.c: everything that depends on the plan (used again by re-placement) */
-void rt_setup_shard(mi_runtime *rt, const mi_plan *plan);
+void rt_setup_shard(mi_runtime *rt, const mi_plan *plan, const mi_programs *prog);
 void rt_setup_rest(mi_runtime *rt);
 void rt_teardown(mi_runtime *rt);
 

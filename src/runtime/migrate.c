@@ -12,7 +12,7 @@
  * heads whose owner changed are sent old owner -> new owner. Messages between
  * a pair are posted in the same (layer, KV head, K then V) order on both
  * sides, so one tag suffices (MPI keeps them in order). */
-void rt_replan_local(mi_runtime *rt, const mi_plan *np, int n_pos)
+void rt_replan_local(mi_runtime *rt, const mi_plan *np, const mi_programs *prog, int n_pos)
 {
     const mi_config *c = &rt->plan.cfg;
     int L = c->n_layers, nkv = c->n_kv_heads;
@@ -62,7 +62,7 @@ void rt_replan_local(mi_runtime *rt, const mi_plan *np, int n_pos)
     rt_teardown(rt);
     rt->keep_layers = keep;
     rt->keep_globals = keep_g;
-    rt_setup_shard(rt, np);
+    rt_setup_shard(rt, np, prog);
     rt->keep_layers = NULL;
     rt->keep_globals = 0;
     for (int l = 0; l < L; l++)

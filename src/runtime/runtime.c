@@ -51,7 +51,7 @@ static void trace_origin(mi_runtime *rt)
     }
 }
 
-mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_runtime_options *opt)
+mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_programs *prog, const mi_runtime_options *opt)
 {
     mi_runtime *rt = mi_calloc(1, sizeof *rt, "runtime");
     rt->rank = mi_world_rank();
@@ -63,7 +63,7 @@ mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_runtime_options *opt
     rt->trace = opt->trace;
     rt->tolerance = opt->tolerance;
     memcpy(rt->stored_dtype, plan->cfg.dtype, sizeof rt->stored_dtype);
-    rt_setup_shard(rt, plan);
+    rt_setup_shard(rt, plan, prog);
     rt_setup_rest(rt);
     if (rt->size > 1)
         MPI_Barrier(MPI_COMM_WORLD);
@@ -166,7 +166,7 @@ void mi_runtime_stop(mi_runtime *rt)
     rt_send_cmd(rt, CMD_STOP, 0, 0, 0, NULL);
 }
 
-void mi_runtime_replan(mi_runtime *rt, const mi_plan *plan, int n_pos)
+void mi_runtime_replan(mi_runtime *rt, const mi_plan *plan, const mi_programs *prog, int n_pos)
 {
     if (n_pos < 0 || n_pos > rt->plan.cfg.seq_len)
         mi_fatal("re-placement with %d cached positions is outside the context (%d)", n_pos, rt->plan.cfg.seq_len);
@@ -178,7 +178,7 @@ void mi_runtime_replan(mi_runtime *rt, const mi_plan *plan, int n_pos)
     free(buf);
     double t0 = mi_now();
     rt->m.idle += t0 - rt->idle_since;
-    rt_replan_local(rt, plan, n_pos);
+    rt_replan_local(rt, plan, prog, n_pos);
     rt->idle_since = mi_now();
 }
 
@@ -245,7 +245,7 @@ void mi_runtime_serve(mi_runtime *rt)
             if (mi_plan_deserialize(buf, (size_t)hdr[2], &rt->plan.cfg, &np, err))
                 mi_fatal("re-placement: %s", err);
             free(buf);
-            rt_replan_local(rt, &np, hdr[1]);
+            rt_replan_local(rt, &np, NULL, hdr[1]);
             mi_plan_free(&np);
         }
     }

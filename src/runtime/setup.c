@@ -11,7 +11,7 @@
  * programs and the shard, then the buffers (sized by the shard),
  * communicators and windows. Used at creation and again by a re-placement,
  * which puts back what it kept between the two. */
-void rt_setup_shard(mi_runtime *rt, const mi_plan *plan)
+void rt_setup_shard(mi_runtime *rt, const mi_plan *plan, const mi_programs *prog)
 {
     /* deep copy so the caller may free its plan */
     size_t n;
@@ -21,7 +21,9 @@ void rt_setup_shard(mi_runtime *rt, const mi_plan *plan)
         mi_fatal("%s", err);
     free(buf);
     rt->max_T = rt->opt.max_T < plan->cfg.seq_len ? rt->opt.max_T : plan->cfg.seq_len;
-    if (mi_programs_compile(&rt->plan, &rt->prog, err))
+    if (prog) /* compiled once, by the caller */
+        mi_programs_copy(prog, &rt->prog);
+    else if (mi_programs_compile(&rt->plan, &rt->prog, err))
         mi_fatal("%s", err);
     rt_load_shard(rt);
 }
