@@ -1,0 +1,160 @@
+/* The HDF5 helpers the model file's reader, checks and writer share
+ * (model_file_internal.h): quiet errors, attributes and dataset checks. */
+#define _POSIX_C_SOURCE 200809L
+#include "model_file_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "meshinfer/common.h"
+
+void mf_quiet_hdf5(void)
+{
+    static int done = 0;
+    if (done)
+        return;
+    done = 1;
+    /* No library clean-up at exit: after a failed write (disk full) HDF5
+     * would close the broken file a second time and crash; every file we
+     * write is closed explicitly, and the temporary one removed. */
+    H5dont_atexit();
+    /* HDF5 prints a multi-line error stack by default; we report one line. */
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+void mi_model_layer_name(char *buf, size_t n, int layer, const char *tensor)
+{
+    snprintf(buf, n, "layers/%03d/%s", layer, tensor);
+}
+
+/* 1 if attribute a holds exactly one element: H5Aread writes every element,
+ * so reading an array attribute into one int would overrun it. */
+int mf_attr_is_single(hid_t a)
+{
+    hid_t s = H5Aget_space(a);
+    hssize_t n = s < 0 ? -1 : H5Sget_simple_extent_npoints(s);
+    if (s >= 0)
+        H5Sclose(s);
+    return n == 1;
+}
+
+int mf_read_int_attr(hid_t loc, const char *name, int *v, const char *path, char *err)
+{
+    if (H5Aexists(loc, name) <= 0)
+        return mi_set_error(err, "%s: not a meshinfer model (attribute '%s' missing)", path, name);
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    if (a >= 0 && !mf_attr_is_single(a)) {
+        H5Aclose(a);
+        return mi_set_error(err, "%s: attribute '%s' is not a single value (corrupt file)", path, name);
+    }
+    herr_t r = a < 0 ? -1 : H5Aread(a, H5T_NATIVE_INT, v);
+    if (a >= 0)
+        H5Aclose(a);
+    return r < 0 ? mi_set_error(err, "%s: cannot read attribute '%s'", path, name) : 0;
+}
+
+int mf_read_float_attr(hid_t loc, const char *name, float *v, const char *path, char *err)
+{
+    if (H5Aexists(loc, name) <= 0)
+        return mi_set_error(err, "%s: not a meshinfer model (attribute '%s' missing)", path, name);
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    if (a >= 0 && !mf_attr_is_single(a)) {
+        H5Aclose(a);
+        return mi_set_error(err, "%s: attribute '%s' is not a single value (corrupt file)", path, name);
+    }
+    herr_t r = a < 0 ? -1 : H5Aread(a, H5T_NATIVE_FLOAT, v);
+    if (a >= 0)
+        H5Aclose(a);
+    return r < 0 ? mi_set_error(err, "%s: cannot read attribute '%s'", path, name) : 0;
+}
+
+/* Check that dataset `name` exists with the given dims; returns 0 or -1. */
+int mf_check_dataset(hid_t file, const char *name, int rank, hsize_t d0, hsize_t d1,
+                     hid_t want_class, const char *path, char *err)
+{
+    if (H5Lexists(file, "layers", H5P_DEFAULT) < 0)
+        return mi_set_error(err, "%s: cannot read file structure", path);
+    /* H5Lexists on "a/b/c" fails if "a/b" is missing, so test each prefix. */
+    char part[256];
+    const char *p = name;
+    while ((p = strchr(p, '/')) != NULL) {
+        size_t n = (size_t)(p - name);
+        memcpy(part, name, n);
+        part[n] = '\0';
+        if (H5Lexists(file, part, H5P_DEFAULT) <= 0)
+            return mi_set_error(err, "%s: tensor '%s' is missing", path, name);
+        p++;
+    }
+    if (H5Lexists(file, name, H5P_DEFAULT) <= 0)
+        return mi_set_error(err, "%s: tensor '%s' is missing", path, name);
+    hid_t d = H5Dopen2(file, name, H5P_DEFAULT);
+    if (d < 0)
+        return mi_set_error(err, "%s: cannot open tensor '%s'", path, name);
+    hid_t s = H5Dget_space(d), t = H5Dget_type(d);
+    int r = H5Sget_simple_extent_ndims(s);
+    hsize_t dims[2] = {0, 0};
+    if (r >= 1 && r <= 2)
+        H5Sget_simple_extent_dims(s, dims, NULL);
+    H5T_class_t cls = H5Tget_class(t);
+    size_t tsize = H5Tget_size(t);
+    H5Tclose(t);
+    H5Sclose(s);
+    H5Dclose(d);
+    if (r != rank || dims[0] != d0 || (rank == 2 && dims[1] != d1)) {
+        char got[64];
+        if (r == 2)
+            snprintf(got, sizeof got, "[%llu, %llu]", (unsigned long long)dims[0], (unsigned long long)dims[1]);
+        else if (r == 1)
+            snprintf(got, sizeof got, "[%llu]", (unsigned long long)dims[0]);
+        else
+            snprintf(got, sizeof got, "rank %d", r);
+        if (rank == 1)
+            return mi_set_error(err, "%s: tensor '%s' has shape %s, expected [%llu]", path, name, got,
+                                (unsigned long long)d0);
+        return mi_set_error(err, "%s: tensor '%s' has shape %s, expected [%llu, %llu]", path, name, got,
+                            (unsigned long long)d0, (unsigned long long)d1);
+    }
+    if (want_class == H5T_NATIVE_FLOAT && (cls != H5T_FLOAT || tsize != 4))
+        return mi_set_error(err, "%s: tensor '%s' is not float32", path, name);
+    if (want_class == H5T_NATIVE_UCHAR && (cls != H5T_INTEGER || tsize != 1))
+        return mi_set_error(err, "%s: '%s' is not a mask of 8-bit integers", path, name);
+    return 0;
+}
+
+/* A string attribute of up to n-1 bytes into buf; 0 if present. */
+int mf_read_str_attr(hid_t loc, const char *name, char *buf, size_t n)
+{
+    buf[0] = '\0';
+    if (H5Aexists(loc, name) <= 0)
+        return -1;
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    hid_t at = a >= 0 ? H5Aget_type(a) : -1;
+    int rc = -1;
+    if (a >= 0 && at >= 0 && H5Tget_class(at) == H5T_STRING && mf_attr_is_single(a) && H5Tis_variable_str(at) > 0) {
+        /* h5py and PyTorch tools write variable-length strings by default;
+         * HDF5 converts them only to variable-length memory strings */
+        hid_t t = H5Tcopy(H5T_C_S1);
+        H5Tset_size(t, H5T_VARIABLE);
+        H5Tset_cset(t, H5Tget_cset(at)); /* h5py writes UTF-8; HDF5 converts no character set into another */
+        char *v = NULL;
+        if (H5Aread(a, t, &v) >= 0 && v) {
+            snprintf(buf, n, "%s", v);
+            rc = 0;
+        }
+        if (v)
+            H5free_memory(v);
+        H5Tclose(t);
+    } else if (a >= 0 && at >= 0 && H5Tget_class(at) == H5T_STRING && mf_attr_is_single(a) && H5Tget_size(at) < n) {
+        hid_t t = H5Tcopy(H5T_C_S1);
+        H5Tset_size(t, n);
+        H5Tset_cset(t, H5Tget_cset(at));
+        rc = H5Aread(a, t, buf) < 0 ? -1 : 0;
+        H5Tclose(t);
+    }
+    buf[n - 1] = '\0';
+    if (at >= 0)
+        H5Tclose(at);
+    if (a >= 0)
+        H5Aclose(a);
+    return rc;
+}

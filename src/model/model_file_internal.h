@@ -1,0 +1,43 @@
+/* Internal to src/model/: what the model file's reader (model_file.c), its
+ * checks (model_file_check.c) and its writer (model_file_write.c) share;
+ * the helpers are in model_file_hdf5.c. Public: meshinfer/model_file.h. */
+#ifndef MESHINFER_MODEL_FILE_INTERNAL_H
+#define MESHINFER_MODEL_FILE_INTERNAL_H
+
+#include <hdf5.h>
+#include <stddef.h>
+
+#include "meshinfer/config.h"
+#include "meshinfer/model_file.h"
+
+struct mi_model_file {
+    hid_t file;
+    mi_config cfg;
+    char path[4096];
+};
+
+/* Once per process: no HDF5 clean-up at exit and no printed error stacks
+ * (we report one line). */
+void mf_quiet_hdf5(void);
+
+/* 1 if attribute a holds exactly one element. */
+int mf_attr_is_single(hid_t a);
+
+/* A single-valued int or float attribute; 0, or -1 with err (naming path). */
+int mf_read_int_attr(hid_t loc, const char *name, int *v, const char *path, char *err);
+int mf_read_float_attr(hid_t loc, const char *name, float *v, const char *path, char *err);
+
+/* A string attribute of up to n-1 bytes into buf; 0 if present. */
+int mf_read_str_attr(hid_t loc, const char *name, char *buf, size_t n);
+
+/* Dataset `name` exists with rank and dims d0 (, d1); want_class
+ * H5T_NATIVE_FLOAT asks for float32, H5T_NATIVE_UCHAR for 8-bit integers,
+ * 0 for any type. Returns 0 or -1 with err. */
+int mf_check_dataset(hid_t file, const char *name, int rank, hsize_t d0, hsize_t d1, hid_t want_class,
+                     const char *path, char *err);
+
+/* Every tensor of mf->cfg's family with its shape, recording each weight
+ * matrix's dtype in mf->cfg. Returns 0 or -1 with err. */
+int mf_check_all_tensors(mi_model_file *mf, char *err);
+
+#endif
