@@ -34,7 +34,7 @@
 static void help(void)
 {
     printf("usage: meshinfer importance -m MODEL.h5 --text FILE --out IMPORTANCE.json [options]\n\n"
-           "Seed 003's layer importance: perplexity of MODEL on FILE (windows of the context, BOS\n"
+           "Voltron's layer importance: perplexity of MODEL on FILE (windows of the context, BOS\n"
            "first) as it is, then with each layer's matrices lowered to q8_0 and then to q4_0, one\n"
            "layer at a time; the rise is the layer's importance at that step. MODEL must hold\n"
            "fp32 or fp16 weights. The JSON side file records the model's name and shape.\n"
