@@ -534,6 +534,22 @@ static double comm_of(const mi_session *ss, double now, const double *per)
     return fmax(0.0, now - most);
 }
 
+/* A diagnosis spans two polls of every rank's compute time DIAG steps
+ * apart: the first (at step k, or when the last is stale) opens it; the
+ * second, DIAG or more steps later, gives per[] and returns 1. */
+static int second_poll(mi_session *ss, int k, double *per, double *poll_ms)
+{
+    if (ss->poll_k < 0 || k - ss->poll_k > 2 * DIAG) {
+        poll(ss, k, NULL, NULL);
+        return 0;
+    }
+    if (k - ss->poll_k < DIAG)
+        return 0;
+    poll(ss, k, per, poll_ms);
+    ss->poll_k = -1;
+    return 1;
+}
+
 /* Whether the newest lowering can be undone now (see control.h): TPOT well
  * under the target; for lowered weights, their device computes within SLOWED
  * (or the square root of its slowdown then) of its baseline again (two polls
@@ -550,15 +566,9 @@ static int room_to_undo(mi_session *ss, int k, double now, int n_pos, session_de
         return 1;
     }
     if (u->rank >= 0) {
-        if (ss->poll_k < 0 || k - ss->poll_k > 2 * DIAG) {
-            poll(ss, k, NULL, NULL);
-            return 0;
-        }
-        if (k - ss->poll_k < DIAG)
-            return 0;
         double per[MI_MAX_RANKS], ratio[MI_MAX_RANKS];
-        poll(ss, k, per, &d->poll_ms);
-        ss->poll_k = -1;
+        if (!second_poll(ss, k, per, &d->poll_ms))
+            return 0;
         ratios(ss, per, n_pos, ratio);
         /* the baseline in force was measured with the device slowed by u->slow */
         double s = ss->base_ratio[u->rank] > 0 ? ratio[u->rank] / ss->base_ratio[u->rank] : u->slow;
@@ -674,16 +684,10 @@ static int measure_baseline(mi_session *ss, int k, int n_pos)
 static int diagnose_and_lower(mi_session *ss, int k, double now, int n_pos, session_decision *dd, double *t0,
                               double *decided)
 {
-    if (ss->poll_k < 0 || k - ss->poll_k > 2 * DIAG) {
-        poll(ss, k, NULL, NULL);
-        return 0;
-    }
-    if (k - ss->poll_k < DIAG)
-        return 0;
     double per[MI_MAX_RANKS], ratio[MI_MAX_RANKS];
     int k0 = ss->poll_k;
-    poll(ss, k, per, &dd->poll_ms);
-    ss->poll_k = -1;
+    if (!second_poll(ss, k, per, &dd->poll_ms))
+        return 0;
     *t0 = mi_now();
     ratios(ss, per, n_pos, ratio);
     /* the device whose compute grew the most past its baseline, in seconds
