@@ -11,6 +11,18 @@
 #               the suite gives both the verdict and the coverage.
 set -euo pipefail
 . "$(dirname "$0")/lib/common.sh"
+# ctest ignores options it does not know (and would run all 11+ minutes of the
+# suite on a typo): only the ones worth passing get through
+args=("$@"); [[ "${1:-}" == "--coverage" ]] && args=("${@:2}")
+for ((i = 0; i < ${#args[@]}; i++)); do
+    case "${args[i]}" in
+        -R|-E|-L|-LE|-j|-I|--timeout|--repeat|--parallel|--tests-regex|--exclude-regex|--label-regex)
+            ((i + 1 < ${#args[@]})) || fail "${args[i]} needs a value"; i=$((i + 1)) ;;
+        -j[0-9]*|-V|-VV|-N|--verbose|--extra-verbose|--show-only|--output-on-failure|--rerun-failed|\
+        --stop-on-failure|--schedule-random|--progress|--repeat-until-fail=*|--timeout=*|--repeat=*) ;;
+        *) fail "unknown option '${args[i]}': give --coverage first, then ctest's -R REGEX, -E REGEX, -L LABEL, -j N, -V, -N, --rerun-failed, --output-on-failure, --stop-on-failure, --timeout S or --repeat MODE:N" ;;
+    esac
+done
 if [[ "${1:-}" == "--coverage" ]]; then
     shift
     "$root/jobs/dev/build.sh" --coverage

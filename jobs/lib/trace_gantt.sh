@@ -11,6 +11,10 @@
 # Errors are one line on stderr with exit status 1.
 set -euo pipefail
 die() { echo "trace_gantt.sh: $*" >&2; exit 1; }
+if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then
+    awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"
+    exit 0
+fi
 [[ $# -ge 2 ]] || die "usage: trace_gantt.sh TRACE.json OUT.png [--pass K | --all] [--title TEXT]"
 trace=$1 png=$2; shift 2
 pass=-1 all=0 title=""
@@ -23,6 +27,11 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 [[ -r $trace ]] || die "$trace: cannot read the trace"
+# the output checked before any work: its folder exists and is writable, and it is not the trace
+out_dir=$(dirname -- "$png")
+[[ -d $out_dir && -w $out_dir ]] || die "$png: its folder does not exist or is not writable"
+[[ ! -d $png ]] || die "$png is a directory"
+[[ ! $png -ef $trace ]] || die "$png is the trace itself"
 command -v node >/dev/null || die "needs node (Node.js)"
 command -v gnuplot >/dev/null || die "needs gnuplot"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -93,5 +102,5 @@ GP
 if ! msg=$(gnuplot -c "$tmp/plot.gp" "$tmp" "$tmp/out.png" 2>&1); then
     die "gnuplot failed: $(head -1 <<<"$msg")"
 fi
-mv "$tmp/out.png" "$png" || die "$png: cannot write"
+mv "$tmp/out.png" "$png" 2>/dev/null || die "$png: cannot write"
 echo "wrote $png"

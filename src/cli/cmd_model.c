@@ -49,7 +49,8 @@ int cmd_convert(int argc, char **argv)
                    "[--name NAME]\n\n"
                    "Converts a llama2.c checkpoint (legacy or v1 format, fp32) and its tokenizer into one\n"
                    "HDF5 model file (config as attributes, tokenizer inside, one dataset per tensor, each\n"
-                   "rank's shard a contiguous row range). The output appears only when complete.\n");
+                   "rank's shard a contiguous row range). The output appears only when complete.\n"
+                   "GGUF files and Hugging Face safetensors are not read (yet): such a file is named as such.\n");
             return 0;
         default: cli_bad_option("convert", o, argv);
         }

@@ -139,7 +139,8 @@ static void print_plan(const mi_plan *p, const mi_programs *prog, const mi_clust
             for (int i = 0; i < lp->n_ffn; i++)
                 printf(" %d[%d+%d]", lp->ffn[i].rank, lp->ffn[i].v0, lp->ffn[i].n);
             if (lp->speculate)
-                printf("  speculates into layer %d (acceptance %.2f)", l + 1, lp->accept_permille / 1000.0);
+                printf("  speculates into layer %d (acceptance %.2f assumed; a run measures its own)", l + 1,
+                       lp->accept_permille / 1000.0);
             printf("\n");
         }
         printf("  classifier");

@@ -95,6 +95,19 @@ int main(int argc, char **argv)
             }
             return rc;
         }
-    fprintf(stderr, "meshinfer: error: unknown command '%s' (try meshinfer --help)\n", argv[1]);
+    /* a typo of a command: the one that shares the longest start with it */
+    size_t best = 0, at = 0;
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        size_t n = 0;
+        while (argv[1][n] && argv[1][n] == commands[i].name[n])
+            n++;
+        if (n > best)
+            best = n, at = i;
+    }
+    if (best >= 3)
+        fprintf(stderr, "meshinfer: error: unknown command '%s' (did you mean '%s'? try meshinfer --help)\n", argv[1],
+                commands[at].name);
+    else
+        fprintf(stderr, "meshinfer: error: unknown command '%s' (try meshinfer --help)\n", argv[1]);
     return 2;
 }

@@ -270,8 +270,8 @@ static int load_plan_file(mi_session *ss, const session_opts *o, const mi_cluste
         mi_warn("plan file %s: prune.ratio disagrees with the send lists, which are what runs: %s", o->plan_file,
                 differ);
     if (!rc && ss->plan.n_ranks != ss->size) {
-        rc = mi_set_error(err, "plan file %s is for %d ranks but the job has %d", o->plan_file, ss->plan.n_ranks,
-                          ss->size);
+        rc = mi_set_error(err, "plan file %s is for %d ranks but the job has %d (start it with mpirun -np %d)",
+                          o->plan_file, ss->plan.n_ranks, ss->size, ss->plan.n_ranks);
         mi_plan_free(&ss->plan);
     }
     if (!rc && mi_plan_validate(&ss->plan, cl, err)) {

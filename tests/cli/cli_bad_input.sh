@@ -89,6 +89,7 @@ fi
 expect_error "model is random bytes"    "not an HDF5 file"       "$bin" generate -m "$tmp/random.h5"
 expect_error "model truncated"          "truncated|corrupt"      "$bin" generate -m "$tmp/half.h5"
 expect_error "model is a .bin checkpoint" "not an HDF5 file"     "$bin" generate -m "$ckpt"
+expect_error "a mistyped command"          "unknown command 'generat' \\(did you mean 'generate'" "$bin" generat
 # the formats people bring are named as what they are, never "corrupt" nor sent to convert
 printf 'GGUF\003\000\000\000' > "$tmp/m.gguf"
 printf '\010\000\000\000\000\000\000\000{"a":1}' > "$tmp/m.safetensors"
