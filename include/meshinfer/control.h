@@ -107,46 +107,32 @@ typedef struct {
 #define SESSION_MAX_TOKENS 65536
 #define SESSION_REPLAN_THRESHOLD 0.85 /* HeadSplit: re-place when a device crosses 85% of its memory */
 
+/* A session's memory account and HeadSplit's re-placements (replace.c), rank 0. */
 typedef struct {
-    int rank, size;
-    mi_config cfg;
-    mi_runtime *rt;
-    mi_tokenizer tok;       /* rank 0 */
-    double load_seconds;
-    double plan_ms;
-    mi_prediction pred;     /* rank 0: the cost model's view of the plan */
-    mi_programs prog;       /* rank 0: the plan's programs */
-    mi_plan plan;           /* rank 0 */
-    double rtt_s[MI_MAX_RANKS]; /* rank 0: measured round trip to each rank (0 for itself) */
-    mi_cluster cl;          /* rank 0: the devices the plan was made for (with measured RTTs) */
-    mi_plan_options po;     /* rank 0: how the plan was made, to make it again */
-    double *acc;            /* rank 0: profiled acceptance per transition, or NULL */
     int replan;             /* --replan */
-    int kv_positions0;      /* rank 0: the KV positions the first placement budgets */
-    int from_plan_file;     /* rank 0: the plan came from --plan-file */
-    char planned_with[320]; /* rank 0: what the placement was made for (plan file, cluster file, measured
-                               round trips and free memory), said in --metrics, --json and --explain */
-    double mem_w[MI_MAX_RANKS], mem_kv[MI_MAX_RANKS]; /* rank 0: per rank, weight bytes and KV bytes per
-                                                         position of the current plan (checked every pass) */
-    int max_T;              /* positions per forward pass */
-    double stream_rate[MI_MAX_RANKS]; /* rank 0: each rank's measured weight-streaming rate, bytes/s */
-    char (*hosts)[64];      /* rank 0: the host each rank runs on ([size]), to hold a calibration to */
-    int pos_hi;             /* rank 0: the highest position a forward pass has reached */
-    int loss_mode;          /* CATS emulated message loss (runtime options) */
-    double loss;
-    uint64_t loss_seed;
+    int kv_positions0;      /* the KV positions the first placement budgets */
+    int from_plan_file;     /* the plan came from --plan-file (it cannot be re-made) */
+    double mem_w[MI_MAX_RANKS], mem_kv[MI_MAX_RANKS]; /* per rank, weight bytes and KV bytes per position of
+                                                         the current plan (checked every pass) */
+    int pos_hi;             /* the highest position a forward pass has reached */
     int n_replans;          /* every re-placement (replans holds the first SESSION_MAX_REPLANS) */
     int n_replans_moved;    /* ... of which moved shards */
     session_replan replans[SESSION_MAX_REPLANS];
-    /* Voltron: a hybrid plan for the prefill phase apart from the decode
-     * plan (plan), when the planner made them differ */
-    int has_prefill_plan;   /* rank 0 */
-    mi_plan plan_prefill;   /* rank 0 */
-    mi_programs prog_prefill; /* rank 0: its programs (the cost model's TTFT) */
-    int installed_prefill;  /* rank 0: the runtime runs plan_prefill now */
-    int n_switches;         /* rank 0: phase switches (each a re-placement: shards loaded, KV heads moved) */
-    double switch_s;        /* rank 0: their time */
-    /* Voltron §4.3 runtime scaling (--tpot-ms), rank 0; scaling.c */
+} session_memory;
+
+/* Voltron's phases: a hybrid plan for the prefill phase apart from the
+ * decode plan, when the planner made them differ (replace.c), rank 0. */
+typedef struct {
+    int has_prefill_plan;
+    mi_plan plan_prefill;
+    mi_programs prog_prefill; /* its programs (the cost model's TTFT) */
+    int installed_prefill;  /* the runtime runs plan_prefill now */
+    int n_switches;         /* phase switches (each a re-placement: shards loaded, KV heads moved) */
+    double switch_s;        /* their time */
+} session_phases;
+
+/* Voltron §4.3 runtime scaling (--tpot-ms; scaling.c), rank 0. */
+typedef struct {
     double tpot_target_s;   /* 0: off */
     int n_tokens;           /* decode steps timed */
     float *token_ms;        /* [SESSION_MAX_TOKENS] each step's time */
@@ -156,12 +142,6 @@ typedef struct {
     int n_decisions;
     session_decision decisions[SESSION_MAX_DECISIONS];
     mi_importance *imp;     /* --importance, or NULL: layers lowered from the last */
-    /* HeadSplit / Voltron §4.4 energy */
-    double freq[MI_MAX_RANKS]; /* every rank's DVFS level (1: top; --energy lowers some), on every rank */
-    int energy;             /* --energy chose the levels (rank 0: en holds the search) */
-    mi_energy_result en;
-    double run_s;           /* the command's wall time for the energy report (0: none) */
-    int run_tokens;         /* ... and the tokens it generated */
     int poll_k;             /* step of the last poll of compute times (-1: none open) */
     int probe_k;            /* no check for a recovered device before this step */
     double busy_pred[MI_MAX_RANKS]; /* the cost model's compute per step of each rank (0: too little to judge) */
@@ -183,6 +163,43 @@ typedef struct {
         double slow;        /* ... which computed this many times its baseline then */
         double comm_per_byte; /* the wire lowered: seconds a step spent not computing per byte moved then */
     } *undo;                /* [SESSION_MAX_DECISIONS] */
+} session_scaling;
+
+/* HeadSplit's energy report and Voltron §4.4's DVFS levels (--energy). */
+typedef struct {
+    double freq[MI_MAX_RANKS]; /* every rank's DVFS level (1: top; --energy lowers some), on every rank */
+    int energy;             /* --energy chose the levels (rank 0: en holds the search) */
+    mi_energy_result en;
+    double run_s;           /* the command's wall time for the energy report (0: none) */
+    int run_tokens;         /* ... and the tokens it generated */
+} session_power;
+
+typedef struct {
+    int rank, size;
+    mi_config cfg;
+    mi_runtime *rt;
+    mi_tokenizer tok;       /* rank 0 */
+    double load_seconds;
+    double plan_ms;
+    mi_prediction pred;     /* rank 0: the cost model's view of the plan */
+    mi_programs prog;       /* rank 0: the plan's programs */
+    mi_plan plan;           /* rank 0 */
+    double rtt_s[MI_MAX_RANKS]; /* rank 0: measured round trip to each rank (0 for itself) */
+    mi_cluster cl;          /* rank 0: the devices the plan was made for (with measured RTTs) */
+    mi_plan_options po;     /* rank 0: how the plan was made, to make it again */
+    double *acc;            /* rank 0: profiled acceptance per transition, or NULL */
+    char planned_with[320]; /* rank 0: what the placement was made for (plan file, cluster file, measured
+                               round trips and free memory), said in --metrics, --json and --explain */
+    int max_T;              /* positions per forward pass */
+    double stream_rate[MI_MAX_RANKS]; /* rank 0: each rank's measured weight-streaming rate, bytes/s */
+    char (*hosts)[64];      /* rank 0: the host each rank runs on ([size]), to hold a calibration to */
+    int loss_mode;          /* CATS emulated message loss (runtime options) */
+    double loss;
+    uint64_t loss_seed;
+    session_memory memory;  /* the memory account and re-placements */
+    session_phases phases;  /* a hybrid plan's prefill placement */
+    session_scaling scaling;/* runtime scaling */
+    session_power power;    /* DVFS levels and the energy report */
 } mi_session;
 
 void session_mpi_init(int *argc, char ***argv, int *rank, int *size);

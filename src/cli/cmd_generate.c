@@ -474,8 +474,8 @@ static void print_json(const gen_args *a, mi_session *ss, int n_prompt, const mi
     double pt, pp;
     session_predict(ss, n_prompt, n_decode > 0 ? n_decode : 1, &pt, &pp);
     printf(", \"predicted_ttft_ms\": %.3f, \"predicted_tpot_ms\": %.4f, \"phase_switches\": %d, "
-           "\"phase_switch_ms\": %.3f, \"tpot_without_switch_ms\": %.4f", pt * 1e3, pp * 1e3, ss->n_switches,
-           ss->switch_s * 1e3, n_decode > 0 ? (res->t_end - res->t_first - ss->switch_s) / n_decode * 1e3 : 0.0);
+           "\"phase_switch_ms\": %.3f, \"tpot_without_switch_ms\": %.4f", pt * 1e3, pp * 1e3, ss->phases.n_switches,
+           ss->phases.switch_s * 1e3, n_decode > 0 ? (res->t_end - res->t_first - ss->phases.switch_s) / n_decode * 1e3 : 0.0);
     if (a->repeat > 1) {
         printf(", \"repeat\": {\"runs\": %d, \"same_tokens\": %d, \"seconds\": %.3f, \"rss_mb_after_first_repeat\": [",
                sr->runs, sr->same, sr->seconds);
@@ -567,8 +567,8 @@ static void run(gen_args *a, mi_session *ss, gen_journal *jr, const int *ids, in
                 rq.n_forced == 1 ? "" : "s", rq.n_forced, res.replayed ? (res.t_replayed - res.t0) * 1e3 : 0.0,
                 res.n - rq.n_forced);
     mi_runtime_stop(ss->rt);
-    ss->run_s = res.t_end - res.t0; /* the energy report's span: prompt and decoding */
-    ss->run_tokens = res.n;
+    ss->power.run_s = res.t_end - res.t0; /* the energy report's span: prompt and decoding */
+    ss->power.run_tokens = res.n;
     if (a->json)
         print_json(a, ss, n_prompt, &res, &g, &sr);
     else

@@ -14,7 +14,7 @@
 
 static double rank_bytes(const mi_session *ss, int r, int n_pos)
 {
-    return ss->mem_w[r] + ss->mem_kv[r] * n_pos;
+    return ss->memory.mem_w[r] + ss->memory.mem_kv[r] * n_pos;
 }
 
 static double budget_fraction(const mi_session *ss, int r, int n_pos)
@@ -27,10 +27,10 @@ static double budget_fraction(const mi_session *ss, int r, int n_pos)
  * --json (a soak makes hundreds). */
 static void record_replan(mi_session *ss, const session_replan *ev)
 {
-    if (ss->n_replans < SESSION_MAX_REPLANS)
-        ss->replans[ss->n_replans] = *ev;
-    ss->n_replans++;
-    ss->n_replans_moved += ev->moved;
+    if (ss->memory.n_replans < SESSION_MAX_REPLANS)
+        ss->memory.replans[ss->memory.n_replans] = *ev;
+    ss->memory.n_replans++;
+    ss->memory.n_replans_moved += ev->moved;
 }
 
 /* Put placement np (a decode plan; taken over) in force with the KV cache at
@@ -53,12 +53,12 @@ static void install_placement(mi_session *ss, mi_plan *np, int n_pos, session_re
         mi_fatal("re-placement: %s", perr);
     double t1 = mi_now();
     mi_runtime_replan(ss->rt, np, &prog, n_pos);
-    ss->installed_prefill = 0; /* a re-placement installs a decode plan */
+    ss->phases.installed_prefill = 0; /* a re-placement installs a decode plan */
     ev->seconds = mi_now() - t1;
     ev->moved = 1;
     mi_plan_free(cur);
     *cur = *np;
-    ss->busy_valid = 0; /* runtime scaling's prediction was for the old placement */
+    ss->scaling.busy_valid = 0; /* runtime scaling's prediction was for the old placement */
     mi_programs_free(&ss->prog);
     ss->prog = prog;
     session_memory_of_plan(ss);
@@ -67,20 +67,20 @@ static void install_placement(mi_session *ss, mi_plan *np, int n_pos, session_re
 void session_restart(mi_session *ss)
 {
     mi_runtime_reset(ss->rt);
-    ss->pos_hi = 0;
-    if (!ss->replan || !ss->cl.dev || ss->plan.kv_positions == ss->kv_positions0)
+    ss->memory.pos_hi = 0;
+    if (!ss->memory.replan || !ss->cl.dev || ss->plan.kv_positions == ss->memory.kv_positions0)
         return;
     mi_plan np;
     char err[MI_ERRLEN];
     double t0 = mi_now();
-    ss->po.kv_positions = ss->kv_positions0;
+    ss->po.kv_positions = ss->memory.kv_positions0;
     if (mi_plan_make(&ss->plan.cfg, &ss->cl, &ss->po, &np, err))
-        mi_fatal("re-placement: the first placement (%d positions) cannot be made again: %s", ss->kv_positions0, err);
-    session_replan ev = {0, 0, 0.0, ss->kv_positions0, (mi_now() - t0) * 1e3, 0.0, 0, 0};
+        mi_fatal("re-placement: the first placement (%d positions) cannot be made again: %s", ss->memory.kv_positions0, err);
+    session_replan ev = {0, 0, 0.0, ss->memory.kv_positions0, (mi_now() - t0) * 1e3, 0.0, 0, 0};
     install_placement(ss, &np, 0, &ev);
     fprintf(stderr, "meshinfer: re-placement at position 0: the KV cache was emptied; %s for %d positions "
                     "(planned in %.2f ms", ev.moved ? "the first placement again" : "same placement",
-            ss->kv_positions0, ev.plan_ms);
+            ss->memory.kv_positions0, ev.plan_ms);
     if (ev.moved)
         fprintf(stderr, "; %d KV heads moved in %.1f ms)\n", ev.kv_heads_moved, ev.seconds * 1e3);
     else
@@ -95,19 +95,19 @@ static void memory_check(mi_session *ss, int pos0, int T)
     int need = pos0 + T;
     mi_plan *cur = &ss->plan;
     /* Voltron: lower precision on the device before anything moves or stops */
-    double limit = ss->replan ? SESSION_REPLAN_THRESHOLD : 1.0;
-    for (int r = 0; r < ss->size && ss->tpot_target_s > 0; r++)
+    double limit = ss->memory.replan ? SESSION_REPLAN_THRESHOLD : 1.0;
+    for (int r = 0; r < ss->size && ss->scaling.tpot_target_s > 0; r++)
         if (budget_fraction(ss, r, need) > limit &&
             session_scale_memory(ss, r, pos0, need, limit * ss->cl.dev[r].mem_bytes))
             session_memory_of_plan(ss);
-    if (!ss->replan) {
+    if (!ss->memory.replan) {
         for (int r = 0; r < ss->size; r++)
             if (budget_fraction(ss, r, need) > 1.0)
                 mi_fatal("memory: at position %d device %s (rank %d) would hold %.0f bytes, over its budget of %.0f; "
                          "the placement budgets the KV cache for %d positions (%s)",
                          need, ss->cl.dev[r].name, r, rank_bytes(ss, r, need), ss->cl.dev[r].mem_bytes,
                          cur->kv_positions,
-                         ss->from_plan_file ? "make the plan for more positions: meshinfer plan --kv-positions"
+                         ss->memory.from_plan_file ? "make the plan for more positions: meshinfer plan --kv-positions"
                              : "--replan re-places as it grows");
         return;
     }
@@ -161,29 +161,29 @@ static void memory_check(mi_session *ss, int pos0, int T)
 float *session_forward(mi_session *ss, const int *tokens, int T, int pos0, int all_logits)
 {
     memory_check(ss, pos0, T);
-    if (pos0 + T > ss->pos_hi)
-        ss->pos_hi = pos0 + T;
+    if (pos0 + T > ss->memory.pos_hi)
+        ss->memory.pos_hi = pos0 + T;
     return mi_runtime_forward(ss->rt, tokens, T, pos0, all_logits);
 }
 
 double session_phase(mi_session *ss, int prefill, int n_pos)
 {
-    if (!ss->has_prefill_plan || ss->installed_prefill == prefill)
+    if (!ss->phases.has_prefill_plan || ss->phases.installed_prefill == prefill)
         return 0;
     double t0 = mi_now();
-    mi_runtime_replan(ss->rt, prefill ? &ss->plan_prefill : &ss->plan, prefill ? &ss->prog_prefill : &ss->prog,
+    mi_runtime_replan(ss->rt, prefill ? &ss->phases.plan_prefill : &ss->plan, prefill ? &ss->phases.prog_prefill : &ss->prog,
                       n_pos);
     double t = mi_now() - t0;
-    ss->installed_prefill = prefill;
-    ss->n_switches++;
-    ss->switch_s += t;
+    ss->phases.installed_prefill = prefill;
+    ss->phases.n_switches++;
+    ss->phases.switch_s += t;
     return t;
 }
 
 void session_predict(const mi_session *ss, int n_prompt, int n_steps, double *ttft, double *tpot)
 {
-    int pre = ss->has_prefill_plan;
-    *ttft = mi_predict_ttft(pre ? &ss->plan_prefill : &ss->plan, pre ? &ss->prog_prefill : &ss->prog, &ss->cl, n_prompt,
+    int pre = ss->phases.has_prefill_plan;
+    *ttft = mi_predict_ttft(pre ? &ss->phases.plan_prefill : &ss->plan, pre ? &ss->phases.prog_prefill : &ss->prog, &ss->cl, n_prompt,
                             ss->max_T);
     *tpot = mi_predict_tpot(&ss->plan, &ss->prog, &ss->cl, n_prompt, n_steps);
 }

@@ -39,7 +39,7 @@ static double calibrated_token_s(const mi_session *ss)
     mi_cluster_set_rtt(&cl, rtt, 0.0);
     free(rtt);
     mi_prediction pr;
-    mi_predict(&ss->plan, &ss->prog, &cl, ss->pos_hi / 2, &pr);
+    mi_predict(&ss->plan, &ss->prog, &cl, ss->memory.pos_hi / 2, &pr);
     free(cl.rtt_s);
     free(cl.dev);
     return pr.token_s;
@@ -58,18 +58,18 @@ static void energy_json(const mi_session *ss, const mi_rank_metrics *all, FILE *
     for (int r = 0; r < ss->size; r++) {
         const mi_device *d = &ss->cl.dev[r];
         double busy = all[r].attn + all[r].proj + all[r].ffn + all[r].logits;
-        double j = d->idle_w * ss->run_s + (mi_device_power_w(d, ss->freq[r]) - d->idle_w) * busy;
+        double j = d->idle_w * ss->power.run_s + (mi_device_power_w(d, ss->power.freq[r]) - d->idle_w) * busy;
         given &= d->power_given;
         total += j;
         fprintf(f, "%s%.4f", r ? ", " : "", j);
     }
     fprintf(f, "], \"freq\": [");
     for (int r = 0; r < ss->size; r++)
-        fprintf(f, "%s%.3f", r ? ", " : "", ss->freq[r]);
-    double pj = mi_predict_energy(&ss->plan, &ss->prog, &ss->cl, ss->freq, ss->pos_hi / 2, NULL, NULL);
+        fprintf(f, "%s%.3f", r ? ", " : "", ss->power.freq[r]);
+    double pj = mi_predict_energy(&ss->plan, &ss->prog, &ss->cl, ss->power.freq, ss->memory.pos_hi / 2, NULL, NULL);
     fprintf(f, "], \"joules\": %.4f, \"seconds\": %.4f, \"edp_js\": %.5f, \"j_per_token\": %.5f, "
-               "\"predicted_j_per_token\": %.5f, \"power\": \"%s\"}, ", total, ss->run_s, total * ss->run_s,
-            ss->run_tokens > 0 ? total / ss->run_tokens : 0.0, pj,
+               "\"predicted_j_per_token\": %.5f, \"power\": \"%s\"}, ", total, ss->power.run_s, total * ss->power.run_s,
+            ss->power.run_tokens > 0 ? total / ss->power.run_tokens : 0.0, pj,
             given ? "cluster file" : "defaults: HeadSplit's Raspberry Pi 4, 3.8 W idle, 4.9 W active");
 }
 
@@ -109,9 +109,9 @@ void session_metrics_json(mi_session *ss, FILE *f)
     if (ss->rank != 0)
         return;
     char dts[160];
-    fprintf(f, "\"scaling\": {\"tpot_target_ms\": %.3f, \"decisions\": [", ss->tpot_target_s * 1e3);
-    for (int i = 0; i < ss->n_decisions; i++) {
-        const session_decision *d = &ss->decisions[i];
+    fprintf(f, "\"scaling\": {\"tpot_target_ms\": %.3f, \"decisions\": [", ss->scaling.tpot_target_s * 1e3);
+    for (int i = 0; i < ss->scaling.n_decisions; i++) {
+        const session_decision *d = &ss->scaling.decisions[i];
         fprintf(f, "%s{\"token\": %d, \"kind\": \"%s\", \"restore\": %s, \"trigger\": \"%s\", "
                    "\"wire_from\": \"%s\", \"wire_to\": \"%s\", \"rank\": %d, \"slowdown\": %.3f, \"change\": \"%s\", "
                    "\"predicted_ms\": %.3f, \"poll_ms\": %.3f, \"decide_us\": %.1f, \"apply_ms\": %.3f}",
@@ -120,8 +120,8 @@ void session_metrics_json(mi_session *ss, FILE *f)
                 d->predicted_ms, d->poll_ms, d->decide_us, d->apply_ms);
     }
     fprintf(f, "], \"token_ms\": [");
-    for (int i = 0; i < ss->n_tokens && i < SESSION_MAX_TOKENS; i++)
-        fprintf(f, i ? ", %.3f" : "%.3f", ss->token_ms[i]);
+    for (int i = 0; i < ss->scaling.n_tokens && i < SESSION_MAX_TOKENS; i++)
+        fprintf(f, i ? ", %.3f" : "%.3f", ss->scaling.token_ms[i]);
     fprintf(f, "]}, ");
     fprintf(f, "\"weights\": \"%s\", \"plan\": {\"planner\": \"%s\", \"controller_works\": %s, "
                "\"wire_dtype\": \"%s\", \"plan_ms\": %.3f, \"predicted_token_ms\": %.4f, "
@@ -134,9 +134,9 @@ void session_metrics_json(mi_session *ss, FILE *f)
     fprintf(f, ", \"placement\": ");
     if (mi_plan_placement_json(&ss->plan, f))
         mi_fatal("cannot write the placement as JSON");
-    if (ss->has_prefill_plan) {
+    if (ss->phases.has_prefill_plan) {
         fprintf(f, ", \"prefill_placement\": ");
-        if (mi_plan_placement_json(&ss->plan_prefill, f))
+        if (mi_plan_placement_json(&ss->phases.plan_prefill, f))
             mi_fatal("cannot write the placement as JSON");
     }
     long passes = 0;
@@ -159,16 +159,16 @@ void session_metrics_json(mi_session *ss, FILE *f)
         fprintf(f, "}, \"loss_mode\": \"%s\", \"loss\": %.6f, \"loss_seed\": %llu}, ",
                 mi_loss_mode_name(ss->loss_mode), ss->loss, (unsigned long long)ss->loss_seed);
     }
-    if (ss->run_s > 0)
+    if (ss->power.run_s > 0)
         energy_json(ss, all, f);
     /* each transition is decided by one rank (its FFN rank): sum over ranks */
     fprintf(f, "\"rtt_ms\": [");
     for (int r = 0; r < ss->size; r++)
         fprintf(f, "%s%.4f", r ? ", " : "", ss->rtt_s[r] * 1e3);
     fprintf(f, "], \"kv_positions\": %d, \"replans_total\": %d, \"replans_moved\": %d, \"replans\": [",
-            ss->plan.kv_positions, ss->n_replans, ss->n_replans_moved);
-    for (int i = 0; i < ss->n_replans && i < SESSION_MAX_REPLANS; i++) {
-        const session_replan *e = &ss->replans[i];
+            ss->plan.kv_positions, ss->memory.n_replans, ss->memory.n_replans_moved);
+    for (int i = 0; i < ss->memory.n_replans && i < SESSION_MAX_REPLANS; i++) {
+        const session_replan *e = &ss->memory.replans[i];
         fprintf(f, "%s{\"position\": %d, \"rank\": %d, \"budget_fraction\": %.4f, \"kv_positions\": %d, "
                    "\"plan_ms\": %.3f, \"moved\": %s, \"kv_heads_moved\": %d, \"move_ms\": %.3f}",
                 i ? ", " : "", e->position, e->rank, e->fraction, e->kv_positions, e->plan_ms,

@@ -34,9 +34,9 @@ static int layer_step(const mi_config *c, int l)
  * without an importance file, a cost that lowers the last layers first. */
 static double step_cost(const mi_session *ss, int l, int step)
 {
-    if (!ss->imp)
+    if (!ss->scaling.imp)
         return 1.0 - 1e-3 * l;
-    double r8 = ss->imp->rise[l][0], r4 = ss->imp->rise[l][1];
+    double r8 = ss->scaling.imp->rise[l][0], r4 = ss->scaling.imp->rise[l][1];
     return step == 1 ? r8 : r4 - r8;
 }
 
@@ -45,9 +45,9 @@ static double step_cost(const mi_session *ss, int l, int step)
  * precision steps together), or without --importance, the last layers first. */
 static double message_cost(const mi_session *ss, int l)
 {
-    if (!ss->imp)
+    if (!ss->scaling.imp)
         return 1.0 - 1e-3 * l;
-    return ss->imp->rise[l][0] + ss->imp->rise[l][1];
+    return ss->scaling.imp->rise[l][0] + ss->scaling.imp->rise[l][1];
 }
 
 typedef session_wires wires;
@@ -88,7 +88,7 @@ static void describe_wires(const wires *from, const mi_plan *p, char *out, size_
  * re-encoded, or reloaded when raised) and recompile its programs. */
 static void install(mi_session *ss, int n_pos)
 {
-    ss->busy_valid = 0;
+    ss->scaling.busy_valid = 0;
     mi_programs_free(&ss->prog);
     char err[MI_ERRLEN];
     if (mi_programs_compile(&ss->plan, &ss->prog, err))
@@ -141,9 +141,9 @@ static void poll(mi_session *ss, int k, double *per_step, double *poll_ms)
     double t0 = mi_now(), c[MI_MAX_RANKS];
     mi_runtime_poll_compute(ss->rt, c);
     for (int r = 0; r < ss->size && per_step; r++)
-        per_step[r] = k > ss->poll_k ? (c[r] - ss->poll_c[r]) / (k - ss->poll_k) : 0.0;
-    memcpy(ss->poll_c, c, (size_t)ss->size * sizeof(double));
-    ss->poll_k = k;
+        per_step[r] = k > ss->scaling.poll_k ? (c[r] - ss->scaling.poll_c[r]) / (k - ss->scaling.poll_k) : 0.0;
+    memcpy(ss->scaling.poll_c, c, (size_t)ss->size * sizeof(double));
+    ss->scaling.poll_k = k;
     if (poll_ms)
         *poll_ms = (mi_now() - t0) * 1e3;
 }
@@ -154,16 +154,16 @@ static void ratios(mi_session *ss, const double *per_step, int n_pos, double *ra
 {
     /* the prediction is kept until the plan changes or the context grows by a quarter (attention
      * grows with it): a walk of every rank's program is most of a decision's time otherwise */
-    if (!ss->busy_valid || n_pos > 1.25 * ss->busy_pos) {
+    if (!ss->scaling.busy_valid || n_pos > 1.25 * ss->scaling.busy_pos) {
         mi_prediction pr;
         mi_predict(&ss->plan, &ss->prog, &ss->cl, n_pos, &pr);
         for (int r = 0; r < ss->size; r++)
-            ss->busy_pred[r] = pr.busy_s[r] > 0.05 * pr.token_s ? pr.busy_s[r] : 0.0;
-        ss->busy_valid = 1;
-        ss->busy_pos = n_pos;
+            ss->scaling.busy_pred[r] = pr.busy_s[r] > 0.05 * pr.token_s ? pr.busy_s[r] : 0.0;
+        ss->scaling.busy_valid = 1;
+        ss->scaling.busy_pos = n_pos;
     }
     for (int r = 0; r < ss->size; r++)
-        ratio[r] = ss->busy_pred[r] > 0 ? per_step[r] / ss->busy_pred[r] : 0.0;
+        ratio[r] = ss->scaling.busy_pred[r] > 0 ? per_step[r] / ss->scaling.busy_pred[r] : 0.0;
 }
 
 /* "layers 7 6 -> q4_0, 5 -> q8_0": the layers whose dtypes differ, by the dtype they get. */
@@ -294,7 +294,7 @@ static int weight_moves(mi_session *ss, int r, int prune, int *mv)
         mv[n++] = best;
     }
     memcpy(c->dtype, orig, (size_t)L * sizeof orig[0]);
-    const mi_importance *imp = ss->imp;
+    const mi_importance *imp = ss->scaling.imp;
     int S = imp ? imp->ffn_shard : 0;
     if (!prune || S <= 0 || (ss->plan.ffn_shard && ss->plan.ffn_shard != S))
         return n;
@@ -330,7 +330,7 @@ static void take_moves(mi_session *ss, const weights_state *orig, const int *mv,
         } else {
             int l = (mv[i] - L) / MI_MAX_PRUNE_SHARDS, s = (mv[i] - L) % MI_MAX_PRUNE_SHARDS;
             p->layers[l].ffn_pruned |= (uint64_t)1 << s;
-            p->ffn_shard = ss->imp->ffn_shard;
+            p->ffn_shard = ss->scaling.imp->ffn_shard;
         }
 }
 
@@ -383,7 +383,7 @@ static int lower_weights(mi_session *ss, int r, double slow, double now, int n_p
     while (lo < hi) {
         int mid = (lo + hi) / 2;
         take_moves(ss, &orig, mv, mid);
-        if (scale * predict(ss, &cl, n_pos) <= AIM * ss->tpot_target_s)
+        if (scale * predict(ss, &cl, n_pos) <= AIM * ss->scaling.tpot_target_s)
             hi = mid;
         else
             lo = mid + 1;
@@ -397,7 +397,7 @@ static int lower_weights(mi_session *ss, int r, double slow, double now, int n_p
 
 int session_scale_memory(mi_session *ss, int r, int pos0, int need, double limit)
 {
-    if (ss->tpot_target_s <= 0 || ss->installed_prefill || ss->n_decisions >= SESSION_MAX_DECISIONS)
+    if (ss->scaling.tpot_target_s <= 0 || ss->phases.installed_prefill || ss->scaling.n_decisions >= SESSION_MAX_DECISIONS)
         return 0;
     double t0 = mi_now();
     mi_config *c = &ss->plan.cfg;
@@ -417,7 +417,7 @@ int session_scale_memory(mi_session *ss, int r, int pos0, int need, double limit
     }
     session_decision dd;
     memset(&dd, 0, sizeof dd);
-    dd.token = ss->n_tokens;
+    dd.token = ss->scaling.n_tokens;
     dd.weights = 1;
     dd.rank = r;
     dd.slowdown = 1.0;
@@ -431,8 +431,8 @@ int session_scale_memory(mi_session *ss, int r, int pos0, int need, double limit
     dd.apply_ms = (mi_now() - t1) * 1e3;
     /* memory does not come back within a sequence: this lowering is not undone
      * by a probe, and undoing an earlier one would raise these layers again */
-    ss->n_undo = 0;
-    ss->decisions[ss->n_decisions++] = dd;
+    ss->scaling.n_undo = 0;
+    ss->scaling.decisions[ss->scaling.n_decisions++] = dd;
     fprintf(stderr, "meshinfer: scaling at position %d: %s -> lowered %s (decided in %.0f us, installed in %.1f ms)\n",
             need, dd.trigger, dd.change, dd.decide_us, dd.apply_ms);
     return 1;
@@ -498,7 +498,7 @@ static int lower_wire(mi_session *ss, double now, double comm_s, int need_gain, 
     while (lo < hi) {
         int mid = (lo + hi) / 2;
         TAKE(mid);
-        if (with_bytes(now, comm_s, b0, step_bytes(ss)) <= AIM * ss->tpot_target_s)
+        if (with_bytes(now, comm_s, b0, step_bytes(ss)) <= AIM * ss->scaling.tpot_target_s)
             hi = mid;
         else
             lo = mid + 1;
@@ -506,7 +506,7 @@ static int lower_wire(mi_session *ss, double now, double comm_s, int need_gain, 
     TAKE(n ? lo : 0);
 #undef TAKE
     low = with_bytes(now, comm_s, b0, n ? step_bytes(ss) : b0);
-    int uniform = !n || (lo == n && low > AIM * ss->tpot_target_s);
+    int uniform = !n || (lo == n && low > AIM * ss->scaling.tpot_target_s);
     if (uniform) { /* every message one step down: the layers' own dtypes are the plan's again */
         p->wire = to;
         for (int l = 0; l < L; l++)
@@ -539,14 +539,14 @@ static double comm_of(const mi_session *ss, double now, const double *per)
  * second, DIAG or more steps later, gives per[] and returns 1. */
 static int second_poll(mi_session *ss, int k, double *per, double *poll_ms)
 {
-    if (ss->poll_k < 0 || k - ss->poll_k > 2 * DIAG) {
+    if (ss->scaling.poll_k < 0 || k - ss->scaling.poll_k > 2 * DIAG) {
         poll(ss, k, NULL, NULL);
         return 0;
     }
-    if (k - ss->poll_k < DIAG)
+    if (k - ss->scaling.poll_k < DIAG)
         return 0;
     poll(ss, k, per, poll_ms);
-    ss->poll_k = -1;
+    ss->scaling.poll_k = -1;
     return 1;
 }
 
@@ -558,11 +558,11 @@ static int second_poll(mi_session *ss, int k, double *per, double *poll_ms)
  * trigger. */
 static int room_to_undo(mi_session *ss, int k, double now, int n_pos, session_decision *d)
 {
-    const struct session_undo *u = &ss->undo[ss->n_undo - 1];
-    double target = ss->tpot_target_s;
+    const struct session_undo *u = &ss->scaling.undo[ss->scaling.n_undo - 1];
+    double target = ss->scaling.tpot_target_s;
     if (now < PROBE_UNDER * target) {
         snprintf(d->trigger, sizeof d->trigger, "TPOT %.2f ms, under %.0f%% of the %.2f ms target for %d steps",
-                 now * 1e3, 100 * PROBE_UNDER, target * 1e3, k - ss->last_change);
+                 now * 1e3, 100 * PROBE_UNDER, target * 1e3, k - ss->scaling.last_change);
         return 1;
     }
     if (u->rank >= 0) {
@@ -571,11 +571,11 @@ static int room_to_undo(mi_session *ss, int k, double now, int n_pos, session_de
             return 0;
         ratios(ss, per, n_pos, ratio);
         /* the baseline in force was measured with the device slowed by u->slow */
-        double s = ss->base_ratio[u->rank] > 0 ? ratio[u->rank] / ss->base_ratio[u->rank] : u->slow;
+        double s = ss->scaling.base_ratio[u->rank] > 0 ? ratio[u->rank] / ss->scaling.base_ratio[u->rank] : u->slow;
         /* recovered: at least half-way back to its baseline, on a log scale (3.7x when
          * lowered and 2.8x now is noise, not recovery) */
         if (s > fmax(SLOWED, sqrt(u->slow))) {
-            ss->probe_k = k + 2 * DIAG; /* still slowed: look again later, not every few steps */
+            ss->scaling.probe_k = k + 2 * DIAG; /* still slowed: look again later, not every few steps */
             return 0;
         }
         d->rank = u->rank;
@@ -586,15 +586,15 @@ static int room_to_undo(mi_session *ss, int k, double now, int n_pos, session_de
     }
     /* a lowered wire: what the step would take with the bytes as before, the link as it is now
      * (measured over two polls DIAG steps apart, as a slowed device's recovery is) */
-    if (ss->poll_k < 0 || k - ss->poll_k > 2 * DIAG) {
+    if (ss->scaling.poll_k < 0 || k - ss->scaling.poll_k > 2 * DIAG) {
         poll(ss, k, NULL, NULL);
         return 0;
     }
-    if (k - ss->poll_k < DIAG)
+    if (k - ss->scaling.poll_k < DIAG)
         return 0;
     double per[MI_MAX_RANKS];
     poll(ss, k, per, &d->poll_ms);
-    ss->poll_k = -1;
+    ss->scaling.poll_k = -1;
     wires w;
     wires_get(&ss->plan, &w);
     double comm = comm_of(ss, now, per), b_now = step_bytes(ss);
@@ -608,7 +608,7 @@ static int room_to_undo(mi_session *ss, int k, double now, int n_pos, session_de
     double per_byte = b_now > 0 ? comm / b_now : 0;
     int recovered = u->comm_per_byte > 0 && per_byte <= RECOVERED * u->comm_per_byte;
     if (after > AIM * target && !recovered) {
-        ss->probe_k = k + 2 * DIAG; /* the link is still slow: look again later */
+        ss->scaling.probe_k = k + 2 * DIAG; /* the link is still slow: look again later */
         return 0;
     }
     d->predicted_ms = after * 1e3;
@@ -630,7 +630,7 @@ static int room_to_undo(mi_session *ss, int k, double now, int n_pos, session_de
 static void warm_up(mi_session *ss, double now, int n_pos)
 {
     for (int i = 0; i < SESSION_MAX_DECISIONS; i++)
-        memset(&ss->undo[i], 0, sizeof ss->undo[i]);
+        memset(&ss->scaling.undo[i], 0, sizeof ss->scaling.undo[i]);
     weights_state w;
     wires ww;
     weights_get(&ss->plan, &w);
@@ -651,28 +651,28 @@ static void warm_up(mi_session *ss, double now, int n_pos)
  * baseline is being measured (no decision then). */
 static int measure_baseline(mi_session *ss, int k, int n_pos)
 {
-    if (!ss->has_base && !ss->rebase_k)
-        ss->rebase_k = 8, ss->rebase_rank = -1, ss->rebase_slow = 1;
-    if (!ss->rebase_k)
+    if (!ss->scaling.has_base && !ss->scaling.rebase_k)
+        ss->scaling.rebase_k = 8, ss->scaling.rebase_rank = -1, ss->scaling.rebase_slow = 1;
+    if (!ss->scaling.rebase_k)
         return 0;
-    if (k == ss->rebase_k) {
+    if (k == ss->scaling.rebase_k) {
         poll(ss, k, NULL, NULL);
-    } else if (k == ss->rebase_k + DIAG) {
+    } else if (k == ss->scaling.rebase_k + DIAG) {
         double per[MI_MAX_RANKS];
         poll(ss, k, per, NULL);
-        ratios(ss, per, n_pos, ss->base_ratio);
-        if (ss->rebase_rank >= 0)
-            ss->base_ratio[ss->rebase_rank] /= ss->rebase_slow;
-        if (!ss->has_base) { /* said once: what later slowdowns are measured against */
+        ratios(ss, per, n_pos, ss->scaling.base_ratio);
+        if (ss->scaling.rebase_rank >= 0)
+            ss->scaling.base_ratio[ss->scaling.rebase_rank] /= ss->scaling.rebase_slow;
+        if (!ss->scaling.has_base) { /* said once: what later slowdowns are measured against */
             fprintf(stderr, "meshinfer: scaling: baseline after token %d, compute per step:", k);
             for (int r = 0; r < ss->size; r++)
                 fprintf(stderr, " rank %d %.3f ms", r, per[r] * 1e3);
             fputc('\n', stderr);
-            warm_up(ss, median(ss->token_ms + k - WINDOW, WINDOW) / 1e3, n_pos);
+            warm_up(ss, median(ss->scaling.token_ms + k - WINDOW, WINDOW) / 1e3, n_pos);
         }
-        ss->has_base = 1;
-        ss->rebase_k = 0;
-        ss->poll_k = -1;
+        ss->scaling.has_base = 1;
+        ss->scaling.rebase_k = 0;
+        ss->scaling.poll_k = -1;
     }
     return 1;
 }
@@ -685,7 +685,7 @@ static int diagnose_and_lower(mi_session *ss, int k, double now, int n_pos, sess
                               double *decided)
 {
     double per[MI_MAX_RANKS], ratio[MI_MAX_RANKS];
-    int k0 = ss->poll_k;
+    int k0 = ss->scaling.poll_k;
     if (!second_poll(ss, k, per, &dd->poll_ms))
         return 0;
     *t0 = mi_now();
@@ -697,7 +697,7 @@ static int diagnose_and_lower(mi_session *ss, int k, double now, int n_pos, sess
     int slow = -1;
     double worst = 0, grew = 0;
     for (int r = 0; r < ss->size; r++) {
-        double x = ss->base_ratio[r] > 0 ? ratio[r] / ss->base_ratio[r] : 0;
+        double x = ss->scaling.base_ratio[r] > 0 ? ratio[r] / ss->scaling.base_ratio[r] : 0;
         double g = x > 1 ? per[r] * (1 - 1 / x) : 0;
         if (g > grew || slow < 0)
             grew = g, worst = x, slow = r;
@@ -706,20 +706,20 @@ static int diagnose_and_lower(mi_session *ss, int k, double now, int n_pos, sess
      * inside the window is diluted alike in both) */
     double span = 0;
     for (int i = k0; i < k; i++)
-        span += ss->token_ms[i] / ((k - k0) * 1e3);
-    int device = slow >= 0 && worst >= SLOWED && grew >= 0.5 * (span - ss->tpot_target_s);
-    struct session_undo *u = &ss->undo[ss->n_undo];
+        span += ss->scaling.token_ms[i] / ((k - k0) * 1e3);
+    int device = slow >= 0 && worst >= SLOWED && grew >= 0.5 * (span - ss->scaling.tpot_target_s);
+    struct session_undo *u = &ss->scaling.undo[ss->scaling.n_undo];
     memcpy(u->dtype, ss->plan.cfg.dtype, (size_t)ss->cfg.n_layers * sizeof u->dtype[0]);
     for (int l = 0; l < ss->cfg.n_layers; l++)
         u->ffn_pruned[l] = ss->plan.layers[l].ffn_pruned;
     u->ffn_shard = ss->plan.ffn_shard;
-    memcpy(u->base_ratio, ss->base_ratio, sizeof u->base_ratio);
+    memcpy(u->base_ratio, ss->scaling.base_ratio, sizeof u->base_ratio);
     wires_get(&ss->plan, &u->wires);
     u->rank = -1;
     u->slow = 1;
     u->comm_per_byte = 0;
-    if (ss->last_was_probe && k - ss->last_change <= 2 * DIAG)
-        ss->hold *= 2; /* the probe failed */
+    if (ss->scaling.last_was_probe && k - ss->scaling.last_change <= 2 * DIAG)
+        ss->scaling.hold *= 2; /* the probe failed */
     if (device && lower_weights(ss, slow, worst, now, n_pos, dd) > 0) {
         *decided = mi_now();
         weights_state was;
@@ -733,11 +733,11 @@ static int diagnose_and_lower(mi_session *ss, int k, double now, int n_pos, sess
         u->rank = slow;
         u->slow = worst;
         snprintf(dd->trigger, sizeof dd->trigger, "TPOT %.2f ms over the %.2f ms target; %s (rank %d) computes %.2fx "
-                 "its baseline", now * 1e3, ss->tpot_target_s * 1e3, ss->cl.dev[slow].name, slow, worst);
+                 "its baseline", now * 1e3, ss->scaling.tpot_target_s * 1e3, ss->cl.dev[slow].name, slow, worst);
         /* the lowered kernels' speed is measured, not assumed: a new baseline, r still slowed */
-        ss->rebase_k = k + WINDOW;
-        ss->rebase_rank = slow;
-        ss->rebase_slow = worst;
+        ss->scaling.rebase_k = k + WINDOW;
+        ss->scaling.rebase_rank = slow;
+        ss->scaling.rebase_slow = worst;
     } else if (lower_wire(ss, now, comm_of(ss, now, per), device, dd, &u->comm_per_byte)) {
         /* no device slowed enough to explain it: the time went to the links,
          * which fewer bytes relieve */
@@ -747,17 +747,17 @@ static int diagnose_and_lower(mi_session *ss, int k, double now, int n_pos, sess
         dd->slowdown = worst;
         if (device)
             snprintf(dd->trigger, sizeof dd->trigger, "TPOT %.2f ms over the %.2f ms target; %s (rank %d) computes "
-                     "%.2fx its baseline but holds nothing left to lower", now * 1e3, ss->tpot_target_s * 1e3,
+                     "%.2fx its baseline but holds nothing left to lower", now * 1e3, ss->scaling.tpot_target_s * 1e3,
                      ss->cl.dev[slow].name, slow, worst);
         else
             snprintf(dd->trigger, sizeof dd->trigger, "TPOT %.2f ms over the %.2f ms target; no device's compute "
                      "explains it (most: rank %d, %.2fx its baseline, +%.2f ms a step)", now * 1e3,
-                     ss->tpot_target_s * 1e3, slow, worst, grew * 1e3);
+                     ss->scaling.tpot_target_s * 1e3, slow, worst, grew * 1e3);
     } else {
-        ss->last_change = k; /* nothing left that helps: diagnose again later, not every step */
+        ss->scaling.last_change = k; /* nothing left that helps: diagnose again later, not every step */
         return 0;
     }
-    ss->n_undo++;
+    ss->scaling.n_undo++;
     return 1;
 }
 
@@ -767,7 +767,7 @@ static int diagnose_and_lower(mi_session *ss, int k, double now, int n_pos, sess
  * decision in *dd, 0 when a memory re-placement since forbids it. */
 static int undo_newest(mi_session *ss, session_decision *dd)
 {
-    const struct session_undo *u = &ss->undo[ss->n_undo - 1];
+    const struct session_undo *u = &ss->scaling.undo[ss->scaling.n_undo - 1];
     weights_state cur, was;
     weights_get(&ss->plan, &cur);
     memcpy(was.dtype, u->dtype, sizeof was.dtype);
@@ -781,7 +781,7 @@ static int undo_newest(mi_session *ss, session_decision *dd)
     dd->wire_to = u->wires.wire;
     weights_set(&ss->plan, &was);
     wires_set(&ss->plan, &u->wires);
-    ss->n_undo--;
+    ss->scaling.n_undo--;
     if (!plan_ok(ss)) { /* a memory re-placement since: keep what is in force */
         weights_set(&ss->plan, &cur);
         wires_set(&ss->plan, &curw);
@@ -789,7 +789,7 @@ static int undo_newest(mi_session *ss, session_decision *dd)
     }
     if (!dd->weights && curw.wire == u->wires.wire) /* some layers' messages go back up */
         describe_wires(&curw, &ss->plan, dd->change, sizeof dd->change);
-    memcpy(ss->base_ratio, u->base_ratio, sizeof ss->base_ratio);
+    memcpy(ss->scaling.base_ratio, u->base_ratio, sizeof ss->scaling.base_ratio);
     if (dd->weights) {
         describe(cur.dtype, ss->plan.cfg.dtype, ss->cfg.n_layers, dd->change, sizeof dd->change);
         describe_pruned(&cur, &ss->plan, dd->change, sizeof dd->change);
@@ -807,10 +807,10 @@ static void apply_decision(mi_session *ss, int k, int n_pos, session_decision *d
     double t1 = mi_now();
     install(ss, n_pos);
     dd->apply_ms = (mi_now() - t1) * 1e3;
-    ss->last_change = k;
-    ss->last_was_probe = dd->restore;
-    ss->poll_k = -1;
-    ss->decisions[ss->n_decisions++] = *dd;
+    ss->scaling.last_change = k;
+    ss->scaling.last_was_probe = dd->restore;
+    ss->scaling.poll_k = -1;
+    ss->scaling.decisions[ss->scaling.n_decisions++] = *dd;
     if (dd->weights)
         fprintf(stderr, "meshinfer: scaling after token %d: %s -> %s %s (decided in %.0f us after a %.1f ms poll, "
                         "installed in %.1f ms)\n", k, dd->trigger, dd->restore ? "restored" : "lowered", dd->change,
@@ -826,16 +826,16 @@ static void apply_decision(mi_session *ss, int k, int n_pos, session_decision *d
 
 void session_after_step(mi_session *ss, double step_s, int n_pos)
 {
-    if (ss->n_tokens < SESSION_MAX_TOKENS)
-        ss->token_ms[ss->n_tokens] = (float)(step_s * 1e3);
-    int k = ++ss->n_tokens;
-    if (ss->tpot_target_s <= 0 || ss->installed_prefill || k < WINDOW || k > SESSION_MAX_TOKENS ||
-        ss->n_decisions >= SESSION_MAX_DECISIONS)
+    if (ss->scaling.n_tokens < SESSION_MAX_TOKENS)
+        ss->scaling.token_ms[ss->scaling.n_tokens] = (float)(step_s * 1e3);
+    int k = ++ss->scaling.n_tokens;
+    if (ss->scaling.tpot_target_s <= 0 || ss->phases.installed_prefill || k < WINDOW || k > SESSION_MAX_TOKENS ||
+        ss->scaling.n_decisions >= SESSION_MAX_DECISIONS)
         return;
     if (measure_baseline(ss, k, n_pos))
         return;
     double t0 = mi_now(), decided = 0;
-    double now = median(ss->token_ms + k - WINDOW, WINDOW) / 1e3;
+    double now = median(ss->scaling.token_ms + k - WINDOW, WINDOW) / 1e3;
     int w = ss->plan.wire;
     session_decision dd;
     memset(&dd, 0, sizeof dd);
@@ -843,9 +843,9 @@ void session_after_step(mi_session *ss, double step_s, int n_pos)
     dd.slowdown = 1.0;
     dd.wire_from = dd.wire_to = w;
     int decision = 0;
-    if (now > ss->tpot_target_s && k - ss->last_change >= WINDOW)
+    if (now > ss->scaling.tpot_target_s && k - ss->scaling.last_change >= WINDOW)
         decision = diagnose_and_lower(ss, k, now, n_pos, &dd, &t0, &decided);
-    else if (ss->n_undo > 0 && k - ss->last_change >= ss->hold && k >= ss->probe_k && now <= ss->tpot_target_s &&
+    else if (ss->scaling.n_undo > 0 && k - ss->scaling.last_change >= ss->scaling.hold && k >= ss->scaling.probe_k && now <= ss->scaling.tpot_target_s &&
              room_to_undo(ss, k, now, n_pos, &dd))
         decision = undo_newest(ss, &dd);
     if (decision)

@@ -96,8 +96,8 @@ static double mem_available(void)
 void session_memory_of_plan(mi_session *ss)
 {
     for (int r = 0; r < ss->plan.n_ranks; r++) {
-        ss->mem_w[r] = mi_plan_rank_bytes_at(&ss->plan, r, 0);
-        ss->mem_kv[r] = mi_plan_rank_bytes_at(&ss->plan, r, 1) - ss->mem_w[r];
+        ss->memory.mem_w[r] = mi_plan_rank_bytes_at(&ss->plan, r, 0);
+        ss->memory.mem_kv[r] = mi_plan_rank_bytes_at(&ss->plan, r, 1) - ss->memory.mem_w[r];
     }
 }
 
@@ -131,9 +131,9 @@ static void describe_planning(mi_session *ss, const session_opts *o, const mi_cl
 static void explain_run(const mi_session *ss)
 {
     fprintf(stderr, "meshinfer: --explain: the placement below was planned for %s\n", ss->planned_with);
-    if (ss->has_prefill_plan) {
+    if (ss->phases.has_prefill_plan) {
         fprintf(stderr, "prefill placement:\n");
-        mi_programs_explain(&ss->plan_prefill, &ss->prog_prefill, MI_PHASE_PREFILL, stderr);
+        mi_programs_explain(&ss->phases.plan_prefill, &ss->phases.prog_prefill, MI_PHASE_PREFILL, stderr);
         fprintf(stderr, "decode placement:\n");
         mi_programs_explain(&ss->plan, &ss->prog, MI_PHASE_DECODE, stderr);
     } else {
@@ -342,18 +342,18 @@ static void hybrid_prefill(mi_session *ss, const session_opts *o, const mi_clust
     pp.prefill = 1;
     pp.prefill_T = ss->max_T < ss->cfg.seq_len ? ss->max_T : ss->cfg.seq_len;
     char perr[MI_ERRLEN];
-    if (mi_plan_make(&ss->cfg, cl, &pp, &ss->plan_prefill, perr)) {
+    if (mi_plan_make(&ss->cfg, cl, &pp, &ss->phases.plan_prefill, perr)) {
         /* the prefill packing can fail where the decode one fits: one placement serves both */
         fprintf(stderr, "meshinfer: hybrid: the decode placement serves both phases (no prefill placement: %s)\n",
                 perr);
-    } else if (mi_plan_same_placement(&ss->plan, &ss->plan_prefill) || o->phase_plans == 1) {
-        mi_plan_free(&ss->plan_prefill);
+    } else if (mi_plan_same_placement(&ss->plan, &ss->phases.plan_prefill) || o->phase_plans == 1) {
+        mi_plan_free(&ss->phases.plan_prefill);
     } else if (o->phase_plans == 2) {
         mi_plan_free(&ss->plan); /* the prefill placement for both phases */
-        ss->plan = ss->plan_prefill;
-        memset(&ss->plan_prefill, 0, sizeof ss->plan_prefill);
+        ss->plan = ss->phases.plan_prefill;
+        memset(&ss->phases.plan_prefill, 0, sizeof ss->phases.plan_prefill);
     } else {
-        ss->has_prefill_plan = 1;
+        ss->phases.has_prefill_plan = 1;
     }
 }
 
@@ -407,13 +407,13 @@ static int plan_extras(mi_session *ss, const char *path, const session_opts *o, 
     if (!rc && o->plan_file && o->speculate)
         mi_plan_mark_speculation(&ss->plan, cl, NULL, o->min_acceptance);
     if (!rc && o->importance) {
-        ss->imp = mi_malloc(sizeof *ss->imp, "importance");
-        rc = mi_importance_load(o->importance, &ss->cfg, ss->imp, err);
+        ss->scaling.imp = mi_malloc(sizeof *ss->scaling.imp, "importance");
+        rc = mi_importance_load(o->importance, &ss->cfg, ss->scaling.imp, err);
     }
     if (!rc && o->prune_ffn > 0) {
-        rc = session_prune_ffn(&ss->plan, ss->imp, o->prune_ffn, err);
-        if (!rc && ss->has_prefill_plan)
-            rc = session_prune_ffn(&ss->plan_prefill, ss->imp, o->prune_ffn, err);
+        rc = session_prune_ffn(&ss->plan, ss->scaling.imp, o->prune_ffn, err);
+        if (!rc && ss->phases.has_prefill_plan)
+            rc = session_prune_ffn(&ss->phases.plan_prefill, ss->scaling.imp, o->prune_ffn, err);
     }
     return rc;
 }
@@ -425,12 +425,12 @@ static int compile_and_predict(mi_session *ss, const session_opts *o, const mi_c
 {
     ss->plan_ms = ss->plan.plan_seconds * 1e3;
     int rc = mi_programs_compile(&ss->plan, &ss->prog, err);
-    if (!rc && ss->has_prefill_plan)
-        rc = mi_programs_compile(&ss->plan_prefill, &ss->prog_prefill, err);
-    if (!rc && ss->has_prefill_plan && o->phase_plans == 0) {
+    if (!rc && ss->phases.has_prefill_plan)
+        rc = mi_programs_compile(&ss->phases.plan_prefill, &ss->phases.prog_prefill, err);
+    if (!rc && ss->phases.has_prefill_plan && o->phase_plans == 0) {
         double gain = 0, sw = 0;
         int np = o->auto_prompt > 0 ? o->auto_prompt : 32;
-        if (!mi_plan_phases_pay(&ss->plan, &ss->prog, &ss->plan_prefill, &ss->prog_prefill, cl, np, ss->max_T,
+        if (!mi_plan_phases_pay(&ss->plan, &ss->prog, &ss->phases.plan_prefill, &ss->phases.prog_prefill, cl, np, ss->max_T,
                                 &gain, &sw)) {
             if (gain > 0)
                 fprintf(stderr, "meshinfer: hybrid: one placement for both phases (the prefill placement would "
@@ -439,9 +439,9 @@ static int compile_and_predict(mi_session *ss, const session_opts *o, const mi_c
             else
                 fprintf(stderr, "meshinfer: hybrid: one placement for both phases (the prefill placement would "
                                 "gain no TTFT for a prompt of about %d tokens)\n", np);
-            mi_programs_free(&ss->prog_prefill);
-            mi_plan_free(&ss->plan_prefill);
-            ss->has_prefill_plan = 0;
+            mi_programs_free(&ss->phases.prog_prefill);
+            mi_plan_free(&ss->phases.plan_prefill);
+            ss->phases.has_prefill_plan = 0;
         }
     }
     if (!rc)
@@ -449,16 +449,16 @@ static int compile_and_predict(mi_session *ss, const session_opts *o, const mi_c
     session_memory_of_plan(ss);
     if (!rc && o->energy) {
         /* Voltron §4.4: the margin under the target, with room for noise, goes to lower levels */
-        rc = mi_energy_plan(&ss->plan, &ss->prog, cl, ss->cfg.seq_len / 2, 0.9 * o->tpot_ms / 1e3, &ss->en, err);
+        rc = mi_energy_plan(&ss->plan, &ss->prog, cl, ss->cfg.seq_len / 2, 0.9 * o->tpot_ms / 1e3, &ss->power.en, err);
         if (!rc) {
-            ss->energy = 1;
-            memcpy(ss->freq, ss->en.freq, sizeof ss->freq);
+            ss->power.energy = 1;
+            memcpy(ss->power.freq, ss->power.en.freq, sizeof ss->power.freq);
             fprintf(stderr, "meshinfer: energy: DVFS levels");
             for (int r = 0; r < cl->n_devices; r++)
-                fprintf(stderr, " %s %.2f", cl->dev[r].name, ss->freq[r]);
+                fprintf(stderr, " %s %.2f", cl->dev[r].name, ss->power.freq[r]);
             fprintf(stderr, "; predicted %.3f J and %.2f ms per token (%.3f J and %.2f ms at top frequencies; "
-                            "chosen in %.2f ms)\n", ss->en.joules, ss->en.token_s * 1e3, ss->en.top_joules,
-                    ss->en.top_token_s * 1e3, ss->en.seconds * 1e3);
+                            "chosen in %.2f ms)\n", ss->power.en.joules, ss->power.en.token_s * 1e3, ss->power.en.top_joules,
+                    ss->power.en.top_token_s * 1e3, ss->power.en.seconds * 1e3);
         }
     }
     return rc;
@@ -478,7 +478,7 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
         mi_cluster_free(&cl);
         return -1;
     }
-    ss->from_plan_file = o->plan_file != NULL;
+    ss->memory.from_plan_file = o->plan_file != NULL;
     int rc = o->plan_file ? load_plan_file(ss, o, &cl, err) : make_plan(ss, path, o, &cl, kvpos, err);
     if (!rc)
         rc = plan_extras(ss, path, o, &cl, err);
@@ -487,13 +487,13 @@ static int controller_setup(mi_session *ss, const char *path, const session_opts
     if (!rc && o->explain)
         explain_run(ss);
     ss->cl = cl;
-    ss->replan = o->replan;
-    ss->kv_positions0 = ss->plan.kv_positions;
-    ss->tpot_target_s = o->tpot_ms / 1e3;
-    ss->hold = 16;
-    ss->poll_k = -1;
-    ss->token_ms = mi_calloc(SESSION_MAX_TOKENS, sizeof(float), "token times");
-    ss->undo = mi_calloc(SESSION_MAX_DECISIONS, sizeof *ss->undo, "scaling decisions");
+    ss->memory.replan = o->replan;
+    ss->memory.kv_positions0 = ss->plan.kv_positions;
+    ss->scaling.tpot_target_s = o->tpot_ms / 1e3;
+    ss->scaling.hold = 16;
+    ss->scaling.poll_k = -1;
+    ss->scaling.token_ms = mi_calloc(SESSION_MAX_TOKENS, sizeof(float), "token times");
+    ss->scaling.undo = mi_calloc(SESSION_MAX_DECISIONS, sizeof *ss->scaling.undo, "scaling decisions");
     return rc;
 }
 
@@ -523,8 +523,8 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
     /* ship the config and the plan to the workers */
     size_t n = 0;
     /* a hybrid run starts on its prefill plan (a prompt comes first) */
-    ss->installed_prefill = ss->has_prefill_plan;
-    int *buf = ss->rank == 0 ? mi_plan_serialize(ss->has_prefill_plan ? &ss->plan_prefill : &ss->plan, &n) : NULL;
+    ss->phases.installed_prefill = ss->phases.has_prefill_plan;
+    int *buf = ss->rank == 0 ? mi_plan_serialize(ss->phases.has_prefill_plan ? &ss->phases.plan_prefill : &ss->plan, &n) : NULL;
     long nl = (long)n;
     if (ss->size > 1) {
         mi_world_bcast(&ss->cfg, sizeof ss->cfg);
@@ -534,11 +534,11 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
         mi_world_bcast(buf, (size_t)nl * sizeof(int));
     }
     /* every rank's DVFS level (1 unless --energy chose lower), emulated by stretching compute */
-    if (ss->rank == 0 && !ss->energy)
+    if (ss->rank == 0 && !ss->power.energy)
         for (int r = 0; r < MI_MAX_RANKS; r++)
-            ss->freq[r] = 1.0;
-    mi_world_bcast(ss->freq, sizeof ss->freq);
-    mi_slowdown_set_freq(ss->freq[ss->rank < MI_MAX_RANKS ? ss->rank : 0]);
+            ss->power.freq[r] = 1.0;
+    mi_world_bcast(ss->power.freq, sizeof ss->power.freq);
+    mi_slowdown_set_freq(ss->power.freq[ss->rank < MI_MAX_RANKS ? ss->rank : 0]);
     mi_plan plan;
     failed = mi_plan_deserialize(buf, (size_t)nl, &ss->cfg, &plan, err) != 0;
     free(buf);
@@ -558,7 +558,7 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
     ss->loss = o->loss;
     ss->loss_seed = o->loss_seed;
     /* rank 0 hands the runtime the programs it compiled; the workers compile the plan they got */
-    const mi_programs *prog = ss->rank != 0 ? NULL : ss->installed_prefill ? &ss->prog_prefill : &ss->prog;
+    const mi_programs *prog = ss->rank != 0 ? NULL : ss->phases.installed_prefill ? &ss->phases.prog_prefill : &ss->prog;
     ss->rt = mi_runtime_create(&plan, prog, &ro);
     mi_plan_free(&plan);
     /* what each device computes per second, for the calibrated prediction
@@ -583,16 +583,16 @@ void session_close(mi_session *ss, const session_opts *o)
         mi_tokenizer_free(&ss->tok);
         mi_programs_free(&ss->prog);
         mi_plan_free(&ss->plan);
-        if (ss->has_prefill_plan) {
-            mi_programs_free(&ss->prog_prefill);
-            mi_plan_free(&ss->plan_prefill);
+        if (ss->phases.has_prefill_plan) {
+            mi_programs_free(&ss->phases.prog_prefill);
+            mi_plan_free(&ss->phases.plan_prefill);
         }
         mi_cluster_free(&ss->cl);
         free(ss->acc);
         free(ss->hosts);
-        free(ss->token_ms);
-        free(ss->undo);
-        free(ss->imp);
+        free(ss->scaling.token_ms);
+        free(ss->scaling.undo);
+        free(ss->scaling.imp);
     }
 }
 
