@@ -24,10 +24,13 @@ struct mi_model_writer {
 
 /* IEEE binary16 as an HDF5 type (HDF5 1.10 predefines none): h5dump shows
  * its bit fields, and HDF5 converts it to float on reads that ask for one. */
+/* IEEE half precision, made once per process; made again when its id no
+ * longer names a datatype (whoever closes every open HDF5 object, as the
+ * command-line fuzzer does between commands, closes it too). */
 static hid_t f16_type(void)
 {
     static hid_t t = -1;
-    if (t < 0) {
+    if (t < 0 || H5Iis_valid(t) <= 0) {
         t = H5Tcopy(H5T_IEEE_F32LE);
         H5Tset_fields(t, 15, 10, 5, 0, 10);
         H5Tset_precision(t, 16);
