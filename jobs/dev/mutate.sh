@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Do the tests catch what they claim? (issue 11 item 8) Applies each mutant
+# Do the tests catch what they claim? Applies each mutant
 # below -- one small edit of the source, the kind of bug a real change makes
 # -- to a scratch copy of the repository, rebuilds, and runs the fast part of
 # the suite (the unit tests, the real model's known continuation, and the
@@ -43,7 +43,7 @@ mutants=(
   "src/plan/plan.c|s/r0\[k\] = u, rn\[k++\] = end - u;/r0[k] = u, rn[k++] = end - u + 1;/|pruning: a kept run one unit too long"
   "src/model/sampler.c|s/if (cum > s->topp) {/if (cum > 0.5f * s->topp) {/|sampling: top-p cut at half the mass"
   "src/kernels/ops.c|s/const float \*c = r->cos + (size_t)(pos0 + t) \* half;/const float *c = r->cos + (size_t)(pos0) * half;/|RoPE: every position of a pass rotated as the first"
-  "src/runtime/exec.c|s/mi_swiglu(row, h3 + (size_t)t \* nk, (size_t)nk);/mi_swiglu(row, h3, (size_t)nk);/|runtime FFN: every position gated by the first's"
+  "src/model/forward.c|s/mi_swiglu(h + (size_t)t \* ldh, h3 + (size_t)t \* nf, (size_t)nf);/mi_swiglu(h + (size_t)t * ldh, h3, (size_t)nf);/|FFN block: every position gated by the first's"
   "src/kernels/scalar.c|s/sum += w\[b \* MI_QK + i\] \* a->q\[b \* MI_QK + i\];/sum += w[b * MI_QK + i] * a->q[i];/|q8_0 dot (scalar reference): every block against the first block's activations"
   "src/kernels/scalar.c|s/sum += (wb\[j\] & 0x0f) \* xb\[j\] + (wb\[j\] >> 4) \* xb\[j + MI_QK \/ 2\];/sum += (wb[j] \& 0x0f) * xb[j + MI_QK \/ 2] + (wb[j] >> 4) * xb[j];/|q4_0 dot (scalar reference): low and high nibbles swapped"
   "src/kernels/x86_avx2.c|s/memcpy(h, w + n8, (size_t)(n - n8) \* sizeof \*h);/memcpy(h, w + n8, (size_t)(n - n8 - 1) * sizeof *h);/|fp16 dot (AVX2): a row's last element of the tail dropped"

@@ -6,8 +6,8 @@
 # with speculation, tp, somegather with pruning and loss, memory-triggered
 # re-placement that moves KV heads, q4_0 weights with q8_0 messages) and
 # checks that no sanitizer reported anything and that each gives the same
-# tokens as the normal build. Then a soak under the sanitizers (issue 11
-# item 7): generate --repeat N on 4 ranks with re-placement moving KV heads in
+# tokens as the normal build. Then a soak under the sanitizers:
+# generate --repeat N on 4 ranks with re-placement moving KV heads in
 # every generation, each repeat checked against the first run's tokens
 # (resident memory is reported, not judged: ASan's quarantine keeps freed
 # memory; jobs/testbed/soak.sh judges it on the normal build). Leak checking is off:
@@ -83,7 +83,7 @@ one "tp, 4 ranks" 4 "$model" -n 24 --planner tp
 one "somegather, pruning and loss, 3 ranks" 3 "$model" -n 24 --planner somegather --prune 0.5,hidden=0.9 --loss 0.05
 one "re-placement moving KV heads, 4 ranks" 4 "$model" -n 150 --ignore-eos \
     --cluster "$root/mpi_tests/cluster-tight.json" --kv-positions 32 --replan
-# seed 003: hybrid's prefill placement, then a re-placement to its decode placement after the prompt
+# Voltron: hybrid's prefill placement, then a re-placement to its decode placement after the prompt
 one "hybrid with its phases apart, 3 ranks" 3 "$model" -n 24 --cluster "$root/mpi_tests/cluster-hybrid3.json" \
     --planner hybrid --phase-plans both
 one "q4_0 weights, q8_0 messages, somegather 2 ranks" 2 "$q4" -n 24 --planner somegather --wire-dtype q8_0

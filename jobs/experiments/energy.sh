@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Energy (issue 10 item 5; seed 000's energy and energy-delay product, seed
+# Energy (HeadSplit's energy and energy-delay product, seed
 # 003 4.4's DVFS under a latency constraint), measured on this machine's
 # ranks with a power model per device (no power meter: every device draws its
 # idle watts for the whole run and its active watts, at its DVFS level, while
 # it computes, by the compute seconds the runtime measures; a DVFS level f is
 # emulated by stretching compute by 1/f). stories15M, 3 ranks over shared
 # memory, 120 tokens, for two power profiles:
-#   pi:    seed 000's Raspberry Pi 4 (3.8 W idle, 4.9 W active), levels
+#   pi:    HeadSplit's Raspberry Pi 4 (3.8 W idle, 4.9 W active), levels
 #          1, 0.8, 0.6, 0.4 of the top frequency
 #   phone: a phone SoC whose dynamic power dominates (0.5 W idle, 5 W active),
 #          the same levels
@@ -63,7 +63,7 @@ for prof in pi phone; do
         labels+=("$prof-$pl-top")
     done
     for pl in layerwise tp; do
-        # the target: twice the TPOT of the run at top frequency (seed 003: the latency
+        # the target: twice the TPOT of the run at top frequency (Voltron: the latency
         # constraint whose margin --energy spends)
         target=$(awk -v t="$(tpot_of "$tmpd/$prof-$pl-top.json")" 'BEGIN {printf "%.3f", 2 * t}')
         run "$prof-$pl-energy" "$prof" --planner "$pl" --tpot-ms "$target" --energy
@@ -111,7 +111,7 @@ set ylabel "mJ per token"
 set grid
 set key top right
 set offsets graph 0.05, graph 0.25, graph 0.1, graph 0.1
-plot "$out/energy.dat" index 0 using 1:2 with points pt 7 ps 1.5 lc rgb "#1f77b4" title "seed 000's Raspberry Pi 4 (3.8 W idle, 4.9 W active)", \
+plot "$out/energy.dat" index 0 using 1:2 with points pt 7 ps 1.5 lc rgb "#1f77b4" title "HeadSplit's Raspberry Pi 4 (3.8 W idle, 4.9 W active)", \
      "" index 0 using 1:2:3 with labels offset 1,0.8 left font ",8" notitle, \
      "" index 1 using 1:2 with points pt 5 ps 1.5 lc rgb "#d62728" title "a phone SoC (0.5 W idle, 5 W active)", \
      "" index 1 using 1:2:3 with labels offset 1,-0.8 left font ",8" notitle

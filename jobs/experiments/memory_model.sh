@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seed 002 Q1 (Fig. 4) for our model shapes: the memory and traffic model of
+# CATS Q1 (Fig. 4) for our model shapes: the memory and traffic model of
 # somegather (r = 0, 0.5, 0.9) against hu2024edge, liu2025communication and
 # bochem2025distributed, as tables, CSV and PNG figures (no model file, no MPI).
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seed 003's shard-wise pruning on stories15M (issue 10 item 3): what pruning
+# Voltron's shard-wise pruning on stories15M: what pruning
 # FFN shards costs in perplexity when the least important go first, against
 # pruning the same number without looking (each layer's first shards), and
 # the precision search on a cluster where even every layer in q4_0 does not

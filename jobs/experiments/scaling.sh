@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seed 003's runtime scaling (issue 10 item 4) on the emulated testbed, two
+# Voltron's runtime scaling on the emulated testbed, two
 # scenarios, each run once with --tpot-ms (the controller lowers precision
 # when TPOT crosses the target and undoes it when the pressure has gone) and
 # once without:
@@ -155,7 +155,7 @@ if [[ "$scenario" == link || "$scenario" == all ]]; then
     run link-scaled "${link_tb[@]}" -- --planner tp -n 900 --tpot-ms 30
     run link-fixed "${link_tb[@]}" -- --planner tp -n 900
     report link 30 5 13 "400 Mbit/s" "40 Mbit/s" "400 Mbit/s"
-    plot link "seed 003 communication scaling: tp, 3 ranks, stories42M shape; shared medium 400 -> 40 -> 400 Mbit/s" 30 \
+    plot link "Voltron communication scaling: tp, 3 ranks, stories42M shape; shared medium 400 -> 40 -> 400 Mbit/s" 30 \
         "--tpot-ms 30 (wire dtype lowered and restored)"
     cat "$out/link.md"
 fi
@@ -164,7 +164,7 @@ if [[ "$scenario" == link-mild || "$scenario" == all ]]; then
     run link-mild-scaled "${mild_tb[@]}" -- --planner tp -n 900 --tpot-ms 30
     run link-mild-fixed "${mild_tb[@]}" -- --planner tp -n 900
     report link-mild 30 5 13 "400 Mbit/s" "120 Mbit/s" "400 Mbit/s"
-    plot link-mild "seed 003 communication scaling per layer: tp, 3 ranks, stories42M shape; 400 -> 120 -> 400 Mbit/s" 30 \
+    plot link-mild "Voltron communication scaling per layer: tp, 3 ranks, stories42M shape; 400 -> 120 -> 400 Mbit/s" 30 \
         "--tpot-ms 30 (some layers' messages lowered and restored)"
     cat "$out/link-mild.md"
 fi
@@ -172,7 +172,7 @@ if [[ "$scenario" == device || "$scenario" == all ]]; then
     device_run device-scaled --planner layerwise --controller-works yes -n 1000 --tpot-ms 9
     device_run device-fixed --planner layerwise --controller-works yes -n 1000
     report device 9 3 7 "full speed" "rank 1 3x slower" "full speed"
-    plot device "seed 003 computation scaling: layer-wise, 2 ranks, stories42M shape; rank 1 3x slower from 3 s to 7 s" 9 \
+    plot device "Voltron computation scaling: layer-wise, 2 ranks, stories42M shape; rank 1 3x slower from 3 s to 7 s" 9 \
         "--tpot-ms 9 (its layers lowered and restored)"
     cat "$out/device.md"
 fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Seed 002 Fig. 5 for its own workload: which time-series models (docs/patchtst.md:
-# 6 layers, 16 heads, FFN 2F) fit on D = 1..16 devices of seed 002's nRF52840
+# CATS Fig. 5 for its own workload: which time-series models (docs/patchtst.md:
+# 6 layers, 16 heads, FFN 2F) fit on D = 1..16 devices of CATS's nRF52840
 # budget (1 MiB flash, 256 KiB RAM), with int8 weights (q8_0: 34 bytes per 32
 # weights, the nearest dtype we have to CMSIS-NN's int8), for feature size F
 # and N patches (tokens), at somegather pruning r = 0, 0.5, 0.9. Flash holds

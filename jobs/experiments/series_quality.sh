@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seed 002 Fig. 7 and Fig. 8 for its own workload (docs/patchtst.md), on the
+# CATS Fig. 7 and Fig. 8 for its own workload (docs/patchtst.md), on the
 # real series of jobs/dev/fetch_series.sh: models trained with PyTorch
 # (train/patchtst.py, Debian's python3-torch) for D devices, evaluated by the
 # engine (`mpirun -np D meshinfer forecast --split`: every test window, the
@@ -19,7 +19,7 @@
 #            [--dropout P] [--only pruning|loss] [--out DIR]
 #   defaults: D 4, 2 seeds, 3 epochs (then 1 per pruning stage, 2 stages; models without pruning
 #   train 5 epochs, as many as a pruned one), 3000 samples per epoch,
-#   dropout 0.1 (the rate models are trained at; seed 002 trains at the loss it deploys at)
+#   dropout 0.1 (the rate models are trained at; CATS trains at the loss it deploys at)
 set -euo pipefail
 . "$(dirname "$0")/../lib/common.sh"
 out="$root/results/series" datasets="sensor_mote3 seattle_hourly sp500" D=4 seeds=2 epochs=3 stage_epochs=1
@@ -134,7 +134,7 @@ done
 
 # ---- summaries and figures: mean and spread (min..max) over seeds
 {
-    echo "# Seed 002 Fig. 7 and 8 for the time-series model (jobs/experiments/series_quality.sh)"
+    echo "# CATS Fig. 7 and 8 for the time-series model (jobs/experiments/series_quality.sh)"
     echo
     echo "D = $D devices, $seeds seeds, $epochs epochs + $stage_epochs per pruning stage (unpruned models: as many in all),"
     echo "$max_samples samples per epoch;"

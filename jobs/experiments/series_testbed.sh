@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Seed 002 Q2 (Fig. 6) for its own workload on the emulated testbed
+# CATS Q2 (Fig. 6) for its own workload on the emulated testbed
 # (jobs/testbed/testbed.sh): time per forecast of the time-series model
 # (docs/patchtst.md) split by somegather over D = 4, 8, 16 devices, pruning
 # r = 0 and 0.9, against the whole model on one device, and the share of
-# rank time spent communicating (seed 002 measured 69-91% on nRF52840s).
+# rank time spent communicating (CATS measured 69-91% on nRF52840s).
 # Devices are microcontroller-like: every compute op is made SLOWDOWN times
 # slower (default 50: a 64 MHz Cortex-M4 against one core here is slower
 # still; the figure is the shape, not the absolute time) inside a CPU quota
 # of CPU% of a core, and every packet crosses one shared medium of RATE Mbit/s
 # (default 1, BLE's 1M PHY) with DELAY ms one way (default 2); activations
-# travel as q8_0 (--wire-dtype; seed 002's devices exchange int8). The model is
+# travel as q8_0 (--wire-dtype; CATS's devices exchange int8). The model is
 # synthetic (seeded weights: time does not depend on their values) unless
 # --model names a trained one.
 # Writes OUT/latency.csv, OUT/latency.md and OUT/latency.png.

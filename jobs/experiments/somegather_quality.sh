@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What seed 002's pruning and message loss cost a real language model:
+# What CATS's pruning and message loss cost a real language model:
 # stories15M's perplexity under somegather on D ranks (default 3) for
 #   pruning: r in {0, 0.25, 0.5, 0.75, 0.9} of every rank's columns in all four
 #     exchanges, communication-aware (columns ranked by the weights they feed

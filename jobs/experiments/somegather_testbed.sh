@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seed 002's latency question on the emulated testbed (jobs/testbed/testbed.sh): time
+# CATS's latency question on the emulated testbed (jobs/testbed/testbed.sh): time
 # per decoded token of somegather (pruning r = 0, 0.5, 0.9) against tp and
 # layer-wise, on D = 2..6 devices (somegather where D divides the KV heads),
 # for stories15M (real weights) and the TinyLlama-1.1B shape (synthetic

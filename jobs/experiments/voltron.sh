@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seed 003 (Voltron, issue 10) on the emulated testbed (jobs/testbed/testbed.sh): a
+# Voltron on the emulated testbed (jobs/testbed/testbed.sh): a
 # heterogeneous cluster of three device classes (a fast device, one 2x and two
 # 4x slower: --slowdown 1,2,4,4, every rank a full core's quota; links 1 ms one
 # way) with memory budgets that no single device meets (stories15M's also rule
@@ -130,7 +130,7 @@ read -r ttft_lo ttft_hi tpot_lo tpot_hi < <(node -e 'const l = require("fs").rea
   const rng = (a, b) => { const v = l.flatMap(r => [+r[a], +r[b]]).filter(x => x > 0); return [Math.min(...v) * 0.7, Math.max(...v) * 1.4]; };
   console.log([...rng(4, 5), ...rng(6, 7)].join(" "))' "$out/voltron.csv")
 plot_png "$out/voltron.png" "1100,480" ",10" <<GP
-set multiplot layout 1,2 title "seed 003 on the testbed: the calibrated cost model's prediction against the measurement (1 ms links; devices 1x, 2x, 4x, 4x slower)"
+set multiplot layout 1,2 title "Voltron on the testbed: the calibrated cost model's prediction against the measurement (1 ms links; devices 1x, 2x, 4x, 4x slower)"
 set grid
 set logscale xy
 set key top left font ",8"

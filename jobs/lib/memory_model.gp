@@ -1,4 +1,4 @@
-# Seed 002 Fig. 4 for our memory and traffic model: RAM per device and bytes
+# CATS Fig. 4 for our memory and traffic model: RAM per device and bytes
 # moved per decoded token against the number of devices D, one line per
 # scheme (somegather at each pruning ratio; hu2024edge, liu2025communication
 # and bochem2025distributed).

@@ -12,7 +12,7 @@
 //   and with hosts statistics OUT_PREFIX_hosts.dat
 //
 // Per-device power is not measured here (no INA260 boards); the energy column is an
-// estimate that applies seed 000's figures ("What the speedup hides": 3.8 W idle,
+// estimate that applies HeadSplit's figures ("What the speedup hides": 3.8 W idle,
 // 4.8-5.0 W active, so 4.9 W) to each rank's measured compute time.
 'use strict';
 const fs = require('fs');
@@ -109,7 +109,7 @@ const rows = files.map(f => {
     };
 });
 
-// Order: layer-wise first, then head-level without and with speculation, as in seed 000's figure.
+// Order: layer-wise first, then head-level without and with speculation, as in HeadSplit's figure.
 const order = { layerwise: 0, roundrobin: 1, random: 2, greedy: 3, tp: 4, somegather: 5, hybrid: 6 };
 const num = x => parseFloat(x) || 0;
 rows.sort((a, b) => a.ranks - b.ranks || num(a.delay_ms) - num(b.delay_ms) || num(a.loss_pct) - num(b.loss_pct) ||
@@ -141,7 +141,7 @@ for (const r of rows) {
 }
 const label = `${rows[0].model}${rows[0].synthetic ? ' (synthetic weights)' : ''}, ${rows[0].weights} weights, ` +
               `${rows[0].wire} messages`;
-let md = `# Sweep: ${label}\n\nPer-device energy is an estimate: seed 000's 3.8 W idle and 4.9 W active applied to each rank's measured compute time.\n`;
+let md = `# Sweep: ${label}\n\nPer-device energy is an estimate: HeadSplit's 3.8 W idle and 4.9 W active applied to each rank's measured compute time.\n`;
 for (const [k, g] of groups) {
     const base = g.find(r => r.planner === 'layerwise');
     const rtt = g.reduce((s, r) => s + r.rtt_ms, 0) / g.length;

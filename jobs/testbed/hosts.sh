@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A testbed of hosts on one machine (issue 13): every device of a cluster file
+# A testbed of hosts on one machine: every device of a cluster file
 # becomes a host, a network namespace with its own address on a private /24
 # bridge, its own name (in /etc/hosts and its own UTS hostname), its own CPU
 # quota (a cgroup), and its own link: delay, jitter and loss on what it sends

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Interconnect swapping, measured (issue 13): the same generation over Open
+# Interconnect swapping, measured: the same generation over Open
 # MPI's shared memory on one host (btl vader), TCP on that host's loopback
 # (btl tcp on lo), and TCP between separate hosts (jobs/testbed/hosts.sh: one network
 # namespace per rank, veths on a bridge; no delay, loss, bandwidth limit or CPU

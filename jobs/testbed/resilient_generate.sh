@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A generation that survives lost devices (issue 11 item 5, Petals-style
+# A generation that survives lost devices (Petals-style
 # history replay): runs `meshinfer generate --journal` under mpirun on the
 # hosts of a hostfile; when a rank dies (mpirun names its host), relaunches
 # `generate --resume` on the hosts left -- the hostfile with one slot of that

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Soak (issue 11 item 7): many consecutive generations in one job on the
+# Soak: many consecutive generations in one job on the
 # emulated testbed (jobs/testbed/testbed.sh: a CPU quota per rank, link delay and
 # packet loss, TCP retransmitting), on a cluster whose budgets force memory
 # re-placements as the context grows; `generate --repeat` empties the KV cache,

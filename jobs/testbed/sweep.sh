@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Seed 000's experiment as a sweep on the emulated testbed (jobs/testbed/testbed.sh):
+# HeadSplit's experiment as a sweep on the emulated testbed (jobs/testbed/testbed.sh):
 # planners x speculation on/off x rank counts x link delay (RTT) x loss x tolerance.
 # Each run's --json is kept in DIR/NAME/runs/ (an interrupted sweep resumes
 # where it stopped, given the same --out); jobs/lib/sweep_summary.js turns them into

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Emulated device testbed (seed 000's five-Pi experiment on one machine): runs
+# Emulated device testbed (HeadSplit's five-Pi experiment on one machine): runs
 # one MPI job where every rank lives in its own CPU-quota cgroup (a device's
 # compute budget) and every TCP link between ranks gets delay, jitter and loss
 # (mi_netem on an NFQUEUE, since this kernel has no tc netem). Everything it
@@ -29,7 +29,7 @@
 #   --at T:link=D/R    at T seconds into the run, every link's delay becomes D ms
 #                      and the medium's rate R Mbit/s (0: unlimited); repeatable
 #   --at T:rank=K,slowdown=S  at T seconds, rank K becomes S times slower;
-#                      repeatable (issue 10's runtime scaling: a link degrades,
+#                      repeatable (Voltron's runtime scaling: a link degrades,
 #                      a device slows down, mid-run)
 #   --cpu-period-ms T  quota period (default 5): a rank that used its share
 #                      waits out the rest of the period, so long periods add
