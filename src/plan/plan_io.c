@@ -103,6 +103,25 @@ static int somegather_json(cJSON *doc, const mi_plan *plan)
     return send != NULL;
 }
 
+/* A layer's placement into lj: "kv_rank", "proj_rank" and "ffn" slices, as
+ * plan files and the placement JSON write them. 1, or 0 when out of memory. */
+static int layer_json(cJSON *lj, const mi_layer_plan *lp, const mi_config *c)
+{
+    cJSON *kv = cJSON_CreateIntArray(lp->kv_rank, c->n_kv_heads);
+    if (!kv || !cJSON_AddItemToObject(lj, "kv_rank", kv)) {
+        cJSON_Delete(kv);
+        return 0;
+    }
+    if (!cJSON_AddNumberToObject(lj, "proj_rank", lp->proj_rank))
+        return 0;
+    cJSON *ffn = slices_json(lp->ffn, lp->n_ffn);
+    if (!ffn || !cJSON_AddItemToObject(lj, "ffn", ffn)) {
+        cJSON_Delete(ffn);
+        return 0;
+    }
+    return 1;
+}
+
 static cJSON *plan_json(const mi_plan *plan, const char *planner_name)
 {
     const mi_config *c = &plan->cfg;
@@ -130,17 +149,7 @@ static cJSON *plan_json(const mi_plan *plan, const char *planner_name)
             cJSON_Delete(lj);
             break;
         }
-        cJSON *kv = cJSON_CreateIntArray(lp->kv_rank, c->n_kv_heads);
-        ok = kv && cJSON_AddItemToObject(lj, "kv_rank", kv);
-        if (!ok) {
-            cJSON_Delete(kv);
-            break;
-        }
-        ok = cJSON_AddNumberToObject(lj, "proj_rank", lp->proj_rank) != NULL;
-        cJSON *ffn = ok ? slices_json(lp->ffn, lp->n_ffn) : NULL;
-        ok = ffn && cJSON_AddItemToObject(lj, "ffn", ffn);
-        if (!ok)
-            cJSON_Delete(ffn);
+        ok = layer_json(lj, lp, c);
     }
     cJSON *cls = ok ? slices_json(plan->cls, plan->n_cls) : NULL;
     ok = cls && cJSON_AddItemToObject(doc, "classifier", cls);
@@ -267,15 +276,8 @@ int mi_plan_placement_json(const mi_plan *plan, FILE *f)
             cJSON_Delete(lj);
             break;
         }
-        cJSON *kv = cJSON_CreateIntArray(lp->kv_rank, c->n_kv_heads), *ffn = slices_json(lp->ffn, lp->n_ffn);
-        ok = cJSON_AddNumberToObject(lj, "layer", l) && kv && cJSON_AddItemToObject(lj, "kv_rank", kv);
-        if (!ok)
-            cJSON_Delete(kv);
-        ok = ok && cJSON_AddNumberToObject(lj, "proj_rank", lp->proj_rank) && ffn &&
-             cJSON_AddItemToObject(lj, "ffn", ffn);
-        if (!ok)
-            cJSON_Delete(ffn);
-        ok = ok && cJSON_AddBoolToObject(lj, "speculate", lp->speculate != 0);
+        ok = cJSON_AddNumberToObject(lj, "layer", l) && layer_json(lj, lp, c) &&
+             cJSON_AddBoolToObject(lj, "speculate", lp->speculate != 0);
     }
     cJSON *cls = ok ? slices_json(plan->cls, plan->n_cls) : NULL;
     ok = cls && cJSON_AddItemToObject(doc, "classifier", cls);
