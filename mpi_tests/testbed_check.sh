@@ -54,13 +54,15 @@ for p in layerwise somegather; do
         "$root/jobs/testbed/testbed.sh" --ranks 3 --cpu-pct 60 --delay-ms $d --jitter-ms 0 --port $port -- \
             generate -m "$model" -n 24 --planner $p --json > "$tmp/cp-$p-$d.json" 2> "$tmp/cp.err" || tail -3 "$tmp/cp.err"
     done
-    # medians of the steps: one step a neighbour on this VM stretches must not tilt a 24-step mean
+    # medians of the steps: one step a neighbour on this VM stretches must not tilt a 24-step mean;
+    # within 10% and half a delay: the median of one 24-step run moves by about 3 ms here (layer-wise
+    # measured 3.36 delays against its 3 in one of five runs), a miscount by one delay still fails
     res=$(node -e 'const f = (p) => JSON.parse(require("fs").readFileSync(p));
       const med = (j) => { const t = [...j.scaling.token_ms].sort((x, y) => x - y); return t[t.length >> 1]; };
       const a = f(process.argv[1]), b = f(process.argv[2]);
       const slope = (med(b) - med(a)) / 6, want = a.critical_path_delays, err = b.calibrated_token_ms / med(b) - 1;
       console.log(slope.toFixed(2), want, (100 * err).toFixed(0),
-                  Math.abs(slope - want) <= 0.1 * want && Math.abs(err) <= 0.15 ? "ok" : "BAD")' \
+                  Math.abs(slope - want) <= 0.1 * want + 0.5 && Math.abs(err) <= 0.15 ? "ok" : "BAD")' \
         "$tmp/cp-$p-2.json" "$tmp/cp-$p-8.json" 2>&1)
     check "$p: delays per token measured/programs, calibrated prediction error %: $res" "[[ '$res' == *ok ]]"
 done
