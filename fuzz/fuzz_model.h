@@ -23,7 +23,7 @@ static inline void fuzz_tiny_config(mi_config *c, int shared)
 static inline void fuzz_tiny_series_config(mi_config *c)
 {
     memset(c, 0, sizeof *c);
-    c->family = MI_FAMILY_PATCHTST;
+    mi_config_set_family(c, MI_FAMILY_PATCHTST);
     c->dim = 32, c->hidden_dim = 64, c->n_layers = 2, c->n_heads = c->n_kv_heads = 4, c->head_dim = 8;
     c->patch_len = 4, c->patch_stride = 2, c->lookback = 12, c->seq_len = 5, c->horizon = c->vocab_size = 4;
     c->n_channels = 2, c->rope_theta = 10000.0f, c->norm_eps = 1e-5f, c->synthetic = 1;

@@ -14,17 +14,42 @@
 enum { MI_WQ, MI_WK, MI_WV, MI_WO, MI_W1, MI_W2, MI_W3, MI_N_LAYER_MATS };
 #define MI_MAX_LAYERS 1024
 
-/* Model families. */
+/* Model families. A language model's family is a name plus the traits
+ * below (mi_config_set_family); the blocks read the traits, never the name. */
 typedef enum {
-    MI_FAMILY_LLAMA = 0,    /* RMSNorm, RoPE, causal attention, SwiGLU FFN, token embeddings, logits */
+    MI_FAMILY_LLAMA = 0,    /* Llama 2/3, TinyLlama: RMSNorm, RoPE, causal attention, SwiGLU FFN */
     MI_FAMILY_PATCHTST = 1, /* CATS's workload: patch embedding, LayerNorm with bias, non-causal
                                attention with biases, GELU MLP with biases, a linear forecasting head
                                over all patches (vocab_size = horizon, seq_len = n_patches) */
+    MI_FAMILY_QWEN2 = 2,    /* Qwen1.5, Qwen2.5: Llama with biases on q, k, v */
+    MI_FAMILY_QWEN3 = 3,    /* Qwen3: Llama with RMSNorm of each q and k head; head_dim free of dim */
+    MI_FAMILY_GEMMA3 = 4,   /* Gemma 3: GeGLU, norms after attention and FFN too, scaled embeddings,
+                               q/k norms, sliding-window (local) layers between global ones */
+    MI_FAMILY_GPT2 = 5,     /* GPT-2: LayerNorm with bias, GELU MLP, learned positions, biases */
+    MI_N_FAMILIES
 } mi_family;
 
-/* "llama" or "patchtst". */
+/* "llama", "patchtst", "qwen2", "qwen3", "gemma3", "gpt2". */
 const char *mi_family_name(int family);
+/* The family named s (as mi_family_name), or -1. */
+int mi_family_parse(const char *s);
+/* The language-model families, comma-separated, for messages and --help. */
+const char *mi_family_names(void);
 
+/* Norms, FFN activations and rotary embeddings of the families' blocks. */
+typedef enum { MI_NORMK_RMS = 0, MI_NORMK_LAYER = 1 } mi_norm_type; /* LAYER: mean-centred, with bias */
+typedef enum {
+    MI_FFNK_SWIGLU = 0,  /* w2 (silu(w1 x) * w3 x) */
+    MI_FFNK_GELU_ERF,    /* w2 gelu(w1 x + b1) + b2, exact GELU (the time-series family) */
+    MI_FFNK_GEGLU,       /* w2 (gelu_tanh(w1 x) * w3 x) (Gemma) */
+    MI_FFNK_GELU_TANH,   /* w2 gelu_tanh(w1 x + b1) + b2 (GPT-2's "gelu_new") */
+} mi_ffn_type;
+/* (0 is every zeroed config's: Llama's, as llama2.c files have always run) */
+typedef enum {
+    MI_ROPE_PAIRS = 0,   /* rotate pairs (2i, 2i+1) of a head: Meta's and llama2.c's order, GGUF llama */
+    MI_ROPE_HALVES,      /* rotate pairs (i, i + head_dim/2): Hugging Face's rotate_half, GGUF NEOX */
+    MI_ROPE_NONE,        /* no rotary embedding (learned or patch positions) */
+} mi_rope_type;
 typedef struct {
     int family;         /* mi_family */
     int dim;            /* d_model */
@@ -32,11 +57,11 @@ typedef struct {
     int n_layers;
     int n_heads;        /* query heads */
     int n_kv_heads;     /* key/value heads (grouped-query attention when < n_heads) */
-    int head_dim;       /* dim / n_heads */
+    int head_dim;       /* width of one head: dim / n_heads, or the family's own (Qwen3, Gemma 3) */
     int vocab_size;
     int seq_len;        /* context length: positions 0 .. seq_len-1 */
-    float rope_theta;
-    float norm_eps;     /* RMSNorm epsilon */
+    float rope_theta;   /* RoPE base (of the global layers when some are local) */
+    float norm_eps;     /* RMSNorm (or LayerNorm) epsilon */
     int shared_classifier; /* 1: logits use tok_embeddings (tied), 0: separate classifier */
     int synthetic;      /* 1: seeded random weights, not a trained model */
     char name[64];      /* shape name or source, e.g. "stories15M" */
@@ -45,6 +70,23 @@ typedef struct {
     unsigned char dtype[MI_MAX_LAYERS][MI_N_LAYER_MATS];
     unsigned char emb_dtype; /* token embeddings */
     unsigned char cls_dtype; /* classifier (the embeddings' dtype when shared) */
+    /* The family's traits (mi_config_set_family sets its defaults; files store them). */
+    unsigned char norm_type;   /* mi_norm_type of every norm */
+    unsigned char ffn_type;    /* mi_ffn_type */
+    unsigned char rope_type;   /* mi_rope_type */
+    unsigned char qkv_bias;    /* biases on q, k, v (wq_b, wk_b, wv_b) */
+    unsigned char out_bias;    /* biases on wo and the FFN (wo_b, w1_b, w2_b) */
+    unsigned char qk_norm;     /* RMSNorm of every q and k head, weights [head_dim] (q_norm, k_norm) */
+    unsigned char post_norms;  /* attention and FFN outputs normed before they join the residual
+                                  (post_attention_norm, post_ffn_norm) */
+    unsigned char pos_embed;   /* learned absolute positions pos_embed [seq_len, dim] added to the embeddings */
+    unsigned char rope_freqs;  /* /rope_freqs [head_dim/2]: each frequency divided by its factor (Llama 3's
+                                  RoPE scaling, linear scaling) in the global layers */
+    float emb_scale;           /* embeddings multiplied by this (Gemma: sqrt(dim)); 0: 1 */
+    float attn_scale;          /* scores multiplied by this; 0: 1/sqrt(head_dim) */
+    float rope_theta_local;    /* RoPE base of the local layers (0: rope_theta) */
+    int sliding_window;        /* local layers attend to the last sliding_window positions; 0: none */
+    int swa_period;            /* layer l is global when (l+1) % swa_period == 0, else local; 0: all global */
     /* MI_FAMILY_PATCHTST only (0 otherwise) */
     int patch_len;      /* values of one channel per patch (P) */
     int patch_stride;   /* rows between the starts of consecutive patches (S) */
@@ -63,6 +105,22 @@ extern const char *const mi_layer_mat_names[MI_N_LAYER_MATS];
  * of 32). Returns 0, or -1 with one line naming the offending field in err
  * (MI_ERRLEN). */
 int mi_config_validate(const mi_config *c, char *err);
+
+/* Fill c's family and its traits' defaults (the sizes stay). */
+void mi_config_set_family(mi_config *c, int family);
+
+/* 1 when layer l attends through a sliding window (a local layer). */
+static inline int mi_config_layer_local(const mi_config *c, int l)
+{
+    return c->sliding_window > 0 && (c->swa_period <= 0 || (l + 1) % c->swa_period != 0);
+}
+
+/* 1 for the language-model families (tokens in, logits out). */
+static inline int mi_config_is_lm(const mi_config *c) { return c->family != MI_FAMILY_PATCHTST; }
+
+/* Width of the attention heads side by side: n_heads * head_dim (equal to
+ * dim except where the family frees head_dim, e.g. Qwen3 and Gemma 3). */
+static inline int mi_q_dim(const mi_config *c) { return c->n_heads * c->head_dim; }
 
 /* Query heads that share one KV head (n_heads / n_kv_heads). */
 static inline int mi_kv_group(const mi_config *c) { return c->n_heads / c->n_kv_heads; }
@@ -116,6 +174,14 @@ size_t mi_kv_cache_bytes(const mi_config *c, int n_pos);
  * "stories110M", "tinyllama-1.1b", and "tiny-gqa" (a small GQA model for tests).
  * Fills *c (synthetic=1). Returns 0, or -1 if the name is unknown. */
 int mi_config_from_shape(const char *shape, mi_config *c);
+
+/* Llama 3's RoPE scaling as frequency divisors (config.h rope_freqs):
+ * out[i] for i < head_dim/2 divides theta^(-2i/head_dim); wavelengths
+ * shorter than orig_ctx/high keep their frequency, longer than orig_ctx/low
+ * are divided by factor, and those between blend smoothly (Meta's
+ * apply_scaling). */
+void mi_rope_llama3_factors(int head_dim, float theta, float factor, float low, float high, int orig_ctx,
+                            float *out);
 
 /* Comma-separated list of shape names, for --help text. */
 const char *mi_config_shape_names(void);

@@ -12,6 +12,7 @@ typedef struct {
     int max_T;
     float *x;      /* [max_T, dim] residual stream */
     float *xn;     /* [max_T, dim] normalised input of a block */
+    float *tmp;    /* [max_T, dim] a block's output before its post-norm (post_norms families) */
     float *q;      /* [max_T, n_heads*head_dim] */
     float *k, *v;  /* [max_T, kv_dim] */
     float *heads;  /* [max_T, n_heads*head_dim] attention output before wo */
@@ -23,9 +24,19 @@ typedef struct {
 void mi_scratch_init(mi_scratch *s, const mi_config *c, int max_T);
 void mi_scratch_free(mi_scratch *s);
 
+/* The family's norm (RMSNorm, or LayerNorm with bias b) of T rows of dim:
+ * out = norm(x) * w (+ b). out may be x. */
+void mi_norm_rows(const mi_config *c, float *out, const float *x, const float *w, const float *b, int T);
+
+/* A block's output joining the residual through a post-norm (Gemma): for
+ * each of T rows, x[:dim] += RMSNorm(y[:dim]) * w; rows ldy and ldx apart. */
+void mi_post_norm_add(const mi_model *m, const float *w, const float *y, int ldy, int T, float *x, int ldx);
+
 /* Attention of layer l on this device's KV heads [kv0, kv0+n_kv): project xn
- * ([T, dim], already RMS-normalised) to Q/K/V, rotate, append K/V to the cache at
- * positions pos0 .. pos0+T-1, attend. heads_out: [T, n_kv*group*head_dim]. */
+ * ([T, dim], already normalised) to Q/K/V, add their biases, norm each head,
+ * rotate (the layer's RoPE table: a local layer's own base), append K/V to
+ * the cache at positions pos0 .. pos0+T-1, attend (causal; a local layer
+ * only within its sliding window). heads_out: [T, n_kv*group*head_dim]. */
 void mi_attn_block(mi_model *m, int l, mi_scratch *s, const float *xn, int T, int pos0, float *heads_out);
 
 /* ---- the blocks' one implementation, on row-strided buffers ----
@@ -42,9 +53,15 @@ typedef struct {
     void *ctx;
 } mi_product;
 
-/* The FFN's activation: SwiGLU (Llama: silu(w1 x) * w3 x) or GELU with
- * bias (the time-series family: gelu(w1 x + b1), no gate). */
-typedef enum { MI_ACT_SWIGLU = 0, MI_ACT_GELU } mi_ffn_act;
+/* The FFN's activation (config.h mi_ffn_type): SwiGLU (Llama: silu(w1 x) *
+ * w3 x), GELU with bias (the time-series family: gelu(w1 x + b1), no gate),
+ * GeGLU (Gemma: gelu_tanh(w1 x) * w3 x), GELU-tanh with bias (GPT-2). */
+typedef enum {
+    MI_ACT_SWIGLU = MI_FFNK_SWIGLU,
+    MI_ACT_GELU = MI_FFNK_GELU_ERF,
+    MI_ACT_GEGLU = MI_FFNK_GEGLU,
+    MI_ACT_GELU_TANH = MI_FFNK_GELU_TANH,
+} mi_ffn_act;
 /* The activation of model c's family. */
 mi_ffn_act mi_config_ffn_act(const mi_config *c);
 

@@ -52,16 +52,23 @@ void mi_matmul_add(float *y, const float *x, const mi_tensor *W, int T);
  * same numbers as mi_matmul on packed copies. */
 void mi_matmul_ld(float *y, int ldy, const float *x, int ldx, const mi_tensor *W, int T, int add);
 
-/* RoPE rotation tables: cos/sin of pos * theta^(-2i/head_dim), [seq_len][head_dim/2]. */
+/* RoPE rotation tables: cos/sin of pos * theta^(-2i/head_dim), [seq_len][head_dim/2];
+ * halves: which elements of a head rotate together (mi_rope_apply). */
 typedef struct {
     int seq_len, head_dim;
+    int halves;
     float *cos, *sin;
 } mi_rope_table;
 void mi_rope_init(mi_rope_table *r, int seq_len, int head_dim, float theta);
+/* The same with frequency i divided by factors[i] (factors NULL: none; Llama
+ * 3's RoPE scaling and linear scaling are such factors) and halves set. */
+void mi_rope_init_scaled(mi_rope_table *r, int seq_len, int head_dim, float theta, const float *factors,
+                         int halves);
 void mi_rope_free(mi_rope_table *r);
 
-/* Rotate adjacent pairs (2i, 2i+1) of each head (llama2.c convention) of
- * v[T][n_heads*head_dim] at positions pos0 .. pos0+T-1. */
+/* Rotate each head of v[T][n_heads*head_dim] at positions pos0 .. pos0+T-1:
+ * adjacent pairs (2i, 2i+1) (llama2.c convention), or with r->halves the
+ * pairs (i, i + head_dim/2) (Hugging Face's rotate_half). */
 void mi_rope_apply(const mi_rope_table *r, float *v, int T, int pos0, int n_heads);
 
 /* Causal attention of n_q query heads that share KV heads in groups of
@@ -70,6 +77,17 @@ void mi_rope_apply(const mi_rope_table *r, float *v, int T, int pos0, int n_head
  * up to position pos0+T-1. out: [T][n_q*head_dim]. att: scratch of seq_len floats. */
 void mi_attention(float *out, const float *q, const float *kc, const float *vc, int T, int pos0, int n_q,
                   int group, int head_dim, int seq_len, float *att);
+/* The same with the scores scaled by scale (instead of 1/sqrt(head_dim))
+ * and, window > 0, position p attending only to the last `window`
+ * positions (p - window, p] (a sliding-window layer). */
+void mi_attention_ex(float *out, const float *q, const float *kc, const float *vc, int T, int pos0, int n_q,
+                     int group, int head_dim, int seq_len, float *att, float scale, int window);
+
+/* x = gelu(x) with the tanh approximation (GPT-2's gelu_new, Gemma's
+ * gelu_pytorch_tanh), over n values. */
+void mi_gelu_tanh(float *x, size_t n);
+/* h1 = gelu_tanh(h1) * h3 (Gemma's GeGLU gate). */
+void mi_geglu(float *h1, const float *h3, size_t n);
 
 /* h1 = silu(h1) * h3, elementwise over n values (SwiGLU gate). */
 void mi_swiglu(float *h1, const float *h3, size_t n);

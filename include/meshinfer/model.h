@@ -67,6 +67,10 @@ typedef struct {
     mi_tensor wo;           /* [dim, n_in]: n_in = n_heads*head_dim (FULL) or n_kv*group*head_dim (HEADS);
                                [no, n_heads*head_dim] (ROWS) */
     float *ffn_norm;        /* [dim], held with the FFN */
+    /* the traits' vectors (NULL where the family has none) */
+    float *q_norm, *k_norm; /* [head_dim] RMSNorm of each q and k head (qk_norm), held with attention */
+    float *post_attn_norm;  /* [dim] norm of the attention output (post_norms), held with the projection */
+    float *post_ffn_norm;   /* [dim] norm of the FFN output (post_norms), held with the FFN */
     mi_tensor w1, w3;       /* [nf, dim] (no w3 in the time-series family: its MLP is gelu(w1 x + b1)) */
     mi_tensor w2;           /* [dim, nf]: a column block of w2; [no, hidden_dim] with w2_rows */
     void *arena;            /* the layer's weights */
@@ -81,19 +85,22 @@ typedef struct {
     int emb_c0, emb_nc;     /* the embedding columns held: [emb_c0, emb_c0+emb_nc) of dim */
     int emb_skip;           /* column of tok_embeddings where emb_c0 is (the covering blocks start earlier) */
     float *norm;            /* [dim] final RMSNorm, held with embeddings or a classifier slice */
+    float *norm_b;          /* [dim] its bias (LayerNorm families), else NULL */
     int cls_v0, cls_nv;
     mi_tensor classifier;   /* [cls_nv, dim]; may be a view of rows of tok_embeddings when tied */
     /* the time-series family (docs/patchtst.md): patches instead of tokens, a forecasting head instead
      * of the classifier; every device that embeds holds the whole patch embedding (dim * patch_len) */
     mi_tensor patch_embed;  /* [dim, patch_len] */
     float *patch_embed_b;   /* [dim] */
-    float *pos_embed;       /* [seq_len (n_patches), dim] */
+    float *pos_embed;       /* [seq_len (n_patches), dim]: also GPT-2's learned positions (pos_embed trait) */
     float *cls_b;           /* [cls_nv] the head's bias rows (classifier: head rows [cls_nv, n_patches*dim]) */
     int cls_alias;          /* classifier points into tok_embeddings */
     void *arena;            /* embeddings, final norm and classifier */
     size_t arena_bytes;
     mi_layer *layers;       /* [n_layers] */
-    mi_rope_table rope;
+    mi_rope_table rope;     /* the global layers' (all layers' without a sliding window) */
+    mi_rope_table rope_local; /* the local layers' (its own base), when the family has them */
+    float *rope_freqs;      /* [head_dim/2] the global table's frequency divisors (rope_freqs trait), else NULL */
     size_t weight_bytes;    /* bytes of weights held (what this device must store) */
     size_t kv_bytes;        /* bytes of KV cache allocated */
 } mi_model;
@@ -154,9 +161,11 @@ int mi_model_check_finite(const mi_model *m, const char *path, size_t *n_weights
 
 void mi_model_free(mi_model *m);
 
-/* Columns [emb_c0, emb_c0+emb_nc) of token tok's embedding row into
- * out[emb_nc] (the whole row for a device holding all embeddings). */
-void mi_model_embed(const mi_model *m, int tok, float *out);
+/* Columns [emb_c0, emb_c0+emb_nc) of token tok's embedding at position pos
+ * into out[emb_nc] (the whole row for a device holding all embeddings):
+ * the embedding row times emb_scale, plus the learned position's row where
+ * the family has one. */
+void mi_model_embed(const mi_model *m, int tok, int pos, float *out);
 
 /* Free layer l's weights and KV cache (its arena), leaving it empty. */
 void mi_layer_free(mi_layer *L);

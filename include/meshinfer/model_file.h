@@ -39,6 +39,23 @@
  * byte-for-byte transposes of the in-memory row layout. A shard's rows stay one
  * hyperslab of qs and one of d; for wo_t and w2_t it must be whole blocks.
  *
+ * Format_version 4 is a language model of a family other than Llama 2's
+ * (config.h): the version 2 attributes plus `family` ("llama", "qwen2",
+ * "qwen3", "gemma3", "gpt2") and the traits as integer or float attributes
+ * (norm_type, ffn_type, rope_type, qkv_bias, out_bias, qk_norm, post_norms,
+ * pos_embed, rope_freqs, emb_scale, attn_scale, rope_theta_local,
+ * sliding_window, swa_period: the values of config.h's fields), and the
+ * tensors the traits add, float32:
+ *   /norm_b [dim], /layers/LLL/attention_norm_b, ffn_norm_b [dim]   LayerNorm biases
+ *   /layers/LLL/wq_b [n_heads*head_dim], wk_b, wv_b [n_kv_heads*head_dim]   qkv_bias
+ *   /layers/LLL/wo_b [dim], w1_b [hidden_dim], w2_b [dim]           out_bias
+ *   /layers/LLL/q_norm, k_norm [head_dim]                           qk_norm
+ *   /layers/LLL/post_attention_norm, post_ffn_norm [dim]            post_norms
+ *   /pos_embed [seq_len, dim]                                       pos_embed
+ *   /rope_freqs [head_dim/2]                                        rope_freqs
+ * and no w3 where the FFN has no gate (GPT-2). Norm weights are stored as
+ * they multiply (Gemma's 1 + w is stored summed).
+ *
  * CATS's time-series family (format_version 3, family = "patchtst") has
  * its own attributes and tensors, with biases and no tokenizer; see
  * docs/patchtst.md, which the training script follows too. */
@@ -52,6 +69,7 @@
 
 #define MI_FORMAT_VERSION 2
 #define MI_FORMAT_VERSION_SERIES 3 /* the time-series family: docs/patchtst.md gives its layout */
+#define MI_FORMAT_VERSION_FAMILY 4 /* a language model's family and traits (see above) */
 
 typedef struct mi_model_file mi_model_file;
 

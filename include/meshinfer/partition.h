@@ -52,7 +52,8 @@ typedef enum {
     MI_OP_PROJ,      /* buf[:, c0:c0+n] (+)= in[:, i0:i0+ni] @ wo^T, wo = this rank's [n, ni] of `layer` */
     MI_OP_FFN_UP,    /* HIDDEN[:, c0:c0+n] = silu(w1 XN) * (w3 XN), this rank's n units */
     MI_OP_FFN_DOWN,  /* buf[:, c0:c0+n] (+)= in[:, i0:i0+ni] @ w2^T, w2 = this rank's [n, ni] */
-    MI_OP_ADD,       /* X[:, c0:c0+n] += TMP[:, c0:c0+n] */
+    MI_OP_ADD,       /* X[:, c0:c0+n] += TMP[:, c0:c0+n] (POSTNORM variant: += the post-norm of TMP's rows
+                        of `layer`'s block `norm`, MI_NORM_ATTN or MI_NORM_FFN) */
     MI_OP_SPEC_TEST, /* HeadSplit speculation test of `layer`: accepted = max over positions of
                         ||TMP|| / ||X|| < tolerance (before the ADD) */
     MI_OP_LOGITS,    /* LOGITS[:, c0:c0+n] = classifier rows [c0, c0+n) @ XN, last positions only */
@@ -82,6 +83,7 @@ enum {
     MI_OPF_IF_REJECTED = 4, /* NORM, ATTN: only when the last speculation test rejected */
     MI_OPF_LAST = 8,        /* NORM(_LOCAL), LOGITS, GATHERV: only the positions whose logits are wanted
                                (the last one, or all), written to rows 0.. */
+    MI_OPF_SUM = 16,        /* ALLREDUCE: leave the sum in TMP (an ADD joins it to X through a post-norm) */
 };
 
 /* The model family's variant of a compute op (a family is a config plus op
@@ -92,6 +94,9 @@ typedef enum {
     MI_OPV_PATCHES,      /* EMBED: patch embedding of the time-series input (series.h) */
     MI_OPV_LAYERNORM,    /* NORM, NORM_LOCAL: LayerNorm with bias (mean-centred) */
     MI_OPV_GELU,         /* FFN_UP: gelu(w1 XN + b1), no gate */
+    MI_OPV_GEGLU,        /* FFN_UP: gelu_tanh(w1 XN) * (w3 XN) (Gemma) */
+    MI_OPV_GELU_TANH,    /* FFN_UP: gelu_tanh(w1 XN + b1), no gate (GPT-2) */
+    MI_OPV_POSTNORM,     /* ADD: X += RMSNorm(TMP) * the block's post-norm (Gemma) */
     MI_OPV_SERIES_HEAD,  /* LOGITS: the forecasting head over every patch of X (one output row) */
 } mi_op_variant;
 

@@ -51,14 +51,24 @@ void mi_rmsnorm_held(float *out, const float *x, const float *w, int T, int dim,
 
 void mi_rope_init(mi_rope_table *r, int seq_len, int head_dim, float theta)
 {
+    mi_rope_init_scaled(r, seq_len, head_dim, theta, NULL, 0);
+}
+
+void mi_rope_init_scaled(mi_rope_table *r, int seq_len, int head_dim, float theta, const float *factors,
+                         int halves)
+{
     int half = head_dim / 2;
     r->seq_len = seq_len;
     r->head_dim = head_dim;
+    r->halves = halves;
     r->cos = mi_malloc((size_t)seq_len * half * sizeof(float), "RoPE table");
     r->sin = mi_malloc((size_t)seq_len * half * sizeof(float), "RoPE table");
     for (int p = 0; p < seq_len; p++)
         for (int i = 0; i < half; i++) {
+            /* float powf as llama2.c computes it: stories15M's text depends on its rounding */
             float freq = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim);
+            if (factors)
+                freq /= factors[i];
             float a = (float)p * freq;
             r->cos[(size_t)p * half + i] = cosf(a);
             r->sin[(size_t)p * half + i] = sinf(a);
@@ -79,6 +89,17 @@ void mi_rope_apply(const mi_rope_table *r, float *v, int T, int pos0, int n_head
         const float *c = r->cos + (size_t)(pos0 + t) * half;
         const float *s = r->sin + (size_t)(pos0 + t) * half;
         float *vt = v + (size_t)t * n_heads * hd;
+        if (r->halves) {
+            for (int h = 0; h < n_heads; h++) {
+                float *vh = vt + (size_t)h * hd;
+                for (int i = 0; i < half; i++) {
+                    float a = vh[i], b = vh[i + half];
+                    vh[i] = a * c[i] - b * s[i];
+                    vh[i + half] = a * s[i] + b * c[i];
+                }
+            }
+            continue;
+        }
         for (int h = 0; h < n_heads; h++) {
             float *vh = vt + (size_t)h * hd;
             for (int i = 0; i < half; i++) {
@@ -127,7 +148,12 @@ void mi_softmax(float *x, int n)
 void mi_attention(float *out, const float *q, const float *kc, const float *vc, int T, int pos0, int n_q,
                   int group, int head_dim, int seq_len, float *att)
 {
-    const float scale = 1.0f / sqrtf((float)head_dim);
+    mi_attention_ex(out, q, kc, vc, T, pos0, n_q, group, head_dim, seq_len, att, 1.0f / sqrtf((float)head_dim), 0);
+}
+
+void mi_attention_ex(float *out, const float *q, const float *kc, const float *vc, int T, int pos0, int n_q,
+                     int group, int head_dim, int seq_len, float *att, float scale, int window)
+{
     for (int t = 0; t < T; t++) {
         int pos = pos0 + t;
         for (int h = 0; h < n_q; h++) {
@@ -137,15 +163,17 @@ void mi_attention(float *out, const float *q, const float *kc, const float *vc, 
             /* scores = K[0..pos] q: the cache rows as an fp32 tensor, so the
              * SIMD family's row kernel computes them (a scalar loop here
              * took a sixth of stories15M's decode time) */
-            mi_tensor K = {MI_F32, pos + 1, head_dim, (void *)kh, NULL};
+            /* a sliding window starts at p0: the keys before it are masked */
+            int p0 = window > 0 && pos + 1 > window ? pos + 1 - window : 0, n = pos + 1 - p0;
+            mi_tensor K = {MI_F32, n, head_dim, (void *)(kh + (size_t)p0 * head_dim), NULL};
             mi_matmul(att, qh, &K, 1);
-            for (int p = 0; p <= pos; p++)
+            for (int p = 0; p < n; p++)
                 att[p] *= scale;
-            mi_softmax(att, pos + 1);
+            mi_softmax(att, n);
             float *oh = out + ((size_t)t * n_q + h) * head_dim;
             memset(oh, 0, (size_t)head_dim * sizeof(float));
-            for (int p = 0; p <= pos; p++) {
-                const float *v = vh + (size_t)p * head_dim;
+            for (int p = 0; p < n; p++) {
+                const float *v = vh + (size_t)(p0 + p) * head_dim;
                 float a = att[p];
                 for (int i = 0; i < head_dim; i++)
                     oh[i] += a * v[i];
@@ -185,6 +213,21 @@ void mi_gelu(float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         x[i] = (float)(0.5 * x[i] * (1.0 + erf(x[i] * 0.70710678118654752440)));
+}
+
+void mi_gelu_tanh(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i];
+        x[i] = (float)(0.5 * v * (1.0 + tanh(0.79788456080286535588 * (v + 0.044715 * v * v * v))));
+    }
+}
+
+void mi_geglu(float *h1, const float *h3, size_t n)
+{
+    mi_gelu_tanh(h1, n);
+    for (size_t i = 0; i < n; i++)
+        h1[i] *= h3[i];
 }
 
 void mi_add_bias(float *y, int ldy, const float *b, int T, int n)

@@ -1,6 +1,7 @@
 /* Model configuration checks and known shapes (see config.h). */
 #include "meshinfer/config.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -28,9 +29,65 @@ static int check_dtype(int t, int axis, const char *what, int layer, char *err)
     return 0;
 }
 
+static const char *const family_names[MI_N_FAMILIES] = {"llama", "patchtst", "qwen2", "qwen3", "gemma3", "gpt2"};
+
 const char *mi_family_name(int family)
 {
-    return family == MI_FAMILY_PATCHTST ? "patchtst" : "llama";
+    return family >= 0 && family < MI_N_FAMILIES ? family_names[family] : "unknown";
+}
+
+int mi_family_parse(const char *s)
+{
+    for (int f = 0; f < MI_N_FAMILIES; f++)
+        if (strcmp(s, family_names[f]) == 0)
+            return f;
+    return -1;
+}
+
+const char *mi_family_names(void)
+{
+    return "llama, qwen2, qwen3, gemma3, gpt2";
+}
+
+void mi_config_set_family(mi_config *c, int family)
+{
+    c->family = family;
+    c->norm_type = family == MI_FAMILY_PATCHTST || family == MI_FAMILY_GPT2 ? MI_NORMK_LAYER : MI_NORMK_RMS;
+    c->ffn_type = family == MI_FAMILY_PATCHTST ? MI_FFNK_GELU_ERF
+                  : family == MI_FAMILY_GEMMA3 ? MI_FFNK_GEGLU
+                  : family == MI_FAMILY_GPT2   ? MI_FFNK_GELU_TANH
+                                               : MI_FFNK_SWIGLU;
+    c->rope_type = family == MI_FAMILY_PATCHTST || family == MI_FAMILY_GPT2 ? MI_ROPE_NONE
+                   : family == MI_FAMILY_LLAMA                           ? MI_ROPE_PAIRS
+                                                                         : MI_ROPE_HALVES;
+    c->qkv_bias = family == MI_FAMILY_PATCHTST || family == MI_FAMILY_QWEN2 || family == MI_FAMILY_GPT2;
+    c->out_bias = family == MI_FAMILY_PATCHTST || family == MI_FAMILY_GPT2;
+    c->qk_norm = family == MI_FAMILY_QWEN3 || family == MI_FAMILY_GEMMA3;
+    c->post_norms = family == MI_FAMILY_GEMMA3;
+    c->pos_embed = family == MI_FAMILY_PATCHTST || family == MI_FAMILY_GPT2;
+    c->emb_scale = family == MI_FAMILY_GEMMA3 && c->dim > 0 ? sqrtf((float)c->dim) : 0.0f;
+}
+
+/* The traits' own ranges, and the ones a family's blocks need. */
+static int validate_traits(const mi_config *c, char *err)
+{
+    if (c->norm_type > MI_NORMK_LAYER || c->ffn_type > MI_FFNK_GELU_TANH || c->rope_type > MI_ROPE_NONE)
+        return mi_set_error(err, "config: unknown norm, FFN or RoPE type (%d, %d, %d)", c->norm_type, c->ffn_type,
+                            c->rope_type);
+    if (c->qkv_bias > 1 || c->out_bias > 1 || c->qk_norm > 1 || c->post_norms > 1 || c->pos_embed > 1 ||
+        c->rope_freqs > 1)
+        return mi_set_error(err, "config: a trait flag (qkv_bias, out_bias, qk_norm, post_norms, pos_embed, "
+                                 "rope_freqs) is not 0 or 1");
+    if (!(c->emb_scale >= 0.0f && c->emb_scale < 1e6f) || !(c->attn_scale >= 0.0f && c->attn_scale < 1e6f) ||
+        !(c->rope_theta_local >= 0.0f && c->rope_theta_local < 1e12f))
+        return mi_set_error(err, "config: emb_scale = %g, attn_scale = %g or rope_theta_local = %g is out of range",
+                            (double)c->emb_scale, (double)c->attn_scale, (double)c->rope_theta_local);
+    if (c->sliding_window < 0 || c->swa_period < 0 || c->swa_period > c->n_layers)
+        return mi_set_error(err, "config: sliding_window = %d or swa_period = %d is out of range", c->sliding_window,
+                            c->swa_period);
+    if (c->rope_freqs && c->rope_type == MI_ROPE_NONE)
+        return mi_set_error(err, "config: rope_freqs without a rotary embedding");
+    return 0;
 }
 
 /* The time-series family's own fields (docs/patchtst.md): patches tile the
@@ -76,7 +133,7 @@ static int validate_patchtst(const mi_config *c, char *err)
 
 int mi_config_validate(const mi_config *c, char *err)
 {
-    if (c->family != MI_FAMILY_LLAMA && c->family != MI_FAMILY_PATCHTST)
+    if (c->family < 0 || c->family >= MI_N_FAMILIES)
         return mi_set_error(err, "config: unknown model family %d", c->family);
     /* the family's own fields first: seq_len and vocab_size are derived from them */
     if (c->family == MI_FAMILY_PATCHTST && patchtst_ranges(c, err))
@@ -93,20 +150,23 @@ int mi_config_validate(const mi_config *c, char *err)
     if (c->n_heads % c->n_kv_heads != 0)
         return mi_set_error(err, "config: n_heads = %d is not a multiple of n_kv_heads = %d",
                             c->n_heads, c->n_kv_heads);
-    if (c->n_heads * c->head_dim != c->dim)
+    /* Qwen3 and Gemma 3 choose head_dim; the others split dim into the heads */
+    if (c->family != MI_FAMILY_QWEN3 && c->family != MI_FAMILY_GEMMA3 && c->n_heads * c->head_dim != c->dim)
         return mi_set_error(err, "config: n_heads * head_dim = %d * %d does not equal dim = %d",
                             c->n_heads, c->head_dim, c->dim);
     if (c->n_layers > MI_MAX_LAYERS)
         return mi_set_error(err, "config: n_layers = %d is more than %d", c->n_layers, MI_MAX_LAYERS);
     if (!(c->norm_eps > 0.0f && c->norm_eps < 1.0f))
         return mi_set_error(err, "config: norm_eps = %g must be in (0, 1)", (double)c->norm_eps);
+    if (validate_traits(c, err))
+        return -1;
     if (c->family == MI_FAMILY_PATCHTST)
         return validate_patchtst(c, err);
     if (c->seq_len < 2)
         return mi_set_error(err, "config: seq_len = %d leaves no room to generate (needs >= 2)", c->seq_len);
-    if (c->head_dim % 2 != 0)
+    if (c->rope_type != MI_ROPE_NONE && c->head_dim % 2 != 0)
         return mi_set_error(err, "config: head_dim = %d must be even for RoPE", c->head_dim);
-    if (!(c->rope_theta > 0.0f))
+    if (c->rope_type != MI_ROPE_NONE && !(c->rope_theta > 0.0f))
         return mi_set_error(err, "config: rope_theta = %g must be positive", (double)c->rope_theta);
     if (!(c->norm_eps > 0.0f && c->norm_eps < 1.0f))
         return mi_set_error(err, "config: norm_eps = %g must be in (0, 1)", (double)c->norm_eps);
@@ -128,12 +188,20 @@ int mi_config_validate(const mi_config *c, char *err)
     return 0;
 }
 
+/* 1 when the FFN has a gate (w3). */
+static int gated(const mi_config *c)
+{
+    return c->ffn_type == MI_FFNK_SWIGLU || c->ffn_type == MI_FFNK_GEGLU;
+}
+
 size_t mi_layer_params(const mi_config *c)
 {
-    size_t d = (size_t)c->dim, kv = (size_t)mi_kv_dim(c), h = (size_t)c->hidden_dim;
-    if (c->family == MI_FAMILY_PATCHTST) /* two LayerNorms with bias, biased q k v o, MLP w1 w2 with bias */
-        return 4 * d + 4 * d * d + 4 * d + 2 * h * d + h + d;
-    return 2 * d + d * d /* wq */ + 2 * kv * d /* wk, wv */ + d * d /* wo */ + 3 * h * d;
+    size_t d = (size_t)c->dim, kv = (size_t)mi_kv_dim(c), h = (size_t)c->hidden_dim, q = (size_t)mi_q_dim(c);
+    size_t n = 2 * q * d /* wq, wo */ + 2 * kv * d /* wk, wv */ + (gated(c) ? 3 : 2) * h * d;
+    n += (c->norm_type == MI_NORMK_LAYER ? 4 : 2) * d + (c->post_norms ? 2 * d : 0) +
+         (c->qk_norm ? 2 * (size_t)c->head_dim : 0);
+    n += (c->qkv_bias ? q + 2 * kv : 0) + (c->out_bias ? 2 * d + h : 0);
+    return n;
 }
 
 size_t mi_model_params(const mi_config *c)
@@ -142,7 +210,8 @@ size_t mi_model_params(const mi_config *c)
     if (c->family == MI_FAMILY_PATCHTST) /* patch embedding, positions, layers, head over all patches */
         return d * (size_t)c->patch_len + d + (size_t)c->seq_len * d + (size_t)c->n_layers * mi_layer_params(c) +
                v * (size_t)c->seq_len * d + v;
-    return v * d + (size_t)c->n_layers * mi_layer_params(c) + d + (c->shared_classifier ? 0 : v * d);
+    return v * d + (size_t)c->n_layers * mi_layer_params(c) + (c->norm_type == MI_NORMK_LAYER ? 2 : 1) * d +
+           (c->shared_classifier ? 0 : v * d) + (c->pos_embed ? (size_t)c->seq_len * d : 0);
 }
 
 size_t mi_decode_weight_elems(const mi_config *c)
@@ -155,17 +224,17 @@ static size_t row_bytes(const mi_config *c, int l, int mat, size_t n)
     return mi_dtype_row_bytes(c->dtype[l][mat], n);
 }
 
-/* The time-series family's biases are float32, one per output row. */
-static size_t bias_bytes(const mi_config *c, size_t rows)
+/* Biases are float32, one per output row: of q, k and v (qkv), or of the FFN's w1 (out). */
+static size_t bias_bytes(int has, size_t rows)
 {
-    return c->family == MI_FAMILY_PATCHTST ? rows * sizeof(float) : 0;
+    return has ? rows * sizeof(float) : 0;
 }
 
 size_t mi_head_group_bytes(const mi_config *c, int l)
 {
     size_t d = (size_t)c->dim, hd = (size_t)c->head_dim, g = (size_t)mi_kv_group(c);
     return g * hd * row_bytes(c, l, MI_WQ, d) + hd * (row_bytes(c, l, MI_WK, d) + row_bytes(c, l, MI_WV, d)) +
-           bias_bytes(c, (g + 2) * hd);
+           bias_bytes(c->qkv_bias, (g + 2) * hd);
 }
 
 size_t mi_proj_bytes(const mi_config *c, int l, int n_kv)
@@ -177,26 +246,27 @@ size_t mi_ffn_bytes(const mi_config *c, int l, int nf)
 {
     size_t d = (size_t)c->dim;
     return (size_t)nf * (row_bytes(c, l, MI_W1, d) + mi_w3_row_bytes(c, l)) + d * row_bytes(c, l, MI_W2, (size_t)nf) +
-           bias_bytes(c, (size_t)nf);
+           bias_bytes(c->out_bias, (size_t)nf);
 }
 
 size_t mi_w3_row_bytes(const mi_config *c, int l)
 {
-    return c->family == MI_FAMILY_PATCHTST ? 0 : row_bytes(c, l, MI_W3, (size_t)c->dim);
+    return gated(c) ? row_bytes(c, l, MI_W3, (size_t)c->dim) : 0;
 }
 
 size_t mi_embedding_bytes(const mi_config *c)
 {
     if (c->family == MI_FAMILY_PATCHTST) /* patch embedding, its bias, the positions (fp32) */
         return sizeof(float) * ((size_t)c->dim * (size_t)(c->patch_len + 1) + (size_t)c->seq_len * (size_t)c->dim);
-    return (size_t)c->vocab_size * mi_dtype_row_bytes(c->emb_dtype, (size_t)c->dim);
+    return (size_t)c->vocab_size * mi_dtype_row_bytes(c->emb_dtype, (size_t)c->dim) +
+           (c->pos_embed ? sizeof(float) * (size_t)c->seq_len * (size_t)c->dim : 0);
 }
 
 size_t mi_classifier_bytes(const mi_config *c, int rows)
 {
     if (c->family == MI_FAMILY_PATCHTST) /* head rows over every patch's features, and their biases */
         return (size_t)rows * mi_dtype_row_bytes(c->cls_dtype, (size_t)c->seq_len * (size_t)c->dim) +
-               bias_bytes(c, (size_t)rows);
+               bias_bytes(1, (size_t)rows);
     return (size_t)rows * mi_dtype_row_bytes(c->cls_dtype, (size_t)c->dim);
 }
 
@@ -273,8 +343,78 @@ static const struct {
     {"tiny-gqa", 128, 320, 4, 8, 2, 512, 128, 0},
 };
 
+/* The papers' and users' model families at their real shapes (synthetic
+ * weights) and tiny ones that keep the tests fast; seq_len is the context
+ * meshinfer runs, not the longest the model was trained for. */
+static const struct {
+    const char *name;
+    int family, dim, hidden_dim, n_layers, n_heads, n_kv_heads, head_dim, vocab_size, seq_len;
+    float theta, theta_local;
+    int window, period, llama3_rope;
+} family_shapes[] = {
+    {"tiny-llama3", MI_FAMILY_LLAMA, 128, 384, 4, 8, 2, 16, 512, 128, 500000.0f, 0, 0, 0, 1},
+    {"tiny-qwen2", MI_FAMILY_QWEN2, 128, 320, 4, 8, 2, 16, 512, 128, 1e6f, 0, 0, 0, 0},
+    {"tiny-qwen3", MI_FAMILY_QWEN3, 128, 320, 4, 8, 2, 32, 512, 128, 1e6f, 0, 0, 0, 0},
+    {"tiny-gemma3", MI_FAMILY_GEMMA3, 128, 320, 6, 4, 1, 64, 512, 128, 1e6f, 10000.0f, 8, 3, 0},
+    {"tiny-gpt2", MI_FAMILY_GPT2, 128, 512, 4, 4, 4, 32, 512, 128, 0, 0, 0, 0, 0},
+    {"llama-3.2-1b", MI_FAMILY_LLAMA, 2048, 8192, 16, 32, 8, 64, 128256, 2048, 500000.0f, 0, 0, 0, 1},
+    {"qwen2.5-0.5b", MI_FAMILY_QWEN2, 896, 4864, 24, 14, 2, 64, 151936, 2048, 1e6f, 0, 0, 0, 0},
+    {"qwen3-0.6b", MI_FAMILY_QWEN3, 1024, 3072, 28, 16, 8, 128, 151936, 2048, 1e6f, 0, 0, 0, 0},
+    {"gemma3-1b", MI_FAMILY_GEMMA3, 1152, 6912, 26, 4, 1, 256, 262144, 2048, 1e6f, 10000.0f, 512, 6, 0},
+    {"gpt2", MI_FAMILY_GPT2, 768, 3072, 12, 12, 12, 64, 50257, 1024, 0, 0, 0, 0, 0},
+};
+
+void mi_rope_llama3_factors(int head_dim, float theta, float factor, float low, float high, int orig_ctx,
+                            float *out)
+{
+    double lo_wavelen = orig_ctx / low, hi_wavelen = orig_ctx / high;
+    for (int i = 0; i < head_dim / 2; i++) {
+        double freq = 1.0 / pow(theta, 2.0 * i / head_dim), wavelen = 2.0 * 3.14159265358979323846 / freq, scaled;
+        if (wavelen < hi_wavelen)
+            scaled = freq;
+        else if (wavelen > lo_wavelen)
+            scaled = freq / factor;
+        else {
+            double smooth = (orig_ctx / wavelen - low) / (high - low);
+            scaled = (1.0 - smooth) * freq / factor + smooth * freq;
+        }
+        out[i] = (float)(freq / scaled);
+    }
+}
+
+static int family_shape(const char *shape, mi_config *c)
+{
+    for (size_t i = 0; i < sizeof family_shapes / sizeof family_shapes[0]; i++) {
+        if (strcmp(family_shapes[i].name, shape) != 0)
+            continue;
+        memset(c, 0, sizeof *c);
+        c->dim = family_shapes[i].dim;
+        mi_config_set_family(c, family_shapes[i].family);
+        c->hidden_dim = family_shapes[i].hidden_dim;
+        c->n_layers = family_shapes[i].n_layers;
+        c->n_heads = family_shapes[i].n_heads;
+        c->n_kv_heads = family_shapes[i].n_kv_heads;
+        c->head_dim = family_shapes[i].head_dim;
+        c->vocab_size = family_shapes[i].vocab_size;
+        c->seq_len = family_shapes[i].seq_len;
+        c->rope_theta = family_shapes[i].theta;
+        c->rope_theta_local = family_shapes[i].theta_local;
+        c->sliding_window = family_shapes[i].window;
+        c->swa_period = family_shapes[i].period;
+        c->rope_freqs = (unsigned char)family_shapes[i].llama3_rope;
+        c->norm_eps = c->family == MI_FAMILY_GPT2 ? 1e-5f : 1e-6f;
+        c->shared_classifier = 1;
+        c->synthetic = 1;
+        strncpy(c->name, shape, sizeof c->name - 1);
+        return 0;
+    }
+    return -1;
+}
+
 int mi_config_from_shape(const char *shape, mi_config *c)
 {
+    if (family_shape(shape, c) == 0)
+        return 0;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         if (strcmp(shapes[i].name, shape) != 0)
             continue;
@@ -296,7 +436,7 @@ int mi_config_from_shape(const char *shape, mi_config *c)
     }
     if (strcmp(shape, "patchtst") == 0) { /* CATS's workload, docs/patchtst.md */
         memset(c, 0, sizeof *c);
-        c->family = MI_FAMILY_PATCHTST;
+        mi_config_set_family(c, MI_FAMILY_PATCHTST);
         c->dim = 128;
         c->hidden_dim = 256;
         c->n_layers = 6;
@@ -319,6 +459,7 @@ int mi_config_from_shape(const char *shape, mi_config *c)
 
 const char *mi_config_shape_names(void)
 {
-    return "stories15M, stories42M, stories110M, tinyllama-1.1b, tiny-gqa, patchtst (CATS's time-series "
-           "encoder)";
+    return "stories15M, stories42M, stories110M, tinyllama-1.1b, tiny-gqa, llama-3.2-1b, qwen2.5-0.5b, qwen3-0.6b, "
+           "gemma3-1b, gpt2, tiny-llama3, tiny-qwen2, tiny-qwen3, tiny-gemma3, tiny-gpt2, patchtst (CATS's "
+           "time-series encoder)";
 }

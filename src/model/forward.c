@@ -1,6 +1,7 @@
 /* Forward-pass blocks and the single-device forward (see forward.h). */
 #include "meshinfer/forward.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,13 +11,15 @@
 void mi_scratch_init(mi_scratch *s, const mi_config *c, int max_T)
 {
     size_t T = (size_t)max_T, d = (size_t)c->dim, kv = (size_t)mi_kv_dim(c), h = (size_t)c->hidden_dim;
+    size_t q = (size_t)mi_q_dim(c);
     s->max_T = max_T;
     s->x = mi_calloc(T * d, sizeof(float), "activations");
     s->xn = mi_calloc(T * d, sizeof(float), "activations");
-    s->q = mi_calloc(T * d, sizeof(float), "activations");
+    s->tmp = mi_calloc(T * d, sizeof(float), "activations");
+    s->q = mi_calloc(T * q, sizeof(float), "activations");
     s->k = mi_calloc(T * kv, sizeof(float), "activations");
     s->v = mi_calloc(T * kv, sizeof(float), "activations");
-    s->heads = mi_calloc(T * d, sizeof(float), "activations");
+    s->heads = mi_calloc(T * q, sizeof(float), "activations");
     s->h1 = mi_calloc(T * h, sizeof(float), "activations");
     s->h3 = mi_calloc(T * h, sizeof(float), "activations");
     s->att = mi_calloc((size_t)c->seq_len, sizeof(float), "attention scores");
@@ -27,6 +30,7 @@ void mi_scratch_free(mi_scratch *s)
 {
     free(s->x);
     free(s->xn);
+    free(s->tmp);
     free(s->q);
     free(s->k);
     free(s->v);
@@ -38,6 +42,52 @@ void mi_scratch_free(mi_scratch *s)
     memset(s, 0, sizeof *s);
 }
 
+void mi_norm_rows(const mi_config *c, float *out, const float *x, const float *w, const float *b, int T)
+{
+    if (c->norm_type == MI_NORMK_LAYER)
+        mi_layernorm_held(out, x, w, b, T, c->dim, c->norm_eps, NULL);
+    else
+        mi_rmsnorm(out, x, w, T, c->dim, c->norm_eps);
+}
+
+void mi_post_norm_add(const mi_model *m, const float *w, const float *y, int ldy, int T, float *x, int ldx)
+{
+    const mi_config *c = &m->cfg;
+    float row[c->dim];
+    for (int t = 0; t < T; t++) {
+        mi_rmsnorm(row, y + (size_t)t * ldy, w, 1, c->dim, c->norm_eps);
+        float *xt = x + (size_t)t * ldx;
+        for (int i = 0; i < c->dim; i++)
+            xt[i] += row[i];
+    }
+}
+
+/* q, k and v of this device's heads from xn: the products, their biases,
+ * the per-head norms and the rotation, in the families' order. */
+static void qkv(mi_model *m, int l, mi_scratch *s, const float *xn, int T, int pos0)
+{
+    const mi_config *c = &m->cfg;
+    mi_layer *L = &m->layers[l];
+    int n_kv = L->spec.n_kv, hd = c->head_dim, n_q = n_kv * mi_kv_group(c);
+    mi_matmul(s->q, xn, &L->wq, T);
+    mi_matmul(s->k, xn, &L->wk, T);
+    mi_matmul(s->v, xn, &L->wv, T);
+    if (c->qkv_bias) {
+        mi_add_bias(s->q, n_q * hd, L->bq, T, n_q * hd);
+        mi_add_bias(s->k, n_kv * hd, L->bk, T, n_kv * hd);
+        mi_add_bias(s->v, n_kv * hd, L->bv, T, n_kv * hd);
+    }
+    if (c->qk_norm) { /* each head's vector is a row of head_dim */
+        mi_rmsnorm(s->q, s->q, L->q_norm, T * n_q, hd, c->norm_eps);
+        mi_rmsnorm(s->k, s->k, L->k_norm, T * n_kv, hd, c->norm_eps);
+    }
+    if (c->rope_type != MI_ROPE_NONE) {
+        const mi_rope_table *r = mi_config_layer_local(c, l) && m->rope_local.cos ? &m->rope_local : &m->rope;
+        mi_rope_apply(r, s->q, T, pos0, n_q);
+        mi_rope_apply(r, s->k, T, pos0, n_kv);
+    }
+}
+
 void mi_attn_block(mi_model *m, int l, mi_scratch *s, const float *xn, int T, int pos0, float *heads_out)
 {
     const mi_config *c = &m->cfg;
@@ -45,18 +95,7 @@ void mi_attn_block(mi_model *m, int l, mi_scratch *s, const float *xn, int T, in
     int n_kv = L->spec.n_kv, g = mi_kv_group(c), hd = c->head_dim, n_q = n_kv * g;
     if (n_kv == 0)
         return;
-    mi_matmul(s->q, xn, &L->wq, T);
-    mi_matmul(s->k, xn, &L->wk, T);
-    mi_matmul(s->v, xn, &L->wv, T);
-    int series = c->family == MI_FAMILY_PATCHTST;
-    if (series) { /* biases, and patches carry their position in pos_embed instead of RoPE */
-        mi_add_bias(s->q, n_q * hd, L->bq, T, n_q * hd);
-        mi_add_bias(s->k, n_kv * hd, L->bk, T, n_kv * hd);
-        mi_add_bias(s->v, n_kv * hd, L->bv, T, n_kv * hd);
-    } else {
-        mi_rope_apply(&m->rope, s->q, T, pos0, n_q);
-        mi_rope_apply(&m->rope, s->k, T, pos0, n_kv);
-    }
+    qkv(m, l, s, xn, T, pos0);
     /* Cache layout [kv head][position][head_dim] keeps each head's history
      * contiguous, so a shard's cache is one block and attention streams it. */
     for (int t = 0; t < T; t++)
@@ -66,8 +105,11 @@ void mi_attn_block(mi_model *m, int l, mi_scratch *s, const float *xn, int T, in
             memcpy(L->k_cache + dst, s->k + src, (size_t)hd * sizeof(float));
             memcpy(L->v_cache + dst, s->v + src, (size_t)hd * sizeof(float));
         }
-    if (!series) {
-        mi_attention(heads_out, s->q, L->k_cache, L->v_cache, T, pos0, n_q, g, hd, c->seq_len, s->att);
+    float scale = c->attn_scale > 0.0f ? c->attn_scale : 1.0f / sqrtf((float)hd);
+    if (c->family != MI_FAMILY_PATCHTST) {
+        int window = mi_config_layer_local(c, l) ? c->sliding_window : 0;
+        mi_attention_ex(heads_out, s->q, L->k_cache, L->v_cache, T, pos0, n_q, g, hd, c->seq_len, s->att, scale,
+                        window);
         return;
     }
     /* not causal: every patch attends to all pos0+T of them, as the last
@@ -80,7 +122,7 @@ void mi_attn_block(mi_model *m, int l, mi_scratch *s, const float *xn, int T, in
 
 mi_ffn_act mi_config_ffn_act(const mi_config *c)
 {
-    return c->family == MI_FAMILY_PATCHTST ? MI_ACT_GELU : MI_ACT_SWIGLU;
+    return (mi_ffn_act)c->ffn_type;
 }
 
 static void product(const mi_product *prod, const mi_tensor *W, float *y, int ldy, const float *x, int ldx, int T,
@@ -121,15 +163,15 @@ void mi_ffn_up_rows(const mi_model *m, int l, mi_ffn_act act, const float *xn, i
     if (nf == 0)
         return;
     product(prod, &L->w1, h, ldh, xn, ldx, T, 0);
-    if (act == MI_ACT_GELU) {
+    if (act == MI_ACT_GELU || act == MI_ACT_GELU_TANH) { /* no gate: w1 x + b1 */
         mi_add_bias(h, ldh, L->b1, T, nf);
         for (int t = 0; t < T; t++)
-            mi_gelu(h + (size_t)t * ldh, (size_t)nf);
+            (act == MI_ACT_GELU ? mi_gelu : mi_gelu_tanh)(h + (size_t)t * ldh, (size_t)nf);
         return;
     }
     product(prod, &L->w3, h3, nf, xn, ldx, T, 0);
     for (int t = 0; t < T; t++)
-        mi_swiglu(h + (size_t)t * ldh, h3 + (size_t)t * nf, (size_t)nf);
+        (act == MI_ACT_GEGLU ? mi_geglu : mi_swiglu)(h + (size_t)t * ldh, h3 + (size_t)t * nf, (size_t)nf);
 }
 
 void mi_ffn_down_rows(const mi_model *m, int l, const float *h, int ldh, int T, float *y, int ldy, int add,
@@ -154,9 +196,17 @@ void mi_ffn_block(const mi_model *m, int l, mi_scratch *s, const float *xn, int 
 
 void mi_logits(const mi_model *m, mi_scratch *s, const float *x, int T, float *logits)
 {
-    const mi_config *c = &m->cfg;
-    mi_rmsnorm(s->xn, x, m->norm, T, c->dim, c->norm_eps);
+    mi_norm_rows(&m->cfg, s->xn, x, m->norm, m->norm_b, T);
     mi_matmul(logits, s->xn, &m->classifier, T);
+}
+
+/* A block's output y joins the residual x: directly, or normed first where
+ * the family norms block outputs (Gemma's post-norms). */
+static void join(const mi_model *m, const float *post, mi_scratch *s, int T)
+{
+    if (!post)
+        return;
+    mi_post_norm_add(m, post, s->tmp, m->cfg.dim, T, s->x, m->cfg.dim);
 }
 
 float *mi_forward(mi_model *m, mi_scratch *s, const int *tokens, int T, int pos0, int all_logits)
@@ -164,14 +214,17 @@ float *mi_forward(mi_model *m, mi_scratch *s, const int *tokens, int T, int pos0
     const mi_config *c = &m->cfg;
     size_t d = (size_t)c->dim;
     for (int t = 0; t < T; t++)
-        mi_tensor_row_f32(&m->tok_embeddings, tokens[t], s->x + t * d);
+        mi_model_embed(m, tokens[t], pos0 + t, s->x + t * d);
     for (int l = 0; l < c->n_layers; l++) {
         mi_layer *L = &m->layers[l];
-        mi_rmsnorm(s->xn, s->x, L->attention_norm, T, c->dim, c->norm_eps);
+        int post = c->post_norms;
+        mi_norm_rows(c, s->xn, s->x, L->attention_norm, L->attention_norm_b, T);
         mi_attn_block(m, l, s, s->xn, T, pos0, s->heads);
-        mi_proj_block(m, l, s->heads, T, s->x, 1);
-        mi_rmsnorm(s->xn, s->x, L->ffn_norm, T, c->dim, c->norm_eps);
-        mi_ffn_block(m, l, s, s->xn, T, s->x, 1);
+        mi_proj_block(m, l, s->heads, T, post ? s->tmp : s->x, !post);
+        join(m, post ? L->post_attn_norm : NULL, s, T);
+        mi_norm_rows(c, s->xn, s->x, L->ffn_norm, L->ffn_norm_b, T);
+        mi_ffn_block(m, l, s, s->xn, T, post ? s->tmp : s->x, !post);
+        join(m, post ? L->post_ffn_norm : NULL, s, T);
     }
     if (all_logits) {
         mi_logits(m, s, s->x, T, s->logits);

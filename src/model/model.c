@@ -57,16 +57,25 @@ void mi_emb_cover(const mi_config *c, int c0, int nc, int *a, int *b)
         *b = c->dim;
 }
 
-void mi_model_embed(const mi_model *m, int tok, float *out)
+void mi_model_embed(const mi_model *m, int tok, int pos, float *out)
 {
     const mi_tensor *t = &m->tok_embeddings;
+    const mi_config *c = &m->cfg;
     if (m->emb_skip == 0 && m->emb_nc == t->cols) {
         mi_tensor_row_f32(t, tok, out);
-        return;
+    } else {
+        float row[t->cols];
+        mi_tensor_row_f32(t, tok, row);
+        memcpy(out, row + m->emb_skip, (size_t)m->emb_nc * sizeof(float));
     }
-    float row[t->cols];
-    mi_tensor_row_f32(t, tok, row);
-    memcpy(out, row + m->emb_skip, (size_t)m->emb_nc * sizeof(float));
+    if (c->emb_scale > 0.0f)
+        for (int i = 0; i < m->emb_nc; i++)
+            out[i] *= c->emb_scale;
+    if (c->pos_embed && m->pos_embed) {
+        const float *p = m->pos_embed + (size_t)pos * c->dim + m->emb_c0;
+        for (int i = 0; i < m->emb_nc; i++)
+            out[i] += p[i];
+    }
 }
 
 /* The spec holds every column of the embeddings (all of them, or a
@@ -78,35 +87,41 @@ static int whole_table(const mi_config *c, const mi_shard_spec *spec)
 
 size_t mi_shard_weight_bytes(const mi_config *c, const mi_shard_spec *spec)
 {
-    size_t norm = (size_t)c->dim * sizeof(float), n = 0;
+    size_t f = sizeof(float), d = (size_t)c->dim;
+    size_t norm = d * f * (c->norm_type == MI_NORMK_LAYER ? 2 : 1), post = c->post_norms ? d * f : 0, n = 0;
     if (spec->embeddings) {
         n += mi_embedding_bytes(c);
     } else if (spec->emb_nc > 0) {
         int a, b;
         mi_emb_cover(c, spec->emb_c0, spec->emb_nc, &a, &b);
-        n += (size_t)c->vocab_size * mi_dtype_row_bytes(c->emb_dtype, (size_t)(b - a));
+        n += (size_t)c->vocab_size * mi_dtype_row_bytes(c->emb_dtype, (size_t)(b - a)) +
+             (c->pos_embed ? (size_t)c->seq_len * d * f : 0);
     }
     if (spec->embeddings || spec->cls_nv > 0)
         n += norm;
     if (spec->cls_nv > 0 && !(whole_table(c, spec) && c->shared_classifier))
         n += mi_classifier_bytes(c, spec->cls_nv);
+    if (c->rope_freqs)
+        n += (size_t)c->head_dim / 2 * f;
     for (int l = 0; l < c->n_layers; l++) {
         const mi_layer_spec *s = &spec->layers[l];
         if (s->n_kv > 0)
-            n += norm + (size_t)s->n_kv * mi_head_group_bytes(c, l);
-        size_t nq = (size_t)c->n_heads * c->head_dim;
+            n += norm + (size_t)s->n_kv * mi_head_group_bytes(c, l) + (c->qk_norm ? 2 * (size_t)c->head_dim * f : 0);
+        size_t nq = (size_t)c->n_heads * c->head_dim, no = s->proj == MI_PROJ_ROWS ? (size_t)s->no : d;
         if (s->proj == MI_PROJ_FULL)
             n += mi_proj_bytes(c, l, c->n_kv_heads);
         else if (s->proj == MI_PROJ_HEADS)
             n += mi_proj_bytes(c, l, s->n_kv);
         else if (s->proj == MI_PROJ_ROWS)
             n += (size_t)s->no * mi_dtype_row_bytes(c->dtype[l][MI_WO], nq);
+        if (s->proj != MI_PROJ_NONE)
+            n += post + (c->out_bias ? no * f : 0);
         if (s->nf > 0 && !s->w2_rows)
-            n += norm + mi_ffn_bytes(c, l, s->nf);
+            n += norm + post + mi_ffn_bytes(c, l, s->nf) + (c->out_bias ? d * f : 0);
         else if (s->nf > 0)
-            n += norm + (size_t)s->nf * (mi_dtype_row_bytes(c->dtype[l][MI_W1], (size_t)c->dim) +
-                                         mi_w3_row_bytes(c, l)) +
-                 (size_t)s->no * mi_dtype_row_bytes(c->dtype[l][MI_W2], (size_t)c->hidden_dim);
+            n += norm + post + (size_t)s->nf * (mi_dtype_row_bytes(c->dtype[l][MI_W1], d) + mi_w3_row_bytes(c, l)) +
+                 (size_t)s->no * mi_dtype_row_bytes(c->dtype[l][MI_W2], (size_t)c->hidden_dim) +
+                 (c->out_bias ? ((size_t)s->nf + (size_t)s->no) * f : 0);
     }
     return n;
 }
@@ -416,6 +431,142 @@ static int load_patchtst(loader *ld, mi_model *m, const mi_config *c, const mi_s
     return ld->rc;
 }
 
+/* A float vector when the family has it (has), else nothing. */
+static void want_opt(loader *ld, int has, int layer, const char *name, size_t r0, size_t n, float **dst)
+{
+    if (has)
+        want_vec(ld, layer, name, 1, r0, n, dst);
+}
+
+/* A language model's embeddings (with learned positions), final norm,
+ * classifier rows and RoPE factors: one arena. Returns -1 (m freed, err set)
+ * on a bad spec. */
+static int load_lm_tables(loader *ld, mi_model *m, const mi_config *c, const mi_shard_spec *spec)
+{
+    size_t d = (size_t)c->dim, V = (size_t)c->vocab_size;
+    int layer_norm = c->norm_type == MI_NORMK_LAYER;
+    int cls_view = spec->cls_nv > 0 && whole_table(c, spec) && c->shared_classifier;
+    if (spec->embeddings) {
+        add_range(want(ld, -1, "tok_embeddings", c->emb_dtype, d, 0), 0, V)->dst = &m->tok_embeddings;
+        m->emb_c0 = 0;
+        m->emb_nc = (int)d;
+    } else if (spec->emb_nc > 0) {
+        if (spec->emb_c0 < 0 || (size_t)(spec->emb_c0 + spec->emb_nc) > d) {
+            mi_model_free(m);
+            return mi_set_error(ld->err, "embedding columns [%d, %d) are outside dim %zu", spec->emb_c0,
+                                spec->emb_c0 + spec->emb_nc, d);
+        }
+        int a, b;
+        mi_emb_cover(c, spec->emb_c0, spec->emb_nc, &a, &b);
+        treq *r = want(ld, -1, "tok_embeddings", c->emb_dtype, d, 0);
+        r->c0 = (size_t)a;
+        r->nc = (size_t)(b - a);
+        add_range(r, 0, V)->dst = &m->tok_embeddings;
+        m->emb_c0 = spec->emb_c0;
+        m->emb_nc = spec->emb_nc;
+        m->emb_skip = spec->emb_c0 - a;
+    }
+    if (c->pos_embed && (spec->embeddings || spec->emb_nc > 0))
+        want_vec(ld, -1, "pos_embed", d, 0, (size_t)c->seq_len, &m->pos_embed);
+    if (spec->embeddings || spec->cls_nv > 0) {
+        want_vec(ld, -1, "norm", 1, 0, d, &m->norm);
+        want_opt(ld, layer_norm, -1, "norm_b", 0, d, &m->norm_b);
+    }
+    if (spec->cls_nv > 0 && !cls_view) {
+        treq *r = want(ld, -1, c->shared_classifier ? "tok_embeddings" : "classifier", c->cls_dtype, d, 0);
+        add_range(r, (size_t)spec->cls_v0, (size_t)spec->cls_nv);
+        r->dst = &m->classifier;
+    }
+    want_opt(ld, c->rope_freqs, -1, "rope_freqs", 0, (size_t)c->head_dim / 2, &m->rope_freqs);
+    load_group(ld, &m->arena, &m->arena_bytes);
+    if (cls_view && !ld->rc && !ld->src->discard) {
+        m->classifier = mi_tensor_rows(&m->tok_embeddings, spec->cls_v0, spec->cls_nv);
+        m->cls_alias = 1;
+    }
+    return 0;
+}
+
+/* Layer l's held parts (spec s) with the family's vectors: one arena. */
+static void load_lm_layer(loader *ld, mi_model *m, const mi_config *c, int l, const mi_layer_spec *s)
+{
+    size_t d = (size_t)c->dim, hd = (size_t)c->head_dim, g = (size_t)mi_kv_group(c);
+    size_t nq = (size_t)c->n_heads * hd;
+    int ln = c->norm_type == MI_NORMK_LAYER, gate = c->ffn_type == MI_FFNK_SWIGLU || c->ffn_type == MI_FFNK_GEGLU;
+    mi_layer *L = &m->layers[l];
+    const unsigned char *dt = c->dtype[l];
+    L->spec = *s;
+    int nk = s->n_kv;
+    treq *r;
+    if (nk > 0) {
+        want_vec(ld, l, "attention_norm", 1, 0, d, &L->attention_norm);
+        want_opt(ld, ln, l, "attention_norm_b", 0, d, &L->attention_norm_b);
+        treq *q = want(ld, l, "wq", dt[MI_WQ], d, 0), *k = want(ld, l, "wk", dt[MI_WK], d, 0);
+        treq *v = want(ld, l, "wv", dt[MI_WV], d, 0);
+        treq *bq = NULL, *bk = NULL, *bv = NULL;
+        if (c->qkv_bias) {
+            bq = want(ld, l, "wq_b", MI_F32, 1, 0), bk = want(ld, l, "wk_b", MI_F32, 1, 0);
+            bv = want(ld, l, "wv_b", MI_F32, 1, 0);
+            bq->vec = &L->bq, bk->vec = &L->bk, bv->vec = &L->bv;
+        }
+        for (int i = 0; i < nk; i++) {
+            add_range(q, (size_t)s->kv[i] * g * hd, g * hd);
+            add_range(k, (size_t)s->kv[i] * hd, hd);
+            add_range(v, (size_t)s->kv[i] * hd, hd);
+            if (bq) {
+                add_range(bq, (size_t)s->kv[i] * g * hd, g * hd);
+                add_range(bk, (size_t)s->kv[i] * hd, hd);
+                add_range(bv, (size_t)s->kv[i] * hd, hd);
+            }
+        }
+        q->dst = &L->wq, k->dst = &L->wk, v->dst = &L->wv;
+        want_opt(ld, c->qk_norm, l, "q_norm", 0, hd, &L->q_norm);
+        want_opt(ld, c->qk_norm, l, "k_norm", 0, hd, &L->k_norm);
+        if (!ld->src->discard) {
+            size_t kvn = (size_t)nk * (size_t)c->seq_len * hd;
+            L->k_cache = mi_calloc(kvn, sizeof(float), "KV cache");
+            L->v_cache = mi_calloc(kvn, sizeof(float), "KV cache");
+            m->kv_bytes += 2 * kvn * sizeof(float);
+        }
+    }
+    if (s->proj != MI_PROJ_NONE) {
+        r = want(ld, l, "wo_t", dt[MI_WO], d, 1);
+        size_t o0 = 0, no = d;
+        if (s->proj == MI_PROJ_ROWS) {
+            r->c0 = o0 = (size_t)s->o0;
+            r->nc = no = (size_t)s->no;
+        }
+        if (s->proj == MI_PROJ_FULL || s->proj == MI_PROJ_ROWS)
+            add_range(r, 0, nq);
+        else
+            for (int i = 0; i < nk; i++)
+                add_range(r, (size_t)s->kv[i] * g * hd, g * hd);
+        r->dst = &L->wo;
+        want_opt(ld, c->out_bias, l, "wo_b", o0, no, &L->bo);
+        want_opt(ld, c->post_norms, l, "post_attention_norm", 0, d, &L->post_attn_norm);
+    }
+    if (s->nf > 0) {
+        want_vec(ld, l, "ffn_norm", 1, 0, d, &L->ffn_norm);
+        want_opt(ld, ln, l, "ffn_norm_b", 0, d, &L->ffn_norm_b);
+        add_range(want(ld, l, "w1", dt[MI_W1], d, 0), (size_t)s->f0, (size_t)s->nf)->dst = &L->w1;
+        want_opt(ld, c->out_bias, l, "w1_b", (size_t)s->f0, (size_t)s->nf, &L->b1);
+        if (gate)
+            add_range(want(ld, l, "w3", dt[MI_W3], d, 0), (size_t)s->f0, (size_t)s->nf)->dst = &L->w3;
+        r = want(ld, l, "w2_t", dt[MI_W2], d, 1);
+        size_t o0 = 0, no = d;
+        if (s->w2_rows) {
+            r->c0 = o0 = (size_t)s->o0;
+            r->nc = no = (size_t)s->no;
+            add_range(r, 0, (size_t)c->hidden_dim);
+        } else {
+            add_range(r, (size_t)s->f0, (size_t)s->nf);
+        }
+        r->dst = &L->w2;
+        want_opt(ld, c->out_bias, l, "w2_b", o0, no, &L->b2);
+        want_opt(ld, c->post_norms, l, "post_ffn_norm", 0, d, &L->post_ffn_norm);
+    }
+    load_group(ld, &L->arena, &L->arena_bytes);
+}
+
 int mi_model_load(mi_model *m, const mi_weight_source *src, const mi_config *c, const mi_shard_spec *spec,
                   char *err)
 {
@@ -426,8 +577,7 @@ int mi_model_load(mi_model *m, const mi_weight_source *src, const mi_config *c, 
     memset(m, 0, sizeof *m);
     m->cfg = *c;
     m->layers = mi_calloc((size_t)c->n_layers, sizeof(mi_layer), "layer table");
-    size_t d = (size_t)c->dim, hd = (size_t)c->head_dim, g = (size_t)mi_kv_group(c);
-    size_t V = (size_t)c->vocab_size, nq = (size_t)c->n_heads * hd;
+    size_t V = (size_t)c->vocab_size;
     loader ld;
     memset(&ld, 0, sizeof ld);
     ld.m = m, ld.src = src, ld.err = err;
@@ -459,106 +609,22 @@ int mi_model_load(mi_model *m, const mi_weight_source *src, const mi_config *c, 
             mi_model_free(m);
         return rc;
     }
-    int cls_view = spec->cls_nv > 0 && whole_table(c, spec) && c->shared_classifier;
-    if (spec->embeddings) {
-        add_range(want(&ld, -1, "tok_embeddings", c->emb_dtype, d, 0), 0, V)->dst = &m->tok_embeddings;
-        m->emb_c0 = 0;
-        m->emb_nc = (int)d;
-    } else if (spec->emb_nc > 0) {
-        if (spec->emb_c0 < 0 || (size_t)(spec->emb_c0 + spec->emb_nc) > d) {
-            mi_model_free(m);
-            return mi_set_error(err, "embedding columns [%d, %d) are outside dim %zu", spec->emb_c0,
-                                spec->emb_c0 + spec->emb_nc, d);
-        }
-        int a, b;
-        mi_emb_cover(c, spec->emb_c0, spec->emb_nc, &a, &b);
-        treq *r = want(&ld, -1, "tok_embeddings", c->emb_dtype, d, 0);
-        r->c0 = (size_t)a;
-        r->nc = (size_t)(b - a);
-        add_range(r, 0, V)->dst = &m->tok_embeddings;
-        m->emb_c0 = spec->emb_c0;
-        m->emb_nc = spec->emb_nc;
-        m->emb_skip = spec->emb_c0 - a;
-    }
-    if (spec->embeddings || spec->cls_nv > 0) {
-        treq *r = want(&ld, -1, "norm", MI_F32, 1, 0);
-        add_range(r, 0, d);
-        r->vec = &m->norm;
-    }
-    if (spec->cls_nv > 0 && !cls_view) {
-        treq *r = want(&ld, -1, c->shared_classifier ? "tok_embeddings" : "classifier", c->cls_dtype, d, 0);
-        add_range(r, (size_t)spec->cls_v0, (size_t)spec->cls_nv);
-        r->dst = &m->classifier;
-    }
-    load_group(&ld, &m->arena, &m->arena_bytes);
-    if (cls_view && !ld.rc && !src->discard) {
-        m->classifier = mi_tensor_rows(&m->tok_embeddings, spec->cls_v0, spec->cls_nv);
-        m->cls_alias = 1;
-    }
-    for (int l = 0; l < c->n_layers && ld.rc == 0; l++) {
-        mi_layer *L = &m->layers[l];
-        const mi_layer_spec *s = &spec->layers[l];
-        const unsigned char *dt = c->dtype[l];
-        L->spec = *s;
-        int nk = s->n_kv;
-        treq *r;
-        if (nk > 0) {
-            r = want(&ld, l, "attention_norm", MI_F32, 1, 0);
-            add_range(r, 0, d);
-            r->vec = &L->attention_norm;
-            treq *q = want(&ld, l, "wq", dt[MI_WQ], d, 0), *k = want(&ld, l, "wk", dt[MI_WK], d, 0);
-            treq *v = want(&ld, l, "wv", dt[MI_WV], d, 0);
-            for (int i = 0; i < nk; i++) {
-                add_range(q, (size_t)s->kv[i] * g * hd, g * hd);
-                add_range(k, (size_t)s->kv[i] * hd, hd);
-                add_range(v, (size_t)s->kv[i] * hd, hd);
-            }
-            q->dst = &L->wq;
-            k->dst = &L->wk;
-            v->dst = &L->wv;
-            if (!src->discard) {
-                size_t kvn = (size_t)nk * (size_t)c->seq_len * hd;
-                L->k_cache = mi_calloc(kvn, sizeof(float), "KV cache");
-                L->v_cache = mi_calloc(kvn, sizeof(float), "KV cache");
-                m->kv_bytes += 2 * kvn * sizeof(float);
-            }
-        }
-        if (s->proj != MI_PROJ_NONE) {
-            r = want(&ld, l, "wo_t", dt[MI_WO], d, 1);
-            if (s->proj == MI_PROJ_ROWS) {
-                r->c0 = (size_t)s->o0;
-                r->nc = (size_t)s->no;
-            }
-            if (s->proj == MI_PROJ_FULL || s->proj == MI_PROJ_ROWS)
-                add_range(r, 0, nq);
-            else
-                for (int i = 0; i < nk; i++)
-                    add_range(r, (size_t)s->kv[i] * g * hd, g * hd);
-            r->dst = &L->wo;
-        }
-        if (s->nf > 0) {
-            r = want(&ld, l, "ffn_norm", MI_F32, 1, 0);
-            add_range(r, 0, d);
-            r->vec = &L->ffn_norm;
-            add_range(want(&ld, l, "w1", dt[MI_W1], d, 0), (size_t)s->f0, (size_t)s->nf)->dst = &L->w1;
-            add_range(want(&ld, l, "w3", dt[MI_W3], d, 0), (size_t)s->f0, (size_t)s->nf)->dst = &L->w3;
-            r = want(&ld, l, "w2_t", dt[MI_W2], d, 1);
-            if (s->w2_rows) {
-                r->c0 = (size_t)s->o0;
-                r->nc = (size_t)s->no;
-                add_range(r, 0, (size_t)c->hidden_dim);
-            } else {
-                add_range(r, (size_t)s->f0, (size_t)s->nf);
-            }
-            r->dst = &L->w2;
-        }
-        load_group(&ld, &L->arena, &L->arena_bytes);
-    }
-    if (ld.rc == 0)
-        mi_rope_init(&m->rope, c->seq_len, c->head_dim, c->rope_theta);
-    else
+    if (load_lm_tables(&ld, m, c, spec))
+        return -1;
+    for (int l = 0; l < c->n_layers && ld.rc == 0; l++)
+        load_lm_layer(&ld, m, c, l, &spec->layers[l]);
+    if (ld.rc) {
         mi_model_free(m);
-    return ld.rc;
+        return ld.rc;
+    }
+    if (c->rope_type != MI_ROPE_NONE) {
+        int halves = c->rope_type == MI_ROPE_HALVES;
+        mi_rope_init_scaled(&m->rope, c->seq_len, c->head_dim, c->rope_theta, m->rope_freqs, halves);
+        if (c->sliding_window > 0)
+            mi_rope_init_scaled(&m->rope_local, c->seq_len, c->head_dim,
+                                c->rope_theta_local > 0.0f ? c->rope_theta_local : c->rope_theta, NULL, halves);
+    }
+    return 0;
 }
 
 void mi_model_load_path(mi_model *m, const char *path, mi_tokenizer *tok)
@@ -602,6 +668,7 @@ void mi_model_free(mi_model *m)
     }
     arena_free(m->arena, m->arena_bytes);
     mi_rope_free(&m->rope);
+    mi_rope_free(&m->rope_local);
     memset(m, 0, sizeof *m);
 }
 

@@ -50,7 +50,7 @@ static int read_patchtst_config(hid_t f, mi_config *c, const char *path, char *e
     if (mf_read_str_attr(f, "family", fam, sizeof fam) || strcmp(fam, "patchtst") != 0)
         return mi_set_error(err, "%s: format_version 3 needs the attribute family = \"patchtst\"%s%s", path,
                             fam[0] ? ", not " : " (missing)", fam);
-    c->family = MI_FAMILY_PATCHTST;
+    mi_config_set_family(c, MI_FAMILY_PATCHTST);
     if (mf_read_int_attr(f, "dim", &c->dim, path, err) || mf_read_int_attr(f, "hidden_dim", &c->hidden_dim, path, err) ||
         mf_read_int_attr(f, "n_layers", &c->n_layers, path, err) ||
         mf_read_int_attr(f, "n_heads", &c->n_heads, path, err) ||
@@ -69,6 +69,31 @@ static int read_patchtst_config(hid_t f, mi_config *c, const char *path, char *e
                      ? (c->lookback - c->patch_len) / c->patch_stride + 1
                      : 0;
     c->rope_theta = 10000.0f;
+    return 0;
+}
+
+/* Version 4: the family by name and its traits (model_file.h). */
+static int read_family(hid_t f, mi_config *c, const char *path, char *err)
+{
+    char fam[32] = "";
+    int family = mf_read_str_attr(f, "family", fam, sizeof fam) ? -1 : mi_family_parse(fam);
+    if (family < 0 || family == MI_FAMILY_PATCHTST)
+        return mi_set_error(err, "%s: format_version 4 needs the attribute family, one of %s%s%s", path,
+                            mi_family_names(), fam[0] ? "; it says " : " (missing)", fam);
+    mi_config_set_family(c, family);
+    mf_trait t[MF_N_TRAITS];
+    mf_traits(c, t);
+    for (int i = 0; i < MF_N_TRAITS; i++) {
+        int v = 0;
+        if (t[i].f ? mf_read_float_attr(f, t[i].name, t[i].f, path, err)
+                   : mf_read_int_attr(f, t[i].name, t[i].i ? t[i].i : &v, path, err))
+            return -1;
+        if (t[i].u) {
+            if (v < 0 || v > 255)
+                return mi_set_error(err, "%s: attribute %s = %d is out of range", path, t[i].name, v);
+            *t[i].u = (unsigned char)v;
+        }
+    }
     return 0;
 }
 
@@ -94,11 +119,13 @@ mi_model_file *mi_model_open(const char *path, mi_config *cfg, char *err)
     int version = 0;
     if (mf_read_int_attr(f, "format_version", &version, path, err))
         goto fail;
-    if (version != 1 && version != MI_FORMAT_VERSION && version != MI_FORMAT_VERSION_SERIES) {
-        mi_set_error(err, "%s: format_version %d is not supported (this build reads 1, %d and %d)", path, version,
-                     MI_FORMAT_VERSION, MI_FORMAT_VERSION_SERIES);
+    if (version < 1 || version > MI_FORMAT_VERSION_FAMILY) {
+        mi_set_error(err, "%s: format_version %d is not supported (this build reads 1 to %d)", path, version,
+                     MI_FORMAT_VERSION_FAMILY);
         goto fail;
     }
+    if (version == MI_FORMAT_VERSION_FAMILY && read_family(f, c, path, err))
+        goto fail;
     if (version == MI_FORMAT_VERSION_SERIES) {
         if (read_patchtst_config(f, c, path, err))
             goto fail;

@@ -160,6 +160,34 @@ static int check_patchtst_tensors(mi_model_file *mf, char *err)
     return 0;
 }
 
+/* The float32 vectors the family's traits add (model_file.h, version 4). */
+static int check_trait_tensors(mi_model_file *mf, char *err)
+{
+    const mi_config *c = &mf->cfg;
+    hsize_t d = (hsize_t)c->dim, h = (hsize_t)c->hidden_dim, hd = (hsize_t)c->head_dim;
+    hsize_t q = (hsize_t)mi_q_dim(c), kv = (hsize_t)mi_kv_dim(c);
+    int ln = c->norm_type == MI_NORMK_LAYER;
+    hid_t F = H5T_NATIVE_FLOAT;
+    if ((ln && mf_check_dataset(mf->file, "norm_b", 1, d, 0, F, mf->path, err)) ||
+        (c->pos_embed && mf_check_dataset(mf->file, "pos_embed", 2, (hsize_t)c->seq_len, d, F, mf->path, err)) ||
+        (c->rope_freqs && mf_check_dataset(mf->file, "rope_freqs", 1, hd / 2, 0, F, mf->path, err)))
+        return -1;
+    const struct { const char *name; int has; hsize_t n; } t[] = {
+        {"attention_norm_b", ln, d}, {"ffn_norm_b", ln, d}, {"wq_b", c->qkv_bias, q},
+        {"wk_b", c->qkv_bias, kv}, {"wv_b", c->qkv_bias, kv}, {"wo_b", c->out_bias, d},
+        {"w1_b", c->out_bias, h}, {"w2_b", c->out_bias, d}, {"q_norm", c->qk_norm, hd},
+        {"k_norm", c->qk_norm, hd}, {"post_attention_norm", c->post_norms, d}, {"post_ffn_norm", c->post_norms, d},
+    };
+    char name[128];
+    for (int l = 0; l < c->n_layers; l++)
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+            mi_model_layer_name(name, sizeof name, l, t[i].name);
+            if (t[i].has && mf_check_dataset(mf->file, name, 1, t[i].n, 0, F, mf->path, err))
+                return -1;
+        }
+    return 0;
+}
+
 int mf_check_all_tensors(mi_model_file *mf, char *err)
 {
     mi_config *c = &mf->cfg;
@@ -182,6 +210,7 @@ int mf_check_all_tensors(mi_model_file *mf, char *err)
         return -1;
     /* the layer matrices, in the order of the dtype table (MI_WQ ...) */
     const hsize_t rows[MI_N_LAYER_MATS] = {q, kv, kv, q, h, h, h};
+    int gated = c->ffn_type == MI_FFNK_SWIGLU || c->ffn_type == MI_FFNK_GEGLU;
     char name[128];
     for (int l = 0; l < c->n_layers; l++) {
         mi_model_layer_name(name, sizeof name, l, "attention_norm");
@@ -191,11 +220,15 @@ int mf_check_all_tensors(mi_model_file *mf, char *err)
         if (mf_check_dataset(mf->file, name, 1, d, 0, F, mf->path, err))
             return -1;
         for (int m = 0; m < MI_N_LAYER_MATS; m++) {
+            if (m == MI_W3 && !gated) { /* no gate: w3's dtype entry follows w1's */
+                c->dtype[l][m] = c->dtype[l][MI_W1];
+                continue;
+            }
             mi_model_layer_name(name, sizeof name, l, mi_layer_mat_names[m]);
             if (check_matrix(mf, name, rows[m], d, m == MI_WO || m == MI_W2, &t, err))
                 return -1;
             c->dtype[l][m] = (unsigned char)t;
         }
     }
-    return 0;
+    return check_trait_tensors(mf, err);
 }

@@ -158,3 +158,31 @@ int mf_read_str_attr(hid_t loc, const char *name, char *buf, size_t n)
         H5Aclose(a);
     return rc;
 }
+
+void mf_traits(mi_config *c, mf_trait t[MF_N_TRAITS])
+{
+    mf_trait all[MF_N_TRAITS] = {
+        {"norm_type", NULL, NULL, &c->norm_type},   {"ffn_type", NULL, NULL, &c->ffn_type},
+        {"rope_type", NULL, NULL, &c->rope_type},   {"qkv_bias", NULL, NULL, &c->qkv_bias},
+        {"out_bias", NULL, NULL, &c->out_bias},     {"qk_norm", NULL, NULL, &c->qk_norm},
+        {"post_norms", NULL, NULL, &c->post_norms}, {"pos_embed", NULL, NULL, &c->pos_embed},
+        {"rope_freqs", NULL, NULL, &c->rope_freqs}, {"emb_scale", NULL, &c->emb_scale, NULL},
+        {"attn_scale", NULL, &c->attn_scale, NULL}, {"rope_theta_local", NULL, &c->rope_theta_local, NULL},
+        {"sliding_window", &c->sliding_window, NULL, NULL}, {"swa_period", &c->swa_period, NULL, NULL},
+    };
+    memcpy(t, all, sizeof all);
+}
+
+int mf_needs_traits(const mi_config *c)
+{
+    mi_config d = *c;
+    mi_config_set_family(&d, MI_FAMILY_LLAMA);
+    d.rope_freqs = 0, d.attn_scale = 0, d.rope_theta_local = 0, d.sliding_window = 0, d.swa_period = 0;
+    mf_trait a[MF_N_TRAITS], b[MF_N_TRAITS];
+    mf_traits((mi_config *)c, a);
+    mf_traits(&d, b);
+    int differ = c->family != MI_FAMILY_LLAMA;
+    for (int i = 0; i < MF_N_TRAITS; i++)
+        differ |= a[i].i ? *a[i].i != *b[i].i : a[i].f ? *a[i].f != *b[i].f : *a[i].u != *b[i].u;
+    return differ;
+}

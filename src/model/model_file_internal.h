@@ -36,6 +36,20 @@ int mf_read_str_attr(hid_t loc, const char *name, char *buf, size_t n);
 int mf_check_dataset(hid_t file, const char *name, int rank, hsize_t d0, hsize_t d1, hid_t want_class,
                      const char *path, char *err);
 
+/* Version 4 (a language model of any family, model_file.h): the family's
+ * traits as root attributes, each an int (i != NULL) or a float (f). */
+typedef struct {
+    const char *name;
+    int *i;
+    float *f;
+    unsigned char *u;
+} mf_trait;
+#define MF_N_TRAITS 14
+void mf_traits(mi_config *c, mf_trait t[MF_N_TRAITS]);
+/* 1 when c needs version 4 (a family other than Llama, or traits other
+ * than Llama's defaults). */
+int mf_needs_traits(const mi_config *c);
+
 /* Every tensor of mf->cfg's family with its shape, recording each weight
  * matrix's dtype in mf->cfg. Returns 0 or -1 with err. */
 int mf_check_all_tensors(mi_model_file *mf, char *err);

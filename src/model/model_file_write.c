@@ -136,7 +136,9 @@ mi_model_writer *mi_model_writer_create(const char *path, const mi_config *c, ch
                         write_int_attr(f, "lookback", c->lookback) | write_int_attr(f, "horizon", c->horizon) |
                         write_int_attr(f, "n_channels", c->n_channels) |
                         write_int_attr(f, "synthetic", c->synthetic) | write_str_attr(f, "name", c->name)
-                  : write_int_attr(f, "format_version", any_lower ? MI_FORMAT_VERSION : 1) | write_int_attr(f, "dim", c->dim) |
+                  : write_int_attr(f, "format_version", mf_needs_traits(c) ? MI_FORMAT_VERSION_FAMILY
+                                                        : any_lower      ? MI_FORMAT_VERSION
+                                                                         : 1) | write_int_attr(f, "dim", c->dim) |
               write_int_attr(f, "hidden_dim", c->hidden_dim) | write_int_attr(f, "n_layers", c->n_layers) |
               write_int_attr(f, "n_heads", c->n_heads) | write_int_attr(f, "n_kv_heads", c->n_kv_heads) |
               write_int_attr(f, "head_dim", c->head_dim) | write_int_attr(f, "vocab_size", c->vocab_size) |
@@ -144,6 +146,14 @@ mi_model_writer *mi_model_writer_create(const char *path, const mi_config *c, ch
               write_float_attr(f, "norm_eps", c->norm_eps) |
               write_int_attr(f, "shared_classifier", c->shared_classifier) |
               write_int_attr(f, "synthetic", c->synthetic) | write_str_attr(f, "name", c->name);
+    if (c->family != MI_FAMILY_PATCHTST && mf_needs_traits(c)) {
+        mf_trait t[MF_N_TRAITS];
+        mf_traits((mi_config *)c, t);
+        bad |= write_str_attr(f, "family", mi_family_name(c->family));
+        for (int i = 0; i < MF_N_TRAITS; i++)
+            bad |= t[i].f ? write_float_attr(f, t[i].name, *t[i].f)
+                          : write_int_attr(f, t[i].name, t[i].i ? *t[i].i : (int)*t[i].u);
+    }
     hid_t g = H5Gcreate2(f, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (g < 0)
         bad = 1;

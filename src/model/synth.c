@@ -119,6 +119,49 @@ static int synth_series(mi_model_writer *w, const mi_config *c, uint64_t seed, c
     return rc;
 }
 
+/* The vectors a family's traits add (model_file.h, version 4) of layer l
+ * (-1: the model's own): norms near 1 and biases near 0, varied so that a
+ * test comparing implementations sees each; Llama 3's RoPE factors. buf
+ * holds seq_len * dim floats. */
+static int synth_traits(mi_model_writer *w, const mi_config *c, int l, uint64_t seed, float *buf, char *err)
+{
+    size_t d = (size_t)c->dim, hd = (size_t)c->head_dim, q = (size_t)mi_q_dim(c), kv = (size_t)mi_kv_dim(c);
+    int ln = c->norm_type == MI_NORMK_LAYER;
+    const struct { const char *t; int has; size_t rows, cols; float center, a; } ts[] = {
+        {"norm_b", l < 0 && ln, d, 1, 0, 0.05f},
+        {"pos_embed", l < 0 && c->pos_embed, (size_t)c->seq_len, d, 0, 0.03f},
+        {"attention_norm_b", l >= 0 && ln, d, 1, 0, 0.05f},
+        {"ffn_norm_b", l >= 0 && ln, d, 1, 0, 0.05f},
+        {"wq_b", l >= 0 && c->qkv_bias, q, 1, 0, 0.05f},
+        {"wk_b", l >= 0 && c->qkv_bias, kv, 1, 0, 0.05f},
+        {"wv_b", l >= 0 && c->qkv_bias, kv, 1, 0, 0.05f},
+        {"wo_b", l >= 0 && c->out_bias, d, 1, 0, 0.02f},
+        {"w1_b", l >= 0 && c->out_bias, (size_t)c->hidden_dim, 1, 0, 0.02f},
+        {"w2_b", l >= 0 && c->out_bias, d, 1, 0, 0.02f},
+        {"q_norm", l >= 0 && c->qk_norm, hd, 1, 1.0f, 0.2f},
+        {"k_norm", l >= 0 && c->qk_norm, hd, 1, 1.0f, 0.2f},
+        {"post_attention_norm", l >= 0 && c->post_norms, d, 1, 1.0f, 0.2f},
+        {"post_ffn_norm", l >= 0 && c->post_norms, d, 1, 1.0f, 0.2f},
+    };
+    char nm[128];
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+        if (!ts[i].has)
+            continue;
+        if (l < 0)
+            snprintf(nm, sizeof nm, "%s", ts[i].t);
+        else
+            mi_model_layer_name(nm, sizeof nm, l, ts[i].t);
+        fill_uniform(buf, ts[i].rows * ts[i].cols, seed, nm, ts[i].center, ts[i].a);
+        if (mi_model_writer_put_tensor(w, nm, MI_F32, buf, ts[i].rows, ts[i].cols, 0, err))
+            return -1;
+    }
+    if (l < 0 && c->rope_freqs) { /* Llama 3.x's published scaling */
+        mi_rope_llama3_factors(c->head_dim, c->rope_theta, 32.0f, 1.0f, 4.0f, 8192, buf);
+        return mi_model_writer_put_tensor(w, "rope_freqs", MI_F32, buf, hd / 2, 1, 0, err);
+    }
+    return 0;
+}
+
 int mi_synth_write(const mi_config *c, uint64_t seed, const char *path, int progress, char *err)
 {
     mi_model_writer *w = mi_model_writer_create(path, c, err);
@@ -134,6 +177,10 @@ int mi_synth_write(const mi_config *c, uint64_t seed, const char *path, int prog
     size_t d = (size_t)c->dim, V = (size_t)c->vocab_size, kv = (size_t)mi_kv_dim(c), hid = (size_t)c->hidden_dim;
     size_t q = (size_t)c->n_heads * (size_t)c->head_dim;
     size_t biggest = V * d > hid * d ? V * d : hid * d;
+    if (biggest < (size_t)c->seq_len * d) /* learned positions */
+        biggest = (size_t)c->seq_len * d;
+    if (biggest < q * d)
+        biggest = q * d;
     float *buf = mi_malloc(biggest * sizeof(float), "synthetic tensor");
     int rc = 0;
     /* each tensor in the product's orientation; wo and w2 are written
@@ -146,6 +193,8 @@ int mi_synth_write(const mi_config *c, uint64_t seed, const char *path, int prog
     }
     PUT("tok_embeddings", c->emb_dtype, V, d, 0, 0);
     PUT("norm", MI_F32, d, 1, 1, 0);
+    if (!rc)
+        rc = synth_traits(w, c, -1, seed, buf, err);
     if (!c->shared_classifier)
         PUT("classifier", c->cls_dtype, V, d, 0, 0);
     for (int l = 0; l < c->n_layers && !rc; l++) {
@@ -158,10 +207,15 @@ int mi_synth_write(const mi_config *c, uint64_t seed, const char *path, int prog
             {"w1", dt[MI_W1], hid, d, 0, 0},        {"w3", dt[MI_W3], hid, d, 0, 0},
             {"w2_t", dt[MI_W2], d, hid, 0, 1},
         };
+        int gated = c->ffn_type == MI_FFNK_SWIGLU || c->ffn_type == MI_FFNK_GEGLU;
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+            if (!gated && strcmp(ts[i].t, "w3") == 0)
+                continue;
             mi_model_layer_name(nm, sizeof nm, l, ts[i].t);
             PUT(nm, ts[i].dtype, ts[i].rows, ts[i].cols, ts[i].norm, ts[i].tr);
         }
+        if (!rc)
+            rc = synth_traits(w, c, l, seed, buf, err);
         if (progress == 2)
             fprintf(stderr, "\rsynth: layer %d/%d written", l + 1, c->n_layers);
         else if (progress && ((l + 1) % ((c->n_layers + 3) / 4) == 0 || l + 1 == c->n_layers))

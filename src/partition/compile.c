@@ -15,8 +15,14 @@
  * the time-series family has no final norm (its head reads X itself). */
 static int family_variant(const mi_config *c, mi_op *op)
 {
-    if (op->kind == MI_OP_FFN_UP && mi_config_ffn_act(c) == MI_ACT_GELU)
-        op->variant = MI_OPV_GELU;
+    static const unsigned char ffn[] = {[MI_FFNK_SWIGLU] = MI_OPV_DEFAULT, [MI_FFNK_GELU_ERF] = MI_OPV_GELU,
+                                        [MI_FFNK_GEGLU] = MI_OPV_GEGLU, [MI_FFNK_GELU_TANH] = MI_OPV_GELU_TANH};
+    if (op->kind == MI_OP_FFN_UP)
+        op->variant = ffn[c->ffn_type];
+    if ((op->kind == MI_OP_NORM || op->kind == MI_OP_NORM_LOCAL) && c->norm_type == MI_NORMK_LAYER)
+        op->variant = MI_OPV_LAYERNORM;
+    if (op->kind == MI_OP_ADD && c->post_norms && op->layer >= 0)
+        op->variant = MI_OPV_POSTNORM;
     if (c->family != MI_FAMILY_PATCHTST)
         return 1;
     switch (op->kind) {
@@ -25,7 +31,6 @@ static int family_variant(const mi_config *c, mi_op *op)
     case MI_OP_NORM_LOCAL:
         if (op->norm == MI_NORM_FINAL)
             return 0;
-        op->variant = MI_OPV_LAYERNORM;
         break;
     case MI_OP_LOGITS: op->variant = MI_OPV_SERIES_HEAD; break;
     default: break;
@@ -69,8 +74,19 @@ static void lower_program(const mi_plan *plan, mi_programs *p, mi_program *g)
 
 int mi_programs_compile(const mi_plan *plan, mi_programs *p, char *err)
 {
-    int rc = plan->planner == MI_PLANNER_SOMEGATHER ? pb_compile_somegather(plan, p, err)
-                                                    : pb_compile_headlevel(plan, p, err);
+    const mi_config *c = &plan->cfg;
+    int sg = plan->planner == MI_PLANNER_SOMEGATHER;
+    /* a post-norm needs a block's whole output, which somegather never gathers */
+    if (sg && c->post_norms)
+        return mi_set_error(err, "somegather splits the residual stream by columns, but %s norms each block's "
+                                 "whole output before it joins the residual: use a head-level planner (greedy, "
+                                 "tp, layerwise, hybrid)", mi_family_name(c->family));
+    if (c->post_norms)
+        for (int l = 0; l < c->n_layers; l++)
+            if (plan->layers[l].speculate)
+                return mi_set_error(err, "inter-layer speculation tests the FFN's raw output against the residual; "
+                                         "%s norms it first: run without --speculate", mi_family_name(c->family));
+    int rc = sg ? pb_compile_somegather(plan, p, err) : pb_compile_headlevel(plan, p, err);
     /* each op array once: the decode programs may share the prefill ones' */
     for (int r = 0; !rc && r < p->n_ranks; r++) {
         mi_program *pre = &p->prog[MI_PHASE_PREFILL][r], *dec = &p->prog[MI_PHASE_DECODE][r];

@@ -169,19 +169,31 @@ static void ffn(hl *h, int l, int r, int f0, int nf)
     to_one(h, r, d);
 }
 
-/* TMP summed over the members of s into X (a lone member just adds). */
-static void reduce(hl *h, const rankset *s, int l)
+/* X += TMP for block `which` (MI_NORM_ATTN, MI_NORM_FFN) of layer l: the
+ * post-norm variant is the family's (compile.c). */
+static mi_op add_op(const mi_config *c, int l, int which)
+{
+    mi_op op = pb_compute(MI_OP_ADD, l, MI_BUF_X, 0, c->dim);
+    op.norm = (short)which;
+    return op;
+}
+
+/* TMP summed over the members of s into X (a lone member just adds); with
+ * post-norms the sum stays in TMP and every member joins it to X itself. */
+static void reduce(hl *h, const rankset *s, int l, int which)
 {
     const mi_config *c = &h->plan->cfg;
     int m[MI_MAX_RANKS], k = members_of(s, h->n, m);
     if (k == 1) {
-        to_one(h, m[0], pb_compute(MI_OP_ADD, l, MI_BUF_X, 0, c->dim));
+        to_one(h, m[0], add_op(c, l, which));
         return;
     }
-    mi_exchange *x = comm_step(h, MI_OP_ALLREDUCE, s, -1, MI_BUF_X, l, 0);
+    mi_exchange *x = comm_step(h, MI_OP_ALLREDUCE, s, -1, MI_BUF_X, l, c->post_norms ? MI_OPF_SUM : 0);
     x->rounds = h->ph == MI_PHASE_DECODE ? 1 : 2;
     for (int j = 0; j < k; j++)
         pb_cols_add(&x->send[j], 0, c->dim);
+    if (c->post_norms)
+        to_all(h, s, add_op(c, l, which));
 }
 
 /* Each PUT window of this phase exposed at the start of its root's program. */
@@ -259,12 +271,15 @@ static void compile_phase(hl *h)
             mi_exchange *x = comm_step(h, MI_OP_PUT, &g, pr, MI_BUF_HEADS, l, 0);
             for (int j = 0; j < k; j++)
                 head_cols(plan, l, m[j], &x->send[j]);
-            mi_op op = pb_compute(MI_OP_PROJ, l, MI_BUF_X, 0, c->dim);
+            /* into X, or (post-norms) into TMP, then normed into X */
+            mi_op op = pb_compute(MI_OP_PROJ, l, c->post_norms ? MI_BUF_TMP : MI_BUF_X, 0, c->dim);
             op.in = MI_BUF_HEADS;
             op.i0 = 0;
             op.ni = nq;
-            op.flags = MI_OPF_ADD;
+            op.flags = c->post_norms ? 0 : MI_OPF_ADD;
             to_one(h, pr, op);
+            if (c->post_norms)
+                to_one(h, pr, add_op(c, l, MI_NORM_ATTN));
             set_clear(&holders);
             holders.has[pr] = 1;
         } else {
@@ -275,7 +290,7 @@ static void compile_phase(hl *h)
                     op.ni = held_heads_width(plan, l, r);
                     to_one(h, r, op);
                 }
-            reduce(h, &heads, l);
+            reduce(h, &heads, l, MI_NORM_ATTN);
             holders = heads;
         }
         rankset f;
@@ -298,7 +313,7 @@ static void compile_phase(hl *h)
             attention(h, &h1, l + 1, 0);
             ffn(h, l, fr, 0, c->hidden_dim);
             to_one(h, fr, pb_compute(MI_OP_SPEC_TEST, l, MI_BUF_X, 0, c->dim));
-            to_one(h, fr, pb_compute(MI_OP_ADD, l, MI_BUF_X, 0, c->dim));
+            to_one(h, fr, add_op(c, l, MI_NORM_FFN));
             dec = h1;
             dec.has[fr] = 1;
             if (nx->proj_rank >= 0)
@@ -311,7 +326,7 @@ static void compile_phase(hl *h)
         ensure(h, &holders, &f, l);
         for (int i = 0; i < lp->n_ffn; i++)
             ffn(h, l, lp->ffn[i].rank, lp->ffn[i].v0, lp->ffn[i].n);
-        reduce(h, &f, l);
+        reduce(h, &f, l, MI_NORM_FFN);
         holders = f;
     }
     rankset cls;

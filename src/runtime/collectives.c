@@ -351,6 +351,8 @@ double rt_allreduce(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const mi_
         rt->m.bytes_sent += b;
         rt->m.bytes_recv += b;
     }
+    if (op->flags & MI_OPF_SUM) /* a post-norm joins it to X next */
+        return comm_t;
     for (int t = 0; t < T; t++)
         for (int k = 0; k < d; k++)
             xx[(size_t)t * ld + k] += tmp[(size_t)t * ld + k];

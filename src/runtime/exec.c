@@ -40,7 +40,7 @@ static double op_embed(mi_runtime *rt, const mi_op *op, const fwd *f)
         return 0;
     }
     for (int t = 0; t < f->T; t++)
-        mi_model_embed(&rt->model, rt->tokens[t], rt->buf[MI_BUF_X] + (size_t)t * W + op->c0);
+        mi_model_embed(&rt->model, rt->tokens[t], f->pos0 + t, rt->buf[MI_BUF_X] + (size_t)t * W + op->c0);
     return 0;
 }
 
@@ -60,16 +60,19 @@ static int norm_rows(const mi_op *op, const fwd *f, int *first)
 
 static const float *norm_bias(const mi_runtime *rt, const mi_op *op)
 {
-    return op->norm == MI_NORM_ATTN ? rt->model.layers[op->layer].attention_norm_b
-                                    : rt->model.layers[op->layer].ffn_norm_b;
+    return op->norm == MI_NORM_FINAL  ? rt->model.norm_b
+           : op->norm == MI_NORM_ATTN ? rt->model.layers[op->layer].attention_norm_b
+                                      : rt->model.layers[op->layer].ffn_norm_b;
 }
 
-/* LayerNorm with bias (the time-series family; device-local with held). */
+/* LayerNorm with bias (GPT-2, the time-series family; device-local with held). */
 static double layernorm(mi_runtime *rt, const mi_op *op, const fwd *f, const unsigned char *held)
 {
     const mi_config *c = &rt->model.cfg;
-    mi_layernorm_held(rt->buf[MI_BUF_XN], rt->buf[MI_BUF_X], norm_weight(rt, op), norm_bias(rt, op), f->T, c->dim,
-                      c->norm_eps, held);
+    int first, T = norm_rows(op, f, &first);
+    size_t d = (size_t)c->dim;
+    mi_layernorm_held(rt->buf[MI_BUF_XN], rt->buf[MI_BUF_X] + (size_t)first * d, norm_weight(rt, op),
+                      norm_bias(rt, op), T, c->dim, c->norm_eps, held ? held + (size_t)first * d : NULL);
     return 0;
 }
 
@@ -169,7 +172,11 @@ static double op_ffn_up(mi_runtime *rt, const mi_op *op, const fwd *f)
     if (op->runs >= 0)
         nk = L->w1.rows;
     mi_product prod = {product, rt};
-    mi_ffn_up_rows(&rt->model, op->layer, op->variant == MI_OPV_GELU ? MI_ACT_GELU : MI_ACT_SWIGLU,
+    mi_ffn_act act = op->variant == MI_OPV_GELU         ? MI_ACT_GELU
+                     : op->variant == MI_OPV_GEGLU      ? MI_ACT_GEGLU
+                     : op->variant == MI_OPV_GELU_TANH  ? MI_ACT_GELU_TANH
+                                                        : MI_ACT_SWIGLU;
+    mi_ffn_up_rows(&rt->model, op->layer, act,
                    rt->buf[MI_BUF_XN], d, f->T, h1, W, h3, &prod);
     if (nk == op->n)
         return 0;
@@ -225,6 +232,12 @@ static double op_add(mi_runtime *rt, const mi_op *op, const fwd *f)
 {
     int W = rt->width[MI_BUF_X];
     float *x = rt->buf[MI_BUF_X], *tmp = rt->buf[MI_BUF_TMP];
+    if (op->variant == MI_OPV_POSTNORM) { /* the block's whole output, normed (Gemma) */
+        const mi_layer *L = &rt->model.layers[op->layer];
+        mi_post_norm_add(&rt->model, op->norm == MI_NORM_ATTN ? L->post_attn_norm : L->post_ffn_norm, tmp, W, f->T,
+                         x, W);
+        return 0;
+    }
     for (int t = 0; t < f->T; t++)
         for (int k = op->c0; k < op->c0 + op->n; k++)
             x[(size_t)t * W + k] += tmp[(size_t)t * W + k];

@@ -224,13 +224,15 @@ static uint16_t quantize_q8_block(const float *x, int len, int8_t *q)
         memset(q, 0, (size_t)len);
         return 0x7e00u; /* NaN scale: the block decodes to NaN, which later checks report */
     }
-    uint16_t d16 = mi_fp16_from_f32(amax / 127.0f);
-    float d = mi_f32_from_fp16(d16), id = d != 0.0f ? 1.0f / d : 0.0f;
+    /* llama.cpp's convention (quantize_row_q8_0_ref), so that files are
+     * interchangeable: the values divide by the scale before it is rounded
+     * to fp16, and round half away from zero */
+    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     for (int i = 0; i < len; i++) {
-        float v = nearbyintf(x[i] * id);
+        float v = roundf(x[i] * id);
         q[i] = (int8_t)(v > 127.0f ? 127 : v < -127.0f ? -127 : (int)v);
     }
-    return d16;
+    return mi_fp16_from_f32(d);
 }
 
 static uint16_t quantize_q4_block(const float *x, uint8_t *q)
@@ -250,8 +252,9 @@ static uint16_t quantize_q4_block(const float *x, uint8_t *q)
         return 0x7e00u;
     }
     /* the extreme value maps to -8 exactly, so all 16 levels are used */
-    uint16_t d16 = amax > 0.0f ? mi_fp16_from_f32(m / -8.0f) : 0; /* not -0 for an all-zero block */
-    float d = mi_f32_from_fp16(d16), id = d != 0.0f ? 1.0f / d : 0.0f;
+    /* as llama.cpp's quantize_row_q4_0_ref: the unrounded scale divides */
+    float d = m / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f; /* an all-zero block's scale is -0, as there */
+    uint16_t d16 = mi_fp16_from_f32(d);
     uint8_t v[MI_QK];
     for (int i = 0; i < MI_QK; i++) {
         float f = floorf(x[i] * id + 8.5f);
