@@ -148,6 +148,14 @@ mi_model_writer *mi_model_writer_create(const char *path, const mi_config *cfg, 
  * types; transposed ones are stored as described above. */
 int mi_model_writer_put_tensor(mi_model_writer *w, const char *name, int dtype, const float *data, size_t rows,
                                size_t cols, int transpose, char *err);
+
+/* The same from values already encoded in dtype's in-memory layout
+ * (tensor.h: rows of fp32/fp16 values, or of block values q with their fp16
+ * scales d, rows * cols/32 of them), stored byte for byte (an import keeps a
+ * file's q8_0 and q4_0 blocks exactly). Every value is decoded once to
+ * check that it is finite. Returns 0, or -1 with err naming the tensor. */
+int mi_model_writer_put_encoded(mi_model_writer *w, const char *name, int dtype, const void *q, const uint16_t *d,
+                                size_t rows, size_t cols, int transpose, char *err);
 int mi_model_writer_put(mi_model_writer *w, const char *name, const float *data, size_t rows,
                         size_t cols, int transpose, char *err);
 

@@ -211,55 +211,41 @@ static int write_i64_pair_attr(hid_t loc, const char *name, long long a, long lo
     return r < 0 ? -1 : 0;
 }
 
-int mi_model_writer_put_tensor(mi_model_writer *w, const char *name, int dtype, const float *data, size_t rows,
-                               size_t cols, int transpose, char *err)
+/* Store values already in dtype's in-memory layout (tensor.h): q holds the
+ * rows (fp32/fp16 values, or block values), d the block scales. */
+static int put_encoded(mi_model_writer *w, const char *name, int dtype, const void *q, const uint16_t *d,
+                       size_t rows, size_t cols, int transpose, char *err)
 {
     int rank = cols == 1 && !transpose ? 1 : 2;
     hsize_t dims[2] = {transpose ? cols : rows, transpose ? rows : cols};
-    /* a non-finite weight turns every logit it reaches into NaN: refuse to store one */
-    for (size_t i = 0; i < rows * cols; i++)
-        if (!isfinite(data[i]))
-            return mi_set_error(err, "%s: tensor '%s' holds a non-finite value (%g at row %zu, column %zu); refusing "
-                                     "to write it", w->out.path, name, (double)data[i], i / cols, i % cols);
     int bad = 0;
     if (dtype == MI_F32 || dtype == MI_F16) {
         size_t n = rows * cols, es = dtype == MI_F32 ? 4 : 2;
-        void *vals = mi_malloc(n * es, "tensor buffer"), *out = vals;
-        if (dtype == MI_F32)
-            memcpy(vals, data, n * 4);
-        else
-            mi_quantize_row(MI_F16, data, (int)n, vals, NULL);
+        const void *out = q;
+        void *tr = NULL;
         if (transpose) {
-            out = mi_malloc(n * es, "transpose buffer");
-            transpose_bytes(vals, rows, cols, es, out);
+            out = tr = mi_malloc(n * es, "transpose buffer");
+            transpose_bytes(q, rows, cols, es, tr);
         }
         hid_t ft = dtype == MI_F32 ? H5T_IEEE_F32LE : f16_type();
         bad = write_dataset(w->file, name, ft, ft, rank, dims, out);
         if (!bad && dtype == MI_F16) {
-            hid_t d = H5Dopen2(w->file, name, H5P_DEFAULT);
-            bad = d < 0 || write_str_attr(d, "dtype", "fp16");
-            if (d >= 0)
-                H5Dclose(d);
+            hid_t ds = H5Dopen2(w->file, name, H5P_DEFAULT);
+            bad = ds < 0 || write_str_attr(ds, "dtype", "fp16");
+            if (ds >= 0)
+                H5Dclose(ds);
         }
-        if (out != vals)
-            free(out);
-        free(vals);
+        free(tr);
     } else {
-        if (cols % MI_QK != 0)
-            return mi_set_error(err, "%s: tensor '%s' has rows of %zu values, not whole blocks of %d for %s", w->out.path,
-                                name, cols, MI_QK, mi_dtype_name(dtype));
         size_t qrow = mi_dtype_q_row_bytes(dtype, cols), nb = cols / MI_QK;
-        unsigned char *q = mi_malloc(rows * qrow, "quantized values");
-        uint16_t *d = mi_malloc(rows * nb * 2, "block scales");
-        for (size_t r = 0; r < rows; r++)
-            mi_quantize_row(dtype, data + r * cols, (int)cols, q + r * qrow, d + r * nb);
         hsize_t qd[2] = {rows, qrow}, sd[2] = {rows, nb};
-        void *qo = q, *so = d;
+        const void *qo = q, *so = d;
+        void *qt = NULL, *st = NULL;
         if (transpose) { /* blocks run down the stored rows; see model_file.h */
-            qo = mi_malloc(rows * qrow, "transpose buffer");
-            so = mi_malloc(rows * nb * 2, "transpose buffer");
-            transpose_bytes(q, rows, qrow, 1, qo);
-            transpose_bytes(d, rows, nb, 2, so);
+            qo = qt = mi_malloc(rows * qrow, "transpose buffer");
+            so = st = mi_malloc(rows * nb * 2, "transpose buffer");
+            transpose_bytes(q, rows, qrow, 1, qt);
+            transpose_bytes(d, rows, nb, 2, st);
             qd[0] = qrow, qd[1] = rows, sd[0] = nb, sd[1] = rows;
         }
         hid_t g = H5Gcreate2(w->file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
@@ -273,16 +259,55 @@ int mi_model_writer_put_tensor(mi_model_writer *w, const char *name, int dtype, 
                   write_dataset(g, "d", f16_type(), f16_type(), 2, sd, so);
             H5Gclose(g);
         }
-        if (transpose) {
-            free(qo);
-            free(so);
-        }
-        free(q);
-        free(d);
+        free(qt);
+        free(st);
     }
     if (bad)
         return mi_set_error(err, "%s: writing tensor '%s' failed (disk full?)", w->out.path, name);
     return 0;
+}
+
+int mi_model_writer_put_tensor(mi_model_writer *w, const char *name, int dtype, const float *data, size_t rows,
+                               size_t cols, int transpose, char *err)
+{
+    /* a non-finite weight turns every logit it reaches into NaN: refuse to store one */
+    for (size_t i = 0; i < rows * cols; i++)
+        if (!isfinite(data[i]))
+            return mi_set_error(err, "%s: tensor '%s' holds a non-finite value (%g at row %zu, column %zu); refusing "
+                                     "to write it", w->out.path, name, (double)data[i], i / cols, i % cols);
+    if (mi_dtype_blocked(dtype) && cols % MI_QK != 0)
+        return mi_set_error(err, "%s: tensor '%s' has rows of %zu values, not whole blocks of %d for %s", w->out.path,
+                            name, cols, MI_QK, mi_dtype_name(dtype));
+    size_t qrow = mi_dtype_q_row_bytes(dtype, cols), nb = mi_dtype_blocked(dtype) ? cols / MI_QK : 0;
+    unsigned char *q = mi_malloc(rows * qrow + 1, "tensor buffer");
+    uint16_t *d = mi_malloc(rows * nb * 2 + 2, "block scales");
+    for (size_t r = 0; r < rows; r++)
+        mi_quantize_row(dtype, data + r * cols, (int)cols, q + r * qrow, d + r * nb);
+    int rc = put_encoded(w, name, dtype, q, d, rows, cols, transpose, err);
+    free(q);
+    free(d);
+    return rc;
+}
+
+int mi_model_writer_put_encoded(mi_model_writer *w, const char *name, int dtype, const void *q, const uint16_t *d,
+                                size_t rows, size_t cols, int transpose, char *err)
+{
+    if (mi_dtype_blocked(dtype) && cols % MI_QK != 0)
+        return mi_set_error(err, "%s: tensor '%s' has rows of %zu values, not whole blocks of %d for %s", w->out.path,
+                            name, cols, MI_QK, mi_dtype_name(dtype));
+    /* every value finite, decoded row by row (a NaN scale or value would reach every logit) */
+    float *row = mi_malloc(cols * sizeof(float), "row buffer");
+    size_t qrow = mi_dtype_q_row_bytes(dtype, cols), nb = mi_dtype_blocked(dtype) ? cols / MI_QK : 0;
+    int rc = 0;
+    for (size_t r = 0; r < rows && !rc; r++) {
+        mi_dequantize_row(dtype, (const unsigned char *)q + r * qrow, d ? d + r * nb : NULL, (int)cols, row);
+        for (size_t i = 0; i < cols && !rc; i++)
+            if (!isfinite(row[i]))
+                rc = mi_set_error(err, "%s: tensor '%s' holds a non-finite value (%g at row %zu, column %zu); "
+                                       "refusing to write it", w->out.path, name, (double)row[i], r, i);
+    }
+    free(row);
+    return rc ? rc : put_encoded(w, name, dtype, q, d, rows, cols, transpose, err);
 }
 
 int mi_model_writer_put(mi_model_writer *w, const char *name, const float *data, size_t rows, size_t cols,
