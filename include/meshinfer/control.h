@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "meshinfer/chat.h"
 #include "meshinfer/cost.h"
 #include "meshinfer/partition.h"
 #include "meshinfer/plan.h"
@@ -179,6 +180,7 @@ typedef struct {
     mi_config cfg;
     mi_runtime *rt;
     mi_tokenizer tok;       /* rank 0 */
+    char *chat_template;    /* rank 0: the model file's chat template (model_file.h), or NULL */
     double load_seconds;
     double plan_ms;
     mi_prediction pred;     /* rank 0: the cost model's view of the plan */
@@ -292,6 +294,8 @@ typedef struct {
     uint64_t rng;
     int replay_only;        /* the forced tokens are the whole text: no forward pass at all */
     int scale;              /* call session_after_step after each decode step (runtime scaling) */
+    int n_cached;           /* prompt[0 .. n_cached) are in the KV cache already (an earlier turn of a
+                               chat): prefill starts at position n_cached */
 } mi_gen_request;
 
 typedef struct {
@@ -309,6 +313,16 @@ typedef struct {
     int replayed;           /* forced tokens replayed through forward passes before sampling went on */
     double t_replayed;      /* mi_now() when they were */
 } mi_gen_result;
+
+/* Rank 0: a conversation rendered with the model's chat template (chat.h;
+ * template_name picks a kind by name instead, e.g. "llama3"; NULL: the
+ * file's) and encoded, special tokens parsed, the tokenizer's BOS first
+ * where it adds one and the template did not write it. flags: chat.h's
+ * MI_CHAT_GEN (open the assistant's turn) and MI_CHAT_NO_THINKING. Returns
+ * the ids (malloc'd; *n of them), or NULL with err set (no template, an
+ * unknown kind, roles the template refuses, longer than the context). */
+int *session_encode_chat(mi_session *ss, const mi_chat_msg *msgs, int n_msgs, const char *template_name, int flags,
+                         int *n, char *err);
 
 /* Rank 0: the token loop, the only one: prefill the prompt (the prefill
  * plan), switch to the decode phase, then per token: stop at BOS/EOS unless

@@ -132,6 +132,12 @@ int mi_model_read_masks(mi_model_file *mf, unsigned char *mask[4], double *ratio
 /* Load the tokenizer stored in the file. Returns 0 or -1 with err set. */
 int mi_model_read_tokenizer(mi_model_file *mf, mi_tokenizer *tok, char *err);
 
+/* A UTF-8 text stored as dataset `name` (a 1-D byte array; the chat
+ * template is /chat_template) into *out (malloc'd, NUL-terminated). Returns
+ * 0, 1 when the file has none (*out NULL), or -1 with err when it is not a
+ * byte string, holds a NUL or is larger than 64 MB. */
+int mi_model_read_text(mi_model_file *mf, const char *name, char **out, char *err);
+
 /* ---- writing: used by `convert` and `synth` ---- */
 typedef struct mi_model_writer mi_model_writer;
 
@@ -156,6 +162,10 @@ int mi_model_writer_put_tensor(mi_model_writer *w, const char *name, int dtype, 
  * check that it is finite. Returns 0, or -1 with err naming the tensor. */
 int mi_model_writer_put_encoded(mi_model_writer *w, const char *name, int dtype, const void *q, const uint16_t *d,
                                 size_t rows, size_t cols, int transpose, char *err);
+
+/* Store a text (e.g. "chat_template", the family's chat template as the
+ * source file gave it) as a 1-D byte dataset. 0 or -1 with err. */
+int mi_model_writer_put_text(mi_model_writer *w, const char *name, const char *text, char *err);
 int mi_model_writer_put(mi_model_writer *w, const char *name, const float *data, size_t rows,
                         size_t cols, int transpose, char *err);
 

@@ -4,6 +4,7 @@
 #define MESHINFER_CLI_H
 
 int cmd_convert(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 int cmd_synth(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_check(int argc, char **argv);

@@ -16,8 +16,12 @@ static void help(void)
 {
     printf("usage: [mpirun -np N ...] meshinfer generate --model MODEL.h5 [-p PROMPT] [-n N] [options]\n\n"
            "Generates up to N tokens after PROMPT (BOS is prepended) and streams the text.\n"
-           "  -m, --model FILE        HDF5 model (from `convert`, `quantize` or `synth`)\n"
+           "  -m, --model FILE        HDF5 model (from `convert`, `quantize` or `synth`), or a GGUF file or\n"
+           "                          Hugging Face folder (converted once into the model cache)\n"
            "  -p, --prompt TEXT       prompt (default \"Once upon a time\")\n"
+           "      --chat              the prompt is a user message in the model's own chat template\n"
+           "      --system TEXT       with --chat: a system prompt\n"
+           "      --chat-template K   with --chat: render as kind K instead (llama3, qwen2.5, qwen3, gemma3, ...)\n"
            "  -n, --steps N           tokens to generate (default: up to 256, within the context)\n"
            "  -t, --temperature T     0 = greedy (default 0)\n"
            "      --top-p P           nucleus sampling mass in (0,1] (default 0.9; 1 disables)\n"
@@ -173,6 +177,8 @@ static int resume_options(const char *jopts, size_t jlen, const opt_list *given,
 /* generate's command line. */
 typedef struct {
     const char *model, *prompt, *journal, *resume;
+    const char *system, *chat_template; /* --chat: the prompt is a user message in the model's template */
+    int chat;
     long steps;
     double temperature, topp;
     uint64_t seed;
@@ -189,7 +195,8 @@ static const struct option gen_opts[] = {
     {"json", no_argument, 0, 'j'},         {"metrics", no_argument, 0, 'M'},
     {"help", no_argument, 0, 'h'},         {"journal", required_argument, 0, 'J'},
     {"resume", required_argument, 0, 'R'}, {"repeat", required_argument, 0, 'r'},
-    {"journal-sync", no_argument, 0, 'Y'}, SESSION_LONG_OPTS,
+    {"journal-sync", no_argument, 0, 'Y'}, {"chat", no_argument, 0, 2001},
+    {"system", required_argument, 0, 2002}, {"chat-template", required_argument, 0, 2003}, SESSION_LONG_OPTS,
     {0, 0, 0, 0}};
 
 /* Options into a; returns 1 after --help. Every refusal is one mi_fatal line. */
@@ -217,6 +224,9 @@ static int parse_args(int argc, char **argv, gen_args *a)
         case 'M': a->metrics = 1; break;
         case 'h': help(); return 1;
         case 'Y': a->journal_sync = 1; break;
+        case 2001: a->chat = 1; given = 1; break;
+        case 2002: a->system = optarg; given = 1; break;
+        case 2003: a->chat_template = optarg; given = 1; break;
         default:
             if (!session_opt(&a->so, o, optarg))
                 cli_bad_option("generate", o, argv);
@@ -238,6 +248,8 @@ static int parse_args(int argc, char **argv, gen_args *a)
         mi_fatal("generate: --resume keeps journaling to its own file: leave out --journal");
     if (a->repeat > 1 && (a->resume || a->journal))
         mi_fatal("generate: --repeat runs one generation again and again in this job: it has no journal to keep");
+    if ((a->system || a->chat_template) && !a->chat)
+        mi_fatal("generate: --system and --chat-template shape a chat prompt: add --chat");
     if (a->resume)
         a->journal = a->resume;
     if (!a->model && !a->resume)
@@ -305,9 +317,17 @@ static int *prompt_tokens(mi_session *ss, gen_args *a, const gen_journal *jr, in
 {
     const mi_config *c = &ss->cfg;
     *n_prompt = 0;
-    int *ids = a->resume ? NULL : session_encode_prompt(ss, a->prompt, n_prompt);
     char msg[MI_ERRLEN] = "";
-    int bad = 0;
+    int bad = 0, *ids = NULL;
+    if (a->chat) { /* the prompt as the user's message in the model's chat template */
+        mi_chat_msg m[2] = {{"system", a->system}, {"user", a->prompt}};
+        if (ss->rank == 0 && !(ids = session_encode_chat(ss, a->system ? m : m + 1, a->system ? 2 : 1,
+                                                          a->chat_template, MI_CHAT_GEN, n_prompt, msg)))
+            bad = 1;
+        mi_check_all(bad, msg);
+    } else if (!a->resume) {
+        ids = session_encode_prompt(ss, a->prompt, n_prompt);
+    }
     if (ss->rank == 0 && a->resume) {
         char dts[160];
         mi_config_dtype_summary(c, dts, sizeof dts);

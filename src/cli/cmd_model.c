@@ -28,64 +28,6 @@ static void check_not_input(const char *out, const char *in)
         mi_fatal("%s", err);
 }
 
-int cmd_convert(int argc, char **argv)
-{
-    static const struct option opts[] = {{"checkpoint", required_argument, 0, 'c'},
-                                         {"tokenizer", required_argument, 0, 't'},
-                                         {"out", required_argument, 0, 'o'},
-                                         {"name", required_argument, 0, 'n'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    const char *ckpt = NULL, *tok = NULL, *out = NULL, *name = NULL;
-    int o;
-    while ((o = getopt_long(argc, argv, ":c:t:o:n:h", opts, NULL)) != -1) {
-        switch (o) {
-        case 'c': ckpt = optarg; break;
-        case 't': tok = optarg; break;
-        case 'o': out = optarg; break;
-        case 'n': name = optarg; break;
-        case 'h':
-            printf("usage: meshinfer convert --checkpoint FILE.bin --tokenizer tokenizer.bin --out MODEL.h5 "
-                   "[--name NAME]\n\n"
-                   "Converts a llama2.c checkpoint (legacy or v1 format, fp32) and its tokenizer into one\n"
-                   "HDF5 model file (config as attributes, tokenizer inside, one dataset per tensor, each\n"
-                   "rank's shard a contiguous row range). The output appears only when complete.\n"
-                   "GGUF files and Hugging Face safetensors are not read (yet): such a file is named as such.\n");
-            return 0;
-        default: cli_bad_option("convert", o, argv);
-        }
-    }
-    cli_no_positional("convert", optind, argc, argv);
-    if (!ckpt || !tok || !out)
-        mi_fatal("convert: --checkpoint, --tokenizer and --out are required (see meshinfer convert --help)");
-    if (!name) {
-        const char *b = strrchr(ckpt, '/');
-        b = b ? b + 1 : ckpt;
-        static char nb[64];
-        snprintf(nb, sizeof nb, "%s", b);
-        char *dot = strrchr(nb, '.');
-        if (dot)
-            *dot = '\0';
-        name = nb;
-    }
-    check_not_input(out, ckpt);
-    check_not_input(out, tok);
-    char err[MI_ERRLEN];
-    double t0 = mi_now();
-    if (mi_convert(ckpt, tok, out, name, err))
-        mi_fatal("%s", err);
-    mi_config c;
-    mi_model_file *mf = mi_model_open(out, &c, err);
-    if (!mf)
-        mi_fatal("converted file does not verify: %s", err);
-    mi_model_close(mf);
-    printf("wrote %s: %s, dim %d, hidden_dim %d, %d layers, %d heads (%d KV), vocab %d, seq_len %d, "
-           "%zu parameters (%.1f s)\n",
-           out, c.name, c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len,
-           mi_model_params(&c), mi_now() - t0);
-    return 0;
-}
-
 int cmd_synth(int argc, char **argv)
 {
     static const struct option opts[] = {{"shape", required_argument, 0, 's'},
@@ -290,6 +232,18 @@ int cmd_info(int argc, char **argv)
            c.synthetic ? "true" : "false", c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads,
            c.head_dim, c.vocab_size, c.seq_len, (double)c.rope_theta, (double)c.norm_eps,
            c.shared_classifier ? "true" : "false", mi_model_params(&c));
+    if (mi_config_is_lm(&c)) { /* the family's traits (config.h) */
+        static const char *const norms[] = {"rms", "layer"}, *const ffns[] = {"swiglu", "gelu", "geglu", "gelu_tanh"},
+                                 *const ropes[] = {"pairs", "halves", "none"};
+        printf("\"traits\": {\"norm\": \"%s\", \"ffn\": \"%s\", \"rope\": \"%s\", \"qkv_bias\": %s, "
+               "\"out_bias\": %s, \"qk_norm\": %s, \"post_norms\": %s, \"pos_embed\": %s, \"rope_freqs\": %s, "
+               "\"emb_scale\": %g, \"attn_scale\": %g, \"rope_theta_local\": %g, \"sliding_window\": %d, "
+               "\"swa_period\": %d}, ",
+               norms[c.norm_type], ffns[c.ffn_type], ropes[c.rope_type], c.qkv_bias ? "true" : "false",
+               c.out_bias ? "true" : "false", c.qk_norm ? "true" : "false", c.post_norms ? "true" : "false",
+               c.pos_embed ? "true" : "false", c.rope_freqs ? "true" : "false", (double)c.emb_scale,
+               (double)c.attn_scale, (double)c.rope_theta_local, c.sliding_window, c.swa_period);
+    }
     /* precision: a summary, the bytes a decoded token reads, and the table */
     char dts[160];
     printf("\"dtypes\": \"%s\", \"decode_weight_bytes\": %zu, \"tok_embeddings_dtype\": \"%s\", "

@@ -17,6 +17,7 @@ static const struct {
     int mpi; /* runs as one rank per device; the others are one-device commands */
 } commands[] = {
     {"generate", cmd_generate, "generate text from a prompt (streams tokens)", 1},
+    {"chat", cmd_chat, "talk with a chat model in its own template (keeps the conversation, streams)", 1},
     {"perplexity", cmd_perplexity, "mean NLL and perplexity of a text file", 1},
     {"forecast", cmd_forecast, "forecast a multivariate series with a time-series model (CATS)", 1},
     {"bench", cmd_bench, "TTFT, TPOT, decode tokens/s and weight bandwidth vs STREAM triad", 1},
@@ -24,7 +25,7 @@ static const struct {
     {"calibrate", cmd_calibrate, "measure every rank's device and link; write a cluster file for --cluster", 1},
     {"importance", cmd_importance, "perplexity rise per layer lowered to q8_0 and to q4_0 (Voltron's importance)", 0},
     {"profile", cmd_profile, "acceptance of inter-layer speculation per layer transition, over a corpus", 0},
-    {"convert", cmd_convert, "llama2.c checkpoint + tokenizer.bin -> HDF5 model file", 0},
+    {"convert", cmd_convert, "a GGUF file, a Hugging Face folder or a llama2.c checkpoint -> HDF5 model file", 0},
     {"synth", cmd_synth, "write a seeded synthetic model of a real model's shape", 0},
     {"quantize", cmd_quantize, "copy an fp32 model with weights in fp16, q8_0 or q4_0 (per layer too)", 0},
     {"info", cmd_info, "print a model file's config", 0},

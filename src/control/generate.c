@@ -28,7 +28,7 @@ void session_generate(mi_session *ss, const mi_gen_request *rq, const mi_gen_hoo
     if (rq->replay_only) { /* a finished journal: its tokens, no forward pass (none: it stopped at once) */
         next = n_forced > 0 ? forced[0] : MI_TOK_EOS;
     } else {
-        float *logits = session_prefill(ss, rq->prompt, rq->n_prompt, 0);
+        float *logits = session_prefill(ss, rq->prompt + rq->n_cached, rq->n_prompt - rq->n_cached, rq->n_cached);
         session_check_logits(logits, c->vocab_size, rq->n_prompt - 1);
         next = n_forced > 0 ? forced[0] : mi_sample(&smp, logits);
     }

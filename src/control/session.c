@@ -165,6 +165,8 @@ static int open_model(mi_session *ss, const char *path, const session_opts *o, c
                             path);
     }
     int rc = series ? 0 : mi_model_read_tokenizer(mf, &ss->tok, err);
+    if (!rc && !series && mi_model_read_text(mf, "chat_template", &ss->chat_template, err) < 0)
+        rc = -1;
     mi_model_close(mf);
     if (rc)
         return -1;
@@ -509,6 +511,14 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
     int failed = 0;
     if (ss->rank == 0 && ss->size > MI_MAX_RANKS)
         failed = mi_set_error(err, "%d ranks is more than the %d meshinfer supports", ss->size, MI_MAX_RANKS);
+    /* a GGUF file or Hugging Face folder runs from its converted copy */
+    static char resolved[4096];
+    if (ss->rank == 0 && !failed)
+        failed = session_resolve_model(path, 0, resolved, sizeof resolved, err) != 0;
+    mi_check_all(failed, err);
+    if (ss->size > 1 && ss->size <= MI_MAX_RANKS)
+        mi_world_bcast(resolved, sizeof resolved);
+    path = resolved;
     if (ss->size > 1 && ss->size <= MI_MAX_RANKS) {
         mi_world_rtt(ss->rtt_s); /* HeadSplit: "measure round-trip times at startup" */
         char host[64] = "";
@@ -581,6 +591,8 @@ void session_close(mi_session *ss, const session_opts *o)
     mi_runtime_free(ss->rt);
     if (ss->rank == 0) {
         mi_tokenizer_free(&ss->tok);
+        free(ss->chat_template);
+        ss->chat_template = NULL;
         mi_programs_free(&ss->prog);
         mi_plan_free(&ss->plan);
         if (ss->phases.has_prefill_plan) {

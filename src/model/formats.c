@@ -67,7 +67,7 @@ int mi_foreign_format(const char *path, char *err)
     }
     if (!what)
         return 0;
-    mi_set_error(err, "%s is %s: meshinfer reads its own HDF5 model files, which `meshinfer convert` makes from "
-                      "llama2.c checkpoints; importing GGUF and safetensors is not supported yet", path, what);
+    mi_set_error(err, "%s is %s: meshinfer reads its own HDF5 model files; `meshinfer convert --input %s --out "
+                      "MODEL.h5` makes one (generate and the other commands do it themselves)", path, what, path);
     return 1;
 }

@@ -449,6 +449,8 @@ static int write_all(im_ctx *x, const item *items, int n, const char *out, char 
     }
     if (!rc)
         rc = mi_model_writer_put_tokenizer(w, &x->tok, err);
+    if (!rc && x->chat_template)
+        rc = mi_model_writer_put_text(w, "chat_template", x->chat_template, err);
     if (rc) {
         mi_model_writer_abort(w);
         return -1;

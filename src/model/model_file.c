@@ -378,3 +378,35 @@ out:
     free(lens);
     return rc;
 }
+
+int mi_model_read_text(mi_model_file *mf, const char *name, char **out, char *err)
+{
+    *out = NULL;
+    if (H5Lexists(mf->file, name, H5P_DEFAULT) <= 0)
+        return 1;
+    hid_t d = H5Dopen2(mf->file, name, H5P_DEFAULT);
+    hid_t s = d >= 0 ? H5Dget_space(d) : -1, t = d >= 0 ? H5Dget_type(d) : -1;
+    hssize_t n = s >= 0 ? H5Sget_simple_extent_npoints(s) : -1;
+    int ok = d >= 0 && s >= 0 && H5Sget_simple_extent_ndims(s) == 1 && H5Tget_class(t) == H5T_INTEGER &&
+             H5Tget_size(t) == 1 && n >= 0 && n < (1 << 26);
+    char *buf = ok ? mi_malloc((size_t)n + 1, "text") : NULL;
+    if (ok && n > 0 && H5Dread(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
+        ok = 0;
+    if (t >= 0)
+        H5Tclose(t);
+    if (s >= 0)
+        H5Sclose(s);
+    if (d >= 0)
+        H5Dclose(d);
+    if (!ok) {
+        free(buf);
+        return mi_set_error(err, "%s: '%s' is not a byte string of at most 64 MB", mf->path, name);
+    }
+    buf[n] = 0;
+    if (strlen(buf) != (size_t)n) {
+        free(buf);
+        return mi_set_error(err, "%s: '%s' holds a NUL byte", mf->path, name);
+    }
+    *out = buf;
+    return 0;
+}

@@ -380,3 +380,10 @@ void mi_model_writer_abort(mi_model_writer *w)
     mi_output_abort(&w->out);
     free(w);
 }
+
+int mi_model_writer_put_text(mi_model_writer *w, const char *name, const char *text, char *err)
+{
+    hsize_t n = strlen(text);
+    int bad = write_dataset(w->file, name, H5T_STD_U8LE, H5T_NATIVE_UCHAR, 1, &n, text);
+    return bad ? mi_set_error(err, "%s: writing '%s' failed (disk full?)", w->out.path, name) : 0;
+}

@@ -1,0 +1,52 @@
+/* A conversation rendered with the model's chat template and encoded (see
+ * control.h session_encode_chat). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "meshinfer/common.h"
+#include "meshinfer/control.h"
+
+int *session_encode_chat(mi_session *ss, const mi_chat_msg *msgs, int n_msgs, const char *template_name, int flags,
+                         int *n, char *err)
+{
+    *n = 0;
+    int kind;
+    if (template_name)
+        kind = mi_chat_kind_from_name(template_name, err);
+    else if (ss->chat_template)
+        kind = mi_chat_detect(ss->chat_template, err);
+    else
+        return mi_set_error(err, "the model file has no chat template (convert it from a GGUF file or a Hugging Face "
+                                 "folder that has one, or name one with --chat-template)"),
+               NULL;
+    if (kind < 0)
+        return NULL;
+    const mi_tokenizer *t = &ss->tok;
+    const char *bos = t->bos_id >= 0 && t->bos_id < t->vocab_size ? t->pieces[t->bos_id] : "";
+    char *text = NULL;
+    if (mi_chat_render(kind, msgs, n_msgs, flags, bos, &text, err))
+        return NULL;
+    size_t cap = strlen(text) + 4;
+    int *ids = mi_malloc(cap * sizeof(int), "chat tokens");
+    /* the template writes BOS where the family wants it; the tokenizer adds
+     * one only where the template did not */
+    int k = mi_tokenizer_encode_n(t, text, 0, ids + 1, (int)cap - 1, err);
+    free(text);
+    if (k < 0) {
+        free(ids);
+        return NULL;
+    }
+    int lead = t->add_bos && t->bos_id >= 0 && (k == 0 || ids[1] != t->bos_id);
+    if (lead)
+        ids[0] = t->bos_id;
+    else
+        memmove(ids, ids + 1, (size_t)k * sizeof(int));
+    *n = k + lead;
+    if (*n >= ss->cfg.seq_len) {
+        free(ids);
+        return mi_set_error(err, "the conversation is %d tokens but the model's context is %d: start a new one or "
+                                 "convert with a larger --ctx", *n, ss->cfg.seq_len),
+               NULL;
+    }
+    return ids;
+}
