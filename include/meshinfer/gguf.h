@@ -58,7 +58,7 @@ typedef struct mi_gguf mi_gguf;
  * itself starts at an aligned file offset) and holds size bytes:
  * dims[0] / block elements * block bytes * dims[1] * dims[2] * dims[3]. */
 typedef struct {
-    const char *name;    /* NUL-terminated, at most MI_GGUF_MAX_NAME bytes */
+    const char *name;    /* NUL-terminated, 1 to MI_GGUF_MAX_NAME bytes, no control characters */
     int n_dims;          /* 0..4 (0: a scalar) */
     int64_t dims[MI_GGUF_MAX_DIMS];
     int type;            /* enum mi_ggml_type */

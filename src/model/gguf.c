@@ -112,7 +112,7 @@ static int tensor_size(mi_gguf *g, int64_t i, mi_gguf_tensor *t, char *err)
 {
     if (!mi_gguf_type_name(t->type))
         return mi_set_error(err, "%s: tensor %" PRId64 " '%s' has unknown ggml type id %d%s", g->path, i, t->name,
-                            t->type, t->type >= 0 && t->type < 40 ? " (a type ggml has removed)" : "");
+                            t->type, t->type >= 0 && t->type < N_GGML_TYPES ? " (a type ggml has removed)" : "");
     t->type_name = ggml_types[t->type].name;
     uint64_t block = (uint64_t)ggml_types[t->type].block, bytes = (uint64_t)ggml_types[t->type].size;
     if ((uint64_t)t->dims[0] % block)
@@ -129,7 +129,17 @@ static int tensor_size(mi_gguf *g, int64_t i, mi_gguf_tensor *t, char *err)
     return 0;
 }
 
-/* The name of tensor i: 1..MI_GGUF_MAX_NAME bytes, no NUL, unique. */
+/* 1 if s[len] has a control byte (a NUL would cut the C string; the others
+ * would break the one-line messages that name the tensor). */
+static int has_control(const char *s, uint64_t len)
+{
+    for (uint64_t i = 0; i < len; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            return 1;
+    return 0;
+}
+
+/* The name of tensor i: 1..MI_GGUF_MAX_NAME bytes, no control bytes, unique. */
 static int tensor_name(mi_gguf *g, gg_cur *c, int64_t i, mi_gguf_tensor *t, char *err)
 {
     const char *s = NULL;
@@ -137,9 +147,9 @@ static int tensor_name(mi_gguf *g, gg_cur *c, int64_t i, mi_gguf_tensor *t, char
     if (gg_str(c, &s, &len))
         return -1;
     char q[NT_QUOTE_LEN];
-    if (len == 0 || len > MI_GGUF_MAX_NAME || memchr(s, 0, len))
+    if (len == 0 || len > MI_GGUF_MAX_NAME || has_control(s, len))
         return mi_set_error(err, "%s: tensor %" PRId64 " has a bad name '%s' (%" PRIu64 " bytes: 1 to %d without "
-                            "NUL bytes are allowed)", g->path, i, nt_quote(q, sizeof q, s, len), len,
+                            "control characters are allowed)", g->path, i, nt_quote(q, sizeof q, s, len), len,
                             MI_GGUF_MAX_NAME);
     char *name = malloc(len + 1);
     if (!name)
@@ -179,7 +189,9 @@ static int read_tensor_info(mi_gguf *g, gg_cur *c, int64_t i, char *err)
     }
     if (gg_u32(c, &type) || gg_u64(c, &t->offset))
         return -1;
-    t->type = type > INT32_MAX ? -1 : (int)type; /* stored as int32: "negative" ids are unknown */
+    int32_t id; /* the file stores the id as an int32 */
+    memcpy(&id, &type, 4);
+    t->type = id;
     return tensor_size(g, i, t, err);
 }
 

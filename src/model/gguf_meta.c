@@ -1,6 +1,7 @@
 /* GGUF metadata: the read primitives, reading and checking the key/values
- * at open, and the typed getters (see gguf.h). Values stay in the map; only keys are copied, and
- * the offsets of string array elements are indexed so element i is O(1). */
+ * at open, and the typed getters (see gguf.h). Values stay in the map; only
+ * keys are copied, and the offsets of string array elements are indexed so
+ * that element i is O(1). */
 #define _POSIX_C_SOURCE 200809L
 #include "gguf_internal.h"
 
@@ -109,9 +110,10 @@ static int array_head(kv_reader *r, int depth, int *type, uint64_t *count)
     return 0;
 }
 
-/* n values of type t at the cursor (an array's elements, or one scalar),
- * recursing into nested arrays. str_pos: where each string's length lies. */
-static int read_values(kv_reader *r, int t, uint64_t n, int depth, uint64_t *str_pos)
+/* n values of type t at the cursor (an array's elements, or one scalar when
+ * array is 0), recursing into nested arrays. str_pos: where each string's
+ * length lies. */
+static int read_values(kv_reader *r, int t, uint64_t n, int array, int depth, uint64_t *str_pos)
 {
     gg_cur *c = r->c;
     if (t == MI_GGUF_STRING || t == MI_GGUF_ARRAY) {
@@ -122,12 +124,20 @@ static int read_values(kv_reader *r, int t, uint64_t n, int depth, uint64_t *str
             if (str_pos)
                 str_pos[i] = c->pos;
             if (t == MI_GGUF_STRING ? gg_str(c, &s, &len)
-                                    : array_head(r, depth + 1, &et, &len) || read_values(r, et, len, depth + 1, NULL))
+                                    : array_head(r, depth + 1, &et, &len) ||
+                                          read_values(r, et, len, 1, depth + 1, NULL))
                 return -1;
         }
         return 0;
     }
-    if (gg_need(c, n * (uint64_t)vsize[t])) /* n <= MAX_ARRAY: no overflow */
+    uint64_t bytes = n * (uint64_t)vsize[t]; /* n <= MAX_ARRAY: no overflow */
+    if (array && bytes > c->size - c->pos) {
+        char msg[192];
+        snprintf(msg, sizeof msg, "array of %" PRIu64 " %s (%" PRIu64 " bytes at offset %" PRIu64 ") runs past the "
+                 "end of the file (%" PRIu64 " bytes left)", n, vnames[t], bytes, c->pos, c->size - c->pos);
+        return bad(r, msg);
+    }
+    if (gg_need(c, bytes))
         return -1;
     if (t == MI_GGUF_BOOL)
         for (uint64_t i = 0; i < n; i++)
@@ -136,7 +146,7 @@ static int read_values(kv_reader *r, int t, uint64_t n, int depth, uint64_t *str
                 snprintf(msg, sizeof msg, "holds bool byte %u (0 or 1 expected)", c->b[c->pos + i]);
                 return bad(r, msg);
             }
-    c->pos += n * (uint64_t)vsize[t];
+    c->pos += bytes;
     return 0;
 }
 
@@ -184,7 +194,7 @@ static int read_kv(kv_reader *r, int64_t i)
     if (t != MI_GGUF_ARRAY) {
         kv->pos = r->c->pos;
         kv->count = 1;
-        return read_values(r, kv->type, 1, 0, NULL);
+        return read_values(r, kv->type, 1, 0, 0, NULL);
     }
     if (array_head(r, 0, &kv->elem_type, &kv->count))
         return -1;
@@ -194,7 +204,7 @@ static int read_kv(kv_reader *r, int64_t i)
     uint64_t fit = (r->c->size - r->c->pos) / 8 + 1, n = kv->count < fit ? kv->count : fit;
     if (kv->elem_type == MI_GGUF_STRING && !(kv->str_pos = malloc((n + 1) * sizeof *kv->str_pos)))
         return mi_set_error(r->err, "%s: out of memory for %s", r->g->path, r->label);
-    return read_values(r, kv->elem_type, kv->count, 0, kv->str_pos);
+    return read_values(r, kv->elem_type, kv->count, 1, 0, kv->str_pos);
 }
 
 int gguf_read_kvs(mi_gguf *g, gg_cur *c, char *err)

@@ -205,8 +205,10 @@ static int check_overlaps(mi_st *st, int s, size_t first, const unsigned char *d
         return 0;
     const mi_st_tensor *x = &st->t[a], *y = &st->t[b];
     uint64_t xo = (uint64_t)((const unsigned char *)x->data - data), yo = (uint64_t)((const unsigned char *)y->data - data);
+    char qx[NT_QUOTE_LEN], qy[NT_QUOTE_LEN];
     return mi_set_error(err, "%s: tensors '%s' and '%s' overlap (data bytes [%" PRIu64 ", %" PRIu64 ") and [%" PRIu64
-                        ", %" PRIu64 "))", st->shards[s].path, x->name, y->name, xo, xo + x->size, yo, yo + y->size);
+                        ", %" PRIu64 "))", st->shards[s].path, nt_quote(qx, sizeof qx, x->name, strlen(x->name)),
+                        nt_quote(qy, sizeof qy, y->name, strlen(y->name)), xo, xo + x->size, yo, yo + y->size);
 }
 
 /* The JSON header of shard s, at most MI_ST_MAX_HEADER bytes inside the file. */

@@ -135,7 +135,7 @@ static void arrays(gbuf *g, enum gguf_fault fault)
     arr(g, "tokenizer.ggml.tokens", 8, fault == GF_COUNT ? 1ull << 40 : 4);
     for (int i = 0; i < 4; i++)
         put_str(g, tokens[i]);
-    arr(g, "tokenizer.ggml.scores", 6, 4);
+    arr(g, "tokenizer.ggml.scores", 6, fault == GF_ARRAY_LONG ? 100000 : 4);
     const float scores[] = {0.0f, -1.5f, 2.25f, 3.0f};
     for (int i = 0; i < 4; i++)
         put_f32(g, scores[i]);
@@ -173,7 +173,8 @@ static void arrays(gbuf *g, enum gguf_fault fault)
 static void tensor_info(gbuf *g, int i, uint64_t offset, enum gguf_fault fault)
 {
     const fx_tensor *t = &fx_gguf_tensors[i];
-    put_str(g, fault == GF_DUP_NAME && i == 3 ? fx_gguf_tensors[1].name : t->name);
+    const char *name = fault == GF_DUP_NAME && i == 3 ? fx_gguf_tensors[1].name : t->name;
+    put_str(g, fault == GF_NAME_CTRL && i == 3 ? "blk.0\nffn" : name);
     int n_dims = fault == GF_NDIMS5 && i == 1 ? 5 : t->n_dims;
     put_u32(g, (uint32_t)n_dims);
     for (int d = 0; d < n_dims; d++) {

@@ -29,6 +29,8 @@ enum gguf_fault {
     GF_VTYPE,        /* test.u8 of value type 13 */
     GF_DUP_KEY,      /* test.i8 renamed test.u8 */
     GF_NEG_DIM,      /* tensor 0 dims[1] = -3 */
+    GF_NAME_CTRL,    /* tensor 3 named "blk.0\nffn" */
+    GF_ARRAY_LONG,   /* tokenizer.ggml.scores claims 100000 f32 */
 };
 extern uint32_t fx_bad_version;
 

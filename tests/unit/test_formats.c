@@ -271,6 +271,8 @@ static void test_gguf_kv_faults(void)
     expect_gguf_error(GF_STRLEN, 3, 0, "string length 1099511627776", "runs past the end of the file");
     expect_gguf_error(GF_STRLEN, 3, 0, "in key-value 0 'general.architecture'", NULL);
     expect_gguf_error(GF_COUNT, 3, 0, "key-value 14 'tokenizer.ggml.tokens'", "absurd array count 1099511627776");
+    expect_gguf_error(GF_ARRAY_LONG, 3, 0, "key-value 15 'tokenizer.ggml.scores' array of 100000 f32 (400000 bytes",
+                      "runs past the end of the file");
     expect_gguf_error(GF_ALIGN, 3, 0, "general.alignment 24 is not a power of two", NULL);
     expect_gguf_error(GF_BOOL, 3, 0, "key-value 9 'test.bool' holds bool byte 2", NULL);
     expect_gguf_error(GF_VTYPE, 3, 0, "key-value 2 'test.u8' has unknown value type 13", NULL);
@@ -292,6 +294,7 @@ static void test_gguf_tensor_faults(void)
     expect_gguf_error(GF_NDIMS5, 3, 0, "tensor 1 'blk.0.attn_q.weight' has n_dims 5", "at most 4");
     expect_gguf_error(GF_ROW, 3, 0, "(q8_0): dims[0] 48 is not a multiple of the block size 32", NULL);
     expect_gguf_error(GF_NEG_DIM, 3, 0, "negative dims[1] (-3)", NULL);
+    expect_gguf_error(GF_NAME_CTRL, 3, 0, "tensor 3 has a bad name 'blk.0?ffn'", "without control characters");
 }
 
 static void test_gguf_not_a_file(void)
@@ -468,6 +471,9 @@ static void test_st_file_faults(void)
     expect_st_file_error("{\"a\":{\"dtype\":\"F32\",\"shape\":[6],\"data_offsets\":[0,24]},"
                          "\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[16,32]}}", 32, 0,
                          "tensors 'a' and 'b' overlap", "[0, 24) and [16, 32)");
+    expect_st_file_error("{\"a\\nb\":{\"dtype\":\"I8\",\"shape\":[2],\"data_offsets\":[0,2]},"
+                         "\"c\":{\"dtype\":\"I8\",\"shape\":[2],\"data_offsets\":[1,3]}}", 8, 0,
+                         "tensors 'a?b' and 'c' overlap", NULL);
     expect_st_file_error(W("F4", "[2]", "[0,1]"), 8, 0, "tensor 'w' has unknown dtype 'F4'", NULL);
     expect_st_file_error(W("F32", "[3]", "[0,16]"), 16, 0,
                          "tensor 'w' size mismatch: F32 [3] needs 12 bytes, its data_offsets [0, 16] hold 16", NULL);
