@@ -26,6 +26,7 @@ static const struct {
     {"importance", cmd_importance, "perplexity rise per layer lowered to q8_0 and to q4_0 (Voltron's importance)", 0},
     {"profile", cmd_profile, "acceptance of inter-layer speculation per layer transition, over a corpus", 0},
     {"convert", cmd_convert, "a GGUF file, a Hugging Face folder or a llama2.c checkpoint -> HDF5 model file", 0},
+    {"logits", cmd_logits, "one device's logits for token ids, as JSON (to compare implementations)", 0},
     {"synth", cmd_synth, "write a seeded synthetic model of a real model's shape", 0},
     {"quantize", cmd_quantize, "copy an fp32 model with weights in fp16, q8_0 or q4_0 (per layer too)", 0},
     {"info", cmd_info, "print a model file's config", 0},
