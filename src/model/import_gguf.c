@@ -101,7 +101,8 @@ static int gguf_config(im_ctx *x, const mi_gguf *g, const char *arch, int family
         if (key_int(g, arch, "attention.sliding_window", 512, &c->sliding_window, p, err))
             return -1;
         c->swa_period = c->n_layers < 6 ? c->n_layers : 6;
-        c->rope_theta_local = 10000.0f;
+        if (key_float(g, arch, "rope.freq_base_swa", 10000.0f, &c->rope_theta_local, err))
+            return -1;
         c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
     }
     const mi_gguf_tensor *emb = mi_gguf_find_tensor(g, "token_embd.weight");
