@@ -9,7 +9,13 @@
 #include "meshinfer/control.h"
 #include "meshinfer/sampler.h"
 
-static int is_end(int tok) { return tok == MI_TOK_BOS || tok == MI_TOK_EOS; }
+/* The tokenizer's end-of-generation tokens (llama2.c: BOS and EOS, where a
+ * story ended), and the one a finished replay ends on. */
+static int is_end(const mi_session *ss, int tok) { return mi_tokenizer_is_eog(&ss->tok, tok); }
+static int end_token(const mi_session *ss)
+{
+    return ss->tok.eos_id >= 0 ? ss->tok.eos_id : ss->tok.n_eog > 0 ? ss->tok.eog_ids[0] : 0;
+}
 
 void session_generate(mi_session *ss, const mi_gen_request *rq, const mi_gen_hooks *hk, mi_gen_result *res)
 {
@@ -26,7 +32,7 @@ void session_generate(mi_session *ss, const mi_gen_request *rq, const mi_gen_hoo
     res->t0 = mi_now();
     int next;
     if (rq->replay_only) { /* a finished journal: its tokens, no forward pass (none: it stopped at once) */
-        next = n_forced > 0 ? forced[0] : MI_TOK_EOS;
+        next = n_forced > 0 ? forced[0] : end_token(ss);
     } else {
         float *logits = session_prefill(ss, rq->prompt, rq->n_prompt, 0);
         session_check_logits(logits, c->vocab_size, rq->n_prompt - 1);
@@ -38,7 +44,7 @@ void session_generate(mi_session *ss, const mi_gen_request *rq, const mi_gen_hoo
     session_phase(ss, 0, rq->n_prompt);
     int n = 0, prev = rq->prompt[rq->n_prompt - 1];
     for (;;) {
-        if (!rq->ignore_eos && is_end(next)) {
+        if (!rq->ignore_eos && is_end(ss, next)) {
             res->stop = "eos";
             break;
         }
