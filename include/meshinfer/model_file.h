@@ -16,6 +16,8 @@
  *   /layers/LLL/w1, w3      [hidden_dim, dim]
  *   /layers/LLL/w2_t        [hidden_dim, dim]          w2 transposed: rows of FFN unit j
  *   /tokenizer/scores [V] f32, /tokenizer/offsets [V+1] i64, /tokenizer/bytes [N] u8
+ *                           llama2.c's tokenizer; any other (tokenizer.h's BPE kinds):
+ *   /tokenizer/spec [N] u8  its stored form, UTF-8 JSON (tokenizer.h), V <= vocab_size
  *
  * Every tensor is stored so that the shard a rank holds (a KV-head group's
  * query/key/value/output rows, or a slice of FFN units) is a contiguous row
@@ -129,7 +131,7 @@ int mi_model_read_t(mi_model_file *mf, const char *name, size_t row0, size_t nro
 int mi_model_read_masks(mi_model_file *mf, unsigned char *mask[4], double *ratio, int *magnitude, int *ranks,
                         char *err);
 
-/* Load the tokenizer stored in the file. Returns 0 or -1 with err set. */
+/* Load the tokenizer stored in the file (either form). Returns 0 or -1 with err set. */
 int mi_model_read_tokenizer(mi_model_file *mf, mi_tokenizer *tok, char *err);
 
 /* A UTF-8 text stored as dataset `name` (a 1-D byte array; the chat
@@ -169,7 +171,8 @@ int mi_model_writer_put_text(mi_model_writer *w, const char *name, const char *t
 int mi_model_writer_put(mi_model_writer *w, const char *name, const float *data, size_t rows,
                         size_t cols, int transpose, char *err);
 
-/* Store the tokenizer (pieces, scores) in /tokenizer. */
+/* Store the tokenizer in /tokenizer: llama2.c's as pieces and scores, the
+ * BPE kinds as /tokenizer/spec. */
 int mi_model_writer_put_tokenizer(mi_model_writer *w, const mi_tokenizer *tok, char *err);
 
 /* Flush, close and atomically rename to the final path. Frees w. */

@@ -15,8 +15,9 @@
  * an unreadable file, text the tokenizer refuses, or fewer than 2 tokens. */
 int *mi_text_ids(const char *path, const mi_tokenizer *tok, long max_tokens, int *n);
 
-/* Perplexity of ids[n] in windows of the context (BOS first in each). */
-double mi_window_perplexity(mi_model *m, mi_scratch *s, const int *ids, int n);
+/* Perplexity of ids[n] in windows of the context, each starting with token
+ * bos (mi_tokenizer_doc_start: the tokenizer's BOS). */
+double mi_window_perplexity(mi_model *m, mi_scratch *s, const int *ids, int n, int bos);
 
 /* Rows [r0, r0+n) of t set to zero, in any dtype (a blocked row's scales
  * too). */

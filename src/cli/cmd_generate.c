@@ -341,6 +341,12 @@ static int *prompt_tokens(mi_session *ss, gen_args *a, const gen_journal *jr, in
         else if (jr->n_prompt + jr->steps > c->seq_len)
             bad = snprintf(msg, sizeof msg, "generate: journal %s asks for %d + %ld tokens, past the context of %d",
                            a->resume, jr->n_prompt, jr->steps, c->seq_len) > 0;
+        /* a run that stopped at its end tokens cannot have gone on after one */
+        for (int i = 0; !bad && !jr->ignore_eos && i < jr->n_out; i++)
+            if (mi_tokenizer_is_eog(&ss->tok, jr->out[i]))
+                bad = snprintf(msg, sizeof msg, "journal %s: line %d is BOS or EOS, where the run stopped (an "
+                               "end-of-generation token; it did not ignore them): no token can follow",
+                               a->resume, i + 2) > 0;
         *n_prompt = jr->n_prompt;
         ids = mi_malloc((size_t)*n_prompt * sizeof(int), "prompt tokens");
         memcpy(ids, jr->prompt_ids, (size_t)*n_prompt * sizeof(int));
@@ -406,8 +412,9 @@ static void on_token(void *ctx, int token, int prev, uint64_t rng, int replayed)
     int len = 1;
     /* with --ignore-eos a story can end mid-stream (BOS or EOS): the next
      * one starts on a line of its own, not glued on ("sunshine.Once") */
-    const char *piece = token == MI_TOK_BOS || token == MI_TOK_EOS ? "\n"
-                                                                   : mi_tokenizer_decode(&g->ss->tok, prev, token, &len);
+    const mi_tokenizer *tok = &g->ss->tok;
+    const char *piece = mi_tokenizer_is_eog(tok, token) || token == tok->bos_id ? "\n"
+                                                                                : mi_tokenizer_decode(tok, prev, token, &len);
     if (g->len + (size_t)len + 1 > g->cap) {
         g->cap = 2 * (g->len + (size_t)len + 1);
         char *nt = realloc(g->text, g->cap);

@@ -133,7 +133,7 @@ static int choose_shard(int shard, int H)
 
 /* The perplexity on ids over base when one layer's seven matrices are
  * lowered to q8_0, then to q4_0, layer by layer: rise[l * 2 + step]. */
-static double *layer_rises(mi_model *m, mi_scratch *s, const int *ids, int n, double base, int tty)
+static double *layer_rises(mi_model *m, mi_scratch *s, const int *ids, int n, int bos, double base, int tty)
 {
     const mi_config *c = &m->cfg;
     static const int steps[] = {MI_Q8_0, MI_Q4_0};
@@ -148,7 +148,7 @@ static double *layer_rises(mi_model *m, mi_scratch *s, const int *ids, int n, do
                 keep[k] = *mats[k];
                 *mats[k] = lowered(&keep[k], steps[st], &mem[k]);
             }
-            rise[l * 2 + st] = mi_window_perplexity(m, s, ids, n) - base;
+            rise[l * 2 + st] = mi_window_perplexity(m, s, ids, n, bos) - base;
             for (int k = 0; k < 7; k++) {
                 *mats[k] = keep[k];
                 free(mem[k]);
@@ -164,7 +164,7 @@ static double *layer_rises(mi_model *m, mi_scratch *s, const int *ids, int n, do
  * zeroing its rows of w3 (silu(w1 x) * 0 = 0: the channels' outputs vanish,
  * as if w1, w3 rows and w2 columns were gone). The perplexity's rise with
  * each shard pruned alone: prune[l * n_shards + j]. */
-static double *shard_rises(mi_model *m, mi_scratch *s, const int *ids, int n, double base, int shard, int n_shards,
+static double *shard_rises(mi_model *m, mi_scratch *s, const int *ids, int n, int bos, double base, int shard, int n_shards,
                            int tty)
 {
     const mi_config *c = &m->cfg;
@@ -178,7 +178,7 @@ static double *shard_rises(mi_model *m, mi_scratch *s, const int *ids, int n, do
         *w3 = z;
         for (int j = 0; j < n_shards; j++) {
             mi_zero_rows(w3, j * shard, shard);
-            prune[l * n_shards + j] = mi_window_perplexity(m, s, ids, n) - base;
+            prune[l * n_shards + j] = mi_window_perplexity(m, s, ids, n, bos) - base;
             /* restore the shard's rows before the next one goes */
             memcpy((char *)z.q + (size_t)j * shard * row, (const char *)keep.q + (size_t)j * shard * row,
                    (size_t)shard * row);
@@ -265,9 +265,10 @@ int cmd_importance(int argc, char **argv)
     mi_scratch_init(&s, c, 64);
     int tty = isatty(fileno(stderr));
     double t0 = mi_now();
-    r.base = mi_window_perplexity(&m, &s, ids, r.n);
-    r.rise = layer_rises(&m, &s, ids, r.n, r.base, tty);
-    r.prune = shard_rises(&m, &s, ids, r.n, r.base, r.shard, r.n_shards, tty);
+    const int bos = mi_tokenizer_doc_start(&tok);
+    r.base = mi_window_perplexity(&m, &s, ids, r.n, bos);
+    r.rise = layer_rises(&m, &s, ids, r.n, bos, r.base, tty);
+    r.prune = shard_rises(&m, &s, ids, r.n, bos, r.base, r.shard, r.n_shards, tty);
     fprintf(stderr, "%simportance: %d layers x 2 steps", tty ? "\r" : "", c->n_layers);
     if (r.n_shards)
         fprintf(stderr, " and %d FFN shards of %d channels", r.n_shards, r.shard);

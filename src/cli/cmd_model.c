@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../util/json_keys.h"
 #include "cli.h"
 #include "meshinfer/checkpoint.h"
 #include "meshinfer/common.h"
@@ -260,32 +261,93 @@ int cmd_info(int argc, char **argv)
     return 0;
 }
 
+/* --tokenizer FILE: a tokenizer.json, with the tokenizer_config.json of its
+ * folder when there is one (BOS and EOS, add_bos_token). */
+static void load_tokenizer_json(mi_tokenizer *tok, const char *path)
+{
+    char err[MI_ERRLEN], cfg[4096];
+    const char *slash = strrchr(path, '/');
+    int dir = slash ? (int)(slash - path) + 1 : 0;
+    snprintf(cfg, sizeof cfg, "%.*stokenizer_config.json", dir, path);
+    struct stat st;
+    int has_cfg = stat(cfg, &st) == 0 && S_ISREG(st.st_mode);
+    if (mi_tokenizer_load_json(tok, path, has_cfg ? cfg : NULL, err))
+        mi_fatal("%s", err);
+}
+
+static void print_ids(const mi_tokenizer *tok, const char *text, int bos, const char *where)
+{
+    char err[MI_ERRLEN];
+    int *ids = mi_malloc((strlen(text) + 3) * sizeof(int), "token ids");
+    int n = mi_tokenizer_encode(tok, text, bos, ids, err);
+    if (n < 0)
+        mi_fatal("%s%s", where, err);
+    for (int i = 0; i < n; i++)
+        printf(i ? " %d" : "%d", ids[i]);
+    printf("\n");
+    free(ids);
+}
+
+/* --lines FILE: one JSON string per line (so texts can hold newlines and
+ * tabs), one line of ids out per line in. */
+static void tokenize_lines(const mi_tokenizer *tok, const char *path, int bos)
+{
+    char err[MI_ERRLEN], where[300];
+    size_t len = 0;
+    char *text = mi_read_text_file(path, "lines file", (size_t)1 << 30, &len, err);
+    if (!text)
+        mi_fatal("%s", err);
+    int line = 1;
+    for (char *p = text; p < text + len; line++) {
+        char *nl = memchr(p, '\n', (size_t)(text + len - p));
+        size_t n = nl ? (size_t)(nl - p) : (size_t)(text + len - p);
+        p[n] = '\0'; /* the parser wants the line's end marked */
+        snprintf(where, sizeof where, "%s:%d", path, line);
+        cJSON *s = mi_json_parse(p, n, where, err);
+        if (!s || !cJSON_IsString(s))
+            mi_fatal("%s%s", s ? where : err, s ? ": not one JSON string" : "");
+        snprintf(where + strlen(where), sizeof where - strlen(where), ": ");
+        print_ids(tok, s->valuestring, bos, where);
+        cJSON_Delete(s);
+        p += n + 1;
+    }
+    free(text);
+}
+
 int cmd_tokenize(int argc, char **argv)
 {
     static const struct option opts[] = {{"model", required_argument, 0, 'm'},
                                          {"tokenizer-bin", required_argument, 0, 'b'},
+                                         {"tokenizer", required_argument, 0, 't'},
                                          {"prompt", required_argument, 0, 'p'},
+                                         {"lines", required_argument, 0, 'l'},
                                          {"no-bos", no_argument, 0, 'B'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    const char *model = NULL, *bin = NULL, *prompt = NULL;
+    const char *model = NULL, *bin = NULL, *json = NULL, *prompt = NULL, *lines = NULL;
     int bos = 1, o;
-    while ((o = getopt_long(argc, argv, ":m:b:p:h", opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":m:b:t:p:l:h", opts, NULL)) != -1) {
         switch (o) {
         case 'm': model = optarg; break;
         case 'b': bin = optarg; break;
+        case 't': json = optarg; break;
         case 'p': prompt = optarg; break;
+        case 'l': lines = optarg; break;
         case 'B': bos = 0; break;
         case 'h':
-            printf("usage: meshinfer tokenize (--model MODEL.h5 | --tokenizer-bin tokenizer.bin) "
-                   "-p TEXT [--no-bos]\n\nPrints the token ids of TEXT, space-separated (BOS first).\n");
+            printf("usage: meshinfer tokenize (--model MODEL.h5 | --tokenizer-bin tokenizer.bin |\n"
+                   "                           --tokenizer tokenizer.json) (-p TEXT | --lines FILE) [--no-bos]\n\n"
+                   "Prints the token ids of TEXT, space-separated (with the tokenizer's BOS first when its\n"
+                   "family adds one; --no-bos: no special tokens). --tokenizer reads a Hugging Face\n"
+                   "tokenizer.json and the tokenizer_config.json beside it when there is one. --lines FILE:\n"
+                   "one JSON string per line, one line of ids printed per line.\n");
             return 0;
         default: cli_bad_option("tokenize", o, argv);
         }
     }
     cli_no_positional("tokenize", optind, argc, argv);
-    if ((!model) == (!bin) || !prompt)
-        mi_fatal("tokenize: give -p TEXT and exactly one of --model or --tokenizer-bin");
+    if ((!model) + (!bin) + (!json) != 2 || (!prompt) == (!lines))
+        mi_fatal("tokenize: give -p TEXT or --lines FILE, and exactly one of --model, --tokenizer-bin or --tokenizer");
     char err[MI_ERRLEN];
     mi_tokenizer tok;
     if (model) {
@@ -294,17 +356,15 @@ int cmd_tokenize(int argc, char **argv)
         if (!mf || mi_model_read_tokenizer(mf, &tok, err))
             mi_fatal("%s", err);
         mi_model_close(mf);
+    } else if (json) {
+        load_tokenizer_json(&tok, json);
     } else if (mi_tokenizer_load_bin(&tok, bin, 32000, err)) {
         mi_fatal("%s", err);
     }
-    int *ids = mi_malloc((strlen(prompt) + 3) * sizeof(int), "token ids");
-    int n = mi_tokenizer_encode(&tok, prompt, bos, ids, err);
-    if (n < 0)
-        mi_fatal("%s", err);
-    for (int i = 0; i < n; i++)
-        printf(i ? " %d" : "%d", ids[i]);
-    printf("\n");
-    free(ids);
+    if (lines)
+        tokenize_lines(&tok, lines, bos);
+    else
+        print_ids(&tok, prompt, bos, "");
     mi_tokenizer_free(&tok);
     return 0;
 }

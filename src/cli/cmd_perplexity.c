@@ -98,7 +98,7 @@ int cmd_perplexity(int argc, char **argv)
         int chunk = 64;
         for (int w = 0, start = 0; start < n_text; w++, start += W - 1) {
             int m = n_text - start < W - 1 ? n_text - start : W - 1;
-            win[0] = MI_TOK_BOS;
+            win[0] = mi_tokenizer_doc_start(&ss.tok);
             memcpy(win + 1, ids + start, (size_t)m * sizeof(int));
             int T_total = m + 1;
             if (w > 0)

@@ -438,14 +438,14 @@ static void precision_check(const plan_opts *o, const mi_config *c, const mi_imp
     int *ids = mi_text_ids(o->check_text, &tok, o->max_tokens, n_text);
     mi_scratch s;
     mi_scratch_init(&s, &m.cfg, 64);
-    *base = mi_window_perplexity(&m, &s, ids, *n_text);
+    *base = mi_window_perplexity(&m, &s, ids, *n_text, mi_tokenizer_doc_start(&tok));
     int *keep = NULL;
     if (r->prune_k) {
         keep = mi_malloc((size_t)c->n_layers * (size_t)r->cfg.hidden_dim * sizeof(int), "kept channels");
         mi_prune_keep(imp, c->hidden_dim, r->prune_k, keep);
     }
     mi_model_apply(&m, &r->cfg, keep, r->cfg.hidden_dim);
-    *chosen = mi_window_perplexity(&m, &s, ids, *n_text);
+    *chosen = mi_window_perplexity(&m, &s, ids, *n_text, mi_tokenizer_doc_start(&tok));
     free(keep);
     free(ids);
     mi_scratch_free(&s);

@@ -160,7 +160,7 @@ static void profile_chunk(mi_model *m, mi_scratch *s, float *tmp, const int *tok
 /* The long pass: the corpus in windows of the context (BOS first), the
  * ratios of every position into ratios (cap per transition). Returns the
  * number of positions. */
-static size_t measure_ratios(mi_model *m, const int *ids, int n_text, double *ratios, size_t cap)
+static size_t measure_ratios(mi_model *m, const int *ids, int n_text, int bos, double *ratios, size_t cap)
 {
     const mi_config *c = &m->cfg;
     int W = c->seq_len, chunk = 64;
@@ -171,7 +171,7 @@ static size_t measure_ratios(mi_model *m, const int *ids, int n_text, double *ra
     int *win = mi_malloc((size_t)W * sizeof(int), "window");
     for (int start = 0; start < n_text; start += W - 1) {
         int mlen = n_text - start < W - 1 ? n_text - start : W - 1;
-        win[0] = MI_TOK_BOS;
+        win[0] = bos;
         memcpy(win + 1, ids + start, (size_t)mlen * sizeof(int));
         mi_model_reset(m);
         for (int i = 0; i < mlen + 1; i += chunk) {
@@ -263,7 +263,7 @@ int cmd_profile(int argc, char **argv)
     size_t cap = (size_t)n_text + (size_t)(n_text / (W - 1) + 1); /* the corpus and a BOS per window */
     double *ratios = mi_malloc((size_t)(c->n_layers - 1) * cap * sizeof(double), "ratios");
     double t0 = mi_now();
-    size_t n_pos = measure_ratios(&m, ids, n_text, ratios, cap);
+    size_t n_pos = measure_ratios(&m, ids, n_text, mi_tokenizer_doc_start(&tok), ratios, cap);
 
     write_profile(f, &op, c, &plan, &cl, ratios, cap, n_pos);
     if (mi_output_commit(&of, err))

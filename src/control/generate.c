@@ -9,16 +9,12 @@
 #include "meshinfer/control.h"
 #include "meshinfer/sampler.h"
 
-/* The tokenizer's end of a generation: llama2.c's BOS or EOS (a story ends
- * either way), else its end-of-generation ids (EOS and end-of-turn tokens). */
-static int is_end(const mi_tokenizer *t, int tok)
+/* The tokenizer's end-of-generation tokens (llama2.c: BOS and EOS, where a
+ * story ended), and the one a finished replay ends on. */
+static int is_end(const mi_session *ss, int tok) { return mi_tokenizer_is_eog(&ss->tok, tok); }
+static int end_token(const mi_session *ss)
 {
-    if (t->kind == MI_TOK_LLAMA2C || t->n_eog == 0)
-        return tok == (t->bos_id >= 0 ? t->bos_id : MI_TOK_BOS) || tok == (t->eos_id >= 0 ? t->eos_id : MI_TOK_EOS);
-    for (int i = 0; i < t->n_eog; i++)
-        if (tok == t->eog_ids[i])
-            return 1;
-    return 0;
+    return ss->tok.eos_id >= 0 ? ss->tok.eos_id : ss->tok.n_eog > 0 ? ss->tok.eog_ids[0] : 0;
 }
 
 void session_generate(mi_session *ss, const mi_gen_request *rq, const mi_gen_hooks *hk, mi_gen_result *res)
@@ -36,7 +32,7 @@ void session_generate(mi_session *ss, const mi_gen_request *rq, const mi_gen_hoo
     res->t0 = mi_now();
     int next;
     if (rq->replay_only) { /* a finished journal: its tokens, no forward pass (none: it stopped at once) */
-        next = n_forced > 0 ? forced[0] : ss->tok.eos_id >= 0 ? ss->tok.eos_id : MI_TOK_EOS;
+        next = n_forced > 0 ? forced[0] : end_token(ss);
     } else {
         float *logits = session_prefill(ss, rq->prompt + rq->n_cached, rq->n_prompt - rq->n_cached, rq->n_cached);
         session_check_logits(logits, c->vocab_size, rq->n_prompt - 1);
@@ -48,7 +44,7 @@ void session_generate(mi_session *ss, const mi_gen_request *rq, const mi_gen_hoo
     session_phase(ss, 0, rq->n_prompt);
     int n = 0, prev = rq->prompt[rq->n_prompt - 1];
     for (;;) {
-        if (!rq->ignore_eos && is_end(&ss->tok, next)) {
+        if (!rq->ignore_eos && is_end(ss, next)) {
             res->stop = "eos";
             break;
         }

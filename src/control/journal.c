@@ -216,9 +216,6 @@ static int read_lines(const char *body, size_t n, const char *prefix, int V, gen
             if (rng == 0)
                 return mi_set_error(err, "%s: line %d: sampler state '%s' is not a non-zero 64-bit hex number",
                                     prefix, line_no, q + 1);
-            if (!j->ignore_eos && (tok == MI_TOK_BOS || tok == MI_TOK_EOS))
-                return mi_set_error(err, "%s: line %d is BOS or EOS, where the run stopped (it did not ignore them): "
-                                         "no token can follow", prefix, line_no);
             if ((size_t)j->n_out == cap) {
                 cap *= 2;
                 int *o = realloc(j->out, cap * sizeof(int));

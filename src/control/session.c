@@ -621,9 +621,9 @@ int *session_encode_prompt(mi_session *ss, const char *prompt, int *n)
             ids = mi_malloc((strlen(prompt) + 3) * sizeof(int), "prompt tokens");
             *n = mi_tokenizer_encode(&ss->tok, prompt, 1, ids, err);
             int ctx = ss->cfg.seq_len;
-            if (*n < 0) {
+            if (*n <= 0) {
                 failed = 1;
-                snprintf(msg, sizeof msg, "prompt: %s", err);
+                snprintf(msg, sizeof msg, "prompt: %s", *n < 0 ? err : "the text gives no tokens");
             } else if (*n >= ctx) {
                 failed = 1;
                 snprintf(msg, sizeof msg,

@@ -315,11 +315,47 @@ int mi_model_read_t(mi_model_file *mf, const char *name, size_t row0, size_t nro
     return rc;
 }
 
+/* /tokenizer/spec: a BPE-kind tokenizer's stored form (tokenizer.h), UTF-8
+ * JSON bytes. Its vocabulary may be smaller than the embedding's rows
+ * (Qwen pads vocab_size), never larger. */
+static int read_tokenizer_spec(mi_model_file *mf, mi_tokenizer *tok, char *err)
+{
+    hid_t d = H5Dopen2(mf->file, "tokenizer/spec", H5P_DEFAULT);
+    hid_t s = d < 0 ? -1 : H5Dget_space(d);
+    hsize_t n = 0;
+    int ok = s >= 0 && H5Sget_simple_extent_ndims(s) == 1 && H5Sget_simple_extent_dims(s, &n, NULL) == 1 &&
+             n > 0 && n < ((hsize_t)1 << 30);
+    char *text = ok ? mi_malloc((size_t)n + 1, "stored tokenizer") : NULL;
+    ok = ok && H5Dread(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, text) >= 0;
+    if (s >= 0)
+        H5Sclose(s);
+    if (d >= 0)
+        H5Dclose(d);
+    int rc = -1;
+    if (!ok) {
+        mi_set_error(err, "%s: /tokenizer/spec is not a readable 1-D byte dataset (corrupt file)", mf->path);
+    } else {
+        text[n] = '\0';
+        char name[4200];
+        snprintf(name, sizeof name, "%s: /tokenizer/spec", mf->path);
+        rc = mi_tokenizer_deserialize(tok, text, (size_t)n, name, err);
+        if (rc == 0 && tok->vocab_size > mf->cfg.vocab_size) {
+            rc = mi_set_error(err, "%s: the tokenizer has %d tokens, more than vocab_size %d", mf->path,
+                              tok->vocab_size, mf->cfg.vocab_size);
+            mi_tokenizer_free(tok);
+        }
+    }
+    free(text);
+    return rc;
+}
+
 int mi_model_read_tokenizer(mi_model_file *mf, mi_tokenizer *tok, char *err)
 {
     const mi_config *c = &mf->cfg;
     if (H5Lexists(mf->file, "tokenizer", H5P_DEFAULT) <= 0)
         return mi_set_error(err, "%s: the model has no /tokenizer group", mf->path);
+    if (H5Lexists(mf->file, "tokenizer/spec", H5P_DEFAULT) > 0)
+        return read_tokenizer_spec(mf, tok, err);
     size_t V = (size_t)c->vocab_size;
     if (mf_check_dataset(mf->file, "tokenizer/scores", 1, V, 0, H5T_NATIVE_FLOAT, mf->path, err) ||
         mf_check_dataset(mf->file, "tokenizer/offsets", 1, V + 1, 0, 0, mf->path, err))

@@ -316,8 +316,35 @@ int mi_model_writer_put(mi_model_writer *w, const char *name, const float *data,
     return mi_model_writer_put_tensor(w, name, MI_F32, data, rows, cols, transpose, err);
 }
 
+/* A BPE-kind tokenizer: its stored form in /tokenizer/spec (u8 JSON bytes),
+ * ids of BOS and EOS as attributes for h5dump's reader. */
+static int put_tokenizer_spec(mi_model_writer *w, const mi_tokenizer *tok, char *err)
+{
+    size_t n = 0;
+    char *text = mi_tokenizer_serialize(tok, &n, err);
+    if (!text)
+        return -1;
+    hid_t g = H5Gcreate2(w->file, "tokenizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    int bad = g < 0;
+    if (!bad) {
+        bad |= write_int_attr(g, "bos_id", tok->bos_id) || write_int_attr(g, "eos_id", tok->eos_id);
+        hsize_t dim = n;
+        hid_t s = H5Screate_simple(1, &dim, NULL);
+        hid_t d = H5Dcreate2(g, "spec", H5T_STD_U8LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        bad |= d < 0 || H5Dwrite(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, text) < 0;
+        if (d >= 0)
+            H5Dclose(d);
+        H5Sclose(s);
+        H5Gclose(g);
+    }
+    free(text);
+    return bad ? mi_set_error(err, "%s: writing the tokenizer failed", w->out.path) : 0;
+}
+
 int mi_model_writer_put_tokenizer(mi_model_writer *w, const mi_tokenizer *tok, char *err)
 {
+    if (tok->kind != MI_TOK_LLAMA2C)
+        return put_tokenizer_spec(w, tok, err);
     size_t V = (size_t)tok->vocab_size;
     int64_t *off = mi_malloc((V + 1) * sizeof(int64_t), "tokenizer offsets");
     off[0] = 0;
@@ -331,8 +358,8 @@ int mi_model_writer_put_tokenizer(mi_model_writer *w, const mi_tokenizer *tok, c
     bad |= g < 0;
     if (!bad) {
         bad |= write_int_attr(g, "max_token_length", tok->max_token_length);
-        bad |= write_int_attr(g, "bos_id", MI_TOK_BOS);
-        bad |= write_int_attr(g, "eos_id", MI_TOK_EOS);
+        bad |= write_int_attr(g, "bos_id", tok->bos_id);
+        bad |= write_int_attr(g, "eos_id", tok->eos_id);
         bad |= write_int_attr(g, "byte_fallback_first_id", MI_TOK_BYTE0);
         hsize_t n = V;
         hid_t s = H5Screate_simple(1, &n, NULL);

@@ -31,7 +31,7 @@ int *mi_text_ids(const char *path, const mi_tokenizer *tok, long max_tokens, int
     return ids;
 }
 
-double mi_window_perplexity(mi_model *m, mi_scratch *s, const int *ids, int n)
+double mi_window_perplexity(mi_model *m, mi_scratch *s, const int *ids, int n, int bos)
 {
     const mi_config *c = &m->cfg;
     int W = c->seq_len, chunk = s->max_T;
@@ -40,7 +40,7 @@ double mi_window_perplexity(mi_model *m, mi_scratch *s, const int *ids, int n)
     long scored = 0;
     for (int start = 0; start < n; start += W - 1) {
         int len = n - start < W - 1 ? n - start : W - 1;
-        win[0] = MI_TOK_BOS;
+        win[0] = bos;
         memcpy(win + 1, ids + start, (size_t)len * sizeof(int));
         mi_model_reset(m);
         for (int i = 0; i < len; i += chunk) {

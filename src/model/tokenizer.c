@@ -1,6 +1,7 @@
-/* Llama SentencePiece-style BPE tokenizer with byte fallback.
+/* llama2.c's SentencePiece-style BPE tokenizer with byte fallback, and the
+ * public API over it and the BPE kinds (tokenizer_bpe.c, tokenizer_encode.c).
  *
- * Encoding follows llama2.c (dummy prefix, one piece per code point, byte
+ * Encoding llama2.c's kind follows llama2.c (dummy prefix, one piece per code point, byte
  * fallback, greedy best-pair merging), with two deliberate differences that
  * make it agree with llama-tokenizer-js, our reference:
  *
@@ -18,6 +19,7 @@
 #include "meshinfer/tokenizer.h"
 
 #include "meshinfer/common.h"
+#include "tokenizer_impl.h"
 
 #include <errno.h>
 #include <math.h>
@@ -108,6 +110,11 @@ void mi_tokenizer_free(mi_tokenizer *t)
 {
     if (!t)
         return;
+    if (t->bpe) {
+        tok_bpe_free(t);
+        return;
+    }
+    free(t->eog_ids);
     /* All piece bytes live in one block that starts at pieces[0]. */
     if (t->pieces && t->vocab_size > 0)
         free(t->pieces[0]);
@@ -154,7 +161,8 @@ int mi_tokenizer_init(mi_tokenizer *t, int vocab_size, const char *const *pieces
     const int n_sorted = vocab_size - MI_TOK_FIRST_PIECE;
     t->sorted_ids = malloc((size_t)(n_sorted > 0 ? n_sorted : 1) * sizeof *t->sorted_ids);
     sort_entry *tmp = malloc((size_t)(n_sorted > 0 ? n_sorted : 1) * sizeof *tmp);
-    if (!arena || !t->pieces || !t->piece_len || !t->scores || !t->sorted_ids || !tmp) {
+    t->eog_ids = malloc(2 * sizeof *t->eog_ids);
+    if (!arena || !t->pieces || !t->piece_len || !t->scores || !t->sorted_ids || !tmp || !t->eog_ids) {
         free(arena);
         free(tmp);
         /* pieces[0] is not set yet, so free() must not look at it. */
@@ -175,11 +183,19 @@ int mi_tokenizer_init(mi_tokenizer *t, int vocab_size, const char *const *pieces
     }
     t->vocab_size = vocab_size;
     t->max_token_length = max_len;
+    t->kind = MI_TOK_LLAMA2C;
+    t->bos_id = MI_TOK_BOS;
+    t->eos_id = MI_TOK_EOS;
+    t->add_bos = 1;
 
     for (int i = 0; i < n_sorted; i++) {
         const int id = MI_TOK_FIRST_PIECE + i;
         tmp[i] = (sort_entry){t->pieces[id], t->piece_len[id], id};
     }
+    /* a story ends at EOS or at the BOS of the next one */
+    t->eog_ids[0] = MI_TOK_BOS;
+    t->eog_ids[1] = MI_TOK_EOS;
+    t->n_eog = 2;
     qsort(tmp, (size_t)n_sorted, sizeof *tmp, cmp_sort_entry);
     for (int i = 0; i < n_sorted; i++)
         t->sorted_ids[i] = tmp[i].id;
@@ -332,43 +348,6 @@ done:
 
 /* ---------------------------------------------------------------- encode */
 
-/* Length of the UTF-8 sequence at s[0..n), or 0 if it is not well formed:
- * rejects overlongs, surrogates, code points above U+10FFFF and sequences
- * cut short, exactly the byte ranges of RFC 3629 / Unicode table 3-7. */
-static int utf8_seq_len(const unsigned char *s, size_t n)
-{
-    const unsigned char c = s[0];
-    if (c < 0x80)
-        return 1;
-    int len;
-    unsigned char lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        if (c == 0xE0)
-            lo = 0xA0; /* overlong */
-        else if (c == 0xED)
-            hi = 0x9F; /* surrogates */
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        if (c == 0xF0)
-            lo = 0x90; /* overlong */
-        else if (c == 0xF4)
-            hi = 0x8F; /* above U+10FFFF */
-    } else {
-        return 0; /* continuation byte, C0/C1 overlong lead, or F5..FF */
-    }
-    if (n < (size_t)len)
-        return 0;
-    if (s[1] < lo || s[1] > hi)
-        return 0;
-    for (int i = 2; i < len; i++)
-        if (s[i] < 0x80 || s[i] > 0xBF)
-            return 0;
-    return len;
-}
-
 /* A candidate merge of node left with its current successor right. The ids
  * are kept so a stale entry (either side changed since it was pushed) can be
  * recognised when popped instead of being removed eagerly. */
@@ -446,22 +425,10 @@ static void try_pair(const mi_tokenizer *t, const int *ids, int l, int r, char *
     heap_push(heap, heap_n, (merge_cand){t->scores[m], a, b, m, l, r});
 }
 
-int mi_tokenizer_encode(const mi_tokenizer *t, const char *text, int bos, int *out, char *err)
+/* llama2.c's encode of valid UTF-8 text[0..n) into out (room for n + 2 ids). */
+static int llama2c_encode(const mi_tokenizer *t, const char *text, size_t n, int bos, int *out, char *err)
 {
-    if (!t || !t->pieces || !text || !out)
-        return mi_set_error(err, "tokenizer: encode called without tokenizer, text or output");
-
     const unsigned char *u = (const unsigned char *)text;
-    const size_t n = strlen(text);
-    for (size_t i = 0; i < n;) {
-        const int len = utf8_seq_len(u + i, n - i);
-        if (len == 0)
-            return mi_set_error(err, "text is not valid UTF-8 (byte offset %zu)", i);
-        i += (size_t)len;
-    }
-    if (n > (size_t)INT32_MAX / 4)
-        return mi_set_error(err, "text too long (%zu bytes)", n);
-
     int n_out = 0;
     if (bos)
         out[n_out++] = MI_TOK_BOS;
@@ -491,7 +458,7 @@ int mi_tokenizer_encode(const mi_tokenizer *t, const char *text, int bos, int *o
     const int space = space_piece >= 0 ? space_piece : MI_TOK_BYTE0 + ' ';
     ids[m++] = space;
     for (size_t i = 0; i < n;) {
-        const int len = utf8_seq_len(u + i, n - i);
+        const int len = tok_utf8_len(u + i, n - i);
         /* SentencePiece turns spaces into U+2581 before tokenizing, so a
          * literal U+2581 in the text is indistinguishable from a space; the
          * reference (llama-tokenizer-js) does the same. */
@@ -546,6 +513,54 @@ int mi_tokenizer_encode(const mi_tokenizer *t, const char *text, int bos, int *o
     return n_out;
 }
 
+int mi_tokenizer_encode_n(const mi_tokenizer *t, const char *text, int bos, int *out, int cap, char *err)
+{
+    if (!t || !t->pieces || !text || !out)
+        return mi_set_error(err, "tokenizer: encode called without tokenizer, text or output");
+    const size_t n = strlen(text);
+    for (size_t i = 0; i < n;) {
+        const int len = tok_utf8_len((const unsigned char *)text + i, n - i);
+        if (len == 0)
+            return mi_set_error(err, "text is not valid UTF-8 (byte offset %zu)", i);
+        i += (size_t)len;
+    }
+    if (n > (size_t)INT32_MAX / 4)
+        return mi_set_error(err, "text too long (%zu bytes)", n);
+    if (t->bpe)
+        return tok_bpe_encode(t, text, n, bos, out, cap, err);
+    if ((size_t)cap >= n + 2)
+        return llama2c_encode(t, text, n, bos, out, err);
+    /* llama2.c's encoder writes up to n + 2 ids: a smaller out gets a copy */
+    int *tmp = malloc((n + 2) * sizeof *tmp);
+    if (!tmp)
+        return mi_set_error(err, "tokenizer: out of memory encoding %zu bytes", n);
+    int k = llama2c_encode(t, text, n, bos, tmp, err);
+    if (k > cap)
+        k = mi_set_error(err, "text needs more than %d token ids", cap);
+    if (k > 0)
+        memcpy(out, tmp, (size_t)k * sizeof *out);
+    free(tmp);
+    return k;
+}
+
+int mi_tokenizer_encode(const mi_tokenizer *t, const char *text, int bos, int *out, char *err)
+{
+    const size_t n = text ? strlen(text) : 0;
+    if (n > (size_t)INT32_MAX / 4)
+        return mi_set_error(err, "text too long (%zu bytes)", n);
+    return mi_tokenizer_encode_n(t, text, bos, out, (int)n + 3, err);
+}
+
+int mi_tokenizer_is_eog(const mi_tokenizer *t, int id)
+{
+    for (int i = 0; t && i < t->n_eog; i++)
+        if (t->eog_ids[i] == id)
+            return 1;
+    return 0;
+}
+
+int mi_tokenizer_doc_start(const mi_tokenizer *t) { return t->bos_id >= 0 ? t->bos_id : t->eos_id; }
+
 /* ---------------------------------------------------------------- decode */
 
 static int hex_digit(char c)
@@ -565,6 +580,8 @@ const char *mi_tokenizer_decode(const mi_tokenizer *t, int prev, int id, int *le
     if (!len)
         len = &dummy;
     *len = 0;
+    if (t && t->bpe)
+        return tok_bpe_decode(t, prev, id, len);
     /* Control tokens (<unk>, <s>, </s>) carry no text; in this file they are
      * stored as "\n<s>\n" etc., which must not leak into the output. */
     if (!t || !t->pieces || id < MI_TOK_BYTE0 || id >= t->vocab_size)
