@@ -183,6 +183,13 @@ int mi_config_from_shape(const char *shape, mi_config *c);
 void mi_rope_llama3_factors(int head_dim, float theta, float factor, float low, float high, int orig_ctx,
                             float *out);
 
+/* The float32 tensors c's traits add (model_file.h, format 4) to layer l
+ * (-1: the model's own, e.g. norm_b, pos_embed, rope_freqs): their names
+ * (without the layer's path) and shapes [rows, cols] (a vector: cols 1).
+ * Returns how many (at most MI_MAX_TRAIT_TENSORS). */
+#define MI_MAX_TRAIT_TENSORS 16
+int mi_config_trait_tensors(const mi_config *c, int l, const char **names, size_t *rows, size_t *cols);
+
 /* Comma-separated list of shape names, for --help text. */
 const char *mi_config_shape_names(void);
 

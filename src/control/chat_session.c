@@ -42,6 +42,14 @@ int *session_encode_chat(mi_session *ss, const mi_chat_msg *msgs, int n_msgs, co
     else
         memmove(ids, ids + 1, (size_t)k * sizeof(int));
     *n = k + lead;
+    for (int i = 0; i < *n; i++)
+        if (ids[i] >= ss->cfg.vocab_size) {
+            int bad = ids[i];
+            free(ids);
+            return mi_set_error(err, "token %d ('%.40s') has no embedding row in this model (%d rows)", bad,
+                                t->pieces[bad], ss->cfg.vocab_size),
+                   NULL;
+        }
     if (*n >= ss->cfg.seq_len) {
         free(ids);
         return mi_set_error(err, "the conversation is %d tokens but the model's context is %d: start a new one or "

@@ -1,7 +1,7 @@
 /* A GGUF file or Hugging Face folder given where a model file is expected:
  * converted once into the model cache (import.h), then used from there (see
  * control.h session_resolve_model). */
-#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE
 #include <errno.h>
 #include <limits.h>
 #include <stdint.h>
@@ -66,7 +66,7 @@ int session_resolve_model(const char *path, int ctx, char *out, size_t n, char *
         h = (h ^ (unsigned char)*p) * 1099511628211ull;
     const char *base = strrchr(real, '/') ? strrchr(real, '/') + 1 : real;
     char stem[128];
-    snprintf(stem, sizeof stem, "%s", base);
+    snprintf(stem, sizeof stem, "%.100s", base);
     char *dot = strrchr(stem, '.');
     if (dot && kind == MI_IMPORT_GGUF)
         *dot = 0;

@@ -620,10 +620,16 @@ int *session_encode_prompt(mi_session *ss, const char *prompt, int *n)
         } else {
             ids = mi_malloc((strlen(prompt) + 3) * sizeof(int), "prompt tokens");
             *n = mi_tokenizer_encode(&ss->tok, prompt, 1, ids, err);
-            int ctx = ss->cfg.seq_len;
+            int ctx = ss->cfg.seq_len, beyond = -1;
+            for (int i = 0; i < *n && beyond < 0; i++) /* an added token past the embeddings (import.c) */
+                beyond = ids[i] >= ss->cfg.vocab_size ? ids[i] : -1;
             if (*n <= 0) {
                 failed = 1;
                 snprintf(msg, sizeof msg, "prompt: %s", *n < 0 ? err : "the text gives no tokens");
+            } else if (beyond >= 0) {
+                failed = 1;
+                snprintf(msg, sizeof msg, "prompt: token %d ('%.40s') has no embedding row in this model (%d rows)",
+                         beyond, ss->tok.pieces[beyond], ss->cfg.vocab_size);
             } else if (*n >= ctx) {
                 failed = 1;
                 snprintf(msg, sizeof msg,

@@ -463,3 +463,25 @@ const char *mi_config_shape_names(void)
            "gemma3-1b, gpt2, tiny-llama3, tiny-qwen2, tiny-qwen3, tiny-gemma3, tiny-gpt2, patchtst (CATS's "
            "time-series encoder)";
 }
+
+int mi_config_trait_tensors(const mi_config *c, int l, const char **names, size_t *rows, size_t *cols)
+{
+    size_t d = (size_t)c->dim, hd = (size_t)c->head_dim, q = (size_t)mi_q_dim(c), kv = (size_t)mi_kv_dim(c);
+    int ln = c->norm_type == MI_NORMK_LAYER, n = 0;
+    const struct { const char *t; int has; size_t r, k; } ts[] = {
+        {"norm_b", l < 0 && ln, d, 1}, {"pos_embed", l < 0 && c->pos_embed, (size_t)c->seq_len, d},
+        {"rope_freqs", l < 0 && c->rope_freqs, hd / 2, 1},
+        {"attention_norm_b", l >= 0 && ln, d, 1}, {"ffn_norm_b", l >= 0 && ln, d, 1},
+        {"wq_b", l >= 0 && c->qkv_bias, q, 1}, {"wk_b", l >= 0 && c->qkv_bias, kv, 1},
+        {"wv_b", l >= 0 && c->qkv_bias, kv, 1}, {"wo_b", l >= 0 && c->out_bias, d, 1},
+        {"w1_b", l >= 0 && c->out_bias, (size_t)c->hidden_dim, 1}, {"w2_b", l >= 0 && c->out_bias, d, 1},
+        {"q_norm", l >= 0 && c->qk_norm, hd, 1}, {"k_norm", l >= 0 && c->qk_norm, hd, 1},
+        {"post_attention_norm", l >= 0 && c->post_norms, d, 1}, {"post_ffn_norm", l >= 0 && c->post_norms, d, 1},
+    };
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+        if (ts[i].has) {
+            names[n] = ts[i].t, rows[n] = ts[i].r, cols[n] = ts[i].k;
+            n++;
+        }
+    return n;
+}

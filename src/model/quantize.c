@@ -219,6 +219,10 @@ int mi_model_quantize_pruned(const char *in, const char *out, const mi_config *t
     size_t d = (size_t)c.dim, V = (size_t)c.vocab_size, h = (size_t)c.hidden_dim;
     size_t q = (size_t)c.n_heads * (size_t)c.head_dim, kv = (size_t)mi_kv_dim(&c);
     size_t biggest = V * d > h * d ? V * d : h * d;
+    if (biggest < (size_t)c.seq_len * d) /* learned positions */
+        biggest = (size_t)c.seq_len * d;
+    if (biggest < q * d)
+        biggest = q * d;
     float *buf = rc ? NULL : mi_malloc(biggest * sizeof(float), "tensor buffer");
     /* one tensor: read fp32 (transposed ones back in the product's
      * orientation), check, write in its dtype */
@@ -241,6 +245,22 @@ int mi_model_quantize_pruned(const char *in, const char *out, const mi_config *t
     COPY("norm", MI_F32, d, 1, 0);
     if (!c.shared_classifier)
         COPY("classifier", oc.cls_dtype, V, d, 0);
+    const char *tn[MI_MAX_TRAIT_TENSORS];
+    size_t tr_[MI_MAX_TRAIT_TENSORS], tc_[MI_MAX_TRAIT_TENSORS];
+    /* the family's vectors as they are (fp32); FFN biases lose the pruned channels */
+    for (int l = -1, k = 0; l < c.n_layers && !rc; l++) {
+        int nt = mi_config_trait_tensors(&c, l, tn, tr_, tc_);
+        for (int i = 0; i < nt; i++) {
+            char nm[128];
+            if (l < 0)
+                snprintf(nm, sizeof nm, "%s", tn[i]);
+            else
+                mi_model_layer_name(nm, sizeof nm, l, tn[i]);
+            const int *keep = pruned && !strcmp(tn[i], "w1_b") ? ffn_keep + (size_t)l * oc.hidden_dim : NULL;
+            COPY_KEEP(nm, MI_F32, tr_[i], tc_[i], 0, keep, 1);
+            k++;
+        }
+    }
     const size_t rows[MI_N_LAYER_MATS] = {q, kv, kv, d, h, d, h}, cols[MI_N_LAYER_MATS] = {d, d, d, q, d, h, d};
     for (int l = 0; l < c.n_layers && !rc; l++) {
         char nm[128];
@@ -249,6 +269,8 @@ int mi_model_quantize_pruned(const char *in, const char *out, const mi_config *t
         mi_model_layer_name(nm, sizeof nm, l, "ffn_norm");
         COPY(nm, MI_F32, d, 1, 0);
         for (int m = 0; m < MI_N_LAYER_MATS; m++) {
+            if (m == MI_W3 && c.ffn_type != MI_FFNK_SWIGLU && c.ffn_type != MI_FFNK_GEGLU)
+                continue; /* no gate */
             mi_model_layer_name(nm, sizeof nm, l, mi_layer_mat_names[m]);
             /* wo_t and w2_t are stored transposed: [rows, cols] here is the product's orientation */
             const int *keep = pruned && (m == MI_W1 || m == MI_W2 || m == MI_W3)
@@ -273,6 +295,10 @@ int mi_model_quantize_pruned(const char *in, const char *out, const mi_config *t
             mi_tokenizer_free(&tok);
         }
     }
+    char *tmpl = NULL;
+    if (!rc && mi_model_read_text(mf, "chat_template", &tmpl, err) == 0)
+        rc = mi_model_writer_put_text(w, "chat_template", tmpl, err);
+    free(tmpl);
     mi_model_close(mf);
     if (rc) {
         mi_model_writer_abort(w);
