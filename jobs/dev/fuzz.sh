@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzz every parser of outside input with libFuzzer (clang, AddressSanitizer,
 # UndefinedBehaviorSanitizer): cluster files (and every planner on what
-# parses), plan files, tokenizer.bin, llama2.c checkpoint headers, the side
+# parses), plan files, tokenizer.bin, tokenizer.json (loaded, encoding its own
+# text, its stored form read back), llama2.c checkpoint headers, the side
 # files (importance, somegather quality, generation journals), GGUF files and
 # safetensors files and folder indexes (the importers' readers), HDF5 model
 # files (the loader, as `meshinfer check` runs it: its seeds are small
@@ -16,7 +17,7 @@
 # usage: jobs/dev/fuzz.sh [--seconds N] [--build-dir DIR] [HARNESS...]
 #   --seconds N      per harness (default 60; the test suite runs 8)
 #   --build-dir DIR  the clang tree (default build-fuzz)
-#   HARNESS          cluster plan tokenizer checkpoint sidefiles gguf safetensors hdf5 cmdline (default all)
+#   HARNESS          cluster plan tokenizer tokenizer_json checkpoint sidefiles gguf safetensors hdf5 cmdline (default all)
 set -uo pipefail
 . "$(dirname "$0")/../lib/common.sh"
 fail_status=2
@@ -27,11 +28,11 @@ while (($#)); do
                    seconds=$2; shift 2 ;;
         --build-dir) need_value "$@"
                      dir=$(realpath -m -- "$2"); shift 2 ;; # the runs happen inside it
-        cluster|plan|tokenizer|checkpoint|sidefiles|gguf|safetensors|hdf5|cmdline) harnesses+=("$1"); shift ;;
+        cluster|plan|tokenizer|tokenizer_json|checkpoint|sidefiles|gguf|safetensors|hdf5|cmdline) harnesses+=("$1"); shift ;;
         *) bad_option "$1" ;;
     esac
 done
-((${#harnesses[@]})) || harnesses=(cluster plan tokenizer checkpoint sidefiles gguf safetensors hdf5 cmdline)
+((${#harnesses[@]})) || harnesses=(cluster plan tokenizer tokenizer_json checkpoint sidefiles gguf safetensors hdf5 cmdline)
 command -v clang > /dev/null || { echo "fuzz: clang is not installed (apt-get install clang): skipped" >&2; exit 77; }
 flags="-g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined"
 echo "fuzz: building $dir with clang" >&2
