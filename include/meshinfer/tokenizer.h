@@ -132,6 +132,12 @@ char *mi_tokenizer_serialize(const mi_tokenizer *t, size_t *len, char *err);
 /* Read the stored form back (text: len bytes; name starts errors). 0 or -1. */
 int mi_tokenizer_deserialize(mi_tokenizer *t, const char *text, size_t len, const char *name, char *err);
 
+/* A tokenizer fits a model with `rows` embedding rows when every id it can
+ * produce from text has a row: ids past them may only be control tokens
+ * (Gemma 3's <image_soft_token> is one past its 262,144 rows; prompts are
+ * checked for them). 0, or -1 with one line in err starting with where. */
+int mi_tokenizer_check_rows(const mi_tokenizer *t, int rows, const char *where, char *err);
+
 void mi_tokenizer_free(mi_tokenizer *t);
 
 /* Encode UTF-8 text to ids. With bos != 0, the tokenizer's special tokens

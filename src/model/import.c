@@ -425,17 +425,8 @@ static item *plan_items(im_ctx *x, int *n_items, char *err)
 /* The tokenizer must fit the embeddings: every id a row. */
 static int check_vocab(const im_ctx *x, char *err)
 {
-    /* ids past the embeddings may only be control tokens no text produces
-     * (Gemma 3's <image_soft_token> is one past its 262,144 rows); prompts
-     * are checked for them too (session_encode_prompt) */
-    for (int id = x->cfg.vocab_size; x->has_tok && id < x->tok.vocab_size; id++) {
-        int len = 0;
-        mi_tokenizer_decode(&x->tok, -1, id, &len);
-        if (len > 0)
-            return mi_set_error(err, "%s: the tokenizer has %d tokens but the embeddings only %d rows (token %d "
-                                     "'%s' has no row)", x->src, x->tok.vocab_size, x->cfg.vocab_size, id,
-                                x->tok.pieces[id]);
-    }
+    if (x->has_tok && mi_tokenizer_check_rows(&x->tok, x->cfg.vocab_size, x->src, err))
+        return -1;
     if (!x->has_tok)
         return mi_set_error(err, "%s: no tokenizer found (a GGUF needs tokenizer.ggml.* metadata, a folder "
                                  "tokenizer.json)", x->src);

