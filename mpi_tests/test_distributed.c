@@ -745,10 +745,13 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
             float *lg = mi_runtime_prefill(rt, prompt, N_PROMPT, 0);
             memcpy(got.tokens, prompt, sizeof prompt);
             mi_runtime_reset_metrics(rt);
+            /* teacher forcing: every pass gets the reference's tokens, so the
+             * logits compare position by position even where a planner that
+             * sums in another order (tp) picks another token at a near tie */
             for (int k = 0; k <= N_DECODE; k++) {
                 memcpy(got.logits + (size_t)k * V, lg, V * sizeof(float));
-                int next = mi_argmax(lg, c->vocab_size);
-                got.tokens[N_PROMPT + k] = next;
+                got.tokens[N_PROMPT + k] = mi_argmax(lg, c->vocab_size);
+                int next = ref.tokens[N_PROMPT + k];
                 if (k < N_DECODE)
                     lg = mi_runtime_forward(rt, &next, 1, N_PROMPT + k, 0);
             }
@@ -765,8 +768,6 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
             for (int k = N_PROMPT; k <= N_PROMPT + N_DECODE; k++)
                 same += got.tokens[k] == ref.tokens[k];
             if (wire == MI_F32) {
-                CHECK(memcmp(got.tokens, ref.tokens, sizeof got.tokens) == 0, "%s on %d ranks, %s (%s): tokens differ",
-                      mi_planner_name((mi_planner)pl), g_size, c->name, dts);
                 /* head-level planners compute every row as one device does.
                  * So does somegather (it gathers the logits, never sums
                  * them), except that with fp32 weights prefill's BLAS sgemm
@@ -790,6 +791,16 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
                                                              : 0.0;
                 CHECK(worst <= limit, "%s on %d ranks, %s (%s): max logit difference %.3g > %g",
                       mi_planner_name((mi_planner)pl), g_size, c->name, dts, worst, limit);
+                /* the same token, or one whose reference logit is within the
+                 * limit of the reference's own (exact planners: limit 0) */
+                int far = 0;
+                for (int k = 0; k <= N_DECODE; k++) {
+                    const float *rl = ref.logits + (size_t)k * V;
+                    int a = ref.tokens[N_PROMPT + k], b = got.tokens[N_PROMPT + k];
+                    far += a != b && (double)rl[a] - rl[b] > 2 * limit;
+                }
+                CHECK(far == 0, "%s on %d ranks, %s (%s): %d tokens differ from one device's beyond a near tie",
+                      mi_planner_name((mi_planner)pl), g_size, c->name, dts, far);
             } else {
                 int finite = 1;
                 for (size_t i = 0; i < (1 + N_DECODE) * V; i++)

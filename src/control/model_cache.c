@@ -58,6 +58,9 @@ int session_resolve_model(const char *path, int ctx, char *out, size_t n, char *
     char real[PATH_MAX], dir[PATH_MAX];
     if (!realpath(path, real))
         return mi_set_error(err, "%s: %s", path, strerror(errno));
+    struct stat rs;
+    if (kind == MI_IMPORT_HF && stat(real, &rs) == 0 && !S_ISDIR(rs.st_mode) && strrchr(real, '/'))
+        *strrchr(real, '/') = 0; /* a .safetensors file: its folder */
     /* the name says what it came from; the hash which file, when, and the context */
     uint64_t h = 1469598103934665603ull;
     char key[PATH_MAX + 64];
@@ -75,10 +78,18 @@ int session_resolve_model(const char *path, int ctx, char *out, size_t n, char *
     struct stat st;
     if (stat(out, &st) == 0)
         return 0; /* converted before */
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return mi_set_error(err, "cannot create the model cache %s: %s (set MESHINFER_CACHE)", dir, strerror(errno));
-    fprintf(stderr, "meshinfer: %s is %s: converting it once into %s\n", path,
-            kind == MI_IMPORT_GGUF ? "a GGUF file" : "a Hugging Face folder", out);
+    for (char *p = dir + 1;; p++) /* with its parents, as mkdir -p */
+        if (*p == '/' || !*p) {
+            char c = *p;
+            *p = 0;
+            if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+                return mi_set_error(err, "cannot create the model cache %s: %s (set MESHINFER_CACHE)", dir,
+                                    strerror(errno));
+            *p = c;
+            if (!c)
+                break;
+        }
+    /* the import names source and output when it starts writing (after its checks) */
     mi_import_options io = {ctx, NULL, stderr, stderr};
     return mi_import(path, out, &io, err);
 }

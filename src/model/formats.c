@@ -68,6 +68,6 @@ int mi_foreign_format(const char *path, char *err)
     if (!what)
         return 0;
     mi_set_error(err, "%s is %s: meshinfer reads its own HDF5 model files; `meshinfer convert --input %s --out "
-                      "MODEL.h5` makes one (generate and the other commands do it themselves)", path, what, path);
+                      "MODEL.h5` makes one (generate, chat, bench and perplexity do it themselves)", path, what, path);
     return 1;
 }

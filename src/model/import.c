@@ -45,13 +45,6 @@ int mi_import_kind(const char *path)
     return MI_IMPORT_NONE;
 }
 
-int im_context(const mi_import_options *o, long model_ctx)
-{
-    if (o && o->ctx > 0)
-        return o->ctx;
-    return model_ctx > 0 && model_ctx < 4096 ? (int)model_ctx : 4096;
-}
-
 /* ------------------------------------------------------------ names */
 
 enum { VEC = 0, MAT = 1, TR = 2 /* stored transposed (wo_t, w2_t) */, NORM = 4 /* an RMSNorm weight */ };
@@ -440,6 +433,8 @@ static int write_all(im_ctx *x, const item *items, int n, const char *out, char 
         return -1;
     FILE *pg = x->o ? x->o->progress : NULL;
     int rc = 0, L = x->cfg.n_layers, step = (L + 3) / 4;
+    if (pg)
+        fprintf(pg, "convert: %s -> %s (%s, %d layers)\n", x->src, out, mi_family_name(x->cfg.family), L);
     for (int k = 0; k < n && !rc; k++) {
         rc = write_item(x, w, &items[k], err);
         int l = items[k].layer;

@@ -61,6 +61,11 @@ const char *im_source_name(const im_ctx *x, const char *our, int layer, char *bu
                            int64_t *nrows);
 
 /* The context a model runs with: its own, capped at 4096 unless asked. */
-int im_context(const mi_import_options *o, long model_ctx);
+static inline int im_context(const mi_import_options *o, long model_ctx)
+{
+    if (o && o->ctx > 0)
+        return o->ctx;
+    return model_ctx > 0 && model_ctx < 4096 ? (int)model_ctx : 4096;
+}
 
 #endif

@@ -90,15 +90,19 @@ expect_error "model is random bytes"    "not an HDF5 file"       "$bin" generate
 expect_error "model truncated"          "truncated|corrupt"      "$bin" generate -m "$tmp/half.h5"
 expect_error "model is a .bin checkpoint" "not an HDF5 file"     "$bin" generate -m "$ckpt"
 expect_error "a mistyped command"          "unknown command 'generat' \\(did you mean 'generate'" "$bin" generat
-# the formats people bring are named as what they are, never "corrupt" nor sent to convert
+# the formats people bring are named as what they are, never "corrupt"; generate converts them
+# (a damaged one is refused in the GGUF or safetensors reader's one line), the one-device
+# commands send them to convert --input
 printf 'GGUF\003\000\000\000' > "$tmp/m.gguf"
 printf '\010\000\000\000\000\000\000\000{"a":1}' > "$tmp/m.safetensors"
 mkdir -p "$tmp/hf" && echo '{}' > "$tmp/hf/config.json" && : > "$tmp/empty.gguf"
-expect_error "model is a GGUF file"        "m.gguf is a GGUF file: .*not supported yet" "$bin" generate -m "$tmp/m.gguf"
-expect_error "model is a safetensors file" "is a safetensors file: .*not supported yet" "$bin" generate -m "$tmp/m.safetensors"
+expect_error "model is a truncated GGUF file" "m.gguf: file is truncated in the header" "$bin" generate -m "$tmp/m.gguf"
+expect_error "model is a lone safetensors file" "neither model.safetensors nor model.safetensors.index.json" \
+    "$bin" generate -m "$tmp/m.safetensors"
+expect_error "info of a GGUF file"         "m.gguf is a GGUF file: .*convert --input" "$bin" info -m "$tmp/m.gguf"
 expect_error "model is a Hugging Face folder" "is a Hugging Face model folder" "$bin" info -m "$tmp/hf"
 expect_error "model named .gguf, empty"    "named like a GGUF file"  "$bin" check -m "$tmp/empty.gguf"
-expect_error "convert a GGUF file"         "is a GGUF file: .*not supported yet" \
+expect_error "convert a GGUF file as a checkpoint" "is a GGUF file: .*convert --input" \
     "$bin" convert --checkpoint "$tmp/m.gguf" --tokenizer "$tokbin" --out "$tmp/from-gguf.h5"
 [[ ! -e "$tmp/from-gguf.h5" ]] && { echo "ok: convert of a GGUF file leaves no output"; pass=$((pass+1)); } ||
     { echo "FAIL: convert of a GGUF file left $tmp/from-gguf.h5"; fail=$((fail+1)); }
