@@ -315,7 +315,7 @@ static void check_somegather(const char *path, const mi_config *c, const int *pr
     char err[MI_ERRLEN] = "";
     mi_cluster cl;
     mi_cluster_default(&cl, g_size, 1e12);
-    mi_plan_options po = {MI_PLANNER_SOMEGATHER, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL};
+    mi_plan_options po = {MI_PLANNER_SOMEGATHER, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL, 0, 0};
     mi_plan plan;
     CHECK(mi_plan_make(c, &cl, &po, &plan, err) == 0, "somegather: %s", err);
     mi_programs p0, p9;
@@ -456,7 +456,7 @@ static void check_hybrid(const char *path, const mi_config *c, const int *prompt
     }
     cl.latency_s = 1e-3;
     cl.bandwidth = 100e6 / 8;
-    mi_plan_options po = {MI_PLANNER_HYBRID, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, CHUNK, 0, NULL};
+    mi_plan_options po = {MI_PLANNER_HYBRID, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, CHUNK, 0, NULL, 0, 0};
     mi_plan dec, pre;
     char err[MI_ERRLEN];
     int ok = mi_plan_make(c, &cl, &po, &dec, err) == 0;
@@ -590,7 +590,7 @@ static void check_lowering(const char *path, const mi_config *c, const int *prom
     }
     mi_cluster cl;
     mi_cluster_default(&cl, g_size, 1e12);
-    mi_plan_options po = {MI_PLANNER_LAYERWISE, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL};
+    mi_plan_options po = {MI_PLANNER_LAYERWISE, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL, 0, 0};
     mi_plan plan;
     if (mi_plan_make(c, &cl, &po, &plan, err)) {
         CHECK(0, "layerwise: %s", err);
@@ -690,7 +690,7 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
     for (int pl = 0; pl < MI_N_PLANNERS; pl++) {
         mi_cluster cl;
         mi_cluster_default(&cl, g_size, 1e12);
-        mi_plan_options po = {(mi_planner)pl, 3, -1, 0, NULL, 0.7, 0, mixed ? MI_F32 : wire, 0, 0, 0, NULL};
+        mi_plan_options po = {(mi_planner)pl, 3, -1, 0, NULL, 0.7, 0, mixed ? MI_F32 : wire, 0, 0, 0, NULL, 0, 0};
         mi_plan plan;
         char err[MI_ERRLEN];
         if (pl == MI_PLANNER_SOMEGATHER && c->n_kv_heads % g_size) {

@@ -465,7 +465,7 @@ static int precision_main(const plan_opts *o, plan_ctx *x)
     mi_importance *imp = mi_malloc(sizeof *imp, "importance");
     if (mi_importance_load(o->importance, c, imp, err))
         mi_fatal("%s", err);
-    mi_plan_options po = {x->which, o->seed, o->cw, 0, NULL, 0.0, o->kvpos, o->wire, 0, 0, 0, NULL};
+    mi_plan_options po = {x->which, o->seed, o->cw, 0, NULL, 0.0, o->kvpos, o->wire, 0, 0, 0, NULL, 0, 0};
     mi_precision_query q = {o->ttft_ms / 1e3, o->tpot_ms / 1e3, o->n_prompt, o->n_steps, x->chunk};
     mi_precision_result *r = mi_malloc(sizeof *r, "precision search");
     if (mi_precision_search(c, &x->cl, &po, imp, &q, r, err))
@@ -551,7 +551,7 @@ static int one_plan_make(const plan_opts *o, const plan_ctx *x, mi_planner pl, o
 {
     char err[MI_ERRLEN];
     memset(op, 0, sizeof *op);
-    mi_plan_options po = {pl, o->seed, o->cw, o->speculate, NULL, 0.7, o->kvpos, o->wire, 0, 0, x->sg_r, o->model};
+    mi_plan_options po = {pl, o->seed, o->cw, o->speculate, NULL, 0.7, o->kvpos, o->wire, 0, 0, x->sg_r, o->model, 0, 0};
     if (mi_plan_make(&x->c, &x->cl, &po, &op->p, err)) {
         if (x->all) {
             fprintf(stderr, "plan: %s skipped: %s\n", mi_planner_name(pl), err);
@@ -733,7 +733,7 @@ static int plans_main(const plan_opts *o, plan_ctx *x)
     int n_rows = 0, best = -1;
     if (x->all || x->autop) {
         mi_plan_options base = {MI_PLANNER_GREEDY, o->seed, -1, 0, NULL, 0.0, o->kvpos, o->wire, 0, 0, x->sg_r,
-                                o->model};
+                                o->model, 0, 0};
         best = mi_plan_compare(c, &x->cl, &base, o->n_prompt, o->n_steps, x->chunk, rows, &n_rows);
         if (best < 0)
             mi_fatal("plan: no scheme fits this cluster (%s: %s)", mi_planner_name(rows[0].planner), rows[0].why);

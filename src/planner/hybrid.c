@@ -143,11 +143,26 @@ int mi_plan_hybrid(mi_plan *plan, const mi_cluster *cl, const mi_plan_options *o
             h.order[j - 1] = t;
         }
     /* rank 0 keeps the embeddings and the classifier (it samples): whole on
-     * it when it has room, else split by speed as the tp planner does */
-    h.left[0] -= (double)mi_embedding_bytes(c) + 4.0 * c->dim;
+     * it when it has room, else split by speed as the tp planner does; a
+     * split vocabulary splits both, each rank the embedding rows of its
+     * classifier rows (a tied table's rows serve both) */
+    int split = opt->split_vocab && n > 1;
+    plan->split_vocab = split;
+    if (!split)
+        h.left[0] -= (double)mi_embedding_bytes(c) + 4.0 * c->dim;
     double cls = c->shared_classifier ? 0 : (double)mi_classifier_bytes(c, c->vocab_size);
     mi_slice tmp[MI_MAX_RANKS];
-    if (cls <= h.left[0] || n == 1) {
+    if (split) {
+        int cnt[MI_MAX_RANKS], next = 0;
+        plan->n_cls = mi_split_units(c->vocab_size, h.speed, n, cnt);
+        for (int r = 0; r < plan->n_cls; r++) {
+            tmp[r] = (mi_slice){r, next, cnt[r]};
+            h.left[r] -= (double)cnt[r] * (double)mi_dtype_row_bytes(c->emb_dtype, (size_t)c->dim) + 4.0 * c->dim +
+                         (c->shared_classifier ? 0.0 : (double)mi_classifier_bytes(c, cnt[r])) +
+                         (c->pos_embed ? 4.0 * c->dim * c->seq_len : 0.0);
+            next += cnt[r];
+        }
+    } else if (cls <= h.left[0] || n == 1) {
         h.left[0] -= cls;
         plan->n_cls = 1;
         tmp[0] = (mi_slice){0, 0, c->vocab_size};

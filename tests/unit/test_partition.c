@@ -41,7 +41,7 @@ static int make(const char *shape, int planner, int n, int wire, mi_config *c, m
     CU_ASSERT_EQUAL_FATAL(mi_config_from_shape(shape, c), 0);
     mi_cluster cl;
     mi_cluster_default(&cl, n, 1e12);
-    mi_plan_options po = {(mi_planner)planner, 3, -1, 0, NULL, 0.7, 0, wire, 0, 0, 0, NULL};
+    mi_plan_options po = {(mi_planner)planner, 3, -1, 0, NULL, 0.7, 0, wire, 0, 0, 0, NULL, 0, 0};
     int rc = mi_plan_make(c, &cl, &po, plan, err);
     if (rc == 0)
         rc = mi_programs_compile(plan, p, err);
@@ -358,7 +358,7 @@ static void test_planner_placements(void)
     mi_config c;
     CU_ASSERT_EQUAL_FATAL(mi_config_from_shape("stories15M", &c), 0);
     char err[MI_ERRLEN];
-    mi_plan_options po = {MI_PLANNER_GREEDY, 1, 0, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL};
+    mi_plan_options po = {MI_PLANNER_GREEDY, 1, 0, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL, 0, 0};
     const double lat[2] = {1e-3, 20e-6};
     for (int i = 0; i < 2; i++) {
         mi_cluster cl;
@@ -409,7 +409,7 @@ static void test_idle_rank_costs_nothing(void)
     mi_config c;
     CU_ASSERT_EQUAL_FATAL(mi_config_from_shape("stories15M", &c), 0);
     char err[MI_ERRLEN];
-    mi_plan_options po = {MI_PLANNER_LAYERWISE, 1, 1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL};
+    mi_plan_options po = {MI_PLANNER_LAYERWISE, 1, 1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL, 0, 0};
     double t[2];
     for (int n = 1; n <= 2; n++) {
         mi_cluster cl;
@@ -448,7 +448,7 @@ static void test_speculation_marks(void)
     CU_ASSERT_EQUAL_FATAL(mi_config_from_shape("stories15M", &c), 0);
     char err[MI_ERRLEN];
     double acc[5] = {0.9, 0.9, 0.5, 0.9, 0.9};
-    mi_plan_options po = {MI_PLANNER_LAYERWISE, 1, 0, 1, acc, 0.7, 0, MI_F32, 0, 0, 0, NULL};
+    mi_plan_options po = {MI_PLANNER_LAYERWISE, 1, 0, 1, acc, 0.7, 0, MI_F32, 0, 0, 0, NULL, 0, 0};
     for (int slow = 0; slow < 2; slow++) {
         mi_cluster cl;
         mi_cluster_default(&cl, 4, 1e12);
