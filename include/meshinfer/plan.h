@@ -202,7 +202,7 @@ typedef struct {
     mi_slice *cls;          /* [n_cls], ascending, covering [0, vocab_size) */
     int split_vocab;        /* head-level plans: the token embeddings are held by vocabulary rows, each rank
                                the rows of its classifier slice (a tied table: the same rows serve both), not
-                               whole on rank 0; their rows reach rank 0 by a gather (docs/vocabulary.md) */
+                               whole on rank 0; their rows reach rank 0 by a gather (docs/guide/vocabulary.md) */
     int logits_k;           /* what rank 0 needs of the logits per wanted position: 0: every logit (each
                                classifier slice sends its logits whole); K > 0: each slice's K best (logit,
                                token id) pairs (sampler.h mi_logit_candidates: 1 greedy, top_k for top-k

@@ -90,7 +90,7 @@ typedef struct {
     int split_vocab;        /* head-level planners: 1 splits the vocabulary's tables always (the classifier's
                                rows over the workers, by speed, each holding the embedding rows of its
                                classifier rows); 0 only when the plan with them whole on rank 0 does not fit
-                               the budgets (docs/vocabulary.md). Somegather and time-series models never */
+                               the budgets (docs/guide/vocabulary.md). Somegather and time-series models never */
     int logits_k;           /* mi_plan.logits_k: logit candidates per classifier slice (0: every logit) */
 } mi_plan_options;
 

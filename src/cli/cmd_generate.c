@@ -49,7 +49,7 @@ static void help(void)
            "%s"
            "Logits: with greedy decoding or top-k sampling each rank holding classifier rows sends rank 0\n"
            "only its best (logit, token id) pairs (1, or N of --top-k), not its logits whole; sampling\n"
-           "with --top-k 0 needs them whole (docs/vocabulary.md).\n"
+           "with --top-k 0 needs them whole (docs/guide/vocabulary.md).\n"
            "Timing (TTFT, TPOT, tokens/s) goes to stderr, or into the JSON.\n",
            SESSION_HELP);
 }

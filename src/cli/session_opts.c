@@ -56,7 +56,7 @@ const char *SESSION_HELP =
     "                          by vocabulary rows on the ranks holding those classifier rows, spread over\n"
     "                          the workers, instead of whole on rank 0 (the planners also do it when the\n"
     "                          whole table does not fit rank 0); rank 0 gathers each token's row\n"
-    "                          (docs/vocabulary.md)\n"
+    "                          (docs/guide/vocabulary.md)\n"
     "      --wire-dtype T      activation messages between ranks in fp32 (default, exact), fp16 or\n"
     "                          q8_0 (blocks of 32 with an fp16 scale: about 27% of the fp32 bytes);\n"
     "                          partial sums are summed in fp32 so that every rank holds the same sums\n"

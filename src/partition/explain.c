@@ -232,6 +232,8 @@ static void explain_gatherv(const mi_exchange *x, const mi_comm *cm, const mi_co
     if (me == x->root) {
         if (x->by_token)
             add(b, "wait        for the embedding rows of the tokens among the vocabulary rows of ");
+        else if (x->cand == 1)
+            add(b, "wait        for the best logit (with its token id) of each classifier slice of ");
         else if (x->cand > 0)
             add(b, "wait        for the %d best logits (with their token ids) of each classifier slice of ", x->cand);
         else
@@ -245,9 +247,12 @@ static void explain_gatherv(const mi_exchange *x, const mi_comm *cm, const mi_co
         add_cols(b, &x->own[me]);
         add(b, ", zeros for the others) to rank %d: %.0f B %s", root, out, unit);
     } else if (x->cand > 0) {
-        add(b, "send        the %d best of its logits of vocabulary rows ", x->cand);
+        if (x->cand == 1)
+            add(b, "send        the best of its logits of vocabulary rows ");
+        else
+            add(b, "send        the %d best of its logits of vocabulary rows ", x->cand);
         add_cols(b, &x->send[me]);
-        add(b, " with their token ids to rank %d: %.0f B %s", root, out, unit);
+        add(b, " with %s to rank %d: %.0f B %s", x->cand == 1 ? "its token id" : "their token ids", root, out, unit);
     } else {
         add(b, "send        ");
         add_payload(b, c, x->buf, &x->send[me]);
