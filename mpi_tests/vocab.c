@@ -1,4 +1,4 @@
-/* The MPI test's checks of large vocabularies (docs/vocabulary.md): the
+/* The MPI test's checks of large vocabularies (docs/guide/vocabulary.md): the
  * token embeddings split by vocabulary rows with the classifier's
  * (--split-vocab), and each classifier slice sending rank 0 its best
  * (logit, token id) pairs instead of its logits whole.

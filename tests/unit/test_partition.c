@@ -515,7 +515,7 @@ static double total_weights(const mi_plan *p)
     return t;
 }
 
-/* The vocabulary split by rows (docs/vocabulary.md): made when the table
+/* The vocabulary split by rows (docs/guide/vocabulary.md): made when the table
  * does not fit rank 0 (and only then, unless asked), each worker holding
  * the embedding rows of its classifier rows (a tied table's rows once, an
  * untied one's twice), rank 0 none; the programs embed on those ranks and
