@@ -27,6 +27,10 @@
  * Voltron's hybrid planner on a heterogeneous, memory-tight cluster runs the
  * prompt on its prefill placement, re-places to its decode placement (the KV
  * heads that change owner moved and counted) and gives one device's tokens.
+ * Large vocabularies (vocab.c): the embeddings split by vocabulary rows with
+ * the classifier's, and each classifier slice sending rank 0 only its best
+ * (logit, token id) pairs, give one device's greedy and top-k sampled tokens
+ * on stories15M and every family's tiny model, with the bytes predicted.
  *
  * usage: mpirun -np N test_distributed REAL_MODEL.h5 */
 #define _POSIX_C_SOURCE 200809L
@@ -47,23 +51,11 @@
 #include "meshinfer/quantize.h"
 #include "meshinfer/synth.h"
 
+#include "distributed.h"
 #include "mpi_bytes.h"
 
-static int g_rank, g_size, g_pass, g_fail;
-
-#define CHECK(cond, ...)                                                        \
-    do {                                                                        \
-        if (cond) {                                                             \
-            g_pass++;                                                           \
-        } else {                                                                \
-            g_fail++;                                                           \
-            fprintf(stderr, "FAIL (rank %d, %s:%d): ", g_rank, __FILE__, __LINE__); \
-            fprintf(stderr, __VA_ARGS__);                                       \
-            fputc('\n', stderr);                                                \
-        }                                                                       \
-    } while (0)
-
-enum { N_PROMPT = 9, N_DECODE = 12, CHUNK = 4 };
+int g_rank, g_size, g_pass, g_fail;
+static double g_vocab_s; /* seconds the vocabulary checks took (the suite's time budget) */
 
 /* The plan's prediction as a matrix: m[from * g_size + to] = bytes per
  * position from world rank `from` to `to` over the exchanges phase ph's
@@ -88,7 +80,7 @@ static void predicted_matrix(const mi_programs *p, int ph, double *m)
  * metrics reset) equal, for every pair of ranks, steps times the
  * prediction of programs p's decode phase. Collective; returns (rank 0) the
  * counted bytes per step. */
-static double check_mpi_bytes(const char *what, const mi_programs *p, int steps)
+double check_mpi_bytes(const char *what, const mi_programs *p, int steps)
 {
     size_t nn = (size_t)g_size * g_size;
     double *got = calloc(nn, sizeof(double)), *want = calloc(nn, sizeof(double)), total = 0;
@@ -122,10 +114,6 @@ done:
     return total;
 }
 
-typedef struct {
-    int tokens[N_PROMPT + N_DECODE + 1];
-    float *logits; /* [(1 + N_DECODE) * vocab]: after the prompt, then after each decode step */
-} run_result;
 
 /* The columns of W [rows, cols] (fp32) outside every rank's send list of
  * exchange x in layer l of plan set to zero. */
@@ -147,7 +135,7 @@ static void zero_unsent(mi_tensor *W, const mi_plan *plan, int l, int x)
 /* One device's greedy run. With masked (a somegather plan pruning the heads
  * and hidden exchanges by magnitude, which leaves a pruned column out for
  * its owner too), the model's wo and w2 lose the columns nobody sends. */
-static void reference(const char *path, run_result *r, const int *prompt, const mi_plan *masked)
+void reference(const char *path, run_result *r, const int *prompt, const mi_plan *masked)
 {
     mi_model m;
     mi_model_load_path(&m, path, NULL);
@@ -315,7 +303,7 @@ static void check_somegather(const char *path, const mi_config *c, const int *pr
     char err[MI_ERRLEN] = "";
     mi_cluster cl;
     mi_cluster_default(&cl, g_size, 1e12);
-    mi_plan_options po = {MI_PLANNER_SOMEGATHER, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL};
+    mi_plan_options po = {MI_PLANNER_SOMEGATHER, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL, 0, 0};
     mi_plan plan;
     CHECK(mi_plan_make(c, &cl, &po, &plan, err) == 0, "somegather: %s", err);
     mi_programs p0, p9;
@@ -456,7 +444,7 @@ static void check_hybrid(const char *path, const mi_config *c, const int *prompt
     }
     cl.latency_s = 1e-3;
     cl.bandwidth = 100e6 / 8;
-    mi_plan_options po = {MI_PLANNER_HYBRID, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, CHUNK, 0, NULL};
+    mi_plan_options po = {MI_PLANNER_HYBRID, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, CHUNK, 0, NULL, 0, 0};
     mi_plan dec, pre;
     char err[MI_ERRLEN];
     int ok = mi_plan_make(c, &cl, &po, &dec, err) == 0;
@@ -590,7 +578,7 @@ static void check_lowering(const char *path, const mi_config *c, const int *prom
     }
     mi_cluster cl;
     mi_cluster_default(&cl, g_size, 1e12);
-    mi_plan_options po = {MI_PLANNER_LAYERWISE, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL};
+    mi_plan_options po = {MI_PLANNER_LAYERWISE, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL, 0, 0};
     mi_plan plan;
     if (mi_plan_make(c, &cl, &po, &plan, err)) {
         CHECK(0, "layerwise: %s", err);
@@ -690,7 +678,7 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
     for (int pl = 0; pl < MI_N_PLANNERS; pl++) {
         mi_cluster cl;
         mi_cluster_default(&cl, g_size, 1e12);
-        mi_plan_options po = {(mi_planner)pl, 3, -1, 0, NULL, 0.7, 0, mixed ? MI_F32 : wire, 0, 0, 0, NULL};
+        mi_plan_options po = {(mi_planner)pl, 3, -1, 0, NULL, 0.7, 0, mixed ? MI_F32 : wire, 0, 0, 0, NULL, 0, 0};
         mi_plan plan;
         char err[MI_ERRLEN];
         if (pl == MI_PLANNER_SOMEGATHER && c->n_kv_heads % g_size) {
@@ -858,6 +846,13 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
         check_hybrid(path, c, prompt, &ref);
     if (wire == MI_F32 && real && c->dtype[0][MI_WQ] == MI_F32)
         check_lowering(path, c, prompt, &ref);
+    /* the split vocabulary and the logit candidates: stories15M in fp32 and every family's tiny model */
+    if (wire == MI_F32 && !mixed &&
+        ((real && c->dtype[0][MI_WQ] == MI_F32) || c->family != MI_FAMILY_LLAMA || !strcmp(c->name, "tiny-llama3"))) {
+        double t0 = mi_now();
+        check_vocab(path, c, prompt, &ref, real);
+        g_vocab_s += mi_now() - t0;
+    }
     if (g_rank == 0 && g_size >= 3 && wire == MI_F32)
         CHECK(headlevel_bytes > layerwise_bytes, "%s: head-level moves %.0f bytes/token, layer-wise %.0f", c->name,
               headlevel_bytes, layerwise_bytes);
@@ -963,6 +958,7 @@ int main(int argc, char **argv)
         for (int i = 0; i < N_FAMS; i++)
             unlink(fam_path[i]);
         rmdir(dir);
+        printf("vocabulary checks: %.1f s\n", g_vocab_s);
         printf("%d passed, %d failed\n", sum[0], sum[1]);
     }
     MPI_Bcast(sum, 2, MPI_INT, 0, MPI_COMM_WORLD);

@@ -58,6 +58,11 @@ typedef struct {
     int forecast;            /* the command is forecast: the model must be a time-series one (and only then) */
     int explain;             /* --explain: rank 0 writes the programs that run in words to stderr (partition.h
                                 mi_programs_explain) once the plan is made, before the first pass */
+    int split_vocab;         /* --split-vocab: the head-level planners split the embeddings and classifier by
+                                vocabulary rows over the workers (planner.h mi_plan_options.split_vocab) */
+    int logits_k;            /* what the command needs of the logits (plan.h logits_k): the candidates its
+                                sampler needs per classifier slice (sampler.h mi_logit_candidates; 1 greedy),
+                                0: every logit (perplexity, temperature sampling without top-k) */
 } session_opts;
 
 
@@ -287,6 +292,7 @@ typedef struct {
     long steps;             /* tokens to generate at most (>= 1) */
     int ignore_eos;         /* go on after BOS/EOS */
     float temperature, topp;/* sampler (mi_sampler; temperature 0: greedy) */
+    int top_k;              /* the sampler's top-k (0: off) */
     uint64_t seed;
     const int *forced;      /* [n_forced] tokens replayed instead of sampled (--resume), or NULL */
     int n_forced;
@@ -345,6 +351,11 @@ int session_load_profile(const char *path, const mi_config *c, double tolerance,
  * weights, or values that overflow fp32). */
 void session_check_logits(const float *logits, int n, int pos);
 
+/* Rank 0: the same check for logits rebuilt from candidates (plan.h
+ * logits_k > 0), where -INFINITY marks the tokens no slice sent: NaN or
+ * +infinity anywhere, or no finite logit at all, stops the run. */
+void session_check_candidates(const float *logits, int n, int pos);
+
 /* Collective: gather every rank's metrics and, on rank 0, print them as a
  * JSON array (key "ranks") to f, per forward pass averages included. */
 void session_metrics_json(mi_session *ss, FILE *f);
@@ -363,6 +374,7 @@ typedef struct {
     int n_prompt, *prompt_ids; /* [n_prompt] its tokens, BOS first */
     long steps;             /* tokens asked for */
     double temperature, topp;
+    int top_k;              /* 0: off (and in journals written before top-k existed) */
     uint64_t seed;
     int ignore_eos;
     int n_out, *out;        /* [n_out] tokens generated so far */

@@ -45,6 +45,9 @@ typedef struct {
     int cls_v0, cls_nv;     /* classifier rows [cls_v0, cls_v0+cls_nv) of vocab_size */
     int emb_c0, emb_nc;     /* somegather: columns [emb_c0, emb_c0+emb_nc) of every embedding row
                                (when embeddings == 0; block dtypes hold the blocks covering them) */
+    int emb_v0, emb_nv;     /* a split vocabulary (head-level plans): rows [emb_v0, emb_v0+emb_nv) of the
+                               token embeddings, every column (when embeddings == 0 and emb_nc == 0); a tied
+                               classifier whose rows lie among them is a view of them */
 } mi_shard_spec;
 
 /* One layer's weights on this device (only the parts its spec holds; the
@@ -84,6 +87,8 @@ typedef struct {
                                  somegather column slice */
     int emb_c0, emb_nc;     /* the embedding columns held: [emb_c0, emb_c0+emb_nc) of dim */
     int emb_skip;           /* column of tok_embeddings where emb_c0 is (the covering blocks start earlier) */
+    int emb_v0, emb_nv;     /* the vocabulary rows held: tok_embeddings row i is token emb_v0 + i (a split
+                               vocabulary holds some; otherwise 0 and vocab_size) */
     float *norm;            /* [dim] final RMSNorm, held with embeddings or a classifier slice */
     float *norm_b;          /* [dim] its bias (LayerNorm families), else NULL */
     int cls_v0, cls_nv;
@@ -164,7 +169,8 @@ void mi_model_free(mi_model *m);
 /* Columns [emb_c0, emb_c0+emb_nc) of token tok's embedding at position pos
  * into out[emb_nc] (the whole row for a device holding all embeddings):
  * the embedding row times emb_scale, plus the learned position's row where
- * the family has one. */
+ * the family has one. A token outside the rows m holds ([emb_v0,
+ * emb_v0+emb_nv), a split vocabulary) gives a row of zeros. */
 void mi_model_embed(const mi_model *m, int tok, int pos, float *out);
 
 /* Free layer l's weights and KV cache (its arena), leaving it empty. */

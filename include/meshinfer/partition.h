@@ -72,7 +72,10 @@ typedef enum {
                         2: reduce-scatter then allgather, fewer bytes) */
     MI_OP_ALLGATHERV,/* each member's sent columns of buf to every other member (CATS somegather:
                         pruned columns never travel; lost ones arrive as absent) */
-    MI_OP_GATHERV,   /* each member's LOGITS columns to the root */
+    MI_OP_GATHERV,   /* each member's LOGITS columns to the root (the exchange's cand > 0: each member's
+                        cand best (logit, token id) pairs of them, and the root's LOGITS rows hold those
+                        candidates and -INFINITY elsewhere, sampler.h); or (by_token, a split vocabulary)
+                        each member's X rows, of which the root keeps each position's token's owner's */
     MI_N_OPS
 } mi_op_kind;
 
@@ -98,6 +101,8 @@ typedef enum {
     MI_OPV_GELU_TANH,    /* FFN_UP: gelu_tanh(w1 XN + b1), no gate (GPT-2) */
     MI_OPV_POSTNORM,     /* ADD: X += RMSNorm(TMP) * the block's post-norm (Gemma) */
     MI_OPV_SERIES_HEAD,  /* LOGITS: the forecasting head over every patch of X (one output row) */
+    MI_OPV_EMBED_ROWS,   /* EMBED of a split vocabulary: X[t] = token t's embedding when it is one of the
+                            vocabulary rows [i0, i0+ni) this rank holds, zeros otherwise */
 } mi_op_variant;
 
 typedef struct {
@@ -137,10 +142,16 @@ typedef struct {
     int wire;            /* mi_dtype its activations travel in: plan.h mi_plan_wire for its layer */
     mi_colset *send;     /* [n_members]: the columns member j sends (BCAST: the root's; PUT, GATHERV: each
                             non-root's; ALLGATHERV: each member's kept columns; ALLREDUCE: unused) */
-    mi_colset *own;      /* [n_members] ALLGATHERV only: the columns member j owns (send minus own =
-                            its pruned columns); NULL otherwise */
+    mi_colset *own;      /* [n_members] ALLGATHERV: the columns member j owns (send minus own = its pruned
+                            columns); GATHERV by_token: the vocabulary rows member j holds; NULL otherwise */
     int mask_own;        /* ALLGATHERV: the owner too treats its pruned columns as absent (ordinary
                             magnitude pruning, the baseline of CATS); 0: only receivers do */
+    int cand;            /* GATHERV of LOGITS: 0: each member sends its columns whole (in the wire dtype);
+                            K > 0: its min(K, columns) best (logit, token id) pairs per position, 8 bytes each
+                            (fp32 and int32, whatever the wire dtype: greedy stays exact) */
+    int by_token;        /* GATHERV of X (a split vocabulary's embedding rows): member j sends its [T, dim]
+                            rows, the embeddings of the tokens among its vocabulary rows own[j] (zeros for the
+                            others); the root keeps each position's row from its token's owner */
 } mi_exchange;
 
 typedef struct {
@@ -163,7 +174,8 @@ typedef struct {
     int n_xchg;
     mi_exchange *xchg;
     mi_program *prog[MI_N_PHASES]; /* [n_ranks] each */
-    int embed_all;       /* every rank embeds (needs the tokens), not just rank 0 */
+    int embed_all;       /* every rank embeds (needs the tokens), not just rank 0 (somegather, a split
+                            vocabulary) */
     int n_runs;          /* kept FFN units of pruned layers, as ascending runs [run_c0[i], + run_len[i]) */
     int *run_c0, *run_len; /* [n_runs], indexed by mi_op.runs */
 } mi_programs;
@@ -190,8 +202,9 @@ int mi_comm_index(const mi_comm *comm, int rank);
 
 /* Payload bytes per position that member `from` sends to member `to` in
  * exchange xid (0 when it sends nothing to it), in the programs' wire dtype
- * (tensor.h mi_wire_row_bytes; the speculation flag is 4 bytes). Reductions
- * count their messages as runtime.h describes them. This is the single
+ * (tensor.h mi_wire_row_bytes; the speculation flag is 4 bytes; a logit
+ * candidate 8 bytes). Reductions count their messages as runtime.h
+ * describes them. This is the single
  * definition of every op kind's payload: the cost model and the memory and
  * traffic tables use it, and the runtime's own byte counters must agree. */
 double mi_exchange_bytes(const mi_programs *p, int xid, int from, int to);

@@ -200,6 +200,13 @@ typedef struct {
     mi_layer_plan *layers;  /* [n_layers] */
     int n_cls;              /* classifier slices over the vocabulary */
     mi_slice *cls;          /* [n_cls], ascending, covering [0, vocab_size) */
+    int split_vocab;        /* head-level plans: the token embeddings are held by vocabulary rows, each rank
+                               the rows of its classifier slice (a tied table: the same rows serve both), not
+                               whole on rank 0; their rows reach rank 0 by a gather (docs/guide/vocabulary.md) */
+    int logits_k;           /* what rank 0 needs of the logits per wanted position: 0: every logit (each
+                               classifier slice sends its logits whole); K > 0: each slice's K best (logit,
+                               token id) pairs (sampler.h mi_logit_candidates: 1 greedy, top_k for top-k
+                               sampling). Not a placement: the session sets it from the sampler */
     int kv_positions;       /* KV-cache positions the memory budgets were checked for (<= seq_len) */
     int wire;               /* mi_dtype of every activation message (Voltron "communication scaling"):
                                MI_F32 (exact), MI_F16 or MI_Q8_0 */
@@ -257,12 +264,19 @@ void mi_plan_free(mi_plan *plan);
 /* Drop the send lists (nothing pruned any more). */
 void mi_plan_free_keep(mi_plan *plan);
 
+/* The vocabulary rows [*v0, *v0 + *n) of the token embeddings `rank` holds
+ * in a plan that splits the vocabulary (its classifier rows); 0 rows for a
+ * rank without a classifier slice or a plan that does not split. */
+void mi_plan_emb_rows(const mi_plan *plan, int rank, int *v0, int *n);
+
 /* Write plan's placement as one JSON object on one line, no newline:
  *   {"layers": [{"layer": l, "kv_rank": [rank of each KV head (n_kv_heads)],
  *                "proj_rank": rank holding wo (-1: split with the heads),
  *                "ffn": [[rank, v0, n], ...] FFN units [v0, v0+n) of hidden_dim,
  *                "speculate": inter-layer speculation into layer l+1}, ...],
  *    "classifier": [[rank, v0, n], ...] vocabulary rows,
+ *    "embedding_rows": [[rank, v0, n], ...] the token embeddings' vocabulary rows ([[0, 0, vocab_size]]
+ *                      when whole on rank 0; [] for somegather, whose ranks hold columns),
  *    "columns": [[rank, v0, n], ...] somegather's residual columns of dim ([] otherwise)}
  * The shapes are the plan file's (mi_plan_save_json) without somegather's
  * send lists. `plan --json` and generate's metrics both print it, as
@@ -301,9 +315,11 @@ int mi_plan_deserialize(const int *buf, size_t n_ints, const mi_config *c, mi_pl
  *   {"planner": "greedy", "n_ranks": 5, "controller_works": false,
  *    "model": {"n_layers": 22, "n_kv_heads": 4, "hidden_dim": 5632, "vocab_size": 32000},
  *    "layers": [{"kv_rank": [1,2,3,4], "proj_rank": 1, "ffn": [[2, 0, 5632]]}, ...],
- *    "classifier": [[0, 0, 32000]]}
- * Loading checks the model block against c ("plan has 4 KV heads per layer
- * but the model has 6") and validates the structure. Returns 0 or -1 with err. */
+ *    "classifier": [[0, 0, 32000]], "split_vocab": false}
+ * ("split_vocab": optional, true when the embeddings follow the classifier's
+ * rows: mi_plan.split_vocab; written only when true). Loading checks the
+ * model block against c ("plan has 4 KV heads per layer but the model has
+ * 6") and validates the structure. Returns 0 or -1 with err. */
 int mi_plan_save_json(const mi_plan *plan, const char *path, char *err);
 int mi_plan_load_json(const char *path, const mi_config *c, mi_plan *plan, char *err);
 

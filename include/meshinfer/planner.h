@@ -87,11 +87,19 @@ typedef struct {
     double prune;           /* somegather: this fraction of each rank's columns left out of every exchange,
                                communication-aware (mi_plan_prune from the weights at weights_path); 0: none */
     const char *weights_path;
+    int split_vocab;        /* head-level planners: 1 splits the vocabulary's tables always (the classifier's
+                               rows over the workers, by speed, each holding the embedding rows of its
+                               classifier rows); 0 only when the plan with them whole on rank 0 does not fit
+                               the budgets (docs/guide/vocabulary.md). Somegather and time-series models never */
+    int logits_k;           /* mi_plan.logits_k: logit candidates per classifier slice (0: every logit) */
 } mi_plan_options;
 
 /* Make a plan of model c for the cluster's devices (n_ranks = n_devices).
- * Returns 0, or -1 with err naming the problem: no workers, or a plan that
- * cannot fit the memory budgets (the device and the shortfall in bytes). */
+ * A head-level plan whose token embeddings (and untied classifier) do not
+ * fit rank 0 next to the rest is made again with the vocabulary split
+ * (opt->split_vocab). Returns 0, or -1 with err naming the problem: no
+ * workers, or a plan that cannot fit the memory budgets (the device and the
+ * shortfall in bytes). */
 int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, mi_plan *plan, char *err);
 
 /* HeadSplit "Not every layer deserves it": mark transition l -> l+1 for

@@ -96,7 +96,10 @@ mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_programs *prog, cons
 
 /* Rank 0 only: run tokens[T] at positions pos0.. (T <= max_T). Returns the
  * logits of the last position ([vocab_size]), or of all T positions
- * ([T, vocab_size]) when all_logits. */
+ * ([T, vocab_size]) when all_logits. When the plan asks only for candidates
+ * (plan.h logits_k = K > 0) and the classifier is split, each row holds
+ * every slice's K best logits (sampler.h candidate order) and -INFINITY
+ * elsewhere: greedy and top-k sampling give what the whole row gives. */
 float *mi_runtime_forward(mi_runtime *rt, const int *tokens, int T, int pos0, int all_logits);
 
 /* Rank 0 only, CATS's time-series family (docs/patchtst.md): one

@@ -13,6 +13,7 @@
 #include "meshinfer/common.h"
 #include "meshinfer/control.h"
 #include "meshinfer/runtime.h"
+#include "meshinfer/sampler.h"
 #include "session_opts.h"
 
 static void help(void)
@@ -25,7 +26,7 @@ static void help(void)
            "                      Face folder), or the GGUF file or folder itself\n"
            "  --system TEXT       a system prompt\n"
            "  --steps N           longest reply in tokens (default 512)\n"
-           "  --temperature T     0 (default) is greedy; --top-p P (default 0.9), --seed S\n"
+           "  --temperature T     0 (default) is greedy; --top-k K (default 40), --top-p P (default 0.9), --seed S\n"
            "  --chat-template NAME  render with this kind instead of the file's: llama3, llama3.1, llama3.2,\n"
            "                      qwen2.5, qwen3, gemma3, zephyr, llama2, chatml\n"
            "  --no-think          Qwen3: answer without a thinking block (enable_thinking=false)\n"
@@ -63,6 +64,7 @@ typedef struct {
     double temperature, topp;
     uint64_t seed;
     int no_think, threads;
+    int top_k;
     session_opts so;
 } chat_args;
 
@@ -71,16 +73,16 @@ static const struct option chat_opts[] = {
     {"steps", required_argument, 0, 'n'},  {"temperature", required_argument, 0, 't'},
     {"top-p", required_argument, 0, 'P'},  {"seed", required_argument, 0, 's'},
     {"chat-template", required_argument, 0, 'C'}, {"no-think", no_argument, 0, 'N'},
-    {"threads", required_argument, 0, 'T'}, {"help", no_argument, 0, 'h'},
+    {"threads", required_argument, 0, 'T'}, {"top-k", required_argument, 0, 'k'}, {"help", no_argument, 0, 'h'},
     SESSION_LONG_OPTS, {0, 0, 0, 0}};
 
 static int parse(int argc, char **argv, chat_args *a)
 {
     memset(a, 0, sizeof *a);
-    a->steps = 512, a->topp = 0.9, a->seed = 42, a->threads = 1;
+    a->steps = 512, a->topp = 0.9, a->seed = 42, a->threads = 1, a->top_k = 40;
     session_opts_init(&a->so);
     int o;
-    while ((o = getopt_long(argc, argv, ":m:n:t:s:h", chat_opts, NULL)) != -1) {
+    while ((o = getopt_long(argc, argv, ":m:n:t:s:k:h", chat_opts, NULL)) != -1) {
         switch (o) {
         case 'm': a->model = optarg; break;
         case 'S': a->system = optarg; break;
@@ -90,6 +92,7 @@ static int parse(int argc, char **argv, chat_args *a)
         case 's': a->seed = mi_parse_u64("--seed", optarg); break;
         case 'C': a->tmpl = optarg; break;
         case 'N': a->no_think = 1; break;
+        case 'k': a->top_k = (int)mi_parse_long("--top-k", optarg, 0, 1 << 24); break;
         case 'T': a->threads = (int)mi_parse_long("--threads", optarg, 1, 256); break;
         case 'h': help(); return 1;
         default:
@@ -100,6 +103,8 @@ static int parse(int argc, char **argv, chat_args *a)
     cli_no_positional("chat", optind, argc, argv);
     if (!a->model)
         mi_fatal("chat: --model is required (see meshinfer chat --help)");
+    /* a split classifier sends the candidates the sampler needs (sampler.h) */
+    a->so.logits_k = mi_logit_candidates((float)a->temperature, a->top_k);
     return 0;
 }
 
@@ -119,7 +124,7 @@ static void turn(chat_args *a, mi_session *ss, mi_chat_msg *msgs, int *n_msgs, i
     long room = ss->cfg.seq_len - n;
     mi_gen_request rq = {.prompt = ids, .n_prompt = n, .steps = a->steps < room ? a->steps : room,
                          .temperature = (float)a->temperature, .topp = (float)a->topp, .seed = a->seed,
-                         .n_cached = same};
+                         .n_cached = same, .top_k = a->top_k};
     reply r = {ss, NULL, 0, 0};
     mi_gen_hooks hk = {on_token, &r};
     mi_gen_result res;

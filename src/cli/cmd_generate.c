@@ -24,6 +24,8 @@ static void help(void)
            "      --chat-template K   with --chat: render as kind K instead (llama3, qwen2.5, qwen3, gemma3, ...)\n"
            "  -n, --steps N           tokens to generate (default: up to 256, within the context)\n"
            "  -t, --temperature T     0 = greedy (default 0)\n"
+           "      --top-k N           sample among the N most likely tokens (default 40; 0 = all), then\n"
+           "                          top-p within them (llama.cpp's order)\n"
            "      --top-p P           nucleus sampling mass in (0,1] (default 0.9; 1 disables)\n"
            "  -s, --seed S            sampling seed (default 42)\n"
            "      --ignore-eos        keep going after BOS/EOS\n"
@@ -49,6 +51,9 @@ static void help(void)
            "                          (--planner, ...) may be changed for the new ranks; --cluster,\n"
            "                          --plan-file and --trace are never carried over\n"
            "%s"
+           "Logits: with greedy decoding or top-k sampling each rank holding classifier rows sends rank 0\n"
+           "only its best (logit, token id) pairs (1, or N of --top-k), not its logits whole; sampling\n"
+           "with --top-k 0 needs them whole (docs/guide/vocabulary.md).\n"
            "Timing (TTFT, TPOT, tokens/s) goes to stderr, or into the JSON.\n",
            SESSION_HELP);
 }
@@ -181,6 +186,7 @@ typedef struct {
     int chat;
     long steps;
     double temperature, topp;
+    int top_k;
     uint64_t seed;
     int ignore_eos, threads, json, metrics, repeat, journal_sync;
     session_opts so;
@@ -195,7 +201,7 @@ static const struct option gen_opts[] = {
     {"json", no_argument, 0, 'j'},         {"metrics", no_argument, 0, 'M'},
     {"help", no_argument, 0, 'h'},         {"journal", required_argument, 0, 'J'},
     {"resume", required_argument, 0, 'R'}, {"repeat", required_argument, 0, 'r'},
-    {"journal-sync", no_argument, 0, 'Y'}, {"chat", no_argument, 0, 2001},
+    {"journal-sync", no_argument, 0, 'Y'}, {"top-k", required_argument, 0, 'k'}, {"chat", no_argument, 0, 2001},
     {"system", required_argument, 0, 2002}, {"chat-template", required_argument, 0, 2003}, SESSION_LONG_OPTS,
     {0, 0, 0, 0}};
 
@@ -204,7 +210,7 @@ static int parse_args(int argc, char **argv, gen_args *a)
 {
     memset(a, 0, sizeof *a);
     a->prompt = "Once upon a time";
-    a->repeat = 1, a->steps = -1, a->topp = 0.9, a->seed = 42, a->threads = 1;
+    a->repeat = 1, a->steps = -1, a->topp = 0.9, a->top_k = 40, a->seed = 42, a->threads = 1;
     session_opts_init(&a->so);
     int given = 0, o; /* options a resumed run takes from its journal */
     while ((o = getopt_long(argc, argv, ":m:p:n:t:s:h", gen_opts, NULL)) != -1) {
@@ -214,6 +220,7 @@ static int parse_args(int argc, char **argv, gen_args *a)
         case 'n': a->steps = mi_parse_long("--steps", optarg, 1, 1 << 20); given = 1; break;
         case 't': a->temperature = mi_parse_double("--temperature", optarg, 0.0, 100.0); given = 1; break;
         case 'P': a->topp = mi_parse_double("--top-p", optarg, 1e-6, 1.0); given = 1; break;
+        case 'k': a->top_k = (int)mi_parse_long("--top-k", optarg, 0, 1 << 24); given = 1; break;
         case 's': a->seed = mi_parse_u64("--seed", optarg); given = 1; break;
         case 'E': a->ignore_eos = 1; given = 1; break;
         case 'J': a->journal = optarg; break;
@@ -242,8 +249,8 @@ static int parse_args(int argc, char **argv, gen_args *a)
     if (a->journal_sync && !a->journal && !a->resume)
         mi_fatal("generate: --journal-sync syncs the journal: it needs --journal or --resume");
     if (a->resume && given)
-        mi_fatal("generate: --resume takes the prompt, -n, --temperature, --top-p, --seed and --ignore-eos from the "
-                 "journal: leave them out");
+        mi_fatal("generate: --resume takes the prompt, -n, --temperature, --top-k, --top-p, --seed and --ignore-eos "
+                 "from the journal: leave them out");
     if (a->resume && a->journal && strcmp(a->resume, a->journal))
         mi_fatal("generate: --resume keeps journaling to its own file: leave out --journal");
     if (a->repeat > 1 && (a->resume || a->journal))
@@ -305,6 +312,7 @@ static void journal_setup(gen_args *a, gen_journal *jr, int rank, char *model_pa
         a->steps = jr->steps;
         a->temperature = jr->temperature;
         a->topp = jr->topp;
+        a->top_k = jr->top_k;
         a->seed = jr->seed;
         a->ignore_eos = jr->ignore_eos;
     }
@@ -378,6 +386,7 @@ static void journal_request(const gen_args *a, const mi_config *c, const int *id
     jr->prompt_ids = mi_malloc((size_t)n_prompt * sizeof(int), "journal");
     memcpy(jr->prompt_ids, ids, (size_t)n_prompt * sizeof(int));
     jr->steps = a->steps, jr->temperature = a->temperature, jr->topp = a->topp, jr->seed = a->seed;
+    jr->top_k = a->top_k;
     jr->ignore_eos = a->ignore_eos;
     opt_list carried = {0};
     const opt_list *g = &a->given_opts;
@@ -494,8 +503,8 @@ static void print_json(const gen_args *a, mi_session *ss, int n_prompt, const mi
            tpot > 0 ? 1.0 / tpot : 0.0, ss->load_seconds);
     cli_json_string(stdout, g->text, g->len);
     if (a->temperature > 0)
-        printf(", \"decoding\": {\"mode\": \"sampled\", \"temperature\": %g, \"top_p\": %g, \"seed\": %llu}",
-               a->temperature, a->topp, (unsigned long long)a->seed);
+        printf(", \"decoding\": {\"mode\": \"sampled\", \"temperature\": %g, \"top_k\": %d, \"top_p\": %g, "
+               "\"seed\": %llu}", a->temperature, a->top_k, a->topp, (unsigned long long)a->seed);
     else
         printf(", \"decoding\": {\"mode\": \"greedy\"}");
     double pt, pp;
@@ -536,8 +545,8 @@ static void print_summary(const gen_args *a, const mi_session *ss, int n_prompt,
         snprintf(tp, sizeof tp, "TPOT %.2f ms, %.1f tokens/s", tpot * 1e3, 1.0 / tpot);
     char mode[96] = "greedy"; /* the decoding mode, apart from the placement */
     if (a->temperature > 0)
-        snprintf(mode, sizeof mode, "sampled at T %g, top-p %g, seed %llu", a->temperature, a->topp,
-                 (unsigned long long)a->seed);
+        snprintf(mode, sizeof mode, "sampled at T %g, top-k %d, top-p %g, seed %llu", a->temperature, a->top_k,
+                 a->topp, (unsigned long long)a->seed);
     /* under a launcher stdout and stderr travel apart and the text's last
      * line can arrive after this one: start it on a line of its own */
     fprintf(stderr, "%sgenerate: %d prompt + %d new tokens, %s, on %d rank%s (planner %s), TTFT %.1f ms, %s%s\n",
@@ -551,7 +560,8 @@ static void run(gen_args *a, mi_session *ss, gen_journal *jr, const int *ids, in
     const mi_config *c = &ss->cfg;
     int resume = a->resume != NULL, done = resume && jr->done;
     mi_gen_request rq = {.prompt = ids, .n_prompt = n_prompt, .steps = a->steps, .ignore_eos = a->ignore_eos,
-                         .temperature = (float)a->temperature, .topp = (float)a->topp, .seed = a->seed,
+                         .temperature = (float)a->temperature, .topp = (float)a->topp, .top_k = a->top_k,
+                         .seed = a->seed,
                          .forced = resume ? jr->out : NULL, .n_forced = resume ? jr->n_out : 0,
                          .rng_set = resume, .rng = resume ? jr->rng : 0, .replay_only = done, .scale = 1};
     if (a->journal && !resume)
@@ -617,6 +627,9 @@ int cmd_generate(int argc, char **argv)
     char model_path[4096] = "";
     journal_setup(&a, &jr, rank, model_path, sizeof model_path);
     a.so.journal = a.journal;
+    /* a split classifier sends rank 0 only what this sampler needs (the journal's, when resuming) */
+    if (rank == 0)
+        a.so.logits_k = mi_logit_candidates((float)a.temperature, a.top_k);
     a.so.auto_steps = a.steps > 0 ? (int)(a.steps < 4096 ? a.steps : 4096) : 0;
     a.so.auto_prompt = (int)(strlen(a.prompt) / 4) + 2; /* about 4 characters per token, and BOS */
     mi_session ss;

@@ -23,6 +23,7 @@
 #include "meshinfer/partition.h"
 #include "meshinfer/plan.h"
 #include "meshinfer/planner.h"
+#include "meshinfer/sampler.h"
 
 static void help(void)
 {
@@ -65,6 +66,13 @@ static void help(void)
            "                        plan for weights in these dtypes (as `meshinfer quantize` takes them)\n"
            "                        instead of the file's (with --shape: fp32)\n"
            "  --wire-dtype T        activation messages in fp32 (default), fp16 or q8_0\n"
+           "  --split-vocab         head-level planners: the token embeddings held by vocabulary rows with the\n"
+           "                        classifier's, spread over the workers (as generate --split-vocab; done\n"
+           "                        anyway when the whole table does not fit rank 0)\n"
+           "  --temperature T, --top-k N   the sampler the run uses (generate's options and defaults: greedy):\n"
+           "                        greedy and top-k sampling need each classifier slice's best 1 or N (logit,\n"
+           "                        token id) pairs at rank 0, --top-k 0 with T > 0 (and perplexity) its\n"
+           "                        logits whole\n"
            "  --prune SPEC          somegather (CATS): leave out this fraction of each rank's columns\n"
            "                        in every exchange (R, or per kind: 0.5,hidden=0.9); needs --model,\n"
            "                        whose weights rank the columns; the send lists go into --out\n"
@@ -111,6 +119,36 @@ static void help(void)
            "                        jobs/lib/memory_model.gp)\n");
 }
 
+/* Where the classifier's and the token embeddings' vocabulary rows are, and
+ * what of the logits reaches rank 0. */
+static void print_vocab(const mi_plan *p)
+{
+    const mi_config *c = &p->cfg;
+    printf("  classifier rows");
+    for (int i = 0; i < p->n_cls; i++)
+        printf(" %d[%d+%d]", p->cls[i].rank, p->cls[i].v0, p->cls[i].n);
+    int away = 0; /* a slice off rank 0: its logits travel */
+    for (int i = 0; i < p->n_cls; i++)
+        away |= p->cls[i].rank != 0;
+    if (away && p->logits_k == 1)
+        printf("  (each slice sends rank 0 its best logit and its token id)");
+    else if (away && p->logits_k > 0)
+        printf("  (each slice sends rank 0 its %d best logits with their token ids)", p->logits_k);
+    else if (away)
+        printf("  (each slice sends rank 0 its logits whole)");
+    printf("\n  embedding rows ");
+    if (p->split_vocab)
+        for (int i = 0; i < p->n_cls; i++)
+            printf(" %d[%d+%d]", p->cls[i].rank, p->cls[i].v0, p->cls[i].n);
+    else if (p->n_cols > 0)
+        printf(" every rank: all %d rows, its residual columns", c->vocab_size);
+    else
+        printf(" 0[0+%d]", c->vocab_size);
+    printf("%s\n", p->split_vocab ? c->shared_classifier ? "  (split with the classifier: tied, the same rows)"
+                                                          : "  (split with the classifier)"
+                                  : "");
+}
+
 /* pass_T: 0 for a decode step, else the positions of the prefill pass pr predicts. */
 static void print_plan(const mi_plan *p, const mi_programs *prog, const mi_cluster *cl, const mi_prediction *pr,
                        int verbose, int pass_T)
@@ -143,10 +181,7 @@ static void print_plan(const mi_plan *p, const mi_programs *prog, const mi_clust
                        lp->accept_permille / 1000.0);
             printf("\n");
         }
-        printf("  classifier");
-        for (int i = 0; i < p->n_cls; i++)
-            printf(" %d[%d+%d]", p->cls[i].rank, p->cls[i].v0, p->cls[i].n);
-        printf("\n");
+        print_vocab(p);
         if (p->n_cols > 0) {
             printf("  residual columns");
             for (int i = 0; i < p->n_cols; i++)
@@ -178,8 +213,10 @@ static void print_plan(const mi_plan *p, const mi_programs *prog, const mi_clust
         size_t n = 0;
 #define HOLDS(...) (n += (size_t)snprintf(holds + n, sizeof holds - n, n ? ", " : ""), \
                     n += (size_t)snprintf(holds + n, sizeof holds - n, __VA_ARGS__))
-        if (p->n_cols > 0 || r == 0)
+        if (p->n_cols > 0 || (r == 0 && !p->split_vocab))
             HOLDS("%s", p->n_cols > 0 ? "embedding columns" : "embeddings");
+        if (p->split_vocab && cls)
+            HOLDS("embedding rows");
         if (heads)
             HOLDS("%d KV heads", heads);
         if (proj)
@@ -190,8 +227,9 @@ static void print_plan(const mi_plan *p, const mi_programs *prog, const mi_clust
             HOLDS("classifier");
 #undef HOLDS
         if (n == 0)
-            snprintf(holds, sizeof holds, "%s", p->planner == MI_PLANNER_HYBRID ? "idle (the planner left it empty)"
-                                                                               : "idle (more ranks than units)");
+            snprintf(holds, sizeof holds, "%s", r == 0 && p->split_vocab ? "nothing: samples (the vocabulary is split)"
+                                                : p->planner == MI_PLANNER_HYBRID ? "idle (the planner left it empty)"
+                                                                                  : "idle (more ranks than units)");
         printf("  %4d  %-16s  %10.2f  %7.2f  %10.2f  %3.0f%%  %8.3f       %10.0f  %s\n", r, cl->dev[r].name,
                pr->weight_bytes[r] / 1e6, pr->kv_bytes[r] / 1e6, cl->dev[r].mem_bytes / 1e6,
                100.0 * need / cl->dev[r].mem_bytes, pr->busy_s[r] * 1e3, sent[r], holds);
@@ -238,6 +276,8 @@ typedef struct {
     cli_dtypes dt;
     int ranks, ctx, json, cw, kvpos, n_prompt, n_steps;
     int memory_model, show_programs, explain, speculate, prune_mode, energy;
+    int split_vocab, top_k;            /* --split-vocab; --top-k (with --temperature: the logits rank 0 needs) */
+    double temperature;
     long max_tokens;
     double ppl_budget, ttft_ms, tpot_ms, mem_mb;
     mi_dtype wire;
@@ -277,7 +317,8 @@ static int parse_opts(int argc, char **argv, plan_opts *o)
         {"text", required_argument, 0, 3014},     {"max-tokens", required_argument, 0, 3015},
         {"ppl-budget", required_argument, 0, 3016}, {"somegather-quality", required_argument, 0, 3017},
         {"dim", required_argument, 0, 3018},      {"explain", no_argument, 0, 3019},
-        {"speculate", no_argument, 0, 3020},
+        {"speculate", no_argument, 0, 3020},     {"split-vocab", no_argument, 0, 3021},
+        {"temperature", required_argument, 0, 3022}, {"top-k", required_argument, 0, 3023},
         {0, 0, 0, 0}};
     int k;
     while ((k = getopt_long(argc, argv, ":m:s:n:c:p:h", opts, NULL)) != -1) {
@@ -312,6 +353,9 @@ static int parse_opts(int argc, char **argv, plan_opts *o)
         case 3018: o->mo.dim = (int)mi_parse_long("--dim", optarg, 1, 1 << 16); break;
         case 3019: o->explain = 1; break;
         case 3020: o->speculate = 1; break;
+        case 3021: o->split_vocab = 1; break;
+        case 3022: o->temperature = mi_parse_double("--temperature", optarg, 0.0, 100.0); break;
+        case 3023: o->top_k = (int)mi_parse_long("--top-k", optarg, 0, 1 << 24); break;
         case 'm': o->model = optarg; break;
         case 's': o->shape = optarg; break;
         case 'n': o->ranks = (int)mi_parse_long("--ranks", optarg, 1, MI_MAX_RANKS); break;
@@ -465,7 +509,8 @@ static int precision_main(const plan_opts *o, plan_ctx *x)
     mi_importance *imp = mi_malloc(sizeof *imp, "importance");
     if (mi_importance_load(o->importance, c, imp, err))
         mi_fatal("%s", err);
-    mi_plan_options po = {x->which, o->seed, o->cw, 0, NULL, 0.0, o->kvpos, o->wire, 0, 0, 0, NULL};
+    mi_plan_options po = {x->which, o->seed, o->cw, 0, NULL, 0.0, o->kvpos, o->wire, 0, 0, 0, NULL, o->split_vocab,
+                          mi_logit_candidates((float)o->temperature, o->top_k)};
     mi_precision_query q = {o->ttft_ms / 1e3, o->tpot_ms / 1e3, o->n_prompt, o->n_steps, x->chunk};
     mi_precision_result *r = mi_malloc(sizeof *r, "precision search");
     if (mi_precision_search(c, &x->cl, &po, imp, &q, r, err))
@@ -551,7 +596,8 @@ static int one_plan_make(const plan_opts *o, const plan_ctx *x, mi_planner pl, o
 {
     char err[MI_ERRLEN];
     memset(op, 0, sizeof *op);
-    mi_plan_options po = {pl, o->seed, o->cw, o->speculate, NULL, 0.7, o->kvpos, o->wire, 0, 0, x->sg_r, o->model};
+    mi_plan_options po = {pl, o->seed, o->cw, o->speculate, NULL, 0.7, o->kvpos, o->wire, 0, 0, x->sg_r, o->model,
+                          o->split_vocab, mi_logit_candidates((float)o->temperature, o->top_k)};
     if (mi_plan_make(&x->c, &x->cl, &po, &op->p, err)) {
         if (x->all) {
             fprintf(stderr, "plan: %s skipped: %s\n", mi_planner_name(pl), err);
@@ -733,7 +779,7 @@ static int plans_main(const plan_opts *o, plan_ctx *x)
     int n_rows = 0, best = -1;
     if (x->all || x->autop) {
         mi_plan_options base = {MI_PLANNER_GREEDY, o->seed, -1, 0, NULL, 0.0, o->kvpos, o->wire, 0, 0, x->sg_r,
-                                o->model};
+                                o->model, o->split_vocab, mi_logit_candidates((float)o->temperature, o->top_k)};
         best = mi_plan_compare(c, &x->cl, &base, o->n_prompt, o->n_steps, x->chunk, rows, &n_rows);
         if (best < 0)
             mi_fatal("plan: no scheme fits this cluster (%s: %s)", mi_planner_name(rows[0].planner), rows[0].why);
@@ -768,7 +814,7 @@ static int plans_main(const plan_opts *o, plan_ctx *x)
 
 int cmd_plan(int argc, char **argv)
 {
-    plan_opts o = {.planner = "greedy", .ctx = -1, .cw = -1, .max_tokens = 1024, .ppl_budget = -1,
+    plan_opts o = {.planner = "greedy", .ctx = -1, .cw = -1, .max_tokens = 1024, .ppl_budget = -1, .top_k = 40,
                    .wire = MI_F32, .mem_mb = 4000, .seed = 1, .prune_mode = MI_PRUNE_AWARE,
                    .mo = {.max_devices = 16, .wire = MI_F32, .n_prune = 2, .prune = {0.0, 0.9}}};
     if (parse_opts(argc, argv, &o))

@@ -251,7 +251,7 @@ int cmd_profile(int argc, char **argv)
     int *ids = tokenize_corpus(&op, &tok, text, len, &n_text);
 
     /* placement and output first: a bad --out must fail before the long pass */
-    mi_plan_options po = {op.pl, 1, -1, 0, NULL, op.min_acc, 0, MI_F32, 0, 0, 0, NULL};
+    mi_plan_options po = {op.pl, 1, -1, 0, NULL, op.min_acc, 0, MI_F32, 0, 0, 0, NULL, 0, 0};
     mi_plan plan;
     if (mi_plan_make(c, &cl, &po, &plan, err))
         mi_fatal("profile: %s", err);

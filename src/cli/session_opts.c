@@ -52,6 +52,11 @@ const char *SESSION_HELP =
     "                          was planned for: under mpirun without --cluster or --plan-file, the\n"
     "                          round trips measured at start-up and this machine's free memory, which\n"
     "                          is why it may differ from `meshinfer plan --ranks N`\n"
+    "      --split-vocab       head-level planners: the token embeddings (tied: with the classifier) held\n"
+    "                          by vocabulary rows on the ranks holding those classifier rows, spread over\n"
+    "                          the workers, instead of whole on rank 0 (the planners also do it when the\n"
+    "                          whole table does not fit rank 0); rank 0 gathers each token's row\n"
+    "                          (docs/guide/vocabulary.md)\n"
     "      --wire-dtype T      activation messages between ranks in fp32 (default, exact), fp16 or\n"
     "                          q8_0 (blocks of 32 with an fp16 scale: about 27% of the fp32 bytes);\n"
     "                          partial sums are summed in fp32 so that every rank holds the same sums\n"
@@ -147,6 +152,7 @@ int session_opt(session_opts *o, int code, const char *arg)
         return 1;
     case 1007: o->speculate = 1; return 1;
     case 1026: o->explain = 1; return 1;
+    case 1027: o->split_vocab = 1; return 1;
     case 1008: o->tolerance = mi_parse_double("--tolerance", arg, 0.0, 1e9); return 1;
     case 1009: o->min_acceptance = mi_parse_double("--min-acceptance", arg, 0.0, 1.0); return 1;
     case 1010: o->spec_profile = arg; return 1;

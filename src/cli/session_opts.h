@@ -23,7 +23,7 @@
     {"tpot-ms", required_argument, 0, 1020}, {"importance", required_argument, 0, 1021}, \
     {"energy", no_argument, 0, 1022}, {"prune-ffn", required_argument, 0, 1023}, \
     {"ppl-budget", required_argument, 0, 1024}, {"somegather-quality", required_argument, 0, 1025}, \
-    {"explain", no_argument, 0, 1026}
+    {"explain", no_argument, 0, 1026}, {"split-vocab", no_argument, 0, 1027}
 extern const char *SESSION_HELP;
 
 void session_opts_init(session_opts *o);

@@ -75,7 +75,8 @@ int journal_begin(const char *path, gen_journal *j, char *err)
              cJSON_AddStringToObject(doc, "prompt", j->prompt ? j->prompt : "") &&
              cJSON_AddNumberToObject(doc, "steps", (double)j->steps) &&
              cJSON_AddNumberToObject(doc, "temperature", j->temperature) &&
-             cJSON_AddNumberToObject(doc, "top_p", j->topp) && cJSON_AddStringToObject(doc, "seed", seed) &&
+             cJSON_AddNumberToObject(doc, "top_p", j->topp) && cJSON_AddNumberToObject(doc, "top_k", j->top_k) &&
+             cJSON_AddStringToObject(doc, "seed", seed) &&
              cJSON_AddBoolToObject(doc, "ignore_eos", j->ignore_eos) &&
              cJSON_AddStringToObject(doc, "sampler_state", rng);
     cJSON *p = ok ? int_array(j->prompt_ids, j->n_prompt) : NULL;
@@ -256,8 +257,8 @@ int journal_read(const char *path, gen_journal *j, char *err)
         return -1;
     }
     static const char *const keys[] = {"meshinfer_journal", "model", "model_name", "n_layers", "dim", "hidden_dim",
-                                       "vocab_size", "dtypes", "prompt", "steps", "temperature", "top_p", "seed",
-                                       "ignore_eos", "sampler_state", "prompt_tokens", "options", NULL};
+                                       "vocab_size", "dtypes", "prompt", "steps", "temperature", "top_p", "top_k",
+                                       "seed", "ignore_eos", "sampler_state", "prompt_tokens", "options", NULL};
     int rc = -1;
     if (cJSON_IsObject(root) && mi_json_check_keys(root, keys, prefix, "", err))
         goto done;
@@ -266,7 +267,7 @@ int journal_read(const char *path, gen_journal *j, char *err)
                 *nl = GET("n_layers"), *dim = GET("dim"), *hid = GET("hidden_dim"), *vocab = GET("vocab_size"),
                 *dts = GET("dtypes"), *prompt = GET("prompt"), *steps = GET("steps"), *temp = GET("temperature"),
                 *topp = GET("top_p"), *seed = GET("seed"), *ie = GET("ignore_eos"), *rng = GET("sampler_state"),
-                *pt = GET("prompt_tokens"), *opts = GET("options");
+                *pt = GET("prompt_tokens"), *opts = GET("options"), *topk = GET("top_k");
 #undef GET
     if (!cJSON_IsObject(root) || !cJSON_IsNumber(ver)) {
         mi_set_error(err, "%s: not a meshinfer journal (generate --journal writes one)", prefix);
@@ -283,9 +284,11 @@ int journal_read(const char *path, gen_journal *j, char *err)
         !cJSON_IsNumber(topp) || !cJSON_IsString(seed) || !cJSON_IsBool(ie) || !cJSON_IsString(rng) ||
         !cJSON_IsArray(pt) || strlen(model->valuestring) >= sizeof j->model ||
         strlen(name->valuestring) >= sizeof j->model_name || strlen(dts->valuestring) >= sizeof j->dtypes ||
-        !(temp->valuedouble >= 0 && temp->valuedouble <= 100) || !(topp->valuedouble > 0 && topp->valuedouble <= 1)) {
+        !(temp->valuedouble >= 0 && temp->valuedouble <= 100) || !(topp->valuedouble > 0 && topp->valuedouble <= 1) ||
+        (topk && !whole(topk, 0, 1 << 24))) { /* top_k: absent in journals from before top-k (0: off) */
         mi_set_error(err, "%s: a field of the first line is missing or out of range (model, model_name, n_layers, "
-                          "dim, hidden_dim, vocab_size, dtypes, prompt, steps, temperature, top_p, seed, ignore_eos, "
+                          "dim, hidden_dim, vocab_size, dtypes, prompt, steps, temperature, top_p, top_k, seed, "
+                          "ignore_eos, "
                           "sampler_state, prompt_tokens, options)", prefix);
         goto done;
     }
@@ -353,6 +356,7 @@ int journal_read(const char *path, gen_journal *j, char *err)
     j->steps = (long)steps->valuedouble;
     j->temperature = temp->valuedouble;
     j->topp = topp->valuedouble;
+    j->top_k = topk ? (int)topk->valuedouble : 0;
     j->ignore_eos = cJSON_IsTrue(ie);
     rc = 0;
 done:

@@ -238,10 +238,15 @@ static int check_placement_options(const mi_session *ss, const session_opts *o, 
     if (o->replan && o->plan_file)
         return mi_set_error(err, "--replan needs a planner: it cannot re-make a --plan-file placement");
     if (o->plan_file && (o->placement_opts || o->controller_works >= 0 || o->kv_positions || o->wire_set ||
-                         o->prune_set))
+                         o->prune_set || o->split_vocab))
         return mi_set_error(err, "--plan-file fixes the placement: --planner, --plan-seed, --controller-works, "
-                                 "--kv-positions, --wire-dtype and --prune belong to `meshinfer plan` when the plan "
-                                 "is made");
+                                 "--kv-positions, --wire-dtype, --prune and --split-vocab belong to `meshinfer plan` "
+                                 "when the plan is made");
+    if (o->split_vocab && (!strcmp(o->planner, "somegather") || ss->cfg.family == MI_FAMILY_PATCHTST))
+        return mi_set_error(err, "--split-vocab splits the token embeddings by vocabulary rows for the head-level "
+                                 "planners of a language model (%s)", ss->cfg.family == MI_FAMILY_PATCHTST
+                                 ? "a time-series model has patches, not tokens"
+                                 : "somegather already holds them by columns on every rank");
     if (o->phase_plans && (o->plan_file || (strcmp(o->planner, "hybrid") && strcmp(o->planner, "auto"))))
         return mi_set_error(err, "--phase-plans applies to --planner hybrid (the one planner that places the phases "
                                  "apart) and to --planner auto when it picks hybrid");
@@ -276,6 +281,8 @@ static int load_plan_file(mi_session *ss, const session_opts *o, const mi_cluste
                           o->plan_file, ss->plan.n_ranks, ss->size, ss->plan.n_ranks);
         mi_plan_free(&ss->plan);
     }
+    if (!rc) /* not a placement: what this command's sampler needs */
+        ss->plan.logits_k = o->logits_k;
     if (!rc && mi_plan_validate(&ss->plan, cl, err)) {
         rc = -1;
         mi_plan_free(&ss->plan);
@@ -371,7 +378,7 @@ static int make_plan(mi_session *ss, const char *path, const session_opts *o, co
         rc = session_load_profile(o->spec_profile, &ss->cfg, o->tolerance, acc, err);
     }
     mi_plan_options po = {MI_PLANNER_GREEDY, o->plan_seed, o->controller_works, o->speculate, acc,
-                          o->min_acceptance, kvpos, o->wire, 0, 0, 0, NULL};
+                          o->min_acceptance, kvpos, o->wire, 0, 0, 0, NULL, o->split_vocab, o->logits_k};
     mi_planner_parse(o->planner, &po.planner);
     double sg_ppl = 0, sg_ppl0 = 0;
     if (!rc)
@@ -688,6 +695,19 @@ int session_load_profile(const char *path, const mi_config *c, double tolerance,
 out:
     cJSON_Delete(root);
     return rc;
+}
+
+void session_check_candidates(const float *logits, int n, int pos)
+{
+    int finite = 0;
+    for (int i = 0; i < n; i++) {
+        if (isnan(logits[i]) || (isinf(logits[i]) && logits[i] > 0))
+            mi_fatal("the model produced a non-finite logit (token %d) at position %d: the weights are corrupt or "
+                     "overflow fp32", i, pos);
+        finite += isfinite(logits[i]) != 0;
+    }
+    if (!finite)
+        mi_fatal("the model produced no finite logit at position %d: the weights are corrupt or overflow fp32", pos);
 }
 
 void session_check_logits(const float *logits, int n, int pos)

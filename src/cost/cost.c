@@ -275,7 +275,7 @@ double mi_plan_switch_s(const mi_plan *from, const mi_plan *to, const mi_cluster
     mi_layer_spec *ls = mi_calloc(2 * (size_t)L, sizeof *ls, "layer specs");
     double worst = 0;
     for (int r = 0; r < to->n_ranks; r++) {
-        mi_shard_spec a = {ls, 0, 0, 0, 0, 0}, b = {ls + L, 0, 0, 0, 0, 0};
+        mi_shard_spec a = {.layers = ls}, b = {.layers = ls + L};
         mi_plan_shard(from, r, &a);
         mi_plan_shard(to, r, &b);
         /* what the runtime keeps in place (migrate.c): layers whose spec is unchanged, and the
@@ -284,10 +284,11 @@ double mi_plan_switch_s(const mi_plan *from, const mi_plan *to, const mi_cluster
             if (!memcmp(&a.layers[l], &b.layers[l], sizeof a.layers[l]))
                 memset(&b.layers[l], 0, sizeof b.layers[l]);
         if (a.embeddings == b.embeddings && a.cls_v0 == b.cls_v0 && a.cls_nv == b.cls_nv &&
-            a.emb_c0 == b.emb_c0 && a.emb_nc == b.emb_nc) {
+            a.emb_c0 == b.emb_c0 && a.emb_nc == b.emb_nc && a.emb_v0 == b.emb_v0 && a.emb_nv == b.emb_nv) {
             b.embeddings = 0;
             b.cls_nv = 0;
             b.emb_nc = 0;
+            b.emb_nv = 0;
         }
         double t = (double)mi_shard_weight_bytes(c, &b) / cl->storage_bw;
         /* KV heads arriving from their old owners */

@@ -61,11 +61,16 @@ void mi_model_embed(const mi_model *m, int tok, int pos, float *out)
 {
     const mi_tensor *t = &m->tok_embeddings;
     const mi_config *c = &m->cfg;
+    int r = tok - m->emb_v0;
+    if (r < 0 || r >= m->emb_nv || r >= t->rows) { /* another rank's row (a split vocabulary) */
+        memset(out, 0, (size_t)m->emb_nc * sizeof(float));
+        return;
+    }
     if (m->emb_skip == 0 && m->emb_nc == t->cols) {
-        mi_tensor_row_f32(t, tok, out);
+        mi_tensor_row_f32(t, r, out);
     } else {
         float row[t->cols];
-        mi_tensor_row_f32(t, tok, row);
+        mi_tensor_row_f32(t, r, row);
         memcpy(out, row + m->emb_skip, (size_t)m->emb_nc * sizeof(float));
     }
     if (c->emb_scale > 0.0f)
@@ -78,11 +83,20 @@ void mi_model_embed(const mi_model *m, int tok, int pos, float *out)
     }
 }
 
-/* The spec holds every column of the embeddings (all of them, or a
- * somegather slice that is the whole width): a tied classifier is a view. */
+/* The spec holds every column of the embedding rows its classifier rows
+ * are (all of them, a somegather slice that is the whole width, or a split
+ * vocabulary's rows around them): a tied classifier is then a view. */
 static int whole_table(const mi_config *c, const mi_shard_spec *spec)
 {
+    if (spec->emb_nv > 0 && !spec->embeddings && spec->emb_nc == 0)
+        return spec->cls_v0 >= spec->emb_v0 && spec->cls_v0 + spec->cls_nv <= spec->emb_v0 + spec->emb_nv;
     return spec->embeddings || (spec->emb_c0 == 0 && spec->emb_nc == c->dim);
+}
+
+/* A split vocabulary's embedding rows (spec.emb_v0/emb_nv): the spec holds them. */
+static int emb_rows(const mi_shard_spec *spec)
+{
+    return !spec->embeddings && spec->emb_nc == 0 && spec->emb_nv > 0;
 }
 
 size_t mi_shard_weight_bytes(const mi_config *c, const mi_shard_spec *spec)
@@ -95,6 +109,9 @@ size_t mi_shard_weight_bytes(const mi_config *c, const mi_shard_spec *spec)
         int a, b;
         mi_emb_cover(c, spec->emb_c0, spec->emb_nc, &a, &b);
         n += (size_t)c->vocab_size * mi_dtype_row_bytes(c->emb_dtype, (size_t)(b - a)) +
+             (c->pos_embed ? (size_t)c->seq_len * d * f : 0);
+    } else if (emb_rows(spec)) {
+        n += (size_t)spec->emb_nv * mi_dtype_row_bytes(c->emb_dtype, d) +
              (c->pos_embed ? (size_t)c->seq_len * d * f : 0);
     }
     if (spec->embeddings || spec->cls_nv > 0)
@@ -465,8 +482,20 @@ static int load_lm_tables(loader *ld, mi_model *m, const mi_config *c, const mi_
         m->emb_c0 = spec->emb_c0;
         m->emb_nc = spec->emb_nc;
         m->emb_skip = spec->emb_c0 - a;
+    } else if (emb_rows(spec)) {
+        if (spec->emb_v0 < 0 || (size_t)spec->emb_v0 + (size_t)spec->emb_nv > V) {
+            mi_model_free(m);
+            return mi_set_error(ld->err, "embedding rows [%d, %d) are outside the vocabulary of %zu", spec->emb_v0,
+                                spec->emb_v0 + spec->emb_nv, V);
+        }
+        add_range(want(ld, -1, "tok_embeddings", c->emb_dtype, d, 0), (size_t)spec->emb_v0, (size_t)spec->emb_nv)
+            ->dst = &m->tok_embeddings;
+        m->emb_c0 = 0;
+        m->emb_nc = (int)d;
+        m->emb_v0 = spec->emb_v0;
+        m->emb_nv = spec->emb_nv;
     }
-    if (c->pos_embed && (spec->embeddings || spec->emb_nc > 0))
+    if (c->pos_embed && (spec->embeddings || spec->emb_nc > 0 || emb_rows(spec)))
         want_vec(ld, -1, "pos_embed", d, 0, (size_t)c->seq_len, &m->pos_embed);
     if (spec->embeddings || spec->cls_nv > 0) {
         want_vec(ld, -1, "norm", 1, 0, d, &m->norm);
@@ -480,7 +509,7 @@ static int load_lm_tables(loader *ld, mi_model *m, const mi_config *c, const mi_
     want_opt(ld, c->rope_freqs, -1, "rope_freqs", 0, (size_t)c->head_dim / 2, &m->rope_freqs);
     load_group(ld, &m->arena, &m->arena_bytes);
     if (cls_view && !ld->rc && !ld->src->discard) {
-        m->classifier = mi_tensor_rows(&m->tok_embeddings, spec->cls_v0, spec->cls_nv);
+        m->classifier = mi_tensor_rows(&m->tok_embeddings, spec->cls_v0 - m->emb_v0, spec->cls_nv);
         m->cls_alias = 1;
     }
     return 0;
@@ -600,7 +629,9 @@ int mi_model_load(mi_model *m, const mi_weight_source *src, const mi_config *c, 
             return mi_set_error(err, "layer %d: shard ranges are outside the model", l);
         }
     }
-    m->has_embeddings = spec->embeddings || spec->emb_nc > 0;
+    m->has_embeddings = spec->embeddings || spec->emb_nc > 0 || emb_rows(spec);
+    m->emb_v0 = 0; /* every row, unless a split vocabulary's rows are loaded */
+    m->emb_nv = c->vocab_size;
     m->cls_v0 = spec->cls_v0;
     m->cls_nv = spec->cls_nv;
     if (c->family == MI_FAMILY_PATCHTST) {

@@ -16,8 +16,10 @@ void mi_sampler_init(mi_sampler *s, int vocab_size, float temperature, float top
     s->vocab_size = vocab_size;
     s->temperature = temperature;
     s->topp = topp;
+    s->top_k = 0;
     s->rng = seed ? seed : 0x9E3779B97F4A7C15ull;
-    s->buf = mi_malloc((size_t)vocab_size * sizeof(prob_index), "sampler buffer");
+    size_t each = sizeof(prob_index) > sizeof(mi_candidate) ? sizeof(prob_index) : sizeof(mi_candidate);
+    s->buf = mi_malloc((size_t)vocab_size * each, "sampler buffer");
 }
 
 void mi_sampler_free(mi_sampler *s)
@@ -48,6 +50,131 @@ int mi_argmax(const float *v, int n)
     return best;
 }
 
+/* ---------------------------------------------------- logit candidates */
+
+int mi_logit_candidates(float temperature, int top_k)
+{
+    return temperature <= 0.0f ? 1 : top_k > 0 ? top_k : 0;
+}
+
+/* a before b in the candidate order (sampler.h): NaN, larger, lower id */
+static int better(const mi_candidate *a, const mi_candidate *b)
+{
+    int an = isnan(a->logit), bn = isnan(b->logit);
+    if (an != bn)
+        return an;
+    if (!an && a->logit != b->logit)
+        return a->logit > b->logit;
+    return a->id < b->id;
+}
+
+static int cmp_candidates(const void *a, const void *b)
+{
+    return better(a, b) ? -1 : better(b, a) ? 1 : 0;
+}
+
+/* h[0, m) a heap with the worst candidate on top: restore it from i down. */
+static void sift_down(mi_candidate *h, int m, int i)
+{
+    for (;;) {
+        int w = i, a = 2 * i + 1, b = a + 1;
+        if (a < m && better(&h[w], &h[a]))
+            w = a;
+        if (b < m && better(&h[w], &h[b]))
+            w = b;
+        if (w == i)
+            return;
+        mi_candidate t = h[i];
+        h[i] = h[w];
+        h[w] = t;
+        i = w;
+    }
+}
+
+int mi_top_candidates(const float *logits, int n, int id0, int k, mi_candidate *out)
+{
+    if (k <= 0 || n <= 0)
+        return 0;
+    if (k > n)
+        k = n;
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        mi_candidate c = {logits[i], id0 + i};
+        if (m < k) { /* grow the heap: the new one rises while it is worse than its parent */
+            int j = m++;
+            while (j > 0 && better(&out[(j - 1) / 2], &c)) {
+                out[j] = out[(j - 1) / 2];
+                j = (j - 1) / 2;
+            }
+            out[j] = c;
+        } else if (better(&c, &out[0])) {
+            out[0] = c;
+            sift_down(out, m, 0);
+        }
+    }
+    qsort(out, (size_t)k, sizeof *out, cmp_candidates);
+    return k;
+}
+
+int mi_candidates_best(mi_candidate *c, int n, int k)
+{
+    if (n <= 0 || k <= 0)
+        return 0;
+    qsort(c, (size_t)n, sizeof *c, cmp_candidates);
+    return k < n ? k : n;
+}
+
+int mi_logits_from_candidates(const mi_candidate *c, int n, int vocab, float *logits)
+{
+    for (int i = 0; i < vocab; i++)
+        logits[i] = -INFINITY;
+    int skipped = 0;
+    for (int i = 0; i < n; i++) {
+        if (c[i].id < 0 || c[i].id >= vocab) {
+            skipped++;
+            continue;
+        }
+        logits[c[i].id] = c[i].logit;
+    }
+    return skipped;
+}
+
+/* Top-k sampling (llama.cpp: top-k, then top-p within the k): the k best in
+ * the candidate order, their probabilities at the temperature over those k
+ * alone, summed in that order, so that any vector holding them (the whole
+ * one, or one rebuilt from every slice's k best) gives the same token. */
+static int sample_top_k(mi_sampler *s, const float *logits)
+{
+    mi_candidate *c = s->buf;
+    int k = mi_top_candidates(logits, s->vocab_size, 0, s->top_k, c);
+    float mx = c[0].logit, sum = 0.0f;
+    for (int i = 0; i < k; i++) {
+        c[i].logit = expf((c[i].logit - mx) / s->temperature);
+        sum += c[i].logit;
+    }
+    for (int i = 0; i < k; i++)
+        c[i].logit /= sum;
+    float coin = mi_rand_f32(&s->rng), cum = 1.0f;
+    int last = k - 1;
+    if (s->topp > 0.0f && s->topp < 1.0f) {
+        cum = 0.0f;
+        for (int i = 0; i < k; i++) {
+            cum += c[i].logit;
+            if (cum > s->topp) {
+                last = i;
+                break;
+            }
+        }
+    }
+    float r = coin * cum, cdf = 0.0f;
+    for (int i = 0; i <= last; i++) {
+        cdf += c[i].logit;
+        if (r < cdf)
+            return c[i].id;
+    }
+    return c[last].id;
+}
+
 static int cmp_desc(const void *a, const void *b)
 {
     float pa = ((const prob_index *)a)->p, pb = ((const prob_index *)b)->p;
@@ -60,6 +187,8 @@ int mi_sample(mi_sampler *s, float *logits)
     int best = mi_argmax(logits, n);
     if (s->temperature <= 0.0f)
         return best;
+    if (s->top_k > 0)
+        return sample_top_k(s, logits);
     /* subtract the maximum before dividing: a tiny temperature then gives
      * exp(-inf) = 0 for the others instead of inf - inf = NaN */
     float mx = logits[best], sum = 0.0f;

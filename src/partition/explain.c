@@ -138,8 +138,12 @@ static void explain_compute(const mi_plan *plan, const mi_op *op, int rank, line
     int l = op->layer;
     switch (op->kind) {
     case MI_OP_EMBED:
-        add(b, "embed       the token's row of tok_embeddings, columns [%d,%d) of %d -> X", op->c0, op->c0 + op->n,
-            c->dim);
+        if (op->variant == MI_OPV_EMBED_ROWS)
+            add(b, "embed       the rows of tok_embeddings it holds, vocabulary rows [%d,%d) of %d: each token among "
+                   "them -> its row of X, zeros for the others", op->i0, op->i0 + op->ni, c->vocab_size);
+        else
+            add(b, "embed       the token's row of tok_embeddings, columns [%d,%d) of %d -> X", op->c0,
+                op->c0 + op->n, c->dim);
         break;
     case MI_OP_NORM:
         if (op->norm == MI_NORM_FINAL)
@@ -218,6 +222,42 @@ static void add_peers(line *b, const mi_comm *cm, int me)
             v[n++] = cm->members[j];
     add(b, "rank%s ", n == 1 ? "" : "s");
     add_list(b, v, n);
+}
+
+/* A gather at rank 0: the logits (whole, or each slice's best candidates),
+ * or a split vocabulary's embedding rows. */
+static void explain_gatherv(const mi_exchange *x, const mi_comm *cm, const mi_config *c, int me, int root, double in,
+                            double out, const char *unit, line *b)
+{
+    if (me == x->root) {
+        if (x->by_token)
+            add(b, "wait        for the embedding rows of the tokens among the vocabulary rows of ");
+        else if (x->cand == 1)
+            add(b, "wait        for the best logit (with its token id) of each classifier slice of ");
+        else if (x->cand > 0)
+            add(b, "wait        for the %d best logits (with their token ids) of each classifier slice of ", x->cand);
+        else
+            add(b, "wait        for the logits of ");
+        add_peers(b, cm, me);
+        add(b, ": %.0f B %s%s", in, unit,
+            x->by_token ? "; keeps each position's row from its token's owner"
+            : x->cand > 0 ? "; the logits rebuilt from them, -infinity for the other tokens" : "");
+    } else if (x->by_token) {
+        add(b, "send        its X rows (%d columns: the embeddings of the tokens among vocabulary rows ", c->dim);
+        add_cols(b, &x->own[me]);
+        add(b, ", zeros for the others) to rank %d: %.0f B %s", root, out, unit);
+    } else if (x->cand > 0) {
+        if (x->cand == 1)
+            add(b, "send        the best of its logits of vocabulary rows ");
+        else
+            add(b, "send        the %d best of its logits of vocabulary rows ", x->cand);
+        add_cols(b, &x->send[me]);
+        add(b, " with %s to rank %d: %.0f B %s", x->cand == 1 ? "its token id" : "their token ids", root, out, unit);
+    } else {
+        add(b, "send        ");
+        add_payload(b, c, x->buf, &x->send[me]);
+        add(b, " to rank %d: %.0f B %s", root, out, unit);
+    }
 }
 
 /* One communication op of `rank`; adds its bytes per position to *sent, *recv. */
@@ -312,15 +352,7 @@ static void explain_comm(const mi_programs *p, const mi_config *c, const mi_op *
             n > 1 ? out / (n - 1) : 0.0, out, in, unit);
         break;
     case MI_OP_GATHERV:
-        if (me == x->root) {
-            add(b, "wait        for the logits of ");
-            add_peers(b, cm, me);
-            add(b, ": %.0f B %s", in, unit);
-        } else {
-            add(b, "send        ");
-            add_payload(b, c, x->buf, &x->send[me]);
-            add(b, " to rank %d: %.0f B %s", root, out, unit);
-        }
+        explain_gatherv(x, cm, c, me, root, in, out, unit, b);
         break;
     default: add(b, "%s", mi_op_name(op->kind));
     }
@@ -416,6 +448,19 @@ static void explain_placement(const mi_plan *plan, FILE *f)
     for (int i = 0; i < plan->n_cls; i++)
         add(&b, "%s [%d,%d) on rank %d", i ? "," : "", plan->cls[i].v0, plan->cls[i].v0 + plan->cls[i].n,
             plan->cls[i].rank);
+    fprintf(f, "%s\n", b.s);
+    b.n = 0;
+    b.s[0] = 0;
+    if (plan->split_vocab) {
+        add(&b, "  token embedding rows (with the classifier's):");
+        for (int i = 0; i < plan->n_cls; i++)
+            add(&b, "%s [%d,%d) on rank %d", i ? "," : "", plan->cls[i].v0, plan->cls[i].v0 + plan->cls[i].n,
+                plan->cls[i].rank);
+    } else if (plan->n_cols == 0) {
+        add(&b, "  token embeddings: [0,%d) on rank 0", c->vocab_size);
+    } else {
+        add(&b, "  token embeddings: every row, each rank its residual columns");
+    }
     fprintf(f, "%s\n", b.s);
     if (plan->n_cols > 0) {
         b.n = 0;

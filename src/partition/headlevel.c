@@ -6,7 +6,10 @@
  * that need the residual and lack it receive it by broadcast from a holder;
  * head outputs go to the projection rank by RMA (or, with wo split by heads,
  * partial projections are reduced); the FFN runs on one rank or as slices
- * whose partial sums are reduced; logits are gathered at rank 0.
+ * whose partial sums are reduced; logits are gathered at rank 0, whole or
+ * as each classifier slice's best candidates (plan.h logits_k). With a split
+ * vocabulary the ranks holding classifier rows hold those embedding rows
+ * too: each embeds the tokens among its rows and rank 0 gathers the rows.
  *
  * Inter-layer speculation (HeadSplit "Speculating across layers"): after the
  * projection of layer l the projection rank sends Z non-blocking to the FFN
@@ -224,12 +227,52 @@ static void post_ahead(hl *h, int first_xid)
     }
 }
 
+/* The tokens' embedding rows into rank 0's X: rank 0 embeds them, or (a
+ * split vocabulary) every classifier rank embeds the tokens among its rows,
+ * zeros for the others, and rank 0 keeps each position's row from its
+ * token's owner (a gather of [T, dim] rows from each: the bytes do not
+ * depend on the tokens, so the cost model and the counters agree). */
+static void embed(hl *h)
+{
+    const mi_plan *plan = h->plan;
+    const mi_config *c = &plan->cfg;
+    if (!plan->split_vocab) {
+        to_one(h, 0, pb_compute(MI_OP_EMBED, -1, MI_BUF_X, 0, c->dim));
+        return;
+    }
+    rankset s;
+    set_clear(&s);
+    s.has[0] = 1;
+    for (int i = 0; i < plan->n_cls; i++) {
+        mi_op op = pb_compute(MI_OP_EMBED, -1, MI_BUF_X, 0, c->dim);
+        op.variant = MI_OPV_EMBED_ROWS;
+        op.i0 = plan->cls[i].v0;
+        op.ni = plan->cls[i].n;
+        to_one(h, plan->cls[i].rank, op);
+        s.has[plan->cls[i].rank] = 1;
+    }
+    int m[MI_MAX_RANKS], k = members_of(&s, h->n, m);
+    if (k < 2)
+        return;
+    mi_exchange *x = comm_step(h, MI_OP_GATHERV, &s, 0, MI_BUF_X, -1, 0);
+    x->by_token = 1;
+    x->own = mi_calloc((size_t)k, sizeof(mi_colset), "exchange");
+    for (int j = 0; j < k; j++) {
+        if (m[j] != 0)
+            pb_cols_add(&x->send[j], 0, c->dim);
+        for (int i = 0; i < plan->n_cls; i++)
+            if (plan->cls[i].rank == m[j])
+                pb_cols_add(&x->own[j], plan->cls[i].v0, plan->cls[i].n);
+    }
+}
+
 static void compile_phase(hl *h);
 
 int pb_compile_headlevel(const mi_plan *plan, mi_programs *p, char *err)
 {
     (void)err;
     pb_init(p, plan->n_ranks, plan->wire);
+    p->embed_all = plan->split_vocab && plan->n_ranks > 1; /* the workers embed: they need the tokens */
     for (int ph = 0; ph < MI_N_PHASES; ph++) {
         hl h = {plan, p, plan->n_ranks, ph};
         int first = p->n_xchg;
@@ -246,8 +289,8 @@ static void compile_phase(hl *h)
     int nq = c->n_heads * c->head_dim;
     rankset holders, need, heads;
     set_clear(&holders);
-    holders.has[0] = 1; /* the controller embeds the tokens */
-    to_one(h, 0, pb_compute(MI_OP_EMBED, -1, MI_BUF_X, 0, c->dim));
+    holders.has[0] = 1; /* the controller embeds the tokens, or gathers their rows */
+    embed(h);
     for (int l = 0; l < c->n_layers; l++) {
         const mi_layer_plan *lp = &plan->layers[l];
         set_clear(&heads);
@@ -344,6 +387,7 @@ static void compile_phase(hl *h)
     int m[MI_MAX_RANKS], k = members_of(&cls, h->n, m);
     if (k > 1) {
         mi_exchange *x = comm_step(h, MI_OP_GATHERV, &cls, 0, MI_BUF_LOGITS, -1, MI_OPF_LAST);
+        x->cand = plan->logits_k;
         for (int j = 0; j < k; j++)
             for (int i = 0; i < plan->n_cls; i++)
                 if (plan->cls[i].rank == m[j])

@@ -214,8 +214,13 @@ double mi_exchange_bytes(const mi_programs *p, int xid, int from, int to)
         if (from != x->root)
             return 0;
         return cols_bytes(w, &x->send[from]) + (x->flag ? 4.0 : 0.0);
-    case MI_OP_PUT:
     case MI_OP_GATHERV:
+        if (to != x->root)
+            return 0;
+        if (x->cand > 0) /* (fp32 logit, int32 token id) pairs */
+            return 8.0 * (double)(x->cand < x->send[from].count ? x->cand : x->send[from].count);
+        return cols_bytes(w, &x->send[from]);
+    case MI_OP_PUT:
         return to == x->root ? cols_bytes(w, &x->send[from]) : 0;
     case MI_OP_ALLGATHERV:
         return cols_bytes(w, &x->send[from]);
@@ -325,6 +330,10 @@ void mi_programs_print(const mi_programs *p, const mi_config *c, FILE *f)
                         fprintf(f, " root %d", cm->members[x->root]);
                     if (x->what >= 0)
                         fprintf(f, " (%s)", mi_xch_name(x->what));
+                    if (x->cand > 0)
+                        fprintf(f, " (%d best per slice)", x->cand);
+                    if (x->by_token)
+                        fprintf(f, " (rows by token)");
                     if (me >= 0 && x->kind != MI_OP_ALLREDUCE) {
                         fprintf(f, " sends ");
                         print_cols(f, &x->send[me]);

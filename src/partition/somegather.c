@@ -15,7 +15,9 @@
  * the classifier one more allgather of X (final, never pruned); each rank
  * computes the logits of its vocabulary rows and rank 0 gathers them
  * (gathered, not reduced: each logit is one whole dot product, as on one
- * device, so with nothing pruned or lost the logits are bit-identical).
+ * device, so with nothing pruned or lost the logits are bit-identical), or
+ * only each rank's best candidates when that is all sampling needs (plan.h
+ * logits_k).
  *
  * Pruning: a rank sends only its kept columns (the plan's send lists); the
  * others are absent on the receivers (and with ordinary magnitude pruning on
@@ -131,6 +133,7 @@ int pb_compile_somegather(const mi_plan *plan, mi_programs *p, char *err)
     if (k > 1) {
         int gc = pb_comm(p, m, k);
         int xid = pb_exchange(p, MI_OP_GATHERV, gc, MI_BUF_LOGITS, 0, -1);
+        p->xchg[xid].cand = plan->logits_k;
         for (int j = 0; j < k; j++)
             for (int i = 0; i < plan->n_cls; i++)
                 if (plan->cls[i].rank == m[j])

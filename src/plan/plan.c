@@ -129,6 +129,16 @@ void mi_plan_owned(const mi_plan *plan, int l, int x, int rank, int *c0, int *n)
 }
 
 
+void mi_plan_emb_rows(const mi_plan *plan, int rank, int *v0, int *n)
+{
+    *v0 = *n = 0;
+    for (int i = 0; plan->split_vocab && i < plan->n_cls; i++)
+        if (plan->cls[i].rank == rank) {
+            *v0 = plan->cls[i].v0;
+            *n = plan->cls[i].n;
+        }
+}
+
 void mi_plan_shard(const mi_plan *plan, int rank, mi_shard_spec *spec)
 {
     const mi_config *c = &plan->cfg;
@@ -157,7 +167,8 @@ void mi_plan_shard(const mi_plan *plan, int rank, mi_shard_spec *spec)
                 s->w2_rows = 1;
             }
     }
-    spec->embeddings = rank == 0 && plan->n_cols == 0;
+    spec->embeddings = rank == 0 && plan->n_cols == 0 && !plan->split_vocab;
+    mi_plan_emb_rows(plan, rank, &spec->emb_v0, &spec->emb_nv);
     spec->emb_c0 = spec->emb_nc = 0;
     for (int i = 0; i < plan->n_cols; i++)
         if (plan->cols[i].rank == rank) {
@@ -214,7 +225,7 @@ int mi_plan_same_placement(const mi_plan *a, const mi_plan *b)
 {
     const mi_config *c = &a->cfg;
     if (a->n_ranks != b->n_ranks || a->n_cls != b->n_cls || c->n_layers != b->cfg.n_layers ||
-        a->n_cols != b->n_cols)
+        a->n_cols != b->n_cols || a->split_vocab != b->split_vocab)
         return 0;
     for (int i = 0; i < a->n_cols; i++)
         if (memcmp(&a->cols[i], &b->cols[i], sizeof(mi_slice)))
@@ -415,6 +426,13 @@ int mi_plan_validate(const mi_plan *plan, const mi_cluster *cl, char *err)
     }
     if (check_slices(plan->cls, plan->n_cls, c->vocab_size, n, "classifier", -1, err))
         return -1;
+    if (plan->split_vocab && (plan->planner == MI_PLANNER_SOMEGATHER || c->family == MI_FAMILY_PATCHTST))
+        return mi_set_error(err, "plan: the vocabulary is split by rows for head-level plans of language models "
+                                 "(%s)", c->family == MI_FAMILY_PATCHTST ? "a time-series model has patches, not "
+                                 "tokens" : "somegather already holds the embeddings by columns on every rank");
+    if (plan->logits_k < 0 || plan->logits_k > c->vocab_size)
+        return mi_set_error(err, "plan: %d logit candidates per classifier slice is outside [0, %d] (the "
+                                 "vocabulary)", plan->logits_k, c->vocab_size);
     if ((plan->planner == MI_PLANNER_SOMEGATHER) != (plan->n_cols > 0))
         return mi_set_error(err, "plan: residual-column slices belong to somegather plans, and only to them");
     if (plan->n_cols > 0 && validate_somegather(plan, err))
@@ -442,7 +460,7 @@ int mi_plan_validate(const mi_plan *plan, const mi_cluster *cl, char *err)
 int *mi_plan_serialize(const mi_plan *plan, size_t *n_ints)
 {
     const mi_config *c = &plan->cfg;
-    size_t n = 9 + (size_t)plan->n_cls * 3 + 3 + 3 * (size_t)plan->n_cols + 2 * MI_N_PRUNED_XCH;
+    size_t n = 11 + (size_t)plan->n_cls * 3 + 3 + 3 * (size_t)plan->n_cols + 2 * MI_N_PRUNED_XCH;
     for (int l = 0; l < c->n_layers; l++)
         n += (size_t)c->n_kv_heads + 7 + MI_N_LAYER_MATS + 3 * (size_t)plan->layers[l].n_ffn;
     if (plan->keep)
@@ -457,6 +475,8 @@ int *mi_plan_serialize(const mi_plan *plan, size_t *n_ints)
     *q++ = plan->kv_positions > 0 ? plan->kv_positions : c->seq_len;
     *q++ = plan->wire;
     *q++ = plan->ffn_shard;
+    *q++ = plan->split_vocab;
+    *q++ = plan->logits_k;
     *q++ = plan->n_cls;
     for (int i = 0; i < plan->n_cls; i++) {
         *q++ = plan->cls[i].rank;
@@ -534,6 +554,8 @@ int mi_plan_deserialize(const int *b, size_t n, const mi_config *c, mi_plan *pla
         goto bad;
     NEXT(plan->wire);
     NEXT(plan->ffn_shard);
+    NEXT(plan->split_vocab);
+    NEXT(plan->logits_k);
     NEXT(plan->n_cls);
     if (plan->n_cls < 1 || plan->n_cls > MI_MAX_RANKS)
         goto bad;

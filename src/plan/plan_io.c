@@ -153,8 +153,11 @@ static cJSON *plan_json(const mi_plan *plan, const char *planner_name)
     }
     cJSON *cls = ok ? slices_json(plan->cls, plan->n_cls) : NULL;
     ok = cls && cJSON_AddItemToObject(doc, "classifier", cls);
-    if (!ok) {
+    if (!ok)
         cJSON_Delete(cls);
+    if (ok && plan->split_vocab) /* only when set: files of unsplit plans stay as they were */
+        ok = cJSON_AddBoolToObject(doc, "split_vocab", 1) != NULL;
+    if (!ok) {
         cJSON_Delete(doc);
         return NULL;
     }
@@ -283,6 +286,14 @@ int mi_plan_placement_json(const mi_plan *plan, FILE *f)
     ok = cls && cJSON_AddItemToObject(doc, "classifier", cls);
     if (!ok)
         cJSON_Delete(cls);
+    /* the embeddings' rows: a split vocabulary's are the classifier's; whole on rank 0 otherwise */
+    mi_slice whole = {0, 0, c->vocab_size};
+    cJSON *emb = ok ? plan->split_vocab ? slices_json(plan->cls, plan->n_cls)
+                                        : slices_json(&whole, plan->n_cols > 0 ? 0 : 1)
+                    : NULL;
+    ok = emb && cJSON_AddItemToObject(doc, "embedding_rows", emb);
+    if (!ok)
+        cJSON_Delete(emb);
     cJSON *cols = ok ? slices_json(plan->cols, plan->n_cols) : NULL;
     ok = cols && cJSON_AddItemToObject(doc, "columns", cols);
     if (!ok)
@@ -454,7 +465,7 @@ static int build_plan(const cJSON *root, const mi_config *c, mi_plan *plan, cons
 {
     static const char *const top_keys[] = {"description", "planner", "n_ranks", "controller_works",
                                            "kv_positions", "wire_dtype", "model", "layers", "classifier",
-                                           "somegather", NULL};
+                                           "split_vocab", "somegather", NULL};
     static const char *const model_keys[] = {"dim", "n_layers", "n_kv_heads", "hidden_dim", "vocab_size", NULL};
     static const char *const layer_keys[] = {"kv_rank", "proj_rank", "ffn", NULL};
 
@@ -579,10 +590,14 @@ static int build_plan(const cJSON *root, const mi_config *c, mi_plan *plan, cons
             return -1;
     }
 
-    /* classifier */
+    /* classifier, and the embeddings with its rows when split */
     if (parse_slices(cJSON_GetObjectItemCaseSensitive(root, "classifier"), "classifier", "vocabulary rows",
                      c->vocab_size, plan->n_ranks, &plan->cls, &plan->n_cls, prefix, err))
         return -1;
+    const cJSON *sv = cJSON_GetObjectItemCaseSensitive(root, "split_vocab");
+    if (sv && !cJSON_IsBool(sv))
+        return mi_set_error(err, "%s: 'split_vocab' must be true or false", prefix);
+    plan->split_vocab = sv && cJSON_IsTrue(sv);
     const cJSON *sg = cJSON_GetObjectItemCaseSensitive(root, "somegather");
     if ((sg != NULL) != (plan->planner == MI_PLANNER_SOMEGATHER))
         return mi_set_error(err, "%s: a 'somegather' block belongs to somegather plans, and they need one", prefix);

@@ -117,6 +117,40 @@ static int mp_device(const hybrid *h, double need)
     return -1;
 }
 
+/* Rank 0 keeps the embeddings and the classifier (it samples): whole on it
+ * when it has room, else the classifier split by speed as the tp planner
+ * does; a split vocabulary (split) splits both, each rank the embedding rows
+ * of its classifier rows (a tied table's rows serve both). Their bytes come
+ * off the ranks' room. */
+static void place_vocab(mi_plan *plan, hybrid *h, int split)
+{
+    const mi_config *c = h->c;
+    double cls = c->shared_classifier ? 0 : (double)mi_classifier_bytes(c, c->vocab_size);
+    plan->split_vocab = split;
+    if (!split)
+        h->left[0] -= (double)mi_embedding_bytes(c) + 4.0 * c->dim;
+    mi_slice tmp[MI_MAX_RANKS];
+    if (!split && (cls <= h->left[0] || h->n == 1)) {
+        h->left[0] -= cls;
+        plan->n_cls = 1;
+        tmp[0] = (mi_slice){0, 0, c->vocab_size};
+    } else {
+        int cnt[MI_MAX_RANKS], next = 0;
+        plan->n_cls = mi_split_units(c->vocab_size, h->speed, h->n, cnt);
+        for (int r = 0; r < plan->n_cls; r++) {
+            tmp[r] = (mi_slice){r, next, cnt[r]};
+            double b = (double)mi_classifier_bytes(c, cnt[r]);
+            if (split) /* its embedding rows too (a tied classifier is those rows), the norm, learned positions */
+                b = (double)cnt[r] * (double)mi_dtype_row_bytes(c->emb_dtype, (size_t)c->dim) +
+                    (c->shared_classifier ? 0.0 : b) + 4.0 * c->dim + (c->pos_embed ? 4.0 * c->dim * c->seq_len : 0.0);
+            h->left[r] -= b;
+            next += cnt[r];
+        }
+    }
+    plan->cls = mi_malloc((size_t)plan->n_cls * sizeof(mi_slice), "plan classifier slices");
+    memcpy(plan->cls, tmp, (size_t)plan->n_cls * sizeof(mi_slice));
+}
+
 int mi_plan_hybrid(mi_plan *plan, const mi_cluster *cl, const mi_plan_options *opt, char *err)
 {
     const mi_config *c = &plan->cfg;
@@ -142,26 +176,7 @@ int mi_plan_hybrid(mi_plan *plan, const mi_cluster *cl, const mi_plan_options *o
             h.order[j] = h.order[j - 1];
             h.order[j - 1] = t;
         }
-    /* rank 0 keeps the embeddings and the classifier (it samples): whole on
-     * it when it has room, else split by speed as the tp planner does */
-    h.left[0] -= (double)mi_embedding_bytes(c) + 4.0 * c->dim;
-    double cls = c->shared_classifier ? 0 : (double)mi_classifier_bytes(c, c->vocab_size);
-    mi_slice tmp[MI_MAX_RANKS];
-    if (cls <= h.left[0] || n == 1) {
-        h.left[0] -= cls;
-        plan->n_cls = 1;
-        tmp[0] = (mi_slice){0, 0, c->vocab_size};
-    } else {
-        int cnt[MI_MAX_RANKS], next = 0;
-        plan->n_cls = mi_split_units(c->vocab_size, h.speed, n, cnt);
-        for (int r = 0; r < plan->n_cls; r++) {
-            tmp[r] = (mi_slice){r, next, cnt[r]};
-            h.left[r] -= (double)mi_classifier_bytes(c, cnt[r]);
-            next += cnt[r];
-        }
-    }
-    plan->cls = mi_malloc((size_t)plan->n_cls * sizeof(mi_slice), "plan classifier slices");
-    memcpy(plan->cls, tmp, (size_t)plan->n_cls * sizeof(mi_slice));
+    place_vocab(plan, &h, opt->split_vocab && n > 1);
     if (!plan->controller_works && n > 1)
         h.left[0] = -1; /* --controller-works no: rank 0 holds no layer (no room is how both choices see it) */
 

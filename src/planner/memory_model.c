@@ -417,7 +417,7 @@ static int head_split_plan(const mi_config *c, int D, int wire, mi_plan *plan, m
 {
     mi_cluster cl;
     mi_cluster_default(&cl, D, 1e18);
-    mi_plan_options po = {MI_PLANNER_TP, 1, -1, 0, NULL, 0.0, 0, wire, 0, 0, 0, NULL};
+    mi_plan_options po = {MI_PLANNER_TP, 1, -1, 0, NULL, 0.0, 0, wire, 0, 0, 0, NULL, 0, 0};
     int rc = mi_plan_make(c, &cl, &po, plan, err);
     mi_cluster_free(&cl);
     if (rc)

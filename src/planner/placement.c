@@ -255,9 +255,38 @@ static void plan_tp(mi_plan *plan, placer *p)
         lp->ffn = mi_malloc((size_t)lp->n_ffn * sizeof(mi_slice), "plan FFN slices");
         memcpy(lp->ffn, tmp, (size_t)lp->n_ffn * sizeof(mi_slice));
     }
+    if (plan->cls) /* a split vocabulary's slices: the same split */
+        return;
     plan->n_cls = split_by_speed(p, c->vocab_size, p->workers, nw, tmp);
     plan->cls = mi_malloc((size_t)plan->n_cls * sizeof(mi_slice), "plan classifier slices");
     memcpy(plan->cls, tmp, (size_t)plan->n_cls * sizeof(mi_slice));
+}
+
+/* Bytes of n vocabulary rows on a rank that splits the vocabulary: its
+ * embedding rows, its classifier rows unless tied (a view of the same rows),
+ * the final norm, and the learned positions where the family has them. */
+static double vocab_rows_bytes(const mi_config *c, int n)
+{
+    double d = c->dim;
+    return (double)n * (double)mi_dtype_row_bytes(c->emb_dtype, (size_t)c->dim) +
+           (c->shared_classifier ? 0.0 : (double)mi_classifier_bytes(c, n)) + 4.0 * d +
+           (c->pos_embed ? 4.0 * d * c->seq_len : 0.0);
+}
+
+/* A split vocabulary (plan.h split_vocab): the classifier's rows over the
+ * workers by speed, as tp splits them, each worker holding the embedding
+ * rows of its classifier rows; their bytes charged before the layers are
+ * placed, and none to rank 0 (unless it works and gets a slice). */
+static void split_vocab(mi_plan *plan, placer *p)
+{
+    mi_slice tmp[MI_MAX_RANKS];
+    plan->split_vocab = 1;
+    plan->n_cls = split_by_speed(p, p->c->vocab_size, p->workers, p->n_workers, tmp);
+    plan->cls = mi_malloc((size_t)plan->n_cls * sizeof(mi_slice), "plan classifier slices");
+    memcpy(plan->cls, tmp, (size_t)plan->n_cls * sizeof(mi_slice));
+    p->mem[0] = 0;
+    for (int i = 0; i < plan->n_cls; i++)
+        p->mem[tmp[i].rank] += vocab_rows_bytes(p->c, tmp[i].n);
 }
 
 /* CATS "Partitioning strategy on top of somegather": D = all ranks, each
@@ -307,9 +336,10 @@ static int plan_somegather(mi_plan *plan, int D, char *err)
     return 0;
 }
 
-int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, mi_plan *plan, char *err)
+/* One plan, with the vocabulary split (split) or whole on rank 0. */
+static int plan_once(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, int split, mi_plan *plan,
+                     char *err)
 {
-    double t0 = mi_now();
     memset(plan, 0, sizeof *plan);
     int n = cl->n_devices;
     if (n < 1 || n > MI_MAX_RANKS)
@@ -329,6 +359,7 @@ int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options
     plan->controller_works = cw;
     plan->kv_positions = opt->kv_positions > 0 && opt->kv_positions < c->seq_len ? opt->kv_positions : c->seq_len;
     plan->wire = opt->wire;
+    plan->logits_k = opt->logits_k;
     placer p;
     memset(&p, 0, sizeof p);
     p.c = c;
@@ -336,22 +367,26 @@ int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options
     p.kv_pos = plan->kv_positions;
     for (int r = cw ? 0 : 1; r < n; r++)
         p.workers[p.n_workers++] = r;
-    /* the controller always holds the embeddings and final norm */
+    /* the controller holds the embeddings and final norm, unless the vocabulary is split */
     p.mem[0] = (double)mi_embedding_bytes(c) + 4.0 * c->dim;
     mi_plan_alloc_layers(plan);
+    if (split && opt->planner != MI_PLANNER_HYBRID) /* hybrid splits by its own phase's speeds */
+        split_vocab(plan, &p);
+    mi_plan_options hopt = *opt;
+    hopt.split_vocab = split;
     int rc = 0;
     switch (opt->planner) {
     case MI_PLANNER_LAYERWISE: plan_layerwise(plan, &p); break;
     case MI_PLANNER_ROUNDROBIN: plan_roundrobin(plan, &p); break;
     case MI_PLANNER_RANDOM: plan_random(plan, &p, opt->seed); break;
     case MI_PLANNER_GREEDY:
-        if (!c->shared_classifier)
+        if (!c->shared_classifier && !split)
             p.mem[0] += (double)mi_classifier_bytes(c, c->vocab_size);
         rc = plan_greedy(plan, &p, opt, err);
         break;
     case MI_PLANNER_TP: plan_tp(plan, &p); break;
     case MI_PLANNER_SOMEGATHER: rc = plan_somegather(plan, n, err); break;
-    case MI_PLANNER_HYBRID: rc = mi_plan_hybrid(plan, cl, opt, err); break;
+    case MI_PLANNER_HYBRID: rc = mi_plan_hybrid(plan, cl, &hopt, err); break;
     default: rc = mi_set_error(err, "plan: unknown planner %d", (int)opt->planner);
     }
     if (rc == 0 && !plan->cls) {
@@ -365,11 +400,31 @@ int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options
     }
     if (rc == 0 && opt->speculate && opt->planner != MI_PLANNER_SOMEGATHER)
         mi_plan_mark_speculation(plan, cl, opt->acceptance, opt->min_acceptance);
-    plan->plan_seconds = mi_now() - t0;
     if (rc == 0)
         rc = mi_plan_validate(plan, cl, err);
     if (rc)
         mi_plan_free(plan);
+    return rc;
+}
+
+int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, mi_plan *plan, char *err)
+{
+    double t0 = mi_now();
+    /* a head-level plan of a language model on several ranks can split its vocabulary: when asked,
+     * or when the plan with the table whole on rank 0 does not fit (then the split one's error, if
+     * it fails too, would only repeat the shortfall elsewhere: the first error stands) */
+    int can = opt->planner != MI_PLANNER_SOMEGATHER && c->family != MI_FAMILY_PATCHTST && cl->n_devices > 1;
+    int rc = plan_once(c, cl, opt, can && opt->split_vocab, plan, err);
+    if (rc && can && !opt->split_vocab) {
+        char err2[MI_ERRLEN];
+        mi_plan split;
+        if (plan_once(c, cl, opt, 1, &split, err2) == 0) {
+            *plan = split;
+            rc = 0;
+        }
+    }
+    if (rc == 0)
+        plan->plan_seconds = mi_now() - t0;
     return rc;
 }
 

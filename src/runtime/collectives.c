@@ -95,7 +95,7 @@ static void scatter_cols(const float *in, int T, const mi_colset *s, float *buf,
 
 /* Encode T rows of set s of buf as one message: the set's columns, dense,
  * one wire row per position. Returns its bytes. */
-static size_t pack_set(mi_runtime *rt, int wire, const float *buf, int W, int T, const mi_colset *s, void *out)
+size_t rt_pack_set(mi_runtime *rt, int wire, const float *buf, int W, int T, const mi_colset *s, void *out)
 {
     size_t rb = mi_wire_row_bytes(wire, (size_t)s->count);
     if (s->n_runs == 1) {
@@ -107,7 +107,7 @@ static size_t pack_set(mi_runtime *rt, int wire, const float *buf, int W, int T,
     return (size_t)T * rb;
 }
 
-static void unpack_set(mi_runtime *rt, int wire, const void *in, int T, const mi_colset *s, float *buf, int W)
+void rt_unpack_set(mi_runtime *rt, int wire, const void *in, int T, const mi_colset *s, float *buf, int W)
 {
     if (s->n_runs == 1) {
         mi_wire_unpack(wire, in, (size_t)T, (size_t)s->count, (size_t)W, buf + s->c0[0]);
@@ -139,7 +139,7 @@ double rt_bcast(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, int nonblocki
     double t0 = mi_now();
     if (root) {
         if (!in_place) {
-            pack_set(rt, x->wire, buf, W, T, s, msg);
+            rt_pack_set(rt, x->wire, buf, W, T, s, msg);
             if (x->flag)
                 memcpy(msg + rows, buf + (size_t)T * W, 4);
         }
@@ -157,7 +157,7 @@ double rt_bcast(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, int nonblocki
         MPI_Irecv(msg, (int)bytes, MPI_BYTE, x->root, TAG_XCHG, xr->comm, &rq);
         rt_waitall(1, &rq);
         if (!in_place) {
-            unpack_set(rt, x->wire, msg, T, s, buf, W);
+            rt_unpack_set(rt, x->wire, msg, T, s, buf, W);
             if (x->flag)
                 memcpy(buf + (size_t)T * W, msg + rows, 4);
         }
@@ -219,7 +219,7 @@ double rt_put(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *f)
         if (j == x->root)
             continue;
         const mi_colset *s = &x->send[j];
-        unpack_set(rt, x->wire, xr->slots + xr->slot_off[j], T, s, heads, W);
+        rt_unpack_set(rt, x->wire, xr->slots + xr->slot_off[j], T, s, heads, W);
         rt->m.bytes_recv += (double)T * (double)mi_wire_row_bytes(x->wire, (size_t)s->count);
     }
     return mi_now() - t0;
@@ -359,48 +359,6 @@ double rt_allreduce(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const mi_
     return comm_t;
 }
 
-/* ------------------------------------------------------------ gatherv */
-
-/* Every non-root member's LOGITS columns for the positions whose logits are
- * wanted, encoded, to the root, which places them (its own are in place). */
-double rt_gatherv(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *f)
-{
-    const mi_comm *cm = &rt->prog.comms[x->comm];
-    int T = f->T_logits, W = rt->width[x->buf];
-    float *buf = rt->buf[x->buf];
-    int *counts = rt->counts, *displs = counts + MI_MAX_RANKS;
-    double t0 = mi_now();
-    unsigned char *dst = rt->wbuf;
-    int mine = 0;
-    if (xr->me == x->root) {
-        int off = 0;
-        for (int j = 0; j < cm->n_members; j++) {
-            counts[j] = j == x->root ? 0 : (int)((size_t)T * mi_wire_row_bytes(x->wire, (size_t)x->send[j].count));
-            displs[j] = off;
-            off += counts[j];
-        }
-        dst = rt->wbuf;
-    } else {
-        mine = (int)pack_set(rt, x->wire, buf, W, T, &x->send[xr->me], rt->wbuf);
-        dst = NULL;
-    }
-    MPI_Request rq;
-    MPI_Igatherv(xr->me == x->root ? NULL : rt->wbuf, mine, MPI_BYTE, dst, counts, displs, MPI_BYTE, x->root,
-                 xr->comm, &rq);
-    rt_waitall(1, &rq);
-    if (xr->me == x->root) {
-        for (int j = 0; j < cm->n_members; j++) {
-            if (j == x->root)
-                continue;
-            unpack_set(rt, x->wire, rt->wbuf + displs[j], T, &x->send[j], buf, W);
-            rt->m.bytes_recv += (double)counts[j];
-        }
-    } else {
-        rt->m.bytes_sent += (double)mine;
-    }
-    return mi_now() - t0;
-}
-
 /* ------------------------------------------------------------ allgatherv */
 
 /* splitmix64: the loss generator's mixing step */
@@ -484,7 +442,7 @@ double rt_allgatherv(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fw
         *displs2 = counts2 + MI_MAX_RANKS;
     double t0 = mi_now();
     unsigned char *send = rt->wbuf;
-    size_t mine = M > 1 ? pack_set(rt, x->wire, buf, W, T, &x->send[me], send) : 0, off = mine;
+    size_t mine = M > 1 ? rt_pack_set(rt, x->wire, buf, W, T, &x->send[me], send) : 0, off = mine;
     for (int j = 0; j < M; j++) {
         counts[j] = j == me ? 0 : (int)mine;
         displs[j] = 0;
@@ -504,7 +462,7 @@ double rt_allgatherv(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fw
     for (int j = 0; j < M; j++) {
         if (j == me)
             continue;
-        unpack_set(rt, x->wire, send + displs2[j], T, &x->send[j], buf, W);
+        rt_unpack_set(rt, x->wire, send + displs2[j], T, &x->send[j], buf, W);
         rt->m.bytes_sent += (double)mine;
         rt->m.bytes_recv += (double)counts2[j];
         for (int t = 0; t < T; t++) {

@@ -39,8 +39,15 @@ static double op_embed(mi_runtime *rt, const mi_op *op, const fwd *f)
         mi_patch_embed(&rt->model, rt->patches, f->T, rt->buf[MI_BUF_X] + op->c0, W, op->c0, op->n);
         return 0;
     }
-    for (int t = 0; t < f->T; t++)
-        mi_model_embed(&rt->model, rt->tokens[t], f->pos0 + t, rt->buf[MI_BUF_X] + (size_t)t * W + op->c0);
+    for (int t = 0; t < f->T; t++) {
+        float *row = rt->buf[MI_BUF_X] + (size_t)t * W + op->c0;
+        int tok = rt->tokens[t];
+        /* a split vocabulary: another rank's token is a row of zeros here (the gather keeps its owner's) */
+        if (op->variant == MI_OPV_EMBED_ROWS && (tok < op->i0 || tok >= op->i0 + op->ni))
+            memset(row, 0, (size_t)op->n * sizeof(float));
+        else
+            mi_model_embed(&rt->model, tok, f->pos0 + t, row);
+    }
     return 0;
 }
 

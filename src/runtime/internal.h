@@ -5,6 +5,7 @@
  *   comms.c     communicators and RMA windows of a programs' exchanges
  *   exec.c      executing programs: one function per op kind
  *   collectives.c  the messages of each communication op kind
+ *   gather.c    the gathers at rank 0: logits (whole or candidates), embedding rows
  *   migrate.c   re-placement: new shard, KV cache moved between ranks
  *   metrics.c   counters and the Chrome trace */
 #ifndef MESHINFER_RUNTIME_INTERNAL_H
@@ -104,6 +105,14 @@ double rt_bcast(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, int nonblocki
 double rt_put(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *f);
 double rt_allreduce(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const mi_op *op, const fwd *f);
 double rt_allgatherv(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *f);
+/* T rows of the columns of set s of buf (row width W) encoded in wire as one
+ * message into out; returns its bytes. And back, into buf's columns. */
+size_t rt_pack_set(mi_runtime *rt, int wire, const float *buf, int W, int T, const mi_colset *s, void *out);
+void rt_unpack_set(mi_runtime *rt, int wire, const void *in, int T, const mi_colset *s, float *buf, int W);
+
+/* gather.c: the gathers at the root (partition.h MI_OP_GATHERV): the
+ * logits, whole or as each slice's best candidates, and a split
+ * vocabulary's embedding rows */
 double rt_gatherv(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *f);
 
 /* migrate.c */

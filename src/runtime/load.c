@@ -115,7 +115,7 @@ void rt_load_shard(mi_runtime *rt)
                 if (rt->keep_layers[l])
                     memset(&spec.layers[l], 0, sizeof spec.layers[l]);
             if (rt->keep_globals)
-                spec.embeddings = spec.emb_nc = spec.cls_v0 = spec.cls_nv = 0;
+                spec.embeddings = spec.emb_nc = spec.emb_nv = spec.cls_v0 = spec.cls_nv = 0;
             mi_weight_source src = mi_weight_source_file(mf);
             rc = mi_model_load(&rt->model, &src, c, &spec, err);
             mi_model_close(mf);

@@ -42,8 +42,9 @@ void rt_replan_local(mi_runtime *rt, const mi_plan *np, const mi_programs *prog,
         }
     }
     mi_model g = rt->model; /* embeddings, final norm, classifier */
-    int keep_g = !rt->opt.scatter && (os.embeddings || os.emb_nc || os.cls_nv) && os.embeddings == ns.embeddings &&
-                 os.emb_c0 == ns.emb_c0 && os.emb_nc == ns.emb_nc && os.cls_v0 == ns.cls_v0 && os.cls_nv == ns.cls_nv;
+    int keep_g = !rt->opt.scatter && (os.embeddings || os.emb_nc || os.emb_nv || os.cls_nv) &&
+                 os.embeddings == ns.embeddings && os.emb_c0 == ns.emb_c0 && os.emb_nc == ns.emb_nc &&
+                 os.emb_v0 == ns.emb_v0 && os.emb_nv == ns.emb_nv && os.cls_v0 == ns.cls_v0 && os.cls_nv == ns.cls_nv;
     if (keep_g)
         rt->model.arena = NULL; /* teardown must not free it */
     int *old_owner = mi_malloc((size_t)L * nkv * sizeof(int), "old KV owners");
@@ -74,6 +75,11 @@ void rt_replan_local(mi_runtime *rt, const mi_plan *np, const mi_programs *prog,
         rt->model.emb_c0 = g.emb_c0;
         rt->model.emb_nc = g.emb_nc;
         rt->model.emb_skip = g.emb_skip;
+        rt->model.emb_v0 = g.emb_v0;
+        rt->model.emb_nv = g.emb_nv;
+        rt->model.pos_embed = g.pos_embed;
+        rt->model.norm_b = g.norm_b;
+        rt->model.rope_freqs = g.rope_freqs;
         rt->model.norm = g.norm;
         rt->model.classifier = g.classifier;
         rt->model.cls_alias = g.cls_alias;

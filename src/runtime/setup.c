@@ -51,6 +51,10 @@ void rt_setup_rest(mi_runtime *rt)
      * of logits; wtmp two decoded rows of the widest buffer */
     size_t per_row = mi_wire_row_bytes(rt->wire, widest) + 64;
     rt->wbuf_bytes = T * ((size_t)rt->size + 3) * per_row + 64 * (size_t)MI_MAX_RANKS;
+    /* logit candidates: at most every token's (8 bytes) per position, whatever the wire dtype */
+    size_t cand = T * 8 * (size_t)c->vocab_size + 64 * (size_t)MI_MAX_RANKS;
+    if (rt->wbuf_bytes < cand)
+        rt->wbuf_bytes = cand;
     rt->wbuf = mi_malloc(rt->wbuf_bytes, "message buffer");
     rt->wtmp = mi_calloc(2 * T * widest, sizeof(float), "message buffer");
     rt->zwire_bytes = T * mi_wire_row_bytes(rt->wire, widest) + 8;

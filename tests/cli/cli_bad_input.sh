@@ -112,6 +112,9 @@ expect_error "non-numeric -n"           "'12x' is not an integer" "$bin" generat
 expect_error "negative -n"              "outside"                "$bin" generate -m "$model" -n -3
 expect_error "non-numeric temperature"  "'hot' is not a number"  "$bin" generate -m "$model" -t hot
 expect_error "top-p above 1"            "outside"                "$bin" generate -m "$model" --top-p 1.5
+expect_error "negative top-k"           "--top-k: -1 is outside" "$bin" generate -m "$model" --top-k -1
+expect_error "split vocabulary, somegather" "somegather already holds them by columns" \
+             "$bin" generate -m "$model" --planner somegather --split-vocab
 expect_error "seed not a number"        "--seed needs a non-negative integer" "$bin" generate -m "$model" -s -1
 expect_error "stray argument"           "unexpected argument 'extra'" "$bin" generate -m "$model" extra
 expect_error "empty prompt"             "prompt is empty"        "$bin" generate -m "$model" -p ""

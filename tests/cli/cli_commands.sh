@@ -60,7 +60,7 @@ c=$("$bin" tokenize -m "$model" --no-bos -p "Hello, world!" 2>&1)
     bad "tokenize: '$a' / '$b' / '$c'"
 
 # --- profile over the model's own sampled text, twice over (two windows of the 256 context)
-"$bin" generate -m "$model" -p "Once upon a time" -t 1.0 --top-p 1 -s 7 -n 240 > "$tmp/own.txt" 2>/dev/null
+"$bin" generate -m "$model" -p "Once upon a time" -t 1.0 --top-k 0 --top-p 1 -s 7 -n 240 > "$tmp/own.txt" 2>/dev/null
 cat "$tmp/own.txt" "$tmp/own.txt" > "$tmp/corpus.txt"
 text=$(cat "$tmp/corpus.txt"; echo .); text=${text%.}
 n=$("$bin" tokenize -m "$model" --no-bos -p "$text" | wc -w)

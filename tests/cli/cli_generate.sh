@@ -32,7 +32,7 @@ out=$("$bin" generate -m "$model" -n 240 --ignore-eos --json 2>/dev/null | node 
 if [[ "$out" == "1 true false greedy" ]]; then echo "ok: a story begun mid-stream (BOS) starts on its own line"
 else echo "FAIL: BOS mid-stream with --ignore-eos: $out (want: 1 true false greedy)"; fail=1; fi
 line=$("$bin" generate -m "$model" -n 4 -t 0.8 --top-p 0.9 -s 7 2>&1 >/dev/null)
-if [[ "$line" == "generate: 5 prompt + 4 new tokens, sampled at T 0.8, top-p 0.9, seed 7, on 1 rank (planner "* ]]; then
+if [[ "$line" == "generate: 5 prompt + 4 new tokens, sampled at T 0.8, top-k 40, top-p 0.9, seed 7, on 1 rank (planner "* ]]; then
     echo "ok: the summary says the decoding mode apart from the planner"
 else echo "FAIL: summary line: $line"; fail=1; fi
 if ((fail)); then echo "some failed"; exit 1; fi

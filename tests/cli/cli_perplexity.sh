@@ -7,7 +7,7 @@
 set -u
 bin=$1 model=$2 moby=$3
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-"$bin" generate -m "$model" -p "Once upon a time" -t 1.0 --top-p 1 -s 7 -n 240 > "$tmp/own.txt" 2>/dev/null ||
+"$bin" generate -m "$model" -p "Once upon a time" -t 1.0 --top-k 0 --top-p 1 -s 7 -n 240 > "$tmp/own.txt" 2>/dev/null ||
     { echo "FAIL: sampling text"; exit 1; }
 get() { node -e 'const j = JSON.parse(require("fs").readFileSync(0, "utf8")); console.log(j[process.argv[1]])' "$1"; }
 own=$("$bin" perplexity -m "$model" --text "$tmp/own.txt" --json 2>/dev/null)

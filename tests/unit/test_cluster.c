@@ -541,7 +541,7 @@ static void test_plan_blocks(void)
     for (int n = 2; n <= 7; n++) {
         mi_cluster cl;
         mi_cluster_default(&cl, n, 1e12);
-        mi_plan_options po = {MI_PLANNER_TP, 1, -1, 0, NULL, 0.7, 0, MI_Q8_0, 0, 0, 0, NULL};
+        mi_plan_options po = {MI_PLANNER_TP, 1, -1, 0, NULL, 0.7, 0, MI_Q8_0, 0, 0, 0, NULL, 0, 0};
         mi_plan p;
         CU_ASSERT_EQUAL_FATAL(mi_plan_make(&c, &cl, &po, &p, err), 0);
         CU_ASSERT_EQUAL(p.wire, MI_Q8_0);
@@ -568,7 +568,7 @@ static void test_plan_blocks(void)
     /* a plan that cuts blocks: one head alone on a rank, an FFN slice edge at 100 */
     mi_cluster cl;
     mi_cluster_default(&cl, 3, 1e12);
-    mi_plan_options po = {MI_PLANNER_TP, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL};
+    mi_plan_options po = {MI_PLANNER_TP, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL, 0, 0};
     mi_plan p;
     CU_ASSERT_EQUAL_FATAL(mi_plan_make(&c, &cl, &po, &p, err), 0);
     CU_ASSERT_EQUAL(mi_plan_validate(&p, &cl, err), 0);
@@ -848,7 +848,7 @@ static void test_plan_kv_horizon(void)
     mi_cluster cl;
     tight_cluster(&cl);
     char err[MI_ERRLEN] = "";
-    mi_plan_options po = {MI_PLANNER_GREEDY, 1, -1, 0, NULL, 0.7, 32, MI_F32, 0, 0, 0, NULL};
+    mi_plan_options po = {MI_PLANNER_GREEDY, 1, -1, 0, NULL, 0.7, 32, MI_F32, 0, 0, 0, NULL, 0, 0};
     mi_plan p32, p32b, p256;
     CU_ASSERT_EQUAL_FATAL(mi_plan_make(&c, &cl, &po, &p32, err), 0);
     CU_ASSERT_EQUAL_FATAL(mi_plan_make(&c, &cl, &po, &p32b, err), 0);

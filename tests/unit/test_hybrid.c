@@ -270,7 +270,7 @@ static void test_energy(void)
 
 static int plan_hybrid(const mi_config *c, const mi_cluster *cl, int prefill, mi_plan *p)
 {
-    mi_plan_options po = {MI_PLANNER_HYBRID, 1, -1, 0, NULL, 0.7, 0, MI_F32, prefill, 64, 0, NULL};
+    mi_plan_options po = {MI_PLANNER_HYBRID, 1, -1, 0, NULL, 0.7, 0, MI_F32, prefill, 64, 0, NULL, 0, 0};
     char err[MI_ERRLEN] = "";
     int rc = mi_plan_make(c, cl, &po, p, err);
     if (rc)
@@ -325,7 +325,7 @@ static void test_hybrid_choices(void)
     double tiny[] = {0.3e9, 0.1e9, 0.1e9, 0.1e9};
     mi_cluster_free(&cl);
     cluster_of(&cl, 4, fast, tiny, 5e-3, 10e6);
-    mi_plan_options po = {MI_PLANNER_HYBRID, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL};
+    mi_plan_options po = {MI_PLANNER_HYBRID, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL, 0, 0};
     err[0] = 0;
     CU_ASSERT_EQUAL(mi_plan_make(&c, &cl, &po, &p, err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "does not fit"));
@@ -374,7 +374,7 @@ static void test_precision_search(void)
         imp.rise[l][0] = 0.01 * (c.n_layers - l); /* the last layers matter least */
         imp.rise[l][1] = 0.1 * (l + 1);           /* ... unless lowered to q4_0 */
     }
-    mi_plan_options po = {MI_PLANNER_HYBRID, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL};
+    mi_plan_options po = {MI_PLANNER_HYBRID, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL, 0, 0};
     mi_precision_query q = {0, 0, 32, 64, 64};
     static mi_precision_result r;
     char err[MI_ERRLEN] = "";
@@ -529,7 +529,7 @@ static void test_compare(void)
     double mem[] = {45e6, 16e6, 16e6};
     mi_cluster cl;
     cluster_of(&cl, 3, sp, mem, 1e-3, 12.5e6);
-    mi_plan_options base = {MI_PLANNER_GREEDY, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL};
+    mi_plan_options base = {MI_PLANNER_GREEDY, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL, 0, 0};
     mi_compare_row rows[MI_COMPARE_MAX];
     int n = 0;
     int best = mi_plan_compare(&c, &cl, &base, 32, 100, 64, rows, &n);

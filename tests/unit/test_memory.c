@@ -54,7 +54,7 @@ static void make_plan(const mi_config *c, int planner, int D, int wire, int n_po
 {
     mi_cluster cl;
     mi_cluster_default(&cl, D, 1e15);
-    mi_plan_options po = {(mi_planner)planner, 1, -1, 0, NULL, 0.0, n_pos, wire, 0, 0, 0, NULL};
+    mi_plan_options po = {(mi_planner)planner, 1, -1, 0, NULL, 0.0, n_pos, wire, 0, 0, 0, NULL, 0, 0};
     char err[MI_ERRLEN];
     int rc = mi_plan_make(c, &cl, &po, plan, err);
     if (rc)

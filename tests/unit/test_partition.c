@@ -18,7 +18,10 @@
  *   - greedy and tp place what can be stated in advance (the projection by
  *     its FFN over slow links, heads where the layer finishes first, shares
  *     rounded to the nearest unit), and speculation is marked exactly where
- *     it saves time, its acceptance kept in permille.
+ *     it saves time, its acceptance kept in permille;
+ *   - the vocabulary is split by rows when the table does not fit rank 0 (or
+ *     when asked; never for somegather): every byte held once, rank 0 none,
+ *     embedding rows gathered at rank 0 and one logit candidate per slice.
  *
  * Exit status: 0 when every test passed, 1 otherwise. */
 #include <CUnit/Basic.h>
@@ -41,7 +44,7 @@ static int make(const char *shape, int planner, int n, int wire, mi_config *c, m
     CU_ASSERT_EQUAL_FATAL(mi_config_from_shape(shape, c), 0);
     mi_cluster cl;
     mi_cluster_default(&cl, n, 1e12);
-    mi_plan_options po = {(mi_planner)planner, 3, -1, 0, NULL, 0.7, 0, wire, 0, 0, 0, NULL};
+    mi_plan_options po = {(mi_planner)planner, 3, -1, 0, NULL, 0.7, 0, wire, 0, 0, 0, NULL, 0, 0};
     int rc = mi_plan_make(c, &cl, &po, plan, err);
     if (rc == 0)
         rc = mi_programs_compile(plan, p, err);
@@ -358,7 +361,7 @@ static void test_planner_placements(void)
     mi_config c;
     CU_ASSERT_EQUAL_FATAL(mi_config_from_shape("stories15M", &c), 0);
     char err[MI_ERRLEN];
-    mi_plan_options po = {MI_PLANNER_GREEDY, 1, 0, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL};
+    mi_plan_options po = {MI_PLANNER_GREEDY, 1, 0, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL, 0, 0};
     const double lat[2] = {1e-3, 20e-6};
     for (int i = 0; i < 2; i++) {
         mi_cluster cl;
@@ -409,7 +412,7 @@ static void test_idle_rank_costs_nothing(void)
     mi_config c;
     CU_ASSERT_EQUAL_FATAL(mi_config_from_shape("stories15M", &c), 0);
     char err[MI_ERRLEN];
-    mi_plan_options po = {MI_PLANNER_LAYERWISE, 1, 1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL};
+    mi_plan_options po = {MI_PLANNER_LAYERWISE, 1, 1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL, 0, 0};
     double t[2];
     for (int n = 1; n <= 2; n++) {
         mi_cluster cl;
@@ -448,7 +451,7 @@ static void test_speculation_marks(void)
     CU_ASSERT_EQUAL_FATAL(mi_config_from_shape("stories15M", &c), 0);
     char err[MI_ERRLEN];
     double acc[5] = {0.9, 0.9, 0.5, 0.9, 0.9};
-    mi_plan_options po = {MI_PLANNER_LAYERWISE, 1, 0, 1, acc, 0.7, 0, MI_F32, 0, 0, 0, NULL};
+    mi_plan_options po = {MI_PLANNER_LAYERWISE, 1, 0, 1, acc, 0.7, 0, MI_F32, 0, 0, 0, NULL, 0, 0};
     for (int slow = 0; slow < 2; slow++) {
         mi_cluster cl;
         mi_cluster_default(&cl, 4, 1e12);
@@ -484,6 +487,110 @@ static void test_wire_slices(void)
         }
 }
 
+/* Bytes per decoded token of the decode programs' exchanges of one kind
+ * (GATHERV of buf, by_token or not) over all members. */
+static double gather_bytes(const mi_programs *p, int buf)
+{
+    double b = 0;
+    for (int x = 0; x < p->n_xchg; x++) {
+        int used = 0;
+        for (int r = 0; r < p->n_ranks; r++)
+            for (int i = 0; i < p->prog[MI_PHASE_DECODE][r].n_ops; i++)
+                used |= p->prog[MI_PHASE_DECODE][r].ops[i].xid == x;
+        const mi_exchange *e = &p->xchg[x];
+        for (int a = 0; used && e->kind == MI_OP_GATHERV && e->buf == buf && a < p->comms[e->comm].n_members; a++)
+            b += mi_exchange_bytes(p, x, a, e->root);
+    }
+    return b;
+}
+
+static double total_weights(const mi_plan *p)
+{
+    double t = 0;
+    for (int r = 0; r < p->n_ranks; r++) {
+        size_t w;
+        mi_plan_rank_memory(p, r, &w, NULL);
+        t += (double)w;
+    }
+    return t;
+}
+
+/* The vocabulary split by rows (docs/guide/vocabulary.md): made when the table
+ * does not fit rank 0 (and only then, unless asked), each worker holding
+ * the embedding rows of its classifier rows (a tied table's rows once, an
+ * untied one's twice), rank 0 none; the programs embed on those ranks and
+ * gather dim columns per position from each, and the logits travel as one
+ * candidate (8 bytes) per slice. */
+static void test_split_vocab(void)
+{
+    const char *shapes[2] = {"stories15M", "tiny-gqa"}; /* tied, untied */
+    for (int s = 0; s < 2; s++) {
+        mi_config c;
+        CU_ASSERT_EQUAL_FATAL(mi_config_from_shape(shapes[s], &c), 0);
+        char err[MI_ERRLEN];
+        mi_cluster cl;
+        mi_cluster_default(&cl, 3, 4e9);
+        mi_plan_options po = {MI_PLANNER_GREEDY, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL, 0, 1};
+        mi_plan whole, split;
+        CU_ASSERT_EQUAL_FATAL(mi_plan_make(&c, &cl, &po, &whole, err), 0);
+        CU_ASSERT_EQUAL(whole.split_vocab, 0);
+        size_t w0;
+        mi_plan_rank_memory(&whole, 0, &w0, NULL);
+        /* rank 0 one byte short of its table: the planner splits */
+        cl.dev[0].mem_bytes = (double)w0 - 1;
+        CU_ASSERT_EQUAL_FATAL(mi_plan_make(&c, &cl, &po, &split, err), 0);
+        CU_ASSERT_EQUAL(split.split_vocab, 1);
+        mi_plan_rank_memory(&split, 0, &w0, NULL);
+        CU_ASSERT_EQUAL(w0, 0);
+        int rows = 0;
+        for (int i = 0; i < split.n_cls; i++) {
+            int v0, n;
+            mi_plan_emb_rows(&split, split.cls[i].rank, &v0, &n);
+            CU_ASSERT(split.cls[i].rank != 0 && v0 == split.cls[i].v0 && n == split.cls[i].n);
+            rows += n;
+        }
+        CU_ASSERT_EQUAL(rows, c.vocab_size);
+        /* every byte once, but the final norm on each classifier rank */
+        CU_ASSERT_EQUAL(total_weights(&split), total_weights(&whole) + 4.0 * c.dim * (split.n_cls - 1));
+        mi_programs p;
+        CU_ASSERT_EQUAL_FATAL(mi_programs_compile(&split, &p, err), 0);
+        check_matching(&p);
+        CU_ASSERT_EQUAL(p.embed_all, 1);
+        CU_ASSERT_EQUAL(gather_bytes(&p, MI_BUF_X), 4.0 * c.dim * split.n_cls);
+        CU_ASSERT_EQUAL(gather_bytes(&p, MI_BUF_LOGITS), 8.0 * split.n_cls);
+        for (int i = 0; i < split.n_cls; i++) {
+            const mi_op *first = p.prog[MI_PHASE_DECODE][split.cls[i].rank].ops;
+            while (first->kind == MI_OP_POST) /* windows exposed ahead */
+                first++;
+            CU_ASSERT(first->kind == MI_OP_EMBED && first->variant == MI_OPV_EMBED_ROWS &&
+                      first->i0 == split.cls[i].v0 && first->ni == split.cls[i].n);
+        }
+        mi_prediction pr;
+        mi_predict(&split, &p, &cl, 8, &pr);
+        CU_ASSERT(pr.token_s > 0 && pr.bytes_per_token == mi_programs_bytes(&p, MI_PHASE_DECODE, NULL, NULL));
+        mi_programs_free(&p);
+        /* asked for, with room: split too; somegather never (its ranks hold columns) */
+        mi_plan asked;
+        cl.dev[0].mem_bytes = 4e9;
+        po.split_vocab = 1;
+        CU_ASSERT_EQUAL_FATAL(mi_plan_make(&c, &cl, &po, &asked, err), 0);
+        CU_ASSERT_EQUAL(asked.split_vocab, 1);
+        mi_plan_free(&asked);
+        po.planner = MI_PLANNER_SOMEGATHER;
+        if (c.n_kv_heads % 3 == 0) {
+            CU_ASSERT_EQUAL_FATAL(mi_plan_make(&c, &cl, &po, &asked, err), 0);
+            CU_ASSERT_EQUAL(asked.split_vocab, 0);
+            asked.split_vocab = 1;
+            CU_ASSERT(mi_plan_validate(&asked, NULL, err) != 0 && strstr(err, "somegather") != NULL);
+            asked.split_vocab = 0;
+            mi_plan_free(&asked);
+        }
+        mi_plan_free(&whole);
+        mi_plan_free(&split);
+        mi_cluster_free(&cl);
+    }
+}
+
 int main(void)
 {
     if (CU_initialize_registry() != CUE_SUCCESS)
@@ -501,6 +608,7 @@ int main(void)
                 test_planner_placements);
     CU_add_test(s, "a rank holding nothing adds no time", test_idle_rank_costs_nothing);
     CU_add_test(s, "speculation marked where it saves time, acceptance in permille", test_speculation_marks);
+    CU_add_test(s, "the vocabulary split when rank 0 cannot hold it, or when asked", test_split_vocab);
     CU_basic_set_mode(CU_BRM_NORMAL);
     CU_basic_run_tests();
     unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
