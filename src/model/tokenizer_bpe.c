@@ -32,12 +32,12 @@ static char *dup_str(const char *s)
     return d;
 }
 
-int tok_alloc(mi_tokenizer *t, int vocab_size, char *err)
+int tok_alloc(mi_tokenizer *t, int vocab_size, const char *what, char *err)
 {
     memset(t, 0, sizeof *t);
     t->bos_id = t->eos_id = -1;
     if (vocab_size < 1 || vocab_size > TOK_MAX_VOCAB)
-        return mi_set_error(err, "vocabulary of %d tokens (must be 1..%d)", vocab_size, TOK_MAX_VOCAB);
+        return mi_set_error(err, "%s: vocabulary of %d tokens (must be 1..%d)", what, vocab_size, TOK_MAX_VOCAB);
     t->vocab_size = vocab_size;
     t->kind = MI_TOK_SPM;
     t->pieces = calloc((size_t)vocab_size, sizeof *t->pieces);
@@ -47,7 +47,7 @@ int tok_alloc(mi_tokenizer *t, int vocab_size, char *err)
         t->bpe->flags = calloc((size_t)vocab_size, 1);
     if (!t->pieces || !t->piece_len || !t->bpe || !t->bpe->flags) {
         tok_bpe_free(t);
-        return mi_set_error(err, "out of memory for a vocabulary of %d tokens", vocab_size);
+        return mi_set_error(err, "%s: out of memory for a vocabulary of %d tokens", what, vocab_size);
     }
     t->bpe->unk_id = -1;
     return 0;
@@ -81,6 +81,11 @@ tok_op *tok_add_op(mi_tokenizer *t, int pre, int kind, const char *s1, const cha
         mi_set_error(err, "more than %d %s steps", TOK_MAX_OPS, pre ? "pre-tokenizer" : "normalizer");
         return NULL;
     }
+    /* the regexes run on text these strings become part of, unchecked */
+    if ((s1 && !tok_utf8_valid(s1, strlen(s1))) || (s2 && !tok_utf8_valid(s2, strlen(s2)))) {
+        mi_set_error(err, "a %s step's string is not valid UTF-8", pre ? "pre-tokenizer" : "normalizer");
+        return NULL;
+    }
     tok_op *op = &(pre ? bp->pre : bp->norm)[(*n)++];
     *op = (tok_op){kind, dup_str(s1), dup_str(s2), flag, a, b, NULL};
     if ((s1 && !op->s1) || (s2 && !op->s2)) {
@@ -97,6 +102,8 @@ int tok_add_dec_replace(mi_tokenizer *t, const char *from, const char *to, char 
         return mi_set_error(err, "more than %d decoder replacements", TOK_MAX_OPS);
     if (!*from)
         return mi_set_error(err, "decoder Replace of an empty pattern");
+    if (!tok_utf8_valid(from, strlen(from)) || !tok_utf8_valid(to, strlen(to)))
+        return mi_set_error(err, "a decoder Replace string is not valid UTF-8");
     bp->dec_from[bp->n_dec] = dup_str(from);
     bp->dec_to[bp->n_dec] = dup_str(to);
     if (!bp->dec_from[bp->n_dec++] || !bp->dec_to[bp->n_dec - 1])

@@ -72,6 +72,8 @@ static int reserve(arena *a, size_t extra)
 
 static int append(arena *a, const char *s, size_t n)
 {
+    if (n == 0)
+        return 0;
     if (reserve(a, n))
         return -1;
     memmove(a->p + a->n, s, n);
@@ -209,13 +211,11 @@ static size_t trim_right(const char *s, size_t n)
 /* The normalizer steps, from a->p[0..a->n) (replaced in place). */
 static int normalize(const mi_tok_bpe *bp, arena *a, arena *tmp)
 {
-    for (int i = 0; i < bp->n_norm; i++) {
+    for (int i = 0; i < bp->n_norm && a->n > 0; i++) { /* an emptied text stays empty */
         const tok_op *op = &bp->norm[i];
         tmp->n = 0;
         int rc = 0;
         if (op->kind == TOK_N_PREPEND) {
-            if (a->n == 0)
-                continue;
             rc = append(tmp, op->s1, strlen(op->s1)) || append(tmp, a->p, a->n);
         } else if (op->kind == TOK_N_REPLACE) {
             rc = op->flag ? replace_regex(tmp, a->p, a->n, op) : replace_literal(tmp, a->p, a->n, op->s1, op->s2);

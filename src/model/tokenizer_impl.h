@@ -35,6 +35,11 @@
 
 /* Length of the well-formed UTF-8 sequence at s[0..n) (RFC 3629), 0 if none. */
 int tok_utf8_len(const unsigned char *s, size_t n);
+/* A NUL-terminated copy of s[0..n) (cJSON reads one byte past its length),
+ * or NULL when out of memory. */
+char *tok_strndup(const char *s, size_t n);
+/* 1 when s[0..n) is well-formed UTF-8. */
+int tok_utf8_valid(const char *s, size_t n);
 /* Code point of the well-formed sequence of length len at s. */
 uint32_t tok_utf8_decode(const unsigned char *s, int len);
 /* UTF-8 encoding of cp into out[4]; returns its length. */
@@ -152,8 +157,8 @@ struct mi_tok_bpe {
 };
 
 /* Allocate t->bpe and the per-id arrays for vocab_size ids (pieces and
- * lengths zeroed, flags 0). Returns 0 or -1 with err set. */
-int tok_alloc(mi_tokenizer *t, int vocab_size, char *err);
+ * lengths zeroed, flags 0). Returns 0 or -1 with err set (what: the source). */
+int tok_alloc(mi_tokenizer *t, int vocab_size, const char *what, char *err);
 /* Set piece id (copied); -1 with err on a bad id, an empty or oversized
  * string, a NUL byte, or an id given twice. */
 int tok_set_piece(mi_tokenizer *t, int id, const char *s, size_t len, const char *what, char *err);

@@ -68,12 +68,24 @@ static int lookup(loader *ld, const char *s)
     return s ? tok_strmap_find(&ld->map, s, (int)strlen(s)) : -1;
 }
 
+/* A step of the description; its error (too many steps, not UTF-8) named after the file. */
+static int add_op(loader *ld, int pre, int kind, const char *s1, const char *s2, int flag, int a, int b)
+{
+    char why[MI_ERRLEN];
+    return tok_add_op(ld->t, pre, kind, s1, s2, flag, a, b, why) ? 0 : fail(ld, "%s", why);
+}
+
+static int add_dec_replace(loader *ld, const char *from, const char *to)
+{
+    char why[MI_ERRLEN];
+    return tok_add_dec_replace(ld->t, from, to, why) ? fail(ld, "%s", why) : 0;
+}
+
 /* ------------------------------------------------------------ components */
 
 static int read_normalizer(loader *ld, const cJSON *o, int depth)
 {
     const char *ty = type_of(o);
-    char *err = ld->err;
     if (!cJSON_IsObject(o) || !ty)
         return fail(ld, "normalizer without a type");
     if (!strcmp(ty, "Sequence") && depth < 4) {
@@ -86,25 +98,22 @@ static int read_normalizer(loader *ld, const cJSON *o, int depth)
     static const char *const forms[] = {"NFC", "NFD", "NFKC", "NFKD"};
     for (int f = 0; f < 4; f++)
         if (!strcmp(ty, forms[f]))
-            return tok_add_op(ld->t, 0, TOK_N_UNICODE, NULL, NULL, 0, f, 0, err) ? 0 : -1;
+            return add_op(ld, 0, TOK_N_UNICODE, NULL, NULL, 0, f, 0);
     if (!strcmp(ty, "Prepend")) {
         const char *s = get_str(o, "prepend");
         if (!s)
             return fail(ld, "normalizer Prepend has no 'prepend' string");
-        return tok_add_op(ld->t, 0, TOK_N_PREPEND, s, NULL, 0, 0, 0, err) ? 0 : -1;
+        return add_op(ld, 0, TOK_N_PREPEND, s, NULL, 0, 0, 0);
     }
     if (!strcmp(ty, "Replace")) {
         int rx;
         const char *pat = pattern_of(o, &rx), *to = get_str(o, "content");
         if (!pat || !*pat || !to)
             return fail(ld, "normalizer Replace needs a non-empty pattern and a content");
-        return tok_add_op(ld->t, 0, TOK_N_REPLACE, pat, to, rx, 0, 0, err) ? 0 : -1;
+        return add_op(ld, 0, TOK_N_REPLACE, pat, to, rx, 0, 0);
     }
     if (!strcmp(ty, "Strip"))
-        return tok_add_op(ld->t, 0, TOK_N_STRIP, NULL, NULL, 0, get_bool(o, "strip_left", 1),
-                          get_bool(o, "strip_right", 1), err)
-                   ? 0
-                   : -1;
+        return add_op(ld, 0, TOK_N_STRIP, NULL, NULL, 0, get_bool(o, "strip_left", 1), get_bool(o, "strip_right", 1));
     return fail(ld, "normalizer type '%s' is not supported", ty);
 }
 
@@ -113,7 +122,6 @@ static int read_pre(loader *ld, const cJSON *o, int depth)
     static const char *const behaviors[] = {"Removed", "Isolated", "MergedWithPrevious", "MergedWithNext",
                                             "Contiguous"};
     const char *ty = type_of(o);
-    char *err = ld->err;
     if (!cJSON_IsObject(o) || !ty)
         return fail(ld, "pre_tokenizer without a type");
     if (!strcmp(ty, "Sequence") && depth < 4) {
@@ -132,16 +140,13 @@ static int read_pre(loader *ld, const cJSON *o, int depth)
         if (!pat || !*pat || behavior < 0)
             return fail(ld, "pre_tokenizer Split needs a non-empty pattern and a known behavior (not '%s')",
                         bs ? bs : "");
-        return tok_add_op(ld->t, 1, TOK_P_SPLIT, pat, NULL, rx, behavior, get_bool(o, "invert", 0), err) ? 0 : -1;
+        return add_op(ld, 1, TOK_P_SPLIT, pat, NULL, rx, behavior, get_bool(o, "invert", 0));
     }
     if (!strcmp(ty, "ByteLevel"))
-        return tok_add_op(ld->t, 1, TOK_P_BYTELEVEL, NULL, NULL, 0, get_bool(o, "add_prefix_space", 1),
-                          get_bool(o, "use_regex", 1), err)
-                   ? 0
-                   : -1;
+        return add_op(ld, 1, TOK_P_BYTELEVEL, NULL, NULL, 0, get_bool(o, "add_prefix_space", 1),
+                      get_bool(o, "use_regex", 1));
     if (!strcmp(ty, "Digits"))
-        return tok_add_op(ld->t, 1, TOK_P_DIGITS, NULL, NULL, 0, get_bool(o, "individual_digits", 0), 0, err) ? 0
-                                                                                                               : -1;
+        return add_op(ld, 1, TOK_P_DIGITS, NULL, NULL, 0, get_bool(o, "individual_digits", 0), 0);
     if (!strcmp(ty, "Metaspace")) {
         const char *rep = get_str(o, "replacement"), *scheme = get_str(o, "prepend_scheme");
         int prepend = get_bool(o, "add_prefix_space", 1) ? TOK_PREPEND_ALWAYS : TOK_PREPEND_NEVER;
@@ -150,7 +155,7 @@ static int read_pre(loader *ld, const cJSON *o, int depth)
                                                                                                 : TOK_PREPEND_ALWAYS;
         if (!rep || !*rep)
             return fail(ld, "pre_tokenizer Metaspace has no replacement");
-        return tok_add_op(ld->t, 1, TOK_P_METASPACE, rep, NULL, 0, prepend, get_bool(o, "split", 1), err) ? 0 : -1;
+        return add_op(ld, 1, TOK_P_METASPACE, rep, NULL, 0, prepend, get_bool(o, "split", 1));
     }
     return fail(ld, "pre_tokenizer type '%s' is not supported", ty);
 }
@@ -173,7 +178,7 @@ static int read_decoder(loader *ld, const cJSON *o, int depth)
         const char *pat = pattern_of(o, &rx), *to = get_str(o, "content");
         if (!pat || rx || !*pat || !to)
             return fail(ld, "decoder Replace needs a non-empty String pattern and a content");
-        return tok_add_dec_replace(ld->t, pat, to, ld->err);
+        return add_dec_replace(ld, pat, to);
     }
     if (!strcmp(ty, "ByteFallback")) {
         bp->dec_byte_fallback = 1;
@@ -199,7 +204,7 @@ static int read_decoder(loader *ld, const cJSON *o, int depth)
         if (!rep || !*rep)
             return fail(ld, "decoder Metaspace has no replacement");
         bp->dec_strip = scheme ? strcmp(scheme, "never") != 0 : get_bool(o, "add_prefix_space", 1);
-        return tok_add_dec_replace(ld->t, rep, " ", ld->err);
+        return add_dec_replace(ld, rep, " ");
     }
     return fail(ld, "decoder type '%s' is not supported", ty);
 }
@@ -228,7 +233,8 @@ static int read_template(loader *ld, const cJSON *o)
         cJSON_ArrayForEach(id, ids)
         {
             int *n = after ? &bp->n_suffix : &bp->n_prefix;
-            if (!cJSON_IsNumber(id) || *n == TOK_MAX_TEMPLATE)
+            if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= TOK_MAX_VOCAB ||
+                *n == TOK_MAX_TEMPLATE)
                 return fail(ld, "post_processor template token '%s' has a bad id or too many ids", name);
             (after ? bp->suffix : bp->prefix)[(*n)++] = (int)id->valuedouble;
         }
@@ -264,8 +270,8 @@ static int count_ids(loader *ld, const cJSON *vocab, const cJSON *added, int *V)
     long max = -1, n = 0;
     cJSON_ArrayForEach(it, vocab)
     {
-        if (!cJSON_IsNumber(it) || it->valuedouble != (double)(long)it->valuedouble || it->valuedouble < 0 ||
-            it->valuedouble >= TOK_MAX_VOCAB)
+        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble >= TOK_MAX_VOCAB ||
+            it->valuedouble != (double)(long)it->valuedouble)
             return fail(ld, "vocab entry '%.60s' has an id that is not an integer in 0..2^24-1", it->string);
         max = (long)it->valuedouble > max ? (long)it->valuedouble : max;
         n++;
@@ -358,7 +364,7 @@ static int read_model(loader *ld, const cJSON *model, const cJSON *added)
             return fail(ld, "model BPE with %s '%s' is not supported", k ? "end_of_word_suffix" : "continuing_subword_prefix", s);
     }
     int V = 0;
-    if (count_ids(ld, vocab, added, &V) || tok_alloc(t, V, ld->err))
+    if (count_ids(ld, vocab, added, &V) || tok_alloc(t, V, ld->name, ld->err))
         return -1;
     cJSON_ArrayForEach(it, vocab) if (tok_set_piece(t, (int)it->valuedouble, it->string, strlen(it->string),
                                                     ld->name, ld->err)) return -1;
@@ -461,13 +467,17 @@ int mi_tokenizer_load_json_mem(mi_tokenizer *t, const char *json, size_t json_le
 {
     memset(t, 0, sizeof *t);
     loader ld = {t, name ? name : "tokenizer.json", err, {0}};
-    cJSON *root = mi_json_parse(json, json_len, ld.name, err), *cfg = NULL;
-    int rc = root ? 0 : -1;
+    char *text = tok_strndup(json, json_len);
+    cJSON *root = text ? mi_json_parse(text, json_len, ld.name, err) : NULL, *cfg = NULL;
+    int rc = root ? 0 : text ? -1 : fail(&ld, "out of memory");
+    free(text);
     if (rc == 0 && config) {
         char what[300];
         snprintf(what, sizeof what, "%s's tokenizer_config", ld.name);
-        cfg = mi_json_parse(config, config_len, what, err);
-        rc = cfg ? 0 : -1;
+        text = tok_strndup(config, config_len);
+        cfg = text ? mi_json_parse(text, config_len, what, err) : NULL;
+        rc = cfg ? 0 : text ? -1 : fail(&ld, "out of memory");
+        free(text);
     }
     if (rc == 0)
         rc = load_tree(&ld, root, cfg);

@@ -17,6 +17,14 @@ enum { GGUF_NORMAL = 1, GGUF_UNKNOWN, GGUF_CONTROL, GGUF_USER_DEFINED, GGUF_UNUS
 
 #define WHAT "GGUF tokenizer"
 
+/* A step of the description; its error named after the source. */
+static int add_op(mi_tokenizer *t, int pre, int kind, const char *s1, const char *s2, int flag, int a, int b,
+                  char *err)
+{
+    char why[MI_ERRLEN];
+    return tok_add_op(t, pre, kind, s1, s2, flag, a, b, why) ? 0 : mi_set_error(err, WHAT ": %s", why);
+}
+
 typedef struct {
     float score;
     int left, right;
@@ -151,8 +159,8 @@ static int init_llama(mi_tokenizer *t, const mi_tok_spec *sp, const int *type, c
     if (!sp->scores)
         return mi_set_error(err, WHAT ": model 'llama' needs tokenizer.ggml.scores");
     const int prefix = sp->add_space_prefix != 0;
-    if ((prefix && !tok_add_op(t, 0, TOK_N_PREPEND, meta, NULL, 0, 0, 0, err)) ||
-        !tok_add_op(t, 0, TOK_N_REPLACE, " ", meta, 0, 0, 0, err) || tok_add_dec_replace(t, meta, " ", err))
+    if ((prefix && add_op(t, 0, TOK_N_PREPEND, meta, NULL, 0, 0, 0, err)) ||
+        add_op(t, 0, TOK_N_REPLACE, " ", meta, 0, 0, 0, err) || tok_add_dec_replace(t, meta, " ", err))
         return -1;
     bp->byte_fallback = bp->dec_byte_fallback = 1;
     bp->fuse_unk = 1;
@@ -174,14 +182,13 @@ static int init_gpt2(mi_tokenizer *t, const mi_tok_spec *sp, char *err)
         bp->ignore_merges = 1;
     } else if (!strcmp(pre, "qwen2")) {
         re = tok_re_qwen2;
-        if (!tok_add_op(t, 0, TOK_N_UNICODE, NULL, NULL, 0, 0, 0, err))
+        if (add_op(t, 0, TOK_N_UNICODE, NULL, NULL, 0, 0, 0, err))
             return -1;
     } else if (strcmp(pre, "gpt-2") && strcmp(pre, "gpt2") && strcmp(pre, "default")) {
         return mi_set_error(err, WHAT ": pre-tokenizer '%.60s' is not supported (gpt-2, llama-bpe, qwen2)", pre);
     }
-    if (re && !tok_add_op(t, 1, TOK_P_SPLIT, re, NULL, 1, TOK_SPLIT_ISOLATED, 0, err))
-        return -1;
-    if (!tok_add_op(t, 1, TOK_P_BYTELEVEL, NULL, NULL, 0, 0, re == NULL, err))
+    if ((re && add_op(t, 1, TOK_P_SPLIT, re, NULL, 1, TOK_SPLIT_ISOLATED, 0, err)) ||
+        add_op(t, 1, TOK_P_BYTELEVEL, NULL, NULL, 0, 0, re == NULL, err))
         return -1;
     bp->dec_byte_level = 1;
     return merges_from_strings(t, sp, err);
@@ -195,7 +202,7 @@ int mi_tokenizer_init_spec(mi_tokenizer *t, const mi_tok_spec *sp, char *err)
     const int llama = !strcmp(sp->model, "llama"), gpt2 = !strcmp(sp->model, "gpt2");
     if (!llama && !gpt2)
         return mi_set_error(err, WHAT ": model '%.60s' is not supported (llama, gpt2)", sp->model);
-    if (tok_alloc(t, sp->n_tokens, err))
+    if (tok_alloc(t, sp->n_tokens, WHAT, err))
         return -1;
     int *type = malloc((size_t)sp->n_tokens * sizeof *type);
     int rc = type ? set_pieces(t, sp, type, err) : mi_set_error(err, WHAT ": out of memory");

@@ -263,10 +263,10 @@ static int read_op(reader *r, const cJSON *s, int pre)
         return bad(r, pre ? "a pre_tokenizer step is malformed" : "a normalizer step is malformed");
     if (kind == TOK_P_SPLIT || kind == TOK_P_METASPACE)
         s2 = NULL;
-    return tok_add_op(r->t, pre, kind, kind == TOK_N_STRIP || kind == TOK_N_UNICODE ? NULL : s1, s2, flag, a, b,
-                      r->err)
-               ? 0
-               : -1;
+    char why[MI_ERRLEN];
+    if (!tok_add_op(r->t, pre, kind, kind == TOK_N_STRIP || kind == TOK_N_UNICODE ? NULL : s1, s2, flag, a, b, why))
+        return bad(r, why);
+    return 0;
 }
 
 static int read_steps(reader *r, const cJSON *root, const char *key, int pre)
@@ -294,8 +294,9 @@ static int read_decoder(reader *r, const cJSON *d)
         const cJSON *from = cJSON_GetArrayItem(it, 0), *to = cJSON_GetArrayItem(it, 1);
         if (cJSON_GetArraySize(it) != 2 || !cJSON_IsString(from) || !cJSON_IsString(to))
             return bad(r, "a decoder replacement is not [from, to]");
-        if (tok_add_dec_replace(r->t, from->valuestring, to->valuestring, r->err))
-            return -1;
+        char why[MI_ERRLEN];
+        if (tok_add_dec_replace(r->t, from->valuestring, to->valuestring, why))
+            return bad(r, why);
     }
     return 0;
 }
@@ -304,7 +305,7 @@ static int read_vocab(reader *r, const cJSON *root)
 {
     mi_tokenizer *t = r->t;
     const cJSON *tokens = cJSON_GetObjectItemCaseSensitive(root, "tokens"), *it;
-    if (!cJSON_IsArray(tokens) || tok_alloc(t, cJSON_GetArraySize(tokens), r->err))
+    if (!cJSON_IsArray(tokens) || tok_alloc(t, cJSON_GetArraySize(tokens), r->name, r->err))
         return cJSON_IsArray(tokens) ? -1 : bad(r, "no tokens list");
     int id = 0;
     cJSON_ArrayForEach(it, tokens)
@@ -384,7 +385,11 @@ int mi_tokenizer_deserialize(mi_tokenizer *t, const char *text, size_t len, cons
 {
     memset(t, 0, sizeof *t);
     reader r = {t, name ? name : "tokenizer", err};
-    cJSON *root = mi_json_parse(text, len, r.name, err);
+    char *copy = tok_strndup(text, len);
+    cJSON *root = copy ? mi_json_parse(copy, len, r.name, err) : NULL;
+    free(copy);
+    if (!copy)
+        return bad(&r, "out of memory");
     const int rc = root ? read_root(&r, root) : -1;
     cJSON_Delete(root);
     if (rc)

@@ -41,6 +41,27 @@ int tok_utf8_len(const unsigned char *s, size_t n)
     return len;
 }
 
+char *tok_strndup(const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+int tok_utf8_valid(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        const int len = tok_utf8_len((const unsigned char *)s + i, n - i);
+        if (len == 0)
+            return 0;
+        i += (size_t)len;
+    }
+    return 1;
+}
+
 uint32_t tok_utf8_decode(const unsigned char *s, int len)
 {
     if (len == 1)
