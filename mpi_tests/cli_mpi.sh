@@ -290,7 +290,7 @@ printf '%s\n' "$one4" > "$tmp/one4.txt"
 nll1=$("$bin" perplexity -m "$tmp/q4p.h5" --text "$tmp/one4.txt" 2>/dev/null | awk '/^tokens/ {print $4}')
 nll3=$(run -np 3 "$bin" perplexity -m "$tmp/q4s.h5" --text "$tmp/one4.txt" --planner tp "${pr[@]}" 2>"$tmp/err" |
        awk '/^tokens/ {print $4}')
-[[ -n "$nll1" && -n "$nll3" ]] && awk -v a="$nll1" -v b="$nll3" 'BEGIN {d = a - b; exit !(d < 0 ? -d : d) <= 0.01 * a}' &&
+[[ -n "$nll1" && -n "$nll3" ]] && awk -v a="$nll1" -v b="$nll3" 'BEGIN {d = a - b; exit !((d < 0 ? -d : d) <= 0.01 * a)}' &&
     ok "--prune-ffn 3 on q4_0 weights, tp on 3 ranks: the pruned q4_0 file's mean NLL ($nll3 against $nll1)" ||
     bad "--prune-ffn 3 on q4_0, tp: mean NLL '$nll3' against the pruned file's '$nll1' $(tail -1 "$tmp/err")"
 expect_error "--prune-ffn over half the shards" "at most half of the 12 FFN shards" \

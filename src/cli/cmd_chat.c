@@ -153,6 +153,9 @@ int cmd_chat(int argc, char **argv)
     if (rank != 0) {
         mi_runtime_serve(ss.rt);
     } else {
+        if (!a.tmpl && !ss.chat_template) /* said before the user types anything */
+            mi_fatal("chat: %s has no chat template (convert it from a GGUF file or a Hugging Face folder that has "
+                     "one, or name one with --chat-template)", a.model);
         int cap = 256, n_msgs = 0, n_cached = 0, *cached = NULL;
         mi_chat_msg *msgs = mi_calloc((size_t)cap, sizeof *msgs, "conversation");
         if (a.system)
