@@ -366,88 +366,6 @@ static void want_vec(loader *ld, int layer, const char *name, size_t cols, size_
     r->vec = dst;
 }
 
-/* CATS's time-series family (docs/patchtst.md): the same shards as a
- * language model's (heads, wo rows or columns, FFN units, w2 rows or
- * columns, head rows), each with the rows of its bias; no tokenizer, no w3,
- * no KV cache beyond the patches. */
-static int load_patchtst(loader *ld, mi_model *m, const mi_config *c, const mi_shard_spec *spec)
-{
-    size_t d = (size_t)c->dim, hd = (size_t)c->head_dim, N = (size_t)c->seq_len, nq = (size_t)c->n_heads * hd;
-    if (spec->embeddings || spec->emb_nc > 0) {
-        add_range(want(ld, -1, "patch_embed", MI_F32, (size_t)c->patch_len, 0), 0, d)->dst = &m->patch_embed;
-        want_vec(ld, -1, "patch_embed_b", 1, 0, d, &m->patch_embed_b);
-        want_vec(ld, -1, "pos_embed", d, 0, N, &m->pos_embed);
-        m->emb_c0 = spec->embeddings ? 0 : spec->emb_c0;
-        m->emb_nc = spec->embeddings ? (int)d : spec->emb_nc;
-    }
-    if (spec->cls_nv > 0) {
-        add_range(want(ld, -1, "head", MI_F32, N * d, 0), (size_t)spec->cls_v0, (size_t)spec->cls_nv)->dst =
-            &m->classifier;
-        want_vec(ld, -1, "head_b", 1, (size_t)spec->cls_v0, (size_t)spec->cls_nv, &m->cls_b);
-    }
-    load_group(ld, &m->arena, &m->arena_bytes);
-    for (int l = 0; l < c->n_layers && ld->rc == 0; l++) {
-        mi_layer *L = &m->layers[l];
-        const mi_layer_spec *s = &spec->layers[l];
-        L->spec = *s;
-        int nk = s->n_kv;
-        if (nk > 0) {
-            want_vec(ld, l, "attention_norm", 1, 0, d, &L->attention_norm);
-            want_vec(ld, l, "attention_norm_b", 1, 0, d, &L->attention_norm_b);
-            treq *q = want(ld, l, "wq", MI_F32, d, 0), *k = want(ld, l, "wk", MI_F32, d, 0);
-            treq *v = want(ld, l, "wv", MI_F32, d, 0);
-            treq *bq = want(ld, l, "wq_b", MI_F32, 1, 0), *bk = want(ld, l, "wk_b", MI_F32, 1, 0);
-            treq *bv = want(ld, l, "wv_b", MI_F32, 1, 0);
-            treq *all[6] = {q, k, v, bq, bk, bv};
-            for (int i = 0; i < nk; i++)
-                for (int j = 0; j < 6; j++)
-                    add_range(all[j], (size_t)s->kv[i] * hd, hd);
-            q->dst = &L->wq, k->dst = &L->wk, v->dst = &L->wv;
-            bq->vec = &L->bq, bk->vec = &L->bk, bv->vec = &L->bv;
-            if (!ld->src->discard) {
-                size_t kvn = (size_t)nk * (size_t)c->seq_len * hd;
-                L->k_cache = mi_calloc(kvn, sizeof(float), "KV cache");
-                L->v_cache = mi_calloc(kvn, sizeof(float), "KV cache");
-                m->kv_bytes += 2 * kvn * sizeof(float);
-            }
-        }
-        if (s->proj != MI_PROJ_NONE) {
-            treq *r = want(ld, l, "wo_t", MI_F32, d, 1);
-            size_t o0 = 0, no = d;
-            if (s->proj == MI_PROJ_ROWS) {
-                r->c0 = o0 = (size_t)s->o0;
-                r->nc = no = (size_t)s->no;
-            }
-            if (s->proj == MI_PROJ_FULL || s->proj == MI_PROJ_ROWS)
-                add_range(r, 0, nq);
-            else
-                for (int i = 0; i < nk; i++)
-                    add_range(r, (size_t)s->kv[i] * hd, hd);
-            r->dst = &L->wo;
-            want_vec(ld, l, "wo_b", 1, o0, no, &L->bo);
-        }
-        if (s->nf > 0) {
-            want_vec(ld, l, "ffn_norm", 1, 0, d, &L->ffn_norm);
-            want_vec(ld, l, "ffn_norm_b", 1, 0, d, &L->ffn_norm_b);
-            add_range(want(ld, l, "w1", MI_F32, d, 0), (size_t)s->f0, (size_t)s->nf)->dst = &L->w1;
-            want_vec(ld, l, "w1_b", 1, (size_t)s->f0, (size_t)s->nf, &L->b1);
-            treq *r = want(ld, l, "w2_t", MI_F32, d, 1);
-            size_t o0 = 0, no = d;
-            if (s->w2_rows) {
-                r->c0 = o0 = (size_t)s->o0;
-                r->nc = no = (size_t)s->no;
-                add_range(r, 0, (size_t)c->hidden_dim);
-            } else {
-                add_range(r, (size_t)s->f0, (size_t)s->nf);
-            }
-            r->dst = &L->w2;
-            want_vec(ld, l, "w2_b", 1, o0, no, &L->b2);
-        }
-        load_group(ld, &L->arena, &L->arena_bytes);
-    }
-    return ld->rc;
-}
-
 /* A float vector when the family has it (has), else nothing. */
 static void want_opt(loader *ld, int has, int layer, const char *name, size_t r0, size_t n, float **dst)
 {
@@ -594,6 +512,32 @@ static void load_lm_layer(loader *ld, mi_model *m, const mi_config *c, int l, co
         want_opt(ld, c->post_norms, l, "post_ffn_norm", 0, d, &L->post_ffn_norm);
     }
     load_group(ld, &L->arena, &L->arena_bytes);
+}
+
+/* CATS's time-series family (docs/patchtst.md): the same shards as a
+ * language model's (heads, wo rows or columns, FFN units, w2 rows or
+ * columns, head rows), each with the rows of its bias; no tokenizer, no w3,
+ * no KV cache beyond the patches. */
+static int load_patchtst(loader *ld, mi_model *m, const mi_config *c, const mi_shard_spec *spec)
+{
+    size_t d = (size_t)c->dim, N = (size_t)c->seq_len;
+    if (spec->embeddings || spec->emb_nc > 0) {
+        add_range(want(ld, -1, "patch_embed", MI_F32, (size_t)c->patch_len, 0), 0, d)->dst = &m->patch_embed;
+        want_vec(ld, -1, "patch_embed_b", 1, 0, d, &m->patch_embed_b);
+        want_vec(ld, -1, "pos_embed", d, 0, N, &m->pos_embed);
+        m->emb_c0 = spec->embeddings ? 0 : spec->emb_c0;
+        m->emb_nc = spec->embeddings ? (int)d : spec->emb_nc;
+    }
+    if (spec->cls_nv > 0) {
+        add_range(want(ld, -1, "head", MI_F32, N * d, 0), (size_t)spec->cls_v0, (size_t)spec->cls_nv)->dst =
+            &m->classifier;
+        want_vec(ld, -1, "head_b", 1, (size_t)spec->cls_v0, (size_t)spec->cls_nv, &m->cls_b);
+    }
+    load_group(ld, &m->arena, &m->arena_bytes);
+    /* its layers are a language model's with the family's traits (biases, LayerNorm, no w3) */
+    for (int l = 0; l < c->n_layers && ld->rc == 0; l++)
+        load_lm_layer(ld, m, c, l, &spec->layers[l]);
+    return ld->rc;
 }
 
 int mi_model_load(mi_model *m, const mi_weight_source *src, const mi_config *c, const mi_shard_spec *spec,
