@@ -192,6 +192,7 @@ n_prompt=$(tr ',' '\n' <<< "$ids" | grep -c .)
     fail "meshinfer logits failed (see $logs/check-meshinfer-logits.stderr)"
 "$bin" generate -m "$q4h5" -p "$prompt" -n "$n_check" --ignore-eos --json > "$logs/check-meshinfer-greedy.json" \
     2> "$logs/check-meshinfer-greedy.stderr" || fail "meshinfer generate failed (see $logs/check-meshinfer-greedy.stderr)"
+"$bin" info -m "$q4h5" --json > "$logs/check-meshinfer-info.json" 2> /dev/null || fail "meshinfer info $q4h5 failed"
 # where the greedy tokens part (if they do): meshinfer's logits after the tokens they share
 "$py" - "$logs/check-llamacpp.json" "$logs/check-meshinfer-greedy.json" "$ids" > "$logs/check-common.txt" <<'PY'
 import json, sys

@@ -44,6 +44,13 @@ def check(logs, ids):
     out = {"prompt_ids": ids, "llamacpp_prompt_ids": lc.get("text_tokens"), "llamacpp_model": lc["desc"],
            "llamacpp_n_params": lc["n_params"], "n_vocab": [lc["n_vocab"], ml["n_vocab"]]}
     errors = []
+    info = load(os.path.join(logs, "check-meshinfer-info.json"))
+    # llama.cpp counts rope_freqs (head_dim / 2 values) among the parameters, meshinfer does not
+    mesh_params = info["params"] + (info["head_dim"] // 2 if info["traits"]["rope_freqs"] else 0)
+    out["meshinfer_params"] = info["params"]
+    if lc["n_params"] != mesh_params:
+        errors.append("llama.cpp loads %d parameters, meshinfer's file holds %d (+ rope_freqs)"
+                      % (lc["n_params"], info["params"]))
     if lc.get("text_tokens") != ids:
         errors.append("llama.cpp tokenizes the prompt into %s, meshinfer into %s" % (lc.get("text_tokens"), ids))
     if a.shape != b.shape:
@@ -76,10 +83,11 @@ def check(logs, ids):
         div = (" (at token %d the two best logits are %.3g apart in llama.cpp and %.3g apart, in the other order, "
                "in meshinfer: a near tie)" % (n + 1, lc["gaps"][n], m[m_pick] - m[a_pick]))
     lg = out.get("logits", {})
-    out["summary"] = ("llama.cpp and meshinfer tokenize the prompt alike (%d ids); the prompt's logits differ by at "
-                      "most %.3g (%.2g of the largest |logit| %.3g; mean %.2g), same argmax, %d of the top 10 shared; "
-                      "greedy tokens agree on %d of %d%s"
-                      % (len(ids), lg.get("max_abs_diff", float("nan")), lg.get("rel_max_diff", float("nan")),
+    out["summary"] = ("llama.cpp loads the GGUF (\"%s\", %d parameters with the %d of rope_freqs) and meshinfer's "
+                      "conversion holds the same %d weights; they tokenize the prompt alike (%d ids); the prompt's logits "
+                      "differ by at most %.3g (%.2g of the largest |logit| %.3g; mean %.2g), same argmax, %d of the top "
+                      "10 shared; greedy tokens agree on %d of %d%s"
+                      % (lc["desc"], lc["n_params"], lc["n_params"] - info["params"], info["params"], len(ids), lg.get("max_abs_diff", float("nan")), lg.get("rel_max_diff", float("nan")),
                          lg.get("max_abs_logit", float("nan")), lg.get("mean_abs_diff", float("nan")),
                          lg.get("top10_common", 0), n, out["greedy"]["of"], div))
     out["errors"] = errors
