@@ -3,7 +3,7 @@
 # this machine, as ratios; and the time `meshinfer convert` takes to import it. The model is a
 # Llama-3.2-1B-shape model with SYNTHETIC weights (seeded random numbers, so speed only) and the
 # real Llama 3 tokenizer: jobs/lib/synth_gguf.py writes it as an F16 GGUF, llama.cpp's own
-# `llama-quantize --pure F16 Q4_0 Q4_0` makes every tensor Q4_0, and both programs run that file
+# `llama-quantize --pure IN OUT Q4_0` makes every tensor Q4_0, and both programs run that file
 # (meshinfer after `meshinfer convert`). The checkouts are only read:
 #   --llamacpp DIR  a built llama.cpp: DIR/build/bin/llama-bench, llama-quantize, libllama.so and
 #                   DIR/include/llama.h (jobs/lib/llama_greedy.c is built against them in --work)
@@ -43,11 +43,12 @@
 #   --seed S            seed of the synthetic weights (default 1)
 #   --out DIR           results (default results/gguf): gguf.csv (one row per run), gguf.md
 #                       (tables), gguf.json, logs/ (every run's output)
-#   --work DIR          models and builds (default models/cache/bench: about 4.5 GB with
-#                       --dllama; the Q4_0 GGUF and its .h5 are kept for the next run)
+#   --work DIR          models and builds (default models/cache/bench): keeps the Q4_0 GGUF, its
+#                       .h5 and distributed-llama's .m for the next run (3.2 GB), 5 GB more
+#                       while the F16 GGUF and its .h5 exist
 #   --port P            TCP port of the distributed-llama worker (default 9998)
 # Needs python3-numpy and python3-h5py (installed when missing), a C compiler, taskset and
-# Open MPI. A run with the defaults takes about 15 minutes on a 2-core machine.
+# Open MPI. A run with the defaults takes about 10 minutes on a 2-core machine.
 set -euo pipefail
 . "$(dirname "$0")/../lib/common.sh"
 # shellcheck source=../lib/packages.sh
