@@ -7,6 +7,7 @@ loadLlmNetWeight, src/tokenizer.cpp, src/nn/nn-quants.hpp); no code of it is use
 
 usage: to_dllama.py -m MODEL.h5 [--model-out OUT.m] [--tokenizer-out OUT.t]
                     [--weights f32|q40] [--tokenizer-bin tokenizer.bin] [--keep-ids]
+                    [--tokenizer-json DIR] [--llama3-rope FACTOR,LOW,HIGH,ORIGINAL]
 
 Model file (.m): int32 magic 0xA00ABCD, int32 header size (bytes of magic, size
 and the pairs), int32 (key, value) pairs, then the tensors back to back:
@@ -52,8 +53,23 @@ the same tokens as we do:
    is such a byte) is renamed "<unreachable ID>" and cannot be produced.
 It adds no dummy prefix space: give it the prompt with a leading space
 (" Once upon a time") to get our tokens for "Once upon a time".
+
+Llama 3 (a model imported from GGUF or Hugging Face, byte-level BPE):
+ * --tokenizer-json DIR takes the tokenizer from DIR/tokenizer.json (+ tokenizer_config.json)
+   instead: every token as the bytes it stands for (the byte-level alphabet mapped back to
+   bytes), score minus its id (dllama merges the pair whose token has the highest score, so
+   the lowest id: Llama 3's ids follow its merge order), BOS from tokenizer_config.json. Its
+   BOS (128000) is the first special token, so ids stay as they are.
+ * --llama3-rope FACTOR,LOW,HIGH,ORIGINAL writes dllama's Llama 3.1 RoPE scaling (its integer
+   header keys), after checking that dllama's frequency rule gives the divisors of the model's
+   own rope_freqs (within 1e-5). A model with rope_freqs is refused without it.
+ * A model whose RoPE rotates halves (imported from Hugging Face) is refused: dllama's llama
+   RoPE rotates pairs, as a GGUF llama's q and k rows are ordered.
 """
 import argparse
+import json
+import math
+import os
 import struct
 import sys
 
@@ -72,6 +88,8 @@ QK = 32
 K_VERSION, K_ARCH, K_DIM, K_HIDDEN, K_LAYERS, K_HEADS, K_KV_HEADS = 0, 1, 2, 3, 4, 5, 6
 K_EXPERTS, K_ACTIVE_EXPERTS, K_VOCAB, K_SEQ, K_ACT, K_THETA, K_WTYPE = 7, 8, 9, 10, 11, 12, 13
 K_HEAD_DIM, K_NORM_EPS = 19, 20
+K_ROPE_FACTOR, K_ROPE_LOW, K_ROPE_HIGH, K_ROPE_ORIG, K_ROPE_TYPE = 14, 15, 16, 17, 18
+ROPE_LLAMA3_1 = 2
 HIDDEN_ACT_SILU = 1
 # tokenizer header keys of src/tokenizer.hpp
 T_VERSION, T_VOCAB, T_MAXLEN, T_BOS, T_N_EOS, T_ADD_BOS = 0, 1, 2, 3, 9, 10
@@ -241,6 +259,107 @@ def write_tokenizer(path, pieces, scores, bos, eos):
             f.write(struct.pack("<fI", s, len(p)) + p)
 
 
+def byte_alphabet():
+    """{character: byte} of the byte-level BPE alphabet (GPT-2's, also Llama 3's): the printable
+    bytes 0x21-0x7E, 0xA1-0xAC and 0xAE-0xFF stand for themselves; the other 68 bytes, in
+    increasing order, are spelled with the code points 256, 257, ..."""
+    printable = set(range(0x21, 0x7F)) | set(range(0xA1, 0xAD)) | set(range(0xAE, 0x100))
+    out, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            out[chr(b)] = b
+        else:
+            out[chr(256 + extra)] = b
+            extra += 1
+    return out
+
+
+def read_tokenizer_json(folder):
+    """(pieces, scores, bos, eos) of a byte-level BPE tokenizer.json for dllama (see the module
+    comment): pieces as bytes, score minus the id."""
+    try:
+        with open(os.path.join(folder, "tokenizer.json"), encoding="utf-8") as f:
+            tj = json.load(f)
+        tc = {}
+        if os.path.exists(os.path.join(folder, "tokenizer_config.json")):
+            with open(os.path.join(folder, "tokenizer_config.json"), encoding="utf-8") as f:
+                tc = json.load(f)
+    except (OSError, ValueError) as e:
+        die(f"--tokenizer-json {folder}: {e}")
+    model = tj.get("model", {})
+    if model.get("type") != "BPE" or not isinstance(model.get("vocab"), dict):
+        die(f"{folder}/tokenizer.json: not a BPE tokenizer")
+    text = {i: t for t, i in model["vocab"].items()}
+    added = {a["id"]: a["content"] for a in tj.get("added_tokens", [])}
+    text.update(added)
+    if sorted(text) != list(range(len(text))):
+        die(f"{folder}/tokenizer.json: the token ids are not 0..{len(text) - 1}")
+    alphabet = byte_alphabet()
+    pieces = []
+    for i in range(len(text)):
+        t = text[i]
+        if i in added:
+            pieces.append(t.encode("utf-8"))
+        elif all(c in alphabet for c in t):
+            pieces.append(bytes(alphabet[c] for c in t))
+        else:
+            die(f"{folder}/tokenizer.json: token {i} {t!r} is not spelled in the byte-level alphabet")
+    ids = {t: i for i, t in added.items()}
+
+    def special(key):
+        v = tc.get(key)
+        v = v.get("content") if isinstance(v, dict) else v
+        if v not in ids:
+            die(f"{folder}/tokenizer_config.json: {key} {v!r} is not an added token")
+        return ids[v]
+    return pieces, [-float(i) for i in range(len(pieces))], special("bos_token"), special("eos_token")
+
+
+def llama3_rope_keys(h, spec, theta, head_dim):
+    """dllama's header pairs of Llama 3 RoPE scaling 'FACTOR,LOW,HIGH,ORIGINAL', checked against
+    the model's rope_freqs (per pair of a head: the divisor of its frequency)."""
+    try:
+        factor, low, high, orig = (float(x) for x in spec.split(","))
+    except ValueError:
+        die(f"--llama3-rope wants FACTOR,LOW,HIGH,ORIGINAL (got {spec!r})")
+    if any(x != int(x) or x <= 0 for x in (factor, low, high, orig)) or high <= low:
+        die(f"--llama3-rope {spec}: dllama stores them as positive integers, and LOW < HIGH")
+    if "rope_freqs" not in h:
+        die("--llama3-rope given, but the model has no rope_freqs (no Llama 3 scaling)")
+    stored = h["rope_freqs"][...].astype(np.float64).reshape(-1)
+    want = []
+    for j in range(head_dim // 2):  # dllama's rule, per the Llama 3 reference
+        freq = theta ** (-2.0 * j / head_dim)
+        wavelen = 2 * math.pi / freq
+        if wavelen < orig / high:
+            scaled = freq
+        elif wavelen > orig / low:
+            scaled = freq / factor
+        else:
+            smooth = (orig / wavelen - low) / (high - low)
+            scaled = (1 - smooth) * freq / factor + smooth * freq
+        want.append(freq / scaled)
+    if stored.shape[0] != len(want) or np.max(np.abs(stored / np.array(want) - 1)) > 1e-5:
+        die(f"--llama3-rope {spec}: dllama's frequencies differ from the model's rope_freqs")
+    return [(K_ROPE_TYPE, ROPE_LLAMA3_1), (K_ROPE_FACTOR, int(factor)), (K_ROPE_LOW, int(low)),
+            (K_ROPE_HIGH, int(high)), (K_ROPE_ORIG, int(orig))]
+
+
+def check_llama(h, path):
+    """Refuse what dllama's llama architecture would compute otherwise: another family, RoPE on
+    halves (a Hugging Face import), biases or q/k norms."""
+    fam = h.attrs.get("family", b"llama")
+    fam = fam.decode() if isinstance(fam, bytes) else str(fam)
+    if fam != "llama":
+        die(f"{path}: family {fam}: distributed-llama's converter here writes llama models only")
+    if "rope_type" in h.attrs and int(attr(h, "rope_type")) != 0:
+        die(f"{path}: its RoPE rotates halves (Hugging Face order); dllama's llama RoPE rotates "
+            "pairs: convert the model from GGUF instead")
+    for t in ("qkv_bias", "out_bias", "qk_norm", "post_norms"):
+        if t in h.attrs and int(attr(h, t)):
+            die(f"{path}: trait {t} is set; dllama's llama has none")
+
+
 # ---------------------------------------------------------------- main
 
 def main():
@@ -254,30 +373,49 @@ def main():
                     "instead of the model file")
     ap.add_argument("--keep-ids", action="store_true",
                     help="keep the token ids (BOS stays at its id: dllama then cannot BPE-encode prompts)")
+    ap.add_argument("--tokenizer-json", metavar="DIR",
+                    help="take a byte-level BPE tokenizer (Llama 3) from DIR/tokenizer.json")
+    ap.add_argument("--llama3-rope", metavar="FACTOR,LOW,HIGH,ORIGINAL",
+                    help="Llama 3 RoPE scaling, checked against the model's rope_freqs")
     a = ap.parse_args()
     if not a.model_out and not a.tokenizer_out:
         die("nothing to do: give --model-out and/or --tokenizer-out")
-    h = h5py.File(a.model, "r")
+    if a.tokenizer_json and a.tokenizer_bin:
+        die("give --tokenizer-json or --tokenizer-bin, not both")
+    try:
+        h = h5py.File(a.model, "r")
+    except OSError as e:
+        die(f"{a.model}: {e}")
     dim, hidden, n_layers = attr(h, "dim"), attr(h, "hidden_dim"), attr(h, "n_layers")
     n_heads, n_kv, vocab = attr(h, "n_heads"), attr(h, "n_kv_heads"), attr(h, "vocab_size")
     head_dim = attr(h, "head_dim") if "head_dim" in h.attrs else dim // n_heads
+    check_llama(h, a.model)
 
-    if a.tokenizer_bin:
-        pieces, scores, bos, eos, first_byte = read_tokenizer_bin(a.tokenizer_bin)
-    else:
-        pieces, scores, bos, eos, first_byte = read_tokenizer_h5(h)
-    if len(pieces) != vocab:
-        die(f"tokenizer has {len(pieces)} tokens, the model {vocab}")
     perm = None  # perm[new id] = old id
-    if not a.keep_ids and bos != vocab - 1:
-        perm = np.array([i for i in range(vocab) if i != bos] + [bos], dtype=np.int64)
-    new_id = (lambda old: int(np.nonzero(perm == old)[0][0])) if perm is not None else (lambda old: old)
 
+    def new_id(old):
+        return old if perm is None else int(np.nonzero(perm == old)[0][0])
+    if a.tokenizer_json:
+        pieces, scores, bos, eos = read_tokenizer_json(a.tokenizer_json)
+        if len(pieces) != vocab:
+            die(f"{a.tokenizer_json}/tokenizer.json has {len(pieces)} tokens, the model {vocab}")
+        if a.tokenizer_out:
+            write_tokenizer(a.tokenizer_out, pieces, scores, bos, eos)
+    else:
+        if a.tokenizer_bin:
+            pieces, scores, bos, eos, first_byte = read_tokenizer_bin(a.tokenizer_bin)
+        else:
+            pieces, scores, bos, eos, first_byte = read_tokenizer_h5(h)
+        if len(pieces) != vocab:
+            die(f"tokenizer has {len(pieces)} tokens, the model {vocab}")
+        if not a.keep_ids and bos != vocab - 1:
+            perm = np.array([i for i in range(vocab) if i != bos] + [bos], dtype=np.int64)
+        if a.tokenizer_out:
+            sp = dllama_pieces(pieces, bos, eos, first_byte)
+            if perm is not None:
+                sp, scores = [sp[i] for i in perm], [scores[i] for i in perm]
+            write_tokenizer(a.tokenizer_out, sp, scores, new_id(bos), new_id(eos))
     if a.tokenizer_out:
-        sp = dllama_pieces(pieces, bos, eos, first_byte)
-        if perm is not None:
-            sp, scores = [sp[i] for i in perm], [scores[i] for i in perm]
-        write_tokenizer(a.tokenizer_out, sp, scores, new_id(bos), new_id(eos))
         print(f"to_dllama: wrote {a.tokenizer_out} ({vocab} tokens, bos {new_id(bos)}, eos {new_id(eos)})",
               file=sys.stderr)
 
@@ -299,6 +437,10 @@ def main():
           (K_HEADS, n_heads), (K_KV_HEADS, n_kv), (K_EXPERTS, 0), (K_ACTIVE_EXPERTS, 0), (K_VOCAB, vocab),
           (K_SEQ, attr(h, "seq_len")), (K_ACT, HIDDEN_ACT_SILU), (K_THETA, int(theta)), (K_WTYPE, wtype),
           (K_HEAD_DIM, head_dim), (K_NORM_EPS, eps_code)]
+    if a.llama3_rope:
+        kv += llama3_rope_keys(h, a.llama3_rope, theta, head_dim)
+    elif "rope_freqs" in h:
+        die(f"{a.model} has Llama 3 RoPE scaling (rope_freqs): give its --llama3-rope FACTOR,LOW,HIGH,ORIGINAL")
     data = b"".join(struct.pack("<ii", k, int(v)) for k, v in kv)
     cls = h["classifier"] if "classifier" in h else h["tok_embeddings"]
     tmp = a.model_out + ".partial"
@@ -313,7 +455,6 @@ def main():
                 f.write(g[name][...].astype("<f4").tobytes())
         f.write(h["norm"][...].astype("<f4").tobytes())
         f.write(weight_bytes(cls, wtype, perm))
-    import os
     os.replace(tmp, a.model_out)
     print(f"to_dllama: wrote {a.model_out} ({'q40' if wtype == F_Q40 else 'f32'} weights"
           f"{', token ids permuted: BOS last' if perm is not None else ''})", file=sys.stderr)

@@ -44,14 +44,27 @@ def pack_value(vtype, value, elem_type=None):
 
 
 class Tensor:
-    """One tensor to write: name, numpy-order shape (ne = reversed shape), ggml type name, raw bytes."""
+    """One tensor to write: name, numpy-order shape (ne = reversed shape), ggml type name, and its
+    raw bytes, or a function making them when the file is written (raw=None, make=f), so that a
+    file of several GB is written with one tensor in memory at a time."""
 
-    def __init__(self, name, shape, ggml_type, raw):
+    def __init__(self, name, shape, ggml_type, raw=None, make=None):
         self.name, self.shape, self.ggml_type = name, tuple(int(s) for s in shape), ggml_type
-        self.raw = np.ascontiguousarray(raw).view(np.uint8).reshape(-1)
         n = int(np.prod(self.shape, dtype=np.int64))
-        if self.raw.size != gq.nbytes(ggml_type, n):
-            raise ValueError("gguf: tensor %s: %d bytes for %d values of %s" % (name, self.raw.size, n, ggml_type))
+        self.nbytes = gq.nbytes(ggml_type, n)
+        self._make = make
+        self.raw = None if raw is None else self._checked(raw)
+
+    def _checked(self, raw):
+        raw = np.ascontiguousarray(raw).view(np.uint8).reshape(-1)
+        if raw.size != self.nbytes:
+            raise ValueError("gguf: tensor %s: %d bytes for %s of %s (%d bytes)"
+                             % (self.name, raw.size, self.shape, self.ggml_type, self.nbytes))
+        return raw
+
+    def data(self):
+        """The raw bytes (uint8 array), made now when the tensor was given a function."""
+        return self.raw if self.raw is not None else self._checked(self._make())
 
     @property
     def ne(self):
@@ -73,11 +86,11 @@ def write(path, kvs, tensors, alignment=ALIGNMENT):
     for t in tensors:
         out.append(_string(t.name) + struct.pack("<I", len(t.ne)) + struct.pack("<%dQ" % len(t.ne), *t.ne)
                    + struct.pack("<IQ", gq.GGML_TYPE[t.ggml_type], offset))
-        offset += t.raw.size + (-t.raw.size % alignment)
+        offset += t.nbytes + (-t.nbytes % alignment)
     head = b"".join(out)
     with open(path, "wb") as f:
         f.write(head)
         f.write(b"\0" * (-len(head) % alignment))
         for t in tensors:
-            t.raw.tofile(f)
-            f.write(b"\0" * (-t.raw.size % alignment))
+            t.data().tofile(f)
+            f.write(b"\0" * (-t.nbytes % alignment))

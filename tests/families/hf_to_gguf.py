@@ -89,7 +89,7 @@ def llama3_rope_factors(cfg):
     return np.array(out)
 
 
-def _is_llama3_scaled(cfg):
+def is_llama3_scaled(cfg):
     rs = cfg.get("rope_scaling") or {}
     return str(rs.get("rope_type", rs.get("type", ""))).lower() == "llama3"
 
@@ -102,30 +102,39 @@ def gguf_arrays(cfg, weights, dtype=np.float32):
     fam = fm.family(cfg)
     if fam == "gpt2":
         return _gpt2_arrays(cfg, weights, dtype)
-    layer_map = _LAYER_GEMMA3 if fam == "gemma3" else _LAYER
-    H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
     out = []
-    if fam == "llama" and _is_llama3_scaled(cfg):
+    if fam == "llama" and is_llama3_scaled(cfg):
         out.append(("rope_freqs.weight", llama3_rope_factors(cfg).astype(dtype)))
     for name, a in weights.items():
-        if name in _GLOBAL:
-            gname = _GLOBAL[name]
-        elif name.startswith("model.layers."):
-            bid, suffix = name[len("model.layers."):].split(".", 1)
-            if suffix not in layer_map:
-                raise ValueError("no GGUF name for HF tensor %s" % name)
-            gname = "blk.%s.%s" % (bid, layer_map[suffix])
-            if fam == "llama" and suffix.startswith("self_attn.q_proj."):
-                a = permute_qk(a, H)
-            elif fam == "llama" and suffix.startswith("self_attn.k_proj."):
-                a = permute_qk(a, KV)
-        else:
-            raise ValueError("no GGUF name for HF tensor %s" % name)
-        a = np.ascontiguousarray(a, dtype=dtype)
-        if fam == "gemma3" and name.endswith("norm.weight"):
-            a = a + dtype(1.0)
-        out.append((gname, a))
+        out.append(gguf_array(cfg, name, a, dtype))
     return out
+
+
+def gguf_name(cfg, name):
+    """The GGUF name of one HF tensor of a llama, qwen2, qwen3 or gemma3 config."""
+    layer_map = _LAYER_GEMMA3 if fm.family(cfg) == "gemma3" else _LAYER
+    if name in _GLOBAL:
+        return _GLOBAL[name]
+    if name.startswith("model.layers."):
+        bid, suffix = name[len("model.layers."):].split(".", 1)
+        if suffix in layer_map:
+            return "blk.%s.%s" % (bid, layer_map[suffix])
+    raise ValueError("no GGUF name for HF tensor %s" % name)
+
+
+def gguf_array(cfg, name, a, dtype=np.float32):
+    """(GGUF name, array) of one HF tensor of a llama, qwen2, qwen3 or gemma3 config (not gpt2,
+    whose fused and copied tensors need the whole set); rope_freqs is not among them."""
+    fam = fm.family(cfg)
+    gname = gguf_name(cfg, name)
+    if fam == "llama" and gname.endswith((".attn_q.weight", ".attn_q.bias")):
+        a = permute_qk(a, cfg["num_attention_heads"])
+    elif fam == "llama" and gname.endswith((".attn_k.weight", ".attn_k.bias")):
+        a = permute_qk(a, cfg["num_key_value_heads"])
+    a = np.ascontiguousarray(a, dtype=dtype)
+    if fam == "gemma3" and name.endswith("norm.weight"):
+        a = a + dtype(1.0)
+    return gname, a
 
 
 def _gpt2_arrays(cfg, weights, dtype):
