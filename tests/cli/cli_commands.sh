@@ -91,18 +91,24 @@ pmed=$(js "$tmp/prof.json" 'j.transitions[2].ratio_percentiles[50]')
 # --- generate --spec-profile --metrics on 3 ranks (greedy, speculating, tolerance 0.8): without a
 # profile every transition with a saving speculates; with it only those whose acceptance at 0.8
 # reaches --min-acceptance 0.5, and fewer bytes move per token
-gen=(-np 3 "$bin" generate -m "$model" -n 16 --planner greedy --speculate --tolerance 0.8 --json --metrics)
+# (a cluster file with a fixed link: placements must not follow the round trips measured at start-up)
+gen=(-np 3 "$bin" generate -m "$model" -n 16 --planner greedy --speculate --tolerance 0.8 --json --metrics
+     --cluster "$(dirname "$0")/../data/cluster-3equal.json")
 "${mpi[@]}" "${gen[@]}" > "$tmp/all.json" 2> "$tmp/all.err" || bad "generate --speculate exited $?: $(tail -1 "$tmp/all.err")"
 "${mpi[@]}" "${gen[@]}" --spec-profile "$tmp/prof.json" --min-acceptance 0.5 > "$tmp/sp.json" 2> "$tmp/sp.err" ||
     bad "generate --spec-profile exited $?: $(tail -1 "$tmp/sp.err")"
 all=$(js "$tmp/all.json" 'j.speculation.map(s => s.from_layer).join(",")')
 sp=$(js "$tmp/sp.json" 'j.speculation.map(s => s.from_layer).join(",")')
-want=$(js "$tmp/prof.json" "j.transitions.filter(t => [$all].includes(t.from_layer) &&
+# (the profile's transitions with acceptance >= 0.5; the plan places for them, so they need not be
+# among those the plan without a profile speculates)
+want=$(js "$tmp/prof.json" "j.transitions.filter(t =>
            t.ratio_percentiles.reduce((k, x, i) => x < 0.8 ? i : k, -1) / 100 >= 0.5).map(t => t.from_layer).join(\",\")")
+inside=$(node -e 'const w = process.argv[2].split(","); console.log(process.argv[1].split(",").every(x => w.includes(x)))' \
+         "$sp" "$want")
 b_all=$(js "$tmp/all.json" 'j.plan.predicted_bytes_per_token'); b_sp=$(js "$tmp/sp.json" 'j.plan.predicted_bytes_per_token')
-if [[ -n "$sp" && "$sp" == "$want" && "$sp" != "$all" && "$b_sp" -lt "$b_all" ]]; then
+if [[ -n "$sp" && $inside == true && "$sp" != "$all" && "$b_sp" -lt "$b_all" ]]; then
     ok "--spec-profile: transitions $sp of $all speculate (acceptance >= 0.5 at 0.8), $b_sp instead of $b_all bytes per token"
-else bad "--spec-profile: speculating '$sp' (want '$want', nonempty, not all of '$all'); bytes $b_sp vs $b_all"; fi
+else bad "--spec-profile: speculating '$sp' (want among '$want', nonempty, not all of '$all'); bytes $b_sp vs $b_all"; fi
 # the --json metrics: every field, on every rank; each speculating transition decided once a forward
 got=$(js "$tmp/sp.json" 'const f = ["rank", "weight_bytes", "kv_cache_bytes", "predicted_weight_bytes", "forwards",
           "positions", "bytes_sent", "bytes_recv", "bytes_sent_per_forward", "bytes_recv_per_forward", "seconds",

@@ -88,6 +88,19 @@ def check_chat(mi, fx):
         r = run([mi, "generate", "-m", os.path.join(fx, fam, "hf.h5"), "--chat", "--system", "Be brief.", "-p",
                  "Hello there", "-n", "3"])
         check(r.returncode == 0, "%s: generate --chat with a system prompt runs (%s)" % (fam, r.stderr.strip()[-160:]))
+    # chat: the first reply equals generate --chat's for the same message (same template, tokens,
+    # greedy); a second turn answers with the first kept; end of input ends it
+    m = os.path.join(fx, "qwen3", "hf.h5")
+    one = run([mi, "generate", "-m", m, "--chat", "--system", "Be brief.", "-p", "Hello there", "-n", "6"])
+    r = run([mi, "chat", "-m", m, "--system", "Be brief.", "-n", "6"], input="Hello there\nAnd then?\n")
+    first = one.stdout[len("Hello there"):].rstrip("\n") if one.stdout.startswith("Hello there") else None
+    check(r.returncode == 0 and first is not None and r.stdout.startswith(first + "\n") and
+          len(r.stdout) > len(first) + 2,
+          "chat: two turns; the first reply is generate --chat's (%r; chat wrote %r; %s)" % (first, r.stdout[:80],
+                                                                                           r.stderr.strip()[-120:]))
+    r = run([mi, "chat", "-m", os.path.join(fx, "gpt2", "hf.h5")], input="hi\n")
+    check(r.returncode != 0 and "no chat template" in r.stderr and r.stdout == "",
+          "gpt2: chat refused before any message: %s" % r.stderr.strip()[-160:])
     r = run([mi, "generate", "-m", os.path.join(fx, "gpt2", "hf.h5"), "--chat", "-p", "hi", "-n", "2"])
     check(r.returncode != 0 and "chat template" in r.stderr and len(r.stderr.strip().splitlines()) == 1,
           "gpt2 (no chat template): generate --chat refused in one line: %s" % r.stderr.strip())
