@@ -318,7 +318,7 @@ static void item_rows_float(const item *it, int64_t r0, int64_t n, float *out)
 
 /* Write a matrix item: blocks and fp16/fp32 values byte for byte, BF16
  * converted, Conv1D transposed. */
-static int write_matrix(im_ctx *x, mi_model_writer *w, const item *it, char *err)
+static int write_matrix(mi_model_writer *w, const item *it, char *err)
 {
     int transpose = (names[it->i].flags & TR) != 0;
     size_t rows = (size_t)it->rows, cols = (size_t)it->cols;
@@ -346,7 +346,6 @@ static int write_matrix(im_ctx *x, mi_model_writer *w, const item *it, char *err
     float *v = mi_malloc(rows * cols * sizeof(float), "import buffer");
     item_rows_float(it, 0, (int64_t)rows, v);
     int rc = mi_model_writer_put_tensor(w, it->our, it->dtype, v, rows, cols, transpose, err);
-    (void)x;
     free(v);
     return rc;
 }
@@ -356,7 +355,7 @@ static int write_item(im_ctx *x, mi_model_writer *w, const item *it, char *err)
     if (!strcmp(names[it->i].our, "rope_freqs") && x->rope_freqs)
         return mi_model_writer_put_tensor(w, it->our, MI_F32, x->rope_freqs, (size_t)it->rows, 1, 0, err);
     if ((names[it->i].flags & MAT) && strcmp(names[it->i].our, "pos_embed"))
-        return write_matrix(x, w, it, err);
+        return write_matrix(w, it, err);
     size_t n = (size_t)(it->rows * it->cols);
     float *v = mi_malloc(n * sizeof(float), "import buffer");
     if (it->t.n_dims >= 2)

@@ -248,7 +248,7 @@ int mi_model_quantize_pruned(const char *in, const char *out, const mi_config *t
     const char *tn[MI_MAX_TRAIT_TENSORS];
     size_t tr_[MI_MAX_TRAIT_TENSORS], tc_[MI_MAX_TRAIT_TENSORS];
     /* the family's vectors as they are (fp32); FFN biases lose the pruned channels */
-    for (int l = -1, k = 0; l < c.n_layers && !rc; l++) {
+    for (int l = -1; l < c.n_layers && !rc; l++) {
         int nt = mi_config_trait_tensors(&c, l, tn, tr_, tc_);
         for (int i = 0; i < nt; i++) {
             char nm[128];
@@ -258,7 +258,6 @@ int mi_model_quantize_pruned(const char *in, const char *out, const mi_config *t
                 mi_model_layer_name(nm, sizeof nm, l, tn[i]);
             const int *keep = pruned && !strcmp(tn[i], "w1_b") ? ffn_keep + (size_t)l * oc.hidden_dim : NULL;
             COPY_KEEP(nm, MI_F32, tr_[i], tc_[i], 0, keep, 1);
-            k++;
         }
     }
     const size_t rows[MI_N_LAYER_MATS] = {q, kv, kv, d, h, d, h}, cols[MI_N_LAYER_MATS] = {d, d, d, q, d, h, d};
