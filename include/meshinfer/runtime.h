@@ -154,8 +154,9 @@ void mi_runtime_stop(mi_runtime *rt);
 const mi_rank_metrics *mi_runtime_metrics(mi_runtime *rt, mi_rank_metrics *all);
 
 /* Collective: the rate (bytes/s) at which this rank streams its own weights
- * through the matrix-vector kernels, measured for at least min_seconds (a
- * device's compute speed as the cost model, cost.h, counts it); on rank 0
+ * through the matrix-vector kernels: the median of at least three passes
+ * over its shard taking at least min_seconds together (a device's compute
+ * speed as the cost model, cost.h, counts it); on rank 0
  * every rank's rate in all ([n_ranks]; may be NULL elsewhere). A rank that
  * holds no weights reports 0. */
 double mi_runtime_stream_rate(mi_runtime *rt, double min_seconds, double *all);

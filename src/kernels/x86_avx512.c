@@ -168,6 +168,16 @@ static inline void prefetch(const void *p)
     _mm_prefetch((const char *)p + 4096, _MM_HINT_T0);
 }
 
+/* q4_0 reads half the bytes per element of q8_0: its weights prefetched
+ * into L2 only, 8 KB ahead, decoded a Llama-3.2-1B-shape Q4_0 model at a
+ * median 21.2 tokens/s against 19.9 prefetched into L1 4 KB ahead (1 thread,
+ * 4 alternating rounds). Also prefetching the block scales was slower (18.9),
+ * and so were two rows at once (two streams: 11.3 against 12.1 GB/s). */
+static inline void prefetch_l2(const void *p, int ahead)
+{
+    _mm_prefetch((const char *)p + ahead, _MM_HINT_T1);
+}
+
 static void rows_q8_0(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
 {
     const int n = W->cols, nb = n / MI_QK;
@@ -261,7 +271,7 @@ static void rows_q4_0(float *y, const mi_tensor *W, int r0, int r1, const mi_act
             corr = _mm256_fmadd_ps(dw8, _mm256_loadu_ps(a->s + b), corr);
             for (int k = 0; k < 2; k++) {
                 int g = b + 4 * k;
-                prefetch(w + g * (MI_QK / 2));
+                prefetch_l2(w + g * (MI_QK / 2), 8192);
                 __m512i dot = dot4_q4(w + g * (MI_QK / 2), a->q + g * MI_QK);
                 acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(idx[k], s16), acc);
             }
