@@ -14,18 +14,22 @@
 # a crash is saved as BUILD/crash-HARNESS-* and makes the run fail: fix it and
 # keep the input in fuzz/corpus/HARNESS/ as a regression seed.
 #
-# usage: jobs/dev/fuzz.sh [--seconds N] [--build-dir DIR] [HARNESS...]
-#   --seconds N      per harness (default 60; the test suite runs 8)
+# usage: jobs/dev/fuzz.sh [--seconds N] [--jobs N] [--build-dir DIR] [HARNESS...]
+#   --seconds N      per harness (default 60; the test suite runs 5)
+#   --jobs N         harnesses fuzzed at once, each on one core (default 1;
+#                    the test suite runs 2)
 #   --build-dir DIR  the clang tree (default build-fuzz)
 #   HARNESS          cluster plan tokenizer tokenizer_json checkpoint sidefiles gguf safetensors hdf5 cmdline (default all)
 set -uo pipefail
 . "$(dirname "$0")/../lib/common.sh"
 fail_status=2
-dir="$root/build-fuzz" seconds=60 harnesses=()
+dir="$root/build-fuzz" seconds=60 jobs=1 harnesses=()
 while (($#)); do
     case "$1" in
         --seconds) [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || fail "--seconds needs a positive integer"
                    seconds=$2; shift 2 ;;
+        --jobs) [[ "${2:-}" =~ ^[1-9][0-9]{0,2}$ ]] || fail "--jobs needs a positive integer"
+                jobs=$2; shift 2 ;;
         --build-dir) need_value "$@"
                      dir=$(realpath -m -- "$2"); shift 2 ;; # the runs happen inside it
         cluster|plan|tokenizer|tokenizer_json|checkpoint|sidefiles|gguf|safetensors|hdf5|cmdline) harnesses+=("$1"); shift ;;
@@ -42,8 +46,9 @@ CC=clang cmake -S "$root" -B "$dir" -DMESHINFER_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWi
     cmake --build "$dir" -j2 --target $(printf 'fuzz_%s ' "${harnesses[@]}") >> "$dir/build.log" 2>&1 ||
     { fail_status=1; fail "build failed (see $dir/build.log)"; }
 export UBSAN_OPTIONS=print_stacktrace=1
-fail=0
-for h in "${harnesses[@]}"; do
+# one harness; its verdict line on stdout, status 1 on a finding
+fuzz_one() {
+    local h=$1 seeds opts rss
     mkdir -p "$dir/corpus/$h" "$root/fuzz/corpus/$h"
     seeds=() opts=(-max_len=65536 -timeout=10) rss=4096
     # libhdf5 is not ours and not instrumented: its own over-reads are
@@ -52,7 +57,7 @@ for h in "${harnesses[@]}"; do
     case "$h" in
         hdf5) mkdir -p "$dir/seeds/hdf5"
               MESHINFER_FUZZ_SEEDS="$dir/seeds/hdf5" "$dir/fuzz_hdf5" > /dev/null 2>&1 ||
-                  { echo "FAIL: hdf5: could not write the seed models"; fail=1; continue; }
+                  { echo "FAIL: hdf5: could not write the seed models"; return 1; }
               # a corrupt size makes libhdf5 ask malloc for gigabytes to terabytes:
               # return NULL at once, as a real allocator out of memory does (HDF5
               # then fails the open), instead of ASan's and libFuzzer's aborts on
@@ -70,7 +75,17 @@ for h in "${harnesses[@]}"; do
         echo "ok: $h: $(grep -o 'Done [0-9]* runs' "$dir/fuzz-$h.log" | tail -1) without a finding"
     else
         echo "FAIL: $h: $(grep -m1 -E 'ERROR: |runtime error|deadly signal' "$dir/fuzz-$h.log") (input: $(ls "$dir"/crash-"$h"-* 2>/dev/null | head -1))"
-        fail=1
+        return 1
     fi
+}
+fail=0
+# harnesses in parallel (--jobs), each verdict in a file, printed in order
+for ((i = 0; i < ${#harnesses[@]}; i += jobs)); do
+    pids=()
+    for h in "${harnesses[@]:i:jobs}"; do
+        fuzz_one "$h" > "$dir/verdict-$h" & pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || fail=1; done
+    for h in "${harnesses[@]:i:jobs}"; do cat "$dir/verdict-$h"; done
 done
 exit $fail

@@ -30,9 +30,13 @@ def _blocks(x):
 
 
 def _roundf(v):
-    """C's roundf on float32 values: nearest integer, halves away from zero (in float64: exact)."""
-    a = np.abs(v.astype(np.float64))
-    return np.copysign(np.floor(a + 0.5), v)
+    """C's roundf on float32 values: nearest integer, halves away from zero. rint (halves to even)
+    then the exact halves moved away from zero; all in float32, where v - trunc(v) is exact."""
+    r = np.rint(v)
+    t = np.trunc(v)
+    tie = np.abs(v - t) == np.float32(0.5)
+    r[tie] = t[tie] + np.sign(v[tie])
+    return r
 
 
 def quantize_q8_0(x):
