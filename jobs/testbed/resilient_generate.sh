@@ -103,9 +103,9 @@ slots() { awk '{n += $2} END {print n + 0}' "$work/hosts"; }
 # shellcheck disable=SC2034
 fail_status=1
 
-journaled() { # tokens in the journal so far (its whole "t TOKEN STATE" lines), and whether it is done
+journaled() { # tokens in the journal so far (its whole "t TOKEN STATE CHECK" lines), and whether it is done
     [[ -f "$journal" ]] || { echo 0 false; return; }
-    awk '/^t [0-9]+ [0-9a-f]+$/ {n++} /^done$/ {d = 1} END {print n + 0, d ? "true" : "false"}' "$journal"
+    awk '/^t [0-9]+ [0-9a-f]+ [0-9a-f]+$/ {n++} /^done$/ {d = 1} END {print n + 0, d ? "true" : "false"}' "$journal"
 }
 launches="[]"
 launch=0 failed_at=0 count=0
