@@ -17,10 +17,17 @@ args=("$@"); [[ "${1:-}" == "--coverage" ]] && args=("${@:2}")
 for ((i = 0; i < ${#args[@]}; i++)); do
     case "${args[i]}" in
         -R|-E|-L|-LE|-j|-I|--timeout|--repeat|--parallel|--tests-regex|--exclude-regex|--label-regex)
-            ((i + 1 < ${#args[@]})) || fail "${args[i]} needs a value"; i=$((i + 1)) ;;
+            need_value "${args[@]:i:2}"
+            case "${args[i]}" in
+                -j|--parallel) opt_int "${args[i]}" "${args[i + 1]}" 1 1024 ;;
+                --timeout) opt_int "${args[i]}" "${args[i + 1]}" 1 999999 ;;
+                --repeat) [[ ${args[i + 1]} =~ ^(until-fail|until-pass|after-timeout):[1-9][0-9]{0,5}$ ]] ||
+                              arg_fail "--repeat '${args[i + 1]}' is not MODE:N (until-fail, until-pass or after-timeout)" ;;
+            esac
+            i=$((i + 1)) ;;
         -j[0-9]*|-V|-VV|-N|--verbose|--extra-verbose|--show-only|--output-on-failure|--rerun-failed|\
         --stop-on-failure|--schedule-random|--progress|--repeat-until-fail=*|--timeout=*|--repeat=*) ;;
-        *) fail "unknown option '${args[i]}': give --coverage first, then ctest's -R REGEX, -E REGEX, -L LABEL, -j N, -V, -N, --rerun-failed, --output-on-failure, --stop-on-failure, --timeout S or --repeat MODE:N" ;;
+        *) arg_fail "unknown option '${args[i]}': give --coverage first, then ctest's -R REGEX, -E REGEX, -L LABEL, -j N, -V, -N, --rerun-failed, --output-on-failure, --stop-on-failure, --timeout S or --repeat MODE:N" ;;
     esac
 done
 if [[ "${1:-}" == "--coverage" ]]; then

@@ -59,6 +59,19 @@ char *mi_read_text_file(const char *path, const char *what, size_t max_bytes, si
  * empty ("PATH: text file is empty"). Returns NULL with err set. */
 char *mi_read_text_nonempty(const char *path, size_t *len, char *err);
 
+/* A 64-bit hash of p[0, n) going on from h (start with MI_HASH_SEED):
+ * 32 bytes a step in four lanes. It tells a file or a record
+ * that changed from the one hashed (an edit, another file), not one forged to
+ * match: it is no cryptographic hash. Words are read in the host's byte
+ * order, so hashes compare between hosts of one byte order. */
+#define MI_HASH_SEED 0x6a09e667f3bcc909ull
+uint64_t mi_hash64(const void *p, size_t n, uint64_t h);
+
+/* A file's size in bytes and mi_hash64 of its bytes (what identifies a model
+ * file whatever its path). Returns 0, or -1 with one line in err (not a
+ * readable regular file, a read error). */
+int mi_file_fingerprint(const char *path, uint64_t *bytes, uint64_t *hash, char *err);
+
 /* Allocation that aborts with a clear message (bytes, what) on failure. */
 void *mi_malloc(size_t bytes, const char *what);
 void *mi_calloc(size_t n, size_t size, const char *what);

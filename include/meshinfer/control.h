@@ -186,6 +186,8 @@ typedef struct {
     mi_runtime *rt;
     mi_tokenizer tok;       /* rank 0 */
     char *chat_template;    /* rank 0: the model file's chat template (model_file.h), or NULL */
+    const char *model_file; /* the model file loaded: the path given, or a GGUF file's or Hugging Face
+                               folder's converted copy in the model cache */
     double load_seconds;
     double plan_ms;
     mi_prediction pred;     /* rank 0: the cost model's view of the plan */
@@ -370,17 +372,26 @@ typedef struct {
     char model_name[64];    /* its config: a resumed run must load the same model */
     int n_layers, dim, hidden_dim, vocab_size;
     char dtypes[160];       /* mi_config_dtype_summary: a resumed run must compute with the same weights */
+    uint64_t model_bytes, model_hash; /* the model file's size and mi_hash64 of its bytes (common.h
+                               mi_file_fingerprint): a resumed run must load this very file */
     char *prompt;           /* the prompt text, as given */
-    int n_prompt, *prompt_ids; /* [n_prompt] its tokens, BOS first */
+    int chat;               /* --chat: the prompt is a user message in the model's chat template */
+    char *system, *chat_template; /* --chat's --system and --chat-template (NULL: not given) */
+    int n_prompt, *prompt_ids; /* [n_prompt] its tokens, BOS first: what the tokenizer makes of the prompt */
     long steps;             /* tokens asked for */
     double temperature, topp;
-    int top_k;              /* 0: off (and in journals written before top-k existed) */
+    int top_k;              /* 0: off */
     uint64_t seed;
     int ignore_eos;
     int n_out, *out;        /* [n_out] tokens generated so far */
     uint64_t rng;           /* the sampler's state after out[n_out - 1] was sampled */
     int done;               /* 1: the generation ended (steps reached, or BOS/EOS) */
     long valid_bytes;       /* journal_read: the bytes of its whole lines */
+    uint64_t check;         /* the last line's check value: each line's is mi_hash64 of its token and
+                               state going on from the line before's, the request's of its fields */
+    int edited_line;        /* journal_read: the first line whose check value is not that of its
+                               contents (0: none). Left to the caller to report after its own
+                               checks of the request, which name what was changed more exactly */
     /* the distributed options that went into the tokens (--planner, --wire-dtype, --prune-ffn, ...),
      * as given: n_options strings packed one after another, each NUL-terminated, options_len bytes */
     char *options;
@@ -391,19 +402,27 @@ typedef struct {
 } gen_journal;
 
 /* Start a journal at path: the request's line (written whole, synced,
- * renamed into place), then path open to append (j->fd). journal_append_open reopens an
+ * renamed into place; its check value set in j->check), then path open to
+ * append (j->fd). journal_append_open reopens an
  * existing one to go on, first cutting it to keep_bytes (the whole lines
- * journal_read found; -1: as it is). journal_token appends a token and the
- * sampler's state after it; journal_finish appends "done" and closes. With
+ * journal_read found; -1: as it is). journal_token appends a token, the
+ * sampler's state after it and the line's check value (from j->check, which
+ * it advances); journal_finish appends "done" and closes. With
  * j->sync each line is on disk (fdatasync) before they return. Each returns 0
  * or -1 with one line in err. */
 int journal_begin(const char *path, gen_journal *j, char *err);
 int journal_append_open(const char *path, gen_journal *j, long keep_bytes, char *err);
 int journal_token(gen_journal *j, int token, uint64_t rng, char *err);
 int journal_finish(gen_journal *j, char *err);
-/* Read a journal strictly (unknown or duplicate keys, fields out of range,
- * token ids past vocab_size, lines that are not token lines: one line in
- * err, -1); a torn last line is dropped. journal_free releases it. */
+/* Read a journal strictly, as the record of one run: unknown or duplicate
+ * keys, fields out of range, a version before 5 (no fingerprint or check
+ * values: to be rerun), a first sampler state not the seed's, token ids past
+ * vocab_size, lines that are not token lines, a sampler state that does not
+ * follow from the one before (mi_sampler_advance when sampled, unchanged when
+ * greedy): one line in err naming the journal's line, -1. A check value that
+ * does not match its line is not refused here but set in j->edited_line. A
+ * torn last line is dropped. What needs the model (its fingerprint, the
+ * prompt's tokens, end tokens) the caller checks. journal_free releases it. */
 int journal_read(const char *path, gen_journal *j, char *err);
 void journal_free(gen_journal *j);
 

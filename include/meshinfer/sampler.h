@@ -21,6 +21,13 @@ typedef struct {
 void mi_sampler_init(mi_sampler *s, int vocab_size, float temperature, float topp, uint64_t seed);
 void mi_sampler_free(mi_sampler *s);
 
+/* The sampler's state before any token for seed (mi_sampler_init's rng),
+ * and the state after one more draw from state. mi_sample draws exactly once
+ * per token when it samples (temperature > 0) and never when greedy: the
+ * states after each token of a run form a chain a journal is checked by. */
+uint64_t mi_sampler_first_state(uint64_t seed);
+uint64_t mi_sampler_advance(uint64_t state);
+
 /* Pick a token id from logits[vocab_size] (modified in place when sampling).
  * With top_k > 0 and temperature > 0: the top_k best logits in the
  * candidate order below, softmax(logit / temperature) over those alone (in

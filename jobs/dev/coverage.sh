@@ -24,9 +24,7 @@ dir="$root/build-coverage" min=70 report_only=0
 while (($#)); do
     case "$1" in
         --build-dir) need_value "$@"; dir=$2; shift 2 ;;
-        --min-command) [[ "${2:-}" =~ ^([0-9]{1,2}(\.[0-9]+)?|100)$ ]] ||
-                           fail "--min-command needs a percentage from 0 to 100"
-                       min=$2; shift 2 ;;
+        --min-command) need_value "$@"; opt_pct "$1" "$2"; min=$2; shift 2 ;;
         --report-only) report_only=1; shift ;;
         *) bad_option "$1" ;;
     esac

@@ -26,10 +26,8 @@ fail_status=2
 dir="$root/build-fuzz" seconds=60 jobs=1 harnesses=()
 while (($#)); do
     case "$1" in
-        --seconds) [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || fail "--seconds needs a positive integer"
-                   seconds=$2; shift 2 ;;
-        --jobs) [[ "${2:-}" =~ ^[1-9][0-9]{0,2}$ ]] || fail "--jobs needs a positive integer"
-                jobs=$2; shift 2 ;;
+        --seconds) need_value "$@"; opt_int "$1" "$2" 1 999999999; seconds=$2; shift 2 ;;
+        --jobs) need_value "$@"; opt_int "$1" "$2" 1 64; jobs=$2; shift 2 ;;
         --build-dir) need_value "$@"
                      dir=$(realpath -m -- "$2"); shift 2 ;; # the runs happen inside it
         cluster|plan|tokenizer|tokenizer_json|checkpoint|sidefiles|gguf|safetensors|hdf5|cmdline) harnesses+=("$1"); shift ;;

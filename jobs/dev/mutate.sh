@@ -18,7 +18,7 @@ while (($#)); do
     case "$1" in
         --out|--only) need_value "$@" ;;&
         --out) out=$2; shift 2 ;;
-        --only) only=",$2,"; shift 2 ;;
+        --only) opt_ints "$1" "$2" 1 9999; only=",${2// /,},"; shift 2 ;;
         *) bad_option "$1" ;;
     esac
 done

@@ -26,8 +26,7 @@ model="$root/models/cache/stories15M.h5"
 while (($#)); do
     case "$1" in
         --build-dir) need_value "$@"; dir=$2; shift 2 ;;
-        --soak) [[ "${2:-}" =~ ^[0-9]+$ ]] || fail "--soak needs a whole number"
-                soak=$2; shift 2 ;;
+        --soak) need_value "$@"; opt_int "$1" "$2" 0 1000000; soak=$2; shift 2 ;;
         -*) bad_option "$1" ;;
         *) model=$1; shift ;;
     esac

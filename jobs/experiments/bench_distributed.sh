@@ -37,16 +37,19 @@ while (($#)); do
         *) bad_option "$1" ;;
     esac
 done
-case "$wire" in fp32|fp16|q8_0) ;; *) fail "--wire-dtype '$wire' is not fp32, fp16 or q8_0" ;; esac
-for n in $ranks; do [[ $n =~ ^[1-9][0-9]*$ ]] || fail "--ranks: '$n' is not a positive rank count"; done
+case "$wire" in fp32|fp16|q8_0) ;; *) arg_fail "--wire-dtype '$wire' is not fp32, fp16 or q8_0" ;; esac
+opt_ints --ranks "$ranks" 1 256
+ranks=${ranks//,/ }
+[[ -n $planners ]] || arg_fail "--planners is an empty list"
 for p in $planners; do
-    [[ $p =~ ^(layerwise|roundrobin|random|greedy|tp)$ ]] || fail "--planners: unknown planner '$p' (layerwise roundrobin random greedy tp)"
+    [[ $p =~ ^(layerwise|roundrobin|random|greedy|tp)$ ]] || arg_fail "--planners: unknown planner '$p' (layerwise roundrobin random greedy tp)"
 done
-[[ -n $ranks && -n $planners ]] || fail "an empty --ranks or --planners"
-[[ $steps =~ ^[1-9][0-9]*$ ]] || fail "--steps '$steps' is not a positive number"
-[[ $repeat =~ ^[1-9][0-9]*$ ]] || fail "--repeat '$repeat' is not a positive number"
+opt_int --steps "$steps" 1 1000000
+opt_int --repeat "$repeat" 1 1000000
+# (the default model is written on first use; one named must be a file)
+[[ $model == "$root/models/cache/tinyllama-synth.h5" ]] || opt_file --model "$model"
 [[ -n "$name" ]] || name="$(basename "$model" .h5)-$wire"
-[[ "$name" =~ ^[A-Za-z0-9._-]+$ ]] || fail "--name '$name' may hold letters, digits, '.', '_', '-'"
+[[ "$name" =~ ^[A-Za-z0-9._][A-Za-z0-9._-]*$ ]] || arg_fail "--name '$name' may hold letters, digits, '.', '_', '-' (not first)"
 meshinfer_bin
 if [[ ! -f "$model" ]]; then
     [[ "$model" == "$root/models/cache/tinyllama-synth.h5" ]] ||

@@ -56,29 +56,25 @@ set -euo pipefail
 py=/usr/bin/python3
 llamacpp="" dllama="" rounds=5 gen=64 conv_rounds=3 n_check=16 seed=1 port=9998
 out="$root/results/gguf" work="$root/models/cache/bench"
-posint() { [[ $2 =~ ^[0-9]+$ ]] || fail "$1 needs a whole number (got '$2')"; }
 while (($#)); do
     need_value "$@"
     case "$1" in
         --llamacpp) llamacpp=$2 ;;
         --dllama) dllama=$2 ;;
-        --rounds) posint "$1" "$2"; rounds=$2 ;;
-        --gen) posint "$1" "$2"; gen=$2 ;;
-        --convert-rounds) posint "$1" "$2"; conv_rounds=$2 ;;
-        --check-tokens) posint "$1" "$2"; n_check=$2 ;;
-        --seed) posint "$1" "$2"; seed=$2 ;;
+        --rounds) opt_int "$1" "$2" 1 1000; rounds=$2 ;;
+        --gen) opt_int "$1" "$2" 8 1024; gen=$2 ;;
+        --convert-rounds) opt_int "$1" "$2" 1 1000; conv_rounds=$2 ;;
+        --check-tokens) opt_int "$1" "$2" 4 128; n_check=$2 ;;
+        --seed) opt_int "$1" "$2" 0 999999999; seed=$2 ;;
         --out) out=$2 ;;
         --work) work=$2 ;;
-        --port) posint "$1" "$2"; port=$2 ;;
+        --port) opt_port "$1" "$2"; port=$2 ;;
         *) bad_option "$1" ;;
     esac
     shift 2
 done
-[[ -n $llamacpp ]] || fail "give --llamacpp DIR, a built llama.cpp checkout (see --help)"
-((rounds >= 1)) || fail "--rounds must be at least 1"
-((gen >= 8 && gen <= 1024)) || fail "--gen must be 8..1024"
-((n_check >= 4 && n_check <= 128)) || fail "--check-tokens must be 4..128"
-llamacpp="$(cd "$llamacpp" 2>/dev/null && pwd)" || fail "--llamacpp: no such folder"
+[[ -n $llamacpp ]] || arg_fail "give --llamacpp DIR, a built llama.cpp checkout (see --help)"
+llamacpp="$(cd "$llamacpp" 2>/dev/null && pwd)" || arg_fail "--llamacpp: no such folder"
 lbin="$llamacpp/build/bin"
 for f in "$lbin/llama-bench" "$lbin/llama-quantize"; do
     [[ -x $f ]] || fail "--llamacpp $llamacpp has no $f (build llama-bench and llama-quantize)"
@@ -86,7 +82,7 @@ done
 [[ -f $llamacpp/include/llama.h && -f $lbin/libllama.so ]] ||
     fail "--llamacpp $llamacpp has no include/llama.h and build/bin/libllama.so (a shared-library build)"
 if [[ -n $dllama ]]; then
-    dllama="$(cd "$dllama" 2>/dev/null && pwd)" || fail "--dllama: no such folder"
+    dllama="$(cd "$dllama" 2>/dev/null && pwd)" || arg_fail "--dllama: no such folder"
     [[ -f $dllama/Makefile && -f $dllama/src/dllama.cpp ]] ||
         fail "--dllama $dllama has no Makefile and src/dllama.cpp (a distributed-llama checkout?)"
 fi

@@ -57,32 +57,28 @@ py=/usr/bin/python3
 llama2c="" dllama="" rounds=5 steps=256 tl_rounds=3 tl_steps=44 port=9998
 out="$root/results/reference" work="$root/.cache/bench_reference"
 log() { echo "bench_reference: $*" >&2; }
-posint() { [[ $2 =~ ^[0-9]+$ ]] || fail "$1 needs a whole number (got '$2')"; }
 while (($#)); do
-    (($# >= 2)) || [[ $1 == -h || $1 == --help ]] || fail "option '$1' needs a value (see --help)"
+    need_value "$@"
     case "$1" in
         --llama2c) llama2c=$2; shift 2 ;;
         --dllama) dllama=$2; shift 2 ;;
-        --rounds) posint "$1" "$2"; rounds=$2; shift 2 ;;
-        --steps) posint "$1" "$2"; steps=$2; shift 2 ;;
-        --tinyllama-rounds) posint "$1" "$2"; tl_rounds=$2; shift 2 ;;
-        --tinyllama-steps) posint "$1" "$2"; tl_steps=$2; shift 2 ;;
+        --rounds) opt_int "$1" "$2" 1 1000; rounds=$2; shift 2 ;;
+        --steps) opt_int "$1" "$2" 16 256; steps=$2; shift 2 ;; # (stories15M's context)
+        --tinyllama-rounds) opt_int "$1" "$2" 0 1000; tl_rounds=$2; shift 2 ;;
+        --tinyllama-steps) opt_int "$1" "$2" 16 2048; tl_steps=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         --work) work=$2; shift 2 ;;
-        --port) posint "$1" "$2"; port=$2; shift 2 ;;
+        --port) opt_port "$1" "$2"; port=$2; shift 2 ;;
         *) bad_option "$1" ;;
     esac
 done
-[[ -n $llama2c || -n $dllama ]] || fail "give --llama2c DIR and/or --dllama DIR (see --help)"
-((rounds >= 1)) || fail "--rounds must be at least 1"
-((steps >= 16 && steps <= 256)) || fail "--steps must be 16..256 (stories15M's context)"
-((tl_steps >= 16 && tl_steps <= 2048)) || fail "--tinyllama-steps must be 16..2048"
+[[ -n $llama2c || -n $dllama ]] || arg_fail "give --llama2c DIR and/or --dllama DIR (see --help)"
 if [[ -n $llama2c ]]; then
-    llama2c="$(cd "$llama2c" 2>/dev/null && pwd)" || fail "--llama2c: no such folder"
+    llama2c="$(cd "$llama2c" 2>/dev/null && pwd)" || arg_fail "--llama2c: no such folder"
     [[ -f $llama2c/run.c ]] || fail "--llama2c $llama2c has no run.c (a llama2.c checkout?)"
 fi
 if [[ -n $dllama ]]; then
-    dllama="$(cd "$dllama" 2>/dev/null && pwd)" || fail "--dllama: no such folder"
+    dllama="$(cd "$dllama" 2>/dev/null && pwd)" || arg_fail "--dllama: no such folder"
     [[ -f $dllama/Makefile && -f $dllama/src/dllama.cpp ]] ||
         fail "--dllama $dllama has no Makefile and src/dllama.cpp (a distributed-llama checkout?)"
 fi

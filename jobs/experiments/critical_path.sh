@@ -27,11 +27,14 @@ while (($#)); do
         *) bad_option "$1" ;;
     esac
 done
-[[ $ranks =~ ^[2-9]$ ]] || fail "--ranks '$ranks' must be 2..9"
-[[ $steps =~ ^[1-9][0-9]*$ ]] || fail "--steps '$steps' is not a positive integer"
-[[ $delays =~ ^[0-9]+(\.[0-9]+)?,[0-9]+(\.[0-9]+)?$ ]] || fail "--delays '$delays' is not D1,D2 in ms"
+opt_int --ranks "$ranks" 2 9
+opt_int --cpu-pct "$cpu" 1 100
+opt_int --steps "$steps" 1 1000000
+[[ $delays =~ ^[0-9]+(\.[0-9]+)?,[0-9]+(\.[0-9]+)?$ ]] || arg_fail "--delays '$delays' is not D1,D2 in ms"
 d1=${delays%,*} d2=${delays#*,}
-awk "BEGIN {exit !($d2 > $d1)}" || fail "--delays: D2 must be larger than D1"
+opt_num --delays "$d1" 0 60000
+opt_num --delays "$d2" 0 60000
+awk "BEGIN {exit !($d2 > $d1)}" || arg_fail "--delays: D2 must be larger than D1"
 real_model
 out_dir "$out"
 csv="$out/critical_path.csv.partial"

@@ -31,6 +31,7 @@ while (($#)); do
         *) bad_option "$1" ;;
     esac
 done
+[[ -z $model ]] || opt_file --model "$model"
 meshinfer_bin
 real_model
 out_dir "$out"

@@ -35,7 +35,7 @@ while (($#)); do
         *) bad_option "$1" ;;
     esac
 done
-case "$scenario" in link|link-mild|device|all) ;; *) fail "--scenario: '$scenario' is not link, link-mild, device or all" ;; esac
+case "$scenario" in link|link-mild|device|all) ;; *) arg_fail "--scenario: '$scenario' is not link, link-mild, device or all" ;; esac
 command -v gnuplot >/dev/null || fail "gnuplot is not installed (apt-get install gnuplot-nox)"
 meshinfer_bin
 # the job's own copy: a rebuild while it runs must not change the binary under it

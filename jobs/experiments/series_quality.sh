@@ -24,19 +24,19 @@ set -euo pipefail
 . "$(dirname "$0")/../lib/common.sh"
 out="$root/results/series" datasets="sensor_mote3 seattle_hourly sp500" D=4 seeds=2 epochs=3 stage_epochs=1
 max_samples=3000 ratios="0.5 0.9" dropout=0.1 only=""
-int() { [[ $2 =~ ^[1-9][0-9]*$ ]] || fail "$1 needs a positive integer, not '$2'"; }
 while (($#)); do
     need_value "$@"
     case "$1" in
         --datasets) datasets=$2 ;;
-        --devices) int "$1" "$2"; D=$2 ;;
-        --seeds) int "$1" "$2"; seeds=$2 ;;
-        --epochs) int "$1" "$2"; epochs=$2 ;;
-        --stage-epochs) int "$1" "$2"; stage_epochs=$2 ;;
-        --max-samples) int "$1" "$2"; max_samples=$2 ;;
-        --ratios) ratios=$2 ;;
-        --dropout) [[ $2 =~ ^0?[.][0-9]+$ ]] || fail "--dropout needs a probability in (0, 1)"; dropout=$2 ;;
-        --only) [[ $2 == pruning || $2 == loss ]] || fail "--only takes pruning or loss"; only=$2 ;;
+        --devices) opt_int "$1" "$2" 1 256; D=$2 ;;
+        --seeds) opt_int "$1" "$2" 1 1000; seeds=$2 ;;
+        --epochs) opt_int "$1" "$2" 1 100000; epochs=$2 ;;
+        --stage-epochs) opt_int "$1" "$2" 1 100000; stage_epochs=$2 ;;
+        --max-samples) opt_int "$1" "$2" 1 100000000; max_samples=$2 ;;
+        --ratios) opt_nums "$1" "$2" 0 0.999999; ratios=${2//,/ } ;;
+        --dropout) [[ $2 =~ ^0?[.][0-9]+$ ]] && opt_num "$1" "$2" 0.000001 0.999999 ||
+                       arg_fail "--dropout '$2' is not a probability in (0, 1)"; dropout=$2 ;;
+        --only) [[ $2 == pruning || $2 == loss ]] || arg_fail "--only takes pruning or loss"; only=$2 ;;
         --out) out=$2 ;;
         *) bad_option "$1" ;;
     esac

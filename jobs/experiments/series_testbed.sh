@@ -20,23 +20,23 @@
 set -euo pipefail
 . "$(dirname "$0")/../lib/common.sh"
 out="$root/results/series" model="" slowdown=50 cpu=25 rate=1 delay=2 devices="4 8 16" windows=4 wire=q8_0
-num() { [[ $2 =~ ^[0-9]+([.][0-9]+)?$ ]] || fail "$1 needs a number, not '$2'"; }
 while (($#)); do
     need_value "$@"
     case "$1" in
         --out) out=$2 ;;
         --model) model=$2 ;;
-        --slowdown) num "$1" "$2"; slowdown=$2 ;;
-        --cpu-pct) num "$1" "$2"; cpu=$2 ;;
-        --rate-mbit) num "$1" "$2"; rate=$2 ;;
-        --delay-ms) num "$1" "$2"; delay=$2 ;;
-        --devices) devices=$2 ;;
-        --windows) num "$1" "$2"; windows=$2 ;;
-        --wire-dtype) wire=$2 ;;
+        --slowdown) opt_num "$1" "$2" 1 1000; slowdown=$2 ;; # (the testbed's ranges)
+        --cpu-pct) opt_int "$1" "$2" 1 100; cpu=$2 ;;
+        --rate-mbit) opt_num "$1" "$2" 0 1000000; rate=$2 ;;
+        --delay-ms) opt_num "$1" "$2" 0 60000; delay=$2 ;;
+        --devices) opt_ints "$1" "$2" 1 256; devices=${2//,/ } ;;
+        --windows) opt_int "$1" "$2" 1 1000000; windows=$2 ;;
+        --wire-dtype) [[ $2 =~ ^(fp32|fp16|q8_0)$ ]] || arg_fail "--wire-dtype '$2' is not fp32, fp16 or q8_0"; wire=$2 ;;
         *) bad_option "$1" ;;
     esac
     shift 2
 done
+[[ -z $model ]] || opt_file --model "$model"
 ((EUID == 0)) || fail "the testbed needs root (cgroups, iptables)"
 meshinfer_bin
 command -v gnuplot > /dev/null || fail "gnuplot is not installed (apt-get install gnuplot-nox)"

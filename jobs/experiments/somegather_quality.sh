@@ -38,8 +38,9 @@ while (($#)); do
         *) bad_option "$1" ;;
     esac
 done
-[[ $ranks =~ ^[1-9][0-9]*$ ]] || fail "--ranks '$ranks' is not a positive integer"
-[[ $seeds =~ ^[1-9][0-9]*$ ]] || fail "--seeds '$seeds' is not a positive integer"
+opt_int --ranks "$ranks" 1 256
+opt_int --seeds "$seeds" 1 1000
+[[ -z $model ]] || opt_file --model "$model"
 meshinfer_bin
 real_model
 moby="$root/models/cache/moby-dick.txt"

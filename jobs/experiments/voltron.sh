@@ -29,7 +29,7 @@ while (($#)); do
         --quick) quick=1; shift ;;
         --replot) replot=1; shift ;;
         --out) need_value "$@"; out=$2; shift 2 ;;
-        --steps) (($# >= 2)) && [[ $2 =~ ^[1-9][0-9]*$ ]] || fail "--steps needs a positive integer"; steps=$2; shift 2 ;;
+        --steps) need_value "$@"; opt_int "$1" "$2" 1 1000000; steps=$2; shift 2 ;;
         *) bad_option "$1" ;;
     esac
 done

@@ -7,8 +7,18 @@
 #   fail MSG          one line "ME: error: MSG" on stderr, exit $fail_status (default 1)
 #   say MSG           one line "ME: MSG" on stderr
 #   need_value "$@"   in an option loop, before `x=$2; shift 2`: an option given
-#                     without its value is one error line, not bash's own
+#                     without its value (none, or the next option) is one error
+#                     line, not bash's own
 #   bad_option OPT    the error for an unknown option
+#   Option values, checked right after the loop, before any work (each refusal
+#   one line naming the option, exit 2 whatever fail_status is):
+#   opt_int OPT V LO HI     V a whole number in [LO, HI]
+#   opt_num OPT V LO HI     V a decimal number (digits, maybe a fraction) in [LO, HI]
+#   opt_port OPT V [SPAN]   V a TCP port, 1-65535, with SPAN more above it (default 0)
+#   opt_pct OPT V [LO]      V a percentage, a number in [LO, 100] (LO default 0)
+#   opt_ints / opt_nums OPT LIST LO HI   each of a space- or comma-separated list
+#   opt_file OPT V          V an existing readable regular file (not a directory)
+#   arg_fail MSG            the same refusal for a script's own checks
 #   usage             print the header comment
 #   meshinfer_bin     set and export `bin` (MESHINFER_BIN, else build/meshinfer,
 #                     built by jobs/dev/build.sh only when it is missing)
@@ -34,8 +44,46 @@ fail_status=1
 usage() { awk 'NR > 1 && /^#SBATCH/ {exit} NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; }
 fail() { echo "$me: error: $*" >&2; exit "$fail_status"; }
 say() { echo "$me: $*" >&2; }
-need_value() { (($# >= 2)) || fail "$1 needs a value (see --help)"; }
-bad_option() { fail "unknown option '$1' (see --help)"; }
+# a wrong command line exits 2 (as getopt-style tools do), what fails later fail_status
+arg_fail() { echo "$me: error: $*" >&2; exit 2; }
+need_value() {
+    (($# >= 2)) || arg_fail "$1 needs a value (see --help)"
+    [[ $2 != --* ]] || arg_fail "$1 needs a value, not the option '$2' (see --help)"
+}
+bad_option() { arg_fail "unknown option '$1' (see --help)"; }
+# (no leading zeros: bash's arithmetic would read 08 as octal; at most 9 digits: it never overflows)
+opt_int() {
+    [[ $2 =~ ^(0|[1-9][0-9]{0,8})$ ]] && (($2 >= $3 && $2 <= $4)) ||
+        arg_fail "$1 '$2' is not a whole number from $3 to $4"
+}
+opt_num() {
+    [[ $2 =~ ^[0-9]{1,9}([.][0-9]+)?$ ]] && awk -v v="$2" -v lo="$3" -v hi="$4" 'BEGIN {exit !(v + 0 >= lo && v + 0 <= hi)}' ||
+        arg_fail "$1 '$2' is not a number from $3 to $4"
+}
+opt_port() {
+    local span=${3:-0}
+    [[ $2 =~ ^[1-9][0-9]{0,8}$ ]] && (($2 + span <= 65535)) && return 0
+    ((span)) && arg_fail "$1 '$2' is not a TCP port from 1 to $((65535 - span)) (the $((span + 1)) ports from it must be at most 65535)"
+    arg_fail "$1 '$2' is not a TCP port from 1 to 65535"
+}
+opt_pct() { opt_num "$1" "$2" "${3:-0}" 100; }
+opt_ints() {
+    local v vs
+    read -r -a vs <<< "${2//,/ }"
+    ((${#vs[@]})) || arg_fail "$1 is an empty list"
+    for v in "${vs[@]}"; do opt_int "$1" "$v" "$3" "$4"; done
+}
+opt_nums() {
+    local v vs
+    read -r -a vs <<< "${2//,/ }"
+    ((${#vs[@]})) || arg_fail "$1 is an empty list"
+    for v in "${vs[@]}"; do opt_num "$1" "$v" "$3" "$4"; done
+}
+opt_file() {
+    [[ -n $2 ]] || arg_fail "$1: the path is empty"
+    [[ ! -d $2 ]] || arg_fail "$1 '$2' is a directory, not a file"
+    [[ -f $2 && -r $2 ]] || arg_fail "$1 '$2' is not a readable file"
+}
 # (the caller's arguments are still "$@" while it sources this file)
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then usage; exit 0; fi
 

@@ -11,8 +11,10 @@
 //
 // The rules are meshinfer's (src/plan/cluster.c, which documents the keys): a file
 // one accepts the other accepts too, and the testbed never refuses what the planners
-// read. JSON numbers as there: finite, non-negative, at most 1e9, and 0 or at least
-// 1e-6 (a denormal delay is no delay anyone meant).
+// read -- but for one rule of its own: device names are host names here (a
+// --hostfile places ranks by them), so two devices may not share one (meshinfer
+// only prints them). JSON numbers as there: finite, non-negative, at most 1e9,
+// and 0 or at least 1e-6 (a denormal delay is no delay anyone meant).
 'use strict';
 const fs = require('fs');
 
@@ -44,6 +46,7 @@ function devices(path) {
     // [min, max, default]; the general number rule applies first
     const keys = {cpu_pct: [1, 100, 100], slowdown: [1, 1000, 1], delay_ms: [0, 10000, 0], jitter_ms: [0, 10000, 0],
                   loss_pct: [0, 100, 0], rate_mbit: [0, 100000, 0]};
+    const seen = new Map(); // name -> the first device with it
     return j.devices.map((d, i) => {
         const where = `cluster file ${path}: devices[${i}]`;
         if (!d || typeof d !== 'object' || Array.isArray(d)) fail(`${where} must be an object`);
@@ -51,6 +54,9 @@ function devices(path) {
         if (typeof name !== 'string' || !name || Buffer.byteLength(name) > 63)
             fail(`${where}.name must be a string of 1 to 63 bytes`);
         if (/[\x00-\x1f\x7f]/.test(name)) fail(`${where}.name contains a control character`);
+        if (seen.has(name))
+            fail(`${where}.name '${name}' is also devices[${seen.get(name)}]'s: every device is a host of its own and needs its own name`);
+        seen.set(name, i);
         const e = d.emulate === undefined ? {} : d.emulate;
         if (!e || typeof e !== 'object' || Array.isArray(e)) fail(`${where}.emulate must be an object`);
         for (const k of Object.keys(e))

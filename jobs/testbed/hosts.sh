@@ -65,15 +65,16 @@ cluster="" ranks="" userhf="" btlif="" oobif="" mcacheck=1 timeout=0 launcher=0 
 fail_status=2
 while (($#)); do
     case "$1" in
-        --cluster) (($# >= 2)) || fail "--cluster needs a file"; cluster=$2; shift 2 ;;
-        --ranks) (($# >= 2)) || fail "--ranks needs a number"; ranks=$2; shift 2 ;;
-        --hostfile) (($# >= 2)) || fail "--hostfile needs a file"; userhf=$2; shift 2 ;;
-        --btl-if) [[ -n ${2:-} ]] || fail "--btl-if needs a value (interface names or A.B.C.D/N subnets)"; btlif=$2; shift 2 ;;
-        --oob-if) [[ -n ${2:-} ]] || fail "--oob-if needs a value (interface names or A.B.C.D/N subnets)"; oobif=$2; shift 2 ;;
-        --mca-check) [[ ${2:-} == off ]] || fail "--mca-check takes 'off'"; mcacheck=0; shift 2 ;;
-        --timeout) (($# >= 2)) || fail "--timeout needs seconds"; timeout=$2; shift 2 ;;
+        --cluster|--ranks|--hostfile|--btl-if|--oob-if|--mca-check|--timeout|--stats) need_value "$@" ;;&
+        --cluster) cluster=$2; shift 2 ;;
+        --ranks) opt_int "$1" "$2" 1 200; ranks=$2; shift 2 ;; # (hosts_cluster.js: at most 200 hosts)
+        --hostfile) userhf=$2; shift 2 ;;
+        --btl-if) [[ -n $2 ]] || arg_fail "--btl-if needs a value (interface names or A.B.C.D/N subnets)"; btlif=$2; shift 2 ;;
+        --oob-if) [[ -n $2 ]] || arg_fail "--oob-if needs a value (interface names or A.B.C.D/N subnets)"; oobif=$2; shift 2 ;;
+        --mca-check) [[ $2 == off ]] || arg_fail "--mca-check takes 'off'"; mcacheck=0; shift 2 ;;
+        --timeout) opt_int "$1" "$2" 0 9999999; timeout=$2; shift 2 ;;
         --launcher) launcher=1; shift ;;
-        --stats) [[ -n ${2:-} ]] || fail "--stats needs a file"; stats=$2; shift 2 ;;
+        --stats) [[ -n $2 ]] || arg_fail "--stats needs a file"; stats=$2; shift 2 ;;
         --quiet) quiet=1; shift ;;
         -h|--help) usage; exit 0 ;;
         --) shift; break ;;
@@ -81,9 +82,9 @@ while (($#)); do
     esac
 done
 [[ -n $cluster ]] || fail "give the cluster file: --cluster FILE (see --help)"
+opt_file --cluster "$cluster"
+[[ -z $userhf ]] || opt_file --hostfile "$userhf"
 (($#)) || fail "give the meshinfer command after -- (see --help)"
-[[ -z $ranks || $ranks =~ ^[1-9][0-9]{0,2}$ ]] || fail "--ranks '$ranks' is not a number of ranks from 1 to 999"
-[[ $timeout =~ ^(0|[1-9][0-9]{0,6})$ ]] || fail "--timeout '$timeout' is not a whole number of seconds (0: none; at most 9999999)"
 for v in "btl-if=$btlif" "oob-if=$oobif"; do
     IFS=, read -r -a parts <<< "${v#*=}"
     for w in "${parts[@]}"; do
@@ -95,6 +96,16 @@ if ((launcher)); then
     if [[ $1 == */* ]]; then [[ -f $1 && -x $1 ]] || fail "--launcher: '$1' is not an executable file"
     else [[ -n $(type -P "$1" 2>/dev/null) ]] || fail "--launcher: '$1' is not a command on PATH"; fi
 fi
+if [[ -n $stats ]]; then
+    [[ -d $(dirname "$stats") ]] || fail "--stats: folder $(dirname "$stats") does not exist"
+    [[ ! -d $stats ]] || fail "--stats: '$stats' is a folder; give a file name"
+    # a file of our own there, not the .partial name (which could be someone's file)
+    probe=$(mktemp "$(dirname "$stats")/.hosts-stats.XXXXXX" 2> /dev/null) && rm -f "$probe" ||
+        fail "--stats: cannot write in $(dirname "$stats") (the file is written whole there, then renamed)"
+    for input in "$cluster" "$userhf"; do
+        [[ -n $input && $(realpath -m "$stats") == $(realpath -m "$input") ]] && fail "--stats $stats is an input of the run; give another file"
+    done
+fi
 command -v node > /dev/null || fail "needs node (Node.js) to read the cluster file"
 hostsdef=$(node "$root/jobs/lib/hosts_cluster.js" "$cluster") || exit 2
 mapfile -t lines <<< "$hostsdef"
@@ -102,7 +113,6 @@ n_dev=${#lines[@]}
 # --hostfile: lines "NAME [slots=N]", checked now; hf_dev/hf_slots hold them
 hf_dev=() hf_slots=() hf_total=0
 if [[ -n $userhf ]]; then
-    [[ -r $userhf && -f $userhf ]] || fail "--hostfile $userhf: cannot read it"
     devnames=()
     for l in "${lines[@]}"; do read -r _ _ _ _ _ _ nm <<< "$l"; devnames+=("$nm"); done
     ln=0
@@ -157,16 +167,6 @@ netem_bin
 cgroot=/sys/fs/cgroup/cpu acctroot=/sys/fs/cgroup/cpuacct
 [[ -w $cgroot && -w $acctroot ]] ||
     { fail_status=1; fail "$cgroot or $acctroot (cgroup v1 cpu and cpuacct controllers) is not writable"; }
-if [[ -n $stats ]]; then
-    [[ -d $(dirname "$stats") ]] || fail "--stats: folder $(dirname "$stats") does not exist"
-    [[ ! -d $stats ]] || fail "--stats: '$stats' is a folder; give a file name"
-    # a file of our own there, not the .partial name (which could be someone's file)
-    probe=$(mktemp "$(dirname "$stats")/.hosts-stats.XXXXXX" 2> /dev/null) && rm -f "$probe" ||
-        fail "--stats: cannot write in $(dirname "$stats") (the file is written whole there, then renamed)"
-    for input in "$cluster" "$userhf"; do
-        [[ -n $input && $(realpath -m "$stats") == $(realpath -m "$input") ]] && fail "--stats $stats is an input of the run; give another file"
-    done
-fi
 ip netns list > /dev/null 2>&1 || { fail_status=1; fail "this kernel or container cannot make network namespaces (ip netns)"; }
 
 statedir=/run/meshinfer-hosts

@@ -25,11 +25,12 @@ while (($#)); do
         *) bad_option "$1" ;;
     esac
 done
-for v in "ranks=$ranks" "tokens=$tokens" "repeat=$repeat"; do
-    [[ ${v#*=} =~ ^[1-9][0-9]{0,3}$ ]] || fail "--${v%%=*} '${v#*=}' is not a positive number"
-done
-((ranks >= 2 && ranks <= 16)) || fail "--ranks $ranks: use 2 to 16"
-[[ -z $model ]] || check_model "$model"
+opt_int --ranks "$ranks" 2 16
+opt_int --tokens "$tokens" 1 9999
+opt_int --repeat "$repeat" 1 9999
+[[ $planner =~ ^(layerwise|roundrobin|random|greedy|tp|somegather|hybrid|auto)$ ]] ||
+    arg_fail "--planner '$planner' is not one of layerwise roundrobin random greedy tp somegather hybrid auto"
+[[ -z $model ]] || opt_file --model "$model"
 [[ $(id -u) -eq 0 ]] || fail "needs root (the hosts path makes network namespaces)"
 meshinfer_bin
 real_model

@@ -27,6 +27,8 @@
 #   launch on the emulated devices and links
 set -euo pipefail
 . "$(dirname "$0")/../lib/common.sh"
+# shellcheck disable=SC2034 # (read by fail in common.sh)
+fail_status=2 # (until the first launch: what is refused before it is the command line)
 hostfile="" np=0 journal="" json="" max_launches=8
 first=() every=()
 while (($#)); do
@@ -40,21 +42,21 @@ while (($#)); do
         --max-launches) max_launches=$2; shift 2 ;;
         --model) every+=(-m "$2"); shift 2 ;;
         --prompt) first+=(-p "$2"); shift 2 ;;
-        --steps) first+=(-n "$2"); shift 2 ;;
-        --temperature) first+=(-t "$2"); shift 2 ;;
-        --top-p) first+=(--top-p "$2"); shift 2 ;;
-        --seed) first+=(-s "$2"); shift 2 ;;
+        --steps) opt_int "$1" "$2" 1 1048576; first+=(-n "$2"); shift 2 ;;
+        --temperature) opt_num "$1" "$2" 0 100; first+=(-t "$2"); shift 2 ;;
+        --top-p) opt_num "$1" "$2" 0.000001 1; first+=(--top-p "$2"); shift 2 ;;
+        --seed) [[ $2 =~ ^[0-9]{1,20}$ ]] || arg_fail "--seed '$2' is not a whole number from 0 to 2^64-1"
+                first+=(-s "$2"); shift 2 ;;
         --ignore-eos) first+=(--ignore-eos); shift ;;
         --) shift; every+=("$@"); break ;;
         *) bad_option "$1" ;;
     esac
 done
-[[ -n "$hostfile" ]] || fail "--hostfile is required (see --help)"
-[[ -f "$hostfile" ]] || fail "hostfile '$hostfile' not found"
-[[ $np =~ ^[0-9]{1,5}$ ]] || fail "--np '$np' is not a whole number"
-np=$((10#$np))
-[[ $max_launches =~ ^[1-9][0-9]*$ ]] || fail "--max-launches '$max_launches' is not a positive number"
-meshinfer_bin
+[[ -n "$hostfile" ]] || arg_fail "--hostfile is required (see --help)"
+opt_file --hostfile "$hostfile"
+opt_int --np "$np" 0 256 # (0: every slot of the hostfile)
+opt_int --max-launches "$max_launches" 1 1000
+for ((i = 0; i < ${#every[@]}; i++)); do [[ ${every[$i]} == -m ]] && opt_file --model "${every[$((i + 1))]}"; done
 
 # outputs are checked before anything runs, as meshinfer checks its own: not a directory, in a
 # directory that exists and can be written, and never one of the inputs (by device and inode, so
@@ -71,7 +73,7 @@ check_output() { # WHAT PATH
     if [[ -e "$p" ]]; then
         local id
         id=$(stat -L -c %d:%i -- "$p")
-        for input in "$hostfile" "$model_arg" "$bin"; do
+        for input in "$hostfile" "$model_arg" "${MESHINFER_BIN:-$root/build/meshinfer}"; do
             [[ -n "$input" && -e "$input" && $(stat -L -c %d:%i -- "$input") == "$id" ]] &&
                 fail "$what '$p' is the same file as the input '$input'; refusing to overwrite it"
         done
@@ -82,6 +84,7 @@ check_output() { # WHAT PATH
 [[ -n "$journal" ]] && check_output "--journal" "$journal"
 [[ -n "$json" && -n "$journal" && "$(realpath -m -- "$json")" == "$(realpath -m -- "$journal")" ]] &&
     fail "--json and --journal name the same file"
+meshinfer_bin
 work="$(mktemp -d /tmp/meshinfer-resilient.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 own_journal=0
@@ -97,10 +100,12 @@ slots() { awk '{n += $2} END {print n + 0}' "$work/hosts"; }
 (($(slots) > 0)) || fail "hostfile '$hostfile' lists no slots"
 ((np > 0)) || np=$(slots)
 ((np <= $(slots))) || fail "--np $np is more than the $(slots) slots of '$hostfile'"
+# shellcheck disable=SC2034
+fail_status=1
 
-journaled() { # tokens in the journal so far (its whole "t TOKEN STATE" lines), and whether it is done
+journaled() { # tokens in the journal so far (its whole "t TOKEN STATE CHECK" lines), and whether it is done
     [[ -f "$journal" ]] || { echo 0 false; return; }
-    awk '/^t [0-9]+ [0-9a-f]+$/ {n++} /^done$/ {d = 1} END {print n + 0, d ? "true" : "false"}' "$journal"
+    awk '/^t [0-9]+ [0-9a-f]+ [0-9a-f]+$/ {n++} /^done$/ {d = 1} END {print n + 0, d ? "true" : "false"}' "$journal"
 }
 launches="[]"
 launch=0 failed_at=0 count=0

@@ -28,8 +28,10 @@ while (($#)); do
         *) bad_option "$1" ;;
     esac
 done
-[[ $gens =~ ^[1-9][0-9]*$ && $steps =~ ^[1-9][0-9]*$ ]] || fail "--generations and --steps take positive whole numbers"
-[[ $port =~ ^[1-9][0-9]{0,4}$ ]] && ((port + 99 <= 65535)) || fail "--port '$port' is not a TCP port with 99 more above it"
+opt_int --generations "$gens" 1 1000000 # (generate --repeat's limit)
+opt_int --steps "$steps" 1 1000000
+opt_pct --loss-pct "$loss"
+opt_port --port "$port" 99 # (the testbed's links take 100 ports)
 model=""
 real_model
 out_dir "$out"

@@ -76,24 +76,27 @@ if ((quick)); then
     [[ $given == *" --planners "* ]] || planners="layerwise roundrobin random greedy tp somegather hybrid"
     spec_off=0
 fi
-[[ $name =~ ^[A-Za-z0-9._-]+$ ]] || fail "--name '$name' must be letters, digits, '.', '_' or '-'"
-for v in $ranks; do [[ $v =~ ^[1-9][0-9]*$ ]] || fail "--ranks: '$v' is not a positive rank count"; done
-[[ $tokens =~ ^[1-9][0-9]*$ ]] || fail "--tokens '$tokens' is not a positive number"
-[[ $cpu =~ ^[1-9][0-9]*$ ]] || fail "--cpu-pct '$cpu' is not a positive integer"
-[[ $wire =~ ^(fp32|fp16|q8_0)$ ]] || fail "--wire-dtype '$wire' is not fp32, fp16 or q8_0"
-for v in $delays $losses; do [[ $v =~ ^[0-9]+([.][0-9]+)?$ ]] || fail "--delays/--losses: '$v' is not a number"; done
-for v in $tols; do [[ $v =~ ^[0-9]+([.][0-9]+)?([eE][+-]?[0-9]+)?$ ]] || fail "--tolerances: '$v' is not a number"; done
+[[ $name =~ ^[A-Za-z0-9._][A-Za-z0-9._-]*$ ]] || arg_fail "--name '$name' must be letters, digits, '.', '_' or '-' (not first)"
+opt_ints --ranks "$ranks" 1 256
+opt_int --tokens "$tokens" 1 1000000
+opt_int --cpu-pct "$cpu" 1 100
+[[ $wire =~ ^(fp32|fp16|q8_0)$ ]] || arg_fail "--wire-dtype '$wire' is not fp32, fp16 or q8_0"
+[[ -n $hosts ]] || { opt_nums --delays "$delays" 0 60000; opt_nums --losses "$losses" 0 100; }
+for v in $tols; do [[ $v =~ ^[0-9]+([.][0-9]+)?([eE][+-]?[0-9]+)?$ ]] || arg_fail "--tolerances: '$v' is not a number"; done
+[[ -n $planners ]] || arg_fail "--planners is an empty list"
+[[ -n $tols ]] || arg_fail "--tolerances is an empty list"
 for v in $planners; do
     [[ $v =~ ^(layerwise|roundrobin|random|greedy|tp|somegather|hybrid)$ ]] ||
-        fail "--planners: unknown planner '$v' (layerwise roundrobin random greedy tp somegather hybrid)"
+        arg_fail "--planners: unknown planner '$v' (layerwise roundrobin random greedy tp somegather hybrid)"
 done
 if [[ -n $hosts ]]; then
-    [[ -r $hosts ]] || fail "--hosts: cluster file '$hosts' not found"
-    ((!testbed_opts)) || fail "--delays, --losses and --cpu-pct come from the cluster file's emulate blocks with --hosts"
+    opt_file --hosts "$hosts"
+    ((!testbed_opts)) || arg_fail "--delays, --losses and --cpu-pct come from the cluster file's emulate blocks with --hosts"
     delays=hosts losses=hosts
 fi
-[[ -z $mcluster || -r $mcluster ]] || fail "--cluster: cluster file '$mcluster' not found"
-[[ -n $ranks && -n $delays && -n $losses && -n $planners && -n $tols ]] || fail "an empty list of values"
+[[ -z $mcluster ]] || opt_file --cluster "$mcluster"
+[[ -z $model ]] || opt_file --model "$model"
+ranks=${ranks//,/ } delays=${delays//,/ } losses=${losses//,/ } # (commas as the checks above take them)
 if [[ -n $model ]]; then check_model "$model"; else real_model; fi
 runs="$out/$name/runs"
 out_dir "$out" "$runs"

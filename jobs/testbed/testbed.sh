@@ -80,34 +80,26 @@ done
 if ((launcher)); then
     command -v "$1" > /dev/null || [[ -x "$1" ]] || fail "--launcher: '$1' is not a command"
 fi
-for v in "ranks=$ranks" "cpu-period-ms=$period" "port=$port"; do
-    [[ ${v#*=} =~ ^[1-9][0-9]{0,5}$ ]] || fail "--${v%%=*} '${v#*=}' is not a positive integer"
-done
+opt_int --ranks "$ranks" 1 256 # (meshinfer's MI_MAX_RANKS)
+opt_int --cpu-period-ms "$period" 1 1000
 # the links take ports P to P+99, and sysctl would refuse a reserved range past 65535 in its own words
-((port + 99 <= 65535)) || fail "--port $port: the links take ports $port-$((port + 99)), past the last TCP port 65535; use at most 65436"
-IFS=, read -r -a cpus <<< "$cpu"
-((${#cpus[@]} >= 1)) || fail "--cpu-pct is empty"
-for c in "${cpus[@]}"; do
-    [[ $c =~ ^[1-9][0-9]{0,5}$ ]] || fail "--cpu-pct '$c' is not a positive integer"
-done
-IFS=, read -r -a slows <<< "$slowdown"
-((${#slows[@]} >= 1)) || fail "--slowdown is empty"
-for c in "${slows[@]}"; do
-    [[ $c =~ ^[0-9]+([.][0-9]+)?$ ]] && awk -v s="$c" 'BEGIN {exit !(s >= 1 && s <= 1000)}' ||
-        fail "--slowdown '$c' is not a number in [1, 1000]"
-done
+opt_port --port "$port" 99
+opt_ints --cpu-pct "$cpu" 1 100
+opt_nums --slowdown "$slowdown" 1 1000
+read -r -a cpus <<< "${cpu//,/ }"
+read -r -a slows <<< "${slowdown//,/ }"
 slow_of() { local i=$1; ((i < ${#slows[@]})) || i=$((${#slows[@]} - 1)); echo "${slows[$i]}"; }
 for ch in "${changes[@]}"; do
     [[ $ch =~ ^[0-9]+([.][0-9]+)?:(link=[0-9]+([.][0-9]+)?/[0-9]+([.][0-9]+)?|rank=[0-9]+,slowdown=[0-9]+([.][0-9]+)?)$ ]] ||
-        fail "--at '$ch' is not T:link=DELAY_MS/RATE_MBIT or T:rank=K,slowdown=S"
+        arg_fail "--at '$ch' is not T:link=DELAY_MS/RATE_MBIT or T:rank=K,slowdown=S"
 done
 # the quota of rank r (the list's last entry for ranks beyond it)
 cpu_of() { local i=$1; ((i < ${#cpus[@]})) || i=$((${#cpus[@]} - 1)); echo "${cpus[$i]}"; }
-for v in "delay-ms=$delay" "jitter-ms=$jitter" "loss-pct=$loss" "rate-mbit=$rate"; do
-    [[ ${v#*=} =~ ^[0-9]+([.][0-9]+)?$ ]] || fail "--${v%%=*} '${v#*=}' is not a number"
-done
+opt_num --delay-ms "$delay" 0 60000
+opt_num --jitter-ms "$jitter" 0 60000
+opt_pct --loss-pct "$loss"
+opt_num --rate-mbit "$rate" 0 1000000
 for cpu in "${cpus[@]}"; do
-    ((cpu <= 100)) || fail "--cpu-pct $cpu is more than one core (100)"
     # the kernel's smallest quota is 1 ms
     ((cpu * period * 10 >= 1000)) || fail "--cpu-pct $cpu of a ${period} ms period is under the kernel's 1 ms minimum quota; use --cpu-period-ms $(( (100 + cpu - 1) / cpu ))"
 done

@@ -1,9 +1,11 @@
 /* `meshinfer generate`: prompt in, streamed text out. */
 #define _POSIX_C_SOURCE 200809L
 #include <getopt.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 #include "meshinfer/common.h"
@@ -318,9 +320,77 @@ static void journal_setup(gen_args *a, gen_journal *jr, int rank, char *model_pa
     }
 }
 
+/* The model file a journal identifies: the file given (a GGUF file too,
+ * whose converted copy may be made again), or a folder's converted copy. */
+static const char *fingerprinted_file(const char *given, const mi_session *ss)
+{
+    struct stat st;
+    return stat(given, &st) == 0 && S_ISREG(st.st_mode) ? given : ss->model_file;
+}
+
+/* Rank 0, --resume: what of the journal needs the model (journal_read
+ * checked the rest): the same model file, the context, the prompt's tokens
+ * the tokenizer's of its text, no end token where the run would have
+ * stopped, and last the check values (a cause named above is the more
+ * exact). Returns 1 with one line in msg, else 0. */
+static int resume_check(mi_session *ss, const gen_args *a, const gen_journal *jr, char *msg, size_t size)
+{
+    const mi_config *c = &ss->cfg;
+    char dts[160], err[MI_ERRLEN] = "";
+    mi_config_dtype_summary(c, dts, sizeof dts);
+    if (strcmp(jr->model_name, c->name) || jr->n_layers != c->n_layers || jr->dim != c->dim ||
+        jr->hidden_dim != c->hidden_dim || jr->vocab_size != c->vocab_size || strcmp(jr->dtypes, dts))
+        /* the same weights, or the continuation is not the first run's */
+        return snprintf(msg, size, "generate: journal %s: line 1: it is of %s (%d layers, dim %d, hidden_dim %d, "
+                        "vocabulary %d, %s) but %s is %s (%d layers, dim %d, hidden_dim %d, vocabulary %d, %s)",
+                        a->resume, jr->model_name, jr->n_layers, jr->dim, jr->hidden_dim, jr->vocab_size,
+                        jr->dtypes, a->model, c->name, c->n_layers, c->dim, c->hidden_dim, c->vocab_size, dts) > 0;
+    uint64_t bytes = 0, hash = 0;
+    const char *file = fingerprinted_file(a->model, ss);
+    if (mi_file_fingerprint(file, &bytes, &hash, err))
+        return snprintf(msg, size, "generate: journal %s: %s", a->resume, err) > 0;
+    if (bytes != jr->model_bytes || hash != jr->model_hash)
+        return snprintf(msg, size, "generate: journal %s: line 1: written with another model file of this shape "
+                        "(%" PRIu64 " bytes, hash %016" PRIx64 "); %s is %" PRIu64 " bytes, hash %016" PRIx64
+                        ": its tokens are not this model's", a->resume, jr->model_bytes, jr->model_hash, file, bytes,
+                        hash) > 0;
+    if (jr->n_prompt + jr->steps > c->seq_len)
+        return snprintf(msg, size, "generate: journal %s asks for %d + %ld tokens, past the context of %d",
+                        a->resume, jr->n_prompt, jr->steps, c->seq_len) > 0;
+    /* the prompt's tokens: what this tokenizer (and the chat template, for --chat) makes of its text */
+    int n = -1, *want = NULL;
+    if (jr->chat) {
+        mi_chat_msg m[2] = {{"system", jr->system}, {"user", jr->prompt}};
+        want = session_encode_chat(ss, jr->system ? m : m + 1, jr->system ? 2 : 1, jr->chat_template, MI_CHAT_GEN,
+                                   &n, err);
+    } else {
+        want = mi_malloc((strlen(jr->prompt) + 3) * sizeof(int), "prompt tokens");
+        n = mi_tokenizer_encode(&ss->tok, jr->prompt, 1, want, err);
+    }
+    int same = want && n == jr->n_prompt && !memcmp(want, jr->prompt_ids, (size_t)n * sizeof(int));
+    free(want);
+    if (!same)
+        return snprintf(msg, size, "generate: journal %s: line 1: prompt_tokens (%d) are not what the tokenizer "
+                        "makes of the prompt text%s (%d tokens): the prompt or its tokens were changed", a->resume,
+                        jr->n_prompt, jr->chat ? " in the chat template" : "", n) > 0;
+    /* a run that stopped at its end tokens cannot have gone on after one */
+    for (int i = 0; !jr->ignore_eos && i < jr->n_out; i++)
+        if (mi_tokenizer_is_eog(&ss->tok, jr->out[i]))
+            return snprintf(msg, size, "journal %s: line %d is BOS or EOS, where the run stopped (an "
+                            "end-of-generation token; it did not ignore them): no token can follow",
+                            a->resume, i + 2) > 0;
+    if (jr->edited_line)
+        return snprintf(msg, size, "generate: journal %s: line %d: its check value is not that of its %s: %s",
+                        a->resume, jr->edited_line, jr->edited_line == 1 ? "fields" : "token and state",
+                        jr->edited_line == 1 ? "the request was edited after it was written"
+                                             : "lines swapped, repeated, dropped or edited, or taken from another "
+                                               "journal") > 0;
+    return 0;
+}
+
 /* Collective: the prompt's tokens on rank 0 (a resumed run's are the
- * journal's, for the same model: checked; its prompt text is only printed)
- * and the steps within the context. */
+ * journal's, checked against the model: resume_check) and the steps within
+ * the context. */
 static int *prompt_tokens(mi_session *ss, gen_args *a, const gen_journal *jr, int *n_prompt)
 {
     const mi_config *c = &ss->cfg;
@@ -337,24 +407,7 @@ static int *prompt_tokens(mi_session *ss, gen_args *a, const gen_journal *jr, in
         ids = session_encode_prompt(ss, a->prompt, n_prompt);
     }
     if (ss->rank == 0 && a->resume) {
-        char dts[160];
-        mi_config_dtype_summary(c, dts, sizeof dts);
-        if (strcmp(jr->model_name, c->name) || jr->n_layers != c->n_layers || jr->dim != c->dim ||
-            jr->hidden_dim != c->hidden_dim || jr->vocab_size != c->vocab_size || strcmp(jr->dtypes, dts))
-            /* the same weights, or the continuation is not the first run's */
-            bad = snprintf(msg, sizeof msg, "generate: journal %s is of %s (%d layers, dim %d, hidden_dim %d, "
-                           "vocabulary %d, %s) but %s is %s (%d layers, dim %d, hidden_dim %d, vocabulary %d, %s)",
-                           a->resume, jr->model_name, jr->n_layers, jr->dim, jr->hidden_dim, jr->vocab_size,
-                           jr->dtypes, a->model, c->name, c->n_layers, c->dim, c->hidden_dim, c->vocab_size, dts) > 0;
-        else if (jr->n_prompt + jr->steps > c->seq_len)
-            bad = snprintf(msg, sizeof msg, "generate: journal %s asks for %d + %ld tokens, past the context of %d",
-                           a->resume, jr->n_prompt, jr->steps, c->seq_len) > 0;
-        /* a run that stopped at its end tokens cannot have gone on after one */
-        for (int i = 0; !bad && !jr->ignore_eos && i < jr->n_out; i++)
-            if (mi_tokenizer_is_eog(&ss->tok, jr->out[i]))
-                bad = snprintf(msg, sizeof msg, "journal %s: line %d is BOS or EOS, where the run stopped (an "
-                               "end-of-generation token; it did not ignore them): no token can follow",
-                               a->resume, i + 2) > 0;
+        bad = resume_check(ss, a, jr, msg, sizeof msg);
         *n_prompt = jr->n_prompt;
         ids = mi_malloc((size_t)*n_prompt * sizeof(int), "prompt tokens");
         memcpy(ids, jr->prompt_ids, (size_t)*n_prompt * sizeof(int));
@@ -375,13 +428,20 @@ static int *prompt_tokens(mi_session *ss, gen_args *a, const gen_journal *jr, in
 /* A new journal's request: the model, its config, the prompt, the sampling
  * and the distributed options that went into the tokens (less this job's
  * devices and outputs). */
-static void journal_request(const gen_args *a, const mi_config *c, const int *ids, int n_prompt, gen_journal *jr)
+static void journal_request(const gen_args *a, const mi_session *ss, const int *ids, int n_prompt, gen_journal *jr)
 {
+    const mi_config *c = &ss->cfg;
+    char err[MI_ERRLEN];
+    if (mi_file_fingerprint(fingerprinted_file(a->model, ss), &jr->model_bytes, &jr->model_hash, err))
+        mi_fatal("journal: %s", err);
     snprintf(jr->model, sizeof jr->model, "%s", a->model);
     snprintf(jr->model_name, sizeof jr->model_name, "%s", c->name);
     jr->n_layers = c->n_layers, jr->dim = c->dim, jr->hidden_dim = c->hidden_dim, jr->vocab_size = c->vocab_size;
     mi_config_dtype_summary(c, jr->dtypes, sizeof jr->dtypes);
     jr->prompt = strdup(a->prompt);
+    jr->chat = a->chat;
+    jr->system = a->system ? strdup(a->system) : NULL;
+    jr->chat_template = a->chat_template ? strdup(a->chat_template) : NULL;
     jr->n_prompt = n_prompt;
     jr->prompt_ids = mi_malloc((size_t)n_prompt * sizeof(int), "journal");
     memcpy(jr->prompt_ids, ids, (size_t)n_prompt * sizeof(int));
@@ -565,7 +625,7 @@ static void run(gen_args *a, mi_session *ss, gen_journal *jr, const int *ids, in
                          .forced = resume ? jr->out : NULL, .n_forced = resume ? jr->n_out : 0,
                          .rng_set = resume, .rng = resume ? jr->rng : 0, .replay_only = done, .scale = 1};
     if (a->journal && !resume)
-        journal_request(a, c, ids, n_prompt, jr);
+        journal_request(a, ss, ids, n_prompt, jr);
     jr->sync = a->journal_sync;
     if (a->journal) {
         char msg[MI_ERRLEN];

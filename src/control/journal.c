@@ -7,8 +7,9 @@
  *
  * The file is one JSON line (the request: model, prompt tokens, steps,
  * sampling, the sampler's first state), written whole and renamed into place,
- * then one line per token, "t TOKEN STATE" (STATE the sampler's state after
- * it, 16 hex digits), appended with a single write, and "done" at the end. A
+ * then one line per token, "t TOKEN STATE CHECK" (STATE the sampler's state
+ * after it, CHECK the line's check value, 16 hex digits each), appended with a
+ * single write, and "done" at the end. A
  * run killed mid-line leaves a line without its newline, which the reader
  * drops (and --resume cuts off before appending). Rewriting a whole JSON file
  * per token cost 1.3 ms a token here (file creation and rename), a third of
@@ -21,7 +22,23 @@
  * The request also keeps the distributed options the run was given
  * (--planner, --wire-dtype, --prune-ffn, speculation, loss, ...): a resumed
  * run computes as the first did without being told again (cmd_generate.c
- * decides which may differ). */
+ * decides which may differ).
+ *
+ * A resumed run trusts the journal whole, so it is checked as the record of
+ * one run, not line by line: the model file's fingerprint (its size and
+ * mi_hash64 of its bytes: a file of the same shape with other weights is
+ * another model; 30-45 ms for the 61 MB stories15M from the page cache on a
+ * loaded 2-core machine, 20 ms of it the hash, against 0.11-0.14 s to load
+ * it), the prompt's tokens against the tokenizer's of the prompt text
+ * (cmd_generate.c), the sampler's states as a chain (each
+ * sampled token advances it one step, a greedy run never), and a check value
+ * per line: the request's is mi_hash64 of its fields (printed without it),
+ * each token line's hashes its token and state going on from the line
+ * before's -- so lines swapped, repeated, dropped or edited, or the tokens of
+ * another journal, break the chain even where the states cannot (a greedy
+ * run's are all alike). The check values tell an edited journal, not a forged
+ * one. Version 5 brought them; a journal of an earlier version is refused
+ * with a line saying to rerun (it holds nothing to check it by). */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -35,9 +52,10 @@
 
 #include "meshinfer/control.h"
 #include "meshinfer/common.h"
+#include "meshinfer/sampler.h"
 #include "../util/json_keys.h"
 
-#define JOURNAL_VERSION 4
+#define JOURNAL_VERSION 5
 #define JOURNAL_MAX_OPTIONS 128
 
 void journal_free(gen_journal *j)
@@ -45,6 +63,8 @@ void journal_free(gen_journal *j)
     if (j->fd >= 0)
         close(j->fd);
     free(j->prompt);
+    free(j->system);
+    free(j->chat_template);
     free(j->prompt_ids);
     free(j->out);
     free(j->options);
@@ -60,19 +80,47 @@ static cJSON *int_array(const int *v, int n)
     return a;
 }
 
+/* A line's check value: its token and state hashed going on from the line before's. */
+static uint64_t line_check(uint64_t before, int token, uint64_t rng)
+{
+    uint64_t w[2] = {(uint64_t)(uint32_t)token, rng};
+    return mi_hash64(w, sizeof w, before);
+}
+
+/* The request's check value: its fields, printed without it (the reader
+ * prints what it parsed the same way, so number formats do not matter). */
+static int request_check(const cJSON *doc, uint64_t *check)
+{
+    char *text = cJSON_PrintUnformatted(doc);
+    if (!text)
+        return -1;
+    *check = mi_hash64(text, strlen(text), MI_HASH_SEED);
+    free(text);
+    return 0;
+}
+
+static cJSON *string_or_null(const char *s) { return s ? cJSON_CreateString(s) : cJSON_CreateNull(); }
+
 int journal_begin(const char *path, gen_journal *j, char *err)
 {
     cJSON *doc = cJSON_CreateObject();
-    char rng[32], seed[32];
+    char rng[32], seed[32], model_hash[32];
     snprintf(rng, sizeof rng, "%016" PRIx64, j->rng);
     snprintf(seed, sizeof seed, "%" PRIu64, j->seed);
+    snprintf(model_hash, sizeof model_hash, "%016" PRIx64, j->model_hash);
     int ok = doc && cJSON_AddNumberToObject(doc, "meshinfer_journal", JOURNAL_VERSION) &&
-             cJSON_AddStringToObject(doc, "model", j->model) && cJSON_AddStringToObject(doc, "model_name", j->model_name) &&
+             cJSON_AddStringToObject(doc, "model", j->model) &&
+             cJSON_AddNumberToObject(doc, "model_bytes", (double)j->model_bytes) &&
+             cJSON_AddStringToObject(doc, "model_hash", model_hash) &&
+             cJSON_AddStringToObject(doc, "model_name", j->model_name) &&
              cJSON_AddNumberToObject(doc, "n_layers", j->n_layers) && cJSON_AddNumberToObject(doc, "dim", j->dim) &&
              cJSON_AddNumberToObject(doc, "hidden_dim", j->hidden_dim) &&
              cJSON_AddNumberToObject(doc, "vocab_size", j->vocab_size) &&
              cJSON_AddStringToObject(doc, "dtypes", j->dtypes) &&
              cJSON_AddStringToObject(doc, "prompt", j->prompt ? j->prompt : "") &&
+             cJSON_AddBoolToObject(doc, "chat", j->chat) &&
+             cJSON_AddItemToObject(doc, "system", string_or_null(j->system)) &&
+             cJSON_AddItemToObject(doc, "chat_template", string_or_null(j->chat_template)) &&
              cJSON_AddNumberToObject(doc, "steps", (double)j->steps) &&
              cJSON_AddNumberToObject(doc, "temperature", j->temperature) &&
              cJSON_AddNumberToObject(doc, "top_p", j->topp) && cJSON_AddNumberToObject(doc, "top_k", j->top_k) &&
@@ -90,6 +138,10 @@ int journal_begin(const char *path, gen_journal *j, char *err)
     ok = ok && opts && cJSON_AddItemToObject(doc, "options", opts);
     if (!ok && opts && !cJSON_GetObjectItemCaseSensitive(doc, "options"))
         cJSON_Delete(opts);
+    char check[32];
+    ok = ok && request_check(doc, &j->check) == 0;
+    snprintf(check, sizeof check, "%016" PRIx64, j->check);
+    ok = ok && cJSON_AddStringToObject(doc, "check", check);
     char *text = ok ? cJSON_PrintUnformatted(doc) : NULL;
     cJSON_Delete(doc);
     if (!text)
@@ -143,8 +195,9 @@ static int append(gen_journal *j, const char *line, size_t n, char *err)
 
 int journal_token(gen_journal *j, int token, uint64_t rng, char *err)
 {
-    char line[64];
-    int n = snprintf(line, sizeof line, "t %d %016" PRIx64 "\n", token, rng);
+    char line[80];
+    j->check = line_check(j->check, token, rng);
+    int n = snprintf(line, sizeof line, "t %d %016" PRIx64 " %016" PRIx64 "\n", token, rng, j->check);
     return append(j, line, (size_t)n, err);
 }
 
@@ -177,10 +230,22 @@ static int read_ints(const cJSON *a, int hi, int **out, int *n)
     return 0;
 }
 
+/* 16 hex digits at p (nothing else follows when last) into *v. */
+static int hex16(const char *p, int last, uint64_t *v)
+{
+    if (strspn(p, "0123456789abcdefABCDEF") != 16 || (last ? p[16] != 0 : p[16] != ' '))
+        return 0;
+    *v = strtoull(p, NULL, 16);
+    return 1;
+}
+
 /* The token lines after the header (text at body, n bytes): tokens, the
- * sampler's state after the last, "done"; a last line without its newline is
- * a torn write and is dropped (*valid: the bytes of whole lines). */
-static int read_lines(const char *body, size_t n, const char *prefix, int V, gen_journal *j, size_t *valid, char *err)
+ * sampler's state after each (a chain from j->rng, the request's: one step
+ * per sampled token, none when greedy) and the check values (from j->check),
+ * "done"; a last line without its newline is a torn write and is dropped
+ * (*valid: the bytes of whole lines). */
+static int read_lines(const char *body, size_t n, const char *prefix, int V, int sampled, long steps, gen_journal *j,
+                      size_t *valid, char *err)
 {
     size_t cap = 256;
     j->out = mi_malloc(cap * sizeof(int), "journal tokens");
@@ -202,21 +267,32 @@ static int read_lines(const char *body, size_t n, const char *prefix, int V, gen
         if (!strcmp(line, "done")) {
             j->done = 1;
         } else {
-            /* "t", one space, decimal digits (no sign), one space, 16 hex digits: nothing else */
+            /* "t", one space, decimal digits (no sign), one space, 16 hex digits, one space, 16 hex digits */
             long tok = -1;
             const char *q = line + 2;
+            uint64_t rng = 0, check = 0;
             int ok = len > 2 && line[0] == 't' && line[1] == ' ' && *q >= '0' && *q <= '9';
             for (tok = 0; ok && *q >= '0' && *q <= '9'; q++)
                 if ((tok = tok * 10 + (*q - '0')) >= V)
                     ok = 0;
-            ok = ok && *q == ' ' && strlen(q + 1) == 16 && strspn(q + 1, "0123456789abcdefABCDEF") == 16;
+            ok = ok && *q == ' ' && hex16(q + 1, 0, &rng) && hex16(q + 18, 1, &check);
             if (!ok)
-                return mi_set_error(err, "%s: line %d is not 't TOKEN STATE' with a token below vocab_size %d and "
-                                         "16 hex digits", prefix, line_no, V);
-            uint64_t rng = strtoull(q + 1, NULL, 16);
-            if (rng == 0)
-                return mi_set_error(err, "%s: line %d: sampler state '%s' is not a non-zero 64-bit hex number",
-                                    prefix, line_no, q + 1);
+                return mi_set_error(err, "%s: line %d is not 't TOKEN STATE CHECK' with a token below vocab_size %d "
+                                         "and 16 hex digits each for STATE and CHECK", prefix, line_no, V);
+            if (j->n_out >= steps)
+                return mi_set_error(err, "%s: line %d: a token past the %ld asked for", prefix, line_no, steps);
+            uint64_t want = sampled ? mi_sampler_advance(j->rng) : j->rng;
+            if (rng != want)
+                return sampled ? mi_set_error(err, "%s: line %d: sampler state %016" PRIx64 " is not the one step "
+                                                   "from %016" PRIx64 " (the state before it) a sampled token takes: "
+                                                   "lines swapped, repeated, dropped or edited", prefix, line_no, rng,
+                                              j->rng)
+                               : mi_set_error(err, "%s: line %d: sampler state %016" PRIx64 " differs from %016" PRIx64
+                                                   " (the state before it), but a greedy run (temperature 0) never "
+                                                   "advances the sampler: edited", prefix, line_no, rng, j->rng);
+            if (check != line_check(j->check, (int)tok, rng) && !j->edited_line)
+                j->edited_line = line_no;
+            j->check = check; /* the lines after are judged by what was written */
             if ((size_t)j->n_out == cap) {
                 cap *= 2;
                 int *o = realloc(j->out, cap * sizeof(int));
@@ -256,9 +332,10 @@ int journal_read(const char *path, gen_journal *j, char *err)
         free(text);
         return -1;
     }
-    static const char *const keys[] = {"meshinfer_journal", "model", "model_name", "n_layers", "dim", "hidden_dim",
-                                       "vocab_size", "dtypes", "prompt", "steps", "temperature", "top_p", "top_k",
-                                       "seed", "ignore_eos", "sampler_state", "prompt_tokens", "options", NULL};
+    static const char *const keys[] = {"meshinfer_journal", "model", "model_bytes", "model_hash", "model_name",
+                                       "n_layers", "dim", "hidden_dim", "vocab_size", "dtypes", "prompt", "chat",
+                                       "system", "chat_template", "steps", "temperature", "top_p", "top_k", "seed",
+                                       "ignore_eos", "sampler_state", "prompt_tokens", "options", "check", NULL};
     int rc = -1;
     if (cJSON_IsObject(root) && mi_json_check_keys(root, keys, prefix, "", err))
         goto done;
@@ -267,17 +344,33 @@ int journal_read(const char *path, gen_journal *j, char *err)
                 *nl = GET("n_layers"), *dim = GET("dim"), *hid = GET("hidden_dim"), *vocab = GET("vocab_size"),
                 *dts = GET("dtypes"), *prompt = GET("prompt"), *steps = GET("steps"), *temp = GET("temperature"),
                 *topp = GET("top_p"), *seed = GET("seed"), *ie = GET("ignore_eos"), *rng = GET("sampler_state"),
-                *pt = GET("prompt_tokens"), *opts = GET("options"), *topk = GET("top_k");
+                *pt = GET("prompt_tokens"), *opts = GET("options"), *topk = GET("top_k"),
+                *mbytes = GET("model_bytes"), *mhash = GET("model_hash"), *chat = GET("chat"),
+                *sys = GET("system"), *tmpl = GET("chat_template"), *check = GET("check");
 #undef GET
     if (!cJSON_IsObject(root) || !cJSON_IsNumber(ver)) {
         mi_set_error(err, "%s: not a meshinfer journal (generate --journal writes one)", prefix);
         goto done;
     }
+    if (ver->valuedouble < JOURNAL_VERSION) {
+        mi_set_error(err, "%s: line 1: journal version %g, written by an earlier meshinfer without the model's "
+                          "fingerprint and the check values a resume verifies a journal by: rerun the generation",
+                     prefix, ver->valuedouble);
+        goto done;
+    }
     if (ver->valuedouble != JOURNAL_VERSION) {
-        mi_set_error(err, "%s: journal version %g, this meshinfer reads version %d", prefix, ver->valuedouble,
+        mi_set_error(err, "%s: line 1: journal version %g, this meshinfer reads version %d", prefix, ver->valuedouble,
                      JOURNAL_VERSION);
         goto done;
     }
+    if (!whole(mbytes, 1, 9007199254740992.0) || !cJSON_IsString(mhash) || !hex16(mhash->valuestring, 1, &j->model_hash) ||
+        !cJSON_IsString(check) || !hex16(check->valuestring, 1, &j->check) || !cJSON_IsBool(chat) ||
+        !(cJSON_IsNull(sys) || cJSON_IsString(sys)) || !(cJSON_IsNull(tmpl) || cJSON_IsString(tmpl))) {
+        mi_set_error(err, "%s: line 1: model_bytes, model_hash, check (16 hex digits each), chat, system or "
+                          "chat_template is missing or malformed", prefix);
+        goto done;
+    }
+    j->model_bytes = (uint64_t)mbytes->valuedouble;
     if (!cJSON_IsString(model) || !cJSON_IsString(name) || !whole(nl, 1, 1 << 20) || !whole(dim, 1, 1 << 20) ||
         !whole(hid, 1, 1 << 24) || !whole(vocab, 1, 1 << 20) || !cJSON_IsString(dts) || !cJSON_IsString(prompt) ||
         !whole(steps, 1, 1 << 20) || !cJSON_IsNumber(temp) ||
@@ -285,7 +378,7 @@ int journal_read(const char *path, gen_journal *j, char *err)
         !cJSON_IsArray(pt) || strlen(model->valuestring) >= sizeof j->model ||
         strlen(name->valuestring) >= sizeof j->model_name || strlen(dts->valuestring) >= sizeof j->dtypes ||
         !(temp->valuedouble >= 0 && temp->valuedouble <= 100) || !(topp->valuedouble > 0 && topp->valuedouble <= 1) ||
-        (topk && !whole(topk, 0, 1 << 24))) { /* top_k: absent in journals from before top-k (0: off) */
+        !whole(topk, 0, 1 << 24)) {
         mi_set_error(err, "%s: a field of the first line is missing or out of range (model, model_name, n_layers, "
                           "dim, hidden_dim, vocab_size, dtypes, prompt, steps, temperature, top_p, top_k, seed, "
                           "ignore_eos, "
@@ -293,8 +386,7 @@ int journal_read(const char *path, gen_journal *j, char *err)
         goto done;
     }
     /* as written: 16 hex digits, and decimal digits (strtoull alone takes signs, spaces and 0x) */
-    if (strlen(rng->valuestring) != 16 || strspn(rng->valuestring, "0123456789abcdefABCDEF") != 16 ||
-        (j->rng = strtoull(rng->valuestring, NULL, 16)) == 0) {
+    if (!hex16(rng->valuestring, 1, &j->rng) || j->rng == 0) {
         mi_set_error(err, "%s: sampler_state '%s' is not 16 hex digits of a non-zero state", prefix, rng->valuestring);
         goto done;
     }
@@ -306,6 +398,20 @@ int journal_read(const char *path, gen_journal *j, char *err)
         mi_set_error(err, "%s: seed '%s' is not a 64-bit number", prefix, seed->valuestring);
         goto done;
     }
+    if (j->rng != mi_sampler_first_state(j->seed)) {
+        mi_set_error(err, "%s: line 1: sampler_state %s is not the state seed %s starts the sampler at (%016" PRIx64
+                          ")", prefix, rng->valuestring, seed->valuestring, mi_sampler_first_state(j->seed));
+        goto done;
+    }
+    /* the request's check value: its fields as parsed, printed without it */
+    uint64_t want_check = 0;
+    cJSON *detached = cJSON_DetachItemFromObjectCaseSensitive(root, "check");
+    int printed = request_check(root, &want_check) == 0;
+    cJSON_Delete(detached);
+    if (!printed)
+        mi_fatal("out of memory");
+    if (want_check != j->check)
+        j->edited_line = 1;
     j->ignore_eos = cJSON_IsTrue(ie); /* the token lines are judged by it */
     int V = (int)vocab->valuedouble;
     if (read_ints(pt, V, &j->prompt_ids, &j->n_prompt) || j->n_prompt < 1) {
@@ -333,12 +439,9 @@ int journal_read(const char *path, gen_journal *j, char *err)
         at += strlen(e->valuestring) + 1;
     }
     size_t valid = 0;
-    if (read_lines(eol + 1, len - head - 1, prefix, V, j, &valid, err))
+    if (read_lines(eol + 1, len - head - 1, prefix, V, (float)temp->valuedouble > 0.0f, (long)steps->valuedouble, j,
+                   &valid, err))
         goto done;
-    if (j->n_out > steps->valuedouble) {
-        mi_set_error(err, "%s: %d tokens, more than the %g asked for", prefix, j->n_out, steps->valuedouble);
-        goto done;
-    }
     if (j->done && j->ignore_eos && j->n_out != steps->valuedouble) { /* only -n ends such a run */
         mi_set_error(err, "%s: 'done' after %d of %g tokens, but the run ignored BOS and EOS: inconsistent", prefix,
                      j->n_out, steps->valuedouble);
@@ -353,10 +456,13 @@ int journal_read(const char *path, gen_journal *j, char *err)
     snprintf(j->dtypes, sizeof j->dtypes, "%s", dts->valuestring);
     j->vocab_size = V;
     j->prompt = strdup(prompt->valuestring);
+    j->chat = cJSON_IsTrue(chat);
+    j->system = cJSON_IsString(sys) ? strdup(sys->valuestring) : NULL;
+    j->chat_template = cJSON_IsString(tmpl) ? strdup(tmpl->valuestring) : NULL;
     j->steps = (long)steps->valuedouble;
     j->temperature = temp->valuedouble;
     j->topp = topp->valuedouble;
-    j->top_k = topk ? (int)topk->valuedouble : 0;
+    j->top_k = (int)topk->valuedouble;
     j->ignore_eos = cJSON_IsTrue(ie);
     rc = 0;
 done:

@@ -525,7 +525,7 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
     mi_check_all(failed, err);
     if (ss->size > 1 && ss->size <= MI_MAX_RANKS)
         mi_world_bcast(resolved, sizeof resolved);
-    path = resolved;
+    path = ss->model_file = resolved;
     if (ss->size > 1 && ss->size <= MI_MAX_RANKS) {
         mi_world_rtt(ss->rtt_s); /* HeadSplit: "measure round-trip times at startup" */
         char host[64] = "";

@@ -17,7 +17,7 @@ void mi_sampler_init(mi_sampler *s, int vocab_size, float temperature, float top
     s->temperature = temperature;
     s->topp = topp;
     s->top_k = 0;
-    s->rng = seed ? seed : 0x9E3779B97F4A7C15ull;
+    s->rng = mi_sampler_first_state(seed);
     size_t each = sizeof(prob_index) > sizeof(mi_candidate) ? sizeof(prob_index) : sizeof(mi_candidate);
     s->buf = mi_malloc((size_t)vocab_size * each, "sampler buffer");
 }
@@ -34,6 +34,17 @@ static uint32_t next_u32(uint64_t *st)
     *st ^= *st << 25;
     *st ^= *st >> 27;
     return (uint32_t)((*st * 0x2545F4914F6CDD1Dull) >> 32);
+}
+
+uint64_t mi_sampler_first_state(uint64_t seed)
+{
+    return seed ? seed : 0x9E3779B97F4A7C15ull; /* xorshift's state is never 0 */
+}
+
+uint64_t mi_sampler_advance(uint64_t state)
+{
+    next_u32(&state);
+    return state;
 }
 
 float mi_rand_f32(uint64_t *state)

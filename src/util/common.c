@@ -98,6 +98,96 @@ int mi_check_input_file(const char *path, const char *what, char *err)
     return 0;
 }
 
+static uint64_t hash_step(uint64_t h, uint64_t w)
+{
+    h ^= w * 0x9E3779B97F4A7C15ull;
+    h = (h << 31 | h >> 33) * 0xBF58476D1CE4E5B9ull;
+    return h;
+}
+
+/* Four lanes, each a chain of multiplies over every fourth word: the
+ * multiplies of one block overlap (one lane ran at half the speed). */
+typedef struct {
+    uint64_t lane[4];
+} hash_state;
+
+static void hash_init(hash_state *s, uint64_t seed)
+{
+    for (int k = 0; k < 4; k++)
+        s->lane[k] = seed + (uint64_t)k * 0x632BE59BD9B4E019ull;
+}
+
+/* the 32-byte blocks of p[0, n) with n a multiple of 32 */
+static void hash_blocks(hash_state *s, const unsigned char *p, size_t n)
+{
+    uint64_t a = s->lane[0], b = s->lane[1], c = s->lane[2], d = s->lane[3];
+    for (size_t i = 0; i + 32 <= n; i += 32) {
+        uint64_t w[4];
+        memcpy(w, p + i, 32);
+        a = hash_step(a, w[0]), b = hash_step(b, w[1]), c = hash_step(c, w[2]), d = hash_step(d, w[3]);
+    }
+    s->lane[0] = a, s->lane[1] = b, s->lane[2] = c, s->lane[3] = d;
+}
+
+/* the lanes joined, the last 0-31 bytes and the length, then every bit of h
+ * into every other (splitmix64's finalizer) */
+static uint64_t hash_final(const hash_state *s, const unsigned char *tail, size_t n_tail, uint64_t total)
+{
+    uint64_t h = s->lane[0];
+    for (int k = 1; k < 4; k++)
+        h = hash_step(h, s->lane[k]);
+    for (size_t i = 0; i < n_tail; i += 8) {
+        uint64_t w = 0;
+        memcpy(&w, tail + i, n_tail - i < 8 ? n_tail - i : 8);
+        h = hash_step(h, w);
+    }
+    h = hash_step(h, total);
+    h ^= h >> 30;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 27;
+    h *= 0x94D049BB133111EBull;
+    return h ^ (h >> 31);
+}
+
+uint64_t mi_hash64(const void *p, size_t n, uint64_t h)
+{
+    const unsigned char *b = p;
+    size_t whole = n & ~(size_t)31;
+    hash_state s;
+    hash_init(&s, h);
+    hash_blocks(&s, b, whole);
+    return hash_final(&s, b + whole, n - whole, n);
+}
+
+int mi_file_fingerprint(const char *path, uint64_t *bytes, uint64_t *hash, char *err)
+{
+    if (mi_check_input_file(path, "model file", err))
+        return -1;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return mi_set_error(err, "%s: cannot open model file (%s)", path, strerror(errno));
+    enum { CHUNK = 1 << 20 }; /* a multiple of 32: only the last read has a tail */
+    unsigned char *buf = mi_malloc(CHUNK, "file hash buffer");
+    hash_state s;
+    hash_init(&s, MI_HASH_SEED);
+    uint64_t total = 0;
+    size_t r, whole = 0, tail = 0;
+    while ((r = fread(buf, 1, CHUNK, f)) > 0) {
+        total += r;
+        whole = r & ~(size_t)31;
+        hash_blocks(&s, buf, whole);
+        tail = r - whole;
+        if (r < CHUNK)
+            break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (!bad)
+        *hash = hash_final(&s, buf + whole, tail, total), *bytes = total;
+    free(buf);
+    return bad ? mi_set_error(err, "%s: read error in the model file", path) : 0;
+}
+
 char *mi_read_text_file(const char *path, const char *what, size_t max_bytes, size_t *len, char *err)
 {
     if (mi_check_input_file(path, what, err))
