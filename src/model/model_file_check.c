@@ -160,31 +160,27 @@ static int check_patchtst_tensors(mi_model_file *mf, char *err)
     return 0;
 }
 
-/* The float32 vectors the family's traits add (model_file.h, version 4). */
+/* The float32 vectors the family's traits add (model_file.h, version 4):
+ * the model's own, then each layer's, as mi_config_trait_tensors lists them
+ * (a vector [n] has cols 1; a matrix, pos_embed, is [rows, cols]). */
 static int check_trait_tensors(mi_model_file *mf, char *err)
 {
     const mi_config *c = &mf->cfg;
-    hsize_t d = (hsize_t)c->dim, h = (hsize_t)c->hidden_dim, hd = (hsize_t)c->head_dim;
-    hsize_t q = (hsize_t)mi_q_dim(c), kv = (hsize_t)mi_kv_dim(c);
-    int ln = c->norm_type == MI_NORMK_LAYER;
-    hid_t F = H5T_NATIVE_FLOAT;
-    if ((ln && mf_check_dataset(mf->file, "norm_b", 1, d, 0, F, mf->path, err)) ||
-        (c->pos_embed && mf_check_dataset(mf->file, "pos_embed", 2, (hsize_t)c->seq_len, d, F, mf->path, err)) ||
-        (c->rope_freqs && mf_check_dataset(mf->file, "rope_freqs", 1, hd / 2, 0, F, mf->path, err)))
-        return -1;
-    const struct { const char *name; int has; hsize_t n; } t[] = {
-        {"attention_norm_b", ln, d}, {"ffn_norm_b", ln, d}, {"wq_b", c->qkv_bias, q},
-        {"wk_b", c->qkv_bias, kv}, {"wv_b", c->qkv_bias, kv}, {"wo_b", c->out_bias, d},
-        {"w1_b", c->out_bias, h}, {"w2_b", c->out_bias, d}, {"q_norm", c->qk_norm, hd},
-        {"k_norm", c->qk_norm, hd}, {"post_attention_norm", c->post_norms, d}, {"post_ffn_norm", c->post_norms, d},
-    };
+    const char *names[MI_MAX_TRAIT_TENSORS];
+    size_t rows[MI_MAX_TRAIT_TENSORS], cols[MI_MAX_TRAIT_TENSORS];
     char name[128];
-    for (int l = 0; l < c->n_layers; l++)
-        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-            mi_model_layer_name(name, sizeof name, l, t[i].name);
-            if (t[i].has && mf_check_dataset(mf->file, name, 1, t[i].n, 0, F, mf->path, err))
+    for (int l = -1; l < c->n_layers; l++) {
+        int n = mi_config_trait_tensors(c, l, names, rows, cols);
+        for (int i = 0; i < n; i++) {
+            if (l < 0)
+                snprintf(name, sizeof name, "%s", names[i]);
+            else
+                mi_model_layer_name(name, sizeof name, l, names[i]);
+            if (mf_check_dataset(mf->file, name, cols[i] > 1 ? 2 : 1, (hsize_t)rows[i], cols[i] > 1 ? (hsize_t)cols[i] : 0,
+                                 H5T_NATIVE_FLOAT, mf->path, err))
                 return -1;
         }
+    }
     return 0;
 }
 

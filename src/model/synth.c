@@ -120,44 +120,32 @@ static int synth_series(mi_model_writer *w, const mi_config *c, uint64_t seed, c
 }
 
 /* The vectors a family's traits add (model_file.h, version 4) of layer l
- * (-1: the model's own): norms near 1 and biases near 0, varied so that a
- * test comparing implementations sees each; Llama 3's RoPE factors. buf
- * holds seq_len * dim floats. */
+ * (-1: the model's own; mi_config_trait_tensors lists them): norms near 1
+ * and biases near 0, varied so that a test comparing implementations sees
+ * each; Llama 3's RoPE factors. buf holds seq_len * dim floats. */
 static int synth_traits(mi_model_writer *w, const mi_config *c, int l, uint64_t seed, float *buf, char *err)
 {
-    size_t d = (size_t)c->dim, hd = (size_t)c->head_dim, q = (size_t)mi_q_dim(c), kv = (size_t)mi_kv_dim(c);
-    int ln = c->norm_type == MI_NORMK_LAYER;
-    const struct { const char *t; int has; size_t rows, cols; float center, a; } ts[] = {
-        {"norm_b", l < 0 && ln, d, 1, 0, 0.05f},
-        {"pos_embed", l < 0 && c->pos_embed, (size_t)c->seq_len, d, 0, 0.03f},
-        {"attention_norm_b", l >= 0 && ln, d, 1, 0, 0.05f},
-        {"ffn_norm_b", l >= 0 && ln, d, 1, 0, 0.05f},
-        {"wq_b", l >= 0 && c->qkv_bias, q, 1, 0, 0.05f},
-        {"wk_b", l >= 0 && c->qkv_bias, kv, 1, 0, 0.05f},
-        {"wv_b", l >= 0 && c->qkv_bias, kv, 1, 0, 0.05f},
-        {"wo_b", l >= 0 && c->out_bias, d, 1, 0, 0.02f},
-        {"w1_b", l >= 0 && c->out_bias, (size_t)c->hidden_dim, 1, 0, 0.02f},
-        {"w2_b", l >= 0 && c->out_bias, d, 1, 0, 0.02f},
-        {"q_norm", l >= 0 && c->qk_norm, hd, 1, 1.0f, 0.2f},
-        {"k_norm", l >= 0 && c->qk_norm, hd, 1, 1.0f, 0.2f},
-        {"post_attention_norm", l >= 0 && c->post_norms, d, 1, 1.0f, 0.2f},
-        {"post_ffn_norm", l >= 0 && c->post_norms, d, 1, 1.0f, 0.2f},
-    };
+    const char *names[MI_MAX_TRAIT_TENSORS];
+    size_t rows[MI_MAX_TRAIT_TENSORS], cols[MI_MAX_TRAIT_TENSORS];
+    int n = mi_config_trait_tensors(c, l, names, rows, cols);
     char nm[128];
-    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
-        if (!ts[i].has)
-            continue;
+    for (int i = 0; i < n; i++) {
+        const char *t = names[i];
         if (l < 0)
-            snprintf(nm, sizeof nm, "%s", ts[i].t);
+            snprintf(nm, sizeof nm, "%s", t);
         else
-            mi_model_layer_name(nm, sizeof nm, l, ts[i].t);
-        fill_uniform(buf, ts[i].rows * ts[i].cols, seed, nm, ts[i].center, ts[i].a);
-        if (mi_model_writer_put_tensor(w, nm, MI_F32, buf, ts[i].rows, ts[i].cols, 0, err))
+            mi_model_layer_name(nm, sizeof nm, l, t);
+        if (!strcmp(t, "rope_freqs")) /* Llama 3.x's published scaling */
+            mi_rope_llama3_factors(c->head_dim, c->rope_theta, 32.0f, 1.0f, 4.0f, 8192, buf);
+        else if (strstr(t, "norm") && !strstr(t, "_b")) /* a norm's weights */
+            fill_uniform(buf, rows[i] * cols[i], seed, nm, 1.0f, 0.2f);
+        else if (!strcmp(t, "pos_embed"))
+            fill_uniform(buf, rows[i] * cols[i], seed, nm, 0.0f, 0.03f);
+        else /* biases, the output projections' smaller */
+            fill_uniform(buf, rows[i] * cols[i], seed, nm, 0.0f,
+                         !strcmp(t, "wo_b") || !strcmp(t, "w1_b") || !strcmp(t, "w2_b") ? 0.02f : 0.05f);
+        if (mi_model_writer_put_tensor(w, nm, MI_F32, buf, rows[i], cols[i], 0, err))
             return -1;
-    }
-    if (l < 0 && c->rope_freqs) { /* Llama 3.x's published scaling */
-        mi_rope_llama3_factors(c->head_dim, c->rope_theta, 32.0f, 1.0f, 4.0f, 8192, buf);
-        return mi_model_writer_put_tensor(w, "rope_freqs", MI_F32, buf, hd / 2, 1, 0, err);
     }
     return 0;
 }
