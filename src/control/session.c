@@ -683,8 +683,9 @@ int session_load_profile(const char *path, const mi_config *c, double tolerance,
         rc = mi_set_error(err, "%s: speculation profile needs 'n_layers' and 'transitions'", path);
         goto out;
     }
-    if (nl->valueint != c->n_layers || cJSON_GetArraySize(tr) != c->n_layers - 1) {
-        rc = mi_set_error(err, "%s: speculation profile is for %d layers but the model has %d", path, nl->valueint,
+    /* compared as the number it is: cJSON's valueint would truncate 6.5 to 6 */
+    if (nl->valuedouble != c->n_layers || cJSON_GetArraySize(tr) != c->n_layers - 1) {
+        rc = mi_set_error(err, "%s: speculation profile is for %g layers but the model has %d", path, nl->valuedouble,
                           c->n_layers);
         goto out;
     }
