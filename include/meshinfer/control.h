@@ -44,6 +44,12 @@ typedef struct {
     int loss_mode;           /* --loss-mode (mi_loss_mode) */
     uint64_t loss_seed;      /* --loss-seed */
     int loss_set;            /* --loss, --loss-mode or --loss-seed given (somegather only) */
+    int prune_given, loss_given; /* --prune itself, --loss itself (--prune-mode and --loss-mode, --loss-seed
+                                    only qualify them) */
+    const char *prune_spec;  /* every --prune joined by commas: a second --prune adds kinds, never drops the
+                                first (a kind given twice is refused) */
+    int spec_given;          /* --tolerance, --min-acceptance or --spec-profile given (they qualify --speculate) */
+    int plan_seed_set;       /* --plan-seed given (it seeds the random planner only) */
     int phase_plans;         /* --phase-plans: hybrid's placements, 0 auto (apart when the prompt's gain
                                 pays for the re-placements), 1 decode's for both phases, 2 prefill's
                                 for both (to measure what each phase gains), 3 apart always */

@@ -94,14 +94,24 @@ const char *CLI_DTYPE_HELP =
     "  --dtype T              every layer matrix, and the embeddings and classifier: fp32, fp16,\n"
     "                         q8_0 or q4_0\n"
     "  --layer-dtype SPEC     per layer, over --dtype: e.g. 0-1:q8_0,2-5:q4_0 (layers not named keep\n"
-    "                         --dtype, or fp32)\n"
+    "                         --dtype, or fp32; given twice, both lists apply, a layer in both refused)\n"
     "  --embeddings-dtype T   token embeddings and classifier (default: --dtype)\n";
 
 int cli_dtype_opt(cli_dtypes *d, int code, const char *arg)
 {
     switch (code) {
     case 2000: d->dtype = arg; return 1;
-    case 2001: d->layer = arg; return 1;
+    case 2001:
+        /* a second --layer-dtype adds its layers to the first's (mi_dtypes_apply refuses a layer named
+         * twice): dropping the first silently would quantize layers the user did not ask for */
+        if (d->layer) {
+            size_t n = strlen(d->layer) + strlen(arg) + 2;
+            char *joined = mi_malloc(n, "--layer-dtype");
+            snprintf(joined, n, "%s,%s", d->layer, arg);
+            arg = joined; /* kept for the command's length, like the argv strings */
+        }
+        d->layer = arg;
+        return 1;
     case 2002: d->emb = arg; return 1;
     default: return 0;
     }
@@ -153,6 +163,12 @@ void cli_parse_prune(const char *arg, double *ratio)
                      arg, x < 0 ? "" : item);
         *slot = r;
     }
+    int covered = 1;
+    for (int k = 0; k < MI_N_PRUNED_XCH; k++)
+        covered &= kind[k] >= 0;
+    if (all >= 0 && covered) /* a bare R that no exchange takes: a typo, or a ratio meant for one kind */
+        mi_fatal("--prune: '%s' gives every exchange its own ratio, so the bare ratio applies to none (leave it out)",
+                 arg);
     for (int k = 0; k < MI_N_PRUNED_XCH; k++)
         ratio[k] = kind[k] >= 0 ? kind[k] : all >= 0 ? all : 0.0;
 }

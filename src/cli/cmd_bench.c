@@ -13,6 +13,7 @@
 #include "meshinfer/kernels.h"
 #include "meshinfer/sampler.h"
 #include "meshinfer/stream.h"
+#include "meshinfer/runtime.h"
 #include "session_opts.h"
 
 static void help(void)
@@ -320,12 +321,15 @@ int cmd_bench(int argc, char **argv)
     bench_opts op;
     if (parse_options(argc, argv, &op))
         return 0;
+    if (op.so.tpot_ms > 0 || (op.so.importance && !op.so.prune_ffn) || op.so.energy) /* they act on generate's decode steps; ignored they mislead */
+        mi_fatal("bench: --tpot-ms, --importance (without --prune-ffn) and --energy shape a generation at run time: they apply to generate");
+    char cerr[MI_ERRLEN];
+    if (session_opts_check(&op.so, "bench", mi_world_launch_size(NULL), cerr))
+        mi_fatal("%s", cerr);
     int rank, size;
     session_mpi_init(&argc, &argv, &rank, &size);
     mi_session ss;
     const int chunk = 64;
-    if (op.so.tpot_ms > 0 || (op.so.importance && !op.so.prune_ffn) || op.so.energy) /* they act on generate's decode steps; ignored they mislead */
-        mi_fatal("bench: --tpot-ms, --importance (without --prune-ffn) and --energy shape a generation at run time: they apply to generate");
     session_open(&ss, "bench", op.model, &op.so, chunk, op.threads);
     const mi_config *c = &ss.cfg;
     bench_result res = {.size = size};

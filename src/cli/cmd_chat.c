@@ -81,18 +81,18 @@ static int parse(int argc, char **argv, chat_args *a)
     memset(a, 0, sizeof *a);
     a->steps = 512, a->topp = 0.9, a->seed = 42, a->threads = 1, a->top_k = 40;
     session_opts_init(&a->so);
-    int o;
+    int o, sampler_opt = 0; /* --top-k, --top-p or --seed given: they act only when sampling (-t > 0) */
     while ((o = getopt_long(argc, argv, ":m:n:t:s:k:h", chat_opts, NULL)) != -1) {
         switch (o) {
         case 'm': a->model = optarg; break;
         case 'S': a->system = optarg; break;
         case 'n': a->steps = mi_parse_long("--steps", optarg, 1, 1 << 20); break;
         case 't': a->temperature = mi_parse_double("--temperature", optarg, 0.0, 100.0); break;
-        case 'P': a->topp = mi_parse_double("--top-p", optarg, 1e-6, 1.0); break;
-        case 's': a->seed = mi_parse_u64("--seed", optarg); break;
+        case 'P': a->topp = mi_parse_double("--top-p", optarg, 1e-6, 1.0); sampler_opt = 1; break;
+        case 's': a->seed = mi_parse_u64("--seed", optarg); sampler_opt = 1; break;
         case 'C': a->tmpl = optarg; break;
         case 'N': a->no_think = 1; break;
-        case 'k': a->top_k = (int)mi_parse_long("--top-k", optarg, 0, 1 << 24); break;
+        case 'k': a->top_k = (int)mi_parse_long("--top-k", optarg, 0, 1 << 24); sampler_opt = 1; break;
         case 'T': a->threads = (int)mi_parse_long("--threads", optarg, 1, 256); break;
         case 'h': help(); return 1;
         default:
@@ -103,6 +103,16 @@ static int parse(int argc, char **argv, chat_args *a)
     cli_no_positional("chat", optind, argc, argv);
     if (!a->model)
         mi_fatal("chat: --model is required (see meshinfer chat --help)");
+    if (sampler_opt && a->temperature <= 0)
+        mi_fatal("chat: --top-k, --top-p and --seed shape sampling: greedy decoding (-t 0, the default) uses none "
+                 "of them (give -t T > 0)");
+    /* a chat's turns run without Voltron's runtime scaling (generate's) */
+    if (a->so.tpot_ms > 0 || (a->so.importance && !a->so.prune_ffn) || a->so.energy)
+        mi_fatal("chat: --tpot-ms, --importance (without --prune-ffn) and --energy shape a generation at run time: "
+                 "they apply to generate");
+    char err[MI_ERRLEN];
+    if (session_opts_check(&a->so, "chat", mi_world_launch_size(NULL), err))
+        mi_fatal("%s", err);
     /* a split classifier sends the candidates the sampler needs (sampler.h) */
     a->so.logits_k = mi_logit_candidates((float)a->temperature, a->top_k);
     return 0;

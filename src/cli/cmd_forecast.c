@@ -16,6 +16,7 @@
 #include "meshinfer/model_file.h"
 #include "meshinfer/output.h"
 #include "meshinfer/series.h"
+#include "meshinfer/runtime.h"
 #include "session_opts.h"
 
 static void help(void)
@@ -340,6 +341,9 @@ int cmd_forecast(int argc, char **argv)
                  "decode steps");
     if (!planner_given)
         so.planner = "somegather";
+    char cerr[MI_ERRLEN];
+    if (session_opts_check(&so, "forecast", mi_world_launch_size(NULL), cerr))
+        mi_fatal("%s", cerr);
 
     int rank, size;
     session_mpi_init(&argc, &argv, &rank, &size);

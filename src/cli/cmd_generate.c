@@ -215,15 +215,16 @@ static int parse_args(int argc, char **argv, gen_args *a)
     a->repeat = 1, a->steps = -1, a->topp = 0.9, a->top_k = 40, a->seed = 42, a->threads = 1;
     session_opts_init(&a->so);
     int given = 0, o; /* options a resumed run takes from its journal */
+    int sampler_opt = 0; /* --top-k, --top-p or --seed given: they act only when sampling (-t > 0) */
     while ((o = getopt_long(argc, argv, ":m:p:n:t:s:h", gen_opts, NULL)) != -1) {
         switch (o) {
         case 'm': a->model = optarg; break;
         case 'p': a->prompt = optarg; given = 1; break;
         case 'n': a->steps = mi_parse_long("--steps", optarg, 1, 1 << 20); given = 1; break;
         case 't': a->temperature = mi_parse_double("--temperature", optarg, 0.0, 100.0); given = 1; break;
-        case 'P': a->topp = mi_parse_double("--top-p", optarg, 1e-6, 1.0); given = 1; break;
-        case 'k': a->top_k = (int)mi_parse_long("--top-k", optarg, 0, 1 << 24); given = 1; break;
-        case 's': a->seed = mi_parse_u64("--seed", optarg); given = 1; break;
+        case 'P': a->topp = mi_parse_double("--top-p", optarg, 1e-6, 1.0); given = sampler_opt = 1; break;
+        case 'k': a->top_k = (int)mi_parse_long("--top-k", optarg, 0, 1 << 24); given = sampler_opt = 1; break;
+        case 's': a->seed = mi_parse_u64("--seed", optarg); given = sampler_opt = 1; break;
         case 'E': a->ignore_eos = 1; given = 1; break;
         case 'J': a->journal = optarg; break;
         case 'R': a->resume = optarg; break;
@@ -257,6 +258,9 @@ static int parse_args(int argc, char **argv, gen_args *a)
         mi_fatal("generate: --resume keeps journaling to its own file: leave out --journal");
     if (a->repeat > 1 && (a->resume || a->journal))
         mi_fatal("generate: --repeat runs one generation again and again in this job: it has no journal to keep");
+    if (sampler_opt && a->temperature <= 0)
+        mi_fatal("generate: --top-k, --top-p and --seed shape sampling: greedy decoding (-t 0, the default) uses "
+                 "none of them (give -t T > 0)");
     if ((a->system || a->chat_template) && !a->chat)
         mi_fatal("generate: --system and --chat-template shape a chat prompt: add --chat");
     if (a->resume)
@@ -686,6 +690,9 @@ int cmd_generate(int argc, char **argv)
     jr.fd = -1;
     char model_path[4096] = "";
     journal_setup(&a, &jr, rank, model_path, sizeof model_path);
+    /* after the journal's options joined the command line's: a resumed run is checked as it will run */
+    char cerr[MI_ERRLEN] = "";
+    mi_check_all(session_opts_check(&a.so, "generate", size, cerr) != 0, cerr);
     a.so.journal = a.journal;
     /* a split classifier sends rank 0 only what this sampler needs (the journal's, when resuming) */
     if (rank == 0)

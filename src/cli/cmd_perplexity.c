@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "meshinfer/quality.h"
 #include "meshinfer/common.h"
+#include "meshinfer/runtime.h"
 #include "session_opts.h"
 
 static void help(void)
@@ -58,6 +59,9 @@ int cmd_perplexity(int argc, char **argv)
         mi_fatal("perplexity: --tpot-ms, --importance (without --prune-ffn) and --energy shape a generation at run time: they apply to generate");
     if (!model || !path)
         mi_fatal("perplexity: --model and --text are required (see meshinfer perplexity --help)");
+    char cerr[MI_ERRLEN];
+    if (session_opts_check(&so, "perplexity", mi_world_launch_size(NULL), cerr))
+        mi_fatal("%s", cerr);
 
     int rank, size;
     session_mpi_init(&argc, &argv, &rank, &size);

@@ -277,6 +277,7 @@ typedef struct {
     int ranks, ctx, json, cw, kvpos, n_prompt, n_steps;
     int memory_model, show_programs, explain, speculate, prune_mode, energy;
     int split_vocab, top_k;            /* --split-vocab; --top-k (with --temperature: the logits rank 0 needs) */
+    int prune_mode_set, mem_mb_set, seed_set, top_k_set; /* given: each qualifies another option */
     double temperature;
     long max_tokens;
     double ppl_budget, ttft_ms, tpot_ms, mem_mb;
@@ -330,11 +331,23 @@ static int parse_opts(int argc, char **argv, plan_opts *o)
         switch (k) {
         case 3000: o->memory_model = 1; break;
         case 3001: o->mo.max_devices = (int)mi_parse_long("--max-devices", optarg, 1, MI_MAX_RANKS); break;
-        case 3002: o->prune_arg = optarg; break;
+        case 3002:
+            /* a second --prune joins the first (as --layer-dtype does): kinds or ratios added, a kind
+             * given twice refused by the parser; never the first dropped */
+            if (o->prune_arg) {
+                size_t n = strlen(o->prune_arg) + strlen(optarg) + 2;
+                char *joined = mi_malloc(n, "--prune");
+                snprintf(joined, n, "%s,%s", o->prune_arg, optarg);
+                o->prune_arg = joined;
+            } else {
+                o->prune_arg = optarg;
+            }
+            break;
         case 3006:
             if (strcmp(optarg, "aware") && strcmp(optarg, "magnitude"))
                 mi_fatal("--prune-mode: '%s' is not aware or magnitude", optarg);
             o->prune_mode = !strcmp(optarg, "magnitude") ? MI_PRUNE_MAGNITUDE : MI_PRUNE_AWARE;
+            o->prune_mode_set = 1;
             break;
         case 3007: o->show_programs = 1; break;
         case 3008: o->n_prompt = (int)mi_parse_long("--prompt-tokens", optarg, 1, 1 << 24); break;
@@ -355,14 +368,14 @@ static int parse_opts(int argc, char **argv, plan_opts *o)
         case 3020: o->speculate = 1; break;
         case 3021: o->split_vocab = 1; break;
         case 3022: o->temperature = mi_parse_double("--temperature", optarg, 0.0, 100.0); break;
-        case 3023: o->top_k = (int)mi_parse_long("--top-k", optarg, 0, 1 << 24); break;
+        case 3023: o->top_k = (int)mi_parse_long("--top-k", optarg, 0, 1 << 24); o->top_k_set = 1; break;
         case 'm': o->model = optarg; break;
         case 's': o->shape = optarg; break;
         case 'n': o->ranks = (int)mi_parse_long("--ranks", optarg, 1, MI_MAX_RANKS); break;
         case 'c': o->cluster = optarg; break;
         case 'p': o->planner = optarg; break;
-        case 'M': o->mem_mb = mi_parse_double("--mem-mb", optarg, 1e-3, 1e9); break;
-        case 'S': o->seed = mi_parse_u64("--plan-seed", optarg); break;
+        case 'M': o->mem_mb = mi_parse_double("--mem-mb", optarg, 1e-3, 1e9); o->mem_mb_set = 1; break;
+        case 'S': o->seed = mi_parse_u64("--plan-seed", optarg); o->seed_set = 1; break;
         case 'w':
             if (strcmp(optarg, "yes") && strcmp(optarg, "no"))
                 mi_fatal("--controller-works: '%s' is not yes or no", optarg);
@@ -394,8 +407,19 @@ static void plan_setup(plan_opts *o, plan_ctx *x)
         if (!o->model)
             mi_fatal("plan: --prune ranks columns by the weights they feed: give --model, not --shape");
     }
+    if (o->prune_mode_set && !o->prune_arg)
+        mi_fatal("plan: --prune-mode says how --prune ranks the columns it leaves out: give --prune too");
     if ((!o->ranks) == (!o->cluster))
         mi_fatal("plan: give exactly one of --ranks or --cluster (see meshinfer plan --help)");
+    if (o->mem_mb_set && o->cluster)
+        mi_fatal("plan: --mem-mb is the memory of each of --ranks N devices: the cluster file %s gives its own",
+                 o->cluster);
+    if (o->seed_set && strcmp(o->planner, "random") && strcmp(o->planner, "all"))
+        mi_fatal("plan: --plan-seed seeds --planner random (or all, which includes it); --planner %s draws nothing",
+                 o->planner);
+    if (o->top_k_set && o->temperature <= 0)
+        mi_fatal("plan: --top-k shapes sampling: greedy decoding (--temperature 0, the default) sends rank 0 one "
+                 "candidate per slice whatever N is (give --temperature T > 0)");
     const char *inputs[] = {o->model, o->cluster, o->importance, o->sg_quality, o->check_text};
     if (o->out && mi_output_check(o->out, "plan file", inputs, 5, err))
         mi_fatal("%s", err);
@@ -446,9 +470,17 @@ static void plan_setup(plan_opts *o, plan_ctx *x)
                  "--energy with --tpot-ms)");
     if (o->explain && o->json)
         mi_fatal("plan: --explain prints text; --json already has the placement (\"placement\")");
-    if (o->speculate && (x->all || x->autop || x->which == MI_PLANNER_SOMEGATHER))
-        mi_fatal("plan: --speculate needs one head-level planner (layerwise, roundrobin, random, greedy, tp, "
-                 "hybrid): somegather has no projection rank to speculate from");
+    if (o->speculate && (x->all || x->autop || x->which == MI_PLANNER_SOMEGATHER || x->which == MI_PLANNER_TP))
+        mi_fatal("plan: --speculate needs one planner that puts a layer's projection on one rank (layerwise, "
+                 "roundrobin, random, greedy, hybrid): %s", x->which == MI_PLANNER_TP
+                 ? "tp splits every projection over the ranks" : x->which == MI_PLANNER_SOMEGATHER
+                 ? "somegather has no projection rank to speculate from" : "all and auto compare without it");
+    if (x->cl.n_devices == 1 && o->cw == 0)
+        mi_fatal("plan: --controller-works no leaves the layers to the workers: one device has only the controller");
+    if (o->split_vocab && (x->cl.n_devices == 1 || x->which == MI_PLANNER_SOMEGATHER))
+        mi_fatal("plan: --split-vocab spreads the vocabulary over the workers %s", x->cl.n_devices == 1
+                 ? "of several devices: one device has none"
+                 : "for the head-level planners: somegather already holds it by columns on every rank");
     if ((o->ppl_budget >= 0) != (o->sg_quality != NULL))
         mi_fatal("plan: --ppl-budget and --somegather-quality go together (the budget is judged on the file's "
                  "measured perplexities)");

@@ -3,6 +3,8 @@
  * controller's session_opts. */
 #include "session_opts.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -133,6 +135,7 @@ int session_opt(session_opts *o, int code, const char *arg)
     case 1004:
         o->plan_seed = mi_parse_u64("--plan-seed", arg);
         o->placement_opts = 1;
+        o->plan_seed_set = 1;
         return 1;
     case 1005:
         if (!strcmp(arg, "yes"))
@@ -153,19 +156,29 @@ int session_opt(session_opts *o, int code, const char *arg)
     case 1007: o->speculate = 1; return 1;
     case 1026: o->explain = 1; return 1;
     case 1027: o->split_vocab = 1; return 1;
-    case 1008: o->tolerance = mi_parse_double("--tolerance", arg, 0.0, 1e9); return 1;
-    case 1009: o->min_acceptance = mi_parse_double("--min-acceptance", arg, 0.0, 1.0); return 1;
-    case 1010: o->spec_profile = arg; return 1;
+    case 1008: o->tolerance = mi_parse_double("--tolerance", arg, 0.0, 1e9); o->spec_given = 1; return 1;
+    case 1009: o->min_acceptance = mi_parse_double("--min-acceptance", arg, 0.0, 1.0); o->spec_given = 1; return 1;
+    case 1010: o->spec_profile = arg; o->spec_given = 1; return 1;
     case 1011: o->replan = 1; return 1;
     case 1012: o->kv_positions = (int)mi_parse_long("--kv-positions", arg, 1, 1 << 24); return 1;
     case 1013:
         o->wire = cli_wire_dtype(arg);
         o->wire_set = 1;
         return 1;
-    case 1014:
-        cli_parse_prune(arg, o->prune);
-        o->prune_set = 1;
+    case 1014: {
+        /* a second --prune joins the first (kinds added; one given twice refused), as --layer-dtype does */
+        const char *spec = arg;
+        if (o->prune_spec) {
+            size_t n = strlen(o->prune_spec) + strlen(arg) + 2;
+            char *joined = mi_malloc(n, "--prune");
+            snprintf(joined, n, "%s,%s", o->prune_spec, arg);
+            spec = joined; /* kept for the run's length, like the argv strings */
+        }
+        cli_parse_prune(spec, o->prune);
+        o->prune_spec = spec;
+        o->prune_set = o->prune_given = 1;
         return 1;
+    }
     case 1015:
         if (!strcmp(arg, "aware"))
             o->prune_mode = MI_PRUNE_AWARE;
@@ -177,7 +190,7 @@ int session_opt(session_opts *o, int code, const char *arg)
         return 1;
     case 1016:
         o->loss = mi_parse_double("--loss", arg, 0.0, 1.0);
-        o->loss_set = 1;
+        o->loss_set = o->loss_given = 1;
         return 1;
     case 1017:
         o->loss_mode = mi_loss_mode_parse(arg);
@@ -191,4 +204,34 @@ int session_opt(session_opts *o, int code, const char *arg)
         return 1;
     default: return 0;
     }
+}
+
+int session_opts_check(const session_opts *o, const char *cmd, int ranks, char *err)
+{
+    if (o->prune_set && !o->prune_given)
+        return mi_set_error(err, "%s: --prune-mode says how --prune ranks the columns it leaves out: give --prune "
+                                 "too", cmd);
+    if (o->loss_set && !o->loss_given)
+        return mi_set_error(err, "%s: --loss-mode and --loss-seed shape the message loss of --loss P: give --loss "
+                                 "too", cmd);
+    if (o->spec_given && !o->speculate)
+        return mi_set_error(err, "%s: --tolerance, --min-acceptance and --spec-profile tune inter-layer speculation: "
+                                 "give --speculate too", cmd);
+    if (o->plan_seed_set && !o->plan_file && strcmp(o->planner, "random"))
+        return mi_set_error(err, "%s: --plan-seed seeds --planner random; --planner %s draws nothing", cmd,
+                            o->planner);
+    if (o->speculate && !strcmp(o->planner, "tp"))
+        return mi_set_error(err, "%s: --speculate needs a layer's projection on one rank: --planner tp splits every "
+                                 "projection over the ranks", cmd);
+    if (ranks == 1 && o->scatter)
+        return mi_set_error(err, "%s: --weights scatter sends each worker its shard: a one-rank job has no workers "
+                                 "(start it with mpirun -np N)", cmd);
+    if (ranks == 1 && o->controller_works == 0)
+        return mi_set_error(err, "%s: --controller-works no leaves the layers to the workers: a one-rank job has "
+                                 "only the controller", cmd);
+    /* somegather refuses --split-vocab on any rank count, with its own reason (session.c) */
+    if (ranks == 1 && o->split_vocab && strcmp(o->planner, "somegather"))
+        return mi_set_error(err, "%s: --split-vocab spreads the vocabulary over the workers: a one-rank job has "
+                                 "none", cmd);
+    return 0;
 }

@@ -31,4 +31,12 @@ void session_opts_init(session_opts *o);
 /* Returns 1 if code was one of the session options (and applies it). */
 int session_opt(session_opts *o, int code, const char *arg);
 
+/* Options given that would do nothing in this mode (one error line in err,
+ * naming the option; returns -1; else 0): --prune-mode without --prune,
+ * --loss-mode/--loss-seed without --loss, speculation's tuning without
+ * --speculate, --plan-seed without --planner random, --speculate with tp,
+ * and on a one-rank job (ranks 1) --weights scatter, --controller-works no and
+ * --split-vocab. Checks needing the model or the placement are session.c's. */
+int session_opts_check(const session_opts *o, const char *cmd, int ranks, char *err);
+
 #endif

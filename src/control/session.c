@@ -413,8 +413,23 @@ static int plan_extras(mi_session *ss, const char *path, const session_opts *o, 
     if (!rc && o->loss_set && ss->plan.planner != MI_PLANNER_SOMEGATHER)
         rc = mi_set_error(err, "--loss, --loss-mode and --loss-seed apply to somegather's allgather exchanges "
                                "(--planner somegather)");
-    if (!rc && o->plan_file && o->speculate)
-        mi_plan_mark_speculation(&ss->plan, cl, NULL, o->min_acceptance);
+    /* a placement that splits every projection (tp) or has none (somegather) cannot speculate: --planner
+     * auto's choice or a plan file's planner would drop --speculate silently */
+    if (!rc && o->speculate && (ss->plan.planner == MI_PLANNER_TP || ss->plan.planner == MI_PLANNER_SOMEGATHER))
+        rc = mi_set_error(err, "--speculate needs a layer's projection on one rank: the placement that runs (%s%s) "
+                               "has none", mi_planner_name(ss->plan.planner),
+                          o->plan_file ? ", from the plan file" : ", chosen by --planner auto");
+    if (!rc && o->plan_file && o->speculate) {
+        /* the profile's acceptance marks the saved placement as it does a planner's */
+        double *acc = NULL;
+        if (o->spec_profile) {
+            acc = mi_calloc((size_t)ss->cfg.n_layers, sizeof(double), "acceptance");
+            rc = session_load_profile(o->spec_profile, &ss->cfg, o->tolerance, acc, err);
+        }
+        if (!rc)
+            mi_plan_mark_speculation(&ss->plan, cl, acc, o->min_acceptance);
+        free(acc);
+    }
     if (!rc && o->importance) {
         ss->scaling.imp = mi_malloc(sizeof *ss->scaling.imp, "importance");
         rc = mi_importance_load(o->importance, &ss->cfg, ss->scaling.imp, err);
@@ -668,8 +683,9 @@ int session_load_profile(const char *path, const mi_config *c, double tolerance,
         rc = mi_set_error(err, "%s: speculation profile needs 'n_layers' and 'transitions'", path);
         goto out;
     }
-    if (nl->valueint != c->n_layers || cJSON_GetArraySize(tr) != c->n_layers - 1) {
-        rc = mi_set_error(err, "%s: speculation profile is for %d layers but the model has %d", path, nl->valueint,
+    /* compared as the number it is: cJSON's valueint would truncate 6.5 to 6 */
+    if (nl->valuedouble != c->n_layers || cJSON_GetArraySize(tr) != c->n_layers - 1) {
+        rc = mi_set_error(err, "%s: speculation profile is for %g layers but the model has %d", path, nl->valuedouble,
                           c->n_layers);
         goto out;
     }

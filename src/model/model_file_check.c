@@ -52,19 +52,20 @@ static int check_matrix(mi_model_file *mf, const char *name, hsize_t d0, hsize_t
                             dt);
     }
     /* the attributes that describe the layout must say what this build reads */
-    int bs = 0, axis_attr = -1;
+    /* read as whole numbers: 32.5 must not pass as block_size 32 */
+    long long bs = 0, axis_attr = -1;
     long long shp[2] = {0, 0};
     int ok = H5Aexists(o, "block_size") > 0 && H5Aexists(o, "blocked_axis") > 0 && H5Aexists(o, "shape") > 0;
     if (ok) {
         hid_t a = H5Aopen(o, "block_size", H5P_DEFAULT);
-        ok = mf_attr_is_single(a) && H5Aread(a, H5T_NATIVE_INT, &bs) >= 0;
+        ok = mf_attr_is_single(a) && mf_attr_read_whole(a, &bs, 1) == 0;
         H5Aclose(a);
         a = H5Aopen(o, "blocked_axis", H5P_DEFAULT);
-        ok = ok && mf_attr_is_single(a) && H5Aread(a, H5T_NATIVE_INT, &axis_attr) >= 0;
+        ok = ok && mf_attr_is_single(a) && mf_attr_read_whole(a, &axis_attr, 1) == 0;
         H5Aclose(a);
         a = H5Aopen(o, "shape", H5P_DEFAULT);
         hid_t sp = H5Aget_space(a);
-        ok = ok && H5Sget_simple_extent_npoints(sp) == 2 && H5Aread(a, H5T_NATIVE_LLONG, shp) >= 0;
+        ok = ok && H5Sget_simple_extent_npoints(sp) == 2 && mf_attr_read_whole(a, shp, 2) == 0;
         H5Sclose(sp);
         H5Aclose(a);
     }

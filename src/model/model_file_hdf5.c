@@ -3,6 +3,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "model_file_internal.h"
 
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -38,6 +40,20 @@ int mf_attr_is_single(hid_t a)
     return n == 1;
 }
 
+int mf_attr_read_whole(hid_t a, long long *v, int n)
+{
+    double d[8];
+    if (n < 1 || n > 8 || H5Aread(a, H5T_NATIVE_DOUBLE, d) < 0)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        /* 6.5 layers is no model: truncated it would be read as 6, not refused */
+        if (!(d[i] == floor(d[i]) && fabs(d[i]) <= 9007199254740992.0))
+            return -2;
+        v[i] = (long long)d[i];
+    }
+    return 0;
+}
+
 int mf_read_int_attr(hid_t loc, const char *name, int *v, const char *path, char *err)
 {
     if (H5Aexists(loc, name) <= 0)
@@ -47,10 +63,18 @@ int mf_read_int_attr(hid_t loc, const char *name, int *v, const char *path, char
         H5Aclose(a);
         return mi_set_error(err, "%s: attribute '%s' is not a single value (corrupt file)", path, name);
     }
-    herr_t r = a < 0 ? -1 : H5Aread(a, H5T_NATIVE_INT, v);
+    /* read as a double so that a non-integral value is seen, not truncated by the conversion */
+    double d = 0;
+    herr_t r = a < 0 ? -1 : H5Aread(a, H5T_NATIVE_DOUBLE, &d);
     if (a >= 0)
         H5Aclose(a);
-    return r < 0 ? mi_set_error(err, "%s: cannot read attribute '%s'", path, name) : 0;
+    if (r < 0)
+        return mi_set_error(err, "%s: cannot read attribute '%s'", path, name);
+    if (!(d == floor(d) && d >= INT_MIN && d <= INT_MAX))
+        return mi_set_error(err, "%s: attribute '%s' is %g, not a whole number%s", path, name, d,
+                            d == floor(d) ? " within the range of an int" : "");
+    *v = (int)d;
+    return 0;
 }
 
 int mf_read_float_attr(hid_t loc, const char *name, float *v, const char *path, char *err)

@@ -22,6 +22,10 @@ void mf_quiet_hdf5(void);
 
 /* 1 if attribute a holds exactly one element. */
 int mf_attr_is_single(hid_t a);
+/* The n (<= 8) elements of attribute a into v, each a whole number (an
+ * integer type, or a float type holding integers); 0, -1 when unreadable,
+ * -2 when an element is not a whole number. */
+int mf_attr_read_whole(hid_t a, long long *v, int n);
 
 /* A single-valued int or float attribute; 0, or -1 with err (naming path). */
 int mf_read_int_attr(hid_t loc, const char *name, int *v, const char *path, char *err);

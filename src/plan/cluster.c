@@ -458,6 +458,10 @@ static int parse_cluster(const char *json, size_t len, mi_cluster *cl, const cha
     if (get_number(root, "gflops", 0, &tmp.gflops, prefix, "", err) ||
         get_number(root, "eager_bytes", 1, &tmp.eager_bytes, prefix, "", err))
         goto done;
+    if (tmp.eager_bytes != floor(tmp.eager_bytes)) { /* a message size: whole bytes */
+        mi_set_error(err, "%s: eager_bytes must be a whole number of bytes (got %g)", prefix, tmp.eager_bytes);
+        goto done;
+    }
     double smbs = tmp.storage_bw / 1e6;
     if (get_number(root, "storage_mbs", 0, &smbs, prefix, "", err))
         goto done;
@@ -481,6 +485,15 @@ static int parse_cluster(const char *json, size_t len, mi_cluster *cl, const cha
     for (const cJSON *d = devs->child; d; d = d->next, i++)
         if (parse_device(d, i, &tmp.dev[i], prefix, err))
             goto done;
+    /* a name identifies its device in every table, trace and testbed line: two alike would say one
+     * device where two are meant (a default "dev<i>" counts as given) */
+    for (int a = 0; a < n; a++)
+        for (int b = a + 1; b < n; b++)
+            if (!strcmp(tmp.dev[a].name, tmp.dev[b].name)) {
+                mi_set_error(err, "%s: devices[%d].name '%s' is also devices[%d]'s: each device needs its own name",
+                             prefix, b, tmp.dev[b].name, a);
+                goto done;
+            }
     if (parse_links(root, &tmp, prefix, err) || parse_calibration(root, &tmp, prefix, err))
         goto done;
     mi_cluster_finish(&tmp);

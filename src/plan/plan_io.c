@@ -623,6 +623,19 @@ int mi_plan_load_json(const char *path, const mi_config *c, mi_plan *plan, char 
     cJSON_Delete(root);
     if (rc == 0 && plan->keep)
         mi_plan_fill_keep(plan);
+    /* an empty send list is pruning ratio 1 for that rank, which --prune refuses (nothing of its columns
+     * would reach the others): refused from a file too */
+    for (int l = 0; rc == 0 && plan->keep && l < c->n_layers; l++)
+        for (int x = 0; rc == 0 && x < MI_N_PRUNED_XCH; x++)
+            for (int r = 0; rc == 0 && r < plan->n_ranks; r++) {
+                int c0, n;
+                mi_plan_owned(plan, l, x, r, &c0, &n);
+                const mi_keep *k = mi_plan_keep(plan, l, x, r);
+                if (k && k->n == 0 && n > 0)
+                    rc = mi_set_error(err, "%s: somegather.send of layer %d exchange %s rank %d is empty: that rank "
+                                           "would send none of its %d columns (pruning ratio 1, which --prune refuses; "
+                                           "leave the entry out to send them all)", prefix, l, mi_xch_name(x), r, n);
+            }
     if (rc == 0) {
         char verr[MI_ERRLEN];
         verr[0] = '\0';

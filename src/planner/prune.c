@@ -76,6 +76,10 @@ static void choose(mi_plan *plan, int l, int x, const double *score, double rati
         int c0, n;
         mi_plan_owned(plan, l, x, r, &c0, &n);
         int drop = (int)ceil(ratio * n - 1e-9);
+        /* a ratio below 1 never leaves a rank sending nothing (1 is refused: it would send no column at all;
+         * rounded up, 0.995 of 96 columns would be all 96) */
+        if (n > 0 && drop >= n)
+            drop = n - 1;
         ranked *v = mi_malloc((size_t)(n ? n : 1) * sizeof *v, "pruning ranks");
         for (int i = 0; i < n; i++)
             v[i] = (ranked){score[c0 + i], c0 + i};

@@ -49,8 +49,9 @@ int mi_sg_quality_load(const char *path, const mi_config *c, mi_sg_quality *q, c
         goto done;
     }
     const cJSON *txt = cJSON_GetObjectItemCaseSensitive(root, "text"), *tok = cJSON_GetObjectItemCaseSensitive(root, "tokens");
-    if ((txt && !cJSON_IsString(txt)) || (tok && !(cJSON_IsNumber(tok) && tok->valuedouble >= 0))) {
-        mi_set_error(err, "%s: 'text' must be a string and 'tokens' a count", prefix);
+    if ((txt && !cJSON_IsString(txt)) || (tok && !(cJSON_IsNumber(tok) && tok->valuedouble >= 0 && tok->valuedouble <= 1e15 &&
+                                          tok->valuedouble == floor(tok->valuedouble)))) {
+        mi_set_error(err, "%s: 'text' must be a string and 'tokens' a count (a whole number)", prefix);
         goto done;
     }
     if (mode && (!cJSON_IsString(mode) || strcmp(mode->valuestring, "aware"))) {

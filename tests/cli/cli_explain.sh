@@ -110,7 +110,7 @@ expect_error() {
 }
 expect_error "plan --explain --json" '^meshinfer: error: plan: --explain prints text' \
     "$bin" plan -m "$model" --ranks 3 --explain --json
-expect_error "plan --speculate with somegather" '^meshinfer: error: plan: --speculate needs one head-level planner' \
+expect_error "plan --speculate with somegather" '^meshinfer: error: plan: --speculate needs one planner that puts a layer.s projection on one rank .*somegather' \
     "$bin" plan -m "$model" --ranks 3 --planner somegather --speculate
 expect_error "plan --explain with --memory-model" 'does not apply to --memory-model' \
     "$bin" plan -m "$model" --memory-model --explain

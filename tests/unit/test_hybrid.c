@@ -105,10 +105,15 @@ static void test_calibrated_errors(void)
     snprintf(buf, sizeof buf, "{\"devices\": [%s, \"compute\": {\"flops\": 1}}]}", dev);
     expect_error(buf, "flops");
     /* link matrices of the wrong size, a zero bandwidth */
-    snprintf(buf, sizeof buf, "{\"devices\": [%s}, %s}], \"links\": {\"latency_ms\": [[0, 1]]}}", dev, dev);
+    const char *dev_b = "{\"name\": \"b\", \"mem_mb\": 1";
+    snprintf(buf, sizeof buf, "{\"devices\": [%s}, %s}], \"links\": {\"latency_ms\": [[0, 1]]}}", dev, dev_b);
     expect_error(buf, "2 rows of 2");
-    snprintf(buf, sizeof buf, "{\"devices\": [%s}, %s}], \"links\": {\"bandwidth_mbit\": [[0, 0], [1, 0]]}}", dev, dev);
+    snprintf(buf, sizeof buf, "{\"devices\": [%s}, %s}], \"links\": {\"bandwidth_mbit\": [[0, 0], [1, 0]]}}", dev,
+             dev_b);
     expect_error(buf, "positive");
+    /* two devices of one name: a name identifies its device */
+    snprintf(buf, sizeof buf, "{\"devices\": [%s}, %s}]}", dev, dev);
+    expect_error(buf, "devices[1].name 'a' is also devices[0]'s");
     /* a calibration made on another number of ranks than the devices listed */
     snprintf(buf, sizeof buf, "{\"devices\": [%s}], \"calibration\": {\"n_ranks\": 3}}", dev);
     expect_error(buf, "n_ranks");

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Side files that would say one thing and run another are refused: one
+# "meshinfer: error:" line naming the file, the field and the reason, exit 1.
+# Duplicate device names in a cluster file; integer fields holding
+# non-integral numbers (model file attributes, cluster, plan, quality and
+# speculation-profile files); a plan file's empty send list (pruning ratio 1,
+# which --prune refuses). Damaged files are made in a temporary directory from
+# copies; the model itself is only read.
+# usage: side_files_check.sh MESHINFER MODEL.h5
+set -u
+bin=$1 model=$2
+py=/usr/bin/python3
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+
+# refused "description" "regex the error line must match" command...
+refused() {
+    local what=$1 re=$2; shift 2
+    "$@" > "$tmp/out" 2> "$tmp/err" < /dev/null
+    local rc=$?
+    if [[ $rc -ne 1 ]]; then
+        echo "FAIL: $what: exit $rc (want 1)"; sed 's/^/    /' "$tmp/err"; fail=$((fail+1)); return
+    fi
+    if [[ $(grep -c . "$tmp/err") -ne 1 ]] || ! grep -q '^meshinfer: error: ' "$tmp/err"; then
+        echo "FAIL: $what: want exactly one 'meshinfer: error:' line, got:"; sed 's/^/    /' "$tmp/err"
+        fail=$((fail+1)); return
+    fi
+    if ! grep -Eq -- "$re" "$tmp/err"; then
+        echo "FAIL: $what: error line does not match /$re/:"; sed 's/^/    /' "$tmp/err"; fail=$((fail+1)); return
+    fi
+    echo "ok: $what -> $(cat "$tmp/err")"; pass=$((pass+1))
+}
+ok() { echo "ok: $1"; pass=$((pass+1)); }
+bad() { echo "FAIL: $1"; fail=$((fail+1)); }
+# json FILE JS: rewrite FILE with d = its JSON after the statement JS
+json() { node -e 'const fs=require("fs"); const d=JSON.parse(fs.readFileSync(process.argv[1])); '"$2"'; fs.writeFileSync(process.argv[1], JSON.stringify(d))' "$1"; }
+
+# --- cluster files: names identify devices; eager_bytes is a byte count
+printf '{"devices": [{"name": "pi", "mem_mb": 4000}, {"name": "pi", "mem_mb": 4000}]}\n' > "$tmp/dup.json"
+refused "cluster: two devices named alike" "cluster file .*dup.json: devices\[1\].name 'pi' is also devices\[0\]'s" \
+    "$bin" plan -m "$model" --cluster "$tmp/dup.json"
+# a default name ("dev<i>") counts: device 1 unnamed is dev1, as device 0 is called
+printf '{"devices": [{"name": "dev1", "mem_mb": 4000}, {"mem_mb": 4000}]}\n' > "$tmp/dup2.json"
+refused "cluster: a name equal to another device's default" "devices\[1\].name 'dev1' is also devices\[0\]'s" \
+    "$bin" plan -m "$model" --cluster "$tmp/dup2.json"
+printf '{"eager_bytes": 100.5, "devices": [{"name": "a", "mem_mb": 4000}]}\n' > "$tmp/eager.json"
+refused "cluster: eager_bytes not whole" "cluster file .*eager.json: eager_bytes must be a whole number of bytes \(got 100.5\)" \
+    "$bin" plan -m "$model" --cluster "$tmp/eager.json"
+printf '{"devices": [{"name": "a", "mem_mb": 4000}, {"name": "b", "mem_mb": 4000}]}\n' > "$tmp/two.json"
+"$bin" plan -m "$model" --cluster "$tmp/two.json" > /dev/null 2>&1 && ok "cluster with distinct names plans" ||
+    bad "a cluster file with distinct names was refused"
+
+# --- plan files: an empty send list; integer fields
+"$bin" plan -m "$model" --ranks 1 --planner somegather --prune 0.5 --out "$tmp/sg.json" > /dev/null 2>&1 ||
+    bad "plan --planner somegather --prune 0.5 --out"
+"$bin" generate -m "$model" -n 2 --plan-file "$tmp/sg.json" > /dev/null 2>&1 && ok "the somegather plan file runs" ||
+    bad "the unmodified somegather plan file was refused"
+cp "$tmp/sg.json" "$tmp/sg-empty.json"
+json "$tmp/sg-empty.json" 'd.somegather.send[0].columns = []'
+refused "plan file: an empty send list" "plan file .*sg-empty.json: somegather.send of layer [0-9]+ exchange [a-z_]+ rank [0-9]+ is empty: .*pruning ratio 1, which --prune refuses" \
+    "$bin" generate -m "$model" -n 2 --plan-file "$tmp/sg-empty.json"
+# the command line cannot make one either: a ratio below 1 keeps a column of every rank
+"$bin" plan -m "$model" --ranks 3 --planner somegather --prune 0.999 --out "$tmp/sg999.json" > /dev/null 2>&1 ||
+    bad "plan --prune 0.999 --out"
+n0=$(node -e 'const d=JSON.parse(require("fs").readFileSync(process.argv[1])); console.log(d.somegather.send.filter(e => e.columns.length == 0).length)' "$tmp/sg999.json")
+[[ "$n0" == 0 ]] && ok "--prune 0.999 keeps a column of every rank (no empty send list)" ||
+    bad "--prune 0.999 wrote $n0 empty send lists"
+cp "$tmp/sg.json" "$tmp/sg-ranks.json"
+json "$tmp/sg-ranks.json" 'd.n_ranks = 1.5'
+refused "plan file: n_ranks not whole" "plan file .*sg-ranks.json: 'n_ranks' must be an integer" \
+    "$bin" generate -m "$model" -n 2 --plan-file "$tmp/sg-ranks.json"
+
+# --- somegather quality file: tokens is a count
+printf '{"model": "stories15M", "n_layers": 6, "dim": 288, "ranks": 1, "tokens": 10.5, "points": [{"r": 0, "perplexity": 5}]}\n' \
+    > "$tmp/q.json"
+refused "quality file: tokens not whole" "q.json: 'text' must be a string and 'tokens' a count \(a whole number\)" \
+    "$bin" plan -m "$model" --ranks 1 --planner auto --ppl-budget 5 --somegather-quality "$tmp/q.json"
+
+# --- speculation profile: n_layers 6.5 is not the model's 6
+node -e 'const t=[]; for (let i=0;i<5;i++) t.push({ratio_percentiles: Array.from({length:101},(_, k)=>k/100)});
+         console.log(JSON.stringify({n_layers: 6.5, transitions: t}))' > "$tmp/prof.json"
+refused "speculation profile: n_layers 6.5" "prof.json: speculation profile is for 6.5 layers but the model has 6" \
+    "$bin" generate -m "$model" -n 2 --speculate --spec-profile "$tmp/prof.json"
+
+# --- model file attributes: whole numbers, never truncated
+cp "$model" "$tmp/m.h5"
+$py -c 'import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r+") as f:
+    del f.attrs["n_layers"]; f.attrs["n_layers"] = np.float64(6.5)' "$tmp/m.h5" || bad "h5py could not edit the copy"
+refused "model file: n_layers 6.5 (check)" "m.h5: attribute 'n_layers' is 6.5, not a whole number" \
+    "$bin" check -m "$tmp/m.h5"
+refused "model file: n_layers 6.5 (generate)" "m.h5: attribute 'n_layers' is 6.5, not a whole number" \
+    "$bin" generate -m "$tmp/m.h5" -n 2
+cp "$model" "$tmp/m6.h5"
+$py -c 'import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r+") as f:
+    del f.attrs["n_layers"]; f.attrs["n_layers"] = np.float64(6.0)' "$tmp/m6.h5"
+"$bin" check -m "$tmp/m6.h5" > /dev/null 2>&1 && ok "n_layers stored as the float 6.0 reads as 6" ||
+    bad "n_layers 6.0 (a float holding an integer) was refused"
+cp "$model" "$tmp/big.h5"
+$py -c 'import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r+") as f:
+    del f.attrs["dim"]; f.attrs["dim"] = np.int64(1 << 40)' "$tmp/big.h5"
+refused "model file: dim past an int" "big.h5: attribute 'dim' is 1.09951e\+12, not a whole number within the range of an int" \
+    "$bin" check -m "$tmp/big.h5"
+# a blocked tensor's layout attributes
+"$bin" quantize -m "$model" --layer-dtype 0:q8_0 --out "$tmp/q8.h5" > /dev/null 2>&1 || bad "quantize --layer-dtype 0:q8_0"
+$py -c 'import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r+") as f:
+    g = f["layers/000/wq"]; del g.attrs["block_size"]; g.attrs["block_size"] = np.float64(32.5)' "$tmp/q8.h5" ||
+    bad "h5py could not edit layers/000/wq"
+refused "model file: block_size 32.5" "q8.h5: tensor 'layers/000/wq' \(q8_0\) must have block_size 32" \
+    "$bin" check -m "$tmp/q8.h5"
+
+echo "side_files_check: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]
