@@ -29,6 +29,8 @@ enum {
                               "Cutting Knowledge Date" and "Today Date: 26 Jul 2024" */
     MI_CHAT_LLAMA32,       /* "llama3.2": as 3.1 with today's local date ("05 Mar 2025") */
     MI_CHAT_CHATML_QWEN25, /* "qwen2.5": ChatML with Qwen2.5's default system prompt */
+    MI_CHAT_CHATML_QWEN2,  /* "qwen2": ChatML with Qwen1.5's and Qwen2's ("You are a helpful
+                              assistant.") */
     MI_CHAT_QWEN3,         /* "qwen3": ChatML with Qwen3's <think> handling */
     MI_CHAT_GEMMA3,        /* "gemma3": <start_of_turn>user/model, system folded into the first
                               user turn, roles alternating */

