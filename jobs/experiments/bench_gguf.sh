@@ -51,6 +51,8 @@
 # Open MPI. A run with the defaults takes about 10 minutes on a 2-core machine.
 set -euo pipefail
 . "$(dirname "$0")/../lib/common.sh"
+# shellcheck source=../lib/reference_builds.sh
+. "$root/jobs/lib/reference_builds.sh"
 # shellcheck source=../lib/packages.sh
 . "$root/jobs/lib/packages.sh"
 py=/usr/bin/python3
@@ -101,12 +103,6 @@ ncores=$(nproc)
 ((ncores >= 2)) || say "warning: $ncores core(s): the 2-node/2-rank runs share a core"
 core1=$((ncores >= 2 ? 1 : 0))
 logs="$out/logs"; rm -rf "$logs"; mkdir -p "$logs"
-commit_of() {
-    local c
-    c=$(git -C "$1" rev-parse --short HEAD 2>/dev/null) || { echo "unknown"; return; }
-    [[ -z $(git -C "$1" status --porcelain --untracked-files=no 2>/dev/null) ]] || c="$c+modified"
-    echo "$c"
-}
 lc_commit=$(commit_of "$llamacpp") dl_commit=""
 greedy_bin="$work/llama_greedy"
 cc -O2 -std=c11 -Wall -I "$llamacpp/include" -I "$llamacpp/ggml/include" "$root/jobs/lib/llama_greedy.c" \
@@ -115,12 +111,7 @@ cc -O2 -std=c11 -Wall -I "$llamacpp/include" -I "$llamacpp/ggml/include" "$root/
 dl_bin=""
 if [[ -n $dllama ]]; then
     dl_commit=$(commit_of "$dllama")
-    rm -rf "$work/dllama"; mkdir -p "$work/dllama"
-    cp -r "$dllama/Makefile" "$dllama/src" "$work/dllama/"
-    say "building distributed-llama ($dllama, $dl_commit) in $work/dllama"
-    make -C "$work/dllama" -j "$ncores" dllama > "$logs/dllama-build.log" 2>&1 ||
-        fail "building distributed-llama failed (see $logs/dllama-build.log)"
-    dl_bin="$work/dllama/dllama"
+    dl_bin=$(build_dllama "$dllama" "$work" "$logs") || exit 1
 fi
 
 # ------------------------------------------------------------------ the model

@@ -52,6 +52,8 @@
 # a 2-core machine (builds and checks included; the converted models are kept in --work).
 set -euo pipefail
 . "$(dirname "$0")/../lib/common.sh"
+# shellcheck source=../lib/reference_builds.sh
+. "$root/jobs/lib/reference_builds.sh"
 cache="$root/models/cache"
 py=/usr/bin/python3
 llama2c="" dllama="" rounds=5 steps=256 tl_rounds=3 tl_steps=44 port=9998
@@ -134,12 +136,6 @@ stop_worker() {
 }
 trap stop_worker EXIT
 
-commit_of() {
-    local c
-    c=$(git -C "$1" rev-parse --short HEAD 2>/dev/null) || { echo "unknown"; return; }
-    [[ -z $(git -C "$1" status --porcelain --untracked-files=no 2>/dev/null) ]] || c="$c+modified"
-    echo "$c"
-}
 l2c_bin="" dl_bin="" l2c_commit="" dl_commit=""
 if [[ -n $llama2c ]]; then
     mkdir -p "$work/llama2c"
@@ -149,12 +145,7 @@ if [[ -n $llama2c ]]; then
 fi
 if [[ -n $dllama ]]; then
     dl_commit=$(commit_of "$dllama")
-    rm -rf "$work/dllama"; mkdir -p "$work/dllama"
-    cp -r "$dllama/Makefile" "$dllama/src" "$work/dllama/"
-    log "building distributed-llama ($dllama, $dl_commit) in $work/dllama"
-    make -C "$work/dllama" -j "$ncores" dllama > "$logs/dllama-build.log" 2>&1 ||
-        fail "building distributed-llama failed (see $logs/dllama-build.log)"
-    dl_bin="$work/dllama/dllama"
+    dl_bin=$(build_dllama "$dllama" "$work" "$logs") || exit 1
 fi
 
 # ------------------------------------------------------------------ runners
