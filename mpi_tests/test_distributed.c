@@ -23,7 +23,10 @@
  * q8_0 and 5 to q4_0 after the prompt (a re-placement to the same shards)
  * gives bit for bit the logits of one device converting the same layers at
  * the same point, and raising them again (reloaded from the file) gives the
- * fp32 run's logits bit for bit.
+ * fp32 run's logits bit for bit. A re-placement that moves each rank's
+ * classifier slice to other rows of the same size, and back, gives one
+ * device's logits (greedy with the vocabulary split: its embedding rows move
+ * too, bit for bit; tp: the classifier alone, within 1e-4).
  * Voltron's hybrid planner on a heterogeneous, memory-tight cluster runs the
  * prompt on its prefill placement, re-places to its decode placement (the KV
  * heads that change owner moved and counted) and gives one device's tokens.
@@ -293,7 +296,9 @@ static double pruned_kinds_bytes(const mi_programs *p)
  * four pruned exchanges, and a plan file carries the send lists (same
  * tokens after a save and load); message loss is deterministic for a seed,
  * lost at about the asked rate in each mode, total in sender mode at P = 1,
- * and absent at P = 0 (bit-identical to no loss). */
+ * and absent at P = 0 (bit-identical to no loss); in each mode the prompt in
+ * passes of CHUNK and one position per pass lose the same columns at the
+ * same positions (bit-identical logits after it). */
 static void check_somegather(const char *path, const mi_config *c, const int *prompt, const run_result *exact)
 /* exact: one device's tokens (rank 0), to report whether loss changed them */
 {
@@ -376,6 +381,14 @@ static void check_somegather(const char *path, const mi_config *c, const int *pr
     if (g_rank == 0)
         CHECK(!memcmp(a.logits, b.logits, (1 + N_DECODE) * V * sizeof(float)),
               "somegather with loss 0 is not bit-identical to running without loss");
+    /* the prompt one position per pass gives the same bits as in passes of CHUNK (every row's
+     * arithmetic is its own): the reference for where loss strikes inside a pass, below */
+    mi_runtime_options ro1 = ro;
+    ro1.max_T = 1;
+    run_plan(&plan, &ro1, c, prompt, &a, all, NULL, "somegather one position per pass");
+    if (g_rank == 0)
+        CHECK(!memcmp(a.logits, b.logits, (1 + N_DECODE) * V * sizeof(float)),
+              "somegather with the prompt one position per pass is not bit-identical to passes of %d", CHUNK);
     for (int mode = 0; mode < 3; mode++) {
         ro.loss_mode = mode;
         ro.loss = 0.2;
@@ -386,9 +399,19 @@ static void check_somegather(const char *path, const mi_config *c, const int *pr
             lost += all[r].msgs_lost;
         }
         run_plan(&plan, &ro, c, prompt, &b, all, &p0, "somegather");
-        if (g_rank == 0) {
+        if (g_rank == 0)
             CHECK(!memcmp(a.logits, b.logits, (1 + N_DECODE) * V * sizeof(float)),
                   "loss mode %s with one seed gave two results", mi_loss_mode_name(mode));
+        /* a message's loss belongs to its position, not to the pass that carries it: the prompt
+         * one position per pass loses the same columns at the same positions (a loss read at
+         * the pass's first position, or zeroed in its first row, differs in the KV cache) */
+        ro1 = ro;
+        ro1.max_T = 1;
+        run_plan(&plan, &ro1, c, prompt, &b, all, NULL, "somegather with loss, one position per pass");
+        if (g_rank == 0) {
+            CHECK(!memcmp(a.logits, b.logits, (1 + N_DECODE) * V * sizeof(float)),
+                  "loss mode %s: the prompt in passes of %d and one position per pass lost other columns",
+                  mi_loss_mode_name(mode), CHUNK);
             /* correlated modes lose messages in groups: a loose bound */
             CHECK(got > 0 && lost > 0.05 * got && lost < 0.4 * got, "loss mode %s at 0.2: %.0f of %.0f messages lost",
                   mi_loss_mode_name(mode), lost, got);
@@ -540,6 +563,73 @@ static void check_hybrid(const char *path, const mi_config *c, const int *prompt
     mi_plan_free(&dec);
     mi_plan_free(&pre);
     mi_cluster_free(&cl);
+}
+
+/* A re-placement that moves each rank's classifier slice to other
+ * vocabulary rows of the same size: the plan's slices in reverse rank order.
+ * A rank must load its new rows, not keep the old ones because the size
+ * matched; the logits after the move, and after moving back, are one
+ * device's (teacher-forced with its tokens): bit for bit under greedy with
+ * the vocabulary split (its embedding rows move with the slice), within
+ * tp's 1e-4 under tp (the embeddings whole on rank 0, only the classifier
+ * moves). */
+static void check_cls_move(const char *path, const mi_config *c, const int *prompt, const run_result *ref,
+                           mi_planner pl)
+{
+    mi_cluster cl;
+    mi_cluster_default(&cl, g_size, 1e12);
+    int split = pl != MI_PLANNER_TP;
+    double limit = split ? 0.0 : 1e-4;
+    mi_plan_options po = {pl, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL, split, 0};
+    mi_plan a, b;
+    char err[MI_ERRLEN];
+    if (mi_plan_make(c, &cl, &po, &a, err)) {
+        CHECK(0, "%s for moving classifier slices: %s", mi_planner_name(pl), err);
+        mi_cluster_free(&cl);
+        return;
+    }
+    mi_cluster_free(&cl);
+    if (a.n_cls < 2 || a.split_vocab != split) { /* one slice (greedy on 2 ranks): nothing to move */
+        mi_plan_free(&a);
+        return;
+    }
+    size_t n;
+    int *buf = mi_plan_serialize(&a, &n);
+    CHECK(mi_plan_deserialize(buf, n, c, &b, err) == 0, "plan copy: %s", err);
+    free(buf);
+    for (int i = 0, v0 = 0; i < a.n_cls; i++) {
+        b.cls[i] = a.cls[a.n_cls - 1 - i];
+        b.cls[i].v0 = v0;
+        v0 += b.cls[i].n;
+    }
+    CHECK(!mi_plan_same_placement(&a, &b), "classifier slices in reverse rank order: the same placement");
+    mi_runtime_options ro = {.model_path = path, .max_T = CHUNK};
+    mi_runtime *rt = mi_runtime_create(&a, NULL, &ro);
+    if (g_rank == 0) {
+        size_t V = (size_t)c->vocab_size;
+        double worst = 0;
+        float *lg = mi_runtime_prefill(rt, prompt, N_PROMPT, 0);
+        for (int k = 0; k <= N_DECODE; k++) {
+            if (k == 1)
+                mi_runtime_replan(rt, &b, NULL, N_PROMPT);
+            if (k == N_DECODE / 2)
+                mi_runtime_replan(rt, &a, NULL, N_PROMPT + k - 1);
+            if (k > 0)
+                lg = mi_runtime_forward(rt, &ref->tokens[N_PROMPT + k - 1], 1, N_PROMPT + k - 1, 0);
+            for (size_t i = 0; i < V; i++)
+                worst = fmax(worst, fabs((double)lg[i] - ref->logits[(size_t)k * V + i]));
+        }
+        mi_runtime_stop(rt);
+        CHECK(worst <= limit, "%s on %d ranks, %s: classifier slices moved (same sizes) and back: max logit "
+              "difference %.3g from one device (limit %g)", mi_planner_name(pl), g_size, c->name, worst, limit);
+        printf("  %-10s %d ranks %-14s classifier slices moved to other rows of the same size and back: "
+               "max |logit diff| %.3g\n", mi_planner_name(pl), g_size, c->name, worst);
+    } else {
+        mi_runtime_serve(rt);
+    }
+    mi_runtime_free(rt);
+    mi_plan_free(&b);
+    mi_plan_free(&a);
 }
 
 /* Voltron §4.3.1 computation scaling through the runtime (see the header). */
@@ -725,7 +815,9 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
             layerwise_bytes = total;
         if (pl == MI_PLANNER_GREEDY)
             headlevel_bytes = total;
-        mi_runtime_options ro = {.model_path = path, .scatter = pl == MI_PLANNER_RANDOM /* exercise --weights scatter too */,
+        /* exercise --weights scatter too, each shard in pieces of 4093 bytes (a prime: the last piece of
+         * every tensor short), so that a misplaced piece changes the logits */
+        mi_runtime_options ro = {.model_path = path, .scatter = pl == MI_PLANNER_RANDOM, .scatter_piece = 4093,
                                  .max_T = CHUNK, .tolerance = 0.05, .on_reset_metrics = mpib_reset_cb};
         mi_runtime *rt = mi_runtime_create(&plan, NULL, &ro);
         mi_rank_metrics *all = g_rank == 0 ? calloc((size_t)g_size, sizeof *all) : NULL;
@@ -844,8 +936,11 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
         check_somegather(path, c, prompt, &ref);
     if (wire == MI_F32 && real && g_size > 1)
         check_hybrid(path, c, prompt, &ref);
-    if (wire == MI_F32 && real && c->dtype[0][MI_WQ] == MI_F32)
+    if (wire == MI_F32 && real && c->dtype[0][MI_WQ] == MI_F32) {
         check_lowering(path, c, prompt, &ref);
+        check_cls_move(path, c, prompt, &ref, MI_PLANNER_GREEDY);
+        check_cls_move(path, c, prompt, &ref, MI_PLANNER_TP);
+    }
     /* the split vocabulary and the logit candidates: stories15M in fp32 and every family's tiny model */
     if (wire == MI_F32 && !mixed &&
         ((real && c->dtype[0][MI_WQ] == MI_F32) || c->family != MI_FAMILY_LLAMA || !strcmp(c->name, "tiny-llama3"))) {

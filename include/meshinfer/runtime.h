@@ -61,6 +61,9 @@ int mi_loss_mode_parse(const char *name);
 typedef struct {
     const char *model_path;  /* HDF5 model; with scatter only rank 0 opens it */
     int scatter;             /* rank 0 reads every shard and sends it (devices without a copy) */
+    size_t scatter_piece;    /* with scatter: the largest message a shard travels in, bytes (0 or more than
+                                1 GiB: 1 GiB, the most an int count holds); a test sets a small one so that
+                                every shard goes in many pieces, the last one short */
     int max_T;               /* positions per forward pass (prefill chunk) */
     int trace;               /* record per-step events for a Chrome trace */
     double tolerance;        /* speculation: keep the speculative attention when ||FFN(Z)||/||Z|| is

@@ -12,10 +12,11 @@
 typedef struct {
     mi_model_file *mf;
     int dest;
+    size_t piece;
 } send_ctx;
 
 /* Shards travel as the raw stored bytes (any dtype), in pieces of at most
- * 1 GiB so that counts fit an int. */
+ * 1 GiB so that counts fit an int (runtime.h scatter_piece: smaller ones). */
 #define PIECE ((size_t)1 << 30)
 
 static int fetch_and_send(void *ctx, const char *name, size_t row0, size_t nrows, size_t row_bytes, size_t byte0,
@@ -24,19 +25,19 @@ static int fetch_and_send(void *ctx, const char *name, size_t row0, size_t nrows
     send_ctx *sc = ctx;
     if (mi_model_read_raw_cols(sc->mf, name, row0, nrows, row_bytes, byte0, nbytes, out, err))
         mi_fatal("%s", err); /* the receiver is blocked in MPI_Recv: abort the job */
-    size_t n = nrows * nbytes;
-    for (size_t off = 0; off < n; off += PIECE)
-        MPI_Send((char *)out + off, (int)(n - off < PIECE ? n - off : PIECE), MPI_BYTE, sc->dest, 7, MPI_COMM_WORLD);
+    size_t n = nrows * nbytes, piece = sc->piece;
+    for (size_t off = 0; off < n; off += piece)
+        MPI_Send((char *)out + off, (int)(n - off < piece ? n - off : piece), MPI_BYTE, sc->dest, 7, MPI_COMM_WORLD);
     return 0;
 }
 
 static int fetch_recv(void *ctx, const char *name, size_t row0, size_t nrows, size_t row_bytes, size_t byte0,
                       size_t nbytes, void *out, char *err)
 {
-    (void)ctx, (void)name, (void)row0, (void)row_bytes, (void)byte0, (void)err;
-    size_t n = nrows * nbytes;
-    for (size_t off = 0; off < n; off += PIECE)
-        MPI_Recv((char *)out + off, (int)(n - off < PIECE ? n - off : PIECE), MPI_BYTE, 0, 7, MPI_COMM_WORLD,
+    (void)name, (void)row0, (void)row_bytes, (void)byte0, (void)err;
+    size_t n = nrows * nbytes, piece = *(const size_t *)ctx;
+    for (size_t off = 0; off < n; off += piece)
+        MPI_Recv((char *)out + off, (int)(n - off < piece ? n - off : piece), MPI_BYTE, 0, 7, MPI_COMM_WORLD,
                  MPI_STATUS_IGNORE);
     return 0;
 }
@@ -103,6 +104,7 @@ void rt_load_shard(mi_runtime *rt)
      * library's own caches do not count as weights */
     size_t rss0 = mi_rss_bytes();
     int rc = 0;
+    size_t piece = opt->scatter_piece > 0 && opt->scatter_piece < PIECE ? opt->scatter_piece : PIECE;
     if (!opt->scatter) {
         mi_config fc;
         mi_model_file *mf = mi_model_open(opt->model_path, &fc, err);
@@ -129,7 +131,7 @@ void rt_load_shard(mi_runtime *rt)
         rss0 = mi_rss_bytes();
         for (int r = 1; r < rt->size; r++) {
             mi_plan_shard(&rt->plan, r, &spec);
-            send_ctx sc = {mf, r};
+            send_ctx sc = {mf, r, piece};
             mi_weight_source src = {fetch_and_send, &sc, 1};
             mi_model other;
             if (mi_model_load(&other, &src, c, &spec, err))
@@ -143,7 +145,7 @@ void rt_load_shard(mi_runtime *rt)
         mi_model_close(mf);
     } else {
         mi_plan_shard(&rt->plan, rt->rank, &spec);
-        mi_weight_source src = {fetch_recv, NULL, 0};
+        mi_weight_source src = {fetch_recv, &piece, 0};
         if (mi_model_load(&rt->model, &src, c, &spec, err))
             mi_fatal("%s", err);
     }

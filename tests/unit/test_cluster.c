@@ -890,6 +890,14 @@ static void test_plan_kv_horizon(void)
     CU_ASSERT_EQUAL_FATAL(mi_plan_deserialize(buf, n, &c, &q, err), 0);
     CU_ASSERT_EQUAL(q.kv_positions, 32);
     CU_ASSERT(mi_plan_same_placement(&p32, &q));
+    /* a classifier slice on another rank, or at other rows of the same size, is another placement */
+    q.cls[0].rank = (q.cls[0].rank + 1) % 4;
+    CU_ASSERT(!mi_plan_same_placement(&p32, &q));
+    q.cls[0] = p32.cls[0];
+    q.cls[0].v0 += 1;
+    CU_ASSERT(!mi_plan_same_placement(&p32, &q));
+    q.cls[0] = p32.cls[0];
+    CU_ASSERT(mi_plan_same_placement(&p32, &q));
     mi_plan_free(&q);
     free(buf);
     char path[4200];

@@ -397,6 +397,58 @@ static void test_precision_search(void)
         fewer.dtype[n4 - 1][m] = MI_Q8_0;
     CU_ASSERT_NOT_EQUAL(mi_plan_make(&fewer, &cl, &po, &p, err), 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.spec, "0:q4_0"));
+    /* the q4_0 order is by what the step adds, not the layer's total: here
+     * the increments 0.1 (L - l) favour the last layers while the totals
+     * 0.5 (l + 1) + 0.1 (L - l) = 0.4 l + 0.5 + 0.1 L favour the first ones;
+     * the expected rise is every layer's q8_0 rise plus the increments taken */
+    int L = c.n_layers;
+    for (int l = 0; l < L; l++) {
+        imp.rise[l][0] = 0.5 * (l + 1);
+        imp.rise[l][1] = imp.rise[l][0] + 0.1 * (L - l);
+    }
+    CU_ASSERT_EQUAL_FATAL(mi_precision_search(&c, &cl, &po, &imp, &q, &r, err), 0);
+    n4 = r.steps - L;
+    CU_ASSERT(n4 > 0 && n4 < L);
+    double want = 0;
+    for (int l = 0; l < L; l++) {
+        CU_ASSERT_EQUAL(r.cfg.dtype[l][MI_WQ], l >= L - n4 ? MI_Q4_0 : MI_Q8_0);
+        want += imp.rise[l][0] + (l >= L - n4 ? 0.1 * (L - l) : 0);
+    }
+    CU_ASSERT_DOUBLE_EQUAL(r.rise, want, 1e-9);
+    /* equal importances everywhere: the lower layer goes first */
+    for (int l = 0; l < L; l++) {
+        imp.rise[l][0] = 0.25;
+        imp.rise[l][1] = 0.75;
+    }
+    CU_ASSERT_EQUAL_FATAL(mi_precision_search(&c, &cl, &po, &imp, &q, &r, err), 0);
+    n4 = r.steps - L;
+    CU_ASSERT(n4 > 0 && n4 < L);
+    for (int l = 0; l < L; l++)
+        CU_ASSERT_EQUAL(r.cfg.dtype[l][MI_W2], l < n4 ? MI_Q4_0 : MI_Q8_0);
+    CU_ASSERT_DOUBLE_EQUAL(r.rise, 0.25 * L + 0.5 * n4, 1e-9);
+    /* a budget that every layer at q8_0 meets: only the least important go
+     * down to q8_0 (rises 0.3, 0.1, 0.5, ...: layer 1 first, then 0) */
+    for (int l = 0; l < L; l++) {
+        imp.rise[l][0] = l == 1 ? 0.1 : 0.3 + 0.2 * (l != 0) * l;
+        imp.rise[l][1] = 10;
+    }
+    double roomy[] = {39e6, 3.5e6 * 2.2, 2e6 * 2.2, 2e6 * 2.2};
+    mi_cluster cq;
+    cluster_of(&cq, 4, sp, roomy, 1e-3, 12.5e6);
+    int rcq = mi_precision_search(&c, &cq, &po, &imp, &q, &r, err);
+    if (rcq)
+        printf("\n  %s\n", err);
+    CU_ASSERT_EQUAL_FATAL(rcq, 0);
+    CU_ASSERT(r.steps >= 1 && r.steps < L);
+    double want8 = 0;
+    for (int i = 0; i < r.steps; i++) /* the order: 1, 0, 2, 3, ... */
+        want8 += imp.rise[i == 0 ? 1 : i == 1 ? 0 : i][0];
+    for (int l = 0; l < L; l++) {
+        int rank = l == 1 ? 0 : l == 0 ? 1 : l; /* l's place in that order */
+        CU_ASSERT_EQUAL(r.cfg.dtype[l][MI_WQ], rank < r.steps ? MI_Q8_0 : MI_F32);
+    }
+    CU_ASSERT_DOUBLE_EQUAL(r.rise, want8, 1e-9);
+    mi_cluster_free(&cq);
     /* a TPOT no configuration reaches: the error names the best reachable */
     q.tpot_s = 1e-6;
     CU_ASSERT_EQUAL(mi_precision_search(&c, &cl, &po, &imp, &q, &r, err), -1);

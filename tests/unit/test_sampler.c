@@ -9,11 +9,21 @@
  *   - top-k sampling (with and without top-p) over the rebuilt vector gives
  *     token for token what it gives over the whole vector, seed for seed,
  *     for every way of cutting the vocabulary into slices; and its
- *     frequencies are the renormalised top k's.
+ *     frequencies are the renormalised top k's;
+ *   - the generator's first values from seed 1 are xorshift64*'s (computed
+ *     independently);
+ *   - at temperatures other than 1, with and without top-p and top-k, each
+ *     seeded draw is the token a double-precision reference computes from
+ *     the same coin (softmax of logit / T over the candidates, the nucleus
+ *     cut where the sorted mass first exceeds top-p, the coin scaled by the
+ *     nucleus's mass); and T = 0.5 over log {0.5, 0.3, 0.2} samples in
+ *     proportion to their squares.
  * Exit status: 0 when every test passed, 1 otherwise. */
 #include <CUnit/Basic.h>
 #include <CUnit/CUnit.h>
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -153,6 +163,117 @@ static void test_top_k_sampling(void)
     CU_ASSERT_EQUAL(counts[2] + counts[3], 0);
 }
 
+/* xorshift64* from seed 1: the top 24 bits of the first three outputs
+ * (x ^= x >> 12; x ^= x << 25; x ^= x >> 27; output (x * 0x2545F4914F6CDD1D)
+ * >> 32), computed in Python: 4711630, 11259814, 12177677 over 2^24. */
+static void test_generator(void)
+{
+    uint64_t st = 1;
+    CU_ASSERT_EQUAL(mi_rand_f32(&st), 4711630.0f / 16777216.0f);
+    CU_ASSERT_EQUAL(mi_rand_f32(&st), 11259814.0f / 16777216.0f);
+    CU_ASSERT_EQUAL(mi_rand_f32(&st), 12177677.0f / 16777216.0f);
+}
+
+/* The token a sampler at temperature temp, top-p topp, top-k k draws from
+ * logits v[V] with coin u, in double precision; *margin receives how close
+ * the scaled coin fell to a boundary of the cumulative mass (a draw that
+ * close may round the other way in float). Distinct logits assumed. */
+static int ref_sample(const float *v, int V, double temp, double topp, int k, double u, double *margin)
+{
+    int *ids = malloc((size_t)V * sizeof *ids);
+    double *p = malloc((size_t)V * sizeof *p);
+    for (int i = 0; i < V; i++)
+        ids[i] = i;
+    /* the order the mass is summed in: the vocabulary's over the whole of it, the candidates' (largest
+     * logit first) under top-k or top-p (selection sort: V is small) */
+    int sorted = k > 0 || (topp > 0 && topp < 1);
+    for (int i = 0; sorted && i < V; i++)
+        for (int j = i + 1; j < V; j++)
+            if (v[ids[j]] > v[ids[i]]) {
+                int t = ids[i];
+                ids[i] = ids[j];
+                ids[j] = t;
+            }
+    int n = k > 0 && k < V ? k : V;
+    double sum = 0;
+    double mx = v[ids[0]];
+    for (int i = 0; i < n; i++)
+        mx = fmax(mx, v[ids[i]]);
+    for (int i = 0; i < n; i++)
+        sum += p[i] = exp(((double)v[ids[i]] - mx) / temp);
+    for (int i = 0; i < n; i++)
+        p[i] /= sum;
+    int last = n - 1;
+    double mass = 1.0;
+    if (topp > 0 && topp < 1) {
+        mass = 0;
+        for (int i = 0; i < n; i++) {
+            mass += p[i];
+            if (mass > topp) {
+                last = i;
+                break;
+            }
+        }
+    }
+    double r = u * mass, cdf = 0;
+    int pick = ids[last];
+    *margin = 1;
+    for (int i = 0; i <= last; i++) {
+        cdf += p[i];
+        if (fabs(r - cdf) < *margin)
+            *margin = fabs(r - cdf);
+        if (r < cdf) {
+            pick = ids[i];
+            break;
+        }
+    }
+    free(ids);
+    free(p);
+    return pick;
+}
+
+static void test_temperature(void)
+{
+    enum { V = 64, N = 300 };
+    float v[V];
+    for (int i = 0; i < V; i++) /* distinct, spread over about 6 units */
+        v[i] = 3.0f * sinf(1.7f * (float)i) + 0.01f * (float)i;
+    float temps[3] = {0.3f, 0.7f, 1.6f}, topps[3] = {1.0f, 0.8f, 0.5f};
+    int ks[2] = {0, 5}, got[N];
+    int checked = 0, near = 0, wrong = 0;
+    for (int ti = 0; ti < 3; ti++)
+        for (int pi = 0; pi < 3; pi++)
+            for (int ki = 0; ki < 2; ki++) {
+                draws(v, V, temps[ti], topps[pi], ks[ki], 1234, N, got);
+                uint64_t st = 1234; /* the same coins: one per draw */
+                for (int i = 0; i < N; i++) {
+                    double margin, u = mi_rand_f32(&st);
+                    int want = ref_sample(v, V, temps[ti], topps[pi], ks[ki], u, &margin);
+                    if (margin < 1e-5) {
+                        near++;
+                        continue;
+                    }
+                    checked++;
+                    if (got[i] != want && wrong++ < 5)
+                        printf("\n  T %.1f top-p %.1f top-k %d draw %d: token %d, reference %d", temps[ti],
+                               topps[pi], ks[ki], i, got[i], want);
+                }
+            }
+    CU_ASSERT_EQUAL(wrong, 0);
+    CU_ASSERT(near < checked / 100);
+    /* T = 0.5 over log p for p = {0.5, 0.3, 0.2}: probabilities in proportion
+     * to p^2 = 0.25, 0.09, 0.04 of 0.38: 0.658, 0.237, 0.105 */
+    float lp[3] = {logf(0.5f), logf(0.3f), logf(0.2f)};
+    int counts[3] = {0}, *t = malloc(20000 * sizeof(int));
+    draws(lp, 3, 0.5f, 1.0f, 0, 5, 20000, t);
+    for (int i = 0; i < 20000; i++)
+        counts[t[i]]++;
+    free(t);
+    CU_ASSERT(abs(counts[0] - 13158) < 400);
+    CU_ASSERT(abs(counts[1] - 4737) < 400);
+    CU_ASSERT(abs(counts[2] - 2105) < 400);
+}
+
 int main(void)
 {
     if (CU_initialize_registry() != CUE_SUCCESS)
@@ -161,6 +282,8 @@ int main(void)
     CU_add_test(s, "a slice's k best: order, ties, k past the slice, empty slices", test_top_candidates);
     CU_add_test(s, "logits rebuilt from every slice's candidates", test_merge);
     CU_add_test(s, "top-k sampling over the rebuilt logits is the whole vector's", test_top_k_sampling);
+    CU_add_test(s, "the generator's values from a known seed", test_generator);
+    CU_add_test(s, "seeded draws at temperatures other than 1 (with top-p, top-k) as a reference's", test_temperature);
     CU_basic_set_mode(CU_BRM_NORMAL);
     CU_basic_run_tests();
     unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
