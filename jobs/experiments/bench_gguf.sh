@@ -65,7 +65,7 @@ while (($#)); do
         --dllama) dllama=$2 ;;
         --rounds) opt_int "$1" "$2" 1 1000; rounds=$2 ;;
         --gen) opt_int "$1" "$2" 8 1024; gen=$2 ;;
-        --convert-rounds) opt_int "$1" "$2" 1 1000; conv_rounds=$2 ;;
+        --convert-rounds) opt_int "$1" "$2" 0 1000; conv_rounds=$2 ;;
         --check-tokens) opt_int "$1" "$2" 4 128; n_check=$2 ;;
         --seed) opt_int "$1" "$2" 0 999999999; seed=$2 ;;
         --out) out=$2 ;;
