@@ -174,8 +174,8 @@ static int read_tensor_info(mi_gguf *g, gg_cur *c, int64_t i, char *err)
     uint32_t n_dims, type;
     if (gg_u32(c, &n_dims))
         return -1;
-    if (n_dims > MI_GGUF_MAX_DIMS)
-        return mi_set_error(err, "%s: tensor %" PRId64 " '%s' has n_dims %u (at most %d)", g->path, i, t->name,
+    if (n_dims < 1 || n_dims > MI_GGUF_MAX_DIMS) /* 0: nothing a model stores, and the next fields misread */
+        return mi_set_error(err, "%s: tensor %" PRId64 " '%s' has n_dims %u (1 to %d)", g->path, i, t->name,
                             n_dims, MI_GGUF_MAX_DIMS);
     t->n_dims = (int)n_dims;
     for (int d = 0; d < MI_GGUF_MAX_DIMS; d++) {
@@ -234,6 +234,25 @@ static int check_overlaps(mi_gguf *g, char *err)
                         y->offset, y->offset + y->size);
 }
 
+/* The data section holds the tensors and nothing more: writers pad each
+ * tensor to the alignment, so past the last one's padded end the file has
+ * no bytes. A header that counts one tensor too few reads the last tensor
+ * info as data and shifts every offset; the unread tensor's bytes are then
+ * left over here. */
+static int check_tail(mi_gguf *g, char *err)
+{
+    uint64_t end = 0, section = g->size > g->data_start ? g->size - g->data_start : 0;
+    for (int64_t i = 0; i < g->n_tensors; i++)
+        if (g->tensors[i].offset + g->tensors[i].size > end)
+            end = g->tensors[i].offset + g->tensors[i].size;
+    end = (end + g->alignment - 1) / g->alignment * g->alignment;
+    if (section <= end)
+        return 0;
+    return mi_set_error(err, "%s: %" PRIu64 " bytes after the last tensor's data belong to no tensor (does the "
+                        "header's count of %" PRId64 " tensors match the file?)", g->path, section - end,
+                        g->n_tensors);
+}
+
 static int read_tensors(mi_gguf *g, gg_cur *c, char *err)
 {
     /* each info takes TENSOR_INFO_MIN bytes at least: reading more than the
@@ -252,7 +271,7 @@ static int read_tensors(mi_gguf *g, gg_cur *c, char *err)
     for (int64_t i = 0; i < g->n_tensors; i++)
         if (place_tensor(g, i, err))
             return -1;
-    return check_overlaps(g, err);
+    return check_overlaps(g, err) || check_tail(g, err) ? -1 : 0;
 }
 
 /* ------------------------------------------------------------ open, close */

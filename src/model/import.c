@@ -414,6 +414,22 @@ static item *plan_items(im_ctx *x, int *n_items, char *err)
     return items;
 }
 
+/* No layer past the config's count: a config (or GGUF block_count) that
+ * undercounts would drop the file's last layers without a word. Its first
+ * missing layer's input norm (every family has one) must be absent. */
+static int check_layer_count(const im_ctx *x, char *err)
+{
+    char buf[256];
+    int64_t r0 = 0, nr = 0;
+    im_tensor t;
+    const char *nm = im_source_name(x, "attention_norm", x->cfg.n_layers, buf, sizeof buf, &r0, &nr);
+    int rc = nm ? x->find(x, nm, &t, err) : 1;
+    if (rc == 0)
+        return mi_set_error(err, "%s: holds '%s', a tensor of layer %d, but its config says %d layers", x->src, nm,
+                            x->cfg.n_layers, x->cfg.n_layers);
+    return rc < 0 ? -1 : 0;
+}
+
 /* The tokenizer must fit the embeddings: every id a row. */
 static int check_vocab(const im_ctx *x, char *err)
 {
@@ -471,6 +487,8 @@ int mi_import(const char *src, const char *out, const mi_import_options *o, char
         rc = -1;
     if (!rc && mi_config_validate(&x.cfg, cerr)) /* with the dtypes found */
         rc = mi_set_error(err, "%s: %s", src, cerr);
+    if (!rc)
+        rc = check_layer_count(&x, err);
     if (!rc)
         rc = check_vocab(&x, err);
     if (!rc)

@@ -51,6 +51,19 @@ static int num(const cJSON *o, const char *k, double *v)
     return 0;
 }
 
+/* Each of keys that o holds is a number (or null): a value of another type
+ * would otherwise read as absent and take its default ("64" for n_embd). */
+static int numbers_only(const cJSON *o, const char *const *keys, const char *path, char *err)
+{
+    for (; *keys; keys++) {
+        const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, *keys);
+        if (j && !cJSON_IsNumber(j) && !cJSON_IsNull(j))
+            return mi_set_error(err, "%s/config.json: %s is %s, not a number", path, *keys,
+                                cJSON_IsString(j) ? "a string" : cJSON_IsBool(j) ? "a boolean" : "not a number");
+    }
+    return 0;
+}
+
 static int get_int(const cJSON *o, const char *k, int def, int *v, const char *path, char *err)
 {
     double d;
@@ -76,6 +89,10 @@ static int rope_scaling(im_ctx *x, const cJSON *cfg, char *err)
     if (!cJSON_IsString(ty))
         ty = cJSON_GetObjectItemCaseSensitive(rs, "type");
     const char *t = cJSON_IsString(ty) ? ty->valuestring : "?";
+    static const char *const keys[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                       "original_max_position_embeddings", NULL};
+    if (numbers_only(rs, keys, x->src, err))
+        return -1;
     double f = 1, lo = 1, hi = 4, orig = 8192;
     num(rs, "factor", &f), num(rs, "low_freq_factor", &lo), num(rs, "high_freq_factor", &hi);
     num(rs, "original_max_position_embeddings", &orig);
@@ -133,6 +150,13 @@ static int hf_sizes(im_ctx *x, const cJSON *t, char *err)
     mi_config *c = &x->cfg;
     int gpt2 = c->family == MI_FAMILY_GPT2, ctx = 0;
     const char *p = x->src;
+    static const char *const keys[] = {"n_embd", "n_layer", "n_head", "n_positions", "n_inner", "hidden_size",
+                                       "num_hidden_layers", "num_attention_heads", "max_position_embeddings",
+                                       "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size",
+                                       "layer_norm_epsilon", "rms_norm_eps", "rope_theta", "query_pre_attn_scalar",
+                                       "rope_local_base_freq", "sliding_window", "sliding_window_pattern", NULL};
+    if (numbers_only(t, keys, p, err))
+        return -1;
     if (gpt2 ? get_int(t, "n_embd", -2, &c->dim, p, err) || get_int(t, "n_layer", -2, &c->n_layers, p, err) ||
                    get_int(t, "n_head", -2, &c->n_heads, p, err) || get_int(t, "n_positions", 1024, &ctx, p, err)
              : get_int(t, "hidden_size", -2, &c->dim, p, err) ||

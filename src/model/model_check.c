@@ -101,7 +101,7 @@ int mi_model_check_finite(const mi_model *m, const char *path, size_t *n_weights
         return -1;
     for (int l = 0; l < c->n_layers; l++) {
         const mi_layer *L = &m->layers[l];
-        const mi_tensor *mats[MI_N_LAYER_MATS] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w3, &L->w2};
+        const mi_tensor *mats[MI_N_LAYER_MATS] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w2, &L->w3}; /* mi_layer_mat_names order */
         mi_model_layer_name(name, sizeof name, l, "attention_norm");
         if (L->attention_norm && check_vector(path, name, L->attention_norm, c->dim, &n, err))
             return -1;

@@ -138,9 +138,25 @@ def check_bad(mi, fx, tmp):
     b = open(os.path.join(fx, "qwen2", "model-f32.gguf"), "rb").read()
     open(g2, "wb").write(b.replace(b"\x05\x00\x00\x00\x00\x00\x00\x00qwen2", b"\x05\x00\x00\x00\x00\x00\x00\x00qwenX", 1))
     bad(mi, g2, out, ["qwenX", "llama, qwen2, qwen3, gemma3, gpt2"], "an unknown architecture")
-    # config.json edits: head counts that do not divide, a width that disagrees with the tensors
+    # a header that counts one tensor too few (every offset would shift by the last tensor info)
+    g3 = os.path.join(tmp, "count.gguf")
+    b = bytearray(open(os.path.join(fx, "gpt2", "model-f32.gguf"), "rb").read())
+    struct.pack_into("<Q", b, 8, struct.unpack_from("<Q", b, 8)[0] - 1)
+    open(g3, "wb").write(b)
+    bad(mi, g3, out, ["belong to no tensor", "tensors match"], "a GGUF tensor count one short")
+    # a layer count below the layers the file holds (they would be dropped)
+    g4 = os.path.join(tmp, "blocks.gguf")
+    b = bytearray(open(os.path.join(fx, "gpt2", "model-f32.gguf"), "rb").read())
+    k = b.index(b"gpt2.block_count") + len(b"gpt2.block_count")
+    struct.pack_into("<I", b, k + 4, 1)
+    open(g4, "wb").write(b)
+    bad(mi, g4, out, ["blk.1.attn_norm.weight", "1 layers"], "a GGUF block_count below its layers")
+    # config.json edits: head counts that do not divide, a width that disagrees with the tensors, a layer
+    # count below the layers the file holds, a count written as a string
     for key, value, words in (("num_attention_heads", 3, ["num_attention_heads", "3"]),
-                              ("intermediate_size", 999, ["999"]), ("vocab_size", 1000, ["vocab_size"])):
+                              ("intermediate_size", 999, ["999"]), ("vocab_size", 1000, ["vocab_size"]),
+                              ("num_hidden_layers", 1, ["layers.1.", "1 layers"]),
+                              ("hidden_size", "64", ["hidden_size", "string"])):
         d = os.path.join(tmp, "hf-" + key)
         shutil.copytree(os.path.join(fx, "qwen2", "hf"), d)
         cfg = json.load(open(os.path.join(d, "config.json")))

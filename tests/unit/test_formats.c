@@ -291,7 +291,7 @@ static void test_gguf_tensor_faults(void)
     expect_gguf_error(GF_OVERLAP, 3, 0, "tensors 'blk.0.attn_q.weight' and 'blk.0.ffn_up.weight' overlap", NULL);
     expect_gguf_error(GF_TYPE, 3, 0, "tensor 2 'blk.0.ffn_up.weight' has unknown ggml type id 99", NULL);
     expect_gguf_error(GF_TYPE_REMOVED, 3, 0, "unknown ggml type id 31", "removed");
-    expect_gguf_error(GF_NDIMS5, 3, 0, "tensor 1 'blk.0.attn_q.weight' has n_dims 5", "at most 4");
+    expect_gguf_error(GF_NDIMS5, 3, 0, "tensor 1 'blk.0.attn_q.weight' has n_dims 5", "(1 to 4)");
     expect_gguf_error(GF_ROW, 3, 0, "(q8_0): dims[0] 48 is not a multiple of the block size 32", NULL);
     expect_gguf_error(GF_NEG_DIM, 3, 0, "negative dims[1] (-3)", NULL);
     expect_gguf_error(GF_NAME_CTRL, 3, 0, "tensor 3 has a bad name 'blk.0?ffn'", "without control characters");

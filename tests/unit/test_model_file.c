@@ -854,6 +854,21 @@ static void test_nonfinite_weights(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "'layers/001/w1'"));
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "row 3, column 5"));
     w1[3 * m.layers[1].w1.cols + 5] = 0.0f;
+    /* each matrix of a layer named as the file names it (w2 is stored as w2_t) */
+    {
+        mi_layer *L = &m.layers[1];
+        mi_tensor *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w2, &L->w3};
+        const char *want[] = {"'layers/001/wq'", "'layers/001/wk'", "'layers/001/wv'", "'layers/001/wo_t'",
+                              "'layers/001/w1'", "'layers/001/w2_t'", "'layers/001/w3'"};
+        for (int k = 0; k < 7; k++) {
+            CU_ASSERT_EQUAL_FATAL(mats[k]->dtype, MI_F32);
+            float *v = mats[k]->q;
+            v[1] = NAN;
+            CU_ASSERT_EQUAL(mi_model_check_finite(&m, g_model, &n, err), -1);
+            CU_ASSERT_PTR_NOT_NULL(strstr(err, want[k]));
+            v[1] = 0.0f;
+        }
+    }
     m.layers[2].ffn_norm[9] = NAN;
     CU_ASSERT_EQUAL(mi_model_check_finite(&m, g_model, &n, err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "'layers/002/ffn_norm'"));
