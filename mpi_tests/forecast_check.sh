@@ -138,6 +138,11 @@ refuse() { # NAME EXPECTED-TEXT ARGS...
 refuse "missing value" "line 300, column 'c': missing" forecast -m "$tmp/pt.h5" --series "$tmp/missing.csv"
 refuse "too few rows" "has 49 rows: a forecast needs lookback 96 + horizon 24" forecast -m "$tmp/pt.h5" --series "$tmp/short.csv"
 refuse "column count" "has 2 columns, but the model was trained on 3 channels" forecast -m "$tmp/pt.h5" --series "$tmp/cols.csv"
+echo '{"train": [0, 700], "test": [600, 1000]}' > "$tmp/overlap.json"
+refuse "test rows overlapping train rows" "the test rows [600, 1000) overlap the train rows [0, 700)" \
+    forecast -m "$tmp/pt.h5" --series "$tmp/s.csv" --split "$tmp/overlap.json"
+awk -F, 'BEGIN {OFS = ","} NR > 1 {$2 = 5} {print}' "$tmp/s.csv" > "$tmp/flat.csv"
+refuse "a constant column" "is constant over the rows [0, 1000)" forecast -m "$tmp/pt.h5" --series "$tmp/flat.csv"
 refuse "--at outside" "--at 990" forecast -m "$tmp/pt.h5" --series "$tmp/s.csv" --at 990
 refuse "greedy refused" "runs with --planner somegather, layerwise or tp" forecast -m "$tmp/pt.h5" --series "$tmp/s.csv" --planner greedy
 refuse "generate on a time-series model" "run it with meshinfer forecast" generate -m "$tmp/pt.h5" --prompt hi -n 2

@@ -82,6 +82,10 @@ static int read_split(const char *path, int rows, split *sp, char *err)
         else
             v[0] = (int)lo, v[1] = (int)hi;
     }
+    /* errors on rows the deviation came from would judge the forecast on its own standard */
+    if (!rc && sp->b[0] < sp->a[1] && sp->a[0] < sp->b[1])
+        rc = mi_set_error(err, "%s: the test rows [%d, %d) overlap the train rows [%d, %d)", path, sp->b[0], sp->b[1],
+                          sp->a[0], sp->a[1]);
     cJSON_Delete(root);
     return rc;
 }
@@ -158,7 +162,11 @@ static int fc_prepare(fc_run *r, char *err)
         m /= hi - lo;
         for (int i = lo; i < hi; i++)
             v += (s->v[(size_t)i * C + j] - m) * (s->v[(size_t)i * C + j] - m);
-        r->sd[j] = v > 0 ? sqrt(v / (hi - lo)) : 1.0;
+        if (!(v > 0)) /* dividing by 1 instead would report the raw error as the standardised one */
+            return mi_set_error(err, "%s: column '%s' is constant over the rows [%d, %d) its deviation is taken "
+                                "from, so its standardised error is undefined%s", r->path, s->names[j], lo, hi,
+                                r->split_path ? " (give train rows where it varies)" : "");
+        r->sd[j] = sqrt(v / (hi - lo));
     }
     return 0;
 }

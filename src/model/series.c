@@ -103,7 +103,10 @@ int mi_series_read(const char *path, mi_series *s, char *err)
         }
         for (int j = 0; j < s->cols; j++) {
             char *t = trim(fld[j + s->skipped_time]), *end = NULL;
-            double v = *t ? strtod(t, &end) : NAN;
+            /* decimal only: strtod would also read 0x10 as 16 */
+            double v = *t && !strpbrk(t, "xX") ? strtod(t, &end) : NAN;
+            if (*t && !end)
+                end = t;
             /* the model computes in float32: a value beyond its range cannot be forecast (a
              * value too small for it is as good as 0, as strtod's underflow says) */
             if (!*t || end == t || *end || !isfinite(v) || fabs(v) > FLT_MAX) {

@@ -140,6 +140,7 @@ static void test_csv(void)
         {"a,b\n1,2\nNA,4\n", "line 3, column 'a': non-numeric"},
         {"a,b\n1,nan\n", "non-finite"},
         {"a,b\n1,x2\n", "non-numeric"},
+        {"a,b\n1,0x10\n", "line 2, column 'b': non-numeric value '0x10'"},
         {"a,b\n1,2,3\n", "line 2 has 3 fields, the header has 2"},
         {"a,b\n", "no data rows"},
         {"", "empty series file"},
