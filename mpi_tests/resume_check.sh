@@ -90,6 +90,31 @@ if ((${#testbed[@]})); then
     exit
 fi
 
+# the script fails (--max-launches 1, a rank killed): its own journal, unfinished, is kept and
+# named, and generate --resume of it makes the uninterrupted run's text
+mkdir -p "$tmp/kt"
+want=$("$bin" generate -m "$model" -n 160 --ignore-eos 2>/dev/null)
+TMPDIR="$tmp/kt" MESHINFER_BIN="$bin" timeout 300 "$root/jobs/testbed/resilient_generate.sh" --hostfile "$tmp/hosts" \
+    --max-launches 1 --model "$model" --steps 160 --ignore-eos -- --planner layerwise > /dev/null 2> "$tmp/kerr" &
+job=$! pid=""
+for _ in $(seq 3000); do
+    j=$(compgen -G "$tmp/kt/meshinfer-resilient.*/journal.json" | head -1)
+    [[ -n "$j" ]] && (($(count "$j") >= 10)) && break
+    sleep 0.005
+done
+for p in $(pgrep -f "^$bin generate .*$tmp/kt/meshinfer-resilient"); do
+    [[ $(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p') == 2 ]] && pid=$p
+done
+[[ -n "$pid" ]] && kill -9 "$pid"
+wait $job; rc=$?
+kept=$(sed -n 's/.*the unfinished journal is kept at \([^:]*\): meshinfer generate --resume .*/\1/p' "$tmp/kerr")
+if ((rc == 1)) && [[ -n "$pid" && -f "$kept" && $kept == "$tmp/kt/meshinfer-journal."* ]] && ! grep -q '^done' "$kept" &&
+   [[ "$("$bin" generate --resume "$kept" 2>/dev/null)" == "$want" ]]; then
+    ok "the script gave up (--max-launches 1): its unfinished journal kept ($(count "$kept") tokens at the end), named, and resumable to the uninterrupted text"
+else
+    bad "a failed script's journal: exit $rc, killed '$pid', kept '$kept': $(grep -v '^-*$' "$tmp/kerr" | tail -3)"
+fi
+
 # a finished journal: its text again, nothing computed
 "$bin" generate -m "$model" -n 30 -t 0.8 -s 3 --journal "$tmp/done.json" > "$tmp/a" 2>/dev/null
 "$bin" generate --resume "$tmp/done.json" > "$tmp/b" 2> "$tmp/e"
