@@ -90,10 +90,35 @@ if ((${#testbed[@]})); then
     exit
 fi
 
+# the script fails (--max-launches 1, a rank killed): its own journal, unfinished, is kept and
+# named, and generate --resume of it makes the uninterrupted run's text
+mkdir -p "$tmp/kt"
+want=$("$bin" generate -m "$model" -n 160 --ignore-eos 2>/dev/null)
+TMPDIR="$tmp/kt" MESHINFER_BIN="$bin" timeout 300 "$root/jobs/testbed/resilient_generate.sh" --hostfile "$tmp/hosts" \
+    --max-launches 1 --model "$model" --steps 160 --ignore-eos -- --planner layerwise > /dev/null 2> "$tmp/kerr" &
+job=$! pid=""
+for _ in $(seq 3000); do
+    j=$(compgen -G "$tmp/kt/meshinfer-resilient.*/journal.json" | head -1)
+    [[ -n "$j" ]] && (($(count "$j") >= 10)) && break
+    sleep 0.005
+done
+for p in $(pgrep -f "^$bin generate .*$tmp/kt/meshinfer-resilient"); do
+    [[ $(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p') == 2 ]] && pid=$p
+done
+[[ -n "$pid" ]] && kill -9 "$pid"
+wait $job; rc=$?
+kept=$(sed -n 's/.*the unfinished journal is kept at \([^:]*\): meshinfer generate --resume .*/\1/p' "$tmp/kerr")
+if ((rc == 1)) && [[ -n "$pid" && -f "$kept" && $kept == "$tmp/kt/meshinfer-journal."* ]] && ! grep -q '^done' "$kept" &&
+   [[ "$("$bin" generate --resume "$kept" 2>/dev/null)" == "$want" ]]; then
+    ok "the script gave up (--max-launches 1): its unfinished journal kept ($(count "$kept") tokens at the end), named, and resumable to the uninterrupted text"
+else
+    bad "a failed script's journal: exit $rc, killed '$pid', kept '$kept': $(grep -v '^-*$' "$tmp/kerr" | tail -3)"
+fi
+
 # a finished journal: its text again, nothing computed
 "$bin" generate -m "$model" -n 30 -t 0.8 -s 3 --journal "$tmp/done.json" > "$tmp/a" 2>/dev/null
 "$bin" generate --resume "$tmp/done.json" > "$tmp/b" 2> "$tmp/e"
-cmp -s "$tmp/a" "$tmp/b" && grep -q "0 new" "$tmp/e" && ok "--resume of a finished journal prints its text, 0 new tokens" ||
+cmp -s "$tmp/a" "$tmp/b" && grep -q "was already finished (30 tokens)" "$tmp/e" && ok "--resume of a finished journal prints its text, says it was finished" ||
     bad "--resume of a finished journal: $(cat "$tmp/e")"
 
 # the distributed options come from the journal: somegather's pruning changes the text, and a resume
@@ -126,7 +151,7 @@ expect_error "--resume with a prompt" "--resume takes the prompt, -n" \
 head -n -3 "$tmp/done.json" > "$tmp/torn.json"
 printf 't 29' >> "$tmp/torn.json"
 "$bin" generate --resume "$tmp/torn.json" > "$tmp/c" 2> "$tmp/e"
-cmp -s "$tmp/a" "$tmp/c" && [[ $(tail -1 "$tmp/torn.json") == done ]] && ! grep -q "^t 29$" "$tmp/torn.json" &&
+cmp -s "$tmp/a" "$tmp/c" && [[ $(tail -1 "$tmp/torn.json") =~ ^done\ [0-9a-f]{16}$ ]] && ! grep -q "^t 29$" "$tmp/torn.json" &&
     ok "a journal with a torn last line: dropped, cut off, the same text ($(grep -o '[0-9]* tokens replayed' "$tmp/e"))" ||
     bad "a torn journal: $(cat "$tmp/e") $(tail -3 "$tmp/torn.json")"
 head -c 200 "$tmp/done.json" > "$tmp/cut.json"
@@ -159,6 +184,12 @@ expect_error "--resume with another --prune than the journal's" "made with --pru
     "$bin" generate --resume "$tmp/sg-cut.json" --prune 0.1
 expect_error "--resume adding --wire-dtype" "made without --wire-dtype, which changes the tokens" \
     "$bin" generate --resume "$tmp/sg-cut.json" --wire-dtype q8_0
+# options compared by their effect, not their spelling: fp32 is the default, 0.050 is 0.05
+"${mpi[@]}" "$bin" generate --resume "$tmp/sg-cut.json" --wire-dtype fp32 --prune 0.050 > "$tmp/sg-fp32" 2> "$tmp/e" &&
+    cmp -s "$tmp/sg" "$tmp/sg-fp32" && ok "--resume with --wire-dtype fp32 (the default) and --prune 0.050 (the journal's 0.05): accepted, the same text" ||
+    bad "--resume with the default --wire-dtype fp32: $(tail -1 "$tmp/e")"
+expect_error "--resume with --chat" "--ignore-eos, --chat, --system and --chat-template from the journal" \
+    "$bin" generate --resume "$tmp/done.json" --chat
 sed '1s/"options":\[[^]]*\]/"options":["--prune"]/' "$tmp/sg.json" > "$tmp/opt.json"
 expect_error "a journal whose option lacks its value" "option '--prune' has no value after it" \
     "$bin" generate --resume "$tmp/opt.json"

@@ -318,6 +318,9 @@ typedef struct {
      * state after it */
     void (*on_token)(void *ctx, int token, int prev, uint64_t rng, int replayed);
     void *ctx;
+    /* the end token (BOS/EOS, not ignored) the run stops at, which is not one
+     * of its tokens; rng the sampler's state after it; NULL: not called */
+    void (*on_end)(void *ctx, int token, uint64_t rng, int replayed);
 } mi_gen_hooks;
 
 typedef struct {
@@ -392,6 +395,7 @@ typedef struct {
     int n_out, *out;        /* [n_out] tokens generated so far */
     uint64_t rng;           /* the sampler's state after out[n_out - 1] was sampled */
     int done;               /* 1: the generation ended (steps reached, or BOS/EOS) */
+    int done_line;          /* journal_read: the journal's line of "done" (0: none) */
     long valid_bytes;       /* journal_read: the bytes of its whole lines */
     uint64_t check;         /* the last line's check value: each line's is mi_hash64 of its token and
                                state going on from the line before's, the request's of its fields */
@@ -413,7 +417,8 @@ typedef struct {
  * existing one to go on, first cutting it to keep_bytes (the whole lines
  * journal_read found; -1: as it is). journal_token appends a token, the
  * sampler's state after it and the line's check value (from j->check, which
- * it advances); journal_finish appends "done" and closes. With
+ * it advances); journal_finish appends "done" and its check value (going
+ * on from the last token line's) and closes. With
  * j->sync each line is on disk (fdatasync) before they return. Each returns 0
  * or -1 with one line in err. */
 int journal_begin(const char *path, gen_journal *j, char *err);
@@ -421,14 +426,16 @@ int journal_append_open(const char *path, gen_journal *j, long keep_bytes, char 
 int journal_token(gen_journal *j, int token, uint64_t rng, char *err);
 int journal_finish(gen_journal *j, char *err);
 /* Read a journal strictly, as the record of one run: unknown or duplicate
- * keys, fields out of range, a version before 5 (no fingerprint or check
- * values: to be rerun), a first sampler state not the seed's, token ids past
+ * keys, fields out of range, a version before 6 (no fingerprint or check
+ * values, or a "done" without one: to be rerun), a first sampler state not the seed's, token ids past
  * vocab_size, lines that are not token lines, a sampler state that does not
  * follow from the one before (mi_sampler_advance when sampled, unchanged when
  * greedy): one line in err naming the journal's line, -1. A check value that
  * does not match its line is not refused here but set in j->edited_line. A
- * torn last line is dropped. What needs the model (its fingerprint, the
- * prompt's tokens, end tokens) the caller checks. journal_free releases it. */
+ * torn last line is dropped. "done" before the tokens asked for when the run ignored
+ * end tokens is refused; what needs the model (its fingerprint, the prompt's
+ * tokens, end tokens, that an early "done" follows an end token) the caller
+ * checks. journal_free releases it. */
 int journal_read(const char *path, gen_journal *j, char *err);
 void journal_free(gen_journal *j);
 

@@ -14,11 +14,15 @@
 #            [--model M] [--prompt P] [--steps N] [--temperature T] [--top-p P] [--seed S]
 #            [--ignore-eos] [--max-launches K] [-- OPTIONS-FOR-EVERY-LAUNCH...]
 #   --np N         ranks of the first launch (default: the hostfile's slots)
-#   --journal F    the journal (default: a temporary file, removed at the end)
+#   --journal F    the journal (default: a temporary file, removed when the generation finished;
+#                  when it did not, an unfinished one is kept and its path said, for generate --resume)
 #   --json F       a summary: launches (ranks, exit, host lost, tokens journaled, start and end
 #                  times), the time from a launch's failure to the resumed run's next token
 #   --max-launches K   give up after K launches (default 8)
-#   after --: generate options every launch gets (--planner, --cluster, --wire-dtype...)
+#   after --: generate options every launch gets (--planner, --cluster, --wire-dtype...); not those
+#                  this script sets (-m, -p, -n, -t, -s, --top-p, --ignore-eos, --journal, ...) nor
+#                  those a resumed launch refuses (--top-k, --chat, --system, --chat-template,
+#                  --resume, --repeat): refused before launch 1, not when launch 2 would need them
 # Exit 0 when the generation finished; 1 when it could not (no rank left, a
 # failure that is not a lost rank, or --max-launches reached), saying why.
 # environment: MESHINFER_BIN the binary (default build/meshinfer);
@@ -30,7 +34,7 @@ set -euo pipefail
 # shellcheck disable=SC2034 # (read by fail in common.sh)
 fail_status=2 # (until the first launch: what is refused before it is the command line)
 hostfile="" np=0 journal="" json="" max_launches=8
-first=() every=()
+first=() every=() after=0 # (every[after..]: the words after --)
 while (($#)); do
     case "$1" in
         --hostfile|--np|--journal|--json|--max-launches|--model|--prompt|--steps|--temperature|--top-p|--seed)
@@ -48,9 +52,23 @@ while (($#)); do
         --seed) [[ $2 =~ ^[0-9]{1,20}$ ]] || arg_fail "--seed '$2' is not a whole number from 0 to 2^64-1"
                 first+=(-s "$2"); shift 2 ;;
         --ignore-eos) first+=(--ignore-eos); shift ;;
-        --) shift; every+=("$@"); break ;;
+        --) shift; after=${#every[@]}; every+=("$@"); break ;;
         *) bad_option "$1" ;;
     esac
+done
+# every launch after the first is `generate --resume`: an option after -- that this script sets
+# (it would be given twice, one silently lost) or that --resume refuses would fail exactly the
+# launch that should recover, so it is refused now. getopt_long takes --name=value and unique
+# abbreviations, and short options with their value attached (-n7): all are matched.
+own_opts=(model prompt steps temperature top-p top-k seed ignore-eos journal resume chat system chat-template repeat)
+for w in "${every[@]:after}"; do
+    hit=0
+    case $w in
+        --?*) name=${w#--}; name=${name%%=*}
+              for o in "${own_opts[@]}"; do [[ $o == "$name"* ]] && hit=1; done ;;
+        -[!-]*) [[ ${w:1} =~ ^h*[mpnts] ]] && hit=1 ;;
+    esac
+    ((hit)) && arg_fail "'$w' after --: this script sets it itself (--model, --prompt, --steps, --temperature, --top-p, --seed, --ignore-eos, --journal) or a resumed launch (generate --resume) refuses it"
 done
 [[ -n "$hostfile" ]] || arg_fail "--hostfile is required (see --help)"
 opt_file --hostfile "$hostfile"
@@ -85,9 +103,21 @@ check_output() { # WHAT PATH
 [[ -n "$json" && -n "$journal" && "$(realpath -m -- "$json")" == "$(realpath -m -- "$journal")" ]] &&
     fail "--json and --journal name the same file"
 meshinfer_bin
-work="$(mktemp -d /tmp/meshinfer-resilient.XXXXXX)"
-trap 'rm -rf "$work"' EXIT
+work="$(mktemp -d "${TMPDIR:-/tmp}/meshinfer-resilient.XXXXXX")"
 own_journal=0
+# a journal that could still be resumed is never deleted: when the script fails, an unfinished one
+# of its own is moved out of the work directory, and its place said either way
+keep_journal() {
+    if ((${launch:-0} > 0)) && [[ -n "$journal" && -s "$journal" ]] && ! grep -q '^done ' "$journal"; then
+        if ((own_journal)); then
+            local kept
+            kept=$(mktemp --suffix=.json "${TMPDIR:-/tmp}/meshinfer-journal.XXXXXX") && mv -f "$journal" "$kept" && journal=$kept
+        fi
+        say "the unfinished journal is kept at $journal: meshinfer generate --resume $journal goes on from it"
+    fi
+    rm -rf "$work"
+}
+trap keep_journal EXIT
 [[ -n "$journal" ]] || { journal="$work/journal.json"; own_journal=1; }
 [[ -e "$journal" ]] && fail "journal '$journal' exists: a new generation needs a new journal (generate --resume goes on from one)"
 # the hosts as "name slots" lines (comments, blank lines and carriage returns dropped; slots=1 when
@@ -105,7 +135,7 @@ fail_status=1
 
 journaled() { # tokens in the journal so far (its whole "t TOKEN STATE CHECK" lines), and whether it is done
     [[ -f "$journal" ]] || { echo 0 false; return; }
-    awk '/^t [0-9]+ [0-9a-f]+ [0-9a-f]+$/ {n++} /^done$/ {d = 1} END {print n + 0, d ? "true" : "false"}' "$journal"
+    awk '/^t [0-9]+ [0-9a-f]+ [0-9a-f]+$/ {n++} /^done [0-9a-f]+$/ {d = 1} END {print n + 0, d ? "true" : "false"}' "$journal"
 }
 launches="[]"
 launch=0 failed_at=0 count=0

@@ -136,7 +136,7 @@ static void turn(chat_args *a, mi_session *ss, mi_chat_msg *msgs, int *n_msgs, i
                          .temperature = (float)a->temperature, .topp = (float)a->topp, .seed = a->seed,
                          .n_cached = same, .top_k = a->top_k};
     reply r = {ss, NULL, 0, 0};
-    mi_gen_hooks hk = {on_token, &r};
+    mi_gen_hooks hk = {on_token, &r, NULL};
     mi_gen_result res;
     session_generate(ss, &rq, &hk, &res);
     fputc('\n', stdout);

@@ -134,9 +134,41 @@ static const char *given_arg(const opt_list *given, const struct option *opts, i
     return found;
 }
 
+/* 1 when numeric option code has the same effect with argument a as with b
+ * (NULL: not given, its default): "--wire-dtype fp32" is no option at all,
+ * "--tolerance 0.50" is "--tolerance 0.5". Compares what session_opt sets
+ * for it, not how it was written. */
+static int same_effect(int code, const char *a, const char *b)
+{
+    if (a && b && !strcmp(a, b))
+        return 1;
+    session_opts x, y;
+    session_opts_init(&x);
+    session_opts_init(&y);
+    if (a)
+        session_opt(&x, code, a);
+    if (b)
+        session_opt(&y, code, b);
+    switch (code) {
+    case 1007: return x.speculate == y.speculate;
+    case 1008: return x.tolerance == y.tolerance;
+    case 1009: return x.min_acceptance == y.min_acceptance;
+    case 1010: return !x.spec_profile == !y.spec_profile && (!x.spec_profile || !strcmp(x.spec_profile, y.spec_profile));
+    case 1013: return x.wire == y.wire;
+    case 1014: return !memcmp(x.prune, y.prune, sizeof x.prune);
+    case 1015: return x.prune_mode == y.prune_mode;
+    case 1016: return x.loss == y.loss;
+    case 1017: return x.loss_mode == y.loss_mode;
+    case 1018: return x.loss_seed == y.loss_seed;
+    case 1021: return !x.importance == !y.importance && (!x.importance || !strcmp(x.importance, y.importance));
+    case 1023: return x.prune_ffn == y.prune_ffn;
+    }
+    return 0;
+}
+
 /* A resumed run takes the journal's distributed options (packed as opt_list):
- * the numeric ones must match the command line's where it gives them, and the
- * command line may not add one; the others apply unless the command line set
+ * the numeric ones must have the command line's effect where it gives them,
+ * and the command line may not add one that changes anything (same_effect); the others apply unless the command line set
  * them. Every rank decides alike (same command line, same journal). Returns
  * 0, or -1 with err. */
 static int resume_options(const char *jopts, size_t jlen, const opt_list *given, const struct option *opts,
@@ -158,7 +190,7 @@ static int resume_options(const char *jopts, size_t jlen, const opt_list *given,
         const char *arg = o->has_arg ? s + strlen(s) + 1 : "";
         const char *now = given_arg(given, opts, o->val);
         opt_list_add(&seen, s);
-        if (opt_numeric(o->val) && now && strcmp(now, arg))
+        if (opt_numeric(o->val) && now && !same_effect(o->val, arg, now))
             rc = mi_set_error(err, "generate: journal %s was made with --%s %s, which changes the tokens: a resumed "
                                    "run must compute as it did (leave --%s out)", journal, o->name, arg, o->name);
         else if (!now)
@@ -171,7 +203,7 @@ static int resume_options(const char *jopts, size_t jlen, const opt_list *given,
         int in_journal = 0;
         for (const char *t = seen.buf; seen.buf && t < seen.buf + seen.len; t += strlen(t) + 1)
             in_journal |= !strcmp(s, t);
-        if (o && opt_numeric(o->val) && !in_journal)
+        if (o && opt_numeric(o->val) && !in_journal && !same_effect(o->val, NULL, o->has_arg ? s + strlen(s) + 1 : ""))
             rc = mi_set_error(err, "generate: journal %s was made without --%s, which changes the tokens: a resumed "
                                    "run must compute as the first did (leave it out)", journal, o->name);
         if (o && o->has_arg)
@@ -252,8 +284,8 @@ static int parse_args(int argc, char **argv, gen_args *a)
     if (a->journal_sync && !a->journal && !a->resume)
         mi_fatal("generate: --journal-sync syncs the journal: it needs --journal or --resume");
     if (a->resume && given)
-        mi_fatal("generate: --resume takes the prompt, -n, --temperature, --top-k, --top-p, --seed and --ignore-eos "
-                 "from the journal: leave them out");
+        mi_fatal("generate: --resume takes the prompt, -n, --temperature, --top-k, --top-p, --seed, --ignore-eos, "
+                 "--chat, --system and --chat-template from the journal: leave them out");
     if (a->resume && a->journal && strcmp(a->resume, a->journal))
         mi_fatal("generate: --resume keeps journaling to its own file: leave out --journal");
     if (a->repeat > 1 && (a->resume || a->journal))
@@ -294,7 +326,14 @@ static void journal_setup(gen_args *a, gen_journal *jr, int rank, char *model_pa
         const session_opts *so = &a->so;
         const char *inputs[] = {a->model ? a->model : model_path, so->cluster, so->plan_file, so->importance,
                                 so->sg_quality, so->spec_profile, so->text_input};
-        mi_check_all(mi_output_check(a->journal, "journal", inputs, 7, err) != 0, err);
+        int bad = mi_output_check(a->journal, "journal", inputs, 7, err) != 0;
+        struct stat st;
+        /* a journal is never replaced: an unfinished one is what --resume needs, and any other file is not ours */
+        if (!bad && !a->resume && lstat(a->journal, &st) == 0)
+            bad = mi_set_error(err, "generate: journal %s exists: a new generation needs a new journal (remove it or "
+                                    "give another name; --resume %s goes on from a journal)", a->journal,
+                               a->journal) != 0;
+        mi_check_all(bad, err);
     } else if (a->journal) {
         mi_check_all(0, err);
     }
@@ -377,15 +416,24 @@ static int resume_check(mi_session *ss, const gen_args *a, const gen_journal *jr
         return snprintf(msg, size, "generate: journal %s: line 1: prompt_tokens (%d) are not what the tokenizer "
                         "makes of the prompt text%s (%d tokens): the prompt or its tokens were changed", a->resume,
                         jr->n_prompt, jr->chat ? " in the chat template" : "", n) > 0;
-    /* a run that stopped at its end tokens cannot have gone on after one */
-    for (int i = 0; !jr->ignore_eos && i < jr->n_out; i++)
+    /* a run that stopped at its end tokens cannot have gone on after one (the end token it stopped at is
+     * its last line) */
+    for (int i = 0; !jr->ignore_eos && i < jr->n_out - 1; i++)
         if (mi_tokenizer_is_eog(&ss->tok, jr->out[i]))
             return snprintf(msg, size, "journal %s: line %d is BOS or EOS, where the run stopped (an "
                             "end-of-generation token; it did not ignore them): no token can follow",
                             a->resume, i + 2) > 0;
+    /* "done" ends a run only where it stopped: at the count asked for, or at an end token */
+    int at_end = jr->n_out > 0 && !jr->ignore_eos && mi_tokenizer_is_eog(&ss->tok, jr->out[jr->n_out - 1]);
+    if (jr->done && jr->n_out < jr->steps && !at_end)
+        return snprintf(msg, size, "generate: journal %s: line %d: 'done' after %d of %ld tokens and no end token "
+                        "(BOS or EOS) where the run would stop: the journal was cut and ended by hand", a->resume,
+                        jr->done_line, jr->n_out, jr->steps) > 0;
     if (jr->edited_line)
         return snprintf(msg, size, "generate: journal %s: line %d: its check value is not that of its %s: %s",
-                        a->resume, jr->edited_line, jr->edited_line == 1 ? "fields" : "token and state",
+                        a->resume, jr->edited_line, jr->edited_line == 1 ? "fields"
+                                                    : jr->edited_line == jr->done_line ? "'done' line"
+                                                                                       : "token and state",
                         jr->edited_line == 1 ? "the request was edited after it was written"
                                              : "lines swapped, repeated, dropped or edited, or taken from another "
                                                "journal") > 0;
@@ -510,6 +558,16 @@ static void on_token(void *ctx, int token, int prev, uint64_t rng, int replayed)
     }
 }
 
+/* The end token the run stops at: journaled (not printed), so that "done"
+ * after fewer tokens than asked for can be told from a journal cut short. */
+static void on_end(void *ctx, int token, uint64_t rng, int replayed)
+{
+    gen_output *g = ctx;
+    char msg[MI_ERRLEN];
+    if (g->jr && !replayed && journal_token(g->jr, token, rng, msg))
+        mi_fatal("%s", msg);
+}
+
 /* What --repeat found (a soak in one job). */
 typedef struct {
     int runs, same;                      /* generations after the first; how many gave its tokens */
@@ -552,8 +610,21 @@ static void soak(mi_session *ss, mi_gen_request rq, const int *ref, int n_ref, i
             sr->runs, sr->seconds, worst / 1e6, at);
 }
 
+/* A figure in JSON, or null when there is nothing it measured. */
+static void json_figure(const char *key, const char *fmt, int measured, double v)
+{
+    printf(", \"%s\": ", key);
+    if (measured)
+        printf(fmt, v);
+    else
+        printf("null");
+}
+
+/* timed: 0 when this run computed nothing (a finished journal replayed):
+ * then it has no speed to report, and its timings are null; n_new: the
+ * tokens it made (and journaled). */
 static void print_json(const gen_args *a, mi_session *ss, int n_prompt, const mi_gen_result *res,
-                       const gen_output *g, const soak_result *sr)
+                       const gen_output *g, const soak_result *sr, int timed, int n_new)
 {
     const mi_config *c = &ss->cfg;
     int size = ss->size, n_decode = res->n - 1; /* forward passes after the first token */
@@ -561,10 +632,11 @@ static void print_json(const gen_args *a, mi_session *ss, int n_prompt, const mi
     printf("{\"model\": ");
     cli_json_string(stdout, a->model, strlen(a->model));
     printf(", \"synthetic_weights\": %s, \"n_ranks\": %d, \"prompt_tokens\": %d, \"generated_tokens\": %d, "
-           "\"stop\": \"%s\", \"ttft_ms\": %.3f, \"tpot_ms\": %.4f, \"decode_tokens_per_s\": %.2f, "
-           "\"load_s\": %.3f, \"text\": ",
-           c->synthetic ? "true" : "false", size, n_prompt, res->n, res->stop, ttft * 1e3, tpot * 1e3,
-           tpot > 0 ? 1.0 / tpot : 0.0, ss->load_seconds);
+           "\"stop\": \"%s\"", c->synthetic ? "true" : "false", size, n_prompt, res->n, res->stop);
+    json_figure("ttft_ms", "%.3f", timed, ttft * 1e3);
+    json_figure("tpot_ms", "%.4f", timed, tpot * 1e3);
+    json_figure("decode_tokens_per_s", "%.2f", timed, tpot > 0 ? 1.0 / tpot : 0.0);
+    printf(", \"load_s\": %.3f, \"text\": ", ss->load_seconds);
     cli_json_string(stdout, g->text, g->len);
     if (a->temperature > 0)
         printf(", \"decoding\": {\"mode\": \"sampled\", \"temperature\": %g, \"top_k\": %d, \"top_p\": %g, "
@@ -574,8 +646,9 @@ static void print_json(const gen_args *a, mi_session *ss, int n_prompt, const mi
     double pt, pp;
     session_predict(ss, n_prompt, n_decode > 0 ? n_decode : 1, &pt, &pp);
     printf(", \"predicted_ttft_ms\": %.3f, \"predicted_tpot_ms\": %.4f, \"phase_switches\": %d, "
-           "\"phase_switch_ms\": %.3f, \"tpot_without_switch_ms\": %.4f", pt * 1e3, pp * 1e3, ss->phases.n_switches,
-           ss->phases.switch_s * 1e3, n_decode > 0 ? (res->t_end - res->t_first - ss->phases.switch_s) / n_decode * 1e3 : 0.0);
+           "\"phase_switch_ms\": %.3f", pt * 1e3, pp * 1e3, ss->phases.n_switches, ss->phases.switch_s * 1e3);
+    json_figure("tpot_without_switch_ms", "%.4f", timed,
+                n_decode > 0 ? (res->t_end - res->t_first - ss->phases.switch_s) / n_decode * 1e3 : 0.0);
     if (a->repeat > 1) {
         printf(", \"repeat\": {\"runs\": %d, \"same_tokens\": %d, \"seconds\": %.3f, \"rss_mb_after_first_repeat\": [",
                sr->runs, sr->same, sr->seconds);
@@ -587,10 +660,11 @@ static void print_json(const gen_args *a, mi_session *ss, int n_prompt, const mi
         printf("]}");
     }
     if (a->journal) {
-        int n_new = res->n - (a->resume ? g->jr->n_out : 0);
-        printf(", \"journal\": {\"replayed_tokens\": %d, \"replay_ms\": %.3f, \"write_us_per_token\": %.1f}",
-               res->replayed, res->replayed ? (res->t_replayed - res->t0) * 1e3 : 0.0,
-               n_new > 0 ? g->journal_s / n_new * 1e6 : 0.0);
+        printf(", \"journal\": {\"already_finished\": %s, \"replayed_tokens\": %d, \"replay_ms\": %.3f",
+               a->resume && g->jr->done ? "true" : "false", res->replayed,
+               res->replayed ? (res->t_replayed - res->t0) * 1e3 : 0.0);
+        json_figure("write_us_per_token", "%.1f", n_new > 0, n_new > 0 ? g->journal_s / n_new * 1e6 : 0.0);
+        printf("}");
     }
     printf(", \"tokens\": [");
     for (int i = 0; i < res->n; i++)
@@ -598,7 +672,8 @@ static void print_json(const gen_args *a, mi_session *ss, int n_prompt, const mi
     printf("], ");
 }
 
-static void print_summary(const gen_args *a, const mi_session *ss, int n_prompt, const mi_gen_result *res)
+static void print_summary(const gen_args *a, const mi_session *ss, int n_prompt, const mi_gen_result *res,
+                          int timed)
 {
     int n_decode = res->n - 1;
     double ttft = res->t_first - res->t0, tpot = n_decode > 0 ? (res->t_end - res->t_first) / n_decode : 0.0;
@@ -613,9 +688,14 @@ static void print_summary(const gen_args *a, const mi_session *ss, int n_prompt,
                  a->topp, (unsigned long long)a->seed);
     /* under a launcher stdout and stderr travel apart and the text's last
      * line can arrive after this one: start it on a line of its own */
-    fprintf(stderr, "%sgenerate: %d prompt + %d new tokens, %s, on %d rank%s (planner %s), TTFT %.1f ms, %s%s\n",
+    char timing[128];
+    if (timed)
+        snprintf(timing, sizeof timing, "TTFT %.1f ms, %s", ttft * 1e3, tp);
+    else /* a finished journal's tokens, replayed without a forward pass: nothing was timed */
+        snprintf(timing, sizeof timing, "no timing (none computed: the journal was already finished)");
+    fprintf(stderr, "%sgenerate: %d prompt + %d new tokens, %s, on %d rank%s (planner %s), %s%s\n",
             mi_world_launched() ? "\n" : "", n_prompt, res->n, mode, ss->size, ss->size > 1 ? "s" : "",
-            mi_planner_name(ss->plan.planner), ttft * 1e3, tp, ss->cfg.synthetic ? " (synthetic weights)" : "");
+            mi_planner_name(ss->plan.planner), timing, ss->cfg.synthetic ? " (synthetic weights)" : "");
 }
 
 /* Rank 0: the generation (and --repeat's soak), streamed, journaled, reported. */
@@ -652,7 +732,7 @@ static void run(gen_args *a, mi_session *ss, gen_journal *jr, const int *ids, in
         fputs(a->prompt, stdout);
         fflush(stdout);
     }
-    mi_gen_hooks hk = {on_token, &g};
+    mi_gen_hooks hk = {on_token, &g, on_end};
     mi_gen_result res;
     session_generate(ss, &rq, &hk, &res);
     soak_result sr;
@@ -662,18 +742,26 @@ static void run(gen_args *a, mi_session *ss, gen_journal *jr, const int *ids, in
     char msg[MI_ERRLEN];
     if (a->journal && !done && journal_finish(jr, msg))
         mi_fatal("%s", msg);
-    if (resume)
+    /* the journal's tokens among the text (an end token it stopped at is none), and those this run made */
+    int n_journaled = rq.n_forced;
+    if (n_journaled > 0 && !a->ignore_eos && mi_tokenizer_is_eog(&ss->tok, jr->out[n_journaled - 1]))
+        n_journaled--;
+    int computed = res.n - n_journaled;
+    if (done)
+        fprintf(stderr, "meshinfer: journal %s was already finished (%d token%s): its text printed again, nothing "
+                "computed\n", a->resume, n_journaled, n_journaled == 1 ? "" : "s");
+    else if (resume)
         fprintf(stderr, "meshinfer: resumed from %s on %d rank%s: %d token%s replayed (the prompt and %d decode "
                 "steps) in %.1f ms, then %d new\n", a->resume, ss->size, ss->size > 1 ? "s" : "", rq.n_forced,
                 rq.n_forced == 1 ? "" : "s", rq.n_forced, res.replayed ? (res.t_replayed - res.t0) * 1e3 : 0.0,
-                res.n - rq.n_forced);
+                computed);
     mi_runtime_stop(ss->rt);
     ss->power.run_s = res.t_end - res.t0; /* the energy report's span: prompt and decoding */
     ss->power.run_tokens = res.n;
     if (a->json)
-        print_json(a, ss, n_prompt, &res, &g, &sr);
+        print_json(a, ss, n_prompt, &res, &g, &sr, !done, computed);
     else
-        print_summary(a, ss, n_prompt, &res);
+        print_summary(a, ss, n_prompt, &res, !done);
     free(g.text);
     free(res.tokens);
 }

@@ -57,6 +57,8 @@ void session_generate(mi_session *ss, const mi_gen_request *rq, const mi_gen_hoo
     for (;;) {
         if (!rq->ignore_eos && is_end(ss, next)) {
             res->stop = "eos";
+            if (hk && hk->on_end)
+                hk->on_end(hk->ctx, next, smp.rng, n < n_forced);
             break;
         }
         res->tokens[n++] = next;

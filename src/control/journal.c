@@ -9,7 +9,8 @@
  * sampling, the sampler's first state), written whole and renamed into place,
  * then one line per token, "t TOKEN STATE CHECK" (STATE the sampler's state
  * after it, CHECK the line's check value, 16 hex digits each), appended with a
- * single write, and "done" at the end. A
+ * single write, and "done CHECK" at the end (its check value goes on from the
+ * last token line's, so a "done" moved up or added by hand breaks the chain). A
  * run killed mid-line leaves a line without its newline, which the reader
  * drops (and --resume cuts off before appending). Rewriting a whole JSON file
  * per token cost 1.3 ms a token here (file creation and rename), a third of
@@ -37,8 +38,9 @@
  * before's -- so lines swapped, repeated, dropped or edited, or the tokens of
  * another journal, break the chain even where the states cannot (a greedy
  * run's are all alike). The check values tell an edited journal, not a forged
- * one. Version 5 brought them; a journal of an earlier version is refused
- * with a line saying to rerun (it holds nothing to check it by). */
+ * one. Version 5 brought them, version 6 the "done" line's; a journal of an
+ * earlier version is refused with a line saying to rerun (it holds nothing to
+ * check it, or its end, by). */
 #define _POSIX_C_SOURCE 200809L
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -55,7 +57,7 @@
 #include "meshinfer/sampler.h"
 #include "../util/json_keys.h"
 
-#define JOURNAL_VERSION 5
+#define JOURNAL_VERSION 6
 #define JOURNAL_MAX_OPTIONS 128
 
 void journal_free(gen_journal *j)
@@ -86,6 +88,9 @@ static uint64_t line_check(uint64_t before, int token, uint64_t rng)
     uint64_t w[2] = {(uint64_t)(uint32_t)token, rng};
     return mi_hash64(w, sizeof w, before);
 }
+
+/* The "done" line's check value: the end of the chain, going on from the last token line's. */
+static uint64_t done_check(uint64_t before) { return mi_hash64("done", 4, before); }
 
 /* The request's check value: its fields, printed without it (the reader
  * prints what it parsed the same way, so number formats do not matter). */
@@ -203,7 +208,10 @@ int journal_token(gen_journal *j, int token, uint64_t rng, char *err)
 
 int journal_finish(gen_journal *j, char *err)
 {
-    int rc = append(j, "done\n", 5, err);
+    char line[32];
+    j->check = done_check(j->check);
+    int n = snprintf(line, sizeof line, "done %016" PRIx64 "\n", j->check);
+    int rc = append(j, line, (size_t)n, err);
     if (close(j->fd) != 0 && rc == 0)
         rc = mi_set_error(err, "journal: cannot close it: %s", strerror(errno));
     j->fd = -1;
@@ -264,8 +272,16 @@ static int read_lines(const char *body, size_t n, const char *prefix, int V, int
         line[len] = 0;
         if (j->done)
             return mi_set_error(err, "%s: line %d follows 'done'", prefix, line_no);
-        if (!strcmp(line, "done")) {
+        if (!strncmp(line, "done", 4) && (line[4] == ' ' || !line[4])) {
+            uint64_t check = 0;
+            if (line[4] != ' ' || !hex16(line + 5, 1, &check))
+                return mi_set_error(err, "%s: line %d is not 'done CHECK' (16 hex digits of its check value)", prefix,
+                                    line_no);
+            if (check != done_check(j->check) && !j->edited_line)
+                j->edited_line = line_no;
+            j->check = check;
             j->done = 1;
+            j->done_line = line_no;
         } else {
             /* "t", one space, decimal digits (no sign), one space, 16 hex digits, one space, 16 hex digits */
             long tok = -1;
@@ -354,7 +370,8 @@ int journal_read(const char *path, gen_journal *j, char *err)
     }
     if (ver->valuedouble < JOURNAL_VERSION) {
         mi_set_error(err, "%s: line 1: journal version %g, written by an earlier meshinfer without the model's "
-                          "fingerprint and the check values a resume verifies a journal by: rerun the generation",
+                          "fingerprint or the check values (of each line, and of 'done') a resume verifies a "
+                          "journal by: rerun the generation",
                      prefix, ver->valuedouble);
         goto done;
     }
@@ -443,8 +460,8 @@ int journal_read(const char *path, gen_journal *j, char *err)
                    &valid, err))
         goto done;
     if (j->done && j->ignore_eos && j->n_out != steps->valuedouble) { /* only -n ends such a run */
-        mi_set_error(err, "%s: 'done' after %d of %g tokens, but the run ignored BOS and EOS: inconsistent", prefix,
-                     j->n_out, steps->valuedouble);
+        mi_set_error(err, "%s: line %d: 'done' after %d of %g tokens, but the run ignored BOS and EOS (only the "
+                          "count asked for ends it): inconsistent", prefix, j->done_line, j->n_out, steps->valuedouble);
         goto done;
     }
     j->valid_bytes = (long)(head + 1 + valid);

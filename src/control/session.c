@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "meshinfer/common.h"
@@ -150,6 +151,18 @@ static int open_model(mi_session *ss, const char *path, const session_opts *o, c
                             o->sg_quality, o->journal};
     if (o->trace && mi_output_check(o->trace, "trace file", inputs, 8, err))
         return -1;
+    /* a trace replaces only a file that could be an earlier trace: a regular,
+     * non-executable file, empty or starting with '{' or '[' (JSON) */
+    struct stat st;
+    FILE *tf = o->trace && stat(o->trace, &st) == 0 && S_ISREG(st.st_mode) ? fopen(o->trace, "rb") : NULL;
+    if (tf) {
+        int first = fgetc(tf);
+        fclose(tf);
+        if ((st.st_mode & 0111) || (first != EOF && first != '{' && first != '['))
+            return mi_set_error(err, "%s exists and is not a trace (%s); refusing to replace it with the trace file: "
+                                "remove it or give another name", o->trace,
+                                st.st_mode & 0111 ? "it is executable" : "it does not start with '{' or '['");
+    }
     if (o->trace && o->journal && mi_same_path(o->trace, o->journal))
         return mi_set_error(err, "%s: --trace and the journal name the same file", o->trace);
     mi_model_file *mf = mi_model_open(path, &ss->cfg, err);

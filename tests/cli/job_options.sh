@@ -83,6 +83,14 @@ check $T/soak.sh "" "" --generations:int:1000001 --steps:int:1000001 --loss-pct:
 check $T/resilient_generate.sh "--hostfile $tmp/hosts" "" --np:int:257 --max-launches:int:1001 --steps:int:1048577 \
     --temperature:num:101 --top-p:num:2 --seed:word:x --model:file --journal:str --json:str --prompt:str
 check $T/resilient_generate.sh "" "" --hostfile:file
+# after --: what the script sets itself or a resumed launch (generate --resume) refuses, in every
+# spelling getopt_long takes, is refused before launch 1 (not when launch 2 should recover)
+for w in "-n 7" "-n7" "--steps=3" "--temp 1" "-s 3" "--top-k 5" "--chat" "--system hi" "--chat-template qwen3" \
+         "--journal x" "--resume x" "--repeat 2" "--ignore-eos" "-m $tmp/model.h5" "--prompt hi"; do
+    read -r -a ws <<< "$w"
+    expect $T/resilient_generate.sh "'${ws[0]}' after --: this script sets it itself" "$w after --" \
+        --hostfile "$tmp/hosts" --steps 5 -- --planner layerwise "${ws[@]}"
+done
 check $T/interconnects.sh "" "" --ranks:int:17 --tokens:int:10000 --repeat:int:10000 --planner:word:best --model:file
 check $E/bench_distributed.sh "" "" --model:file --ranks:int:257 --steps:int:1000001 --repeat:int:1000001 \
     --wire-dtype:word:fp8 --planners:word:best --name:word:a/b

@@ -43,7 +43,7 @@ for mode in greedy sampled; do
     "$bin" generate -m "$model" -n $steps --ignore-eos "${opts[@]}" --journal "$full" > "$tmp/$mode.txt" 2> "$tmp/err" ||
         { bad "$mode: the uninterrupted run failed: $(tail -1 "$tmp/err")"; continue; }
     n=$(grep -c '^t [0-9]* [0-9a-f]\{16\} [0-9a-f]\{16\}$' "$full")
-    if ((n == steps)) && [[ $(tail -1 "$full") == done ]]; then ok "$mode: $n token lines 't TOKEN STATE CHECK' and 'done'"
+    if ((n == steps)) && [[ $(tail -1 "$full") =~ ^done\ [0-9a-f]{16}$ ]]; then ok "$mode: $n token lines 't TOKEN STATE CHECK' and 'done CHECK'"
     else bad "$mode: $n token lines of $steps, last line '$(tail -1 "$full")'"; fi
     states=$(awk '/^t / {print $3}' "$full" | sort -u | wc -l)
     if [[ $mode == greedy ]]; then ((states == 1)) && ok "greedy: the sampler state never advances" || bad "greedy: $states states"
@@ -100,8 +100,67 @@ sed '1s/"temperature":0.7,/"temperature":0.8,/' "$full" > "$tmp/temp.json"
 refused "the temperature edited" "$tmp/temp.json" "line 1: its check value is not that of its fields"
 sed '1s/"seed":"11"/"seed":"12"/' "$full" > "$tmp/seed.json"
 refused "the seed edited" "$tmp/seed.json" "line 1: sampler_state 000000000000000b is not the state seed 12 starts"
-sed '1s/"meshinfer_journal":5,/"meshinfer_journal":4,/' "$full" > "$tmp/v4.json"
-refused "a journal of version 4" "$tmp/v4.json" "line 1: journal version 4, written by an earlier meshinfer .*: rerun the generation"
+sed '1s/"meshinfer_journal":6,/"meshinfer_journal":5,/' "$full" > "$tmp/v5.json"
+refused "a journal of version 5 (a 'done' without a check value)" "$tmp/v5.json" \
+    "line 1: journal version 5, written by an earlier meshinfer .*: rerun the generation"
+
+# "done" ends a journal only where the run stopped: after the tokens asked for, or at an end token;
+# cut short and ended by hand (bare, or with a check value) it is refused, naming the line
+"$bin" generate -m "$model" -p "One day" -n 20 -t 0.8 -s 7 --journal "$tmp/j20.json" > /dev/null 2>&1
+head -11 "$tmp/j20.json" > "$tmp/early.json"; echo done >> "$tmp/early.json"
+refused "'done' without its check value after 10 of 20 tokens" "$tmp/early.json" "line 12 is not 'done CHECK'"
+head -11 "$tmp/j20.json" > "$tmp/early.json"; tail -1 "$tmp/j20.json" >> "$tmp/early.json"
+refused "the finished run's 'done' moved up after 10 of 20 tokens" "$tmp/early.json" \
+    "line 12: 'done' after 10 of 20 tokens and no end token \\(BOS or EOS\\) where the run would stop"
+head -21 "$tmp/j20.json" > "$tmp/early.json"; echo "done 0000000000000000" >> "$tmp/early.json"
+refused "'done' after all 20 tokens with a wrong check value" "$tmp/early.json" "line 22: its check value is not that of its 'done' line"
+# a run that stops at EOS journals the end token it stopped at, then 'done': accepted as finished
+"$bin" generate -m "$model" -p "The end" -n 200 -t 1 -s 3 --journal "$tmp/eos.json" > "$tmp/eos.txt" 2>/dev/null
+nt=$(grep -c '^t ' "$tmp/eos.json")
+if ((nt < 200)) && [[ $(sed -n "$((nt + 1))p" "$tmp/eos.json" | cut -d' ' -f2) =~ ^[12]$ ]] &&
+   "$bin" generate --resume "$tmp/eos.json" > "$tmp/eos2.txt" 2> "$tmp/err" && cmp -s "$tmp/eos.txt" "$tmp/eos2.txt" &&
+   grep -q "already finished ($((nt - 1)) tokens)" "$tmp/err"; then
+    ok "a run stopped at EOS after $((nt - 1)) tokens: the end token journaled before 'done', the journal finished"
+else
+    bad "a run stopped at EOS: $nt token lines, last $(sed -n "$((nt + 1))p" "$tmp/eos.json" | cut -c1-20); $(tail -1 "$tmp/err")"
+fi
+# an existing file is never a new journal: refused, byte for byte as it was (an unfinished journal, a binary)
+head -n $cut "$full" > "$tmp/unfinished.json"; cp "$tmp/unfinished.json" "$tmp/keep.json"
+cp "$bin" "$tmp/exe"; chmod +x "$tmp/exe"
+for f in unfinished.json exe; do
+    "$bin" generate -m "$model" -n 4 --journal "$tmp/$f" > "$tmp/out" 2> "$tmp/err"; rc=$?
+    if ((rc != 0)) && [[ $(grep -c . "$tmp/err") -eq 1 ]] && grep -q "journal .*$f exists: a new generation needs a new journal .*--resume" "$tmp/err" &&
+       [[ ! -s $tmp/out ]] && { [[ $f == exe ]] && cmp -s "$bin" "$tmp/exe" || cmp -s "$tmp/keep.json" "$tmp/unfinished.json"; }; then
+        ok "--journal onto an existing $f refused, nothing changed"
+    else
+        bad "--journal onto an existing $f: exit $rc, $(cat "$tmp/err")"
+    fi
+done
+# --trace replaces an earlier trace only: not a text file, not an executable
+"$bin" generate -m "$model" -n 2 --trace "$tmp/t.json" > /dev/null 2>&1 &&
+    "$bin" generate -m "$model" -n 2 --trace "$tmp/t.json" > /dev/null 2>&1 && ok "--trace onto its earlier trace" ||
+    bad "--trace twice onto one path failed"
+echo "notes" > "$tmp/notes.txt"
+for f in notes.txt exe; do
+    "$bin" generate -m "$model" -n 2 --trace "$tmp/$f" > /dev/null 2> "$tmp/err"; rc=$?
+    if ((rc != 0)) && [[ $(grep -c . "$tmp/err") -eq 1 ]] && grep -q "$f exists and is not a trace" "$tmp/err" &&
+       { [[ $f == exe ]] && cmp -s "$bin" "$tmp/exe" || [[ $(cat "$tmp/notes.txt") == notes ]]; }; then
+        ok "--trace onto $f refused, nothing changed"
+    else
+        bad "--trace onto $f: exit $rc, $(cat "$tmp/err")"
+    fi
+done
+# a finished journal resumed: no speed figures (JSON null), said to be finished
+"$bin" generate --resume "$tmp/j20.json" --json 2> "$tmp/err" > "$tmp/out.json"
+if node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1]));
+    process.exit(j.ttft_ms === null && j.tpot_ms === null && j.decode_tokens_per_s === null && j.journal.already_finished === true
+                 && j.generated_tokens === 20 ? 0 : 1)' "$tmp/out.json" &&
+   "$bin" generate --resume "$tmp/j20.json" > /dev/null 2> "$tmp/err" && grep -q "already finished" "$tmp/err" &&
+   ! grep -Eq "TTFT|TPOT|tokens/s" "$tmp/err"; then
+    ok "a finished journal resumed: ttft, tpot and tokens/s null in JSON, none printed, said already finished"
+else
+    bad "a finished journal resumed: $(head -c 300 "$tmp/out.json"); $(cat "$tmp/err")"
+fi
 
 # another model file of this very shape: stories15M with one weight's low byte changed (its config,
 # name and dtypes the same), and synthetic weights of its shape
