@@ -35,5 +35,16 @@ line=$("$bin" generate -m "$model" -n 4 -t 0.8 --top-p 0.9 -s 7 2>&1 >/dev/null)
 if [[ "$line" == "generate: 5 prompt + 4 new tokens, sampled at T 0.8, top-k 40, top-p 0.9, seed 7, on 1 rank (planner "* ]]; then
     echo "ok: the summary says the decoding mode apart from the planner"
 else echo "FAIL: summary line: $line"; fail=1; fi
+# the context's edge: " a" is one token, so 255 of them with BOS fill the 256 positions and leave
+# none to generate in (refused, even with the default steps); 254 leave exactly one
+a255=$(printf 'a %.0s' $(seq 255)) a254=$(printf 'a %.0s' $(seq 254))
+err=$("$bin" generate -m "$model" -p "${a255% }" 2>&1 >/dev/null); rc=$?
+if [[ $rc == 1 && $err == *"prompt is 256 tokens (with BOS) but the model's context is 256"* ]]; then
+    echo "ok: a prompt filling the context is refused"
+else echo "FAIL: a prompt of 256 tokens: exit $rc, $err"; fail=1; fi
+out=$("$bin" generate -m "$model" -p "${a254% }" -n 1 --json 2>/dev/null | node -e 'let s = "";
+  process.stdin.on("data", d => s += d).on("end", () => { const j = JSON.parse(s); console.log(j.prompt_tokens, j.generated_tokens); })')
+if [[ $out == "255 1" ]]; then echo "ok: a prompt one short of the context generates its one token"
+else echo "FAIL: a prompt of 255 tokens with -n 1: '$out' (want 255 prompt tokens, 1 generated)"; fail=1; fi
 if ((fail)); then echo "some failed"; exit 1; fi
-echo "4 passed, 0 failed"
+echo "6 passed, 0 failed"
