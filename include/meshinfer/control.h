@@ -331,13 +331,19 @@ typedef struct {
     double t_replayed;      /* mi_now() when they were */
 } mi_gen_result;
 
+/* Rank 0: the chat template kind a session renders with (chat.h; template_name
+ * picks one by name, e.g. "llama3"; NULL: the file's), or -1 with err set: no
+ * template, an unknown kind, or a kind whose end-of-turn marker the model's
+ * tokenizer does not read as one token (its markers would be plain text). */
+int session_chat_kind(const mi_session *ss, const char *template_name, char *err);
+
 /* Rank 0: a conversation rendered with the model's chat template (chat.h;
  * template_name picks a kind by name instead, e.g. "llama3"; NULL: the
  * file's) and encoded, special tokens parsed, the tokenizer's BOS first
  * where it adds one and the template did not write it. flags: chat.h's
  * MI_CHAT_GEN (open the assistant's turn) and MI_CHAT_NO_THINKING. Returns
- * the ids (malloc'd; *n of them), or NULL with err set (no template, an
- * unknown kind, roles the template refuses, longer than the context). */
+ * the ids (malloc'd; *n of them), or NULL with err set (session_chat_kind's
+ * reasons, roles the template refuses, longer than the context). */
 int *session_encode_chat(mi_session *ss, const mi_chat_msg *msgs, int n_msgs, const char *template_name, int flags,
                          int *n, char *err);
 

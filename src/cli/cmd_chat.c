@@ -119,15 +119,20 @@ static int parse(int argc, char **argv, chat_args *a)
 }
 
 /* One turn: the conversation so far rendered and encoded, the part the
- * cache lacks run, the reply generated and appended. */
-static void turn(chat_args *a, mi_session *ss, mi_chat_msg *msgs, int *n_msgs, int **cached, int *n_cached)
+ * cache lacks run, the reply generated and appended. A message that cannot
+ * be encoded (not UTF-8, past the context) is refused in one line and
+ * dropped, and the conversation goes on without it: -1. */
+static int turn(chat_args *a, mi_session *ss, mi_chat_msg *msgs, int *n_msgs, int **cached, int *n_cached)
 {
     char err[MI_ERRLEN];
     int n;
     int *ids = session_encode_chat(ss, msgs, *n_msgs, a->tmpl, MI_CHAT_GEN | (a->no_think ? MI_CHAT_NO_THINKING : 0),
                                    &n, err);
-    if (!ids)
-        mi_fatal("chat: %s", err);
+    if (!ids) {
+        fprintf(stderr, "meshinfer: error: chat: your message was not sent: %s\n", err);
+        free((char *)msgs[--*n_msgs].content);
+        return -1;
+    }
     int same = 0;
     while (same < *n_cached && same < n - 1 && (*cached)[same] == ids[same])
         same++;
@@ -149,11 +154,13 @@ static void turn(chat_args *a, mi_session *ss, mi_chat_msg *msgs, int *n_msgs, i
     msgs[(*n_msgs)++] = (mi_chat_msg){"assistant", r.text ? r.text : strdup("")};
     free(res.tokens);
     free(ids);
+    return 0;
 }
 
 int cmd_chat(int argc, char **argv)
 {
     chat_args a;
+    int exit_code = 0;
     if (parse(argc, argv, &a))
         return 0;
     int rank, size;
@@ -163,10 +170,14 @@ int cmd_chat(int argc, char **argv)
     if (rank != 0) {
         mi_runtime_serve(ss.rt);
     } else {
-        if (!a.tmpl && !ss.chat_template) /* said before the user types anything */
-            mi_fatal("chat: %s has no chat template (convert it from a GGUF file or a Hugging Face folder that has "
-                     "one, or name one with --chat-template)", a.model);
-        int cap = 256, n_msgs = 0, n_cached = 0, *cached = NULL;
+        char err[MI_ERRLEN];
+        int kind = session_chat_kind(&ss, a.tmpl, err); /* said before the user types anything */
+        if (kind < 0)
+            mi_fatal("chat: %s: %s", a.model, err);
+        if (a.no_think && kind != MI_CHAT_QWEN3)
+            mi_fatal("chat: --no-think turns off Qwen3's thinking block; the %s template has none",
+                     mi_chat_kind_name(kind));
+        int cap = 256, n_msgs = 0, n_cached = 0, *cached = NULL, refused = 0;
         mi_chat_msg *msgs = mi_calloc((size_t)cap, sizeof *msgs, "conversation");
         if (a.system)
             msgs[n_msgs++] = (mi_chat_msg){"system", strdup(a.system)};
@@ -180,16 +191,27 @@ int cmd_chat(int argc, char **argv)
                 break;
             if (n_msgs + 2 > cap)
                 mi_fatal("chat: the conversation has %d messages, the most one chat keeps", cap);
+            /* a fault of the line named in the line (not in the rendered template) */
+            int *probe = mi_malloc((strlen(line) + 4) * sizeof(int), "chat message");
+            int ok = mi_tokenizer_encode_n(&ss.tok, line, 0, probe, (int)strlen(line) + 4, err) >= 0;
+            free(probe);
+            if (!ok) {
+                fprintf(stderr, "meshinfer: error: chat: your message was not sent: %s\n", err);
+                refused = 1;
+                continue;
+            }
             msgs[n_msgs++] = (mi_chat_msg){"user", strdup(line)};
-            turn(&a, &ss, msgs, &n_msgs, &cached, &n_cached);
+            refused |= turn(&a, &ss, msgs, &n_msgs, &cached, &n_cached) != 0;
         }
         for (int i = 0; i < n_msgs; i++)
             free((char *)msgs[i].content);
         free(msgs);
         free(cached);
         mi_runtime_stop(ss.rt);
+        if (refused) /* a script piping messages learns that one was not sent */
+            exit_code = 1;
     }
     session_close(&ss, &a.so);
     mi_world_finalize();
-    return 0;
+    return exit_code;
 }

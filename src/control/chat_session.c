@@ -6,10 +6,8 @@
 #include "meshinfer/common.h"
 #include "meshinfer/control.h"
 
-int *session_encode_chat(mi_session *ss, const mi_chat_msg *msgs, int n_msgs, const char *template_name, int flags,
-                         int *n, char *err)
+int session_chat_kind(const mi_session *ss, const char *template_name, char *err)
 {
-    *n = 0;
     int kind;
     if (template_name)
         kind = mi_chat_kind_from_name(template_name, err);
@@ -17,8 +15,27 @@ int *session_encode_chat(mi_session *ss, const mi_chat_msg *msgs, int n_msgs, co
         kind = mi_chat_detect(ss->chat_template, err);
     else
         return mi_set_error(err, "the model file has no chat template (convert it from a GGUF file or a Hugging Face "
-                                 "folder that has one, or name one with --chat-template)"),
-               NULL;
+                                 "folder that has one, or name one with --chat-template)");
+    if (kind < 0)
+        return -1;
+    /* the end-of-turn marker must be one token of this vocabulary: else every
+     * marker the template writes is read as plain text (ChatML's <|im_end|> on
+     * GPT-2's vocabulary, </s> on a llama2.c tokenizer that does not match
+     * special tokens in text) and no reply can stop at it */
+    const char *const *stops = mi_chat_stop_texts(kind);
+    int one[8];
+    if (stops && stops[0] && mi_tokenizer_encode_n(&ss->tok, stops[0], 0, one, 8, err) != 1)
+        return mi_set_error(err, "the %s template ends a turn with '%s', which this model's tokenizer does not "
+                                 "read as one token: its markers would be plain text (use the model's own template)",
+                            mi_chat_kind_name(kind), stops[0]);
+    return kind;
+}
+
+int *session_encode_chat(mi_session *ss, const mi_chat_msg *msgs, int n_msgs, const char *template_name, int flags,
+                         int *n, char *err)
+{
+    *n = 0;
+    int kind = session_chat_kind(ss, template_name, err);
     if (kind < 0)
         return NULL;
     const mi_tokenizer *t = &ss->tok;

@@ -101,6 +101,22 @@ def check_chat(mi, fx):
           len(r.stdout) > len(first) + 2,
           "chat: two turns; the first reply is generate --chat's (%r; chat wrote %r; %s)" % (first, r.stdout[:80],
                                                                                            r.stderr.strip()[-120:]))
+    # a message that cannot be sent (not UTF-8) is refused in one line and the talk goes on: the next
+    # turn's reply is the same as if it had never been typed; the exit status then says one was refused
+    r = subprocess.run([mi, "chat", "-m", m, "--system", "Be brief.", "-n", "6"], capture_output=True,
+                       input=b"\xff\xfe bad\nHello there\nAnd then?\n")
+    out = r.stdout.decode("utf-8", "replace")
+    errs = [l for l in r.stderr.decode("utf-8", "replace").splitlines() if "error" in l]
+    check(r.returncode == 1 and first is not None and out.startswith(first + "\n") and len(errs) == 1 and
+          "not valid UTF-8 (byte offset 0)" in errs[0],
+          "chat: a message not in UTF-8 refused, the talk goes on as without it, exit 1 (%s)" % errs)
+    # options and templates that cannot apply: refused before any message
+    r = run([mi, "chat", "-m", os.path.join(fx, "llama3", "hf.h5"), "--no-think"], input="hi\n")
+    check(r.returncode == 1 and "--no-think" in r.stderr and r.stdout == "",
+          "chat --no-think on a template without thinking refused: %s" % r.stderr.strip()[-160:])
+    r = run([mi, "chat", "-m", os.path.join(fx, "gpt2", "hf.h5"), "--chat-template", "chatml"], input="hi\n")
+    check(r.returncode == 1 and "does not read as one token" in r.stderr and r.stdout == "",
+          "chat: ChatML's markers on GPT-2's vocabulary refused: %s" % r.stderr.strip()[-160:])
     r = run([mi, "chat", "-m", os.path.join(fx, "gpt2", "hf.h5")], input="hi\n")
     check(r.returncode != 0 and "no chat template" in r.stderr and r.stdout == "",
           "gpt2: chat refused before any message: %s" % r.stderr.strip()[-160:])
