@@ -57,7 +57,7 @@ opt_int() {
         arg_fail "$1 '$2' is not a whole number from $3 to $4"
 }
 opt_num() {
-    [[ $2 =~ ^[0-9]{1,9}([.][0-9]+)?$ ]] && awk -v v="$2" -v lo="$3" -v hi="$4" 'BEGIN {exit !(v + 0 >= lo && v + 0 <= hi)}' ||
+    [[ $2 =~ ^([0-9]{1,9}([.][0-9]*)?|[.][0-9]+)([eE][-+]?[0-9]{1,3})?$ ]] && awk -v v="$2" -v lo="$3" -v hi="$4" 'BEGIN {exit !(v + 0 >= lo && v + 0 <= hi)}' ||
         arg_fail "$1 '$2' is not a number from $3 to $4"
 }
 opt_port() {
