@@ -3,7 +3,8 @@
 # "meshinfer: error:" line naming the file, the field and the reason, exit 1.
 # Duplicate device names in a cluster file; integer fields holding
 # non-integral numbers (model file attributes, cluster, plan, quality and
-# speculation-profile files); a plan file's empty send list (pruning ratio 1,
+# speculation-profile files); a speculation profile for another model or
+# weights, with unknown keys or values out of range or disagreeing; a plan file's empty send list (pruning ratio 1,
 # which --prune refuses). Damaged files are made in a temporary directory from
 # copies; the model itself is only read.
 # usage: side_files_check.sh MESHINFER MODEL.h5
@@ -60,11 +61,33 @@ printf '{"model": "stories15M", "n_layers": 6, "dim": 288, "ranks": 1, "tokens":
 refused "quality file: tokens not whole" "q.json: 'text' must be a string and 'tokens' a count \(a whole number\)" \
     "$bin" plan -m "$model" --ranks 1 --planner auto --ppl-budget 5 --somegather-quality "$tmp/q.json"
 
-# --- speculation profile: n_layers 6.5 is not the model's 6
-node -e 'const t=[]; for (let i=0;i<5;i++) t.push({ratio_percentiles: Array.from({length:101},(_, k)=>k/100)});
-         console.log(JSON.stringify({n_layers: 6.5, transitions: t}))' > "$tmp/prof.json"
-refused "speculation profile: n_layers 6.5" "prof.json: speculation profile is for 6.5 layers but the model has 6" \
-    "$bin" generate -m "$model" -n 2 --speculate --spec-profile "$tmp/prof.json"
+# --- speculation profiles: n_layers 6.5 is not the model's 6; the model, its weights, unknown keys,
+# the transition count and the values (percentiles, and the mean and acceptance derived from them)
+printf 'Once upon a time there was a little girl named Lily. She liked to play in the park with her dog.\n' > "$tmp/corpus.txt"
+"$bin" profile -m "$model" --text "$tmp/corpus.txt" --tolerance 0.8 --out "$tmp/prof0.json" > /dev/null 2>&1 ||
+    bad "profile --out"
+"$bin" generate -m "$model" -n 2 --speculate --spec-profile "$tmp/prof0.json" > /dev/null 2>&1 &&
+    ok "the unmodified speculation profile is accepted" || bad "the unmodified speculation profile was refused"
+# prof NAME JS WANT: a copy of the profile after JS must be refused with an error line matching WANT
+prof() {
+    cp "$tmp/prof0.json" "$tmp/$1.json"; json "$tmp/$1.json" "$2"
+    refused "speculation profile: $1" "speculation profile .*$1.json$3" \
+        "$bin" generate -m "$model" -n 2 --speculate --spec-profile "$tmp/$1.json"
+}
+prof layers65 'd.n_layers = 6.5' " is for stories15M \(6.5 layers\) but the model is stories15M \(6 layers\)"
+prof other 'd.model = "tinyllama-1.1b"' " is for tinyllama-1.1b \(6 layers\) but the model is stories15M"
+prof synth 'd.synthetic_weights = true' " was measured on synthetic weights but the model's are real"
+prof unknown 'd.bogus_key = 1' ": unknown key 'bogus_key' at the top level"
+prof unknown_t 'd.transitions[3].bogus = 1' ": unknown key 'bogus' in transitions\[3\]"
+prof two 'd.transitions = d.transitions.slice(0, 2)' ": 'transitions' holds 2 entries but a model of 6 layers has 5 transitions"
+prof zeros 'd.transitions.forEach(t => t.ratio_percentiles = Array(101).fill(0))' ": transitions\[0\].ratio_percentiles are all 0"
+prof negative 'd.transitions[1].ratio_percentiles[0] = -1' ": transitions\[1\].ratio_percentiles\[0\] must be a finite number >= 0"
+prof decreasing 'd.transitions[2].ratio_percentiles[60] = 0' ": transitions\[2\].ratio_percentiles\[60\] \(0\) is below ratio_percentiles\[59\]"
+prof mean 'd.transitions[0].mean_ratio = 1e6' ": transitions\[0\].mean_ratio 1e\+06 is outside its percentiles' range"
+prof acceptance 'd.transitions[4].ratio_percentiles = Array(101).fill(100); d.transitions[4].mean_ratio = 100' \
+    ": transitions\[4\].acceptance [0-9.e-]+ disagrees with its percentiles at tolerance 0.8"
+prof from 'd.transitions[1].from_layer = 3' ": transitions\[1\].from_layer must be 1$"
+prof positions 'd.positions = 0' ": positions must be a whole number from 1 to"
 
 # --- model file attributes: whole numbers, never truncated
 cp "$model" "$tmp/m.h5"
