@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Side files that would say one thing and run another are refused: one
 # "meshinfer: error:" line naming the file, the field and the reason, exit 1.
-# Duplicate device names in a cluster file; integer fields holding
+# Duplicate device names in a cluster file; rates out of range (one rule, one
+# message for 0 and 1e-300 alike); a device idle for its budget says so; integer fields holding
 # non-integral numbers (model file attributes, cluster, plan, quality and
 # speculation-profile files); a speculation profile for another model or
 # weights, with unknown keys or values out of range or disagreeing; a plan file's empty send list (pruning ratio 1,
@@ -34,6 +35,24 @@ refused "cluster: eager_bytes not whole" "cluster file .*eager.json: eager_bytes
 printf '{"devices": [{"name": "a", "mem_mb": 4000}, {"name": "b", "mem_mb": 4000}]}\n' > "$tmp/two.json"
 "$bin" plan -m "$model" --cluster "$tmp/two.json" > /dev/null 2>&1 && ok "cluster with distinct names plans" ||
     bad "a cluster file with distinct names was refused"
+
+# rates: one rule (0 refused, 1e-6 to 1e9 accepted) and one message for every value that breaks it
+for key in speed bandwidth_mbit; do
+    for vg in 0:0 1e-300:1e-300 -1:-1 2e9:2e\\+09; do
+        v=${vg%%:*} got=${vg#*:}
+        if [[ $key == speed ]]; then printf '{"devices": [{"name": "a", "mem_mb": 4000, "speed": %s}]}\n' $v
+        else printf '{"link": {"bandwidth_mbit": %s}, "devices": [{"name": "a", "mem_mb": 4000}]}\n' $v; fi > "$tmp/rate.json"
+        refused "cluster: $key $v" "rate.json: (devices\[0\]|link)\.$key must be a number from 1e-6 to 1e9 \(got $got\)" \
+            "$bin" plan -m "$model" --cluster "$tmp/rate.json"
+    done
+done
+# a device left empty by its budget says so (not "more ranks than units")
+printf '{"devices": [{"name": "a", "mem_mb": 4000}, {"name": "b", "mem_mb": 4000}, {"name": "c", "mem_mb": 0.001}]}\n' > "$tmp/tiny.json"
+for pl in greedy hybrid; do
+    row=$("$bin" plan -m "$model" --cluster "$tmp/tiny.json" --planner $pl 2>&1 | grep -E '^ +2  c ')
+    [[ "$row" =~ "idle (its budget, 0.001 MB, is below a unit's size here, about "[0-9.]+" MB)" ]] &&
+        ok "plan --planner $pl: a 0.001 MB device is idle for its budget" || bad "plan --planner $pl: rank 2 row: '$row'"
+done
 
 # --- plan files: an empty send list; integer fields
 "$bin" plan -m "$model" --ranks 1 --planner somegather --prune 0.5 --out "$tmp/sg.json" > /dev/null 2>&1 ||
