@@ -265,6 +265,13 @@ static int check_placement_options(const mi_session *ss, const session_opts *o, 
     return 0;
 }
 
+/* The logit candidates per classifier slice the sampler needs, at most the
+ * vocabulary: --top-k past it means every token, as llama.cpp clamps it. */
+static int logit_candidates(const session_opts *o, const mi_config *c)
+{
+    return o->logits_k > c->vocab_size ? c->vocab_size : o->logits_k;
+}
+
 /* --plan-file: the saved placement, for this job's ranks, within budgets. */
 static int load_plan_file(mi_session *ss, const session_opts *o, const mi_cluster *cl, char *err)
 {
@@ -283,7 +290,7 @@ static int load_plan_file(mi_session *ss, const session_opts *o, const mi_cluste
         mi_plan_free(&ss->plan);
     }
     if (!rc) /* not a placement: what this command's sampler needs */
-        ss->plan.logits_k = o->logits_k;
+        ss->plan.logits_k = logit_candidates(o, &ss->cfg);
     if (!rc && mi_plan_validate(&ss->plan, cl, err)) {
         rc = -1;
         mi_plan_free(&ss->plan);
@@ -379,7 +386,8 @@ static int make_plan(mi_session *ss, const char *path, const session_opts *o, co
         rc = session_load_profile(o->spec_profile, &ss->cfg, o->tolerance, acc, err);
     }
     mi_plan_options po = {MI_PLANNER_GREEDY, o->plan_seed, o->controller_works, o->speculate, acc,
-                          o->min_acceptance, kvpos, o->wire, 0, 0, 0, NULL, o->split_vocab, o->logits_k};
+                          o->min_acceptance, kvpos, o->wire, 0, 0, 0, NULL, o->split_vocab,
+                          logit_candidates(o, &ss->cfg)};
     mi_planner_parse(o->planner, &po.planner);
     double sg_ppl = 0, sg_ppl0 = 0;
     if (!rc)
