@@ -168,7 +168,14 @@ int cmd_quantize(int argc, char **argv)
         rise = mi_prune_keep(imp, c.hidden_dim + prune_k * imp->ffn_shard, prune_k, keep);
         free(imp);
     }
+    mi_config before;
+    memcpy(&before, &c, sizeof c); /* bytewise, so that memcmp sees only what the dtypes changed */
     cli_dtypes_apply(&dt, &c, "quantize");
+    if (!prune_k && !memcmp(&before, &c, sizeof c)) {
+        char dts[160];
+        mi_fatal("quantize: %s is already %s: the options change no tensor's dtype, so the output would be a copy",
+                 model, mi_config_dtype_summary(&c, dts, sizeof dts));
+    }
     double t0 = mi_now();
     if (mi_model_quantize_pruned(model, out, &c, keep, isatty(fileno(stderr)) ? 2 : 1, err))
         mi_fatal("%s", err);

@@ -141,6 +141,15 @@ expect_error "convert: truncated tokenizer" "trunc" \
     "$bin" convert --checkpoint "$ckpt" --tokenizer "$tmp/trunc_tok.bin" --out "$tmp/o5.h5"
 expect_error "convert: output dir missing" "cannot write the model file: directory .*nodir does not exist" \
     "$bin" convert --checkpoint "$ckpt" --tokenizer "$tokbin" --out "$tmp/nodir/o6.h5"
+# --name goes into the file whole: never empty (it would be kept as the source's), cut or with control bytes
+expect_error "convert: empty --name" "convert: --name is empty: give the model a name" \
+    "$bin" convert --checkpoint "$ckpt" --tokenizer "$tokbin" --out "$tmp/o7.h5" --name ""
+expect_error "convert: --name past 63 bytes" "convert: --name is 64 bytes long; a model name holds at most 63" \
+    "$bin" convert --checkpoint "$ckpt" --tokenizer "$tokbin" --out "$tmp/o7.h5" --name "$(printf 'n%.0s' {1..64})"
+expect_error "convert: --name with a tab" "convert: --name contains a control character \\(byte 1\\)" \
+    "$bin" convert --checkpoint "$ckpt" --tokenizer "$tokbin" --out "$tmp/o7.h5" --name $'a\tb'
+[[ ! -e "$tmp/o7.h5" ]] && { echo "ok: a refused --name writes nothing"; pass=$((pass+1)); } ||
+    { echo "FAIL: a refused --name left $tmp/o7.h5"; fail=$((fail+1)); }
 
 # --- quantize: bad dtypes and specs, quantized or damaged input, output over the input
 "$bin" quantize -m "$model" --dtype q8_0 --out "$tmp/valid-q8.h5" >/dev/null 2>&1 || echo "FAIL: making a q8_0 model"
@@ -148,6 +157,13 @@ head -c "$(( $(stat -c %s "$tmp/valid-q8.h5") * 2 / 3 ))" "$tmp/valid-q8.h5" > "
 cp "$model" "$tmp/input-copy.h5"
 expect_error "quantize: unknown dtype"  "unknown dtype 'int4'" "$bin" quantize -m "$model" --dtype int4 --out "$tmp/oq1.h5"
 expect_error "quantize: no dtype"       "give --dtype"         "$bin" quantize -m "$model" --out "$tmp/oq2.h5"
+# a dtype the file already has would write a copy ("1.00x smaller")
+expect_error "quantize: fp32 of fp32" "quantize: .* is already fp32: the options change no tensor's dtype" \
+    "$bin" quantize -m "$model" --dtype fp32 --out "$tmp/oq-same.h5"
+expect_error "quantize: q8_0 of q8_0" "quantize: .*valid-q8.h5 is already q8_0: the options change no tensor's dtype" \
+    "$bin" quantize -m "$tmp/valid-q8.h5" --layer-dtype 0-5:q8_0 --out "$tmp/oq-same.h5"
+[[ ! -e "$tmp/oq-same.h5" ]] && { echo "ok: quantize to the same dtypes writes nothing"; pass=$((pass+1)); } ||
+    { echo "FAIL: quantize to the same dtypes left $tmp/oq-same.h5"; fail=$((fail+1)); }
 expect_error "quantize: already quantized" "already quantized .*q8_0.*fp32 model" \
     "$bin" quantize -m "$tmp/valid-q8.h5" --dtype q4_0 --out "$tmp/oq3.h5"
 expect_error "quantize: layer that does not exist" "layer 9 does not exist .*6 layers" \
