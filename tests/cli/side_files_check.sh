@@ -5,7 +5,9 @@
 # message for 0 and 1e-300 alike); a device idle for its budget says so; integer fields holding
 # non-integral numbers (model file attributes, cluster, plan, quality and
 # speculation-profile files); a speculation profile for another model or
-# weights, with unknown keys or values out of range or disagreeing; a plan file's empty send list (pruning ratio 1,
+# weights, with unknown keys or values out of range or disagreeing; tokenizer
+# id attributes that disagree with the tokenizer; an importance file's tokens
+# or base perplexity out of range; a plan file's empty send list (pruning ratio 1,
 # which --prune refuses). Damaged files are made in a temporary directory from
 # copies; the model itself is only read.
 # usage: side_files_check.sh MESHINFER MODEL.h5
@@ -137,6 +139,32 @@ with h5py.File(sys.argv[1], "r+") as f:
     bad "h5py could not edit layers/000/wq"
 refused "model file: block_size 32.5" "q8.h5: tensor 'layers/000/wq' \(q8_0\) must have block_size 32" \
     "$bin" check -m "$tmp/q8.h5"
+
+# --- tokenizer id attributes: the reader takes the ids from the tokenizer, so one that says otherwise is refused
+for kv in bos_id:99999 eos_id:-1 byte_fallback_first_id:4; do
+    k=${kv%%:*} v=${kv#*:}
+    cp "$model" "$tmp/tok-$k.h5"
+    $py -c 'import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "r+") as f:
+    g = f["tokenizer"]; del g.attrs[sys.argv[2]]; g.attrs[sys.argv[2]] = np.int32(int(sys.argv[3]))' "$tmp/tok-$k.h5" $k $v ||
+        bad "h5py could not edit tokenizer/$k"
+    refused "model file: tokenizer $k $v" "tok-$k.h5: attribute 'tokenizer/$k' is $v but the tokenizer's .* is [0-9]+ \(a llama2.c tokenizer has BOS 1, EOS 2" \
+        "$bin" check -m "$tmp/tok-$k.h5"
+done
+
+# --- importance files: the measurement's tokens and base perplexity in range
+"$bin" importance -m "$model" --text "$tmp/corpus.txt" --out "$tmp/imp0.json" > /dev/null 2>&1 || bad "importance --out"
+"$bin" plan -m "$model" --ranks 2 --planner hybrid --importance "$tmp/imp0.json" > /dev/null 2>&1 &&
+    ok "the unmodified importance file is accepted" || bad "the unmodified importance file was refused"
+imp() {
+    cp "$tmp/imp0.json" "$tmp/$1.json"; json "$tmp/$1.json" "$2"
+    refused "importance file: $1" "importance file .*$1.json: $3" \
+        "$bin" plan -m "$model" --ranks 2 --planner hybrid --importance "$tmp/$1.json"
+}
+imp ppl_negative 'd.base_perplexity = -5' "'base_perplexity' must be a perplexity, a finite number of at least 1"
+imp ppl_below1 'd.base_perplexity = 0.5' "'base_perplexity' must be a perplexity"
+imp tokens0 'd.tokens = 0' "'tokens' must be the whole number of tokens scored, at least 2"
+imp tokens_frac 'd.tokens = 10.5' "'tokens' must be the whole number of tokens scored"
 
 echo "side_files_check: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]
