@@ -7,6 +7,7 @@ set -u
 bin=$1 model=$2 ckpt=$3 tokbin=$4
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
+. "$(dirname "$0")/refusals.sh"
 
 # expect_error "description" "regex the error line must match" command...
 expect_error() {
@@ -150,6 +151,30 @@ expect_error "convert: --name with a tab" "convert: --name contains a control ch
     "$bin" convert --checkpoint "$ckpt" --tokenizer "$tokbin" --out "$tmp/o7.h5" --name $'a\tb'
 [[ ! -e "$tmp/o7.h5" ]] && { echo "ok: a refused --name writes nothing"; pass=$((pass+1)); } ||
     { echo "FAIL: a refused --name left $tmp/o7.h5"; fail=$((fail+1)); }
+
+# --- tokenize: a model, GGUF file or tokenizer.json given as a tokenizer.bin is named as what it is;
+# --lines checks every line before printing any (refused() also asserts that nothing reached stdout)
+refused "tokenize --tokenizer-bin of a model" "is an HDF5 file \\(a meshinfer model\\?\\), not a llama2.c tokenizer.bin: .*-m/--model" \
+    "$bin" tokenize --tokenizer-bin "$model" -p hi
+printf 'GGUF\3\0\0\0\0\0\0\0\0\0\0\0' > "$tmp/tok.gguf"
+refused "tokenize --tokenizer-bin of a GGUF file" "is a GGUF file, not a llama2.c tokenizer.bin" \
+    "$bin" tokenize --tokenizer-bin "$tmp/tok.gguf" -p hi
+printf '{"model": {"type": "BPE"}}\n' > "$tmp/tok.json"
+refused "tokenize --tokenizer-bin of a tokenizer.json" "starts like JSON .*--tokenizer. reads a Hugging Face tokenizer.json" \
+    "$bin" tokenize --tokenizer-bin "$tmp/tok.json" -p hi
+printf '"Once upon"\n"a time"\n\n"there"\n' > "$tmp/blank.lines"
+refused "tokenize --lines with a blank line" "blank.lines:3: the line is blank: every line must be one JSON string" \
+    "$bin" tokenize -m "$model" --lines "$tmp/blank.lines"
+printf '"Once upon"\n"a time"\nthere\n' > "$tmp/bare.lines"
+refused "tokenize --lines with a bare word" "bare.lines:3: JSON syntax error" \
+    "$bin" tokenize -m "$model" --lines "$tmp/bare.lines"
+printf '"Once upon"\n["a time"]\n' > "$tmp/array.lines"
+refused "tokenize --lines with an array" "array.lines:2: not one JSON string" \
+    "$bin" tokenize -m "$model" --lines "$tmp/array.lines"
+printf '"Once upon"\r\n""\n"a\\ntime"\n' > "$tmp/good.lines"
+out=$("$bin" tokenize -m "$model" --lines "$tmp/good.lines" 2>&1)
+[[ "$out" == $'1 9038 2501\n1\n1 263 13 2230' ]] && { echo "ok: tokenize --lines: CRLF, an empty text, an escaped newline"; pass=$((pass+1)); } ||
+    { echo "FAIL: tokenize --lines good lines: '$out'"; fail=$((fail+1)); }
 
 # --- quantize: bad dtypes and specs, quantized or damaged input, output over the input
 "$bin" quantize -m "$model" --dtype q8_0 --out "$tmp/valid-q8.h5" >/dev/null 2>&1 || echo "FAIL: making a q8_0 model"
