@@ -7,7 +7,8 @@
 # speculation-profile files); a speculation profile for another model or
 # weights, with unknown keys or values out of range or disagreeing; tokenizer
 # id attributes that disagree with the tokenizer; an importance file's tokens
-# or base perplexity out of range; a plan file's empty send list (pruning ratio 1,
+# or base perplexity out of range; a plan file whose layout is not its
+# planner's or that works rank 0 against controller_works; a plan file's empty send list (pruning ratio 1,
 # which --prune refuses). Damaged files are made in a temporary directory from
 # copies; the model itself is only read.
 # usage: side_files_check.sh MESHINFER MODEL.h5
@@ -75,6 +76,29 @@ cp "$tmp/sg.json" "$tmp/sg-ranks.json"
 json "$tmp/sg-ranks.json" 'd.n_ranks = 1.5'
 refused "plan file: n_ranks not whole" "plan file .*sg-ranks.json: 'n_ranks' must be an integer" \
     "$bin" generate -m "$model" -n 2 --plan-file "$tmp/sg-ranks.json"
+
+# a layout under another planner's name, rank 0 working against controller_works, the planner list
+"$bin" plan -m "$model" --ranks 3 --planner greedy --out "$tmp/greedy.json" > /dev/null 2>&1 || bad "plan --planner greedy --out"
+cp "$tmp/greedy.json" "$tmp/as-tp.json"; json "$tmp/as-tp.json" 'd.planner = "tp"'
+refused "plan file: a greedy layout named tp" "as-tp.json: layers\[0\].proj_rank is [0-9]+, but tp splits every layer's projection with its heads" \
+    "$bin" generate -m "$model" -n 2 --plan-file "$tmp/as-tp.json"
+cp "$tmp/greedy.json" "$tmp/as-lw.json"; json "$tmp/as-lw.json" 'd.planner = "layerwise"'
+refused "plan file: a greedy layout named layerwise" "as-lw.json: layers\[0\] is split over ranks, but a layerwise plan places every layer whole" \
+    "$bin" generate -m "$model" -n 2 --plan-file "$tmp/as-lw.json"
+"$bin" plan -m "$model" --ranks 3 --planner tp --out "$tmp/tp.json" > /dev/null 2>&1 || bad "plan --planner tp --out"
+cp "$tmp/tp.json" "$tmp/as-greedy.json"; json "$tmp/as-greedy.json" 'd.planner = "greedy"'
+refused "plan file: a tp layout named greedy" "as-greedy.json: layers\[0\] splits its projection \(proj_rank -1\), but greedy places" \
+    "$bin" generate -m "$model" -n 2 --plan-file "$tmp/as-greedy.json"
+cp "$tmp/greedy.json" "$tmp/kv0.json"; json "$tmp/kv0.json" 'd.layers[2].kv_rank[0] = 0'
+refused "plan file: a KV head on rank 0 with controller_works false" "kv0.json: layers\[2\].kv_rank\[0\] is rank 0, but 'controller_works' is false" \
+    "$bin" generate -m "$model" -n 2 --plan-file "$tmp/kv0.json"
+cp "$tmp/greedy.json" "$tmp/smart.json"; json "$tmp/smart.json" 'd.planner = "smart"'
+refused "plan file: an unknown planner lists every planner" "'planner' must be one of layerwise, roundrobin, random, greedy, tp, somegather, hybrid$" \
+    "$bin" generate -m "$model" -n 2 --plan-file "$tmp/smart.json"
+cp "$tmp/greedy.json" "$tmp/hy.json"; json "$tmp/hy.json" 'd.planner = "hybrid"'
+"$bin" generate -m "$model" -n 2 --plan-file "$tmp/hy.json" 2>&1 | grep -q "is for 3 ranks but the job has 1" &&
+    ok "a greedy layout named hybrid (which mixes per layer) loads (then wants its 3 ranks)" ||
+    bad "a greedy layout named hybrid was refused"
 
 # --- somegather quality file: tokens is a count
 printf '{"model": "stories15M", "n_layers": 6, "dim": 288, "ranks": 1, "tokens": 10.5, "points": [{"r": 0, "perplexity": 5}]}\n' \
