@@ -346,11 +346,14 @@ static int parse_matrix(const cJSON *m, const char *key, int n, double scale, do
         for (const cJSON *v = row->child; v; v = v->next, j++) {
             if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < 0 || v->valuedouble > 1e9 ||
                 (v->valuedouble > 0 && v->valuedouble < 1e-6) ||
-                (i != j && !strcmp(key, "bandwidth_mbit") && v->valuedouble <= 0))
-                return mi_set_error(err, "%s: links.%s[%d][%d] must be %s (got %g)", prefix, key, i, j,
+                (i != j && !strcmp(key, "bandwidth_mbit") && v->valuedouble <= 0)) {
+                char got[48] = "";
+                if (cJSON_IsNumber(v))
+                    snprintf(got, sizeof got, " (got %g)", v->valuedouble);
+                return mi_set_error(err, "%s: links.%s[%d][%d] must be %s%s", prefix, key, i, j,
                                     strcmp(key, "bandwidth_mbit") ? "0 or a number from 1e-6 to 1e9"
-                                                                  : "a number from 1e-6 to 1e9",
-                                    cJSON_IsNumber(v) ? v->valuedouble : NAN);
+                                                                  : "a number from 1e-6 to 1e9", got);
+            }
             out[(size_t)i * n + j] = i == j ? 0.0 : v->valuedouble * scale;
         }
     }
