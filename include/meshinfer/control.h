@@ -361,7 +361,11 @@ int *session_encode_prompt(mi_session *ss, const char *prompt, int *n);
 
 /* Acceptance per transition at `tolerance` from a profile file written by
  * `meshinfer profile` (JSON). acc must hold n_layers-1 values. Returns 0 or -1
- * with err (unreadable, malformed, or for another model). */
+ * with err: unreadable, malformed, an unknown key, for another model (name,
+ * layer count) or other weights (synthetic or real), a transition count other
+ * than n_layers-1, or values out of range or disagreeing with each other
+ * (percentiles negative, non-finite or decreasing; mean or acceptance not what
+ * the percentiles give). */
 int session_load_profile(const char *path, const mi_config *c, double tolerance, double *acc, char *err);
 
 /* Rank 0: stop with one error line when logits hold NaN or infinity (corrupt

@@ -20,7 +20,7 @@
 
 typedef struct {
     int ctx;             /* context (seq_len) to size KV caches for; 0: the model's, at most 4096 */
-    const char *name;    /* model name stored in the file; NULL: from the source */
+    const char *name;    /* model name stored in the file (1 to 63 bytes); NULL: from the source */
     FILE *progress;      /* a line per quarter of the layers (NULL: quiet) */
     FILE *summary;       /* what was converted how (NULL: quiet) */
 } mi_import_options;

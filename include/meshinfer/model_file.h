@@ -131,7 +131,8 @@ int mi_model_read_t(mi_model_file *mf, const char *name, size_t row0, size_t nro
 int mi_model_read_masks(mi_model_file *mf, unsigned char *mask[4], double *ratio, int *magnitude, int *ranks,
                         char *err);
 
-/* Load the tokenizer stored in the file (either form). Returns 0 or -1 with err set. */
+/* Load the tokenizer stored in the file (either form). Returns 0 or -1 with err set; an id attribute of
+ * /tokenizer (bos_id, eos_id, byte_fallback_first_id) that disagrees with the tokenizer is refused. */
 int mi_model_read_tokenizer(mi_model_file *mf, mi_tokenizer *tok, char *err);
 
 /* A UTF-8 text stored as dataset `name` (a 1-D byte array; the chat

@@ -319,7 +319,9 @@ int mi_plan_deserialize(const int *buf, size_t n_ints, const mi_config *c, mi_pl
  * ("split_vocab": optional, true when the embeddings follow the classifier's
  * rows: mi_plan.split_vocab; written only when true). Loading checks the
  * model block against c ("plan has 4 KV heads per layer but the model has
- * 6") and validates the structure. Returns 0 or -1 with err. */
+ * 6") and validates the structure: the layout must be the named planner's
+ * kind (plan_io.c: layerwise, head-level, tp) and leave rank 0 without layer
+ * shards when controller_works is false. Returns 0 or -1 with err. */
 int mi_plan_save_json(const mi_plan *plan, const char *path, char *err);
 int mi_plan_load_json(const char *path, const mi_config *c, mi_plan *plan, char *err);
 

@@ -185,8 +185,10 @@ typedef struct {
  * 32 dividing hidden_dim into 2 to MI_MAX_PRUNE_SHARDS, a layer's list of
  * another length), a JSON syntax error (its position), an unknown or
  * duplicate key, a rise outside +-1e6, or one measured on synthetic weights
- * for a model with real ones or the reverse ("synthetic", optional). Pruning
- * entries are optional. */
+ * for a model with real ones or the reverse ("synthetic", optional), a
+ * "tokens" (optional) that is not a whole number of at least 2 or a
+ * "base_perplexity" (optional) that is not a finite number of at least 1.
+ * Pruning entries are optional. */
 int mi_importance_load(const char *path, const mi_config *c, mi_importance *imp, char *err);
 
 /* Voltron's shard-wise pruning at level k: every layer loses the same

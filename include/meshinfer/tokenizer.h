@@ -102,7 +102,8 @@ int mi_tokenizer_init(mi_tokenizer *t, int vocab_size, const char *const *pieces
                       const int *lens, const float *scores, char *err);
 
 /* Read a llama2.c tokenizer.bin (int32 max_token_length, then per id: f32 score,
- * int32 len, bytes). Returns 0, or -1 with err set on missing/truncated/corrupt file. */
+ * int32 len, bytes). Returns 0, or -1 with err set on missing/truncated/corrupt file, or one
+ * that is another format by its first bytes (HDF5, GGUF, JSON), named as such. */
 int mi_tokenizer_load_bin(mi_tokenizer *t, const char *path, int vocab_size, char *err);
 
 /* Read a Hugging Face tokenizer.json (model BPE; the components above) and,

@@ -60,6 +60,15 @@ int cmd_convert(int argc, char **argv)
     if (!out || (!in && (!ckpt || !tok)))
         mi_fatal("convert: --input (or --checkpoint and --tokenizer) and --out are required (see meshinfer convert "
                  "--help)");
+    /* the name goes into the file whole and is printed in tables: never empty, cut or with control bytes */
+    if (name && !*name)
+        mi_fatal("convert: --name is empty: give the model a name, or leave --name out to keep the source's");
+    if (name && strlen(name) >= sizeof ((mi_config *)0)->name)
+        mi_fatal("convert: --name is %zu bytes long; a model name holds at most %zu", strlen(name),
+                 sizeof ((mi_config *)0)->name - 1);
+    for (const char *q = name; q && *q; q++)
+        if ((unsigned char)*q < 0x20 || *q == 0x7f)
+            mi_fatal("convert: --name contains a control character (byte %td)", q - name);
     if (ctx && !in)
         mi_fatal("convert: --ctx applies to --input (a llama2.c checkpoint keeps its own seq_len)");
     char err[MI_ERRLEN];

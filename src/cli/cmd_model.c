@@ -168,7 +168,14 @@ int cmd_quantize(int argc, char **argv)
         rise = mi_prune_keep(imp, c.hidden_dim + prune_k * imp->ffn_shard, prune_k, keep);
         free(imp);
     }
+    mi_config before;
+    memcpy(&before, &c, sizeof c); /* bytewise, so that memcmp sees only what the dtypes changed */
     cli_dtypes_apply(&dt, &c, "quantize");
+    if (!prune_k && !memcmp(&before, &c, sizeof c)) {
+        char dts[160];
+        mi_fatal("quantize: %s is already %s: the options change no tensor's dtype, so the output would be a copy",
+                 model, mi_config_dtype_summary(&c, dts, sizeof dts));
+    }
     double t0 = mi_now();
     if (mi_model_quantize_pruned(model, out, &c, keep, isatty(fileno(stderr)) ? 2 : 1, err))
         mi_fatal("%s", err);
@@ -289,7 +296,9 @@ static void print_ids(const mi_tokenizer *tok, const char *text, int bos, const 
 }
 
 /* --lines FILE: one JSON string per line (so texts can hold newlines and
- * tabs), one line of ids out per line in. */
+ * tabs), one line of ids out per line in. Every line is parsed and encoded
+ * before the first is printed: a bad line is one error naming its number,
+ * never output cut off after the lines before it. */
 static void tokenize_lines(const mi_tokenizer *tok, const char *path, int bos)
 {
     char err[MI_ERRLEN], where[300];
@@ -297,20 +306,47 @@ static void tokenize_lines(const mi_tokenizer *tok, const char *path, int bos)
     char *text = mi_read_text_file(path, "lines file", (size_t)1 << 30, &len, err);
     if (!text)
         mi_fatal("%s", err);
+    size_t n_lines = 0, cap = 0;
+    int **ids = NULL, *n_ids = NULL;
     int line = 1;
     for (char *p = text; p < text + len; line++) {
         char *nl = memchr(p, '\n', (size_t)(text + len - p));
         size_t n = nl ? (size_t)(nl - p) : (size_t)(text + len - p);
         p[n] = '\0'; /* the parser wants the line's end marked */
+        if (n > 0 && p[n - 1] == '\r')
+            p[--n] = '\0';
         snprintf(where, sizeof where, "%s:%d", path, line);
+        size_t k = 0;
+        while (k < n && (p[k] == ' ' || p[k] == '\t'))
+            k++;
+        if (k == n)
+            mi_fatal("%s: the line is blank: every line must be one JSON string (\"\" for an empty text)", where);
         cJSON *s = mi_json_parse(p, n, where, err);
         if (!s || !cJSON_IsString(s))
             mi_fatal("%s%s", s ? where : err, s ? ": not one JSON string" : "");
-        snprintf(where + strlen(where), sizeof where - strlen(where), ": ");
-        print_ids(tok, s->valuestring, bos, where);
+        if (n_lines == cap) {
+            cap = cap ? 2 * cap : 64;
+            ids = realloc(ids, cap * sizeof *ids);
+            n_ids = realloc(n_ids, cap * sizeof *n_ids);
+            if (!ids || !n_ids)
+                mi_fatal("out of memory for the token ids of %s", path);
+        }
+        ids[n_lines] = mi_malloc((strlen(s->valuestring) + 3) * sizeof(int), "token ids");
+        n_ids[n_lines] = mi_tokenizer_encode(tok, s->valuestring, bos, ids[n_lines], err);
+        if (n_ids[n_lines] < 0)
+            mi_fatal("%s: %s", where, err);
+        n_lines++;
         cJSON_Delete(s);
         p += n + 1;
     }
+    for (size_t i = 0; i < n_lines; i++) {
+        for (int j = 0; j < n_ids[i]; j++)
+            printf(j ? " %d" : "%d", ids[i][j]);
+        printf("\n");
+        free(ids[i]);
+    }
+    free(ids);
+    free(n_ids);
     free(text);
 }
 

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -149,6 +150,50 @@ static void print_vocab(const mi_plan *p)
                                   : "");
 }
 
+/* Units (KV heads, wo, FFN slices, classifier slices) that rank r holds. */
+static int rank_units(const mi_plan *p, const mi_config *c, int r)
+{
+    int n = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        const mi_layer_plan *lp = &p->layers[l];
+        for (int k = 0; k < c->n_kv_heads; k++)
+            n += lp->kv_rank[k] == r;
+        n += lp->proj_rank == r;
+        for (int i = 0; i < lp->n_ffn; i++)
+            n += lp->ffn[i].rank == r;
+    }
+    for (int i = 0; i < p->n_cls; i++)
+        n += p->cls[i].rank == r;
+    return n;
+}
+
+/* Why rank r holds nothing: a budget below a unit's size (estimated as the
+ * least bytes per unit of any rank that holds units), else more ranks than
+ * the planner's units (layer-wise: layers), else the planner's choice. */
+static void idle_reason(const mi_plan *p, const mi_config *c, const mi_cluster *cl, const mi_prediction *pr, int r,
+                        char *out, size_t n)
+{
+    double unit = INFINITY;
+    for (int q = 0; q < p->n_ranks; q++) {
+        int u = rank_units(p, c, q);
+        double need = (double)pr->weight_bytes[q] + (double)pr->kv_bytes[q];
+        if (u > 0 && need > 0 && need / u < unit)
+            unit = need / u;
+    }
+    int total = 0;
+    for (int q = 0; q < p->n_ranks; q++)
+        total += rank_units(p, c, q);
+    if (isfinite(unit) && cl->dev[r].mem_bytes < unit)
+        snprintf(out, n, "idle (its budget, %.3g MB, is below a unit's size here, about %.3g MB)",
+                 cl->dev[r].mem_bytes / 1e6, unit / 1e6);
+    else if (p->planner == MI_PLANNER_LAYERWISE && p->n_ranks > c->n_layers)
+        snprintf(out, n, "idle (more ranks than layers)");
+    else if (total < p->n_ranks)
+        snprintf(out, n, "idle (more ranks than units: %d)", total);
+    else
+        snprintf(out, n, "idle (the planner left it empty)");
+}
+
 /* pass_T: 0 for a decode step, else the positions of the prefill pass pr predicts. */
 static void print_plan(const mi_plan *p, const mi_programs *prog, const mi_cluster *cl, const mi_prediction *pr,
                        int verbose, int pass_T)
@@ -227,9 +272,12 @@ static void print_plan(const mi_plan *p, const mi_programs *prog, const mi_clust
             HOLDS("classifier");
 #undef HOLDS
         if (n == 0)
-            snprintf(holds, sizeof holds, "%s", r == 0 && p->split_vocab ? "nothing: samples (the vocabulary is split)"
-                                                : p->planner == MI_PLANNER_HYBRID ? "idle (the planner left it empty)"
-                                                                                  : "idle (more ranks than units)");
+        {
+            if (r == 0 && p->split_vocab)
+                snprintf(holds, sizeof holds, "nothing: samples (the vocabulary is split)");
+            else
+                idle_reason(p, c, cl, pr, r, holds, sizeof holds);
+        }
         printf("  %4d  %-16s  %10.2f  %7.2f  %10.2f  %3.0f%%  %8.3f       %10.0f  %s\n", r, cl->dev[r].name,
                pr->weight_bytes[r] / 1e6, pr->kv_bytes[r] / 1e6, cl->dev[r].mem_bytes / 1e6,
                100.0 * need / cl->dev[r].mem_bytes, pr->busy_s[r] * 1e3, sent[r], holds);

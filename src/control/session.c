@@ -21,6 +21,7 @@
 #include <cjson/cJSON.h>
 
 #include "internal.h"
+#include "../util/json_keys.h"
 
 int session_prune_ffn(mi_plan *plan, const mi_importance *imp, int k, char *err)
 {
@@ -277,6 +278,13 @@ static int check_placement_options(const mi_session *ss, const session_opts *o, 
     return 0;
 }
 
+/* The logit candidates per classifier slice the sampler needs, at most the
+ * vocabulary: --top-k past it means every token, as llama.cpp clamps it. */
+static int logit_candidates(const session_opts *o, const mi_config *c)
+{
+    return o->logits_k > c->vocab_size ? c->vocab_size : o->logits_k;
+}
+
 /* --plan-file: the saved placement, for this job's ranks, within budgets. */
 static int load_plan_file(mi_session *ss, const session_opts *o, const mi_cluster *cl, char *err)
 {
@@ -295,7 +303,7 @@ static int load_plan_file(mi_session *ss, const session_opts *o, const mi_cluste
         mi_plan_free(&ss->plan);
     }
     if (!rc) /* not a placement: what this command's sampler needs */
-        ss->plan.logits_k = o->logits_k;
+        ss->plan.logits_k = logit_candidates(o, &ss->cfg);
     if (!rc && mi_plan_validate(&ss->plan, cl, err)) {
         rc = -1;
         mi_plan_free(&ss->plan);
@@ -391,7 +399,8 @@ static int make_plan(mi_session *ss, const char *path, const session_opts *o, co
         rc = session_load_profile(o->spec_profile, &ss->cfg, o->tolerance, acc, err);
     }
     mi_plan_options po = {MI_PLANNER_GREEDY, o->plan_seed, o->controller_works, o->speculate, acc,
-                          o->min_acceptance, kvpos, o->wire, 0, 0, 0, NULL, o->split_vocab, o->logits_k};
+                          o->min_acceptance, kvpos, o->wire, 0, 0, 0, NULL, o->split_vocab,
+                          logit_candidates(o, &ss->cfg)};
     mi_planner_parse(o->planner, &po.planner);
     double sg_ppl = 0, sg_ppl0 = 0;
     if (!rc)
@@ -677,50 +686,155 @@ int *session_encode_prompt(mi_session *ss, const char *prompt, int *n)
     return ids;
 }
 
+/* A number of obj[key] that is finite and within [lo, hi] (whole when
+ * whole): 0, or -1 with "<prefix>: <where>key must be ..." in err. */
+static int profile_number(const cJSON *obj, const char *key, double lo, double hi, int whole, const char *prefix,
+                          const char *where, double *out, char *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < lo || v->valuedouble > hi ||
+        (whole && v->valuedouble != floor(v->valuedouble))) {
+        if (lo == hi)
+            return mi_set_error(err, "%s: %s%s must be %g", prefix, where, key, lo);
+        return mi_set_error(err, "%s: %s%s must be %s from %g to %g", prefix, where, key,
+                            whole ? "a whole number" : "a number", lo, hi);
+    }
+    *out = v->valuedouble;
+    return 0;
+}
+
+/* Index of percentile q among n sorted ratios, as `meshinfer profile` picks it. */
+static size_t percentile_index(int q, double n)
+{
+    return (size_t)((double)q / 100.0 * (n - 1) + 0.5);
+}
+
+/* One transition l of a profile: its keys, layers, percentiles (101 finite,
+ * non-negative, non-decreasing) and the summary the writer derived from them
+ * (mean within the extremes, acceptance at the file's tolerance agreeing with
+ * the percentiles), so a hand-edited list cannot change what speculates. */
+static int profile_transition(const cJSON *t, int l, double n_pos, double tol, const char *prefix, double *pct,
+                              char *err)
+{
+    static const char *const keys[] = {"from_layer", "to_layer", "acceptance", "mean_ratio", "expected_saving_ms",
+                                       "speculate", "ratio_percentiles", NULL};
+    char where[48];
+    snprintf(where, sizeof where, "transitions[%d]", l);
+    if (!cJSON_IsObject(t))
+        return mi_set_error(err, "%s: %s must be an object", prefix, where);
+    if (mi_json_check_keys(t, keys, prefix, where, err))
+        return -1;
+    strcat(where, ".");
+    double from = 0, to = 0, acc = 0, mean = 0, saving = 0;
+    if (profile_number(t, "from_layer", l, l, 1, prefix, where, &from, err) ||
+        profile_number(t, "to_layer", l + 1, l + 1, 1, prefix, where, &to, err) ||
+        profile_number(t, "acceptance", 0, 1, 0, prefix, where, &acc, err) ||
+        profile_number(t, "mean_ratio", 0, 1e300, 0, prefix, where, &mean, err) ||
+        profile_number(t, "expected_saving_ms", -1e300, 1e300, 0, prefix, where, &saving, err))
+        return -1;
+    if (!cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(t, "speculate")))
+        return mi_set_error(err, "%s: %sspeculate must be true or false", prefix, where);
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(t, "ratio_percentiles");
+    if (!cJSON_IsArray(q) || cJSON_GetArraySize(q) != 101)
+        return mi_set_error(err, "%s: %sratio_percentiles must hold 101 numbers", prefix, where);
+    int k = 0;
+    for (const cJSON *v = q->child; v; v = v->next, k++) {
+        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < 0)
+            return mi_set_error(err, "%s: %sratio_percentiles[%d] must be a finite number >= 0 (a ratio of norms)",
+                                prefix, where, k);
+        pct[k] = v->valuedouble;
+        if (k && pct[k] < pct[k - 1])
+            return mi_set_error(err, "%s: %sratio_percentiles[%d] (%g) is below ratio_percentiles[%d] (%g): "
+                                "percentiles never decrease", prefix, where, k, pct[k], k - 1, pct[k - 1]);
+    }
+    if (pct[100] == 0)
+        return mi_set_error(err, "%s: %sratio_percentiles are all 0 (the FFN would add nothing at any position): "
+                            "not a measured profile", prefix, where);
+    /* the percentiles are printed to 6 digits: slack of a part in 1e5 */
+    if (mean < pct[0] * (1 - 1e-5) || mean > pct[100] * (1 + 1e-5))
+        return mi_set_error(err, "%s: %smean_ratio %g is outside its percentiles' range [%g, %g]", prefix, where,
+                            mean, pct[0], pct[100]);
+    /* the share of ratios below the tolerance lies between the counts the
+     * percentiles bound; one position of slack for the 6-digit rounding */
+    int below = -1;
+    for (k = 0; k <= 100; k++)
+        if (pct[k] < tol)
+            below = k;
+    double lo = below < 0 ? 0 : (double)percentile_index(below, n_pos) + 1,
+           hi = below == 100 ? n_pos : (double)percentile_index(below + 1, n_pos);
+    if (acc * n_pos < lo - 1.5 || acc * n_pos > hi + 1.5)
+        return mi_set_error(err, "%s: %sacceptance %g disagrees with its percentiles at tolerance %g (they give "
+                            "%.5f to %.5f)", prefix, where, acc, tol, lo / n_pos, hi / n_pos);
+    return 0;
+}
+
 int session_load_profile(const char *path, const mi_config *c, double tolerance, double *acc, char *err)
 {
-    size_t len;
-    char *text = mi_read_text_nonempty(path, &len, err);
-    if (!text)
+    char prefix[4200];
+    cJSON *root = mi_json_load(path, "speculation profile", 16L << 20, prefix, sizeof prefix, err);
+    if (!root)
         return -1;
-    cJSON *root = cJSON_Parse(text);
-    free(text);
-    int rc = 0;
-    if (!root) {
-        rc = mi_set_error(err, "%s: speculation profile is not valid JSON", path);
+    static const char *const keys[] = {"model",          "synthetic_weights", "corpus",  "positions",
+                                       "n_layers",       "tolerance",         "min_acceptance", "planner",
+                                       "n_ranks",        "transitions",       NULL};
+    int rc = -1;
+    if (!cJSON_IsObject(root)) {
+        mi_set_error(err, "%s: not a speculation profile (an object written by meshinfer profile --out)", prefix);
         goto out;
     }
+    if (mi_json_check_keys(root, keys, prefix, "", err))
+        goto out;
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "model");
+    const cJSON *syn = cJSON_GetObjectItemCaseSensitive(root, "synthetic_weights");
     const cJSON *nl = cJSON_GetObjectItemCaseSensitive(root, "n_layers");
     const cJSON *tr = cJSON_GetObjectItemCaseSensitive(root, "transitions");
-    if (!cJSON_IsNumber(nl) || !cJSON_IsArray(tr)) {
-        rc = mi_set_error(err, "%s: speculation profile needs 'n_layers' and 'transitions'", path);
+    if (!cJSON_IsString(name) || !cJSON_IsBool(syn) || !cJSON_IsNumber(nl) || !cJSON_IsArray(tr)) {
+        mi_set_error(err, "%s: a speculation profile needs 'model', 'synthetic_weights' (true or false), "
+                          "'n_layers' and 'transitions' (write one with meshinfer profile --out)", prefix);
         goto out;
     }
     /* compared as the number it is: cJSON's valueint would truncate 6.5 to 6 */
-    if (nl->valuedouble != c->n_layers || cJSON_GetArraySize(tr) != c->n_layers - 1) {
-        rc = mi_set_error(err, "%s: speculation profile is for %g layers but the model has %d", path, nl->valuedouble,
-                          c->n_layers);
+    if (strcmp(name->valuestring, c->name) || nl->valuedouble != c->n_layers) {
+        mi_set_error(err, "%s is for %s (%g layers) but the model is %s (%d layers)", prefix,
+                     name->valuestring, nl->valuedouble, c->name, c->n_layers);
         goto out;
     }
+    if (cJSON_IsTrue(syn) != (c->synthetic != 0)) {
+        mi_set_error(err, "%s was measured on %s weights but the model's are %s: acceptance carries over only to "
+                          "the weights it was measured on", prefix, cJSON_IsTrue(syn) ? "synthetic" : "real",
+                     c->synthetic ? "synthetic" : "real");
+        goto out;
+    }
+    if (cJSON_GetArraySize(tr) != c->n_layers - 1) {
+        mi_set_error(err, "%s: 'transitions' holds %d entries but a model of %d layers has %d transitions (layer l "
+                          "to l+1)", prefix, cJSON_GetArraySize(tr), c->n_layers, c->n_layers - 1);
+        goto out;
+    }
+    const cJSON *corpus = cJSON_GetObjectItemCaseSensitive(root, "corpus");
+    const cJSON *planner = cJSON_GetObjectItemCaseSensitive(root, "planner");
+    if (!cJSON_IsString(corpus) || !cJSON_IsString(planner)) {
+        mi_set_error(err, "%s: 'corpus' and 'planner' must be strings", prefix);
+        goto out;
+    }
+    double n_pos, tol, min_acc, n_ranks;
+    if (profile_number(root, "positions", 1, 1e15, 1, prefix, "", &n_pos, err) ||
+        profile_number(root, "tolerance", 0, 1e9, 0, prefix, "", &tol, err) ||
+        profile_number(root, "min_acceptance", 0, 1, 0, prefix, "", &min_acc, err) ||
+        profile_number(root, "n_ranks", 1, MI_MAX_RANKS, 1, prefix, "", &n_ranks, err))
+        goto out;
     int l = 0;
+    double pct[101];
     for (const cJSON *t = tr->child; t; t = t->next, l++) {
-        /* acceptance at any tolerance from the ratio's percentiles */
-        const cJSON *q = cJSON_GetObjectItemCaseSensitive(t, "ratio_percentiles");
-        if (!cJSON_IsArray(q) || cJSON_GetArraySize(q) != 101) {
-            rc = mi_set_error(err, "%s: transitions[%d].ratio_percentiles must hold 101 numbers", path, l);
+        if (profile_transition(t, l, n_pos, tol, prefix, pct, err))
             goto out;
-        }
-        int below = -1, k = 0;
-        for (const cJSON *v = q->child; v; v = v->next, k++) {
-            if (!cJSON_IsNumber(v)) {
-                rc = mi_set_error(err, "%s: transitions[%d].ratio_percentiles[%d] is not a number", path, l, k);
-                goto out;
-            }
-            if (v->valuedouble < tolerance)
+        /* acceptance at any tolerance from the ratio's percentiles */
+        int below = -1;
+        for (int k = 0; k <= 100; k++)
+            if (pct[k] < tolerance)
                 below = k;
-        }
         acc[l] = below < 0 ? 0.0 : below / 100.0;
     }
+    rc = 0;
 out:
     cJSON_Delete(root);
     return rc;

@@ -478,6 +478,8 @@ int mi_import(const char *src, const char *out, const mi_import_options *o, char
         return mi_set_error(err, "%s: neither a GGUF file nor a Hugging Face folder (config.json with safetensors)",
                             src);
     rc = kind == MI_IMPORT_GGUF ? im_gguf_open(&x, src, err) : im_hf_open(&x, src, err);
+    if (!rc && o && o->name) /* --name replaces the source's (checked by the caller: 1 to 63 bytes) */
+        snprintf(x.cfg.name, sizeof x.cfg.name, "%s", o->name);
     int n = 0;
     item *items = NULL;
     char cerr[MI_ERRLEN];

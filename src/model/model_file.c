@@ -348,7 +348,49 @@ static int read_tokenizer_spec(mi_model_file *mf, mi_tokenizer *tok, char *err)
     return rc;
 }
 
+static int model_read_tokenizer(mi_model_file *mf, mi_tokenizer *tok, char *err);
+
+/* /tokenizer's id attributes (bos_id, eos_id, byte_fallback_first_id): the
+ * reader takes the ids from the tokenizer itself (the llama2.c format fixes
+ * them; a spec stores its own), so an attribute that says otherwise is a
+ * damaged or hand-edited file, refused rather than silently ignored. */
+static int check_tokenizer_ids(mi_model_file *mf, const mi_tokenizer *tok, char *err)
+{
+    int llama2c = tok->kind == MI_TOK_LLAMA2C;
+    const char *names[] = {"bos_id", "eos_id", "byte_fallback_first_id"};
+    int want[] = {tok->bos_id, tok->eos_id, MI_TOK_BYTE0}, rc = 0;
+    hid_t g = H5Gopen2(mf->file, "tokenizer", H5P_DEFAULT);
+    if (g < 0)
+        return mi_set_error(err, "%s: cannot open the /tokenizer group (corrupt file)", mf->path);
+    for (int i = 0; i < (llama2c ? 3 : 2) && !rc; i++) {
+        int v;
+        if (H5Aexists(g, names[i]) <= 0)
+            continue;
+        char where[64];
+        snprintf(where, sizeof where, "tokenizer/%s", names[i]);
+        if (mf_read_int_attr(g, names[i], &v, mf->path, err))
+            rc = -1;
+        else if (v != want[i])
+            rc = mi_set_error(err, "%s: attribute '%s' is %d but the tokenizer's %s is %d (%s)", mf->path, where, v,
+                              i == 0 ? "BOS" : i == 1 ? "EOS" : "first byte-fallback id", want[i],
+                              llama2c ? "a llama2.c tokenizer has BOS 1, EOS 2 and byte pieces from id 3"
+                                      : "the stored spec gives it; -1 is none");
+    }
+    H5Gclose(g);
+    return rc;
+}
+
 int mi_model_read_tokenizer(mi_model_file *mf, mi_tokenizer *tok, char *err)
+{
+    int rc = model_read_tokenizer(mf, tok, err);
+    if (!rc && check_tokenizer_ids(mf, tok, err)) {
+        mi_tokenizer_free(tok);
+        rc = -1;
+    }
+    return rc;
+}
+
+static int model_read_tokenizer(mi_model_file *mf, mi_tokenizer *tok, char *err)
 {
     const mi_config *c = &mf->cfg;
     if (H5Lexists(mf->file, "tokenizer", H5P_DEFAULT) <= 0)

@@ -264,6 +264,33 @@ static float get_f32(const unsigned char *p)
     return v;
 }
 
+/* A file that is some other format people hold beside a tokenizer.bin (a
+ * model, a GGUF file, a tokenizer.json) is named as what it is, before its
+ * first bytes are read as a piece length ("invalid max_token_length
+ * 1178880137" says nothing). 0 when it may be a tokenizer.bin. */
+static int other_format(const char *path, char *err)
+{
+    unsigned char sig[8] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return 0; /* read_file names the failure */
+    size_t n = fread(sig, 1, sizeof sig, f);
+    fclose(f);
+    if (n == sizeof sig && !memcmp(sig, "\x89HDF\r\n\x1a\n", sizeof sig))
+        return mi_set_error(err, "tokenizer '%s' is an HDF5 file (a meshinfer model?), not a llama2.c tokenizer.bin: "
+                                 "a model carries its own tokenizer: give the model itself (-m/--model)", path);
+    if (n >= 4 && !memcmp(sig, "GGUF", 4))
+        return mi_set_error(err, "tokenizer '%s' is a GGUF file, not a llama2.c tokenizer.bin: convert it with "
+                                 "`meshinfer convert --input` and give the model (-m/--model)", path);
+    size_t i = 0;
+    while (i < n && (sig[i] == ' ' || sig[i] == '\t' || sig[i] == '\n' || sig[i] == '\r'))
+        i++;
+    if (i < n && sig[i] == '{')
+        return mi_set_error(err, "tokenizer '%s' starts like JSON (a tokenizer.json?), not a llama2.c tokenizer.bin: "
+                                 "`meshinfer tokenize --tokenizer` reads a Hugging Face tokenizer.json", path);
+    return 0;
+}
+
 int mi_tokenizer_load_bin(mi_tokenizer *t, const char *path, int vocab_size, char *err)
 {
     if (!t)
@@ -275,6 +302,8 @@ int mi_tokenizer_load_bin(mi_tokenizer *t, const char *path, int vocab_size, cha
         return mi_set_error(err, "tokenizer '%s': vocabulary size %d out of range %d..%d", path,
                             vocab_size, MI_TOK_FIRST_PIECE, MI_TOK_MAX_VOCAB);
 
+    if (other_format(path, err))
+        return -1;
     unsigned char *data;
     size_t size;
     if (read_file(path, &data, &size, err) != 0)

@@ -132,21 +132,18 @@ static int get_number(const cJSON *obj, const char *key, int allow_zero, double 
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!v)
         return 0;
-    const char *what = allow_zero ? "a non-negative number" : "a positive number";
+    /* one rule, stated whole in every refusal: at most 1e9, far beyond any
+     * device or link, so that sums over 256 devices stay finite (speeds near
+     * 1e308 made the tp planner's sum NaN); and, when positive, at least 1e-6,
+     * so that every rate and time derived from it stays a normal number
+     * (1e-300 Mbit/s made predictions of 300 digits, 1e-320 became 0) */
+    const char *what = allow_zero ? "0 or a number from 1e-6 to 1e9" : "a number from 1e-6 to 1e9";
     const char *dot = *where ? "." : "";
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
         return mi_set_error(err, "%s: %s%s%s must be %s", prefix, where, dot, key, what);
     double d = v->valuedouble;
-    if (d < 0 || (!allow_zero && d <= 0))
+    if (d < 0 || (!allow_zero && d == 0) || d > 1e9 || (d > 0 && d < 1e-6))
         return mi_set_error(err, "%s: %s%s%s must be %s (got %g)", prefix, where, dot, key, what, d);
-    /* far beyond any device or link, and small enough that sums over 256
-     * devices stay finite (speeds near 1e308 made the tp planner's sum NaN) */
-    if (d > 1e9)
-        return mi_set_error(err, "%s: %s%s%s must be at most 1e9 (got %g)", prefix, where, dot, key, d);
-    /* and, when positive, large enough that every rate and time derived from it stays a normal
-     * number (1e-300 Mbit/s made predictions of 300 digits, 1e-320 became 0) */
-    if (d > 0 && d < 1e-6)
-        return mi_set_error(err, "%s: %s%s%s must be 0 or at least 1e-6 (got %g)", prefix, where, dot, key, d);
     *out = d;
     return 0;
 }
@@ -299,7 +296,7 @@ static int parse_device(const cJSON *d, int i, mi_device *dev, const char *prefi
 
     double mem_mb = -1;
     if (!cJSON_GetObjectItemCaseSensitive(d, "mem_mb"))
-        return mi_set_error(err, "%s: %s.mem_mb is missing (memory budget in MB, must be a positive number)",
+        return mi_set_error(err, "%s: %s.mem_mb is missing (the memory budget in MB, a number from 1e-6 to 1e9)",
                             prefix, where);
     if (get_number(d, "mem_mb", 0, &mem_mb, prefix, where, err))
         return -1;
@@ -349,9 +346,14 @@ static int parse_matrix(const cJSON *m, const char *key, int n, double scale, do
         for (const cJSON *v = row->child; v; v = v->next, j++) {
             if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < 0 || v->valuedouble > 1e9 ||
                 (v->valuedouble > 0 && v->valuedouble < 1e-6) ||
-                (i != j && !strcmp(key, "bandwidth_mbit") && v->valuedouble <= 0))
-                return mi_set_error(err, "%s: links.%s[%d][%d] must be a %s number from 1e-6 to 1e9", prefix, key, i, j,
-                                    strcmp(key, "bandwidth_mbit") ? "non-negative" : "positive");
+                (i != j && !strcmp(key, "bandwidth_mbit") && v->valuedouble <= 0)) {
+                char got[48] = "";
+                if (cJSON_IsNumber(v))
+                    snprintf(got, sizeof got, " (got %g)", v->valuedouble);
+                return mi_set_error(err, "%s: links.%s[%d][%d] must be %s%s", prefix, key, i, j,
+                                    strcmp(key, "bandwidth_mbit") ? "0 or a number from 1e-6 to 1e9"
+                                                                  : "a number from 1e-6 to 1e9", got);
+            }
             out[(size_t)i * n + j] = i == j ? 0.0 : v->valuedouble * scale;
         }
     }

@@ -19,6 +19,10 @@
  * optional "description" string is the one free-form key), the model block
  * must match the model, each value must be an integer in range, and the
  * assembled plan must pass mi_plan_validate (coverage, one slice per rank...).
+ * The layout must be the named planner's kind (layerwise: each layer whole on
+ * one rank; roundrobin, random, greedy: projection and FFN whole on one rank;
+ * tp: projection split with the heads) and leave rank 0 without layer shards
+ * when "controller_works" is false.
  * "controller_works" (default false), "kv_positions" (the KV-cache positions
  * the memory budgets hold; default the model's context) and "wire_dtype" (of
  * activation messages: fp32, fp16 or q8_0; default fp32) are optional;
@@ -482,9 +486,13 @@ static int build_plan(const cJSON *root, const mi_config *c, mi_plan *plan, cons
     const cJSON *pj = cJSON_GetObjectItemCaseSensitive(root, "planner");
     if (!pj)
         return mi_set_error(err, "%s: 'planner' is missing", prefix);
-    if (!cJSON_IsString(pj) || mi_planner_parse(pj->valuestring, &plan->planner) != 0)
-        return mi_set_error(err, "%s: 'planner' must be one of layerwise, roundrobin, random, greedy, tp, "
-                                 "somegather", prefix);
+    if (!cJSON_IsString(pj) || mi_planner_parse(pj->valuestring, &plan->planner) != 0) {
+        char names[160] = "";
+        for (int i = 0; i < MI_N_PLANNERS; i++) /* from the planners' own table: never a stale list */
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                     mi_planner_name((mi_planner)i));
+        return mi_set_error(err, "%s: 'planner' must be one of %s", prefix, names);
+    }
 
     /* n_ranks, controller_works */
     const cJSON *nr = cJSON_GetObjectItemCaseSensitive(root, "n_ranks");
@@ -606,6 +614,64 @@ static int build_plan(const cJSON *root, const mi_config *c, mi_plan *plan, cons
     return sg ? parse_somegather(sg, c, plan, prefix, err) : 0;
 }
 
+/* The layout the named planner makes (src/planner/), in the structural
+ * properties that tell the planners apart, and rank 0 idle when the
+ * controller does not work: a layout relabelled with another planner's name
+ * would run one placement and report another. */
+static int check_layout(const mi_plan *plan, const mi_config *c, const char *prefix, char *err)
+{
+    int n = plan->n_ranks, cw = plan->controller_works, workers = cw ? n : n - 1;
+    const char *name = mi_planner_name(plan->planner);
+    if (n == 1 && !cw)
+        return mi_set_error(err, "%s: 'controller_works' is false but the plan has one rank: rank 0 is the only one "
+                                 "to hold the layers (set it true)", prefix);
+    for (int l = 0; l < c->n_layers; l++) {
+        const mi_layer_plan *lp = &plan->layers[l];
+        if (!cw) {
+            for (int h = 0; h < c->n_kv_heads; h++)
+                if (lp->kv_rank[h] == 0)
+                    return mi_set_error(err, "%s: layers[%d].kv_rank[%d] is rank 0, but 'controller_works' is false "
+                                             "(rank 0, the controller, holds no layer shards)", prefix, l, h);
+            if (lp->proj_rank == 0)
+                return mi_set_error(err, "%s: layers[%d].proj_rank is rank 0, but 'controller_works' is false (rank 0, "
+                                         "the controller, holds no layer shards)", prefix, l);
+            for (int i = 0; i < lp->n_ffn; i++)
+                if (lp->ffn[i].rank == 0)
+                    return mi_set_error(err, "%s: layers[%d].ffn[%d] is on rank 0, but 'controller_works' is false "
+                                             "(rank 0, the controller, holds no layer shards)", prefix, l, i);
+        }
+        switch (plan->planner) {
+        case MI_PLANNER_LAYERWISE: {
+            int r = lp->proj_rank, whole = r >= 0 && lp->n_ffn == 1 && lp->ffn[0].rank == r;
+            for (int h = 0; h < c->n_kv_heads && whole; h++)
+                whole = lp->kv_rank[h] == r;
+            if (!whole)
+                return mi_set_error(err, "%s: layers[%d] is split over ranks, but a layerwise plan places every layer "
+                                         "whole on one rank (its heads, projection and FFN)", prefix, l);
+            break;
+        }
+        case MI_PLANNER_ROUNDROBIN:
+        case MI_PLANNER_RANDOM:
+        case MI_PLANNER_GREEDY:
+            if (lp->proj_rank < 0 || lp->n_ffn != 1)
+                return mi_set_error(err, "%s: layers[%d] %s, but %s places each layer's projection and FFN whole on "
+                                         "one rank (heads are its units; the planner that splits them is tp or "
+                                         "hybrid)", prefix, l, lp->proj_rank < 0 ? "splits its projection "
+                                         "(proj_rank -1)" : "splits its FFN into slices", name);
+            break;
+        case MI_PLANNER_TP:
+            if (workers > 1 && lp->proj_rank >= 0)
+                return mi_set_error(err, "%s: layers[%d].proj_rank is %d, but tp splits every layer's projection "
+                                         "with its heads over the %d workers (proj_rank -1)", prefix, l,
+                                    lp->proj_rank, workers);
+            break;
+        default: /* hybrid chooses per layer; somegather's block is checked on its own */
+            break;
+        }
+    }
+    return 0;
+}
+
 int mi_plan_load_json(const char *path, const mi_config *c, mi_plan *plan, char *err)
 {
     memset(plan, 0, sizeof *plan);
@@ -621,6 +687,8 @@ int mi_plan_load_json(const char *path, const mi_config *c, mi_plan *plan, char 
     plan->plan_seconds = 0;
     int rc = build_plan(root, c, plan, prefix, err);
     cJSON_Delete(root);
+    if (rc == 0)
+        rc = check_layout(plan, c, prefix, err);
     if (rc == 0 && plan->keep)
         mi_plan_fill_keep(plan);
     /* an empty send list is pruning ratio 1 for that rank, which --prune refuses (nothing of its columns

@@ -112,6 +112,20 @@ int mi_importance_load(const char *path, const mi_config *c, mi_importance *imp,
                              hid->valuedouble > c->hidden_dim ? "; a pruned model needs its own importance file" : "");
         goto done;
     }
+    /* what the rises were measured against: a perplexity is at least 1, and scoring takes 2 tokens or more */
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(root, "tokens");
+    const cJSON *ppl = cJSON_GetObjectItemCaseSensitive(root, "base_perplexity");
+    if (tok && (!cJSON_IsNumber(tok) || !(tok->valuedouble >= 2 && tok->valuedouble <= 1e15) ||
+                tok->valuedouble != floor(tok->valuedouble))) {
+        mi_set_error(err, "importance file %s: 'tokens' must be the whole number of tokens scored, at least 2%s", path,
+                     cJSON_IsNumber(tok) ? "" : " (it is not a number)");
+        goto done;
+    }
+    if (ppl && (!cJSON_IsNumber(ppl) || !(ppl->valuedouble >= 1 && isfinite(ppl->valuedouble)))) {
+        mi_set_error(err, "importance file %s: 'base_perplexity' must be a perplexity, a finite number of at least "
+                          "1%s", path, cJSON_IsNumber(ppl) ? "" : " (it is not a number)");
+        goto done;
+    }
     const cJSON *syn = cJSON_GetObjectItemCaseSensitive(root, "synthetic");
     if (syn && !cJSON_IsBool(syn)) {
         mi_set_error(err, "importance file %s: 'synthetic' must be true or false", path);

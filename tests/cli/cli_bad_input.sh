@@ -7,6 +7,7 @@ set -u
 bin=$1 model=$2 ckpt=$3 tokbin=$4
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
+. "$(dirname "$0")/refusals.sh"
 
 # expect_error "description" "regex the error line must match" command...
 expect_error() {
@@ -141,6 +142,39 @@ expect_error "convert: truncated tokenizer" "trunc" \
     "$bin" convert --checkpoint "$ckpt" --tokenizer "$tmp/trunc_tok.bin" --out "$tmp/o5.h5"
 expect_error "convert: output dir missing" "cannot write the model file: directory .*nodir does not exist" \
     "$bin" convert --checkpoint "$ckpt" --tokenizer "$tokbin" --out "$tmp/nodir/o6.h5"
+# --name goes into the file whole: never empty (it would be kept as the source's), cut or with control bytes
+expect_error "convert: empty --name" "convert: --name is empty: give the model a name" \
+    "$bin" convert --checkpoint "$ckpt" --tokenizer "$tokbin" --out "$tmp/o7.h5" --name ""
+expect_error "convert: --name past 63 bytes" "convert: --name is 64 bytes long; a model name holds at most 63" \
+    "$bin" convert --checkpoint "$ckpt" --tokenizer "$tokbin" --out "$tmp/o7.h5" --name "$(printf 'n%.0s' {1..64})"
+expect_error "convert: --name with a tab" "convert: --name contains a control character \\(byte 1\\)" \
+    "$bin" convert --checkpoint "$ckpt" --tokenizer "$tokbin" --out "$tmp/o7.h5" --name $'a\tb'
+[[ ! -e "$tmp/o7.h5" ]] && { echo "ok: a refused --name writes nothing"; pass=$((pass+1)); } ||
+    { echo "FAIL: a refused --name left $tmp/o7.h5"; fail=$((fail+1)); }
+
+# --- tokenize: a model, GGUF file or tokenizer.json given as a tokenizer.bin is named as what it is;
+# --lines checks every line before printing any (refused() also asserts that nothing reached stdout)
+refused "tokenize --tokenizer-bin of a model" "is an HDF5 file \\(a meshinfer model\\?\\), not a llama2.c tokenizer.bin: .*-m/--model" \
+    "$bin" tokenize --tokenizer-bin "$model" -p hi
+printf 'GGUF\3\0\0\0\0\0\0\0\0\0\0\0' > "$tmp/tok.gguf"
+refused "tokenize --tokenizer-bin of a GGUF file" "is a GGUF file, not a llama2.c tokenizer.bin" \
+    "$bin" tokenize --tokenizer-bin "$tmp/tok.gguf" -p hi
+printf '{"model": {"type": "BPE"}}\n' > "$tmp/tok.json"
+refused "tokenize --tokenizer-bin of a tokenizer.json" "starts like JSON .*--tokenizer. reads a Hugging Face tokenizer.json" \
+    "$bin" tokenize --tokenizer-bin "$tmp/tok.json" -p hi
+printf '"Once upon"\n"a time"\n\n"there"\n' > "$tmp/blank.lines"
+refused "tokenize --lines with a blank line" "blank.lines:3: the line is blank: every line must be one JSON string" \
+    "$bin" tokenize -m "$model" --lines "$tmp/blank.lines"
+printf '"Once upon"\n"a time"\nthere\n' > "$tmp/bare.lines"
+refused "tokenize --lines with a bare word" "bare.lines:3: JSON syntax error" \
+    "$bin" tokenize -m "$model" --lines "$tmp/bare.lines"
+printf '"Once upon"\n["a time"]\n' > "$tmp/array.lines"
+refused "tokenize --lines with an array" "array.lines:2: not one JSON string" \
+    "$bin" tokenize -m "$model" --lines "$tmp/array.lines"
+printf '"Once upon"\r\n""\n"a\\ntime"\n' > "$tmp/good.lines"
+out=$("$bin" tokenize -m "$model" --lines "$tmp/good.lines" 2>&1)
+[[ "$out" == $'1 9038 2501\n1\n1 263 13 2230' ]] && { echo "ok: tokenize --lines: CRLF, an empty text, an escaped newline"; pass=$((pass+1)); } ||
+    { echo "FAIL: tokenize --lines good lines: '$out'"; fail=$((fail+1)); }
 
 # --- quantize: bad dtypes and specs, quantized or damaged input, output over the input
 "$bin" quantize -m "$model" --dtype q8_0 --out "$tmp/valid-q8.h5" >/dev/null 2>&1 || echo "FAIL: making a q8_0 model"
@@ -148,6 +182,13 @@ head -c "$(( $(stat -c %s "$tmp/valid-q8.h5") * 2 / 3 ))" "$tmp/valid-q8.h5" > "
 cp "$model" "$tmp/input-copy.h5"
 expect_error "quantize: unknown dtype"  "unknown dtype 'int4'" "$bin" quantize -m "$model" --dtype int4 --out "$tmp/oq1.h5"
 expect_error "quantize: no dtype"       "give --dtype"         "$bin" quantize -m "$model" --out "$tmp/oq2.h5"
+# a dtype the file already has would write a copy ("1.00x smaller")
+expect_error "quantize: fp32 of fp32" "quantize: .* is already fp32: the options change no tensor's dtype" \
+    "$bin" quantize -m "$model" --dtype fp32 --out "$tmp/oq-same.h5"
+expect_error "quantize: q8_0 of q8_0" "quantize: .*valid-q8.h5 is already q8_0: the options change no tensor's dtype" \
+    "$bin" quantize -m "$tmp/valid-q8.h5" --layer-dtype 0-5:q8_0 --out "$tmp/oq-same.h5"
+[[ ! -e "$tmp/oq-same.h5" ]] && { echo "ok: quantize to the same dtypes writes nothing"; pass=$((pass+1)); } ||
+    { echo "FAIL: quantize to the same dtypes left $tmp/oq-same.h5"; fail=$((fail+1)); }
 expect_error "quantize: already quantized" "already quantized .*q8_0.*fp32 model" \
     "$bin" quantize -m "$tmp/valid-q8.h5" --dtype q4_0 --out "$tmp/oq3.h5"
 expect_error "quantize: layer that does not exist" "layer 9 does not exist .*6 layers" \
@@ -281,7 +322,7 @@ else echo "FAIL: hybrid --controller-works no: $(head -c 400 "$tmp/hy.json")"; f
 expect_error "plan --ctx past the context" "--ctx 300 is past the model's context" \
     "$bin" plan -m "$model" --ranks 2 --ctx 300
 printf '{"gflops": 4.9e-324, "devices": [{"name": "a", "mem_mb": 100}]}' > "$tmp/denorm.json"
-expect_error "a rate too small to be a rate" "gflops must be 0 or at least 1e-6" \
+expect_error "a rate too small to be a rate" "gflops must be a number from 1e-6 to 1e9 \\(got 4.94066e-324\\)" \
     "$bin" plan -m "$model" --cluster "$tmp/denorm.json" --planner all
 # a model that is no input of the command is still never replaced by anything but a model writer
 "$bin" quantize -m "$model" --dtype q8_0 --out "$tmp/other.h5" > /dev/null 2>&1

@@ -3,7 +3,8 @@
 # (docs/reference/options.md): exit 1, exactly one "meshinfer: error:" line
 # naming the option, nothing run. A list option given twice (--layer-dtype,
 # --prune) joins the two lists. Single rank throughout: the checks that need
-# several ranks are made on plan's devices, which need no MPI.
+# several ranks are made on plan's devices, which need no MPI. --top-k past
+# the vocabulary is clamped to it (llama.cpp's rule), not refused.
 # usage: options_check.sh MESHINFER MODEL.h5
 set -u
 bin=$1 model=$2
@@ -92,6 +93,12 @@ refused "plan --split-vocab on one device" "plan: --split-vocab .*one device has
     "$bin" plan -m "$model" --ranks 1 --split-vocab
 refused "plan --split-vocab with somegather" "plan: --split-vocab .*somegather already holds it" \
     "$bin" plan -m "$model" --ranks 3 --planner somegather --split-vocab
+
+# --- --top-k past the vocabulary is clamped to it, as llama.cpp does: every token, as --top-k 32000
+a=$("$bin" generate -m "$model" -n 6 -t 0.8 --top-k 99999 -s 3 -p "Once" 2>/dev/null); rc=$?
+b=$("$bin" generate -m "$model" -n 6 -t 0.8 --top-k 32000 -s 3 -p "Once" 2>/dev/null)
+[[ $rc -eq 0 && -n "$a" && "$a" == "$b" ]] && ok "--top-k 99999 samples as --top-k 32000 (the vocabulary)" ||
+    bad "--top-k 99999: exit $rc, '$a' vs '$b'"
 
 echo "options_check: $pass passed, $fail failed"
 [[ $fail -eq 0 ]]

@@ -75,6 +75,14 @@ def check_family(mi, fx, fam):
         rel = np.abs(got - ref).max() / np.abs(ref).max()
         check(rel <= 1e-4 and (got.argmax(-1) == ref.argmax(-1)).all(),
               "%s from %s: logits of 16 positions within %.2g of PyTorch's float64 (limit 1e-4)" % (fam, src, rel))
+    # --name replaces the source's name, from either kind of source
+    if fam == "tinyllama":
+        for src in ("hf", "model-f32.gguf"):
+            out = os.path.join(fx, fam, src + "-named.h5")
+            r = run([mi, "convert", "--input", os.path.join(fx, fam, src), "--out", out, "--name", "renamed-model"])
+            name = json.loads(run([mi, "info", "-m", out]).stdout or "{}").get("name") if r.returncode == 0 else None
+            check(name == "renamed-model", "%s: convert --input %s --name renamed-model names the file so (got %r)"
+                  % (fam, src, name))
     # llama.cpp's blocks, byte for byte, run as our own quantization runs: on the families whose
     # matrices arrive differently (Llama's q/k rows in GGUF order, Gemma's 262k-row tied table,
     # GPT-2's transposed Conv1D); the others' blocks take the same path (suite time)

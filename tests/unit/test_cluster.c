@@ -170,21 +170,23 @@ static void test_cluster_field_errors(void)
     expect_cluster_error("{\"devices\": []}", "'devices'", "non-empty array");
     expect_cluster_error("{\"devices\": {\"mem_mb\": 1}}", "'devices'", "array");
     expect_cluster_error("{\"devices\": [{\"mem_mb\": 1}, {\"mem_mb\": 1}, {\"mem_mb\": -5}]}",
-                         "devices[2].mem_mb", "positive number");
-    expect_cluster_error("{\"devices\": [{\"mem_mb\": 0}]}", "devices[0].mem_mb", "positive number");
-    expect_cluster_error("{\"devices\": [{\"mem_mb\": \"4000\"}]}", "devices[0].mem_mb", "positive number");
+                         "devices[2].mem_mb", "a number from 1e-6 to 1e9");
+    expect_cluster_error("{\"devices\": [{\"mem_mb\": 0}]}", "devices[0].mem_mb", "a number from 1e-6 to 1e9");
+    expect_cluster_error("{\"devices\": [{\"mem_mb\": \"4000\"}]}", "devices[0].mem_mb",
+                         "a number from 1e-6 to 1e9");
     expect_cluster_error("{\"devices\": [{\"name\": \"a\"}]}", "devices[0].mem_mb", "missing");
-    expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"speed\": 0}]}", "devices[0].speed", "positive");
+    expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"speed\": 0}]}", "devices[0].speed",
+                         "a number from 1e-6 to 1e9 (got 0)");
     expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"speed\": \"fast\"}]}", "devices[0].speed", "number");
     expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"name\": 7}]}", "devices[0].name", "string");
     expect_cluster_error("{\"devices\": [7]}", "devices[0]", "object");
     expect_cluster_error("{\"link\": {\"bandwidth_mbit\": 0}, \"devices\": [{\"mem_mb\": 1}]}",
-                         "link.bandwidth_mbit", "positive");
+                         "link.bandwidth_mbit", "a number from 1e-6 to 1e9 (got 0)");
     expect_cluster_error("{\"link\": {\"latency_ms\": -1}, \"devices\": [{\"mem_mb\": 1}]}", "link.latency_ms",
-                         "non-negative");
+                         "0 or a number from 1e-6 to 1e9 (got -1)");
     expect_cluster_error("{\"link\": 5, \"devices\": [{\"mem_mb\": 1}]}", "'link'", "object");
     expect_cluster_error("{\"mem_bandwidth_gbs\": \"4\", \"devices\": [{\"mem_mb\": 1}]}", "mem_bandwidth_gbs",
-                         "positive number");
+                         "a number from 1e-6 to 1e9");
     expect_cluster_error("{\"description\": 3, \"devices\": [{\"mem_mb\": 1}]}", "'description'", "string");
 
     /* a device's power model (HeadSplit / Voltron §4.4 energy) */
@@ -213,7 +215,7 @@ static void test_cluster_field_errors(void)
     expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"emulate\": {\"loss_pct\": 100}}]}",
                          "devices[0].emulate.loss_pct", "below 100");
     expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"emulate\": {\"rate_mbit\": -1}}]}",
-                         "devices[0].emulate.rate_mbit", "non-negative");
+                         "devices[0].emulate.rate_mbit", "0 or a number from 1e-6 to 1e9 (got -1)");
     expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"emulate\": {\"rate_mbit\": 0.001}}]}",
                          "devices[0].emulate.rate_mbit", "[0.01, 100000]");
     expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"name\": \"pi\\n1\"}]}", "devices[0].name",
@@ -274,8 +276,12 @@ static void test_cluster_limits(void)
     CU_ASSERT_EQUAL(mi_cluster_parse("{\"devices\": [{\"mem_mb\": 1e9, \"speed\": 1e9}]}", &cl, err), 0);
     mi_cluster_free(&cl);
     expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"speed\": 1e308}, {\"mem_mb\": 1}]}",
-                         "devices[0].speed", "at most 1e9");
-    expect_cluster_error("{\"devices\": [{\"mem_mb\": 1e300}]}", "devices[0].mem_mb", "at most 1e9");
+                         "devices[0].speed", "a number from 1e-6 to 1e9 (got 1e+308)");
+    expect_cluster_error("{\"devices\": [{\"mem_mb\": 1e300}]}", "devices[0].mem_mb",
+                         "a number from 1e-6 to 1e9 (got 1e+300)");
+    /* below 1e-6 breaks the same rule as 0 and says so in the same words */
+    expect_cluster_error("{\"devices\": [{\"mem_mb\": 1, \"speed\": 1e-300}]}", "devices[0].speed",
+                         "a number from 1e-6 to 1e9 (got 1e-300)");
 }
 
 static void test_cluster_load(void)
@@ -424,7 +430,7 @@ static void small_plan(mi_plan *p)
     memset(p, 0, sizeof *p);
     p->cfg = small_config(2);
     p->n_ranks = 3;
-    p->planner = MI_PLANNER_GREEDY;
+    p->planner = MI_PLANNER_HYBRID; /* per layer model or tensor parallel: the one planner of this mix */
     p->controller_works = 0;
     p->plan_seconds = 1.25;
     p->layers = calloc(2, sizeof *p->layers);
@@ -516,7 +522,7 @@ static void test_plan_roundtrip(void)
     /* saving again replaces the file atomically; other planners and flags survive */
     p.planner = MI_PLANNER_TP;
     p.controller_works = 1;
-    p.layers[1].proj_rank = 0;
+    p.layers[0].proj_rank = -1; /* tp splits every projection with its heads */
     CU_ASSERT_EQUAL_FATAL(mi_plan_save_json(&p, path, err), 0);
     CU_ASSERT(!tu_dir_has_partial(g_dir));
     CU_ASSERT_EQUAL_FATAL(mi_plan_load_json(path, &c, &q, err), 0);
@@ -708,11 +714,37 @@ static void test_plan_field_errors(void)
     static const char *model = "\"model\": {\"n_layers\": 2, \"n_kv_heads\": 2, \"hidden_dim\": 64, "
                                 "\"vocab_size\": 300}";
     static const char *good_layers = "\"layers\": [{\"kv_rank\": [1, 2], \"proj_rank\": 1, \"ffn\": [[1, 0, 64]]}, "
-                                     "{\"kv_rank\": [1, 2], \"proj_rank\": -1, \"ffn\": [[2, 0, 64]]}]";
+                                     "{\"kv_rank\": [1, 2], \"proj_rank\": 2, \"ffn\": [[2, 0, 64]]}]";
     struct {
         const char *head, *layers, *cls, *want;
     } cases[] = {
-        {"\"planner\": \"smart\", \"n_ranks\": 3", NULL, NULL, "'planner'"},
+        {"\"planner\": \"smart\", \"n_ranks\": 3", NULL, NULL,
+         "'planner' must be one of layerwise, roundrobin, random, greedy, tp, somegather, hybrid"},
+        /* a layout under another planner's name, and rank 0 working against controller_works */
+        {"\"planner\": \"tp\", \"n_ranks\": 3", NULL, NULL,
+         "layers[0].proj_rank is 1, but tp splits every layer's projection with its heads over the 2 workers"},
+        {"\"planner\": \"layerwise\", \"n_ranks\": 3", NULL, NULL,
+         "layers[0] is split over ranks, but a layerwise plan places every layer whole on one rank"},
+        {NULL,
+         "\"layers\": [{\"kv_rank\": [1, 2], \"proj_rank\": 1, \"ffn\": [[1, 0, 64]]}, "
+         "{\"kv_rank\": [1, 2], \"proj_rank\": -1, \"ffn\": [[2, 0, 64]]}]",
+         NULL, "layers[1] splits its projection (proj_rank -1), but greedy places"},
+        {NULL,
+         "\"layers\": [{\"kv_rank\": [1, 2], \"proj_rank\": 1, \"ffn\": [[1, 0, 32], [2, 32, 32]]}, "
+         "{\"kv_rank\": [1, 2], \"proj_rank\": 2, \"ffn\": [[2, 0, 64]]}]",
+         NULL, "layers[0] splits its FFN into slices, but greedy places"},
+        {NULL,
+         "\"layers\": [{\"kv_rank\": [0, 2], \"proj_rank\": 1, \"ffn\": [[1, 0, 64]]}, "
+         "{\"kv_rank\": [1, 2], \"proj_rank\": 2, \"ffn\": [[2, 0, 64]]}]",
+         NULL, "layers[0].kv_rank[0] is rank 0, but 'controller_works' is false"},
+        {"\"planner\": \"hybrid\", \"n_ranks\": 3, \"controller_works\": false",
+         "\"layers\": [{\"kv_rank\": [1, 2], \"proj_rank\": 0, \"ffn\": [[1, 0, 64]]}, "
+         "{\"kv_rank\": [1, 2], \"proj_rank\": 2, \"ffn\": [[2, 0, 64]]}]",
+         NULL, "layers[0].proj_rank is rank 0, but 'controller_works' is false"},
+        {"\"planner\": \"tp\", \"n_ranks\": 1",
+         "\"layers\": [{\"kv_rank\": [0, 0], \"proj_rank\": 0, \"ffn\": [[0, 0, 64]]}, "
+         "{\"kv_rank\": [0, 0], \"proj_rank\": 0, \"ffn\": [[0, 0, 64]]}]",
+         NULL, "'controller_works' is false but the plan has one rank"},
         {"\"n_ranks\": 3", NULL, NULL, "'planner' is missing"},
         {"\"planner\": \"greedy\", \"n_ranks\": 0", NULL, NULL, "'n_ranks'"},
         {"\"planner\": \"greedy\", \"n_ranks\": 257", NULL, NULL, "'n_ranks'"},

@@ -110,7 +110,7 @@ static void test_calibrated_errors(void)
     expect_error(buf, "2 rows of 2");
     snprintf(buf, sizeof buf, "{\"devices\": [%s}, %s}], \"links\": {\"bandwidth_mbit\": [[0, 0], [1, 0]]}}", dev,
              dev_b);
-    expect_error(buf, "positive");
+    expect_error(buf, "links.bandwidth_mbit[0][1] must be a number from 1e-6 to 1e9 (got 0)");
     /* two devices of one name: a name identifies its device */
     snprintf(buf, sizeof buf, "{\"devices\": [%s}, %s}]}", dev, dev);
     expect_error(buf, "devices[1].name 'a' is also devices[0]'s");
