@@ -13,7 +13,7 @@ chk 'grep -q "^jobs/run_tests.sh" "$root/README.md" && [[ -x "$root/jobs/run_tes
 chk 'grep -q "jobs/run_tests.sh" "$root/.ci/run"' ".ci/run runs jobs/run_tests.sh"
 chk 'grep -q "^bash jobs/run_tests.sh --coverage" "$root/.ci/run" && grep -q "jobs/dev/coverage.sh --report-only" "$root/jobs/run_tests.sh" && [[ -x "$root/jobs/dev/coverage.sh" ]]' ".ci/run runs the suite with --coverage, which reports through jobs/dev/coverage.sh"
 out=$(timeout 20 bash "$root/jobs/run_tests.sh" --bogus 2>&1); rc=$?
-chk '[[ $rc -eq 1 && $(grep -c . <<< "$out") -eq 1 && "$out" == *"unknown option '"'"'--bogus'"'"'"* ]]' \
+chk '[[ $rc -eq 2 && $(grep -c . <<< "$out") -eq 1 && "$out" == *"unknown option '"'"'--bogus'"'"'"* ]]' \
     "a mistyped option of the test command is one error line, not the whole suite (exit $rc: $out)"
 echo "$pass passed, $fail failed"
 ((fail == 0))
