@@ -95,7 +95,7 @@ mutants=(
   "src/runtime/collectives.c|s/if (lost(rt, x, f->pos0 + t, cm->members\[j\], rt->rank)) {/if (lost(rt, x, f->pos0, cm->members[j], rt->rank)) {/|message loss: a pass's losses judged at its first position only"
   "src/runtime/load.c|s/MPI_Recv((char \*)out + off,/MPI_Recv((char *)out,/|scatter: every piece received at the shard's start"
   "src/runtime/load.c|s/MPI_Send((char \*)out + off,/MPI_Send((char *)out,/|scatter: every piece sent from the shard's start"
-  "src/runtime/load.c|s/for (size_t off = 0; off < n; off += piece)/for (size_t off = 0; off < n; off += piece + 1)/|scatter: a byte skipped between pieces"
+  "src/runtime/load.c|/^static int fetch_recv/,/^}/s/for (size_t off = 0; off < n; off += piece)/for (size_t off = 0; off < n; off += piece + 1)/|scatter: a byte skipped between the pieces received"
   "src/runtime/migrate.c|s/ && os.cls_v0 == ns.cls_v0 && / \&\& /|re-placement: a classifier slice that moved but kept its size kept in place"
   "src/runtime/migrate.c|s/!memcmp(c->dtype\[l\], np->cfg.dtype\[l\], sizeof c->dtype\[l\]) &&//|re-placement: a layer kept in place though its dtypes change"
   "src/plan/plan.c|/a->split_vocab != b->split_vocab/,/return 1;/s/for (int i = 0; i < a->n_cls; i++)/for (int i = 0; i < 0; i++)/|placements compared without their classifier slices"
