@@ -41,7 +41,7 @@ mutants=(
   "src/tensor/tensor.c|s/float d = amax \/ 127.0f, id/float d = amax \/ 120.0f, id/|q8_0: the block scale"
   "src/partition/headlevel.c|s/    d.i0 = f0;/    d.i0 = 0;/|schedule: an FFN slice reads the hidden units from 0"
   "src/plan/plan.c|s/r0\[k\] = u, rn\[k++\] = end - u;/r0[k] = u, rn[k++] = end - u + 1;/|pruning: a kept run one unit too long"
-  "src/model/sampler.c|s/if (cum > s->topp) {/if (cum > 0.5f * s->topp) {/|sampling: top-p cut at half the mass"
+  "src/model/sampler.c|/^int mi_sample(/,/^}/s/if (cum > s->topp) {/if (cum > 0.5f * s->topp) {/|sampling: top-p cut at half the mass"
   "src/kernels/ops.c|s/const float \*c = r->cos + (size_t)(pos0 + t) \* half;/const float *c = r->cos + (size_t)(pos0) * half;/|RoPE: every position of a pass rotated as the first"
   "src/model/forward.c|s/(h + (size_t)t \* ldh, h3 + (size_t)t \* nf, (size_t)nf);/(h + (size_t)t * ldh, h3, (size_t)nf);/|FFN block: every position gated by the first's"
   "src/kernels/scalar.c|s/sum += w\[b \* MI_QK + i\] \* a->q\[b \* MI_QK + i\];/sum += w[b * MI_QK + i] * a->q[i];/|q8_0 dot (scalar reference): every block against the first block's activations"
