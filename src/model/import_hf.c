@@ -41,33 +41,28 @@ static const struct { const char *arch; int family; } archs[] = {
     {"Gemma3ForConditionalGeneration", MI_FAMILY_GEMMA3}, {"GPT2LMHeadModel", MI_FAMILY_GPT2},
 };
 
-/* A number of config.json: 0, 1 when absent or null (v untouched). */
-static int num(const cJSON *o, const char *k, double *v)
+/* A number of config.json: 0; 1 when absent or null (v untouched); -1 with
+ * err when it holds another type (read as absent it would take its default:
+ * "64" for n_embd). */
+static int num(const cJSON *o, const char *k, double *v, const char *path, char *err)
 {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!cJSON_IsNumber(j))
+    if (!j || cJSON_IsNull(j))
         return 1;
+    if (!cJSON_IsNumber(j))
+        return mi_set_error(err, "%s/config.json: %s is %s, not a number", path, k,
+                            cJSON_IsString(j) ? "a string" : cJSON_IsBool(j) ? "a boolean" : "not a number");
     *v = j->valuedouble;
-    return 0;
-}
-
-/* Each of keys that o holds is a number (or null): a value of another type
- * would otherwise read as absent and take its default ("64" for n_embd). */
-static int numbers_only(const cJSON *o, const char *const *keys, const char *path, char *err)
-{
-    for (; *keys; keys++) {
-        const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, *keys);
-        if (j && !cJSON_IsNumber(j) && !cJSON_IsNull(j))
-            return mi_set_error(err, "%s/config.json: %s is %s, not a number", path, *keys,
-                                cJSON_IsString(j) ? "a string" : cJSON_IsBool(j) ? "a boolean" : "not a number");
-    }
     return 0;
 }
 
 static int get_int(const cJSON *o, const char *k, int def, int *v, const char *path, char *err)
 {
-    double d;
-    if (num(o, k, &d)) {
+    double d = 0;
+    int rc = num(o, k, &d, path, err);
+    if (rc < 0)
+        return -1;
+    if (rc) {
         if (def == -2)
             return mi_set_error(err, "%s/config.json: %s is missing", path, k);
         *v = def;
@@ -89,13 +84,11 @@ static int rope_scaling(im_ctx *x, const cJSON *cfg, char *err)
     if (!cJSON_IsString(ty))
         ty = cJSON_GetObjectItemCaseSensitive(rs, "type");
     const char *t = cJSON_IsString(ty) ? ty->valuestring : "?";
-    static const char *const keys[] = {"factor", "low_freq_factor", "high_freq_factor",
-                                       "original_max_position_embeddings", NULL};
-    if (numbers_only(rs, keys, x->src, err))
-        return -1;
     double f = 1, lo = 1, hi = 4, orig = 8192;
-    num(rs, "factor", &f), num(rs, "low_freq_factor", &lo), num(rs, "high_freq_factor", &hi);
-    num(rs, "original_max_position_embeddings", &orig);
+    if (num(rs, "factor", &f, x->src, err) < 0 || num(rs, "low_freq_factor", &lo, x->src, err) < 0 ||
+        num(rs, "high_freq_factor", &hi, x->src, err) < 0 ||
+        num(rs, "original_max_position_embeddings", &orig, x->src, err) < 0)
+        return -1;
     int half = x->cfg.head_dim / 2;
     if (!(f >= 1 && f < 1e4) || !(hi > lo) || !(orig > 0))
         return mi_set_error(err, "%s/config.json: rope_scaling has factors out of range", x->src);
@@ -119,8 +112,8 @@ static int gemma3_config(im_ctx *x, const cJSON *t, char *err)
 {
     mi_config *c = &x->cfg;
     double q = c->head_dim, lb = 10000, sc;
-    num(t, "query_pre_attn_scalar", &q);
-    num(t, "rope_local_base_freq", &lb);
+    if (num(t, "query_pre_attn_scalar", &q, x->src, err) < 0 || num(t, "rope_local_base_freq", &lb, x->src, err) < 0)
+        return -1;
     c->attn_scale = (float)(1.0 / sqrt(q));
     c->rope_theta_local = (float)lb;
     if (get_int(t, "sliding_window", 512, &c->sliding_window, x->src, err) ||
@@ -140,7 +133,8 @@ static int gemma3_config(im_ctx *x, const cJSON *t, char *err)
     }
     if (c->swa_period > c->n_layers)
         c->swa_period = c->n_layers;
-    if (!num(t, "final_logit_softcapping", &sc) || !num(t, "attn_logit_softcapping", &sc))
+    if (num(t, "final_logit_softcapping", &sc, x->src, err) != 1 ||
+        num(t, "attn_logit_softcapping", &sc, x->src, err) != 1)
         return mi_set_error(err, "%s/config.json: logit softcapping is not supported (Gemma 3 has none)", x->src);
     return 0;
 }
@@ -150,13 +144,6 @@ static int hf_sizes(im_ctx *x, const cJSON *t, char *err)
     mi_config *c = &x->cfg;
     int gpt2 = c->family == MI_FAMILY_GPT2, ctx = 0;
     const char *p = x->src;
-    static const char *const keys[] = {"n_embd", "n_layer", "n_head", "n_positions", "n_inner", "hidden_size",
-                                       "num_hidden_layers", "num_attention_heads", "max_position_embeddings",
-                                       "num_key_value_heads", "head_dim", "intermediate_size", "vocab_size",
-                                       "layer_norm_epsilon", "rms_norm_eps", "rope_theta", "query_pre_attn_scalar",
-                                       "rope_local_base_freq", "sliding_window", "sliding_window_pattern", NULL};
-    if (numbers_only(t, keys, p, err))
-        return -1;
     if (gpt2 ? get_int(t, "n_embd", -2, &c->dim, p, err) || get_int(t, "n_layer", -2, &c->n_layers, p, err) ||
                    get_int(t, "n_head", -2, &c->n_heads, p, err) || get_int(t, "n_positions", 1024, &ctx, p, err)
              : get_int(t, "hidden_size", -2, &c->dim, p, err) ||
@@ -173,8 +160,9 @@ static int hf_sizes(im_ctx *x, const cJSON *t, char *err)
         get_int(t, "head_dim", c->dim / c->n_heads, &c->head_dim, p, err))
         return -1;
     double eps = 1e-6, theta = 10000;
-    num(t, gpt2 ? "layer_norm_epsilon" : "rms_norm_eps", &eps);
-    num(t, "rope_theta", &theta);
+    if (num(t, gpt2 ? "layer_norm_epsilon" : "rms_norm_eps", &eps, p, err) < 0 ||
+        num(t, "rope_theta", &theta, p, err) < 0)
+        return -1;
     c->norm_eps = (float)eps;
     c->rope_theta = gpt2 ? 0.0f : (float)theta;
     c->seq_len = im_context(x->o, ctx);

@@ -180,7 +180,8 @@ def check_bad(mi, fx, tmp):
     for key, value, words in (("num_attention_heads", 3, ["num_attention_heads", "3"]),
                               ("intermediate_size", 999, ["999"]), ("vocab_size", 1000, ["vocab_size"]),
                               ("num_hidden_layers", 1, ["layers.1.", "1 layers"]),
-                              ("hidden_size", "64", ["hidden_size", "string"])):
+                              ("hidden_size", "64", ["hidden_size", "string"]),
+                              ("rope_theta", "10000", ["rope_theta", "string"])):
         d = os.path.join(tmp, "hf-" + key)
         shutil.copytree(os.path.join(fx, "qwen2", "hf"), d)
         cfg = json.load(open(os.path.join(d, "config.json")))
