@@ -122,7 +122,7 @@ run() {
         say "FAIL qemu -cpu $cpu ($label): $why; ${tests:-?}; ${fam:-no family lines} (log: $out)"
     fi
 }
-run cortex-a72 "Pi 4: NEON" "neon: 4 dtypes against the scalar reference" "neon-dotprod: not supported by this CPU, skipped"
-run max "Pi 5 class: NEON + dot product" "neon: 4 dtypes against the scalar reference" \
-    "neon-dotprod: 4 dtypes against the scalar reference"
+run cortex-a72 "Pi 4: NEON" "neon: 7 dtypes against the scalar reference" "neon-dotprod: not supported by this CPU, skipped"
+run max "Pi 5 class: NEON + dot product" "neon: 7 dtypes against the scalar reference" \
+    "neon-dotprod: 7 dtypes against the scalar reference"
 ((fails == 0))

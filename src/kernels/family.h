@@ -18,7 +18,10 @@
  *   block amax, d = amax / 127 (fp32), id = d ? 1/d : 0, q = round-to-nearest-
  *   even(x * id); families may only reorder q within a block group.
  * - s[b] = (float)(-8 * sum of block b's q) * d[b] (q4_0's offset of 8:
- *   sum (w - 8) x = sum w x - 8 sum x).
+ *   sum (w - 8) x = sum w x - 8 sum x); for the k-quants s[b] = (float)(sum
+ *   of block b's q) * d[b], which the sub-block mins multiply. The k-quants
+ *   use the same blocks of 32 as the others: a q4_K/q5_K sub-block is one
+ *   activation block, a q6_K sub-block of 16 half of one.
  * - A block holding a NaN or an infinity gets d = NAN (the canonical quiet
  *   NaN) and q = 0, so the product is NaN as it would be in fp32: corrupt
  *   activations must not be rounded into plausible numbers, which the
@@ -39,7 +42,7 @@ typedef struct {
     const float *x;    /* the fp32 input (fp32 and fp16 weights read it directly) */
     const int8_t *q;   /* [n] int8 values, in the family's order for the weight dtype */
     const float *d;    /* [n/32] block scales */
-    const float *s;    /* [n/32] q4_0 offset terms (see above) */
+    const float *s;    /* [n/32] q4_0 offset terms or k-quant block sums (see above) */
 } mi_act;
 
 /* Scratch bytes a prep may use for n elements (every family fits). */

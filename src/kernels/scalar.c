@@ -45,6 +45,23 @@ static void prep_q(const float *x, int n, void *scratch, mi_act *a)
     }
 }
 
+/* The k-quants' activations: as prep_q, but s[b] = (float)sum(q) * d[b],
+ * the block's share of the sub-block mins' term (see family.h). */
+static void prep_qk(const float *x, int n, void *scratch, mi_act *a)
+{
+    int nb = n / MI_QK;
+    float *d, *s;
+    int8_t *q;
+    mi_act_layout(scratch, x, n, a, &d, &s, &q);
+    for (int b = 0; b < nb; b++) {
+        d[b] = mi_act_quantize_block(x + b * MI_QK, q + b * MI_QK);
+        int sum = 0;
+        for (int i = 0; i < MI_QK; i++)
+            sum += q[b * MI_QK + i];
+        s[b] = (float)sum * d[b];
+    }
+}
+
 static float dot_f32(const float *w, const float *x, int n)
 {
     float acc[16] = {0};
@@ -122,6 +139,65 @@ static void rows_q4_0(float *y, const mi_tensor *W, int r0, int r1, const mi_act
     }
 }
 
+/* q4_K and q5_K: per super-block d * sum_j dx_j * sc_j * (integer dot of
+ * sub-block j) - dmin * sum_j m_j * s_j, the sub-blocks of 32 lying on the
+ * activation blocks. */
+static void rows_q45_K(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
+{
+    int ns = W->cols / MI_QK_K;
+    size_t bb = mi_dtype_q_row_bytes(W->dtype, MI_QK_K);
+    int8_t q[MI_QK_K];
+    int sc[16], m[16];
+    float d, dmin;
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *w = (const uint8_t *)W->q + (size_t)r * ns * bb;
+        float v = 0.0f;
+        for (int k = 0; k < ns; k++) {
+            mi_kquant_unpack(W->dtype, w + k * bb, q, sc, m, &d, &dmin);
+            float acc = 0.0f, mins = 0.0f;
+            for (int j = 0; j < 8; j++) {
+                int b = k * 8 + j, sum = 0;
+                for (int i = 0; i < MI_QK; i++)
+                    sum += q[j * MI_QK + i] * a->q[b * MI_QK + i];
+                acc += (float)(sc[j] * sum) * a->d[b];
+                mins += (float)m[j] * a->s[b];
+            }
+            v += d * acc - dmin * mins;
+        }
+        y[r - r0] = add ? y[r - r0] + v : v;
+    }
+}
+
+/* q6_K: per super-block d * sum_b dx_b * (sc of its first 16 * their
+ * integer dot + sc of its last 16 * theirs), levels already offset by -32. */
+static void rows_q6_K(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
+{
+    int ns = W->cols / MI_QK_K;
+    size_t bb = mi_dtype_q_row_bytes(MI_Q6_K, MI_QK_K);
+    int8_t q[MI_QK_K];
+    int sc[16], m[16];
+    float d, dmin;
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *w = (const uint8_t *)W->q + (size_t)r * ns * bb;
+        float v = 0.0f;
+        for (int k = 0; k < ns; k++) {
+            mi_kquant_unpack(MI_Q6_K, w + k * bb, q, sc, m, &d, &dmin);
+            float acc = 0.0f;
+            for (int j = 0; j < 8; j++) {
+                int b = k * 8 + j, lo = 0, hi = 0;
+                const int8_t *xq = a->q + b * MI_QK, *wq = q + j * MI_QK;
+                for (int i = 0; i < 16; i++) {
+                    lo += wq[i] * xq[i];
+                    hi += wq[i + 16] * xq[i + 16];
+                }
+                acc += (float)(sc[2 * j] * lo + sc[2 * j + 1] * hi) * a->d[b];
+            }
+            v += d * acc;
+        }
+        y[r - r0] = add ? y[r - r0] + v : v;
+    }
+}
+
 static int always(void)
 {
     return 1;
@@ -130,6 +206,6 @@ static int always(void)
 const mi_kernel_family mi_kernels_scalar = {
     "scalar",
     always,
-    {NULL, NULL, prep_q, prep_q},
-    {rows_f32, rows_f16, rows_q8_0, rows_q4_0},
+    {NULL, NULL, prep_q, prep_q, prep_qk, prep_qk, prep_qk},
+    {rows_f32, rows_f16, rows_q8_0, rows_q4_0, rows_q45_K, rows_q45_K, rows_q6_K},
 };

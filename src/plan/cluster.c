@@ -113,7 +113,7 @@ void mi_cluster_finish(mi_cluster *cl)
             continue;
         double s = d->speed > 0 ? d->speed : 1.0;
         for (int t = 0; t < MI_N_DTYPES; t++) {
-            d->pass_s[t] = (double)mi_dtype_row_bytes(t, 32) / 32.0 / (cl->mem_bw * s);
+            d->pass_s[t] = (double)mi_dtype_row_bytes(t, MI_QK_K) / MI_QK_K / (cl->mem_bw * s);
             d->pos_s[t] = 2.0 / (cl->gflops * 1e9 * s);
         }
         d->kv_s = 8.0 / (cl->mem_bw * s); /* a cached position's K and V, fp32, read once per KV head */
@@ -148,12 +148,15 @@ static int get_number(const cJSON *obj, const char *key, int allow_zero, double 
     return 0;
 }
 
-/* A per-dtype table {"f32": x, "f16": x, "q8_0": x, "q4_0": x}, every key
- * required and positive: nanoseconds per weight element. */
+/* A per-dtype table {"fp32": x, "fp16": x, "q8_0": x, "q4_0": x, "q4_K": x,
+ * ...}, nanoseconds per weight element, positive. The 32-block dtypes are
+ * required; a k-quant left out (files calibrated before they existed) takes
+ * q4_0's time scaled by its bytes per element, which is what a
+ * memory-bound pass costs. */
 static int parse_dtype_table(const cJSON *o, const char *key, double *out, const char *prefix, const char *where,
                              char *err)
 {
-    static const char *const keys[] = {"fp32", "fp16", "q8_0", "q4_0", NULL};
+    static const char *const keys[] = {"fp32", "fp16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K", NULL};
     char w[64];
     snprintf(w, sizeof w, "%s.compute.%s", where, key);
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, key);
@@ -166,6 +169,10 @@ static int parse_dtype_table(const cJSON *o, const char *key, double *out, const
         double v = -1;
         if (get_number(t, mi_dtype_name(d), 0, &v, prefix, w, err))
             return -1;
+        if (v < 0 && mi_dtype_kquant(d)) {
+            out[d] = out[MI_Q4_0] * (double)mi_dtype_row_bytes(d, MI_QK_K) / (double)mi_dtype_row_bytes(MI_Q4_0, MI_QK_K);
+            continue;
+        }
         if (v < 0)
             return mi_set_error(err, "%s: %s.%s is missing", prefix, w, mi_dtype_name(d));
         out[d] = v * 1e-9;

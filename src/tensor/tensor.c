@@ -1,11 +1,13 @@
 /* Element types, tensors, block quantization and wire encoding (see tensor.h). */
 #include "meshinfer/tensor.h"
 
+#include "kquants.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const char *dtype_names[MI_N_DTYPES] = {"fp32", "fp16", "q8_0", "q4_0"};
+static const char *dtype_names[MI_N_DTYPES] = {"fp32", "fp16", "q8_0", "q4_0", "q4_K", "q5_K", "q6_K"};
 
 const char *mi_dtype_name(int t)
 {
@@ -24,7 +26,31 @@ int mi_dtype_parse(const char *name, mi_dtype *t)
 
 int mi_dtype_blocked(int t)
 {
+    return mi_dtype_block(t) > 1;
+}
+
+int mi_dtype_block(int t)
+{
+    switch (t) {
+    case MI_F32:
+    case MI_F16: return 1;
+    case MI_Q8_0:
+    case MI_Q4_0: return MI_QK;
+    case MI_Q4_K:
+    case MI_Q5_K:
+    case MI_Q6_K: return MI_QK_K;
+    default: return 0;
+    }
+}
+
+int mi_dtype_split_scales(int t)
+{
     return t == MI_Q8_0 || t == MI_Q4_0;
+}
+
+int mi_dtype_kquant(int t)
+{
+    return t == MI_Q4_K || t == MI_Q5_K || t == MI_Q6_K;
 }
 
 size_t mi_dtype_q_row_bytes(int t, size_t n)
@@ -34,68 +60,21 @@ size_t mi_dtype_q_row_bytes(int t, size_t n)
     case MI_F16: return 2 * n;
     case MI_Q8_0: return n;
     case MI_Q4_0: return n / 2;
+    case MI_Q4_K: return 144 * (n / MI_QK_K);
+    case MI_Q5_K: return 176 * (n / MI_QK_K);
+    case MI_Q6_K: return 210 * (n / MI_QK_K);
     default: return 0;
     }
 }
 
 size_t mi_dtype_row_bytes(int t, size_t n)
 {
-    return mi_dtype_q_row_bytes(t, n) + (mi_dtype_blocked(t) ? 2 * (n / MI_QK) : 0);
+    return mi_dtype_q_row_bytes(t, n) + (mi_dtype_split_scales(t) ? 2 * (n / MI_QK) : 0);
 }
 
 size_t mi_tensor_bytes(int t, size_t rows, size_t cols)
 {
     return rows * mi_dtype_row_bytes(t, cols);
-}
-
-/* ---------------------------------------------------------------- fp16 */
-
-uint16_t mi_fp16_from_f32(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    uint32_t ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u)
-        return sign | 0x7e00u; /* NaN */
-    if (ax >= 0x47800000u)
-        return sign | 0x7c00u; /* 2^16 and above, and infinity */
-    int e = (int)(ax >> 23) - 127;
-    uint32_t m = ax & 0x7fffffu;
-    if (e >= -14) {
-        /* normal: keep 10 of 23 mantissa bits; a carry out of the mantissa
-         * correctly bumps the exponent (and 65520.. rounds up to infinity) */
-        uint32_t h = ((uint32_t)(e + 15) << 10) | (m >> 13), rest = m & 0x1fffu;
-        if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
-            h++;
-        return sign | (uint16_t)h;
-    }
-    if (e < -25)
-        return sign;
-    /* subnormal: the value in units of 2^-24, rounded to nearest even */
-    m |= 0x800000u;
-    int shift = -e - 1;
-    uint32_t h = m >> shift, rest = m & ((1u << shift) - 1u), half = 1u << (shift - 1);
-    if (rest > half || (rest == half && (h & 1u)))
-        h++;
-    return sign | (uint16_t)h;
-}
-
-float mi_f32_from_fp16(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, x;
-    if (e == 0x1f) {
-        x = sign | 0x7f800000u | (m << 13);
-    } else if (e != 0) {
-        x = sign | ((e + 112u) << 23) | (m << 13);
-    } else {
-        float v = (float)m * 0x1p-24f; /* zero or subnormal: exact in fp32 */
-        memcpy(&x, &v, sizeof x);
-        x |= sign;
-    }
-    float f;
-    memcpy(&f, &x, sizeof f);
-    return f;
 }
 
 /* ---------------------------------------------------------------- tensor */
@@ -114,14 +93,14 @@ static size_t round64(size_t n)
 size_t mi_tensor_place_bytes(int dtype, size_t rows, size_t cols)
 {
     size_t qb = rows * mi_dtype_q_row_bytes(dtype, cols);
-    return mi_dtype_blocked(dtype) ? round64(qb) + round64(rows * (cols / MI_QK) * 2) : round64(qb);
+    return mi_dtype_split_scales(dtype) ? round64(qb) + round64(rows * (cols / MI_QK) * 2) : round64(qb);
 }
 
 size_t mi_tensor_place(mi_tensor *t, void *mem)
 {
     size_t qb = (size_t)t->rows * mi_dtype_q_row_bytes(t->dtype, (size_t)t->cols);
     t->q = mem;
-    t->d = mi_dtype_blocked(t->dtype) ? (uint16_t *)((char *)mem + round64(qb)) : NULL;
+    t->d = mi_dtype_split_scales(t->dtype) ? (uint16_t *)((char *)mem + round64(qb)) : NULL;
     return mi_tensor_place_bytes(t->dtype, (size_t)t->rows, (size_t)t->cols);
 }
 
@@ -149,9 +128,9 @@ void mi_tensor_keep_rows(mi_tensor *t, int n_runs, const int *r0, const int *rn)
 
 int mi_tensor_keep_cols(mi_tensor *t, int n_runs, const int *c0, const int *cn)
 {
-    int blocked = mi_dtype_blocked(t->dtype), nk = 0;
+    int block = mi_dtype_block(t->dtype), nk = 0;
     for (int i = 0; i < n_runs; i++) {
-        if (blocked && (c0[i] % MI_QK || cn[i] % MI_QK))
+        if (c0[i] % block || cn[i] % block)
             return -1;
         nk += cn[i];
     }
@@ -185,7 +164,7 @@ void mi_tensor_row_f32(const mi_tensor *t, int r, float *out)
 
 int mi_tensor_convert(const mi_tensor *w, int t, void *mem, mi_tensor *out)
 {
-    if (mi_dtype_blocked(t) && w->cols % MI_QK)
+    if (mi_dtype_block(t) < 1 || w->cols % mi_dtype_block(t))
         return -1;
     mi_tensor q = mi_tensor_shape((mi_dtype)t, w->rows, w->cols);
     if (w->rows == 0 || w->cols == 0 || !w->q) {
@@ -281,6 +260,9 @@ void mi_quantize_row(int t, const float *x, int n, void *q, uint16_t *d)
         for (int b = 0; b < n / MI_QK; b++)
             d[b] = quantize_q4_block(x + b * MI_QK, (uint8_t *)q + b * (MI_QK / 2));
         break;
+    case MI_Q4_K:
+    case MI_Q5_K:
+    case MI_Q6_K: mi_kquant_quantize_row(t, x, n, q); break;
     }
 }
 
@@ -310,6 +292,9 @@ void mi_dequantize_row(int t, const void *q, const uint16_t *d, int n, float *ou
             }
         }
         break;
+    case MI_Q4_K:
+    case MI_Q5_K:
+    case MI_Q6_K: mi_kquant_dequantize_row(t, q, n, out); break;
     }
 }
 

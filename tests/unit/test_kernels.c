@@ -251,6 +251,7 @@ static void test_tensor_convert(void)
     /* 48 columns (one stories15M head of wo in a tensor-parallel shard) are not whole blocks */
     mi_tensor odd = {MI_F32, 2, 48, w, NULL}, out = t8;
     CU_ASSERT_EQUAL(mi_tensor_convert(&odd, MI_Q4_0, m4, &out), -1);
+    CU_ASSERT_EQUAL(mi_tensor_convert(&f, MI_Q4_K, m4, &out), -1); /* 64 columns: no whole super-block */
     CU_ASSERT_EQUAL(out.q, t8.q);
     CU_ASSERT_EQUAL(mi_tensor_convert(&odd, MI_F16, m4, &out), 0);
     CU_ASSERT_EQUAL(out.dtype, MI_F16);
@@ -271,6 +272,102 @@ static void test_sizes(void)
     CU_ASSERT_EQUAL(t, MI_Q4_0);
     CU_ASSERT_EQUAL(mi_dtype_parse("int4", &t), -1);
     CU_ASSERT_STRING_EQUAL(mi_dtype_name(MI_Q8_0), "q8_0");
+    /* the k-quants' super-blocks, as ggml's block_q4_K, block_q5_K, block_q6_K */
+    CU_ASSERT_EQUAL(mi_dtype_row_bytes(MI_Q4_K, 2048), 8 * 144);
+    CU_ASSERT_EQUAL(mi_dtype_row_bytes(MI_Q5_K, 2048), 8 * 176);
+    CU_ASSERT_EQUAL(mi_dtype_row_bytes(MI_Q6_K, 2048), 8 * 210);
+    CU_ASSERT_EQUAL(mi_dtype_block(MI_Q6_K), 256);
+    CU_ASSERT_EQUAL(mi_dtype_block(MI_Q4_0), 32);
+    CU_ASSERT_EQUAL(mi_dtype_block(MI_F16), 1);
+    CU_ASSERT_EQUAL(mi_dtype_parse("q5_K", &t), 0);
+    CU_ASSERT_EQUAL(t, MI_Q5_K);
+    mi_tensor k = mi_tensor_shape(MI_Q4_K, 3, 512);
+    CU_ASSERT_EQUAL(mi_tensor_place_bytes(MI_Q4_K, 3, 512), 896); /* 864 rounded to 64, no scale array */
+    void *mem = aligned_alloc(64, 1024);
+    mi_tensor_place(&k, mem);
+    CU_ASSERT_PTR_NULL(k.d);
+    mi_tensor r1 = mi_tensor_rows(&k, 1, 2);
+    CU_ASSERT_EQUAL((char *)r1.q - (char *)k.q, 288);
+    free(mem);
+}
+
+/* Hand-made super-blocks decode as ggml's layouts say: scale and min
+ * packing of q4_K (sub-blocks 0 and 5), q5_K's fifth bits, q6_K's split
+ * nibbles and its signed scales. */
+static void test_kquant_layouts(void)
+{
+    uint8_t b[210] = {0};
+    int8_t q[MI_QK_K];
+    int sc[16], m[16];
+    float d, dmin, out[MI_QK_K];
+    uint16_t one = mi_fp16_from_f32(1.0f), half = mi_fp16_from_f32(0.5f);
+    /* q4_K: d 1, dmin 0.5; sub-block 0 scale 3 min 2; sub-block 5 scale 0x2a (low nibble 10 in byte 9,
+     * top bits 2 in byte 1's bits 6-7), min 0x15 (5 in byte 9's high nibble, 1 in byte 5's top bits) */
+    memcpy(b, &one, 2);
+    memcpy(b + 2, &half, 2);
+    b[4 + 0] = 3;
+    b[4 + 4] = 2;
+    b[4 + 9] = 0x5a;
+    b[4 + 1] |= 2 << 6;
+    b[4 + 5] |= 1 << 6;
+    b[16 + 0] = 0x97;  /* element 0: 7, element 32: 9 */
+    b[16 + 64 + 1] = 0xc0; /* group 2 (elements 128..191), byte 1: element 129 low 0, element 161 high 12 */
+    CU_ASSERT_EQUAL(mi_kquant_unpack(MI_Q4_K, b, q, sc, m, &d, &dmin), 8);
+    CU_ASSERT_EQUAL(sc[0], 3);
+    CU_ASSERT_EQUAL(m[0], 2);
+    CU_ASSERT_EQUAL(sc[5], 0x2a);
+    CU_ASSERT_EQUAL(m[5], 0x15);
+    CU_ASSERT_EQUAL(q[0], 7);
+    CU_ASSERT_EQUAL(q[32], 9);
+    CU_ASSERT_EQUAL(q[161], 12);
+    mi_dequantize_row(MI_Q4_K, b, NULL, MI_QK_K, out);
+    CU_ASSERT_EQUAL(out[0], 1.0f * 3 * 7 - 0.5f * 2);
+    CU_ASSERT_EQUAL(out[161], 1.0f * 0x2a * 12 - 0.5f * 0x15);
+    /* q5_K: qh bit 2g+1 of byte l is the fifth bit of group g's element l + 32 */
+    uint8_t b5[176] = {0};
+    memcpy(b5, b, 16);
+    b5[16 + 1] = 1 << 5;  /* group 2, element 2*64 + 32 + 1 = 161 */
+    b5[48 + 64 + 1] = 0xc0;
+    mi_kquant_unpack(MI_Q5_K, b5, q, sc, m, &d, &dmin);
+    CU_ASSERT_EQUAL(q[161], 28);
+    CU_ASSERT_EQUAL(q[129], 0);
+    /* q6_K: element 64 + 128 = 192: low nibble in byte 64 + 0's high half, top bits in qh[32]'s bits 4-5 */
+    memset(b, 0, sizeof b);
+    b[64] = 0x50;          /* element 192's low 4 bits: 5 */
+    b[128 + 32] = 3 << 4;  /* its top 2 bits: 3 -> level 53 - 32 = 21 */
+    b[192 + 12] = (uint8_t)-3; /* sub-block 12 = elements 192..207: scale -3 */
+    uint16_t two = mi_fp16_from_f32(2.0f);
+    memcpy(b + 208, &two, 2);
+    CU_ASSERT_EQUAL(mi_kquant_unpack(MI_Q6_K, b, q, sc, m, &d, &dmin), 16);
+    CU_ASSERT_EQUAL(q[192], 21);
+    CU_ASSERT_EQUAL(q[0], -32);
+    CU_ASSERT_EQUAL(sc[12], -3);
+    mi_dequantize_row(MI_Q6_K, b, NULL, MI_QK_K, out);
+    CU_ASSERT_EQUAL(out[192], 2.0f * -3 * 21);
+    CU_ASSERT_EQUAL(out[191], 0.0f);
+    /* a row quantized and decoded again: levels and scales survive the packing */
+    float x[512], y[512];
+    uint8_t qb[2 * 210];
+    for (int t = MI_Q4_K; t <= MI_Q6_K; t++) {
+        int bad = 0;
+        for (int i = 0; i < 512; i++)
+            x[i] = sinf(0.1f * (float)i) * (1.0f + (float)(i % 7));
+        mi_quantize_row(t, x, 512, qb, NULL);
+        mi_dequantize_row(t, qb, NULL, 512, y);
+        double err = 0;
+        for (int i = 0; i < 512; i++) {
+            double e = fabs(y[i] - x[i]);
+            if (e > err)
+                err = e;
+        }
+        /* one step of the level grid at most: 7/15, 7/31, 7/32 of the range, with room for the
+         * 6-bit scales' rounding */
+        double step = t == MI_Q4_K ? 14.0 / 15 : t == MI_Q5_K ? 14.0 / 31 : 7.0 / 32;
+        bad += !(err <= step * 0.75);
+        CU_ASSERT_EQUAL(bad, 0);
+        if (bad)
+            printf("\n  %s: largest error %g (step %g)", mi_dtype_name(t), err, step);
+    }
 }
 
 /* ---------------------------------------------------------- wire */
@@ -374,6 +471,18 @@ static double abs_dot(const mi_tensor *W, int r, const float *x)
         if (W->dtype == MI_Q4_0)
             s += 16.0 * fabs(mi_f32_from_fp16(W->d[(size_t)r * (W->cols / MI_QK) + i / MI_QK]) * x[i]);
     }
+    if (mi_dtype_kquant(W->dtype)) { /* q4_K/q5_K: d sc sum(q x) and dmin m sum(x) apart */
+        size_t bb = mi_dtype_q_row_bytes(W->dtype, MI_QK_K);
+        for (int k = 0; k < W->cols / MI_QK_K; k++) {
+            int8_t q[MI_QK_K];
+            int sc[16], m[16];
+            float d, dmin;
+            mi_kquant_unpack(W->dtype, (const char *)W->q + ((size_t)r * (W->cols / MI_QK_K) + k) * bb, q, sc, m,
+                             &d, &dmin);
+            for (int i = 0; i < MI_QK_K; i++)
+                s += 2.0 * fabs((double)dmin * m[i / 32] * x[k * MI_QK_K + i]);
+        }
+    }
     free(w);
     return s;
 }
@@ -385,9 +494,11 @@ static void check_family_dtype(const mi_kernel_family *f, int fi, int t)
     const int rows_list[] = {1, 3, 7, 33};
     const int cols_q[] = {32, 64, 96, 128, 160, 224, 288, 320, 768, 2080};
     const int cols_f[] = {1, 7, 13, 16, 31, 33, 77, 131, 288, 1000};
-    const int *cols = mi_dtype_blocked(t) ? cols_q : cols_f;
+    const int cols_k[] = {256, 512, 768, 1280, 2304}; /* super-blocks: 1 to 9 */
+    const int *cols = mi_dtype_kquant(t) ? cols_k : mi_dtype_blocked(t) ? cols_q : cols_f;
+    int n_cols = mi_dtype_kquant(t) ? 5 : 10;
     int bad = 0, bits = 0;
-    for (int ci = 0; ci < 10; ci++)
+    for (int ci = 0; ci < n_cols; ci++)
         for (int ri = 0; ri < 4; ri++)
             for (int kind = 0; kind < 7; kind++) {
                 int n = cols[ci], m = rows_list[ri];
@@ -460,7 +571,7 @@ static void check_family_non_finite(const mi_kernel_family *f)
 {
     int bad = 0;
     for (int t = 0; t < MI_N_DTYPES; t++) {
-        int n = 320, m = 5;
+        int n = mi_dtype_kquant(t) ? 512 : 320, m = 5;
         test_tensor tt = make_tensor(t, m, n, 0);
         float *x = malloc((size_t)n * sizeof(float)), y[5];
         for (int v = 0; v < 3; v++) {
@@ -513,7 +624,7 @@ static void test_scalar_vs_exact(void)
 {
     int bad = 0;
     for (int t = 0; t < MI_N_DTYPES; t++) {
-        int n = 320, m = 9;
+        int n = mi_dtype_kquant(t) ? 512 : 320, m = 9;
         test_tensor tt = make_tensor(t, m, n, 6);
         float *x = malloc((size_t)n * sizeof(float)), *w = malloc((size_t)n * sizeof(float)), y[9];
         fill_block_cases(x, n, 0);
@@ -551,6 +662,7 @@ int main(void)
     CU_add_test(s, "q8_0 / q4_0 / fp16 round trips within each format's bound", test_quantize_round_trip_bounds);
     CU_add_test(s, "non-finite input gives a NaN block scale", test_non_finite_gives_nan_scale);
     CU_add_test(s, "row sizes and dtype names", test_sizes);
+    CU_add_test(s, "k-quant super-blocks: ggml's layouts by hand, round trip", test_kquant_layouts);
     CU_add_test(s, "tensor re-encoded in another dtype (computation scaling)", test_tensor_convert);
     CU_add_test(s, "pruned rows and columns packed in place, every dtype", test_tensor_keep);
     CU_add_test(s, "wire encodings: sizes, short last block, error bounds", test_wire_round_trip);
