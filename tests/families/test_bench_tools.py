@@ -28,16 +28,24 @@ LLAMA3_TOKENIZER = os.path.join(os.environ.get("MESHINFER_TOKENIZERS", os.path.j
 
 class TestSynthGguf(unittest.TestCase):
     def test_llama32_1b_shape(self):
-        cfg = synth_gguf.config(16)
+        cfg = synth_gguf.config("llama3.2-1b", 16)
         n = sum(int(np.prod(shape)) for _, shape, _ in fm.weight_specs(cfg))
         # Llama 3.2 1B's published count: the tied embeddings once, no output.weight
         self.assertEqual(n, 1235814400)
         self.assertNotIn("lm_head.weight", [name for name, _, _ in fm.weight_specs(cfg)])
         self.assertEqual(h2g.llama3_rope_factors(cfg).shape, (32,))
 
+    def test_tinyllama_shape(self):
+        cfg = synth_gguf.config("tinyllama-1.1b", 22)
+        n = sum(int(np.prod(shape)) for _, shape, _ in fm.weight_specs(cfg))
+        # TinyLlama-1.1B's count (untied: embeddings and lm_head both counted)
+        self.assertEqual(n, 1100048384)
+        self.assertIn("lm_head.weight", [name for name, _, _ in fm.weight_specs(cfg)])
+        self.assertFalse(h2g.is_llama3_scaled(cfg))
+
     def test_tensors_match_the_fixture_path(self):
         # a one-layer model's tensors, made while written, equal gguf_arrays' encoding of the same weights
-        cfg = synth_gguf.config(1)
+        cfg = synth_gguf.config("llama3.2-1b", 1)
         cfg.update(vocab_size=64, hidden_size=64, intermediate_size=128, num_attention_heads=4,
                    num_key_value_heads=2, head_dim=16)  # small and fast; the layout is the same
         ts = {t.name: t for t in synth_gguf.tensors(cfg, seed=3, std=0.02)}
@@ -90,7 +98,7 @@ class TestToDllamaLlama3(unittest.TestCase):
         self.assertEqual(scores[5304], -5304.0)
 
     def test_llama3_rope_checked_against_rope_freqs(self):
-        cfg = synth_gguf.config(1)
+        cfg = synth_gguf.config("llama3.2-1b", 1)
         h = {"rope_freqs": h2g.llama3_rope_factors(cfg).astype(np.float32)}
         keys = dict(to_dllama.llama3_rope_keys(h, "32,1,4,8192", 500000.0, 64))
         self.assertEqual(keys, {to_dllama.K_ROPE_TYPE: 2, to_dllama.K_ROPE_FACTOR: 32, to_dllama.K_ROPE_LOW: 1,
