@@ -128,10 +128,10 @@ def _decoder_layer(cfg, W, x, il, fam):
     T = x.shape[0]
     h = rms_norm(x, W[p + "input_layernorm.weight"], eps, gem)
     q, k, v = (h @ W[p + "self_attn.%s_proj.weight" % n].T for n in "qkv")
-    if fam == "qwen2" or cfg.get("attention_bias"):
+    if fam in ("qwen2", "qwen2moe") or cfg.get("attention_bias"):
         q, k, v = (t + W[p + "self_attn.%s_proj.bias" % n] for t, n in zip((q, k, v), "qkv"))
     q, k, v = q.view(T, H, hd).transpose(0, 1), k.view(T, KV, hd).transpose(0, 1), v.view(T, KV, hd).transpose(0, 1)
-    if fam in ("qwen3", "gemma3"):
+    if fam in ("qwen3", "gemma3", "qwen3moe"):
         q = rms_norm(q, W[p + "self_attn.q_norm.weight"], eps, gem)
         k = rms_norm(k, W[p + "self_attn.k_norm.weight"], eps, gem)
     window, scale = None, hd ** -0.5
@@ -150,11 +150,38 @@ def _decoder_layer(cfg, W, x, il, fam):
     else:
         h = rms_norm(x + o, W[p + "post_attention_layernorm.weight"], eps)
     x = x + o
+    if fm.is_moe(cfg):
+        return x + moe_block(cfg, W, p, h)
     a = act(cfg.get("hidden_activation") or cfg.get("hidden_act", "silu"), h @ W[p + "mlp.gate_proj.weight"].T)
     m = (a * (h @ W[p + "mlp.up_proj.weight"].T)) @ W[p + "mlp.down_proj.weight"].T
     if gem:
         m = rms_norm(m, W[p + "post_feedforward_layernorm.weight"], eps, True)
     return x + m
+
+
+def swiglu(W, p, h):
+    return (act("silu", h @ W[p + "gate_proj.weight"].T) * (h @ W[p + "up_proj.weight"].T)) @ W[p + "down_proj.weight"].T
+
+
+def moe_block(cfg, W, p, h):
+    """transformers' Qwen2MoeSparseMoeBlock / Qwen3MoeSparseMoeBlock on h [T, D], in its order: softmax of
+    the router logits over every expert, top-k of those weights, renormalised to sum 1 only when
+    norm_topk_prob, each chosen expert's output times its weight summed over the experts in index order
+    (index_add_), then the shared expert times sigmoid(shared_expert_gate h) added (qwen2moe)."""
+    E, k = cfg["num_experts"], cfg["num_experts_per_tok"]
+    probs = torch.softmax(h @ W[p + "mlp.gate.weight"].T, dim=-1)
+    weights, chosen = torch.topk(probs, k, dim=-1)
+    if cfg.get("norm_topk_prob", False):
+        weights = weights / weights.sum(-1, keepdim=True)
+    out = torch.zeros_like(h)
+    for e in range(E):
+        rows, slot = torch.where(chosen == e)
+        if len(rows):
+            out[rows] += swiglu(W, p + "mlp.experts.%d." % e, h[rows]) * weights[rows, slot, None]
+    if fm.family(cfg) == "qwen2moe" and cfg.get("shared_expert_intermediate_size"):
+        gate = torch.sigmoid(h @ W[p + "mlp.shared_expert_gate.weight"].T)
+        out = out + gate * swiglu(W, p + "mlp.shared_expert.", h)
+    return out
 
 
 def decoder_forward(cfg, W, tokens):
