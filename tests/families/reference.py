@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Reference forward pass in float64 PyTorch for llama, qwen2, qwen3, gemma3 and gpt2 HF folders.
+"""Reference forward pass in float64 PyTorch for llama, qwen2, qwen3, gemma3, gpt2, qwen2moe and qwen3moe
+HF folders.
 
   /usr/bin/python3 tests/families/reference.py --model HF_DIR --tokens 1,2,3 [--all] [--out FILE]
 
@@ -19,6 +20,10 @@ Written from the published architectures (Hugging Face modeling_llama/qwen2/qwen
   qwen2     biases on q, k, v;  qwen3 and gemma3: RMSNorm over head_dim on q and k before RoPE
   gemma3    embeddings * sqrt(hidden_size) (in the weights' dtype, as HF), norms after attention and
             after the FFN too, GeGLU with tanh GELU
+  qwen2moe, qwen3moe  qwen2's / qwen3's attention; the FFN a sparse MoE block as transformers'
+            Qwen2MoeSparseMoeBlock: softmax over all router logits, top-k, renormalised only with
+            norm_topk_prob, weighted sum of the chosen SwiGLU experts, plus (qwen2moe) the shared
+            expert times sigmoid(shared_expert_gate h)
   gpt2      learned positions, LayerNorm with bias, fused QKV (Conv1D [in, out]) with biases,
             GELU tanh, logits from the tied wte
 Everything is computed in float64 from the stored weights (bf16/f16 widened exactly).
