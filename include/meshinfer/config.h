@@ -13,6 +13,10 @@
 /* The weight matrices of a layer, the columns of the dtype table. */
 enum { MI_WQ, MI_WK, MI_WV, MI_WO, MI_W1, MI_W2, MI_W3, MI_N_LAYER_MATS };
 #define MI_MAX_LAYERS 1024
+/* A mixture-of-experts layer's matrices besides the experts' (whose dtypes
+ * are the dtype table's w1, w2, w3 columns): the router and the shared expert. */
+enum { MI_MOE_ROUTER, MI_MOE_SW1, MI_MOE_SW2, MI_MOE_SW3, MI_N_MOE_MATS };
+#define MI_MAX_EXPERTS 128
 
 /* Model families. A language model's family is a name plus the traits
  * below (mi_config_set_family); the blocks read the traits, never the name. */
@@ -26,10 +30,13 @@ typedef enum {
     MI_FAMILY_GEMMA3 = 4,   /* Gemma 3: GeGLU, norms after attention and FFN too, scaled embeddings,
                                q/k norms, sliding-window (local) layers between global ones */
     MI_FAMILY_GPT2 = 5,     /* GPT-2: LayerNorm with bias, GELU MLP, learned positions, biases */
+    MI_FAMILY_QWEN2MOE = 6, /* Qwen1.5-MoE, Qwen2-MoE: Qwen2's attention, every FFN a mixture of experts
+                               with a shared expert (the moe fields below) */
+    MI_FAMILY_QWEN3MOE = 7, /* Qwen3-MoE: Qwen3's attention, every FFN a mixture of routed experts */
     MI_N_FAMILIES
 } mi_family;
 
-/* "llama", "patchtst", "qwen2", "qwen3", "gemma3", "gpt2". */
+/* "llama", "patchtst", "qwen2", "qwen3", "gemma3", "gpt2", "qwen2moe", "qwen3moe". */
 const char *mi_family_name(int family);
 /* The family named s (as mi_family_name), or -1. */
 int mi_family_parse(const char *s);
@@ -53,7 +60,7 @@ typedef enum {
 typedef struct {
     int family;         /* mi_family */
     int dim;            /* d_model */
-    int hidden_dim;     /* FFN inner width */
+    int hidden_dim;     /* FFN inner width (a mixture of experts: the width of one expert) */
     int n_layers;
     int n_heads;        /* query heads */
     int n_kv_heads;     /* key/value heads (grouped-query attention when < n_heads) */
@@ -87,6 +94,16 @@ typedef struct {
     float rope_theta_local;    /* RoPE base of the local layers (0: rope_theta) */
     int sliding_window;        /* local layers attend to the last sliding_window positions; 0: none */
     int swa_period;            /* layer l is global when (l+1) % swa_period == 0, else local; 0: all global */
+    /* Mixture of experts (n_experts > 0, the MoE families): every layer's FFN is a router
+     * [n_experts, dim], softmax over its logits (fp32), the top n_experts_used experts (ties: the
+     * lower index first), their weights renormalised to sum 1 when norm_topk_prob, the sum of the
+     * chosen experts' SwiGLU FFNs (width hidden_dim) times their weights, plus a shared expert
+     * (SwiGLU of width shared_hidden_dim) times sigmoid(shared_gate . x) when shared_hidden_dim > 0. */
+    int n_experts;             /* routed experts per layer (E), 0: a dense FFN */
+    int n_experts_used;        /* experts each token runs (k, 1 <= k <= E) */
+    int shared_hidden_dim;     /* width of the shared expert, 0: none */
+    unsigned char norm_topk_prob; /* 1: the k routing weights renormalised to sum 1 */
+    unsigned char moe_dtype[MI_MAX_LAYERS][MI_N_MOE_MATS]; /* dtypes of the router and the shared expert */
     /* MI_FAMILY_PATCHTST only (0 otherwise) */
     int patch_len;      /* values of one channel per patch (P) */
     int patch_stride;   /* rows between the starts of consecutive patches (S) */
@@ -98,12 +115,21 @@ typedef struct {
 /* Names of the layer matrices as stored in the model file, by MI_W* index:
  * wq wk wv wo_t w1 w2_t w3. */
 extern const char *const mi_layer_mat_names[MI_N_LAYER_MATS];
+/* A mixture-of-experts layer's (model_file.h): by MI_W1, MI_W2, MI_W3 the
+ * stacked experts experts_w1, experts_w2, experts_w3 (other indices NULL), and
+ * by MI_MOE_* router, shared_w1, shared_w2_t, shared_w3. */
+extern const char *const mi_expert_mat_names[MI_N_LAYER_MATS];
+extern const char *const mi_moe_mat_names[MI_N_MOE_MATS];
+
+/* 1 when c's FFNs are mixtures of experts. */
+static inline int mi_config_is_moe(const mi_config *c) { return c->n_experts > 0; }
 
 /* Check that the values fit together (positive sizes, n_heads divisible by
  * n_kv_heads, dim == n_heads * head_dim, even head_dim for RoPE, sane limits,
  * known dtypes, and block dtypes only where their blocked axis is a multiple
- * of 32). Returns 0, or -1 with one line naming the offending field in err
- * (MI_ERRLEN). */
+ * of 32; experts only in the MoE families, which need them: 1 <= k <= E <=
+ * MI_MAX_EXPERTS, a SwiGLU FFN). Returns 0, or -1 with one line naming the
+ * offending field in err (MI_ERRLEN). */
 int mi_config_validate(const mi_config *c, char *err);
 
 /* Fill c's family and its traits' defaults (the sizes stay). */
@@ -129,16 +155,26 @@ static inline int mi_kv_dim(const mi_config *c) { return c->n_kv_heads * c->head
 
 /* Parameter counts (elements) of one layer and the whole model, including the
  * separate classifier when not shared. Used for memory predictions and for
- * effective-bandwidth figures in benchmarks. */
+ * effective-bandwidth figures in benchmarks. A mixture of experts counts
+ * every expert (all are stored). */
 size_t mi_layer_params(const mi_config *c);
 size_t mi_model_params(const mi_config *c);
 
 /* Weight elements read from memory per decoded token: every layer matrix plus
- * the classifier (the embedding row read is negligible). */
+ * the classifier (the embedding row read is negligible). A mixture of
+ * experts reads its router, the n_experts_used experts a token is routed to
+ * (k of E) and the shared expert, not every expert. */
 size_t mi_decode_weight_elems(const mi_config *c);
 
-/* Bytes of those weights in their stored dtypes (what a decoded token streams). */
+/* Bytes of those weights in their stored dtypes (what a decoded token
+ * streams; k of E experts, as mi_decode_weight_elems). */
 size_t mi_decode_weight_bytes(const mi_config *c);
+
+/* Bytes (in their dtypes) of n_exp experts of layer l (w1, w3 rows and w2),
+ * and of the MoE layer's parts every holder of its experts keeps: the router
+ * and the shared expert with its float32 gate. */
+size_t mi_experts_bytes(const mi_config *c, int l, int n_exp);
+size_t mi_moe_common_bytes(const mi_config *c, int l);
 
 /* Bytes (in their dtypes) of the units HeadSplit places, norms excluded:
  * one KV-head group of layer l (its query heads' wq rows, its wk and wv rows),

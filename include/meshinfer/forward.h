@@ -16,9 +16,11 @@ typedef struct {
     float *q;      /* [max_T, n_heads*head_dim] */
     float *k, *v;  /* [max_T, kv_dim] */
     float *heads;  /* [max_T, n_heads*head_dim] attention output before wo */
-    float *h1, *h3;/* [max_T, hidden_dim] */
+    float *h1, *h3;/* [max_T, max(hidden_dim, shared_hidden_dim)] */
     float *att;    /* [seq_len] attention scores */
     float *logits; /* [max_T, vocab_size] */
+    float *moe;    /* a mixture of experts' (config.h): [2*dim + n_experts] one position's sum, one expert's
+                      output, the routing weights; NULL for a dense FFN */
 } mi_scratch;
 
 void mi_scratch_init(mi_scratch *s, const mi_config *c, int max_T);
@@ -84,6 +86,17 @@ void mi_ffn_up_rows(const mi_model *m, int l, mi_ffn_act act, const float *xn, i
 void mi_ffn_down_rows(const mi_model *m, int l, const float *h, int ldh, int T, float *y, int ldy, int add,
                       float *bias_to, int ldb, const mi_product *prod);
 
+/* A mixture-of-experts FFN (config.h) of layer l on T rows of xn (ldx
+ * apart): y (+)= for each position, the sum over its top n_experts_used
+ * experts (router softmax in fp32, top-k with ties to the lower expert
+ * index, renormalised when norm_topk_prob) of weight * SwiGLU expert, plus
+ * sigmoid(shared_gate . x) * the shared expert; y: T rows of dim, ldy apart.
+ * Only the experts this device holds (spec.experts) contribute, so a device
+ * holding some gives its part of the sum; the shared expert where it is
+ * held. Positions run one at a time; uses s->h1, s->h3 and s->moe. */
+void mi_moe_rows(const mi_model *m, int l, mi_scratch *s, const float *xn, int ldx, int T, float *y, int ldy, int add,
+                 const mi_product *prod);
+
 /* ---- dense wrappers (rows packed) ---- */
 
 /* Output projection with this device's wo: y[T, dim] (+)= heads @ wo^T, where
@@ -92,8 +105,8 @@ void mi_ffn_down_rows(const mi_model *m, int l, const float *h, int ldh, int T, 
  * partial sum to be reduced). add: accumulate into y. */
 void mi_proj_block(const mi_model *m, int l, const float *heads, int T, float *y, int add);
 
-/* FFN (SwiGLU) over this device's units [f0, f0+nf): y[T, dim] (+)= w2 (silu(w1 xn) * w3 xn).
- * xn: [T, dim] already normalised with ffn_norm. */
+/* FFN (SwiGLU) over this device's units [f0, f0+nf): y[T, dim] (+)= w2 (silu(w1 xn) * w3 xn),
+ * or a mixture of experts' (mi_moe_rows). xn: [T, dim] already normalised with ffn_norm. */
 void mi_ffn_block(const mi_model *m, int l, mi_scratch *s, const float *xn, int T, float *y, int add);
 
 /* Final RMSNorm and this device's classifier rows for T positions of x:

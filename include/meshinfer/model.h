@@ -36,6 +36,12 @@ typedef struct {
                                            (somegather: its wo rows, and its w2 rows when w2_rows) */
     int w2_rows;                        /* 1: w2 rows [o0, o0+no) over all hidden units (somegather);
                                            0: the w2 columns of units [f0, f0+nf) (partial sums) */
+    /* a mixture of experts (config.h n_experts > 0), held with the FFN (nf > 0, all of it): the
+     * router, the shared expert and its gate, and these experts. mi_layer_spec_full holds every
+     * expert; expert parallelism places fewer (the router still scores all E, the layer's output
+     * is then a partial sum over the experts held, to be reduced over the holders). */
+    int n_experts;                      /* experts held */
+    unsigned char experts[MI_MAX_EXPERTS]; /* their ids, ascending */
 } mi_layer_spec;
 
 /* What one device holds of the whole model. */
@@ -76,6 +82,13 @@ typedef struct {
     float *post_ffn_norm;   /* [dim] norm of the FFN output (post_norms), held with the FFN */
     mi_tensor w1, w3;       /* [nf, dim] (no w3 in the time-series family: its MLP is gelu(w1 x + b1)) */
     mi_tensor w2;           /* [dim, nf]: a column block of w2; [no, hidden_dim] with w2_rows */
+    /* a mixture of experts (config.h), held with the FFN; w1, w2, w3 are then empty */
+    mi_tensor router;       /* [n_experts, dim], every expert's row */
+    mi_tensor ew1, ew3;     /* [spec.n_experts * hidden_dim, dim]: held expert i's rows i*hidden_dim .. */
+    mi_tensor ew2;          /* [spec.n_experts * dim, hidden_dim]: held expert i's w2 rows i*dim .. */
+    mi_tensor sw1, sw3;     /* [shared_hidden_dim, dim] the shared expert (empty without one) */
+    mi_tensor sw2;          /* [dim, shared_hidden_dim] */
+    float *shared_gate;     /* [dim] the shared expert's gate, sigmoid(shared_gate . x) */
     void *arena;            /* the layer's weights */
     size_t arena_bytes;
 } mi_layer;

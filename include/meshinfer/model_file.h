@@ -58,6 +58,21 @@
  * and no w3 where the FFN has no gate (GPT-2). Norm weights are stored as
  * they multiply (Gemma's 1 + w is stored summed).
  *
+ * A mixture of experts (family qwen2moe or qwen3moe; config.h) adds the
+ * integer attributes n_experts, n_experts_used, shared_hidden_dim and
+ * norm_topk_prob (hidden_dim is one expert's width), and each layer holds,
+ * instead of w1, w2_t and w3:
+ *   /layers/LLL/router      [n_experts, dim]                 any dtype
+ *   /layers/LLL/experts_w1, experts_w3 [n_experts*hidden_dim, dim]   expert e: rows e*hidden_dim ..
+ *   /layers/LLL/experts_w2  [n_experts*dim, hidden_dim]      expert e: rows e*dim .. (its w2 as it
+ *                           multiplies, not transposed: the expert, not the FFN unit, is what a rank holds)
+ *   /layers/LLL/shared_w1, shared_w3 [shared_hidden_dim, dim], shared_w2_t [shared_hidden_dim, dim]
+ *   /layers/LLL/shared_gate [dim] float32                    (these four only with a shared expert)
+ * Each stack is one dataset (a block group for q8_0/q4_0, blocked along its
+ * columns), so a rank reads the experts it holds as row hyperslabs. The
+ * experts take the dtype table's w1, w2, w3 entries; the router and shared
+ * expert config.h's moe_dtype.
+ *
  * CATS's time-series family (format_version 3, family = "patchtst") has
  * its own attributes and tensors, with biases and no tokenizer; see
  * docs/patchtst.md, which the training script follows too. */

@@ -60,6 +60,8 @@ typedef enum {
     MI_OP_NORM_LOCAL,/* CATS device-local norm: NORM with the mean square over the columns of X this
                         rank holds after the last allgather (its own and those received; not the pruned or
                         lost ones, which become 0): with every column held, NORM's result exactly */
+    MI_OP_MOE,       /* buf[:, c0:c0+n] (+)= the mixture-of-experts FFN of `layer` on XN (forward.h
+                        mi_moe_rows: router, top-k, this rank's experts, the shared expert; n = dim) */
     /* communication: xid names the exchange (mi_exchange) every member's matching op shares */
     MI_OP_BCAST,     /* buf's columns from the root to the other members (FLAG: with the decision) */
     MI_OP_IBCAST,    /* the same, non-blocking at the root until its next communication (HeadSplit Z) */

@@ -252,6 +252,10 @@ int cmd_info(int argc, char **argv)
                c.pos_embed ? "true" : "false", c.rope_freqs ? "true" : "false", (double)c.emb_scale,
                (double)c.attn_scale, (double)c.rope_theta_local, c.sliding_window, c.swa_period);
     }
+    if (mi_config_is_moe(&c)) /* every layer's FFN a mixture of experts (config.h) */
+        printf("\"experts\": {\"n_experts\": %d, \"n_experts_used\": %d, \"expert_hidden_dim\": %d, "
+               "\"shared_hidden_dim\": %d, \"norm_topk_prob\": %s}, ",
+               c.n_experts, c.n_experts_used, c.hidden_dim, c.shared_hidden_dim, c.norm_topk_prob ? "true" : "false");
     /* precision: a summary, the bytes a decoded token reads, and the table */
     char dts[160];
     printf("\"dtypes\": \"%s\", \"decode_weight_bytes\": %zu, \"tok_embeddings_dtype\": \"%s\", "
@@ -261,7 +265,12 @@ int cmd_info(int argc, char **argv)
     for (int l = 0; l < c.n_layers; l++) {
         printf("%s{", l ? ", " : "");
         for (int m = 0; m < MI_N_LAYER_MATS; m++)
-            printf("%s\"%s\": \"%s\"", m ? ", " : "", mi_layer_mat_names[m], mi_dtype_name(c.dtype[l][m]));
+            printf("%s\"%s\": \"%s\"", m ? ", " : "",
+                   mi_config_is_moe(&c) && mi_expert_mat_names[m] ? mi_expert_mat_names[m] : mi_layer_mat_names[m],
+                   mi_dtype_name(c.dtype[l][m]));
+        for (int m = 0; m < MI_N_MOE_MATS && mi_config_is_moe(&c); m++)
+            if (m == MI_MOE_ROUTER || c.shared_hidden_dim > 0)
+                printf(", \"%s\": \"%s\"", mi_moe_mat_names[m], mi_dtype_name(c.moe_dtype[l][m]));
         printf("}");
     }
     printf("]}\n");
@@ -460,17 +469,21 @@ int cmd_check(int argc, char **argv)
     size_t n = 0;
     if (mi_model_check_finite(&m, model, &n, err))
         mi_fatal("%s", err);
-    char dts[160];
+    char dts[160], moe[160] = "";
+    if (mi_config_is_moe(&c))
+        snprintf(moe, sizeof moe, ", %d experts (%d per token) of FFN width %d%s%.0d%s", c.n_experts,
+                 c.n_experts_used, c.hidden_dim, c.shared_hidden_dim ? " + a shared expert of width " : "",
+                 c.shared_hidden_dim, c.norm_topk_prob ? ", top-k weights renormalised" : "");
     if (series)
         printf("check: %s: ok: %s%s, time-series model (%d layers, dim %d, %d heads, %d patches of %d, horizon %d, "
                "%d channels%s); %zu weights (fp32), all finite; %.2f s\n",
                model, c.name, c.synthetic ? " (synthetic weights)" : "", c.n_layers, c.dim, c.n_heads, c.seq_len,
                c.patch_len, c.horizon, c.n_channels, masks, n, mi_now() - t0);
     else
-        printf("check: %s: ok: %s%s, %d layers, dim %d, %d heads (%d KV), vocab %d; %zu weights (%s), all finite; "
+        printf("check: %s: ok: %s%s, %d layers, dim %d, %d heads (%d KV), vocab %d%s; %zu weights (%s), all finite; "
                "tokenizer of %d pieces; %.2f s\n",
                model, c.name, c.synthetic ? " (synthetic weights)" : "", c.n_layers, c.dim, c.n_heads, c.n_kv_heads,
-               c.vocab_size, n, mi_config_dtype_summary(&c, dts, sizeof dts), tok.vocab_size, mi_now() - t0);
+               c.vocab_size, moe, n, mi_config_dtype_summary(&c, dts, sizeof dts), tok.vocab_size, mi_now() - t0);
     mi_tokenizer_free(&tok);
     mi_model_free(&m);
     return 0;

@@ -45,6 +45,15 @@ double mi_op_compute_s(const mi_plan *plan, const mi_op *op, const mi_cluster *c
     }
     case MI_OP_FFN_DOWN:
         return t + mat_s(d, c->dtype[l][MI_W2], (double)op->n * mi_plan_ffn_kept_units(plan, l, op->i0, op->ni), T);
+    case MI_OP_MOE: { /* the router, the k experts a position runs, the shared expert */
+        double h = c->hidden_dim, sh = c->shared_hidden_dim, k = c->n_experts_used;
+        const unsigned char *mt = c->moe_dtype[l];
+        return t + mat_s(d, mt[MI_MOE_ROUTER], (double)c->n_experts * D, T) +
+               k * (mat_s(d, c->dtype[l][MI_W1], h * D, T) + mat_s(d, c->dtype[l][MI_W3], h * D, T) +
+                    mat_s(d, c->dtype[l][MI_W2], h * D, T)) +
+               mat_s(d, mt[MI_MOE_SW1], sh * D, T) + mat_s(d, mt[MI_MOE_SW3], sh * D, T) +
+               mat_s(d, mt[MI_MOE_SW2], sh * D, T);
+    }
     case MI_OP_LOGITS: return t + mat_s(d, c->cls_dtype, (double)op->n * D, 1); /* the last position only */
     default: return t; /* norms, adds, embedding rows: small next to the weights */
     }

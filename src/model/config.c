@@ -8,6 +8,9 @@
 #include "meshinfer/common.h"
 
 const char *const mi_layer_mat_names[MI_N_LAYER_MATS] = {"wq", "wk", "wv", "wo_t", "w1", "w2_t", "w3"};
+const char *const mi_expert_mat_names[MI_N_LAYER_MATS] = {[MI_W1] = "experts_w1", [MI_W2] = "experts_w2",
+                                                          [MI_W3] = "experts_w3"};
+const char *const mi_moe_mat_names[MI_N_MOE_MATS] = {"router", "shared_w1", "shared_w2_t", "shared_w3"};
 
 /* Length of the axis a layer matrix is blocked along (the input of its
  * matrix-vector product). */
@@ -29,7 +32,8 @@ static int check_dtype(int t, int axis, const char *what, int layer, char *err)
     return 0;
 }
 
-static const char *const family_names[MI_N_FAMILIES] = {"llama", "patchtst", "qwen2", "qwen3", "gemma3", "gpt2"};
+static const char *const family_names[MI_N_FAMILIES] = {"llama", "patchtst", "qwen2",   "qwen3",
+                                                        "gemma3", "gpt2",     "qwen2moe", "qwen3moe"};
 
 const char *mi_family_name(int family)
 {
@@ -46,7 +50,7 @@ int mi_family_parse(const char *s)
 
 const char *mi_family_names(void)
 {
-    return "llama, qwen2, qwen3, gemma3, gpt2";
+    return "llama, qwen2, qwen3, gemma3, gpt2, qwen2moe, qwen3moe";
 }
 
 void mi_config_set_family(mi_config *c, int family)
@@ -60,9 +64,10 @@ void mi_config_set_family(mi_config *c, int family)
     c->rope_type = family == MI_FAMILY_PATCHTST || family == MI_FAMILY_GPT2 ? MI_ROPE_NONE
                    : family == MI_FAMILY_LLAMA                           ? MI_ROPE_PAIRS
                                                                          : MI_ROPE_HALVES;
-    c->qkv_bias = family == MI_FAMILY_PATCHTST || family == MI_FAMILY_QWEN2 || family == MI_FAMILY_GPT2;
+    c->qkv_bias = family == MI_FAMILY_PATCHTST || family == MI_FAMILY_QWEN2 || family == MI_FAMILY_GPT2 ||
+                  family == MI_FAMILY_QWEN2MOE;
     c->out_bias = family == MI_FAMILY_PATCHTST || family == MI_FAMILY_GPT2;
-    c->qk_norm = family == MI_FAMILY_QWEN3 || family == MI_FAMILY_GEMMA3;
+    c->qk_norm = family == MI_FAMILY_QWEN3 || family == MI_FAMILY_GEMMA3 || family == MI_FAMILY_QWEN3MOE;
     c->post_norms = family == MI_FAMILY_GEMMA3;
     c->pos_embed = family == MI_FAMILY_PATCHTST || family == MI_FAMILY_GPT2;
     c->emb_scale = family == MI_FAMILY_GEMMA3 && c->dim > 0 ? sqrtf((float)c->dim) : 0.0f;
@@ -131,6 +136,41 @@ static int validate_patchtst(const mi_config *c, char *err)
     return check_dtype(c->cls_dtype, c->seq_len * c->dim, "head", -1, err);
 }
 
+static int family_is_moe(int family)
+{
+    return family == MI_FAMILY_QWEN2MOE || family == MI_FAMILY_QWEN3MOE;
+}
+
+/* The experts' counts and widths, and the dtypes of the router and the
+ * shared expert (the experts' own are the dtype table's w1, w2, w3). */
+static int validate_moe(const mi_config *c, char *err)
+{
+    if (!family_is_moe(c->family)) {
+        if (c->n_experts || c->n_experts_used || c->shared_hidden_dim || c->norm_topk_prob)
+            return mi_set_error(err, "config: family %s has no experts, but n_experts = %d", mi_family_name(c->family),
+                                c->n_experts);
+        return 0;
+    }
+    if (c->n_experts < 1 || c->n_experts > MI_MAX_EXPERTS)
+        return mi_set_error(err, "config: n_experts = %d is outside [1, %d]", c->n_experts, MI_MAX_EXPERTS);
+    if (c->n_experts_used < 1 || c->n_experts_used > c->n_experts)
+        return mi_set_error(err, "config: n_experts_used = %d is outside [1, n_experts = %d]", c->n_experts_used,
+                            c->n_experts);
+    if (c->shared_hidden_dim < 0 || c->shared_hidden_dim > 1 << 18)
+        return mi_set_error(err, "config: shared_hidden_dim = %d is outside [0, %d]", c->shared_hidden_dim, 1 << 18);
+    if (c->norm_topk_prob > 1)
+        return mi_set_error(err, "config: norm_topk_prob = %d is not 0 or 1", c->norm_topk_prob);
+    if (c->ffn_type != MI_FFNK_SWIGLU || c->out_bias)
+        return mi_set_error(err, "config: the experts of %s are SwiGLU FFNs without biases", mi_family_name(c->family));
+    int sh = c->shared_hidden_dim, axis[MI_N_MOE_MATS] = {c->dim, c->dim, sh, c->dim};
+    for (int l = 0; l < c->n_layers; l++)
+        for (int m = 0; m < MI_N_MOE_MATS; m++)
+            if ((m == MI_MOE_ROUTER || sh > 0) &&
+                check_dtype(c->moe_dtype[l][m], axis[m], mi_moe_mat_names[m], l, err))
+                return -1;
+    return 0;
+}
+
 int mi_config_validate(const mi_config *c, char *err)
 {
     if (c->family < 0 || c->family >= MI_N_FAMILIES)
@@ -151,7 +191,8 @@ int mi_config_validate(const mi_config *c, char *err)
         return mi_set_error(err, "config: n_heads = %d is not a multiple of n_kv_heads = %d",
                             c->n_heads, c->n_kv_heads);
     /* Qwen3 and Gemma 3 choose head_dim; the others split dim into the heads */
-    if (c->family != MI_FAMILY_QWEN3 && c->family != MI_FAMILY_GEMMA3 && c->n_heads * c->head_dim != c->dim)
+    if (c->family != MI_FAMILY_QWEN3 && c->family != MI_FAMILY_GEMMA3 && c->family != MI_FAMILY_QWEN3MOE &&
+        c->n_heads * c->head_dim != c->dim)
         return mi_set_error(err, "config: n_heads * head_dim = %d * %d does not equal dim = %d",
                             c->n_heads, c->head_dim, c->dim);
     if (c->n_layers > MI_MAX_LAYERS)
@@ -185,7 +226,7 @@ int mi_config_validate(const mi_config *c, char *err)
         for (int m = 0; m < MI_N_LAYER_MATS; m++)
             if (check_dtype(c->dtype[l][m], blocked_axis(c, m), mi_layer_mat_names[m], l, err))
                 return -1;
-    return 0;
+    return validate_moe(c, err);
 }
 
 /* 1 when the FFN has a gate (w3). */
@@ -194,14 +235,31 @@ static int gated(const mi_config *c)
     return c->ffn_type == MI_FFNK_SWIGLU || c->ffn_type == MI_FFNK_GEGLU;
 }
 
-size_t mi_layer_params(const mi_config *c)
+/* Elements of a layer's FFN matrices with n_exp experts (a dense FFN: its w1, w2, w3). */
+static size_t ffn_params(const mi_config *c, int n_exp)
+{
+    size_t d = (size_t)c->dim, h = (size_t)c->hidden_dim;
+    if (!mi_config_is_moe(c))
+        return (gated(c) ? 3 : 2) * h * d;
+    /* the experts, the router, the shared expert and its gate */
+    return (size_t)n_exp * 3 * h * d + (size_t)c->n_experts * d +
+           (c->shared_hidden_dim > 0 ? 3 * (size_t)c->shared_hidden_dim * d + d : 0);
+}
+
+/* One layer's elements with n_exp experts. */
+static size_t layer_params(const mi_config *c, int n_exp)
 {
     size_t d = (size_t)c->dim, kv = (size_t)mi_kv_dim(c), h = (size_t)c->hidden_dim, q = (size_t)mi_q_dim(c);
-    size_t n = 2 * q * d /* wq, wo */ + 2 * kv * d /* wk, wv */ + (gated(c) ? 3 : 2) * h * d;
+    size_t n = 2 * q * d /* wq, wo */ + 2 * kv * d /* wk, wv */ + ffn_params(c, n_exp);
     n += (c->norm_type == MI_NORMK_LAYER ? 4 : 2) * d + (c->post_norms ? 2 * d : 0) +
          (c->qk_norm ? 2 * (size_t)c->head_dim : 0);
     n += (c->qkv_bias ? q + 2 * kv : 0) + (c->out_bias ? 2 * d + h : 0);
     return n;
+}
+
+size_t mi_layer_params(const mi_config *c)
+{
+    return layer_params(c, c->n_experts);
 }
 
 size_t mi_model_params(const mi_config *c)
@@ -216,7 +274,7 @@ size_t mi_model_params(const mi_config *c)
 
 size_t mi_decode_weight_elems(const mi_config *c)
 {
-    return (size_t)c->n_layers * mi_layer_params(c) + (size_t)c->vocab_size * (size_t)c->dim;
+    return (size_t)c->n_layers * layer_params(c, c->n_experts_used) + (size_t)c->vocab_size * (size_t)c->dim;
 }
 
 static size_t row_bytes(const mi_config *c, int l, int mat, size_t n)
@@ -270,12 +328,30 @@ size_t mi_classifier_bytes(const mi_config *c, int rows)
     return (size_t)rows * mi_dtype_row_bytes(c->cls_dtype, (size_t)c->dim);
 }
 
+size_t mi_experts_bytes(const mi_config *c, int l, int n_exp)
+{
+    size_t d = (size_t)c->dim, h = (size_t)c->hidden_dim;
+    return (size_t)n_exp * (h * (row_bytes(c, l, MI_W1, d) + row_bytes(c, l, MI_W3, d)) + d * row_bytes(c, l, MI_W2, h));
+}
+
+size_t mi_moe_common_bytes(const mi_config *c, int l)
+{
+    size_t d = (size_t)c->dim, sh = (size_t)c->shared_hidden_dim;
+    const unsigned char *t = c->moe_dtype[l];
+    size_t n = (size_t)c->n_experts * mi_dtype_row_bytes(t[MI_MOE_ROUTER], d);
+    if (sh > 0)
+        n += sh * (mi_dtype_row_bytes(t[MI_MOE_SW1], d) + mi_dtype_row_bytes(t[MI_MOE_SW3], d)) +
+             d * mi_dtype_row_bytes(t[MI_MOE_SW2], sh) + d * sizeof(float);
+    return n;
+}
+
 size_t mi_decode_weight_bytes(const mi_config *c)
 {
     size_t n = mi_classifier_bytes(c, c->vocab_size);
     for (int l = 0; l < c->n_layers; l++)
         n += (size_t)c->n_kv_heads * mi_head_group_bytes(c, l) + mi_proj_bytes(c, l, c->n_kv_heads) +
-             mi_ffn_bytes(c, l, c->hidden_dim);
+             (mi_config_is_moe(c) ? mi_moe_common_bytes(c, l) + mi_experts_bytes(c, l, c->n_experts_used)
+                                  : mi_ffn_bytes(c, l, c->hidden_dim));
     return n;
 }
 
@@ -477,6 +553,7 @@ int mi_config_trait_tensors(const mi_config *c, int l, const char **names, size_
         {"w1_b", l >= 0 && c->out_bias, (size_t)c->hidden_dim, 1}, {"w2_b", l >= 0 && c->out_bias, d, 1},
         {"q_norm", l >= 0 && c->qk_norm, hd, 1}, {"k_norm", l >= 0 && c->qk_norm, hd, 1},
         {"post_attention_norm", l >= 0 && c->post_norms, d, 1}, {"post_ffn_norm", l >= 0 && c->post_norms, d, 1},
+        {"shared_gate", l >= 0 && c->shared_hidden_dim > 0, d, 1},
     };
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
         if (ts[i].has) {

@@ -12,6 +12,9 @@ void mi_scratch_init(mi_scratch *s, const mi_config *c, int max_T)
 {
     size_t T = (size_t)max_T, d = (size_t)c->dim, kv = (size_t)mi_kv_dim(c), h = (size_t)c->hidden_dim;
     size_t q = (size_t)mi_q_dim(c);
+    if ((size_t)c->shared_hidden_dim > h) /* the shared expert's hidden units use h1 and h3 too */
+        h = (size_t)c->shared_hidden_dim;
+    memset(s, 0, sizeof *s);
     s->max_T = max_T;
     s->x = mi_calloc(T * d, sizeof(float), "activations");
     s->xn = mi_calloc(T * d, sizeof(float), "activations");
@@ -24,6 +27,8 @@ void mi_scratch_init(mi_scratch *s, const mi_config *c, int max_T)
     s->h3 = mi_calloc(T * h, sizeof(float), "activations");
     s->att = mi_calloc((size_t)c->seq_len, sizeof(float), "attention scores");
     s->logits = mi_calloc(T * (size_t)c->vocab_size, sizeof(float), "logits");
+    if (mi_config_is_moe(c))
+        s->moe = mi_calloc(2 * d + (size_t)c->n_experts, sizeof(float), "expert outputs");
 }
 
 void mi_scratch_free(mi_scratch *s)
@@ -39,6 +44,7 @@ void mi_scratch_free(mi_scratch *s)
     free(s->h3);
     free(s->att);
     free(s->logits);
+    free(s->moe);
     memset(s, 0, sizeof *s);
 }
 
@@ -181,6 +187,107 @@ void mi_ffn_down_rows(const mi_model *m, int l, const float *h, int ldh, int T, 
     biased_product(&L->w2, L->b2, h, ldh, T, y, ldy, add, bias_to, ldb, prod);
 }
 
+/* ---- mixture of experts ---- */
+
+/* The top k of the E routing weights p (softmax of the router's logits)
+ * into ids[k] and w[k], largest first; of equal weights the lower expert
+ * index first (torch.topk's order on CPU). Renormalised to sum 1 when the
+ * config says so, after the choice, as Hugging Face's Qwen MoE blocks do. */
+static void route(const mi_config *c, float *p, int *ids, float *w)
+{
+    int E = c->n_experts, k = c->n_experts_used;
+    mi_softmax(p, E);
+    float sum = 0.0f;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            int taken = 0;
+            for (int i = 0; i < j; i++)
+                taken |= ids[i] == e;
+            if (!taken && (best < 0 || p[e] > p[best]))
+                best = e;
+        }
+        ids[j] = best;
+        w[j] = p[best];
+        sum += w[j];
+    }
+    if (c->norm_topk_prob)
+        for (int j = 0; j < k; j++)
+            w[j] /= sum;
+}
+
+/* Where expert e is among the ones L holds (spec.experts, ascending), or -1. */
+static int held_index(const mi_layer *L, int e)
+{
+    int a = 0, b = L->spec.n_experts - 1;
+    while (a <= b) {
+        int mid = (a + b) / 2;
+        if (L->spec.experts[mid] == e)
+            return mid;
+        if (L->spec.experts[mid] < e)
+            a = mid + 1;
+        else
+            b = mid - 1;
+    }
+    return -1;
+}
+
+/* One SwiGLU FFN (w1, w3 [n, dim], w2 [dim, n]) of one position: out[dim]
+ * = w2 (silu(w1 x) * w3 x); h1, h3 hold n floats each. */
+static void swiglu_ffn(const mi_tensor *w1, const mi_tensor *w3, const mi_tensor *w2, const float *x, float *h1,
+                       float *h3, float *out, const mi_product *prod)
+{
+    product(prod, w1, h1, w1->rows, x, w1->cols, 1, 0);
+    product(prod, w3, h3, w3->rows, x, w3->cols, 1, 0);
+    mi_swiglu(h1, h3, (size_t)w1->rows);
+    product(prod, w2, out, w2->rows, h1, w2->cols, 1, 0);
+}
+
+/* The MoE block of one position x into acc[dim] (zeroed first): the routed
+ * experts this device holds, weighted, then the shared expert gated. */
+static void moe_position(const mi_model *m, int l, mi_scratch *s, const float *x, float *acc, const mi_product *prod)
+{
+    const mi_config *c = &m->cfg;
+    const mi_layer *L = &m->layers[l];
+    int d = c->dim, h = c->hidden_dim, k = c->n_experts_used, ids[MI_MAX_EXPERTS];
+    float w[MI_MAX_EXPERTS], *p = s->moe + 2 * d, *y = s->moe + d;
+    product(prod, &L->router, p, c->n_experts, x, d, 1, 0);
+    route(c, p, ids, w);
+    memset(acc, 0, (size_t)d * sizeof(float));
+    for (int j = 0; j < k; j++) {
+        int i = held_index(L, ids[j]);
+        if (i < 0)
+            continue; /* another device's expert */
+        mi_tensor w1 = mi_tensor_rows(&L->ew1, i * h, h), w3 = mi_tensor_rows(&L->ew3, i * h, h);
+        mi_tensor w2 = mi_tensor_rows(&L->ew2, i * d, d);
+        swiglu_ffn(&w1, &w3, &w2, x, s->h1, s->h3, y, prod);
+        for (int o = 0; o < d; o++)
+            acc[o] += w[j] * y[o];
+    }
+    if (!L->shared_gate)
+        return;
+    float g = 0.0f;
+    for (int o = 0; o < d; o++)
+        g += L->shared_gate[o] * x[o];
+    g = 1.0f / (1.0f + expf(-g));
+    swiglu_ffn(&L->sw1, &L->sw3, &L->sw2, x, s->h1, s->h3, y, prod);
+    for (int o = 0; o < d; o++)
+        acc[o] += g * y[o];
+}
+
+void mi_moe_rows(const mi_model *m, int l, mi_scratch *s, const float *xn, int ldx, int T, float *y, int ldy, int add,
+                 const mi_product *prod)
+{
+    int d = m->cfg.dim;
+    float *acc = s->moe;
+    for (int t = 0; t < T; t++) {
+        moe_position(m, l, s, xn + (size_t)t * ldx, acc, prod);
+        float *yt = y + (size_t)t * ldy;
+        for (int o = 0; o < d; o++)
+            yt[o] = add ? yt[o] + acc[o] : acc[o];
+    }
+}
+
 void mi_proj_block(const mi_model *m, int l, const float *heads, int T, float *y, int add)
 {
     const mi_layer *L = &m->layers[l];
@@ -190,6 +297,10 @@ void mi_proj_block(const mi_model *m, int l, const float *heads, int T, float *y
 void mi_ffn_block(const mi_model *m, int l, mi_scratch *s, const float *xn, int T, float *y, int add)
 {
     const mi_layer *L = &m->layers[l];
+    if (mi_config_is_moe(&m->cfg)) {
+        mi_moe_rows(m, l, s, xn, m->cfg.dim, T, y, m->cfg.dim, add, NULL);
+        return;
+    }
     mi_ffn_up_rows(m, l, mi_config_ffn_act(&m->cfg), xn, L->w1.cols, T, s->h1, L->w1.rows, s->h3, NULL);
     mi_ffn_down_rows(m, l, s->h1, L->w2.cols, T, y, L->w2.rows, add, NULL, 0, NULL);
 }

@@ -47,7 +47,9 @@ int mi_import_kind(const char *path)
 
 /* ------------------------------------------------------------ names */
 
-enum { VEC = 0, MAT = 1, TR = 2 /* stored transposed (wo_t, w2_t) */, NORM = 4 /* an RMSNorm weight */ };
+enum { VEC = 0, MAT = 1, TR = 2 /* stored transposed (wo_t, w2_t) */, NORM = 4 /* an RMSNorm weight */,
+       EXP = 8 /* a mixture of experts' stack [E * rows, cols]: one 3-D GGUF tensor [E, rows, cols], or E Hugging
+                  Face tensors (the second "%d" of the name the expert) */ };
 
 /* Our tensors and their names in GGUF files and in Hugging Face folders of
  * the Llama-like families (after the prefix), Gemma 3's and GPT-2's where
@@ -96,6 +98,16 @@ static const struct {
     {"w2_b", VEC, "blk.%d.ffn_down.bias", NULL, NULL, "h.%d.mlp.c_proj.bias"},
     {"post_ffn_norm", VEC | NORM, "blk.%d.post_ffw_norm.weight", NULL, "layers.%d.post_feedforward_layernorm.weight",
      NULL},
+    /* a mixture of experts (llama.cpp's qwen2moe, qwen3moe; transformers' Qwen2Moe, Qwen3Moe) */
+    {"router", MAT, "blk.%d.ffn_gate_inp.weight", "layers.%d.mlp.gate.weight", NULL, NULL},
+    {"experts_w1", MAT | EXP, "blk.%d.ffn_gate_exps.weight", "layers.%d.mlp.experts.%d.gate_proj.weight", NULL, NULL},
+    {"experts_w3", MAT | EXP, "blk.%d.ffn_up_exps.weight", "layers.%d.mlp.experts.%d.up_proj.weight", NULL, NULL},
+    {"experts_w2", MAT | EXP, "blk.%d.ffn_down_exps.weight", "layers.%d.mlp.experts.%d.down_proj.weight", NULL, NULL},
+    {"shared_w1", MAT, "blk.%d.ffn_gate_shexp.weight", "layers.%d.mlp.shared_expert.gate_proj.weight", NULL, NULL},
+    {"shared_w3", MAT, "blk.%d.ffn_up_shexp.weight", "layers.%d.mlp.shared_expert.up_proj.weight", NULL, NULL},
+    {"shared_w2_t", MAT | TR, "blk.%d.ffn_down_shexp.weight", "layers.%d.mlp.shared_expert.down_proj.weight", NULL,
+     NULL},
+    {"shared_gate", VEC, "blk.%d.ffn_gate_inp_shexp.weight", "layers.%d.mlp.shared_expert_gate.weight", NULL, NULL},
 };
 enum { N_NAMES = sizeof names / sizeof names[0], FIRST_LAYER_NAME = 6 };
 
@@ -118,6 +130,7 @@ const char *im_source_name(const im_ctx *x, const char *our, int layer, char *bu
 {
     int i = name_index(our), gpt2 = x->cfg.family == MI_FAMILY_GPT2, gated = x->cfg.ffn_type == MI_FFNK_SWIGLU ||
                                                                           x->cfg.ffn_type == MI_FFNK_GEGLU;
+    int expert = (int)*nrows; /* the expert of a Hugging Face stack */
     *row0 = *nrows = 0;
     if (i < 0)
         return NULL;
@@ -142,7 +155,10 @@ const char *im_source_name(const im_ctx *x, const char *our, int layer, char *bu
         *nrows = x->cfg.dim;
     }
     char tmp[200];
-    snprintf(tmp, sizeof tmp, pat, layer);
+    if (!x->gguf && (names[i].flags & EXP)) /* expert *nrows of the stack (im_expert_name) */
+        snprintf(tmp, sizeof tmp, pat, layer, expert);
+    else
+        snprintf(tmp, sizeof tmp, pat, layer);
     if (x->gguf || pat[0] == '@') /* lm_head sits beside the prefix's model */
         snprintf(buf, n, "%s%s", x->gguf ? "" : !strncmp(x->hf_prefix, "language_model.", 15) ? "language_model."
                                                                                                 : "",
@@ -218,7 +234,9 @@ static int expected(const mi_config *c, int i, int64_t *rows, int64_t *cols)
 {
     const char *s = names[i].our;
     int64_t d = c->dim, q = mi_q_dim(c), kv = mi_kv_dim(c), h = c->hidden_dim, hd = c->head_dim, V = c->vocab_size;
+    int64_t E = c->n_experts, sh = c->shared_hidden_dim;
     int ln = c->norm_type == MI_NORMK_LAYER, gated = c->ffn_type == MI_FFNK_SWIGLU || c->ffn_type == MI_FFNK_GEGLU;
+    int moe = mi_config_is_moe(c), dense = !moe;
     struct { const char *n; int has; int64_t r, k; } t[] = {
         {"tok_embeddings", 1, V, d}, {"classifier", !c->shared_classifier, V, d}, {"norm", 1, d, 1},
         {"norm_b", ln, d, 1}, {"pos_embed", c->pos_embed, c->seq_len, d}, {"rope_freqs", c->rope_freqs, hd / 2, 1},
@@ -226,8 +244,11 @@ static int expected(const mi_config *c, int i, int64_t *rows, int64_t *cols)
         {"wv", 1, kv, d}, {"wq_b", c->qkv_bias, q, 1}, {"wk_b", c->qkv_bias, kv, 1}, {"wv_b", c->qkv_bias, kv, 1},
         {"wo_t", 1, d, q}, {"wo_b", c->out_bias, d, 1}, {"q_norm", c->qk_norm, hd, 1}, {"k_norm", c->qk_norm, hd, 1},
         {"post_attention_norm", c->post_norms, d, 1}, {"ffn_norm", 1, d, 1}, {"ffn_norm_b", ln, d, 1},
-        {"w1", 1, h, d}, {"w3", gated, h, d}, {"w2_t", 1, d, h}, {"w1_b", c->out_bias, h, 1},
+        {"w1", dense, h, d}, {"w3", dense && gated, h, d}, {"w2_t", dense, d, h}, {"w1_b", c->out_bias, h, 1},
         {"w2_b", c->out_bias, d, 1}, {"post_ffn_norm", c->post_norms, d, 1},
+        {"router", moe, E, d}, {"experts_w1", moe, E * h, d}, {"experts_w3", moe, E * h, d},
+        {"experts_w2", moe, E * d, h}, {"shared_w1", moe && sh > 0, sh, d}, {"shared_w3", moe && sh > 0, sh, d},
+        {"shared_w2_t", moe && sh > 0, d, sh}, {"shared_gate", moe && sh > 0, d, 1},
     };
     for (size_t k = 0; k < sizeof t / sizeof t[0]; k++)
         if (!strcmp(t[k].n, s)) {
@@ -245,7 +266,77 @@ typedef struct {
     int64_t rows, cols, row0, nrows;
     int transposed_src; /* the source holds [cols, rows] (GPT-2's Conv1D) */
     int dtype;          /* stored */
+    im_tensor *parts;   /* a Hugging Face expert stack: its n_parts experts' tensors (t is parts[0]), else NULL */
+    int n_parts;
 } item;
+
+/* The stored dtype of a Hugging Face expert stack: its parts' common type
+ * (fp16 only when every part keeps fp16 exactly). */
+static int stack_dtype(const item *it)
+{
+    int t = MI_F16;
+    for (int e = 0; e < it->n_parts; e++)
+        if (stored_dtype(&it->parts[e]) != MI_F16)
+            t = MI_F32;
+    return t;
+}
+
+/* A stack of E experts: a 3-D GGUF tensor [E, rows/E, cols] seen as [rows,
+ * cols], or E Hugging Face tensors of [rows/E, cols] each. */
+static int find_stack(im_ctx *x, int i, int layer, item *it, char *err)
+{
+    int64_t E = x->cfg.n_experts, er = it->rows / E;
+    if (x->gguf) {
+        int rc = x->find(x, it->src, &it->t, err);
+        if (rc == 1)
+            return mi_set_error(err, "%s: tensor '%s' is missing (needed for %s of a %s model)", x->src, it->src,
+                                it->our, mi_family_name(x->cfg.family));
+        if (rc)
+            return -1;
+        if (it->t.n_dims != 3 || it->t.shape[0] != E || it->t.shape[1] != er || it->t.shape[2] != it->cols)
+            return mi_set_error(err, "%s: tensor '%s' is not [%lld experts, %lld, %lld] (the config's %lld experts "
+                                     "of %s)", x->src, it->src, (long long)E, (long long)er, (long long)it->cols,
+                                (long long)E, it->our);
+        if (it->t.dtype == IM_OTHER)
+            return mi_set_error(err, "%s: tensor '%s' is %s, which meshinfer does not run (it runs f32, f16, bf16, "
+                                     "q8_0 and q4_0)", x->src, it->src, it->t.type_name);
+        it->t.n_dims = 2;
+        it->t.shape[0] = it->rows;
+        it->t.shape[1] = it->cols;
+        it->dtype = it->t.dtype == IM_BF16 ? stored_dtype(&it->t) : it->t.dtype;
+        return 0;
+    }
+    it->parts = mi_calloc((size_t)E, sizeof(im_tensor), "expert tensors");
+    it->n_parts = (int)E;
+    for (int64_t e = 0; e < E; e++) {
+        int64_t r0, ne = e;
+        char nm[200];
+        im_source_name(x, names[i].our, layer, nm, sizeof nm, &r0, &ne);
+        im_tensor *t = &it->parts[e];
+        int rc = x->find(x, nm, t, err);
+        if (rc == 1)
+            return mi_set_error(err, "%s: tensor '%s' is missing (the config says %lld experts)", x->src, nm,
+                                (long long)E);
+        if (rc)
+            return -1;
+        if (t->dtype == IM_OTHER)
+            return mi_set_error(err, "%s: tensor '%s' is %s, which meshinfer does not run", x->src, nm, t->type_name);
+        if (t->n_dims != 2 || t->shape[0] != er || t->shape[1] != it->cols)
+            return mi_set_error(err, "%s: tensor '%s' is not [%lld, %lld] as the config implies", x->src, nm,
+                                (long long)er, (long long)it->cols);
+    }
+    /* a stack one past the config's count means the config undercounts */
+    char nm[200];
+    int64_t r0, ne = E;
+    im_tensor extra;
+    im_source_name(x, names[i].our, layer, nm, sizeof nm, &r0, &ne);
+    if (x->find(x, nm, &extra, err) == 0)
+        return mi_set_error(err, "%s: holds '%s', an expert past the config's num_experts = %lld", x->src, nm,
+                            (long long)E);
+    it->t = it->parts[0];
+    it->dtype = stack_dtype(it);
+    return 0;
+}
 
 static int find_item(im_ctx *x, int i, int layer, item *it, char *err)
 {
@@ -262,6 +353,10 @@ static int find_item(im_ctx *x, int i, int layer, item *it, char *err)
     if (!im_source_name(x, names[i].our, layer, it->src, sizeof it->src, &it->row0, &it->nrows))
         return mi_set_error(err, "%s: %s has no source tensor for '%s' in family %s", x->src,
                             x->gguf ? "a GGUF file" : "a Hugging Face folder", it->our, mi_family_name(x->cfg.family));
+    if (names[i].flags & EXP) {
+        it->row0 = it->nrows = 0;
+        return find_stack(x, i, layer, it, err);
+    }
     int rc = x->find(x, it->src, &it->t, err);
     if (rc == 1)
         return mi_set_error(err, "%s: tensor '%s' is missing (needed for %s of a %s model)", x->src, it->src, it->our,
@@ -274,6 +369,10 @@ static int find_item(im_ctx *x, int i, int layer, item *it, char *err)
                                  "(or Q8_0)", x->src, it->src, it->t.type_name);
     it->transposed_src = x->conv1d && (names[i].flags & MAT) && strcmp(names[i].our, "tok_embeddings") &&
                          strcmp(names[i].our, "pos_embed");
+    if (!(names[i].flags & MAT) && it->t.n_dims == 2 && it->t.shape[0] == 1) { /* a vector as one row (shared_gate) */
+        it->t.n_dims = 1;
+        it->t.shape[0] = it->t.shape[1];
+    }
     int64_t sr = it->t.n_dims >= 2 ? it->t.shape[0] : numel(&it->t), sc = it->t.n_dims >= 2 ? it->t.shape[1] : 1;
     if (it->t.n_dims > 2 || (it->t.n_dims == 2 && !(names[i].flags & MAT)))
         return mi_set_error(err, "%s: tensor '%s' has %d dims, expected %s", x->src, it->src, it->t.n_dims,
@@ -322,6 +421,16 @@ static int write_matrix(mi_model_writer *w, const item *it, char *err)
 {
     int transpose = (names[it->i].flags & TR) != 0;
     size_t rows = (size_t)it->rows, cols = (size_t)it->cols;
+    if (it->parts) { /* a Hugging Face expert stack: the experts one after another */
+        size_t er = rows / (size_t)it->n_parts;
+        float *v = mi_malloc(rows * cols * sizeof(float), "import buffer");
+        for (int e = 0; e < it->n_parts; e++)
+            for (size_t r = 0; r < er; r++)
+                to_float(&it->parts[e], r * cols, cols, v + ((size_t)e * er + r) * cols);
+        int rc = mi_model_writer_put_tensor(w, it->our, it->dtype, v, rows, cols, 0, err);
+        free(v);
+        return rc;
+    }
     if (it->t.dtype == it->dtype && !it->transposed_src) { /* kept as it is */
         size_t qrow = mi_dtype_q_row_bytes(it->dtype, cols), nb = mi_dtype_blocked(it->dtype) ? cols / MI_QK : 0;
         unsigned char *q = mi_malloc(rows * qrow + 1, "import buffer");
@@ -387,6 +496,19 @@ static void record_dtype(mi_config *c, const item *it)
             c->dtype[it->layer][m] = (unsigned char)it->dtype;
     if (it->layer >= 0 && !strcmp(s, "w1") && c->ffn_type != MI_FFNK_SWIGLU && c->ffn_type != MI_FFNK_GEGLU)
         c->dtype[it->layer][MI_W3] = (unsigned char)it->dtype;
+    for (int m = 0; m < MI_N_LAYER_MATS; m++)
+        if (it->layer >= 0 && mi_expert_mat_names[m] && !strcmp(s, mi_expert_mat_names[m]))
+            c->dtype[it->layer][m] = (unsigned char)it->dtype;
+    for (int m = 0; m < MI_N_MOE_MATS; m++)
+        if (it->layer >= 0 && !strcmp(s, mi_moe_mat_names[m]))
+            c->moe_dtype[it->layer][m] = (unsigned char)it->dtype;
+}
+
+static void free_items(item *items, int n)
+{
+    for (int k = 0; k < n; k++)
+        free(items[k].parts);
+    free(items);
 }
 
 /* Every tensor the config needs, found and checked (pass one). */
@@ -399,7 +521,8 @@ static item *plan_items(im_ctx *x, int *n_items, char *err)
         for (int i = l < 0 ? 0 : FIRST_LAYER_NAME; i < (l < 0 ? FIRST_LAYER_NAME : N_NAMES); i++) {
             int rc = find_item(x, i, l, &items[n], err);
             if (rc < 0) {
-                free(items);
+                free(items[n].parts);
+                free_items(items, n);
                 return NULL;
             }
             if (rc == 0) {
@@ -505,7 +628,8 @@ int mi_import(const char *src, const char *out, const mi_import_options *o, char
                     x.n_bf16_f16, x.n_bf16_f32);
         fputc('\n', o->summary);
     }
-    free(items);
+    if (items)
+        free_items(items, n);
     if (kind == MI_IMPORT_GGUF)
         im_gguf_close(&x);
     else

@@ -37,7 +37,8 @@ static int gguf_find(const im_ctx *x, const char *name, im_tensor *t, char *err)
 
 static const struct { const char *arch; int family; } archs[] = {
     {"llama", MI_FAMILY_LLAMA}, {"qwen2", MI_FAMILY_QWEN2}, {"qwen3", MI_FAMILY_QWEN3},
-    {"gemma3", MI_FAMILY_GEMMA3}, {"gpt2", MI_FAMILY_GPT2},
+    {"gemma3", MI_FAMILY_GEMMA3}, {"gpt2", MI_FAMILY_GPT2}, {"qwen2moe", MI_FAMILY_QWEN2MOE},
+    {"qwen3moe", MI_FAMILY_QWEN3MOE},
 };
 
 /* {arch}.key as an int: 0, or (absent) the default def (-1: required). */
@@ -66,6 +67,34 @@ static int key_float(const mi_gguf *g, const char *arch, const char *key, float 
     if (rc == 1)
         *v = def;
     return rc < 0 ? -1 : 0;
+}
+
+/* A mixture of experts' keys as llama.cpp writes them (its defaults where
+ * absent: the expert width feed_forward_length / expert_used_count, the
+ * shared one feed_forward_length). llama.cpp renormalises the top-k weights
+ * of qwen3moe and not of qwen2moe unless expert_weights_norm says so. The
+ * expert width becomes hidden_dim (config.h). */
+static int gguf_moe(im_ctx *x, const mi_gguf *g, const char *arch, char *err)
+{
+    mi_config *c = &x->cfg;
+    const char *p = x->src;
+    int ff = c->hidden_dim;
+    if (key_int(g, arch, "expert_count", -1, &c->n_experts, p, err) ||
+        key_int(g, arch, "expert_used_count", -1, &c->n_experts_used, p, err))
+        return -1;
+    if (c->n_experts_used <= 0)
+        return mi_set_error(err, "%s: %s.expert_used_count = %d is not a count", p, arch, c->n_experts_used);
+    if (key_int(g, arch, "expert_feed_forward_length", ff / c->n_experts_used, &c->hidden_dim, p, err) ||
+        (c->family == MI_FAMILY_QWEN2MOE &&
+         key_int(g, arch, "expert_shared_feed_forward_length", ff, &c->shared_hidden_dim, p, err)))
+        return -1;
+    char k[128];
+    snprintf(k, sizeof k, "%s.expert_weights_norm", arch);
+    bool norm = c->family == MI_FAMILY_QWEN3MOE;
+    if (mi_gguf_get_bool(g, k, &norm, err) < 0)
+        return -1;
+    c->norm_topk_prob = norm;
+    return 0;
 }
 
 /* The sizes and the family's traits from the metadata. */
@@ -97,6 +126,8 @@ static int gguf_config(im_ctx *x, const mi_gguf *g, const char *arch, int family
                   1e-5f, &c->norm_eps, err))
         return -1;
     c->seq_len = im_context(x->o, ctx);
+    if ((family == MI_FAMILY_QWEN2MOE || family == MI_FAMILY_QWEN3MOE) && gguf_moe(x, g, arch, err))
+        return -1;
     if (family == MI_FAMILY_GEMMA3) { /* llama.cpp's Gemma 3: every 6th layer global, local base 10,000 */
         if (key_int(g, arch, "attention.sliding_window", 512, &c->sliding_window, p, err))
             return -1;

@@ -39,6 +39,7 @@ static const struct { const char *arch; int family; } archs[] = {
     {"LlamaForCausalLM", MI_FAMILY_LLAMA},   {"Qwen2ForCausalLM", MI_FAMILY_QWEN2},
     {"Qwen3ForCausalLM", MI_FAMILY_QWEN3},   {"Gemma3ForCausalLM", MI_FAMILY_GEMMA3},
     {"Gemma3ForConditionalGeneration", MI_FAMILY_GEMMA3}, {"GPT2LMHeadModel", MI_FAMILY_GPT2},
+    {"Qwen2MoeForCausalLM", MI_FAMILY_QWEN2MOE}, {"Qwen3MoeForCausalLM", MI_FAMILY_QWEN3MOE},
 };
 
 /* A number of config.json: 0; 1 when absent or null (v untouched); -1 with
@@ -139,6 +140,36 @@ static int gemma3_config(im_ctx *x, const cJSON *t, char *err)
     return 0;
 }
 
+/* A mixture of experts' keys (transformers' Qwen2MoeConfig, Qwen3MoeConfig).
+ * Only models whose every layer is sparse are run: decoder_sparse_step 1
+ * and no mlp_only_layers. The expert width becomes hidden_dim (config.h). */
+static int moe_config(im_ctx *x, const cJSON *t, char *err)
+{
+    mi_config *c = &x->cfg;
+    const char *p = x->src;
+    int step = 1, shared = 0;
+    if (get_int(t, "num_experts", -2, &c->n_experts, p, err) ||
+        get_int(t, "num_experts_per_tok", -2, &c->n_experts_used, p, err) ||
+        get_int(t, "moe_intermediate_size", -2, &c->hidden_dim, p, err) ||
+        get_int(t, "decoder_sparse_step", 1, &step, p, err))
+        return -1;
+    if (c->family == MI_FAMILY_QWEN2MOE && get_int(t, "shared_expert_intermediate_size", -2, &shared, p, err))
+        return -1;
+    c->shared_hidden_dim = shared;
+    if (step != 1)
+        return mi_set_error(err, "%s/config.json: decoder_sparse_step = %d: only models whose every layer is a mixture "
+                                 "of experts run (decoder_sparse_step 1)", p, step);
+    const cJSON *mlp = cJSON_GetObjectItemCaseSensitive(t, "mlp_only_layers");
+    if (mlp && !cJSON_IsNull(mlp) && (!cJSON_IsArray(mlp) || cJSON_GetArraySize(mlp) > 0))
+        return mi_set_error(err, "%s/config.json: mlp_only_layers is not empty: only models whose every layer is a "
+                                 "mixture of experts run", p);
+    const cJSON *norm = cJSON_GetObjectItemCaseSensitive(t, "norm_topk_prob");
+    if (norm && !cJSON_IsNull(norm) && !cJSON_IsBool(norm))
+        return mi_set_error(err, "%s/config.json: norm_topk_prob is not true or false", p);
+    c->norm_topk_prob = cJSON_IsTrue(norm); /* transformers' default: false */
+    return 0;
+}
+
 static int hf_sizes(im_ctx *x, const cJSON *t, char *err)
 {
     mi_config *c = &x->cfg;
@@ -216,7 +247,7 @@ static int hf_config(im_ctx *x, const cJSON *cfg, char *err)
     if (family < 0)
         return mi_set_error(err, "%s/config.json: architecture '%s' is not supported (meshinfer runs %s: "
                                  "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM, "
-                                 "GPT2LMHeadModel)", x->src, arch, mi_family_names());
+                                 "GPT2LMHeadModel, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM)", x->src, arch, mi_family_names());
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(cfg, "text_config");
     if (!cJSON_IsObject(t))
         t = cfg;
@@ -224,6 +255,8 @@ static int hf_config(im_ctx *x, const cJSON *cfg, char *err)
     if (hf_sizes(x, t, err))
         return -1;
     mi_config_set_family(&x->cfg, family);
+    if ((family == MI_FAMILY_QWEN2MOE || family == MI_FAMILY_QWEN3MOE) && moe_config(x, t, err))
+        return -1;
     if (family == MI_FAMILY_LLAMA)
         x->cfg.rope_type = MI_ROPE_HALVES; /* transformers' rotate_half order (GGUF permutes to pairs) */
     x->norm_plus_one = family == MI_FAMILY_GEMMA3;

@@ -56,7 +56,9 @@ void im_hf_close(im_ctx *x);
 /* Name of our tensor `our` (model_file.h names; layer -1 for the model's own)
  * in the source, with the rows [*row0, *row0 + *nrows) it takes from it (a
  * fused q/k/v; *nrows 0: all). NULL when the family has no such source
- * tensor (then it is computed or absent). */
+ * tensor (then it is computed or absent). A Hugging Face folder's expert
+ * stack (experts_w1 ...) names one expert's tensor: the one *nrows says on
+ * entry. */
 const char *im_source_name(const im_ctx *x, const char *our, int layer, char *buf, size_t n, int64_t *row0,
                            int64_t *nrows);
 

@@ -33,6 +33,9 @@ mi_layer_spec mi_layer_spec_full(const mi_config *c)
     s.proj = MI_PROJ_FULL;
     s.f0 = 0;
     s.nf = c->hidden_dim;
+    s.n_experts = c->n_experts;
+    for (int e = 0; e < c->n_experts && e < MI_MAX_EXPERTS; e++)
+        s.experts[e] = (unsigned char)e;
     return s;
 }
 
@@ -133,7 +136,9 @@ size_t mi_shard_weight_bytes(const mi_config *c, const mi_shard_spec *spec)
             n += (size_t)s->no * mi_dtype_row_bytes(c->dtype[l][MI_WO], nq);
         if (s->proj != MI_PROJ_NONE)
             n += post + (c->out_bias ? no * f : 0);
-        if (s->nf > 0 && !s->w2_rows)
+        if (s->nf > 0 && mi_config_is_moe(c))
+            n += norm + mi_moe_common_bytes(c, l) + mi_experts_bytes(c, l, s->n_experts);
+        else if (s->nf > 0 && !s->w2_rows)
             n += norm + post + mi_ffn_bytes(c, l, s->nf) + (c->out_bias ? d * f : 0);
         else if (s->nf > 0)
             n += norm + post + (size_t)s->nf * (mi_dtype_row_bytes(c->dtype[l][MI_W1], d) + mi_w3_row_bytes(c, l)) +
@@ -213,7 +218,7 @@ typedef struct {
     const mi_weight_source *src;
     int rc;
     char *err;
-    treq req[24];
+    treq req[32];
     int n_req;
 } loader;
 
@@ -433,6 +438,31 @@ static int load_lm_tables(loader *ld, mi_model *m, const mi_config *c, const mi_
     return 0;
 }
 
+/* A mixture-of-experts FFN (config.h): its norm, router, shared expert and
+ * gate, and the experts s holds, each a row range of the stacked datasets. */
+static void load_moe(loader *ld, const mi_config *c, int l, const mi_layer_spec *s, mi_layer *L)
+{
+    size_t d = (size_t)c->dim, h = (size_t)c->hidden_dim, sh = (size_t)c->shared_hidden_dim;
+    const unsigned char *dt = c->dtype[l], *mt = c->moe_dtype[l];
+    want_vec(ld, l, "ffn_norm", 1, 0, d, &L->ffn_norm);
+    add_range(want(ld, l, "router", mt[MI_MOE_ROUTER], d, 0), 0, (size_t)c->n_experts)->dst = &L->router;
+    treq *w1 = want(ld, l, "experts_w1", dt[MI_W1], d, 0), *w3 = want(ld, l, "experts_w3", dt[MI_W3], d, 0);
+    treq *w2 = want(ld, l, "experts_w2", dt[MI_W2], h, 0);
+    for (int i = 0; i < s->n_experts; i++) {
+        size_t e = s->experts[i];
+        add_range(w1, e * h, h);
+        add_range(w3, e * h, h);
+        add_range(w2, e * d, d);
+    }
+    w1->dst = &L->ew1, w3->dst = &L->ew3, w2->dst = &L->ew2;
+    if (sh > 0) {
+        add_range(want(ld, l, "shared_w1", mt[MI_MOE_SW1], d, 0), 0, sh)->dst = &L->sw1;
+        add_range(want(ld, l, "shared_w3", mt[MI_MOE_SW3], d, 0), 0, sh)->dst = &L->sw3;
+        add_range(want(ld, l, "shared_w2_t", mt[MI_MOE_SW2], d, 1), 0, sh)->dst = &L->sw2;
+        want_vec(ld, l, "shared_gate", 1, 0, d, &L->shared_gate);
+    }
+}
+
 /* Layer l's held parts (spec s) with the family's vectors: one arena. */
 static void load_lm_layer(loader *ld, mi_model *m, const mi_config *c, int l, const mi_layer_spec *s)
 {
@@ -491,7 +521,9 @@ static void load_lm_layer(loader *ld, mi_model *m, const mi_config *c, int l, co
         want_opt(ld, c->out_bias, l, "wo_b", o0, no, &L->bo);
         want_opt(ld, c->post_norms, l, "post_attention_norm", 0, d, &L->post_attn_norm);
     }
-    if (s->nf > 0) {
+    if (s->nf > 0 && mi_config_is_moe(c)) {
+        load_moe(ld, c, l, s, L);
+    } else if (s->nf > 0) {
         want_vec(ld, l, "ffn_norm", 1, 0, d, &L->ffn_norm);
         want_opt(ld, ln, l, "ffn_norm_b", 0, d, &L->ffn_norm_b);
         add_range(want(ld, l, "w1", dt[MI_W1], d, 0), (size_t)s->f0, (size_t)s->nf)->dst = &L->w1;
@@ -568,6 +600,14 @@ int mi_model_load(mi_model *m, const mi_weight_source *src, const mi_config *c, 
                   (rows && (s->o0 < 0 || s->no <= 0 || s->o0 + s->no > c->dim));
         for (int i = 0; i < s->n_kv && !bad; i++)
             bad = s->kv[i] >= c->n_kv_heads || (i > 0 && s->kv[i] <= s->kv[i - 1]);
+        bad |= s->n_experts < 0 || s->n_experts > c->n_experts;
+        for (int i = 0; i < s->n_experts && !bad; i++)
+            bad = s->experts[i] >= c->n_experts || (i > 0 && s->experts[i] <= s->experts[i - 1]);
+        if (!bad && mi_config_is_moe(c) && s->nf > 0 && (s->f0 != 0 || s->nf != c->hidden_dim || s->w2_rows)) {
+            mi_model_free(m);
+            return mi_set_error(err, "layer %d: a mixture-of-experts FFN is held whole (its experts chosen), not "
+                                     "split into FFN units", l);
+        }
         if (bad) {
             mi_model_free(m);
             return mi_set_error(err, "layer %d: shard ranges are outside the model", l);
@@ -649,6 +689,9 @@ void mi_model_free(mi_model *m)
 
 int mi_layer_convert(mi_layer *L, int dim, const unsigned char *to, char *err)
 {
+    if (L->router.q)
+        return mi_set_error(err, "cannot re-encode a mixture-of-experts layer's weights yet (its experts are "
+                                 "held as stored)");
     mi_tensor *w[MI_N_LAYER_MATS] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w2, &L->w3};
     float **norm[2] = {&L->attention_norm, &L->ffn_norm};
     size_t nb = ((size_t)dim * sizeof(float) + 63) & ~(size_t)63, total = 0;

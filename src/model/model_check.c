@@ -113,6 +113,15 @@ int mi_model_check_finite(const mi_model *m, const char *path, size_t *n_weights
             if (mats[k]->q && check_tensor(path, name, mats[k], &n, err))
                 return -1;
         }
+        /* a mixture of experts' (the stacked experts under their own names) */
+        const mi_tensor *moe[7] = {&L->router, &L->ew1, &L->ew2, &L->ew3, &L->sw1, &L->sw2, &L->sw3};
+        const char *moe_names[7] = {"router", "experts_w1", "experts_w2", "experts_w3", "shared_w1", "shared_w2_t",
+                                    "shared_w3"};
+        for (int k = 0; k < 7; k++) {
+            mi_model_layer_name(name, sizeof name, l, moe_names[k]);
+            if (moe[k]->q && check_tensor(path, name, moe[k], &n, err))
+                return -1;
+        }
         /* the family's vectors (a whole model: every one the traits add) */
         int hd = c->head_dim, d = c->dim, q = mi_q_dim(c), kv = mi_kv_dim(c);
         const struct { const char *t; const float *v; int len; } vs[] = {
@@ -120,6 +129,7 @@ int mi_model_check_finite(const mi_model *m, const char *path, size_t *n_weights
             {"wk_b", L->bk, kv}, {"wv_b", L->bv, kv}, {"wo_b", L->bo, d}, {"w1_b", L->b1, c->hidden_dim},
             {"w2_b", L->b2, d}, {"q_norm", L->q_norm, hd}, {"k_norm", L->k_norm, hd},
             {"post_attention_norm", L->post_attn_norm, d}, {"post_ffn_norm", L->post_ffn_norm, d},
+            {"shared_gate", L->shared_gate, d},
         };
         for (size_t k = 0; k < sizeof vs / sizeof vs[0]; k++) {
             mi_model_layer_name(name, sizeof name, l, vs[k].t);

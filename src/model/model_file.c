@@ -94,6 +94,19 @@ static int read_family(hid_t f, mi_config *c, const char *path, char *err)
             *t[i].u = (unsigned char)v;
         }
     }
+    if (family != MI_FAMILY_QWEN2MOE && family != MI_FAMILY_QWEN3MOE)
+        return 0;
+    mf_moe_attr m[MF_N_MOE_ATTRS];
+    mf_moe_attrs(c, m);
+    for (int i = 0; i < MF_N_MOE_ATTRS; i++)
+        if (mf_read_int_attr(f, m[i].name, m[i].v, path, err))
+            return -1;
+    int norm = 0;
+    if (mf_read_int_attr(f, "norm_topk_prob", &norm, path, err))
+        return -1;
+    if (norm != 0 && norm != 1)
+        return mi_set_error(err, "%s: attribute norm_topk_prob = %d is not 0 or 1", path, norm);
+    c->norm_topk_prob = (unsigned char)norm;
     return 0;
 }
 

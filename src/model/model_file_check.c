@@ -185,6 +185,36 @@ static int check_trait_tensors(mi_model_file *mf, char *err)
     return 0;
 }
 
+/* A mixture-of-experts layer's matrices (model_file.h), recording their
+ * dtypes: the stacked experts in the dtype table's w1, w2, w3 columns. */
+static int check_moe(mi_model_file *mf, int l, char *err)
+{
+    mi_config *c = &mf->cfg;
+    hsize_t d = (hsize_t)c->dim, h = (hsize_t)c->hidden_dim, E = (hsize_t)c->n_experts;
+    hsize_t sh = (hsize_t)c->shared_hidden_dim;
+    char name[128];
+    int t;
+    /* experts_w1, w3 [E*h, dim] and experts_w2 [E*dim, h], each blocked along its columns */
+    const int exp_mat[3] = {MI_W1, MI_W2, MI_W3};
+    for (int i = 0; i < 3; i++) {
+        int m = exp_mat[i];
+        mi_model_layer_name(name, sizeof name, l, mi_expert_mat_names[m]);
+        if (check_matrix(mf, name, m == MI_W2 ? E * d : E * h, m == MI_W2 ? h : d, 0, &t, err))
+            return -1;
+        c->dtype[l][m] = (unsigned char)t;
+    }
+    const hsize_t rows[MI_N_MOE_MATS] = {E, sh, sh, sh};
+    for (int m = 0; m < MI_N_MOE_MATS; m++) {
+        if (m != MI_MOE_ROUTER && sh == 0)
+            continue;
+        mi_model_layer_name(name, sizeof name, l, mi_moe_mat_names[m]);
+        if (check_matrix(mf, name, rows[m], d, m == MI_MOE_SW2, &t, err))
+            return -1;
+        c->moe_dtype[l][m] = (unsigned char)t;
+    }
+    return 0;
+}
+
 int mf_check_all_tensors(mi_model_file *mf, char *err)
 {
     mi_config *c = &mf->cfg;
@@ -209,6 +239,7 @@ int mf_check_all_tensors(mi_model_file *mf, char *err)
     const hsize_t rows[MI_N_LAYER_MATS] = {q, kv, kv, q, h, h, h};
     int gated = c->ffn_type == MI_FFNK_SWIGLU || c->ffn_type == MI_FFNK_GEGLU;
     char name[128];
+    int moe = mi_config_is_moe(c);
     for (int l = 0; l < c->n_layers; l++) {
         mi_model_layer_name(name, sizeof name, l, "attention_norm");
         if (mf_check_dataset(mf->file, name, 1, d, 0, F, mf->path, err))
@@ -217,6 +248,8 @@ int mf_check_all_tensors(mi_model_file *mf, char *err)
         if (mf_check_dataset(mf->file, name, 1, d, 0, F, mf->path, err))
             return -1;
         for (int m = 0; m < MI_N_LAYER_MATS; m++) {
+            if (moe && (m == MI_W1 || m == MI_W2 || m == MI_W3))
+                continue; /* the experts' (check_moe) */
             if (m == MI_W3 && !gated) { /* no gate: w3's dtype entry follows w1's */
                 c->dtype[l][m] = c->dtype[l][MI_W1];
                 continue;
@@ -227,5 +260,8 @@ int mf_check_all_tensors(mi_model_file *mf, char *err)
             c->dtype[l][m] = (unsigned char)t;
         }
     }
+    for (int l = 0; moe && l < c->n_layers; l++)
+        if (check_moe(mf, l, err))
+            return -1;
     return check_trait_tensors(mf, err);
 }

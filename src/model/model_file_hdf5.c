@@ -197,6 +197,14 @@ void mf_traits(mi_config *c, mf_trait t[MF_N_TRAITS])
     memcpy(t, all, sizeof all);
 }
 
+void mf_moe_attrs(mi_config *c, mf_moe_attr a[MF_N_MOE_ATTRS])
+{
+    mf_moe_attr all[MF_N_MOE_ATTRS] = {
+        {"n_experts", &c->n_experts}, {"n_experts_used", &c->n_experts_used}, {"shared_hidden_dim", &c->shared_hidden_dim},
+    };
+    memcpy(a, all, sizeof all);
+}
+
 int mf_needs_traits(const mi_config *c)
 {
     mi_config d = *c;

@@ -54,6 +54,15 @@ void mf_traits(mi_config *c, mf_trait t[MF_N_TRAITS]);
  * than Llama's defaults). */
 int mf_needs_traits(const mi_config *c);
 
+/* A mixture of experts' sizes (config.h), root attributes of version 4
+ * written only for the MoE families, which need them. */
+typedef struct {
+    const char *name;
+    int *v;
+} mf_moe_attr;
+#define MF_N_MOE_ATTRS 3
+void mf_moe_attrs(mi_config *c, mf_moe_attr a[MF_N_MOE_ATTRS]);
+
 /* Every tensor of mf->cfg's family with its shape, recording each weight
  * matrix's dtype in mf->cfg. Returns 0 or -1 with err. */
 int mf_check_all_tensors(mi_model_file *mf, char *err);

@@ -154,6 +154,13 @@ mi_model_writer *mi_model_writer_create(const char *path, const mi_config *c, ch
             bad |= t[i].f ? write_float_attr(f, t[i].name, *t[i].f)
                           : write_int_attr(f, t[i].name, t[i].i ? *t[i].i : (int)*t[i].u);
     }
+    if (mi_config_is_moe(c)) {
+        mf_moe_attr m[MF_N_MOE_ATTRS];
+        mf_moe_attrs((mi_config *)c, m);
+        for (int i = 0; i < MF_N_MOE_ATTRS; i++)
+            bad |= write_int_attr(f, m[i].name, *m[i].v);
+        bad |= write_int_attr(f, "norm_topk_prob", c->norm_topk_prob);
+    }
     hid_t g = H5Gcreate2(f, "layers", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (g < 0)
         bad = 1;

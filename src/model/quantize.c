@@ -183,6 +183,13 @@ int mi_model_quantize_pruned(const char *in, const char *out, const mi_config *t
                 lower = where;
                 lower_t = c.dtype[l][m];
             }
+    for (int l = 0; l < c.n_layers && !lower && mi_config_is_moe(&c); l++)
+        for (int m = 0; m < MI_N_MOE_MATS && !lower; m++)
+            if (c.moe_dtype[l][m] != MI_F32) {
+                snprintf(where, sizeof where, "layer %d %s", l, mi_moe_mat_names[m]);
+                lower = where;
+                lower_t = c.moe_dtype[l][m];
+            }
     if (!lower && !c.shared_classifier && c.cls_dtype != MI_F32) {
         lower = "classifier";
         lower_t = c.cls_dtype;
@@ -192,6 +199,8 @@ int mi_model_quantize_pruned(const char *in, const char *out, const mi_config *t
                           mi_dtype_name(lower_t));
     /* pruning keeps a subset of the hidden channels; otherwise the shape is the input's */
     int pruned = ffn_keep && target->hidden_dim != c.hidden_dim;
+    if (!rc && ffn_keep && mi_config_is_moe(&c))
+        rc = mi_set_error(err, "%s: pruning FFN channels of a mixture of experts is not supported", in);
     if (!rc && ffn_keep && (target->hidden_dim > c.hidden_dim || target->hidden_dim <= 0))
         rc = mi_set_error(err, "%s: pruning keeps at most its %d hidden channels (asked %d)", in, c.hidden_dim,
                           target->hidden_dim);
@@ -212,6 +221,14 @@ int mi_model_quantize_pruned(const char *in, const char *out, const mi_config *t
         memcpy(oc.dtype, target->dtype, sizeof oc.dtype);
         oc.emb_dtype = target->emb_dtype;
         oc.cls_dtype = c.shared_classifier ? target->emb_dtype : target->cls_dtype;
+        /* a mixture of experts: the shared expert takes the layer's w1, w2, w3 dtypes as the experts do;
+         * the router stays float32, as llama.cpp keeps ffn_gate_inp (its scores choose the experts) */
+        for (int l = 0; l < c.n_layers && mi_config_is_moe(&c); l++) {
+            oc.moe_dtype[l][MI_MOE_ROUTER] = MI_F32;
+            oc.moe_dtype[l][MI_MOE_SW1] = oc.dtype[l][MI_W1];
+            oc.moe_dtype[l][MI_MOE_SW2] = oc.dtype[l][MI_W2];
+            oc.moe_dtype[l][MI_MOE_SW3] = oc.dtype[l][MI_W3];
+        }
     }
     mi_model_writer *w = rc ? NULL : mi_model_writer_create(out, &oc, err);
     if (!w)
@@ -223,6 +240,11 @@ int mi_model_quantize_pruned(const char *in, const char *out, const mi_config *t
         biggest = (size_t)c.seq_len * d;
     if (biggest < q * d)
         biggest = q * d;
+    size_t E = (size_t)c.n_experts, sh = (size_t)c.shared_hidden_dim;
+    if (biggest < E * h * d)
+        biggest = E * h * d;
+    if (biggest < sh * d)
+        biggest = sh * d;
     float *buf = rc ? NULL : mi_malloc(biggest * sizeof(float), "tensor buffer");
     /* one tensor: read fp32 (transposed ones back in the product's
      * orientation), check, write in its dtype */
@@ -270,11 +292,23 @@ int mi_model_quantize_pruned(const char *in, const char *out, const mi_config *t
         for (int m = 0; m < MI_N_LAYER_MATS; m++) {
             if (m == MI_W3 && c.ffn_type != MI_FFNK_SWIGLU && c.ffn_type != MI_FFNK_GEGLU)
                 continue; /* no gate */
+            if (mi_config_is_moe(&c) && (m == MI_W1 || m == MI_W2 || m == MI_W3)) { /* the stacked experts */
+                mi_model_layer_name(nm, sizeof nm, l, mi_expert_mat_names[m]);
+                COPY(nm, oc.dtype[l][m], m == MI_W2 ? E * d : E * h, m == MI_W2 ? h : d, 0);
+                continue;
+            }
             mi_model_layer_name(nm, sizeof nm, l, mi_layer_mat_names[m]);
             /* wo_t and w2_t are stored transposed: [rows, cols] here is the product's orientation */
             const int *keep = pruned && (m == MI_W1 || m == MI_W2 || m == MI_W3)
                                   ? ffn_keep + (size_t)l * oc.hidden_dim : NULL;
             COPY_KEEP(nm, oc.dtype[l][m], rows[m], cols[m], m == MI_WO || m == MI_W2, keep, m != MI_W2);
+        }
+        for (int m = 0; m < MI_N_MOE_MATS && mi_config_is_moe(&c); m++) {
+            if (m != MI_MOE_ROUTER && sh == 0)
+                continue;
+            mi_model_layer_name(nm, sizeof nm, l, mi_moe_mat_names[m]);
+            COPY(nm, oc.moe_dtype[l][m], m == MI_MOE_ROUTER ? E : m == MI_MOE_SW2 ? d : sh, m == MI_MOE_SW2 ? sh : d,
+                 m == MI_MOE_SW2);
         }
         if (progress == 2)
             fprintf(stderr, "\rquantize: layer %d/%d written", l + 1, c.n_layers);

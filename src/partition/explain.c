@@ -189,6 +189,11 @@ static void explain_compute(const mi_plan *plan, const mi_op *op, int rank, line
             op->c0, op->c0 + op->n, op->buf == MI_BUF_TMP ? " (a partial sum)" : "");
         break;
     }
+    case MI_OP_MOE:
+        add(b, "experts     layer %d, router over %d experts, the top %d and %s of XN %s %s[%d,%d)", l, c->n_experts,
+            c->n_experts_used, c->shared_hidden_dim ? "the shared expert" : "no shared expert",
+            op->flags & MI_OPF_ADD ? "added to" : "->", mi_buf_name(op->buf), op->c0, op->c0 + op->n);
+        break;
     case MI_OP_FFN_UP:
         add(b, "ffn up      layer %d, FFN units [%d,%d) of %d: w1 and w3 rows, silu(w1 XN) * w3 XN -> HIDDEN", l, op->c0,
             op->c0 + op->n, c->hidden_dim);

@@ -164,6 +164,10 @@ static void ffn(hl *h, int l, int r, int f0, int nf)
 {
     const mi_config *c = &h->plan->cfg;
     to_one(h, r, norm_op(l, MI_NORM_FFN, 0));
+    if (mi_config_is_moe(c)) { /* held whole (mi_plan_validate): one op, router to experts' sum */
+        to_one(h, r, pb_compute(MI_OP_MOE, l, MI_BUF_TMP, 0, c->dim));
+        return;
+    }
     to_one(h, r, pb_compute(MI_OP_FFN_UP, l, MI_BUF_HIDDEN, f0, nf));
     mi_op d = pb_compute(MI_OP_FFN_DOWN, l, MI_BUF_TMP, 0, c->dim);
     d.in = MI_BUF_HIDDEN;

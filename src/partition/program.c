@@ -33,7 +33,7 @@ static const char *const op_names[MI_N_OPS] = {
     [MI_OP_ADD] = "add",             [MI_OP_SPEC_TEST] = "speculation test",
     [MI_OP_LOGITS] = "logits",       [MI_OP_NORM_LOCAL] = "norm (local)", [MI_OP_BCAST] = "bcast",         [MI_OP_IBCAST] = "ibcast",
     [MI_OP_POST] = "post (RMA)",     [MI_OP_PUT] = "put (RMA)",       [MI_OP_ALLREDUCE] = "allreduce", [MI_OP_ALLGATHERV] = "allgatherv",
-    [MI_OP_GATHERV] = "gatherv",
+    [MI_OP_GATHERV] = "gatherv",     [MI_OP_MOE] = "experts",
 };
 
 const char *mi_op_name(int kind)

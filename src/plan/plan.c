@@ -379,6 +379,10 @@ int mi_plan_validate(const mi_plan *plan, const mi_cluster *cl, char *err)
     if (S && (S < 0 || S % 32 || c->hidden_dim % S || c->hidden_dim / S < 2 || c->hidden_dim / S > 64))
         return mi_set_error(err, "plan: FFN pruning shards of %d units do not divide hidden_dim %d into 2 to 64 "
                                  "shards of whole 32-unit blocks", S, c->hidden_dim);
+    for (int l = 0; l < c->n_layers && mi_config_is_moe(c); l++)
+        if (plan->planner == MI_PLANNER_SOMEGATHER || plan->layers[l].n_ffn != 1 || plan->layers[l].ffn_pruned)
+            return mi_set_error(err, "%s cannot split an MoE layer yet; use --planner layerwise",
+                                mi_planner_name(plan->planner));
     for (int l = 0; l < c->n_layers; l++) {
         const mi_layer_plan *lp = &plan->layers[l];
         uint64_t m = lp->ffn_pruned;

@@ -21,6 +21,7 @@ static double *bucket_of(mi_runtime *rt, const mi_op *op)
     case MI_OP_PROJ: return &rt->m.proj;
     case MI_OP_FFN_UP:
     case MI_OP_FFN_DOWN:
+    case MI_OP_MOE:
     case MI_OP_SPEC_TEST: return &rt->m.ffn;
     case MI_OP_LOGITS: return &rt->m.logits;
     default: return NULL;
@@ -235,6 +236,14 @@ static double op_ffn_down(mi_runtime *rt, const mi_op *op, const fwd *f)
     return 0;
 }
 
+static double op_moe(mi_runtime *rt, const mi_op *op, const fwd *f)
+{
+    mi_product prod = {product, rt};
+    mi_moe_rows(&rt->model, op->layer, &rt->s, rt->buf[MI_BUF_XN], rt->width[MI_BUF_XN], f->T,
+                rt->buf[op->buf] + op->c0, rt->width[op->buf], op->flags & MI_OPF_ADD, &prod);
+    return 0;
+}
+
 static double op_add(mi_runtime *rt, const mi_op *op, const fwd *f)
 {
     int W = rt->width[MI_BUF_X];
@@ -327,7 +336,7 @@ static const op_fn exec_table[MI_N_OPS] = {
     [MI_OP_POST] = op_post,
     [MI_OP_ALLREDUCE] = op_allreduce,   [MI_OP_GATHERV] = op_gatherv,
     /* CATS somegather */
-    [MI_OP_NORM_LOCAL] = op_norm_local, [MI_OP_ALLGATHERV] = op_allgatherv,
+    [MI_OP_NORM_LOCAL] = op_norm_local, [MI_OP_MOE] = op_moe, [MI_OP_ALLGATHERV] = op_allgatherv,
 };
 
 void rt_run_program(mi_runtime *rt, const fwd *f)

@@ -1,4 +1,4 @@
-"""Small synthetic models of five real families, in each family's Hugging Face layout.
+"""Small synthetic models of seven real families, in each family's Hugging Face layout.
 
 Each entry of FIXTURES is one tiny config in the real model's proportions (named after the real
 model it imitates) with the REAL vocabulary size, so the real tokenizers apply. The weights are
@@ -11,6 +11,10 @@ seeded random numbers, not a trained model: every config.json says "_synthetic":
   qwen3       qwen3         Qwen3 0.6B (q/k norms)           151936   64    2      4/2       32 (4*32 != 64)
   gemma3      gemma3        Gemma 3 1B (5 local + 1 global)  262144   64    6      4/1       32 (4*32 != 64)
   gpt2        gpt2          GPT-2 (learned positions)        50257    64    2      4/4       16
+  qwen2moe    qwen2moe      Qwen1.5-MoE-A2.7B (8 experts,    151936   64    2      4/2       16
+                            top-4, shared expert)
+  qwen3moe    qwen3moe      Qwen3-30B-A3B (8 experts, top-2, 151936   64    2      4/2       32 (4*32 != 64)
+                            norm_topk_prob)
 
 Weights are generated per tensor from a seed and the tensor's name, so any subset can be rebuilt
 alone and the same name always gets the same numbers.
@@ -27,6 +31,9 @@ STD_QK = 0.05
 STD_LINEAR = 0.04
 STD_BIAS = 0.05
 STD_NORM = 0.05  # norm weights are 1 + N(0, STD_NORM) (Gemma stores the N(0, .) part only)
+# the routers: wide enough that the top-k choice is clear (no near-ties the float32 and float64
+# passes could resolve differently)
+STD_ROUTER = 0.3
 
 
 def _llama3():
@@ -101,6 +108,39 @@ def _gemma3():
     }
 
 
+def _qwen2moe():
+    return {
+        "architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe",
+        "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2,
+        "num_experts": 8, "num_experts_per_tok": 4, "moe_intermediate_size": 32,
+        "shared_expert_intermediate_size": 64, "norm_topk_prob": False, "decoder_sparse_step": 1,
+        "mlp_only_layers": [], "output_router_logits": False, "router_aux_loss_coef": 0.001,
+        "max_position_embeddings": 8192, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+        "tie_word_embeddings": False, "vocab_size": 151936,
+        "bos_token_id": 151643, "eos_token_id": 151643, "hidden_act": "silu",
+        "use_sliding_window": False, "sliding_window": 32768, "max_window_layers": 2,
+        "attention_dropout": 0.0, "initializer_range": 0.02, "use_cache": True,
+    }
+
+
+def _qwen3moe():
+    return {
+        "architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
+        "hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+        "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+        "norm_topk_prob": True, "decoder_sparse_step": 1, "mlp_only_layers": [],
+        "output_router_logits": False, "router_aux_loss_coef": 0.001,
+        "max_position_embeddings": 40960, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+        "rope_scaling": None, "tie_word_embeddings": False, "vocab_size": 151936,
+        "bos_token_id": 151643, "eos_token_id": 151645, "hidden_act": "silu",
+        "attention_bias": False, "attention_dropout": 0.0, "use_sliding_window": False,
+        "sliding_window": None, "max_window_layers": 48, "initializer_range": 0.02,
+        "use_cache": True,
+    }
+
+
 def _gpt2():
     return {
         "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
@@ -120,6 +160,8 @@ FIXTURES = {
     "qwen3": (_qwen3, ["qwen3"]),
     "gemma3": (_gemma3, ["gemma3"]),
     "gpt2": (_gpt2, ["gpt2"]),
+    "qwen2moe": (_qwen2moe, ["qwen2moe", "qwen3"]),
+    "qwen3moe": (_qwen3moe, ["qwen3moe", "qwen3"]),
 }
 # the family names of the task map onto fixtures ("llama" is both llama configs)
 ALIASES = {"llama": ["llama3", "tinyllama"]}
@@ -150,13 +192,18 @@ def config(name, dtype="float32"):
 
 
 def family(cfg):
-    """The architecture of a config.json dict: llama, qwen2, qwen3, gemma3 or gpt2."""
+    """The architecture of a config.json dict: llama, qwen2, qwen3, gemma3, gpt2, qwen2moe or qwen3moe."""
     mt = cfg.get("model_type")
     fam = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma3_text": "gemma3",
-           "gemma3": "gemma3", "gpt2": "gpt2"}.get(mt)
+           "gemma3": "gemma3", "gpt2": "gpt2", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe"}.get(mt)
     if fam is None:
-        raise ValueError("config.json: model_type %r is none of llama, qwen2, qwen3, gemma3_text, gpt2" % (mt,))
+        raise ValueError("config.json: model_type %r is none of llama, qwen2, qwen3, gemma3_text, gpt2, qwen2_moe, "
+                         "qwen3_moe" % (mt,))
     return fam
+
+
+def is_moe(cfg):
+    return family(cfg) in ("qwen2moe", "qwen3moe")
 
 
 def tied(cfg):
@@ -196,23 +243,43 @@ def weight_specs(cfg):
                   (p + "self_attn.k_proj.weight", (KV * hd, D), "qk"),
                   (p + "self_attn.v_proj.weight", (KV * hd, D), "linear"),
                   (p + "self_attn.o_proj.weight", (D, H * hd), "linear")]
-        if fam == "qwen2":
+        if fam in ("qwen2", "qwen2moe"):
             specs += [(p + "self_attn.q_proj.bias", (H * hd,), "bias"),
                       (p + "self_attn.k_proj.bias", (KV * hd,), "bias"),
                       (p + "self_attn.v_proj.bias", (KV * hd,), "bias")]
-        if fam in ("qwen3", "gemma3"):
+        if fam in ("qwen3", "gemma3", "qwen3moe"):
             specs += [(p + "self_attn.q_norm.weight", (hd,), norm),
                       (p + "self_attn.k_norm.weight", (hd,), norm)]
         specs.append((p + "post_attention_layernorm.weight", (D,), norm))
         if fam == "gemma3":
             specs += [(p + "pre_feedforward_layernorm.weight", (D,), norm),
                       (p + "post_feedforward_layernorm.weight", (D,), norm)]
+        if is_moe(cfg):
+            specs += _moe_specs(cfg, p)
+            continue
         specs += [(p + "mlp.gate_proj.weight", (F, D), "linear"),
                   (p + "mlp.up_proj.weight", (F, D), "linear"),
                   (p + "mlp.down_proj.weight", (D, F), "linear")]
     specs.append(("model.norm.weight", (D,), norm))
     if not tied(cfg):
         specs.append(("lm_head.weight", (V, D), "embed"))
+    return specs
+
+
+def _moe_specs(cfg, p):
+    """A sparse MoE block's tensors (transformers' Qwen2MoeSparseMoeBlock / Qwen3MoeSparseMoeBlock)."""
+    D, E, M = cfg["hidden_size"], cfg["num_experts"], cfg["moe_intermediate_size"]
+    specs = [(p + "mlp.gate.weight", (E, D), "router")]
+    for e in range(E):
+        q = p + "mlp.experts.%d." % e
+        specs += [(q + "gate_proj.weight", (M, D), "linear"), (q + "up_proj.weight", (M, D), "linear"),
+                  (q + "down_proj.weight", (D, M), "linear")]
+    S = cfg.get("shared_expert_intermediate_size", 0) if family(cfg) == "qwen2moe" else 0
+    if S:
+        specs += [(p + "mlp.shared_expert.gate_proj.weight", (S, D), "linear"),
+                  (p + "mlp.shared_expert.up_proj.weight", (S, D), "linear"),
+                  (p + "mlp.shared_expert.down_proj.weight", (D, S), "linear"),
+                  (p + "mlp.shared_expert_gate.weight", (1, D), "router")]
     return specs
 
 
@@ -241,7 +308,8 @@ def _tensor(seed, name, shape, kind):
     rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
     z = rng.standard_normal(shape, dtype=np.float32)
     std = {"embed": STD_EMBED, "qk": STD_QK, "linear": STD_LINEAR, "bias": STD_BIAS,
-           "norm": STD_NORM, "norm0": STD_NORM, "ln_w": STD_NORM, "ln_b": 0.02, "pos": 0.02}[kind]
+           "norm": STD_NORM, "norm0": STD_NORM, "ln_w": STD_NORM, "ln_b": 0.02, "pos": 0.02,
+           "router": STD_ROUTER}[kind]
     z *= np.float32(std)
     if kind in ("norm", "ln_w"):
         z += np.float32(1.0)

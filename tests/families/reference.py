@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Reference forward pass in float64 PyTorch for llama, qwen2, qwen3, gemma3 and gpt2 HF folders.
+"""Reference forward pass in float64 PyTorch for llama, qwen2, qwen3, gemma3, gpt2, qwen2moe and qwen3moe
+HF folders.
 
   /usr/bin/python3 tests/families/reference.py --model HF_DIR --tokens 1,2,3 [--all] [--out FILE]
 
@@ -19,6 +20,10 @@ Written from the published architectures (Hugging Face modeling_llama/qwen2/qwen
   qwen2     biases on q, k, v;  qwen3 and gemma3: RMSNorm over head_dim on q and k before RoPE
   gemma3    embeddings * sqrt(hidden_size) (in the weights' dtype, as HF), norms after attention and
             after the FFN too, GeGLU with tanh GELU
+  qwen2moe, qwen3moe  qwen2's / qwen3's attention; the FFN a sparse MoE block as transformers'
+            Qwen2MoeSparseMoeBlock: softmax over all router logits, top-k, renormalised only with
+            norm_topk_prob, weighted sum of the chosen SwiGLU experts, plus (qwen2moe) the shared
+            expert times sigmoid(shared_expert_gate h)
   gpt2      learned positions, LayerNorm with bias, fused QKV (Conv1D [in, out]) with biases,
             GELU tanh, logits from the tied wte
 Everything is computed in float64 from the stored weights (bf16/f16 widened exactly).
@@ -128,10 +133,10 @@ def _decoder_layer(cfg, W, x, il, fam):
     T = x.shape[0]
     h = rms_norm(x, W[p + "input_layernorm.weight"], eps, gem)
     q, k, v = (h @ W[p + "self_attn.%s_proj.weight" % n].T for n in "qkv")
-    if fam == "qwen2" or cfg.get("attention_bias"):
+    if fam in ("qwen2", "qwen2moe") or cfg.get("attention_bias"):
         q, k, v = (t + W[p + "self_attn.%s_proj.bias" % n] for t, n in zip((q, k, v), "qkv"))
     q, k, v = q.view(T, H, hd).transpose(0, 1), k.view(T, KV, hd).transpose(0, 1), v.view(T, KV, hd).transpose(0, 1)
-    if fam in ("qwen3", "gemma3"):
+    if fam in ("qwen3", "gemma3", "qwen3moe"):
         q = rms_norm(q, W[p + "self_attn.q_norm.weight"], eps, gem)
         k = rms_norm(k, W[p + "self_attn.k_norm.weight"], eps, gem)
     window, scale = None, hd ** -0.5
@@ -150,11 +155,38 @@ def _decoder_layer(cfg, W, x, il, fam):
     else:
         h = rms_norm(x + o, W[p + "post_attention_layernorm.weight"], eps)
     x = x + o
+    if fm.is_moe(cfg):
+        return x + moe_block(cfg, W, p, h)
     a = act(cfg.get("hidden_activation") or cfg.get("hidden_act", "silu"), h @ W[p + "mlp.gate_proj.weight"].T)
     m = (a * (h @ W[p + "mlp.up_proj.weight"].T)) @ W[p + "mlp.down_proj.weight"].T
     if gem:
         m = rms_norm(m, W[p + "post_feedforward_layernorm.weight"], eps, True)
     return x + m
+
+
+def swiglu(W, p, h):
+    return (act("silu", h @ W[p + "gate_proj.weight"].T) * (h @ W[p + "up_proj.weight"].T)) @ W[p + "down_proj.weight"].T
+
+
+def moe_block(cfg, W, p, h):
+    """transformers' Qwen2MoeSparseMoeBlock / Qwen3MoeSparseMoeBlock on h [T, D], in its order: softmax of
+    the router logits over every expert, top-k of those weights, renormalised to sum 1 only when
+    norm_topk_prob, each chosen expert's output times its weight summed over the experts in index order
+    (index_add_), then the shared expert times sigmoid(shared_expert_gate h) added (qwen2moe)."""
+    E, k = cfg["num_experts"], cfg["num_experts_per_tok"]
+    probs = torch.softmax(h @ W[p + "mlp.gate.weight"].T, dim=-1)
+    weights, chosen = torch.topk(probs, k, dim=-1)
+    if cfg.get("norm_topk_prob", False):
+        weights = weights / weights.sum(-1, keepdim=True)
+    out = torch.zeros_like(h)
+    for e in range(E):
+        rows, slot = torch.where(chosen == e)
+        if len(rows):
+            out[rows] += swiglu(W, p + "mlp.experts.%d." % e, h[rows]) * weights[rows, slot, None]
+    if fm.family(cfg) == "qwen2moe" and cfg.get("shared_expert_intermediate_size"):
+        gate = torch.sigmoid(h @ W[p + "mlp.shared_expert_gate.weight"].T)
+        out = out + gate * swiglu(W, p + "mlp.shared_expert.", h)
+    return out
 
 
 def decoder_forward(cfg, W, tokens):
