@@ -255,9 +255,10 @@ void session_predict(const mi_session *ss, int n_prompt, int n_steps, double *tt
  * rank's compute time is polled twice 8 steps apart. A device whose compute
  * per step has grown 1.3x over its own baseline (steps 8-16, against the cost
  * model's prediction for the plan in force), by at least half the overshoot,
- * is the cause: computation scaling lowers the layers it holds (fp32/fp16 ->
- * q8_0 -> q4_0, least important first by --importance, else from the last
- * layer), as few as the cost model, with that device slowed as measured,
+ * is the cause: computation scaling lowers the layers it holds down the
+ * precision ladder (fp32 -> fp16 -> q8_0 -> q6_K -> q5_K -> q4_K -> q4_0, each
+ * layer the rungs of mi_precision_chain; the cheapest next step first by
+ * --importance, else from the last layer), as few as the cost model, with that device slowed as measured,
  * says meet 90% of the target. Otherwise the links are: communication
  * scaling lowers the wire dtype of the messages of the fewest layers one
  * step (fp32 -> fp16 -> q8_0; least important first by --importance, else

@@ -164,27 +164,73 @@ int mi_plan_phases_pay(const mi_plan *dec, const mi_programs *pd, const mi_plan 
 
 #define MI_MAX_PRUNE_SHARDS 64 /* FFN shards per layer an importance file can rank */
 
+/* Voltron's precision ladder: the dtypes a layer's seven matrices step down
+ * through, by bytes per weight: fp32 4, fp16 2, q8_0 1.0625, q6_K 0.8203,
+ * q5_K 0.6875, q4_K 0.5625, q4_0 0.5625. q4_K and q4_0 tie in bytes; q4_K
+ * sits above q4_0 because it measures better (its 6-bit scales and mins per
+ * 32 values against q4_0's one scale and no min: lower error on every
+ * matrix measured, docs/guide/voltron.md). A layer takes a rung only when
+ * every one of its matrices can be held in it (mi_precision_holds): the
+ * k-quants need whole super-blocks of 256 along every blocked axis (dim,
+ * n_heads x head_dim, hidden_dim), so a layer with one axis that is not
+ * skips the k-quant rungs whole (precision stays per layer, as importance
+ * is measured and `quantize --layer-dtype` writes it). */
+#define MI_N_RUNGS 7
+extern const int mi_precision_ladder[MI_N_RUNGS]; /* fp32 fp16 q8_0 q6_K q5_K q4_K q4_0 */
+
+/* t's place on the ladder (0 fp32 .. 6 q4_0), -1 for a dtype not on it. */
+int mi_precision_rung(int t);
+
+/* 1 when layer l of c can hold its seven matrices in dtype t: every
+ * blocked axis a multiple of mi_dtype_block(t) (a shape question: the
+ * same for every layer of one config). */
+int mi_precision_holds(const mi_config *c, int l, int t);
+
 /* A model's importance side file (`meshinfer importance`): per layer, the
- * rise in perplexity when its seven matrices are lowered to q8_0 and to q4_0,
- * and (when measured) when each FFN shard -- ffn_shard consecutive hidden
- * channels: rows of w1 and w3, columns of w2 -- is pruned (Voltron §4.3.1
- * "shard-wise pruning"; the seed scores channels one by one and sums them per
- * unit, we score the unit whole). */
+ * rise in perplexity when its seven matrices are lowered to each rung of the
+ * ladder below the file's own dtype (NAN: not measured, or the layer cannot
+ * hold that dtype), and (when measured) when each FFN shard -- ffn_shard
+ * consecutive hidden channels: rows of w1 and w3, columns of w2 -- is pruned
+ * (Voltron §4.3.1 "shard-wise pruning"; the seed scores channels one by one
+ * and sums them per unit, we score the unit whole). Files of version 1 (no
+ * "version" key) hold q8_0 and q4_0 only; version 2 adds fp16, q6_K, q5_K
+ * and q4_K (null for a dtype the layer cannot hold). */
+#define MI_IMPORTANCE_VERSION 2
 typedef struct {
     int n_layers;
-    double rise[MI_MAX_LAYERS][2]; /* [layer][0: q8_0, 1: q4_0], perplexity points */
+    int version;                             /* of the file read: 1 or 2 */
+    double rise[MI_MAX_LAYERS][MI_N_DTYPES]; /* [layer][dtype], perplexity points; NAN: not measured */
     int ffn_shard;                 /* hidden channels per shard (0: pruning not measured) */
     int n_shards;                  /* hidden_dim / ffn_shard, at most MI_MAX_PRUNE_SHARDS */
     float prune[MI_MAX_LAYERS][MI_MAX_PRUNE_SHARDS]; /* [layer][shard]: rise when pruned, perplexity points */
 } mi_importance;
 
+/* The perplexity rise of layer l at dtype t: 0 at fp32 and at fp16 when
+ * fp16 was not measured (the file's own dtype), else imp->rise[l][t] (NAN
+ * when not measured). */
+double mi_importance_rise(const mi_importance *imp, int l, int t);
+
+/* Layer l's way down the ladder from its dtype now (its query matrix's,
+ * c->dtype[l][MI_WQ]): the lower rungs it can hold (mi_precision_holds),
+ * with imp (may be NULL) only those imp measured for it, and q4_0 below a
+ * q4_K only when q4_0_last (the two tie in bytes: q4_0 is a step down only
+ * where it is faster or where pruning needs 32-blocks). Writes them in
+ * ladder order to to[] (MI_N_RUNGS room); returns how many. */
+int mi_precision_chain(const mi_config *c, int l, const mi_importance *imp, int q4_0_last, int *to);
+
+/* 1 when some device of cl multiplies q4_0 faster than q4_K (calibrated
+ * rates: their bytes tie, so only speed can make the q4_0 rung pay). */
+int mi_q4_0_faster(const mi_cluster *cl);
+
 /* Load path for model c. Returns 0, or -1 with one line in err: unreadable,
- * not an importance file, or one for another model (name, layers, dim or
+ * not an importance file, a "version" other than 1 or 2 ("version N is newer
+ * than this meshinfer reads"), or one for another model (name, layers, dim or
  * hidden_dim differ: "importance file F is for X ... but the model is Y"),
  * or pruning entries that do not fit the model (ffn_shard not a multiple of
  * 32 dividing hidden_dim into 2 to MI_MAX_PRUNE_SHARDS, a layer's list of
  * another length), a JSON syntax error (its position), an unknown or
- * duplicate key, a rise outside +-1e6, or one measured on synthetic weights
+ * duplicate key, a rise outside +-1e6 (q8_0 and q4_0 required; fp16 and the
+ * k-quants optional, a number or null), or one measured on synthetic weights
  * for a model with real ones or the reverse ("synthetic", optional), a
  * "tokens" (optional) that is not a whole number of at least 2 or a
  * "base_perplexity" (optional) that is not a finite number of at least 1.
@@ -208,19 +254,24 @@ typedef struct {
 
 typedef struct {
     mi_config cfg;            /* the chosen weight dtypes */
-    int steps;                /* layer downgrades applied (of up to 2 x n_layers) */
+    int steps;                /* layer downgrades applied (one rung each, of up to 6 x n_layers) */
     int evaluated;            /* configurations planned and predicted */
     double ttft_s, tpot_s;    /* predicted with the chosen dtypes */
     int prune_k;              /* FFN shards pruned from every layer (0: none) */
     int ffn_shard;            /* ... of this many hidden channels each */
     double rise;              /* sum of the layers' importances: the expected perplexity rise (additive) */
     double seconds;           /* the search's time */
+    int kquant_layers;        /* layers whose chain offered a k-quant */
+    char kquant_note[256];    /* why the others' did not ("" when all did) */
     char spec[8192];          /* the dtypes as `meshinfer quantize --layer-dtype` takes them */
 } mi_precision_result;
 
-/* Voltron's search: from model c's dtypes down the chain (every layer to
- * q8_0, least important first, then to q4_0 in the order of what that step
- * adds, then -- when imp holds pruning measurements -- pruning 1, 2, ... FFN
+/* Voltron's search: from model c's dtypes down the ladder, rung by rung
+ * (every layer that can take fp16 to it, least important first, then to
+ * q8_0, q6_K, q5_K, q4_K and q4_0, each rung's steps in the order of what the
+ * step adds over the layer's previous rung; ties: the lower layer first; a
+ * layer's rungs are mi_precision_chain's, q4_0 below q4_K when a device
+ * multiplies q4_0 faster or pruning follows with shards not whole 256s), then -- when imp holds pruning measurements -- pruning 1, 2, ... FFN
  * shards from every layer, up to half of them: Voltron §4.3.1 prunes only
  * when precision is not enough), binary search for the fewest downgrades with
  * which the planner of `po` fits every device's budget and the predicted TTFT

@@ -1,9 +1,12 @@
 /* `meshinfer importance`: Voltron §4.2.2's offline profile of how much each
  * layer matters. On one device, the model's perplexity on real text is
- * measured as it is, then with one layer's seven matrices lowered one
- * precision step at a time (to q8_0, to q4_0: each matrix quantized from
- * the file's weights and used in that dtype by the same kernels a quantized
- * file would use), one layer after the other. The rise in perplexity is the
+ * measured as it is, then with one layer's seven matrices lowered to each
+ * rung of the precision ladder below the file's dtype (fp16 from fp32,
+ * q8_0, q6_K, q5_K, q4_K, q4_0: each matrix quantized from the file's
+ * weights and used in that dtype by the same kernels a quantized file would
+ * use), one layer after the other. A layer whose matrices are not whole
+ * super-blocks of 256 along their blocked axes cannot hold a k-quant: its
+ * k-quant rises are written as null (planner.h mi_precision_holds). The rise in perplexity is the
  * layer's importance at that step; a side file (JSON) keeps them for the
  * precision search. Precision is per layer, the unit our dtypes (quantize
  * --layer-dtype) express. For Voltron §4.3.1's shard-wise pruning, each FFN
@@ -35,9 +38,11 @@ static void help(void)
 {
     printf("usage: meshinfer importance -m MODEL.h5 --text FILE --out IMPORTANCE.json [options]\n\n"
            "Voltron's layer importance: perplexity of MODEL on FILE (windows of the context, BOS\n"
-           "first) as it is, then with each layer's matrices lowered to q8_0 and then to q4_0, one\n"
-           "layer at a time; the rise is the layer's importance at that step. MODEL must hold\n"
-           "fp32 or fp16 weights. The JSON side file records the model's name and shape.\n"
+           "first) as it is, then with each layer's matrices lowered to each dtype of the precision\n"
+           "ladder (fp16 from fp32, q8_0, q6_K, q5_K, q4_K, q4_0), one layer at a time; the rise is\n"
+           "the layer's importance at that dtype. The k-quants need dim, n_heads x head_dim and\n"
+           "hidden_dim in whole super-blocks of 256 (else null in the file). MODEL must hold fp32\n"
+           "or fp16 weights. The JSON side file (version 2) records the model's name and shape.\n"
            "  --max-tokens N    tokens of FILE to score (default 1024)\n"
            "  --ffn-shard N     also each FFN shard's rise when pruned (its N hidden channels'\n"
            "                    outputs zero), for quantize --prune-ffn and the precision search;\n"
@@ -131,30 +136,40 @@ static int choose_shard(int shard, int H)
     return shard;
 }
 
+
 /* The perplexity on ids over base when one layer's seven matrices are
- * lowered to q8_0, then to q4_0, layer by layer: rise[l * 2 + step]. */
+ * lowered to each rung below the layer's own dtype, layer by layer:
+ * rise[l * MI_N_DTYPES + t] (NAN where not measured: at or above the file's
+ * dtype, or a k-quant the layer cannot hold). */
 static double *layer_rises(mi_model *m, mi_scratch *s, const int *ids, int n, int bos, double base, int tty)
 {
     const mi_config *c = &m->cfg;
-    static const int steps[] = {MI_Q8_0, MI_Q4_0};
-    double *rise = mi_calloc((size_t)c->n_layers * 2, sizeof(double), "importance");
+    double *rise = mi_malloc((size_t)c->n_layers * MI_N_DTYPES * sizeof(double), "importance");
     for (int l = 0; l < c->n_layers; l++) {
         mi_layer *L = &m->layers[l];
         mi_tensor *mats[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w3, &L->w2};
-        for (int st = 0; st < 2; st++) {
+        int top = 0; /* the layer's highest rung now: fp16 is measured only from all-fp32 matrices */
+        for (int k = 0; k < 7; k++)
+            top = mats[k]->dtype == MI_F16 ? 1 : top;
+        for (int t = 0; t < MI_N_DTYPES; t++)
+            rise[l * MI_N_DTYPES + t] = NAN;
+        for (int st = top + 1; st < MI_N_RUNGS; st++) {
+            int t = mi_precision_ladder[st];
+            if (!mi_precision_holds(c, l, t))
+                continue;
             mi_tensor keep[7];
             void *mem[7];
             for (int k = 0; k < 7; k++) {
                 keep[k] = *mats[k];
-                *mats[k] = lowered(&keep[k], steps[st], &mem[k]);
+                *mats[k] = lowered(&keep[k], t, &mem[k]);
             }
-            rise[l * 2 + st] = mi_window_perplexity(m, s, ids, n, bos) - base;
+            rise[l * MI_N_DTYPES + t] = mi_window_perplexity(m, s, ids, n, bos) - base;
             for (int k = 0; k < 7; k++) {
                 *mats[k] = keep[k];
                 free(mem[k]);
             }
             if (tty) /* redrawn in place on a terminal; a log gets the summary line only */
-                fprintf(stderr, "\rimportance: layer %d of %d, %s ...", l + 1, c->n_layers, mi_dtype_name(steps[st]));
+                fprintf(stderr, "\rimportance: layer %d of %d, %s ...", l + 1, c->n_layers, mi_dtype_name(t));
         }
     }
     return rise;
@@ -197,21 +212,36 @@ typedef struct {
     int n;             /* tokens scored */
     double base;       /* the model's perplexity as it is */
     int shard, n_shards;
-    double *rise;      /* [n_layers][2]: q8_0, q4_0 */
+    double *rise;      /* [n_layers][MI_N_DTYPES]: each rung's rise, NAN where not measured */
     double *prune;     /* [n_layers][n_shards] */
 } importance_result;
 
+/* A rise, or null where it was not measured. */
+static void rise_json(FILE *g, const char *name, double x)
+{
+    if (isnan(x))
+        fprintf(g, ", \"%s\": null", name);
+    else
+        fprintf(g, ", \"%s\": %.6f", name, x);
+}
+
 static void write_json(FILE *g, const mi_config *c, const importance_result *r)
 {
-    fprintf(g, "{\"model\": \"%s\", \"synthetic\": %s, \"n_layers\": %d, \"dim\": %d, \"hidden_dim\": %d, "
-               "\"tokens\": %d, \"base_perplexity\": %.6f, ", c->name, c->synthetic ? "true" : "false",
-            c->n_layers, c->dim, c->hidden_dim, r->n, r->base);
+    fprintf(g, "{\"model\": \"%s\", \"version\": %d, \"synthetic\": %s, \"n_layers\": %d, \"dim\": %d, "
+               "\"hidden_dim\": %d, \"tokens\": %d, \"base_perplexity\": %.6f, ", c->name, MI_IMPORTANCE_VERSION,
+            c->synthetic ? "true" : "false", c->n_layers, c->dim, c->hidden_dim, r->n, r->base);
     if (r->n_shards)
         fprintf(g, "\"ffn_shard\": %d, ", r->shard);
     fprintf(g, "\"layers\": [");
     for (int l = 0; l < c->n_layers; l++) {
-        fprintf(g, "%s\n  {\"layer\": %d, \"q8_0\": %.6f, \"q4_0\": %.6f", l ? "," : "", l, r->rise[l * 2],
-                r->rise[l * 2 + 1]);
+        const double *x = r->rise + (size_t)l * MI_N_DTYPES;
+        fprintf(g, "%s\n  {\"layer\": %d", l ? "," : "", l);
+        /* fp16 only when measured (an fp16 file's own dtype); a k-quant the layer cannot hold: null */
+        for (int st = 1; st < MI_N_RUNGS; st++) {
+            int t = mi_precision_ladder[st];
+            if (t != MI_F16 || !isnan(x[t]))
+                rise_json(g, mi_dtype_name(t), x[t]);
+        }
         for (int j = 0; j < r->n_shards; j++)
             fprintf(g, "%s%.6f", j ? ", " : ", \"prune\": [", r->prune[l * r->n_shards + j]);
         fprintf(g, "%s}", r->n_shards ? "]" : "");
@@ -222,10 +252,20 @@ static void write_json(FILE *g, const mi_config *c, const importance_result *r)
 static void print_table(const mi_config *c, const importance_result *r, const char *out)
 {
     int ns = r->n_shards;
-    printf("base perplexity %.4f on %d tokens; rise when one layer is lowered:\n  layer      q8_0      q4_0\n", r->base,
+    printf("base perplexity %.4f on %d tokens; rise when one layer is lowered (-: not measured):\n  layer", r->base,
            r->n);
+    for (int st = 1; st < MI_N_RUNGS; st++)
+        printf("  %8s", mi_dtype_name(mi_precision_ladder[st]));
+    printf("\n");
     for (int l = 0; l < c->n_layers; l++) {
-        printf("  %5d  %8.4f  %8.4f", l, r->rise[l * 2], r->rise[l * 2 + 1]);
+        printf("  %5d", l);
+        for (int st = 1; st < MI_N_RUNGS; st++) {
+            double x = r->rise[(size_t)l * MI_N_DTYPES + mi_precision_ladder[st]];
+            if (isnan(x))
+                printf("  %8s", "-");
+            else
+                printf("  %8.4f", x);
+        }
         if (ns) { /* the layer's least and most important FFN shard */
             int lo = 0, hi = 0;
             for (int j = 1; j < ns; j++) {
@@ -237,6 +277,9 @@ static void print_table(const mi_config *c, const importance_result *r, const ch
         }
         printf("\n");
     }
+    if (!mi_precision_holds(c, 0, MI_Q4_K))
+        printf("no k-quant: dim %d, n_heads x head_dim %d and hidden_dim %d must all be multiples of %d\n", c->dim,
+               c->n_heads * c->head_dim, c->hidden_dim, MI_QK_K);
     printf("wrote %s\n", out);
 }
 
@@ -269,7 +312,10 @@ int cmd_importance(int argc, char **argv)
     r.base = mi_window_perplexity(&m, &s, ids, r.n, bos);
     r.rise = layer_rises(&m, &s, ids, r.n, bos, r.base, tty);
     r.prune = shard_rises(&m, &s, ids, r.n, bos, r.base, r.shard, r.n_shards, tty);
-    fprintf(stderr, "%simportance: %d layers x 2 steps", tty ? "\r" : "", c->n_layers);
+    int measured = 0;
+    for (size_t i = 0; i < (size_t)c->n_layers * MI_N_DTYPES; i++)
+        measured += !isnan(r.rise[i]);
+    fprintf(stderr, "%simportance: %d layers x %d dtypes", tty ? "\r" : "", c->n_layers, measured / c->n_layers);
     if (r.n_shards)
         fprintf(stderr, " and %d FFN shards of %d channels", r.n_shards, r.shard);
     fprintf(stderr, " on %d tokens in %.1f s        \n", r.n, mi_now() - t0);

@@ -46,10 +46,12 @@ static void help(void)
            "                        shorter context)\n"
            "  --steps N             decoded tokens of the predicted TPOT (default 128, or the rest)\n"
            "  --importance FILE     Voltron's precision search (file from `meshinfer importance`):\n"
-           "                        lower layers to q8_0, then q4_0, least important first, as few as\n"
-           "                        make the plan fit and meet --ttft-ms and --tpot-ms (binary search),\n"
-           "                        then (if FILE ranks FFN shards) prune shards from every layer;\n"
-           "                        prints the `meshinfer quantize` options that make the file\n"
+           "                        lower layers down the ladder fp16, q8_0, q6_K, q5_K, q4_K, q4_0\n"
+           "                        (the k-quants where dims are whole 256s and FILE measured them),\n"
+           "                        rung by rung, least important first, as few as make the plan fit\n"
+           "                        and meet --ttft-ms and --tpot-ms (binary search), then (if FILE\n"
+           "                        ranks FFN shards) prune shards from every layer; prints the\n"
+           "                        `meshinfer quantize` options that make the file\n"
            "  --ttft-ms T, --tpot-ms T   the search's targets (default: none, fitting is enough)\n"
            "  --text FILE           with --importance: measure the choice's perplexity on FILE on this\n"
            "                        device (--max-tokens N, default 1024) and the model's as it is\n"
@@ -635,10 +637,11 @@ static int precision_main(const plan_opts *o, plan_ctx *x)
                "\"from_fp32\": %s, \"prune_ffn_shards\": %d, "
                "\"ffn_shard\": %d, \"hidden_dim\": %d, \"downgrades\": %d, "
                "\"evaluated\": %d, \"predicted_ttft_ms\": %.4f, \"predicted_tpot_ms\": %.4f, "
-               "\"expected_perplexity_rise\": %.4f, \"search_ms\": %.3f%s}\n", c->name, mi_planner_name(x->which),
+               "\"expected_perplexity_rise\": %.4f, \"search_ms\": %.3f, \"kquant_layers\": %d, "
+               "\"kquant_note\": \"%s\"%s}\n", c->name, mi_planner_name(x->which),
                r->spec, mi_dtype_name(c->emb_dtype), from_fp32 ? "true" : "false", r->prune_k, r->ffn_shard,
                r->cfg.hidden_dim, r->steps, r->evaluated, r->ttft_s * 1e3,
-               r->tpot_s * 1e3, r->rise, r->seconds * 1e3, chk);
+               r->tpot_s * 1e3, r->rise, r->seconds * 1e3, r->kquant_layers, r->kquant_note, chk);
     } else {
         char tt[32] = "none", tp[32] = "none";
         if (o->ttft_ms > 0)
@@ -648,10 +651,11 @@ static int precision_main(const plan_opts *o, plan_ctx *x)
         printf("precision search (Voltron 4.2.2), planner %s, targets TTFT %s, TPOT %s, for a %d-token "
                "prompt and %d steps:\n  weights: %s\n%s  %d downgrades, %d configurations planned in %.2f ms\n"
                "  predicted TTFT %.2f ms, TPOT %.3f ms; expected perplexity rise %.3f (sum of the layers' "
-               "and shards' importances)\n%s  make it%s: meshinfer quantize -m %s --layer-dtype %s%s --out "
+               "and shards' importances)\n%s%s%s%s  make it%s: meshinfer quantize -m %s --layer-dtype %s%s --out "
                "MODEL-mixed.h5\n",
                mi_planner_name(x->which), tt, tp, o->n_prompt, o->n_steps, r->spec, prt, r->steps, r->evaluated,
-               r->seconds * 1e3, r->ttft_s * 1e3, r->tpot_s * 1e3, r->rise, chkt,
+               r->seconds * 1e3, r->ttft_s * 1e3, r->tpot_s * 1e3, r->rise, r->kquant_note[0] ? "  " : "",
+               r->kquant_note, r->kquant_note[0] ? "\n" : "", chkt,
                from_fp32 ? "" : " from the fp32 model this one was made from (quantize starts from fp32)",
                from_fp32 ? cli_shell_word(o->model, qm, sizeof qm) : "FP32_MODEL.h5", r->spec, pr);
     }

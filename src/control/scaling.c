@@ -21,23 +21,16 @@
 #define RECOVERED 0.6     /* a link taking this share of its time per byte when its messages were lowered */
 #define AIM 0.9            /* computation scaling aims at this share of the target (a margin for noise) */
 
-/* A layer's place on the chain of Voltron's precision steps: 0 the file's
- * dtype (fp32 or fp16), 1 q8_0, 2 q4_0. Its query matrix speaks for it:
- * scaling lowers a layer's seven matrices together. */
-static int layer_step(const mi_config *c, int l)
-{
-    int t = c->dtype[l][MI_WQ];
-    return t == MI_Q4_0 ? 2 : t == MI_Q8_0 ? 1 : 0;
-}
-
-/* What lowering layer l by one step costs in perplexity (--importance), or,
+/* What lowering layer l from dtype `from` to `to` (the next rung of its
+ * chain, mi_precision_chain: scaling lowers a layer's seven matrices
+ * together) costs in perplexity (--importance: the rise it adds), or,
  * without an importance file, a cost that lowers the last layers first. */
-static double step_cost(const mi_session *ss, int l, int step)
+static double step_cost(const mi_session *ss, int l, int from, int to)
 {
     if (!ss->scaling.imp)
         return 1.0 - 1e-3 * l;
-    double r8 = ss->scaling.imp->rise[l][0], r4 = ss->scaling.imp->rise[l][1];
-    return step == 1 ? r8 : r4 - r8;
+    double a = mi_importance_rise(ss->scaling.imp, l, from);
+    return mi_importance_rise(ss->scaling.imp, l, to) - (isnan(a) ? 0 : a);
 }
 
 /* What lowering layer l's messages costs (Voltron §4.3.2: an activation is
@@ -47,7 +40,7 @@ static double message_cost(const mi_session *ss, int l)
 {
     if (!ss->scaling.imp)
         return 1.0 - 1e-3 * l;
-    return ss->scaling.imp->rise[l][0] + ss->scaling.imp->rise[l][1];
+    return ss->scaling.imp->rise[l][MI_Q8_0] + ss->scaling.imp->rise[l][MI_Q4_0];
 }
 
 typedef session_wires wires;
@@ -197,11 +190,13 @@ static double median(const float *x, int n)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Pruning moves are numbered after the precision ones: L + l * 64 + shard. */
+/* A precision move (layer l to dtype t) is a negative number; pruning moves
+ * are numbered from L: L + l * 64 + shard. */
+#define DTYPE_MOVE(l, t) (-1 - ((l) * MI_N_DTYPES + (t)))
 #define PRUNE_MOVE(L, l, s) ((L) + (l) * MI_MAX_PRUNE_SHARDS + (s))
 /* room for the moves of n_layers (MI_MAX_LAYERS is 1024: sized by it, the array was a fresh mapping
- * of 270 KB, faulted in page by page at every decision) */
-#define MAX_MOVES(L) ((size_t)(L) * (2 + MI_MAX_PRUNE_SHARDS))
+ * of 300 KB, faulted in page by page at every decision) */
+#define MAX_MOVES(L) ((size_t)(L) * (MI_N_RUNGS + MI_MAX_PRUNE_SHARDS))
 
 typedef struct {
     unsigned char dtype[MI_MAX_LAYERS][MI_N_LAYER_MATS];
@@ -239,25 +234,44 @@ static int by_rise(const void *a, const void *b)
 
 /* The layers rank r holds, as single steps in the order computation scaling
  * takes them (Voltron §4.3.1: "lowers the precision of the least important
- * shards, then prunes them"): first precision steps, always the cheapest next
- * one among r's layers (a layer's q8_0 step before its q4_0 one; a step the
- * plan cannot take, a tensor-parallel shard not on whole blocks of 32, rules
- * the layer out); then, with prune and an importance file that ranks FFN
- * shards, the FFN shards r computes, least important first, at most half of
- * a layer's shards pruned. mv receives the steps (at most MAX_MOVES(n_layers): a layer
- * number for a precision step, PRUNE_MOVE for a shard); the plan is left as
- * it was. Returns the number of steps. */
+ * shards, then prunes them"): first precision steps down each layer's chain
+ * (mi_precision_chain: fp16, q8_0, q6_K, q5_K, q4_K, q4_0, the rungs the
+ * layer can hold and --importance measured), always the cheapest next one
+ * among r's layers (a layer's rungs in order; a step the plan cannot take, a
+ * tensor-parallel shard not on whole blocks, rules the layer out); then, with
+ * prune and an importance file that ranks FFN shards, the FFN shards r
+ * computes, least important first, at most half of a layer's shards pruned
+ * (none of a layer whose w2 ends in a k-quant whose super-blocks the shards
+ * would cut). mv receives the steps (at most MAX_MOVES(n_layers): DTYPE_MOVE
+ * for a precision step, PRUNE_MOVE for a shard); the plan is left as it was.
+ * Returns the number of steps. */
 static int weight_moves(mi_session *ss, int r, int prune, int *mv)
 {
     mi_config *c = &ss->plan.cfg;
-    int L = c->n_layers, n = 0, held[MI_MAX_LAYERS], step[MI_MAX_LAYERS], f0[MI_MAX_LAYERS], nf[MI_MAX_LAYERS];
+    int L = c->n_layers, n = 0, held[MI_MAX_LAYERS], pos[MI_MAX_LAYERS], f0[MI_MAX_LAYERS], nf[MI_MAX_LAYERS];
+    int chain[MI_MAX_LAYERS][MI_N_RUNGS], len[MI_MAX_LAYERS];
+    const mi_importance *imp = ss->scaling.imp;
+    int S = imp ? imp->ffn_shard : 0;
+    /* q4_0 below q4_K (the same bytes) where a device multiplies it faster, or where pruning
+     * follows with shards that would cut a k-quant's super-blocks */
+    int q4_0_last = mi_q4_0_faster(&ss->cl) || (prune && S > 0 && S % MI_QK_K != 0);
     mi_layer_spec *ls = mi_malloc((size_t)L * sizeof *ls, "layer specs");
     mi_shard_spec sp = {0};
     sp.layers = ls;
     mi_plan_shard(&ss->plan, r, &sp);
     for (int l = 0; l < L; l++) {
         held[l] = ls[l].n_kv || ls[l].proj || ls[l].nf;
-        step[l] = layer_step(c, l);
+        pos[l] = 0;
+        len[l] = mi_precision_chain(c, l, imp, q4_0_last, chain[l]);
+        /* FFN shards pruned at run time leave w2 with fewer columns: a k-quant needs them whole 256s */
+        int kept = c->hidden_dim - __builtin_popcountll(ss->plan.layers[l].ffn_pruned) * ss->plan.ffn_shard;
+        if (kept % MI_QK_K) {
+            int k = 0;
+            for (int i = 0; i < len[l]; i++)
+                if (!mi_dtype_kquant(chain[l][i]))
+                    chain[l][k++] = chain[l][i];
+            len[l] = k;
+        }
         f0[l] = ls[l].f0, nf[l] = ls[l].nf;
     }
     free(ls);
@@ -265,37 +279,44 @@ static int weight_moves(mi_session *ss, int r, int prune, int *mv)
     memcpy(orig, c->dtype, (size_t)L * sizeof orig[0]);
     /* the config's own check (blocked dtypes need dim and hidden_dim in whole blocks) is the same
      * for every layer: asked once per dtype, not at every step (it was a third of a decision) */
-    int cfg_ok[2];
+    int cfg_ok[MI_N_DTYPES];
     char err[MI_ERRLEN];
-    for (int i = 0; i < 2; i++) {
-        memset(c->dtype[0], i ? MI_Q4_0 : MI_Q8_0, sizeof c->dtype[0]);
-        cfg_ok[i] = !mi_config_validate(c, err);
+    for (int t = 0; t < MI_N_DTYPES; t++) {
+        memset(c->dtype[0], t, sizeof c->dtype[0]);
+        cfg_ok[t] = !mi_config_validate(c, err);
         memcpy(c->dtype[0], orig[0], sizeof orig[0]);
     }
     for (;;) {
         int best = -1;
-        for (int l = 0; l < L; l++)
-            if (held[l] && step[l] < 2 && (best < 0 || step_cost(ss, l, step[l] + 1) < step_cost(ss, best, step[best] + 1)))
-                best = l;
+        double bc = 0;
+        for (int l = 0; l < L; l++) {
+            if (!held[l] || pos[l] >= len[l])
+                continue;
+            double x = step_cost(ss, l, c->dtype[l][MI_WQ], chain[l][pos[l]]);
+            if (best < 0 || x < bc)
+                best = l, bc = x;
+        }
         if (best < 0)
             break;
         unsigned char keep[MI_N_LAYER_MATS];
+        int t = chain[best][pos[best]];
         memcpy(keep, c->dtype[best], sizeof keep);
-        memset(c->dtype[best], step[best] == 0 ? MI_Q8_0 : MI_Q4_0, sizeof keep);
+        memset(c->dtype[best], t, sizeof keep);
         /* only a layer split across ranks (tensor parallelism) can cut blocks */
         const mi_layer_plan *lp = &ss->plan.layers[best];
         int split = lp->n_ffn > 1 || lp->proj_rank < 0;
-        if (!cfg_ok[step[best]] || (split && mi_plan_validate(&ss->plan, NULL, err))) {
+        if (!cfg_ok[t] || (split && mi_plan_validate(&ss->plan, NULL, err))) {
             memcpy(c->dtype[best], keep, sizeof keep);
             held[best] = 0;
             continue;
         }
-        step[best]++;
-        mv[n++] = best;
+        pos[best]++;
+        mv[n++] = DTYPE_MOVE(best, t);
     }
+    int fin[MI_MAX_LAYERS]; /* w2's dtype after every precision step */
+    for (int l = 0; l < L; l++)
+        fin[l] = c->dtype[l][MI_W2];
     memcpy(c->dtype, orig, (size_t)L * sizeof orig[0]);
-    const mi_importance *imp = ss->scaling.imp;
-    int S = imp ? imp->ffn_shard : 0;
     if (!prune || S <= 0 || (ss->plan.ffn_shard && ss->plan.ffn_shard != S))
         return n;
     ranked_move *rk = mi_malloc((size_t)L * MI_MAX_PRUNE_SHARDS * sizeof *rk, "pruning moves");
@@ -303,7 +324,7 @@ static int weight_moves(mi_session *ss, int r, int prune, int *mv)
     for (int l = 0; l < L; l++) {
         uint64_t m = ss->plan.layers[l].ffn_pruned;
         count[l] = __builtin_popcountll(m);
-        for (int s = 0; s < imp->n_shards && nf[l] > 0; s++)
+        for (int s = 0; s < imp->n_shards && nf[l] > 0 && S % mi_dtype_block(fin[l]) == 0; s++)
             if (!(m >> s & 1) && s * S < f0[l] + nf[l] && (s + 1) * S > f0[l])
                 rk[nr++] = (ranked_move){imp->prune[l][s], PRUNE_MOVE(L, l, s)};
     }
@@ -324,9 +345,9 @@ static void take_moves(mi_session *ss, const weights_state *orig, const int *mv,
     int L = p->cfg.n_layers;
     weights_set(p, orig);
     for (int i = 0; i < k; i++)
-        if (mv[i] < L) {
-            memset(p->cfg.dtype[mv[i]], p->cfg.dtype[mv[i]][MI_WQ] == MI_Q8_0 ? MI_Q4_0 : MI_Q8_0,
-                   sizeof p->cfg.dtype[mv[i]]);
+        if (mv[i] < 0) {
+            int x = -1 - mv[i];
+            memset(p->cfg.dtype[x / MI_N_DTYPES], x % MI_N_DTYPES, sizeof p->cfg.dtype[0]);
         } else {
             int l = (mv[i] - L) / MI_MAX_PRUNE_SHARDS, s = (mv[i] - L) % MI_MAX_PRUNE_SHARDS;
             p->layers[l].ffn_pruned |= (uint64_t)1 << s;
@@ -402,7 +423,7 @@ int session_scale_memory(mi_session *ss, int r, int pos0, int need, double limit
     double t0 = mi_now();
     mi_config *c = &ss->plan.cfg;
     /* pruned shards stay in memory (packed, not freed): precision steps only */
-    int mv[2 * MI_MAX_LAYERS], n = weight_moves(ss, r, 0, mv), k;
+    int *mv = mi_malloc(MAX_MOVES(c->n_layers) * sizeof *mv, "scaling moves"), n = weight_moves(ss, r, 0, mv), k;
     weights_state orig;
     weights_get(&ss->plan, &orig);
     double before = mi_plan_rank_bytes_at(&ss->plan, r, need);
@@ -411,6 +432,7 @@ int session_scale_memory(mi_session *ss, int r, int pos0, int need, double limit
         if (mi_plan_rank_bytes_at(&ss->plan, r, need) <= limit)
             break;
     }
+    free(mv);
     if (k > n) { /* lowering everything it holds is not enough: re-placement's turn */
         weights_set(&ss->plan, &orig);
         return 0;

@@ -115,13 +115,13 @@ int mi_calibrate_compute(const mi_calib_options *o, mi_device *d, char *err)
     /* one layer's matrices [rows, cols]: wq wk wv wo w1 w3 w2 (small and
      * large products in the model's own proportion: a small one costs more
      * per weight in a prompt's passes) */
-    const int shape[7][2] = {{o->q_dim, o->dim},        {o->kv_dim, o->dim},        {o->kv_dim, o->dim},
+    const int shape0[7][2] = {{o->q_dim, o->dim},        {o->kv_dim, o->dim},        {o->kv_dim, o->dim},
                              {o->dim, o->q_dim},        {o->hidden_dim, o->dim},    {o->hidden_dim, o->dim},
                              {o->dim, o->hidden_dim}};
     for (int i = 0; i < 7; i++)
-        if (shape[i][0] < 1 || shape[i][1] < 32 || shape[i][1] % 32)
-            return mi_set_error(err, "calibration shape %dx%d: columns must be whole blocks of 32", shape[i][0],
-                                shape[i][1]);
+        if (shape0[i][0] < 1 || shape0[i][1] < 32 || shape0[i][1] % 32)
+            return mi_set_error(err, "calibration shape %dx%d: columns must be whole blocks of 32", shape0[i][0],
+                                shape0[i][1]);
     if (o->head_dim < 1 || o->group < 1 || o->min_seconds <= 0)
         return mi_set_error(err, "calibration: head_dim %d, group %d and time %g must be positive", o->head_dim,
                             o->group, o->min_seconds);
@@ -129,11 +129,19 @@ int mi_calibrate_compute(const mi_calib_options *o, mi_device *d, char *err)
     int maxT = pass_T[N_T - 1], wide = o->dim > o->hidden_dim ? o->dim : o->hidden_dim;
     if (o->q_dim > wide)
         wide = o->q_dim;
+    wide = (wide + MI_QK_K - 1) / MI_QK_K * MI_QK_K; /* the k-quants' columns: whole super-blocks */
     float *x = mi_malloc((size_t)maxT * wide * sizeof(float), "calibration input");
     float *y = mi_malloc((size_t)maxT * wide * sizeof(float), "calibration output");
     float *row = mi_malloc((size_t)wide * sizeof(float), "calibration row");
     fill(x, (size_t)maxT * wide, &rng);
     for (int t = 0; t < MI_N_DTYPES; t++) {
+        /* the k-quants' rows are whole super-blocks of 256: columns rounded to the nearest
+         * (a per-element rate does not mind a few columns more or less, as blocks() says) */
+        int shape[7][2], b = mi_dtype_block(t);
+        for (int i = 0; i < 7; i++) {
+            int cols = (shape0[i][1] + b / 2) / b * b;
+            shape[i][0] = shape0[i][0], shape[i][1] = cols < b ? b : cols;
+        }
         size_t layer = 0;
         double layer_elems = 0;
         for (int i = 0; i < 7; i++) {

@@ -355,17 +355,19 @@ size_t mi_decode_weight_bytes(const mi_config *c)
     return n;
 }
 
+/* (a k-quant's super-block of 256 as a 32-block's: tensor parallelism's column shards never cut one) */
 int mi_ffn_align(const mi_config *c, int l)
 {
-    return mi_dtype_blocked(c->dtype[l][MI_W2]) ? MI_QK : 1;
+    return mi_dtype_block(c->dtype[l][MI_W2]) > 1 ? mi_dtype_block(c->dtype[l][MI_W2]) : 1;
 }
 
 int mi_kv_align(const mi_config *c, int l)
 {
-    if (!mi_dtype_blocked(c->dtype[l][MI_WO]))
+    int b = mi_dtype_block(c->dtype[l][MI_WO]);
+    if (b <= 1)
         return 1;
     int w = mi_kv_group(c) * c->head_dim, k = 1;
-    while ((k * w) % MI_QK != 0)
+    while ((k * w) % b != 0)
         k++;
     return k;
 }
@@ -417,6 +419,8 @@ static const struct {
     {"tinyllama-1.1b", 2048, 5632, 22, 32, 4, 32000, 2048, 0},
     /* small GQA model that keeps MPI tests fast */
     {"tiny-gqa", 128, 320, 4, 8, 2, 512, 128, 0},
+    /* the k-quants' shape: every matrix axis whole super-blocks of 256 (dim 256, hidden 768) */
+    {"tiny-kquant", 256, 768, 4, 4, 4, 512, 128, 0},
 };
 
 /* The papers' and users' model families at their real shapes (synthetic

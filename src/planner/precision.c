@@ -77,6 +77,55 @@ double mi_prune_keep(const mi_importance *imp, int hidden_dim, int k, int *keep)
     return rise;
 }
 
+const int mi_precision_ladder[MI_N_RUNGS] = {MI_F32, MI_F16, MI_Q8_0, MI_Q6_K, MI_Q5_K, MI_Q4_K, MI_Q4_0};
+
+int mi_precision_rung(int t)
+{
+    for (int i = 0; i < MI_N_RUNGS; i++)
+        if (mi_precision_ladder[i] == t)
+            return i;
+    return -1;
+}
+
+int mi_precision_holds(const mi_config *c, int l, int t)
+{
+    (void)l; /* every layer has the same axes */
+    int b = mi_dtype_block(t);
+    return b > 0 && c->dim % b == 0 && (c->n_heads * c->head_dim) % b == 0 && c->hidden_dim % b == 0;
+}
+
+double mi_importance_rise(const mi_importance *imp, int l, int t)
+{
+    if (t == MI_F32 || (t == MI_F16 && isnan(imp->rise[l][MI_F16])))
+        return 0;
+    return imp->rise[l][t];
+}
+
+int mi_precision_chain(const mi_config *c, int l, const mi_importance *imp, int q4_0_last, int *to)
+{
+    int n = 0, from = mi_precision_rung(c->dtype[l][MI_WQ]);
+    for (int i = from < 0 ? MI_N_RUNGS : from + 1; i < MI_N_RUNGS; i++) {
+        int t = mi_precision_ladder[i];
+        if (!mi_precision_holds(c, l, t) || (imp && isnan(imp->rise[l][t])))
+            continue;
+        /* q4_0 below q4_K: the same bytes, worse quality */
+        if (t == MI_Q4_0 && n && to[n - 1] == MI_Q4_K && !q4_0_last)
+            continue;
+        if (t == MI_Q4_0 && !n && c->dtype[l][MI_WQ] == MI_Q4_K && !q4_0_last)
+            continue;
+        to[n++] = t;
+    }
+    return n;
+}
+
+int mi_q4_0_faster(const mi_cluster *cl)
+{
+    for (int d = 0; d < cl->n_devices; d++)
+        if (cl->dev[d].pass_s[MI_Q4_0] < cl->dev[d].pass_s[MI_Q4_K])
+            return 1;
+    return 0;
+}
+
 int mi_importance_load(const char *path, const mi_config *c, mi_importance *imp, char *err)
 {
     memset(imp, 0, sizeof *imp);
@@ -84,9 +133,9 @@ int mi_importance_load(const char *path, const mi_config *c, mi_importance *imp,
     cJSON *root = mi_json_load(path, "importance file", 16L << 20, prefix, sizeof prefix, err);
     if (!root)
         return -1;
-    static const char *const top_keys[] = {"model",      "n_layers",  "dim",    "hidden_dim", "tokens",
-                                           "base_perplexity", "ffn_shard", "synthetic", "layers", NULL};
-    static const char *const layer_keys[] = {"layer", "q8_0", "q4_0", "prune", NULL};
+    static const char *const top_keys[] = {"model",     "n_layers",  "dim",    "hidden_dim", "tokens", "base_perplexity",
+                                           "ffn_shard", "synthetic", "layers", "version",    NULL};
+    static const char *const layer_keys[] = {"layer", "fp16", "q8_0", "q6_K", "q5_K", "q4_K", "q4_0", "prune", NULL};
     if (cJSON_IsObject(root) && mi_json_check_keys(root, top_keys, prefix, "", err)) {
         cJSON_Delete(root);
         return -1;
@@ -103,6 +152,19 @@ int mi_importance_load(const char *path, const mi_config *c, mi_importance *imp,
                           "are needed; write one with meshinfer importance)", path);
         goto done;
     }
+    /* version 1 (no key) holds q8_0 and q4_0; 2 adds fp16 and the k-quants: a newer file may
+     * mean something else by its keys, so it is refused rather than half read */
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
+    if (ver && (!cJSON_IsNumber(ver) || !(ver->valuedouble >= 1 && ver->valuedouble <= MI_IMPORTANCE_VERSION) ||
+                ver->valuedouble != floor(ver->valuedouble))) {
+        if (cJSON_IsNumber(ver) && ver->valuedouble > MI_IMPORTANCE_VERSION && ver->valuedouble < 1e9)
+            mi_set_error(err, "importance file %s: version %g is newer than this meshinfer reads (1 to %d): measure "
+                              "it again with this meshinfer importance", path, ver->valuedouble, MI_IMPORTANCE_VERSION);
+        else
+            mi_set_error(err, "importance file %s: 'version' must be 1 or %d", path, MI_IMPORTANCE_VERSION);
+        goto done;
+    }
+    imp->version = ver ? (int)ver->valuedouble : 1;
     if (strcmp(name->valuestring, c->name) || nl->valuedouble != c->n_layers || dim->valuedouble != c->dim ||
         hid->valuedouble != c->hidden_dim) {
         mi_set_error(err, "importance file %s is for %s (%g layers, dim %g, hidden_dim %g) but the model is %s (%d "
@@ -157,8 +219,25 @@ int mi_importance_load(const char *path, const mi_config *c, mi_importance *imp,
                               "x and y perplexity rises within +-%g", path, i, i, MI_MAX_RISE);
             goto done;
         }
-        imp->rise[i][0] = a->valuedouble;
-        imp->rise[i][1] = b->valuedouble;
+        for (int t = 0; t < MI_N_DTYPES; t++)
+            imp->rise[i][t] = NAN;
+        imp->rise[i][MI_F32] = 0;
+        imp->rise[i][MI_Q8_0] = a->valuedouble;
+        imp->rise[i][MI_Q4_0] = b->valuedouble;
+        /* the optional rungs: a rise, or null where the layer cannot hold the dtype */
+        static const int optional[] = {MI_F16, MI_Q6_K, MI_Q5_K, MI_Q4_K};
+        for (int k = 0; k < 4; k++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, mi_dtype_name(optional[k]));
+            if (!v || cJSON_IsNull(v))
+                continue;
+            if (!cJSON_IsNumber(v) || !(fabs(v->valuedouble) <= MI_MAX_RISE)) {
+                mi_set_error(err, "importance file %s: layers[%d].%s must be a perplexity rise within +-%g, or null "
+                                  "where the layer cannot hold %s", path, i, mi_dtype_name(optional[k]), MI_MAX_RISE,
+                             mi_dtype_name(optional[k]));
+                goto done;
+            }
+            imp->rise[i][optional[k]] = v->valuedouble;
+        }
     }
     imp->n_layers = c->n_layers;
     if (load_prune(root, path, c, imp, err))
@@ -222,6 +301,52 @@ static int judge(const mi_config *cfg, const mi_cluster *cl, const mi_plan_optio
     return ok;
 }
 
+/* "every layer q4_0", or "every layer at its lowest (q4_K x4, q4_0 x2)": the
+ * layers' dtypes in cfg, for the error naming the end of the chain. */
+static void describe_end(const mi_config *cfg, char *out, size_t n)
+{
+    int count[MI_N_DTYPES] = {0}, kinds = 0, last = 0;
+    for (int l = 0; l < cfg->n_layers; l++)
+        count[cfg->dtype[l][MI_WQ]]++;
+    for (int t = 0; t < MI_N_DTYPES; t++)
+        if (count[t])
+            kinds++, last = t;
+    if (kinds == 1) {
+        snprintf(out, n, "every layer %s", mi_dtype_name(last));
+        return;
+    }
+    size_t o = (size_t)snprintf(out, n, "every layer at its lowest (");
+    for (int i = MI_N_RUNGS - 1, first = 1; i >= 0 && o < n; i--)
+        if (count[mi_precision_ladder[i]]) {
+            o += (size_t)snprintf(out + o, n - o, "%s%s x%d", first ? "" : ", ", mi_dtype_name(mi_precision_ladder[i]),
+                                  count[mi_precision_ladder[i]]);
+            first = 0;
+        }
+    if (o < n)
+        snprintf(out + o, n - o, ")");
+}
+
+/* Why layers' chains offer no k-quant (out->kquant_note), or "". */
+static void kquant_note(const mi_config *c, const mi_importance *imp, int n_with, char *out, size_t n)
+{
+    out[0] = 0;
+    if (n_with == c->n_layers)
+        return;
+    if (!mi_precision_holds(c, 0, MI_Q4_K)) {
+        snprintf(out, n, "no k-quant: dim %d, n_heads x head_dim %d and hidden_dim %d must all be multiples of %d "
+                         "(the k-quants' super-blocks)", c->dim, c->n_heads * c->head_dim, c->hidden_dim, MI_QK_K);
+        return;
+    }
+    int unmeasured = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        unmeasured += isnan(imp->rise[l][MI_Q6_K]) && isnan(imp->rise[l][MI_Q5_K]) && isnan(imp->rise[l][MI_Q4_K]);
+    if (unmeasured)
+        snprintf(out, n, "no k-quant in %d layers: the importance file (version %d) has no k-quant rises for them "
+                         "(measure them with meshinfer importance)", unmeasured, imp->version);
+    else
+        snprintf(out, n, "no k-quant in %d layers: they are at or below q4_K already", c->n_layers - n_with);
+}
+
 int mi_precision_search(const mi_config *c, const mi_cluster *cl, const mi_plan_options *po, const mi_importance *imp,
                         const mi_precision_query *q, mi_precision_result *out, char *err)
 {
@@ -229,20 +354,32 @@ int mi_precision_search(const mi_config *c, const mi_cluster *cl, const mi_plan_
     memset(out, 0, sizeof *out);
     int L = c->n_layers, n = 0;
     int P = imp->ffn_shard > 0 && imp->n_layers == L ? imp->n_shards / 2 : 0; /* pruning levels: keep half */
-    step *st = mi_calloc(2 * (size_t)L + (size_t)P, sizeof *st, "precision steps");
-    /* Voltron: down the chain, least important first: every layer to q8_0 (ordered by its
-     * q8_0 rise), then every layer to q4_0 (by what that step adds) */
-    for (int t = 0; t < 2; t++) {
-        int first = n;
-        for (int l = 0; l < L; l++) {
-            int target = t ? MI_Q4_0 : MI_Q8_0;
-            /* a layer already at or below the step stays; blocked dtypes need whole blocks (cut ones refused) */
-            int cur = c->dtype[l][MI_WQ];
-            int lower = target == MI_Q8_0 ? (cur == MI_F32 || cur == MI_F16) : cur != MI_Q4_0;
-            if (!lower)
-                continue;
-            st[n++] = (step){l, target, t ? imp->rise[l][1] - imp->rise[l][0] : imp->rise[l][0]};
-        }
+    step *st = mi_calloc((size_t)MI_N_RUNGS * (size_t)L + (size_t)P, sizeof *st, "precision steps");
+    /* q4_0 below q4_K (the same bytes) pays where a device multiplies it faster, or before
+     * pruning, whose shards of 32-blocks a k-quant's super-block of 256 would hold cut */
+    int q4_0_last = mi_q4_0_faster(cl) || (P > 0 && imp->ffn_shard % MI_QK_K != 0);
+    int chain[MI_MAX_LAYERS][MI_N_RUNGS], len[MI_MAX_LAYERS];
+    for (int l = 0; l < L; l++) {
+        len[l] = mi_precision_chain(c, l, imp, q4_0_last, chain[l]);
+        for (int i = 0; i < len[l]; i++)
+            if (mi_dtype_kquant(chain[l][i])) {
+                out->kquant_layers++;
+                break;
+            }
+    }
+    kquant_note(c, imp, out->kquant_layers, out->kquant_note, sizeof out->kquant_note);
+    /* Voltron: down the ladder rung by rung, least important first: every layer that can to
+     * fp16 (ordered by its rise), then to q8_0, q6_K, ... (each by what that step adds over the
+     * layer's previous rung) */
+    for (int r = 1; r < MI_N_RUNGS; r++) {
+        int first = n, t = mi_precision_ladder[r];
+        for (int l = 0; l < L; l++)
+            for (int i = 0; i < len[l]; i++)
+                if (chain[l][i] == t) {
+                    int prev = i ? chain[l][i - 1] : c->dtype[l][MI_WQ];
+                    double from = mi_importance_rise(imp, l, prev); /* (a dtype now the file did not measure: 0) */
+                    st[n++] = (step){l, t, mi_importance_rise(imp, l, t) - (isnan(from) ? 0 : from)};
+                }
         qsort(st + first, (size_t)(n - first), sizeof *st, by_rise);
     }
     /* then Voltron's pruning, the same number of shards from every layer: level k's step
@@ -262,11 +399,11 @@ int mi_precision_search(const mi_config *c, const mi_cluster *cl, const mi_plan_
     evaluated++;
     if (!judge(&cfg, cl, po, q, &ttft, &tpot)) {
         free(st);
-        char end[96];
+        char end[192];
+        describe_end(&cfg, end, sizeof end);
         if (pk)
-            snprintf(end, sizeof end, "every layer q4_0 and %d of its %d FFN shards pruned", pk, imp->n_shards);
-        else
-            snprintf(end, sizeof end, "every layer q4_0");
+            snprintf(end + strlen(end), sizeof end - strlen(end), " and %d of its %d FFN shards pruned", pk,
+                     imp->n_shards);
         if (!isfinite(ttft))
             return mi_set_error(err, "precision search: even with %s the model does not fit the cluster's budgets",
                                 end);

@@ -362,6 +362,17 @@ static void test_switch_cost(void)
     mi_cluster_free(&cl);
 }
 
+/* An importance table with nothing measured (NAN everywhere but fp32's 0). */
+static void imp_clear(mi_importance *imp, int L)
+{
+    memset(imp, 0, sizeof *imp);
+    imp->n_layers = L;
+    imp->version = 1;
+    for (int l = 0; l < L; l++)
+        for (int t = 0; t < MI_N_DTYPES; t++)
+            imp->rise[l][t] = t == MI_F32 ? 0 : NAN;
+}
+
 /* Voltron's precision search: the fewest downgrades, least important first,
  * that fit; one fewer does not; unreachable targets name the best reachable;
  * an importance file for another model is refused. */
@@ -374,10 +385,10 @@ static void test_precision_search(void)
     mi_cluster cl;
     cluster_of(&cl, 4, sp, mem, 1e-3, 12.5e6);
     static mi_importance imp;
-    imp.n_layers = c.n_layers;
+    imp_clear(&imp, c.n_layers); /* q8_0 and q4_0 measured only, as a version 1 file */
     for (int l = 0; l < c.n_layers; l++) {
-        imp.rise[l][0] = 0.01 * (c.n_layers - l); /* the last layers matter least */
-        imp.rise[l][1] = 0.1 * (l + 1);           /* ... unless lowered to q4_0 */
+        imp.rise[l][MI_Q8_0] = 0.01 * (c.n_layers - l); /* the last layers matter least */
+        imp.rise[l][MI_Q4_0] = 0.1 * (l + 1);           /* ... unless lowered to q4_0 */
     }
     mi_plan_options po = {MI_PLANNER_HYBRID, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL, 0, 0};
     mi_precision_query q = {0, 0, 32, 64, 64};
@@ -403,8 +414,8 @@ static void test_precision_search(void)
      * the expected rise is every layer's q8_0 rise plus the increments taken */
     int L = c.n_layers;
     for (int l = 0; l < L; l++) {
-        imp.rise[l][0] = 0.5 * (l + 1);
-        imp.rise[l][1] = imp.rise[l][0] + 0.1 * (L - l);
+        imp.rise[l][MI_Q8_0] = 0.5 * (l + 1);
+        imp.rise[l][MI_Q4_0] = imp.rise[l][MI_Q8_0] + 0.1 * (L - l);
     }
     CU_ASSERT_EQUAL_FATAL(mi_precision_search(&c, &cl, &po, &imp, &q, &r, err), 0);
     n4 = r.steps - L;
@@ -412,13 +423,13 @@ static void test_precision_search(void)
     double want = 0;
     for (int l = 0; l < L; l++) {
         CU_ASSERT_EQUAL(r.cfg.dtype[l][MI_WQ], l >= L - n4 ? MI_Q4_0 : MI_Q8_0);
-        want += imp.rise[l][0] + (l >= L - n4 ? 0.1 * (L - l) : 0);
+        want += imp.rise[l][MI_Q8_0] + (l >= L - n4 ? 0.1 * (L - l) : 0);
     }
     CU_ASSERT_DOUBLE_EQUAL(r.rise, want, 1e-9);
     /* equal importances everywhere: the lower layer goes first */
     for (int l = 0; l < L; l++) {
-        imp.rise[l][0] = 0.25;
-        imp.rise[l][1] = 0.75;
+        imp.rise[l][MI_Q8_0] = 0.25;
+        imp.rise[l][MI_Q4_0] = 0.75;
     }
     CU_ASSERT_EQUAL_FATAL(mi_precision_search(&c, &cl, &po, &imp, &q, &r, err), 0);
     n4 = r.steps - L;
@@ -429,8 +440,8 @@ static void test_precision_search(void)
     /* a budget that every layer at q8_0 meets: only the least important go
      * down to q8_0 (rises 0.3, 0.1, 0.5, ...: layer 1 first, then 0) */
     for (int l = 0; l < L; l++) {
-        imp.rise[l][0] = l == 1 ? 0.1 : 0.3 + 0.2 * (l != 0) * l;
-        imp.rise[l][1] = 10;
+        imp.rise[l][MI_Q8_0] = l == 1 ? 0.1 : 0.3 + 0.2 * (l != 0) * l;
+        imp.rise[l][MI_Q4_0] = 10;
     }
     double roomy[] = {39e6, 3.5e6 * 2.2, 2e6 * 2.2, 2e6 * 2.2};
     mi_cluster cq;
@@ -442,7 +453,7 @@ static void test_precision_search(void)
     CU_ASSERT(r.steps >= 1 && r.steps < L);
     double want8 = 0;
     for (int i = 0; i < r.steps; i++) /* the order: 1, 0, 2, 3, ... */
-        want8 += imp.rise[i == 0 ? 1 : i == 1 ? 0 : i][0];
+        want8 += imp.rise[i == 0 ? 1 : i == 1 ? 0 : i][MI_Q8_0];
     for (int l = 0; l < L; l++) {
         int rank = l == 1 ? 0 : l == 0 ? 1 : l; /* l's place in that order */
         CU_ASSERT_EQUAL(r.cfg.dtype[l][MI_WQ], rank < r.steps ? MI_Q8_0 : MI_F32);
@@ -518,6 +529,143 @@ static void test_precision_search(void)
     tu_write_text(path, text);
     CU_ASSERT_EQUAL(mi_importance_load(path, &c, &imp, err), -1);
     CU_ASSERT_PTR_NOT_NULL(strstr(err, "layers[0].prune must list 24 numbers"));
+    mi_cluster_free(&cl);
+}
+
+/* 1 when config c fits the one device of cl with a budget of mem bytes. */
+static int fits_in(const mi_config *c, mi_cluster *cl, const mi_plan_options *po, double mem)
+{
+    mi_plan p;
+    char err[MI_ERRLEN];
+    cl->dev[0].mem_bytes = mem;
+    if (mi_plan_make(c, cl, po, &p, err))
+        return 0;
+    mi_plan_free(&p);
+    return 1;
+}
+
+/* Voltron's precision ladder with the k-quants: ordered by bytes per weight
+ * (q4_K above q4_0, which ties it and measures worse), the rungs a layer can
+ * hold (k-quants only where every blocked axis is whole super-blocks of 256),
+ * and the search's choice on a hand-made importance table: with the budget
+ * that every layer at q8_0 but one at q6_K just fits, the layer whose q6_K
+ * step adds least goes to q6_K and no other; the end of the chain is q4_K
+ * unless a device multiplies q4_0 faster; version 2 files read, newer ones
+ * refused. */
+static void test_precision_ladder(void)
+{
+    for (int i = 1; i < MI_N_RUNGS; i++)
+        CU_ASSERT(mi_dtype_row_bytes(mi_precision_ladder[i], MI_QK_K) <=
+                  mi_dtype_row_bytes(mi_precision_ladder[i - 1], MI_QK_K));
+    CU_ASSERT_EQUAL(mi_precision_rung(MI_Q6_K), 3);
+    CU_ASSERT_EQUAL(mi_precision_rung(MI_Q4_K), 5);
+    CU_ASSERT_EQUAL(mi_precision_rung(MI_Q4_0), 6);
+    mi_config s15, k;
+    CU_ASSERT_EQUAL_FATAL(mi_config_from_shape("stories15M", &s15), 0);
+    CU_ASSERT_EQUAL_FATAL(mi_config_from_shape("tiny-kquant", &k), 0);
+    CU_ASSERT(!mi_precision_holds(&s15, 0, MI_Q4_K)); /* dim 288 */
+    CU_ASSERT(mi_precision_holds(&s15, 0, MI_Q4_0));
+    CU_ASSERT(mi_precision_holds(&k, 0, MI_Q6_K));
+    int to[MI_N_RUNGS];
+    CU_ASSERT_EQUAL(mi_precision_chain(&s15, 0, NULL, 0, to), 3);
+    CU_ASSERT(to[0] == MI_F16 && to[1] == MI_Q8_0 && to[2] == MI_Q4_0);
+    CU_ASSERT_EQUAL(mi_precision_chain(&k, 0, NULL, 0, to), 5);
+    CU_ASSERT(to[2] == MI_Q6_K && to[3] == MI_Q5_K && to[4] == MI_Q4_K);
+    CU_ASSERT_EQUAL(mi_precision_chain(&k, 0, NULL, 1, to), 6);
+    CU_ASSERT_EQUAL(to[5], MI_Q4_0);
+    mi_config k6 = k;
+    memset(k6.dtype[1], MI_Q6_K, MI_N_LAYER_MATS);
+    CU_ASSERT_EQUAL(mi_precision_chain(&k6, 1, NULL, 0, to), 2);
+    CU_ASSERT(to[0] == MI_Q5_K && to[1] == MI_Q4_K);
+    static mi_importance imp;
+    imp_clear(&imp, k.n_layers); /* a version 1 table: q8_0 and q4_0 only */
+    for (int l = 0; l < k.n_layers; l++)
+        imp.rise[l][MI_Q8_0] = 0.01, imp.rise[l][MI_Q4_0] = 1;
+    CU_ASSERT_EQUAL(mi_precision_chain(&k, 0, &imp, 0, to), 2);
+    CU_ASSERT(to[0] == MI_Q8_0 && to[1] == MI_Q4_0);
+    /* the search: every rung measured; layer 2's q6_K step adds 0.01, the others' 0.19 */
+    int L = k.n_layers;
+    for (int l = 0; l < L; l++) {
+        imp.rise[l][MI_F16] = 0.001 * (l + 1);
+        imp.rise[l][MI_Q8_0] = 0.01;
+        imp.rise[l][MI_Q6_K] = l == 2 ? 0.02 : 0.2;
+        imp.rise[l][MI_Q5_K] = imp.rise[l][MI_Q6_K] + 0.5;
+        imp.rise[l][MI_Q4_K] = imp.rise[l][MI_Q6_K] + 1;
+        imp.rise[l][MI_Q4_0] = imp.rise[l][MI_Q6_K] + 2;
+    }
+    imp.version = 2;
+    mi_config want = k;
+    for (int l = 0; l < L; l++)
+        memset(want.dtype[l], l == 2 ? MI_Q6_K : MI_Q8_0, MI_N_LAYER_MATS);
+    double sp[] = {1};
+    mi_cluster cl;
+    cluster_of(&cl, 1, sp, NULL, 1e-3, 12.5e6);
+    mi_plan_options po = {MI_PLANNER_HYBRID, 1, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL, 0, 0};
+    double lo = 1e5, hi = 1e9; /* the least budget the wanted configuration fits */
+    CU_ASSERT_FATAL(fits_in(&want, &cl, &po, hi) && !fits_in(&want, &cl, &po, lo));
+    while (hi - lo > 1) {
+        double mid = 0.5 * (lo + hi);
+        *(fits_in(&want, &cl, &po, mid) ? &hi : &lo) = mid;
+    }
+    mi_config all8 = want; /* one step fewer: every layer q8_0, which that budget misses */
+    memset(all8.dtype[2], MI_Q8_0, MI_N_LAYER_MATS);
+    CU_ASSERT(!fits_in(&all8, &cl, &po, hi));
+    cl.dev[0].mem_bytes = hi;
+    mi_precision_query q = {0, 0, 32, 64, 64};
+    static mi_precision_result r;
+    char err[MI_ERRLEN] = "";
+    int rc = mi_precision_search(&k, &cl, &po, &imp, &q, &r, err);
+    if (rc)
+        printf("\n  %s\n", err);
+    CU_ASSERT_EQUAL_FATAL(rc, 0);
+    CU_ASSERT_EQUAL(r.steps, 2 * L + 1); /* every layer to fp16, to q8_0, then one to q6_K */
+    for (int l = 0; l < L; l++)
+        for (int m = 0; m < MI_N_LAYER_MATS; m++)
+            CU_ASSERT_EQUAL(r.cfg.dtype[l][m], want.dtype[l][m]);
+    CU_ASSERT_DOUBLE_EQUAL(r.rise, 3 * 0.01 + 0.02, 1e-9);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.spec, "2:q6_K"));
+    CU_ASSERT_EQUAL(r.kquant_layers, L);
+    CU_ASSERT_STRING_EQUAL(r.kquant_note, "");
+    /* nothing reaches the target: the chain ends at q4_K (q4_0 ties it in bytes and is no
+     * faster here), or at q4_0 when the device's q4_0 product is the faster */
+    q.tpot_s = 1e-9;
+    CU_ASSERT_EQUAL(mi_precision_search(&k, &cl, &po, &imp, &q, &r, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "every layer q4_K"));
+    cl.dev[0].pass_s[MI_Q4_0] *= 0.5;
+    CU_ASSERT_EQUAL(mi_precision_search(&k, &cl, &po, &imp, &q, &r, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "every layer q4_0"));
+    q.tpot_s = 0;
+    cl.dev[0].mem_bytes = 1e12;
+    /* stories15M (dim 288) holds no k-quant: the search says why */
+    static mi_importance i15;
+    imp_clear(&i15, s15.n_layers);
+    for (int l = 0; l < s15.n_layers; l++)
+        i15.rise[l][MI_Q8_0] = 0.01, i15.rise[l][MI_Q4_0] = 0.1;
+    CU_ASSERT_EQUAL(mi_precision_search(&s15, &cl, &po, &i15, &q, &r, err), 0);
+    CU_ASSERT_EQUAL(r.kquant_layers, 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.kquant_note, "dim 288"));
+    /* a version 2 file: k-quant rises read, null where not measured; version 3 refused */
+    char path[4200], text[4096];
+    tu_path(path, sizeof path, g_dir, "imp2.json");
+    int o = snprintf(text, sizeof text, "{\"model\": \"%s\", \"version\": 2, \"n_layers\": %d, \"dim\": %d, "
+                     "\"hidden_dim\": %d, \"layers\": [", k.name, L, k.dim, k.hidden_dim);
+    for (int l = 0; l < L; l++)
+        o += snprintf(text + o, sizeof text - (size_t)o, "%s{\"layer\": %d, \"fp16\": 0, \"q8_0\": 0.1, \"q6_K\": "
+                      "%s, \"q5_K\": 0.3, \"q4_K\": 0.4, \"q4_0\": 0.5}", l ? "," : "", l, l == 1 ? "null" : "0.2");
+    snprintf(text + o, sizeof text - (size_t)o, "]}");
+    tu_write_text(path, text);
+    CU_ASSERT_EQUAL_FATAL(mi_importance_load(path, &k, &imp, err), 0);
+    CU_ASSERT_EQUAL(imp.version, 2);
+    CU_ASSERT_DOUBLE_EQUAL(imp.rise[0][MI_Q6_K], 0.2, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(imp.rise[3][MI_Q4_K], 0.4, 1e-12);
+    CU_ASSERT(isnan(imp.rise[1][MI_Q6_K]));
+    CU_ASSERT_EQUAL(mi_precision_chain(&k, 1, &imp, 0, to), 4); /* fp16 q8_0 q5_K q4_K */
+    CU_ASSERT_EQUAL(to[2], MI_Q5_K);
+    char *v = strstr(text, "\"version\": 2");
+    v[11] = '3';
+    tu_write_text(path, text);
+    CU_ASSERT_EQUAL(mi_importance_load(path, &k, &imp, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "version 3 is newer than this meshinfer reads"));
     mi_cluster_free(&cl);
 }
 
@@ -622,6 +770,7 @@ int main(void)
         !CU_add_test(s, "hybrid: MP, TP and memory budgets", test_hybrid_choices) ||
         !CU_add_test(s, "re-placement cost between phases", test_switch_cost) ||
         !CU_add_test(s, "precision search: fewest downgrades, least important first", test_precision_search) ||
+        !CU_add_test(s, "precision ladder with the k-quants and the search's choice", test_precision_ladder) ||
         !CU_add_test(s, "comparison of schemes (--planner all / auto)", test_compare) ||
         !CU_add_test(s, "somegather's pruning within a perplexity budget", test_sg_quality) ||
         !CU_add_test(s, "energy per token and DVFS levels under a TPOT limit", test_energy)) {
