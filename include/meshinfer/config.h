@@ -155,8 +155,8 @@ size_t mi_w3_row_bytes(const mi_config *c, int l);
 size_t mi_classifier_bytes(const mi_config *c, int rows);
 
 /* Alignment of column splits (Voltron tensor parallelism) in layer l: a
- * slice of the FFN must start and end on a multiple of mi_ffn_align (32 when
- * w2 is a block dtype, else 1), and the KV-head groups whose wo columns one
+ * slice of the FFN must start and end on a multiple of mi_ffn_align (w2's
+ * mi_dtype_block: 32 for q8_0/q4_0, 256 for the k-quants, else 1), and the KV-head groups whose wo columns one
  * rank holds must be runs that start and end on a multiple of mi_kv_align
  * (the fewest heads whose columns are whole blocks when wo is a block dtype,
  * else 1), so that no rank holds part of a block. */

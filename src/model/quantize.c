@@ -121,11 +121,19 @@ int mi_dtypes_apply(mi_config *c, const char *dtype, const char *layer_spec, con
 }
 
 /* Every value finite and within what dtype t can hold (fp16: 65504; a
- * block's fp16 scale: 65504 * 127 for q8_0, 65504 * 8 for q4_0); otherwise
- * name the tensor and the first bad element. */
+ * block's fp16 scale: 65504 * 127 for q8_0, 65504 * 8 for q4_0; a k-quant's
+ * fp16 d times its largest sub-block scale and level, halved for q4_K/q5_K
+ * whose levels span max - min); otherwise name the tensor and the first bad
+ * element. */
 static int check_values(int t, const float *x, size_t n, const char *name, const char *path, char *err)
 {
-    double lim = t == MI_F16 ? 65504.0 : t == MI_Q8_0 ? 65504.0 * 127 : t == MI_Q4_0 ? 65504.0 * 8 : INFINITY;
+    double lim = t == MI_F16    ? 65504.0
+                 : t == MI_Q8_0 ? 65504.0 * 127
+                 : t == MI_Q4_0 ? 65504.0 * 8
+                 : t == MI_Q4_K ? 65504.0 * 63 * 15 / 2
+                 : t == MI_Q5_K ? 65504.0 * 63 * 31 / 2
+                 : t == MI_Q6_K ? 65504.0 * 127 * 32
+                                : INFINITY;
     for (size_t i = 0; i < n; i++) {
         if (!isfinite(x[i]))
             return mi_set_error(err, "%s: tensor '%s' holds a non-finite value (%g at element %zu); refusing to "
