@@ -192,7 +192,7 @@ size_t mi_classifier_bytes(const mi_config *c, int rows);
 
 /* Alignment of column splits (Voltron tensor parallelism) in layer l: a
  * slice of the FFN must start and end on a multiple of mi_ffn_align (w2's
- * mi_dtype_block: 32, or 256 for a k-quant; else 1), and the KV-head groups whose wo columns one
+ * mi_dtype_block: 32 for q8_0/q4_0, 256 for the k-quants, else 1), and the KV-head groups whose wo columns one
  * rank holds must be runs that start and end on a multiple of mi_kv_align
  * (the fewest heads whose columns are whole blocks when wo is a block dtype,
  * else 1), so that no rank holds part of a block. */

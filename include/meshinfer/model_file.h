@@ -1,7 +1,7 @@
 /* The meshinfer HDF5 model file: one file holds config, tokenizer and weights.
  *
  * Layout, readable with h5dump (format_version 1 when every weight is
- * float32, 2 when any is fp16, q8_0 or q4_0; this build reads both):
+ * float32, 2 when any is fp16, q8_0, q4_0 or a k-quant; this build reads both):
  *   /                       attributes: format_version, dim, hidden_dim, n_layers,
  *                           n_heads, n_kv_heads, head_dim, vocab_size, seq_len,
  *                           rope_theta, norm_eps, shared_classifier, synthetic, name
@@ -40,6 +40,15 @@
  * 0: qs [rows, cols] or [rows/2, cols], d [rows/32, cols]), which are the
  * byte-for-byte transposes of the in-memory row layout. A shard's rows stay one
  * hyperslab of qs and one of d; for wo_t and w2_t it must be whole blocks.
+ *   q4_K,  a group as above (dtype "q4_K", "q5_K" or "q6_K", block_size 256)
+ *   q5_K,  holding one dataset qs, uint8: each row's super-blocks as ggml
+ *   q6_K   lays them out (tensor.h), [rows, cols/256 * B] (B = 144, 176, 210
+ *          bytes a super-block); no d. The transposed wo_t and w2_t
+ *          (blocked_axis 0, shape [cols, rows] as above) are transposed by
+ *          whole super-blocks: [cols/256, rows * B], stored row k holding
+ *          super-block k of every row of the product's matrix, so a shard of
+ *          its columns (whole super-blocks) is stored rows and a shard of its
+ *          rows a byte range of each.
  *
  * Format_version 4 is a language model of a family other than Llama 2's
  * (config.h): the version 2 attributes plus `family` ("llama", "qwen2",

@@ -14,8 +14,23 @@
  *   emb_dtype    token embeddings and classifier (NULL: dtype, or as is)
  * Returns 0, or -1 with one line in err: an unknown dtype name, a malformed
  * spec, a layer outside the model or named twice, or a block dtype on a
- * matrix whose blocked axis is not a multiple of 32. */
+ * matrix whose blocked axis is not a multiple of its block (32, or 256 for
+ * the k-quants). */
 int mi_dtypes_apply(mi_config *c, const char *dtype, const char *layer_spec, const char *emb_dtype, char *err);
+
+/* The same, where dtype may also be llama.cpp's mixes "q4_K_M" and "q5_K_M"
+ * (q4_K or q5_K everywhere but: the classifier, and tied embeddings, q6_K;
+ * wv and w2 q6_K in the layers l < n/8, l >= 7n/8 and (l - n/8) % 3 == 2,
+ * n = n_layers; untied embeddings the base type), as llama_tensor_get_type
+ * chooses them, and where a k-quant that dtype gives a matrix whose blocked
+ * axis is not whole super-blocks of 256 falls back: q4_K to q4_0, q5_K and
+ * q6_K to q8_0 (fp16 if the axis is not whole blocks of 32 either).
+ * *n_fallback (not NULL) receives the number of matrices that fell back
+ * (the embeddings and an untied classifier count one each). layer_spec and
+ * emb_dtype name their tensors and never fall back: a k-quant there on
+ * rows that are not whole super-blocks is refused. */
+int mi_dtypes_apply_fallback(mi_config *c, const char *dtype, const char *layer_spec, const char *emb_dtype,
+                             int *n_fallback, char *err);
 
 /* Write the model `in` (every weight fp32) to `out` with the weight dtypes of
  * `target` (a config of the same shape, e.g. from mi_dtypes_apply): each

@@ -142,10 +142,14 @@ int mi_tensor_convert(const mi_tensor *w, int t, void *mem, mi_tensor *out);
  * d = m/-8 with m the value of largest magnitude (q4_0), rounded to fp16
  * before the values are quantized against it, so that |x - dequant(x)| is at
  * most |d|/2 (q8_0) or |d| (q4_0; |d|/2 for all but the block's extreme
- * values on the other side of zero). The k-quants fit each sub-block's
- * scale (and min) to its values and then the sub-block scales to 6 or 8 bits
- * against the super-block's fp16 d (and dmin). Non-finite inputs give NaN
- * scales. */
+ * values on the other side of zero). The k-quants search each sub-block's
+ * scale (and min) for the least weighted squared error (llama.cpp's
+ * make_qkx2_quants for q4_K/q5_K, make_qx_quants for q6_K), round the
+ * sub-block scales to 6 bits (or int8) against the super-block's fp16 d
+ * (and dmin), keep a neighbouring 6-bit value where it lowers the
+ * sub-block's error, then choose the levels: RMSE at or below llama.cpp's
+ * reference quantizers' (docs/guide/precision.md). A super-block holding a
+ * non-finite input gets NaN scales. */
 void mi_quantize_row(int t, const float *x, int n, void *q, uint16_t *d);
 /* Decode one row (inverse of mi_quantize_row up to its error). */
 void mi_dequantize_row(int t, const void *q, const uint16_t *d, int n, float *out);

@@ -92,8 +92,11 @@ int cli_wire_dtype(const char *s)
 
 const char *CLI_DTYPE_HELP =
     "  --dtype T              every layer matrix, and the embeddings and classifier: fp32, fp16,\n"
-    "                         q8_0 or q4_0\n"
-    "  --layer-dtype SPEC     per layer, over --dtype: e.g. 0-1:q8_0,2-5:q4_0 (layers not named keep\n"
+    "                         q8_0, q4_0, q4_K, q5_K or q6_K; or llama.cpp's mixes q4_K_M, q5_K_M\n"
+    "                         (q6_K classifier, and wv and w2 of some layers). A k-quant on rows that\n"
+    "                         are not whole super-blocks of 256 falls back to q4_0 (q4_K) or q8_0\n"
+    "                         (q5_K, q6_K), with a note saying how many\n"
+    "  --layer-dtype SPEC     per layer, over --dtype: e.g. 0-1:q8_0,2-5:q4_K (layers not named keep\n"
     "                         --dtype, or fp32; given twice, both lists apply, a layer in both refused)\n"
     "  --embeddings-dtype T   token embeddings and classifier (default: --dtype)\n";
 
@@ -125,8 +128,16 @@ int cli_dtypes_given(const cli_dtypes *d)
 void cli_dtypes_apply(const cli_dtypes *d, mi_config *c, const char *cmd)
 {
     char err[MI_ERRLEN];
-    if (cli_dtypes_given(d) && mi_dtypes_apply(c, d->dtype, d->layer, d->emb, err))
+    int fb = 0;
+    if (cli_dtypes_given(d) && mi_dtypes_apply_fallback(c, d->dtype, d->layer, d->emb, &fb, err))
         mi_fatal("%s: %s", cmd, err);
+    if (fb) {
+        int n = 2 - c->shared_classifier;
+        for (int l = 0; l < c->n_layers; l++)
+            n += MI_N_LAYER_MATS - (c->ffn_type != MI_FFNK_SWIGLU && c->ffn_type != MI_FFNK_GEGLU);
+        fprintf(stderr, "%s: note: %d of %d weight matrices have rows that are not whole super-blocks of 256 and "
+                        "fell back from the k-quants (q4_K to q4_0, q5_K and q6_K to q8_0)\n", cmd, fb, n);
+    }
 }
 
 /* --prune SPEC: "R" for all four exchange kinds, or a comma list mixing "R"

@@ -26,9 +26,9 @@ static int check_dtype(int t, int axis, const char *what, int layer, char *err)
         snprintf(where, sizeof where, "layer %d ", layer);
     if (t < 0 || t >= MI_N_DTYPES)
         return mi_set_error(err, "config: %s%s has unknown dtype %d", where, what, t);
-    if (mi_dtype_blocked(t) && axis % MI_QK != 0)
+    if (mi_dtype_blocked(t) && axis % mi_dtype_block(t) != 0)
         return mi_set_error(err, "config: %s%s is %s, but its blocked axis of %d is not a multiple of %d", where,
-                            what, mi_dtype_name(t), axis, MI_QK);
+                            what, mi_dtype_name(t), axis, mi_dtype_block(t));
     return 0;
 }
 
@@ -355,10 +355,10 @@ size_t mi_decode_weight_bytes(const mi_config *c)
     return n;
 }
 
-/* (a k-quant's super-block of 256 as a 32-block's: tensor parallelism's column shards never cut one) */
 int mi_ffn_align(const mi_config *c, int l)
 {
-    return mi_dtype_block(c->dtype[l][MI_W2]) > 1 ? mi_dtype_block(c->dtype[l][MI_W2]) : 1;
+    int b = mi_dtype_block(c->dtype[l][MI_W2]);
+    return b > 1 ? b : 1;
 }
 
 int mi_kv_align(const mi_config *c, int l)

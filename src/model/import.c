@@ -189,6 +189,8 @@ static void to_float(const im_tensor *t, size_t e0, size_t n, float *out)
             memcpy(&h, t->data + (e0 + i) * 2, 2);
             out[i] = t->dtype == MI_F16 ? mi_f32_from_fp16(h) : bf16_to_f32(h);
         }
+    } else if (mi_dtype_kquant(t->dtype)) { /* super-blocks of 256, our layout as they are */
+        mi_dequantize_row(t->dtype, t->data + mi_dtype_q_row_bytes(t->dtype, e0), NULL, (int)n, out);
     } else { /* ggml blocks of 32: an fp16 scale, then the values */
         size_t bb = t->dtype == MI_Q8_0 ? 34 : 18;
         for (size_t i = 0; i < n; i += MI_QK) {
@@ -364,9 +366,9 @@ static int find_item(im_ctx *x, int i, int layer, item *it, char *err)
     if (rc)
         return -1;
     if (it->t.dtype == IM_OTHER)
-        return mi_set_error(err, "%s: tensor '%s' is %s, which meshinfer does not run (it runs f32, f16, bf16, q8_0 and "
-                                 "q4_0; k-quants come later): requantize it, e.g. llama-quantize --pure IN OUT Q4_0 "
-                                 "(or Q8_0)", x->src, it->src, it->t.type_name);
+        return mi_set_error(err, "%s: tensor '%s' is %s, which meshinfer does not run (it runs f32, f16, bf16, q8_0, "
+                                 "q4_0, q4_K, q5_K and q6_K): requantize it, e.g. llama-quantize IN OUT Q4_K_M (or "
+                                 "Q8_0)", x->src, it->src, it->t.type_name);
     it->transposed_src = x->conv1d && (names[i].flags & MAT) && strcmp(names[i].our, "tok_embeddings") &&
                          strcmp(names[i].our, "pos_embed");
     if (!(names[i].flags & MAT) && it->t.n_dims == 2 && it->t.shape[0] == 1) { /* a vector as one row (shared_gate) */
@@ -415,8 +417,8 @@ static void item_rows_float(const item *it, int64_t r0, int64_t n, float *out)
     free(line);
 }
 
-/* Write a matrix item: blocks and fp16/fp32 values byte for byte, BF16
- * converted, Conv1D transposed. */
+/* Write a matrix item: blocks (k-quant super-blocks too) and fp16/fp32
+ * values byte for byte, BF16 converted, Conv1D transposed. */
 static int write_matrix(mi_model_writer *w, const item *it, char *err)
 {
     int transpose = (names[it->i].flags & TR) != 0;
@@ -432,7 +434,8 @@ static int write_matrix(mi_model_writer *w, const item *it, char *err)
         return rc;
     }
     if (it->t.dtype == it->dtype && !it->transposed_src) { /* kept as it is */
-        size_t qrow = mi_dtype_q_row_bytes(it->dtype, cols), nb = mi_dtype_blocked(it->dtype) ? cols / MI_QK : 0;
+        /* k-quants: a row of super-blocks is ours as it is (no scales apart) */
+        size_t qrow = mi_dtype_q_row_bytes(it->dtype, cols), nb = mi_dtype_split_scales(it->dtype) ? cols / MI_QK : 0;
         unsigned char *q = mi_malloc(rows * qrow + 1, "import buffer");
         uint16_t *d = mi_malloc(rows * nb * 2 + 2, "import scales");
         size_t bb = it->dtype == MI_Q8_0 ? 34 : 18, src_row = nb ? nb * bb : qrow;

@@ -28,6 +28,9 @@ static int gguf_find(const im_ctx *x, const char *name, im_tensor *t, char *err)
                : g->type == MI_GGML_BF16 ? IM_BF16
                : g->type == MI_GGML_Q8_0 ? MI_Q8_0
                : g->type == MI_GGML_Q4_0 ? MI_Q4_0
+               : g->type == MI_GGML_Q4_K ? MI_Q4_K /* super-blocks kept byte for byte (tensor.h) */
+               : g->type == MI_GGML_Q5_K ? MI_Q5_K
+               : g->type == MI_GGML_Q6_K ? MI_Q6_K
                                          : IM_OTHER;
     t->type_name = g->type_name;
     t->data = g->data;

@@ -17,8 +17,8 @@ enum { IM_BF16 = 100, IM_OTHER = 101 };
 /* One source tensor as the importer sees it: row-major shape (shape[0] the
  * outermost, shape[n_dims-1] contiguous, as PyTorch; a GGUF's dims reversed). */
 typedef struct {
-    int dtype;             /* MI_F32, MI_F16, MI_Q8_0, MI_Q4_0 (ggml blocks: fp16 scale, then values), IM_BF16,
-                              IM_OTHER */
+    int dtype;             /* MI_F32, MI_F16, MI_Q8_0, MI_Q4_0 (ggml blocks: fp16 scale, then values),
+                              MI_Q4_K, MI_Q5_K, MI_Q6_K (super-blocks as tensor.h's), IM_BF16, IM_OTHER */
     const char *type_name; /* the file's name of its type, for errors */
     int n_dims;
     int64_t shape[4];

@@ -53,7 +53,7 @@ mi_shard_spec mi_shard_spec_full(const mi_config *c, mi_layer_spec *layers)
 
 void mi_emb_cover(const mi_config *c, int c0, int nc, int *a, int *b)
 {
-    int q = mi_dtype_blocked(c->emb_dtype) ? MI_QK : 1;
+    int q = mi_dtype_block(c->emb_dtype) > 1 ? mi_dtype_block(c->emb_dtype) : 1;
     *a = c0 / q * q;
     *b = (c0 + nc + q - 1) / q * q;
     if (*b > c->dim)
@@ -287,7 +287,8 @@ static void fetch_part(loader *ld, const treq *r, const char *ds, size_t row_byt
 
 static void load_one(loader *ld, treq *r, unsigned char *stage)
 {
-    int blocked = mi_dtype_blocked(r->dtype);
+    int blocked = mi_dtype_blocked(r->dtype), scales = mi_dtype_split_scales(r->dtype);
+    int block = blocked ? mi_dtype_block(r->dtype) : 1;
     char ds[160];
     snprintf(ds, sizeof ds, blocked ? "%s/qs" : "%s", r->name);
     mi_tensor *t = &r->t;
@@ -296,7 +297,7 @@ static void load_one(loader *ld, treq *r, unsigned char *stage)
         size_t qrow = mi_dtype_q_row_bytes(r->dtype, r->stored_cols);
         size_t qa = mi_dtype_q_row_bytes(r->dtype, r->c0), qn = mi_dtype_q_row_bytes(r->dtype, r->nc);
         fetch_part(ld, r, ds, qrow, qa, qn, 1, 1, stage ? stage : t->q);
-        if (blocked) {
+        if (scales) {
             snprintf(ds, sizeof ds, "%s/d", r->name);
             fetch_part(ld, r, ds, 2 * (r->stored_cols / MI_QK), 2 * (r->c0 / MI_QK), 2 * (r->nc / MI_QK), 1, 1,
                        stage ? stage : (unsigned char *)t->d);
@@ -305,19 +306,30 @@ static void load_one(loader *ld, treq *r, unsigned char *stage)
     }
     /* transposed: fetch whole stored rows, then transpose into the product's layout */
     for (int i = 0; i < r->n && blocked; i++)
-        if (r->r0[i] % MI_QK || r->len[i] % MI_QK) {
+        if (r->r0[i] % (size_t)block || r->len[i] % (size_t)block) {
             ld->rc = mi_set_error(ld->err, "%s: columns [%zu, %zu) cut %s blocks of %d (a shard of wo or w2 must be "
                                            "whole blocks)", r->name, r->r0[i], r->r0[i] + r->len[i],
-                                  mi_dtype_name(r->dtype), MI_QK);
+                                  mi_dtype_name(r->dtype), block);
             return;
         }
+    size_t n = total_rows(r);
+    if (mi_dtype_kquant(r->dtype)) {
+        /* stored row k holds super-block k of every product row (model_file.h): the product's
+         * columns [r0, r0+len) are stored rows [r0/256, (r0+len)/256), its rows [c0, c0+nc)
+         * a byte range of each; transposed back in units of one super-block */
+        size_t bb = mi_dtype_q_row_bytes(r->dtype, MI_QK_K);
+        fetch_part(ld, r, ds, r->stored_cols * bb, r->c0 * bb, r->nc * bb, 1, MI_QK_K, stage);
+        if (!ld->rc && !ld->src->discard)
+            transpose_bytes(stage, n / MI_QK_K, r->nc, bb, t->q);
+        return;
+    }
     /* stored columns [c0, c0+nc) are the product's rows: any range (blocks run along the stored rows) */
-    size_t es = stored_elem_bytes(r->dtype), row_bytes = r->stored_cols * es, n = total_rows(r);
+    size_t es = stored_elem_bytes(r->dtype), row_bytes = r->stored_cols * es;
     size_t num = 1, den = r->dtype == MI_Q4_0 ? 2 : 1, qrows = n * num / den;
     fetch_part(ld, r, ds, row_bytes, r->c0 * es, r->nc * es, num, den, stage);
     if (!ld->rc && !ld->src->discard)
         transpose_bytes(stage, qrows, r->nc, es, t->q);
-    if (blocked && !ld->rc) {
+    if (scales && !ld->rc) {
         snprintf(ds, sizeof ds, "%s/d", r->name);
         fetch_part(ld, r, ds, 2 * r->stored_cols, 2 * r->c0, 2 * r->nc, 1, MI_QK, stage);
         if (!ld->rc && !ld->src->discard)
@@ -335,7 +347,10 @@ static void load_group(loader *ld, void **arena, size_t *arena_bytes)
         size_t n = total_rows(r);
         r->t = r->transposed ? mi_tensor_shape(r->dtype, (int)r->nc, (int)n) : mi_tensor_shape(r->dtype, (int)n, (int)r->nc);
         total += mi_tensor_place_bytes(r->dtype, (size_t)r->t.rows, (size_t)r->t.cols);
-        size_t need = ld->src->discard || r->transposed ? mi_tensor_place_bytes(r->dtype, n, r->nc) : 0;
+        /* the staged stored rows: as many bytes as the tensor in memory */
+        size_t need = ld->src->discard || r->transposed
+                          ? mi_tensor_place_bytes(r->dtype, (size_t)r->t.rows, (size_t)r->t.cols)
+                          : 0;
         if (need > stage_bytes)
             stage_bytes = need;
     }

@@ -12,7 +12,9 @@
 
 /* Check a weight matrix stored as [d0, d1] (transposed: blocked along d0,
  * otherwise along d1) and return its dtype: a float32 or float16 dataset,
- * or a group holding the block format's values `qs` and fp16 scales `d`. */
+ * a group holding the block format's values `qs` and fp16 scales `d`
+ * (q8_0, q4_0), or a group holding a k-quant's super-blocks `qs` (uint8
+ * [d0, d1/256 * block bytes]; transposed [d0/256, d1 * block bytes]). */
 static int check_matrix(mi_model_file *mf, const char *name, hsize_t d0, hsize_t d1, int transposed, int *dtype,
                         char *err)
 {
@@ -43,13 +45,13 @@ static int check_matrix(mi_model_file *mf, const char *name, hsize_t d0, hsize_t
     mi_dtype t;
     if (rc) {
         H5Oclose(o);
-        return mi_set_error(err, "%s: tensor '%s' is a group without a dtype attribute (q8_0 or q4_0)", mf->path,
-                            name);
+        return mi_set_error(err, "%s: tensor '%s' is a group without a dtype attribute (q8_0, q4_0, q4_K, q5_K or "
+                                 "q6_K)", mf->path, name);
     }
     if (mi_dtype_parse(dt, &t) || !mi_dtype_blocked(t)) {
         H5Oclose(o);
-        return mi_set_error(err, "%s: tensor '%s' is a block group with dtype '%s', not q8_0 or q4_0", mf->path, name,
-                            dt);
+        return mi_set_error(err, "%s: tensor '%s' is a block group with dtype '%s', not q8_0, q4_0, q4_K, q5_K or "
+                                 "q6_K", mf->path, name, dt);
     }
     /* the attributes that describe the layout must say what this build reads */
     /* read as whole numbers: 32.5 must not pass as block_size 32 */
@@ -70,15 +72,32 @@ static int check_matrix(mi_model_file *mf, const char *name, hsize_t d0, hsize_t
         H5Aclose(a);
     }
     H5Oclose(o);
-    if (!ok || bs != MI_QK || axis_attr != (transposed ? 0 : 1) || shp[0] != (long long)d0 || shp[1] != (long long)d1)
+    const int block = mi_dtype_block(t);
+    if (!ok || bs != block || axis_attr != (transposed ? 0 : 1) || shp[0] != (long long)d0 || shp[1] != (long long)d1)
         return mi_set_error(err, "%s: tensor '%s' (%s) must have block_size %d, blocked_axis %d and shape [%llu, "
-                                 "%llu]; its attributes say otherwise or are missing", mf->path, name, dt, MI_QK,
+                                 "%llu]; its attributes say otherwise or are missing", mf->path, name, dt, block,
                             transposed ? 0 : 1, (unsigned long long)d0, (unsigned long long)d1);
     hsize_t axis = transposed ? d0 : d1;
-    if (axis % MI_QK)
+    if (axis % (hsize_t)block)
         return mi_set_error(err, "%s: tensor '%s' is %s but its blocked axis of %llu is not a multiple of %d",
-                            mf->path, name, dt, (unsigned long long)axis, MI_QK);
+                            mf->path, name, dt, (unsigned long long)axis, block);
     char part[160];
+    if (mi_dtype_kquant(t)) {
+        hsize_t bb = (hsize_t)mi_dtype_q_row_bytes(t, MI_QK_K);
+        snprintf(part, sizeof part, "%s/qs", name);
+        if (mf_check_dataset(mf->file, part, 2, transposed ? d0 / MI_QK_K : d0,
+                             transposed ? d1 * bb : d1 / MI_QK_K * bb, 0, mf->path, err))
+            return -1;
+        hid_t d = H5Dopen2(mf->file, part, H5P_DEFAULT), ty = H5Dget_type(d);
+        ok = H5Tget_class(ty) == H5T_INTEGER && H5Tget_size(ty) == 1 && H5Tget_sign(ty) == H5T_SGN_NONE;
+        H5Tclose(ty);
+        H5Dclose(d);
+        if (!ok)
+            return mi_set_error(err, "%s: tensor '%s' (%s super-blocks) is not unsigned 8-bit integers", mf->path,
+                                part, dt);
+        *dtype = t;
+        return 0;
+    }
     hsize_t q0 = d0, q1 = d1, s0 = d0, s1 = d1;
     if (transposed) {
         q0 = t == MI_Q4_0 ? d0 / 2 : d0;

@@ -243,6 +243,28 @@ static int put_encoded(mi_model_writer *w, const char *name, int dtype, const vo
                 H5Dclose(ds);
         }
         free(tr);
+    } else if (mi_dtype_kquant(dtype)) {
+        /* super-blocks as they are, uint8 [rows, row bytes]; transposed, stored row k holds
+         * super-block k of every row ([cols/256, rows * block bytes]; see model_file.h) */
+        size_t qrow = mi_dtype_q_row_bytes(dtype, cols), nsb = cols / MI_QK_K, bb = mi_dtype_q_row_bytes(dtype, MI_QK_K);
+        hsize_t qd[2] = {rows, qrow};
+        const void *qo = q;
+        void *qt = NULL;
+        if (transpose) {
+            qo = qt = mi_malloc(rows * qrow + 1, "transpose buffer");
+            transpose_bytes(q, rows, nsb, bb, qt);
+            qd[0] = nsb, qd[1] = rows * bb;
+        }
+        hid_t g = H5Gcreate2(w->file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        bad = g < 0;
+        if (!bad) {
+            bad = write_str_attr(g, "dtype", mi_dtype_name(dtype)) ||
+                  write_i64_pair_attr(g, "shape", (long long)dims[0], (long long)dims[1]) ||
+                  write_int_attr(g, "block_size", MI_QK_K) || write_int_attr(g, "blocked_axis", transpose ? 0 : 1) ||
+                  write_dataset(g, "qs", H5T_STD_U8LE, H5T_NATIVE_UCHAR, 2, qd, qo);
+            H5Gclose(g);
+        }
+        free(qt);
     } else {
         size_t qrow = mi_dtype_q_row_bytes(dtype, cols), nb = cols / MI_QK;
         hsize_t qd[2] = {rows, qrow}, sd[2] = {rows, nb};
@@ -274,6 +296,19 @@ static int put_encoded(mi_model_writer *w, const char *name, int dtype, const vo
     return 0;
 }
 
+/* A blocked dtype's rows must be whole blocks (32 values, or a k-quant's
+ * super-blocks of 256): one line naming the tensor, else 0. */
+static int whole_blocks(const mi_model_writer *w, const char *name, int dtype, size_t cols, char *err)
+{
+    int b = mi_dtype_block(dtype);
+    if (b <= 0)
+        return mi_set_error(err, "%s: tensor '%s' has unknown dtype %d", w->out.path, name, dtype);
+    if (cols % (size_t)b != 0)
+        return mi_set_error(err, "%s: tensor '%s' has rows of %zu values, not whole %s of %d for %s", w->out.path,
+                            name, cols, mi_dtype_kquant(dtype) ? "super-blocks" : "blocks", b, mi_dtype_name(dtype));
+    return 0;
+}
+
 int mi_model_writer_put_tensor(mi_model_writer *w, const char *name, int dtype, const float *data, size_t rows,
                                size_t cols, int transpose, char *err)
 {
@@ -282,10 +317,9 @@ int mi_model_writer_put_tensor(mi_model_writer *w, const char *name, int dtype, 
         if (!isfinite(data[i]))
             return mi_set_error(err, "%s: tensor '%s' holds a non-finite value (%g at row %zu, column %zu); refusing "
                                      "to write it", w->out.path, name, (double)data[i], i / cols, i % cols);
-    if (mi_dtype_blocked(dtype) && cols % MI_QK != 0)
-        return mi_set_error(err, "%s: tensor '%s' has rows of %zu values, not whole blocks of %d for %s", w->out.path,
-                            name, cols, MI_QK, mi_dtype_name(dtype));
-    size_t qrow = mi_dtype_q_row_bytes(dtype, cols), nb = mi_dtype_blocked(dtype) ? cols / MI_QK : 0;
+    if (whole_blocks(w, name, dtype, cols, err))
+        return -1;
+    size_t qrow = mi_dtype_q_row_bytes(dtype, cols), nb = mi_dtype_split_scales(dtype) ? cols / MI_QK : 0;
     unsigned char *q = mi_malloc(rows * qrow + 1, "tensor buffer");
     uint16_t *d = mi_malloc(rows * nb * 2 + 2, "block scales");
     for (size_t r = 0; r < rows; r++)
@@ -299,12 +333,11 @@ int mi_model_writer_put_tensor(mi_model_writer *w, const char *name, int dtype, 
 int mi_model_writer_put_encoded(mi_model_writer *w, const char *name, int dtype, const void *q, const uint16_t *d,
                                 size_t rows, size_t cols, int transpose, char *err)
 {
-    if (mi_dtype_blocked(dtype) && cols % MI_QK != 0)
-        return mi_set_error(err, "%s: tensor '%s' has rows of %zu values, not whole blocks of %d for %s", w->out.path,
-                            name, cols, MI_QK, mi_dtype_name(dtype));
+    if (whole_blocks(w, name, dtype, cols, err))
+        return -1;
     /* every value finite, decoded row by row (a NaN scale or value would reach every logit) */
     float *row = mi_malloc(cols * sizeof(float), "row buffer");
-    size_t qrow = mi_dtype_q_row_bytes(dtype, cols), nb = mi_dtype_blocked(dtype) ? cols / MI_QK : 0;
+    size_t qrow = mi_dtype_q_row_bytes(dtype, cols), nb = mi_dtype_split_scales(dtype) ? cols / MI_QK : 0;
     int rc = 0;
     for (size_t r = 0; r < rows && !rc; r++) {
         mi_dequantize_row(dtype, (const unsigned char *)q + r * qrow, d ? d + r * nb : NULL, (int)cols, row);

@@ -17,7 +17,58 @@
 static int parse_dtype(const char *s, const char *what, mi_dtype *t, char *err)
 {
     if (mi_dtype_parse(s, t))
-        return mi_set_error(err, "%s: unknown dtype '%s' (fp32, fp16, q8_0, q4_0)", what, s);
+        return mi_set_error(err, "%s: unknown dtype '%s' (fp32, fp16, q8_0, q4_0, q4_K, q5_K, q6_K%s)", what, s,
+                            strcmp(what, "--dtype") ? "" : "; or the mixes q4_K_M, q5_K_M");
+    return 0;
+}
+
+/* llama.cpp's llama_tensor_get_type for its *_M mixes: the layers whose
+ * attention v and FFN down projections get q6_K (the first and last eighth,
+ * and every third layer between). */
+static int more_bits(int l, int n)
+{
+    return l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2;
+}
+
+/* The k-quant t on a matrix whose blocked axis is `axis` long: t, or when
+ * the axis is not whole super-blocks of 256, q4_0 for q4_K and q8_0 for
+ * q5_K and q6_K (the 32-blocks at the same size, or at no less precision;
+ * llama.cpp takes q5_0, q5_1, q8_0, which we do not have), or fp16 when the
+ * axis is not whole blocks of 32 either; *n counts the fallbacks. */
+static unsigned char fall_back(int t, int axis, int *n)
+{
+    if (!mi_dtype_kquant(t) || axis % MI_QK_K == 0)
+        return (unsigned char)t;
+    ++*n;
+    if (axis % MI_QK)
+        return MI_F16;
+    return t == MI_Q4_K ? MI_Q4_0 : MI_Q8_0;
+}
+
+/* --dtype: one dtype for every matrix, or a mix (q4_K_M, q5_K_M), with the
+ * k-quants' fall-back on rows that are not whole super-blocks when
+ * n_fallback != NULL (else such a choice is left for the config's check to
+ * refuse). */
+static int apply_whole(mi_config *c, const char *dtype, int *n_fallback, char *err)
+{
+    mi_dtype t;
+    int mix = !strcmp(dtype, "q4_K_M") || !strcmp(dtype, "q5_K_M");
+    if (mix)
+        t = dtype[1] == '4' ? MI_Q4_K : MI_Q5_K;
+    else if (parse_dtype(dtype, "--dtype", &t, err))
+        return -1;
+    int nfb = 0, *fb = n_fallback ? n_fallback : &nfb, fallback = n_fallback != NULL;
+    *fb = 0;
+    const int axis[MI_N_LAYER_MATS] = {c->dim, c->dim, c->dim, c->n_heads * c->head_dim, c->dim, c->hidden_dim, c->dim};
+    for (int l = 0; l < c->n_layers; l++)
+        for (int m = 0; m < MI_N_LAYER_MATS; m++) {
+            int lt = mix && (m == MI_WV || m == MI_W2) && more_bits(l, c->n_layers) ? MI_Q6_K : (int)t;
+            c->dtype[l][m] = fallback ? fall_back(lt, axis[m], fb) : (unsigned char)lt;
+        }
+    /* the mixes' classifier is q6_K, and so are tied embeddings (one tensor); untied ones keep t */
+    int ct = mix ? MI_Q6_K : (int)t, et = mix && !c->shared_classifier ? (int)t : ct;
+    c->emb_dtype = fallback ? fall_back(et, c->dim, fb) : (unsigned char)et;
+    c->cls_dtype = c->shared_classifier ? c->emb_dtype : fallback ? fall_back(ct, c->dim, fb) : (unsigned char)ct;
     return 0;
 }
 
@@ -38,14 +89,17 @@ static int parse_layer(const char **p, int *v)
 
 int mi_dtypes_apply(mi_config *c, const char *dtype, const char *layer_spec, const char *emb_dtype, char *err)
 {
+    return mi_dtypes_apply_fallback(c, dtype, layer_spec, emb_dtype, NULL, err);
+}
+
+int mi_dtypes_apply_fallback(mi_config *c, const char *dtype, const char *layer_spec, const char *emb_dtype,
+                             int *n_fallback, char *err)
+{
     mi_dtype t;
-    if (dtype) {
-        if (parse_dtype(dtype, "--dtype", &t, err))
-            return -1;
-        for (int l = 0; l < c->n_layers; l++)
-            memset(c->dtype[l], (int)t, MI_N_LAYER_MATS);
-        c->emb_dtype = c->cls_dtype = (unsigned char)t;
-    }
+    if (n_fallback)
+        *n_fallback = 0;
+    if (dtype && apply_whole(c, dtype, n_fallback, err))
+        return -1;
     if (emb_dtype) {
         if (parse_dtype(emb_dtype, "--embeddings-dtype", &t, err))
             return -1;
@@ -83,7 +137,8 @@ int mi_dtypes_apply(mi_config *c, const char *dtype, const char *layer_spec, con
                 break;
             }
             if (n >= sizeof name) {
-                rc = mi_set_error(err, "--layer-dtype: unknown dtype '%.*s' (fp32, fp16, q8_0, q4_0)", (int)n, p);
+                rc = mi_set_error(err, "--layer-dtype: unknown dtype '%.*s' (fp32, fp16, q8_0, q4_0, q4_K, q5_K, "
+                                       "q6_K)", (int)n, p);
                 break;
             }
             memcpy(name, p, n);
@@ -121,11 +176,19 @@ int mi_dtypes_apply(mi_config *c, const char *dtype, const char *layer_spec, con
 }
 
 /* Every value finite and within what dtype t can hold (fp16: 65504; a
- * block's fp16 scale: 65504 * 127 for q8_0, 65504 * 8 for q4_0); otherwise
- * name the tensor and the first bad element. */
+ * block's fp16 scale: 65504 * 127 for q8_0, 65504 * 8 for q4_0; a k-quant's
+ * fp16 d times its largest sub-block scale and level, halved for q4_K/q5_K
+ * whose levels span max - min); otherwise name the tensor and the first bad
+ * element. */
 static int check_values(int t, const float *x, size_t n, const char *name, const char *path, char *err)
 {
-    double lim = t == MI_F16 ? 65504.0 : t == MI_Q8_0 ? 65504.0 * 127 : t == MI_Q4_0 ? 65504.0 * 8 : INFINITY;
+    double lim = t == MI_F16    ? 65504.0
+                 : t == MI_Q8_0 ? 65504.0 * 127
+                 : t == MI_Q4_0 ? 65504.0 * 8
+                 : t == MI_Q4_K ? 65504.0 * 63 * 15 / 2
+                 : t == MI_Q5_K ? 65504.0 * 63 * 31 / 2
+                 : t == MI_Q6_K ? 65504.0 * 127 * 32
+                                : INFINITY;
     for (size_t i = 0; i < n; i++) {
         if (!isfinite(x[i]))
             return mi_set_error(err, "%s: tensor '%s' holds a non-finite value (%g at element %zu); refusing to "

@@ -119,48 +119,156 @@ static int clampi(int v, int lo, int hi)
     return v < lo ? lo : v > hi ? hi : v;
 }
 
-/* q4_K / q5_K (nmax 15 / 31): each sub-block of 32 fitted as scale * q - min
- * over [min(x, 0), max(x)], then the scales and mins to 6 bits against the
- * super-block's d and dmin, then the values against the rounded scales. */
+/* Weighted least squares of x ~ a * l + b over n values for fixed levels l:
+ * the (a, b) minimising sum w (a l + b - x)^2, with b <= 0 (x = scale * q -
+ * min with min >= 0) and, when the free optimum has b > 0, b = 0 and the
+ * best a alone. Returns the weighted squared error; 0 fit when degenerate. */
+static float affine_fit(int n, const float *x, const float *w, const uint8_t *l, float *a, float *b)
+{
+    float sw = 0, sl = 0, sll = 0, sx = 0, slx = 0;
+    for (int i = 0; i < n; i++) {
+        sw += w[i];
+        sl += w[i] * l[i];
+        sll += w[i] * l[i] * l[i];
+        sx += w[i] * x[i];
+        slx += w[i] * l[i] * x[i];
+    }
+    float det = sw * sll - sl * sl;
+    *a = 0.0f;
+    *b = 0.0f;
+    if (det > 0) {
+        *a = (sw * slx - sx * sl) / det;
+        *b = (sll * sx - sl * slx) / det;
+        if (*b > 0) {
+            *b = 0.0f;
+            *a = sll > 0 ? slx / sll : 0.0f;
+        }
+    }
+    float e = 0;
+    for (int i = 0; i < n; i++) {
+        float r = *a * l[i] + *b - x[i];
+        e += w[i] * r * r;
+    }
+    return e;
+}
+
+/* One sub-block of q4_K/q5_K (n values, levels 0..nmax): x ~ scale * l -
+ * min. The range [min(x, 0), max(x)] split into nmax steps is the first
+ * guess; then grids of nmax + rmin + k * rdelta steps (k = 0..nstep) over
+ * the same range each give levels, refitted by least squares, and the
+ * fit of least weighted squared error is kept (the weights favour the
+ * larger values, whose errors cost more in a product). */
+static void fit_sub_block(int n, int nmax, const float *x, const float *w, float rmin, float rdelta, int nstep,
+                          float *scale, float *min)
+{
+    float lo = 0.0f, hi = x[0];
+    for (int i = 0; i < n; i++) {
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+    }
+    *min = -lo;
+    *scale = 0.0f;
+    if (!(hi > lo))
+        return;
+    uint8_t l[32];
+    float best = 0, step = (hi - lo) / (float)nmax;
+    for (int i = 0; i < n; i++) {
+        l[i] = (uint8_t)clampi((int)lrintf((x[i] - lo) / step), 0, nmax);
+        float r = step * l[i] + lo - x[i];
+        best += w[i] * r * r;
+    }
+    *scale = step;
+    for (int k = 0; k <= nstep; k++) {
+        float inv = ((float)nmax + rmin + rdelta * (float)k) / (hi - lo), a, b;
+        for (int i = 0; i < n; i++)
+            l[i] = (uint8_t)clampi((int)lrintf(inv * (x[i] - lo)), 0, nmax);
+        float e = affine_fit(n, x, w, l, &a, &b);
+        if (a > 0 && e < best) {
+            best = e;
+            *scale = a;
+            *min = -b;
+        }
+    }
+}
+
+/* Squared error of sub-block x (32 values) coded with scale ds and min dm
+ * (levels 0..nmax, nearest); the levels into l when l != NULL. */
+static float sub_block_error(const float *x, float ds, float dm, int nmax, uint8_t *l)
+{
+    float e = 0;
+    for (int i = 0; i < 32; i++) {
+        int q = ds > 0.0f ? clampi((int)lrintf((x[i] + dm) / ds), 0, nmax) : 0;
+        float r = ds * (float)q - dm - x[i];
+        e += r * r;
+        if (l)
+            l[i] = (uint8_t)q;
+    }
+    return e;
+}
+
+/* q4_K / q5_K (nmax 15 / 31): each sub-block of 32 fitted by fit_sub_block
+ * (llama.cpp's search: its weights rms(x) + |x|, grids from nmax - 1 (q4_K,
+ * 21 of them) or nmax - 0.5 (q5_K, 16) in steps of 0.1); then the
+ * super-block's d and dmin (fp16) are the largest scale and min over 63,
+ * and each sub-block's 6-bit scale and min are rounded to them and then
+ * nudged by one up or down where that lowers the sub-block's squared
+ * error with its levels chosen again (the rounding alone can cost more
+ * than a step elsewhere). */
 static void encode_q45(int t, const float *x, uint8_t *b)
 {
     const int nmax = t == MI_Q5_K ? 31 : 15;
-    float scale[8], mins[8], max_scale = 0.0f, max_min = 0.0f;
+    float scale[8], mins[8], max_scale = 0.0f, max_min = 0.0f, w[32];
     int bad = 0;
-    for (int j = 0; j < 8; j++) {
-        float lo = 0.0f, hi = 0.0f; /* x = scale*q - min with min >= 0: zero always representable */
-        for (int i = 0; i < 32; i++) {
-            float v = x[j * 32 + i];
-            bad |= !isfinite(v);
-            lo = v < lo ? v : lo;
-            hi = v > hi ? v : hi;
-        }
-        scale[j] = (hi - lo) / (float)nmax;
-        mins[j] = -lo;
-        max_scale = scale[j] > max_scale ? scale[j] : max_scale;
-        max_min = mins[j] > max_min ? mins[j] : max_min;
-    }
+    for (int i = 0; i < MI_QK_K; i++)
+        bad |= !isfinite(x[i]);
     memset(b, 0, block_bytes(t));
     if (bad) {
         put_half(b, 0x7e00u);
         put_half(b + 2, 0x7e00u);
         return;
     }
+    for (int j = 0; j < 8; j++) {
+        const float *xs = x + j * 32;
+        float s2 = 0;
+        for (int i = 0; i < 32; i++)
+            s2 += xs[i] * xs[i];
+        float rms = sqrtf(s2 / 32.0f);
+        for (int i = 0; i < 32; i++)
+            w[i] = rms + fabsf(xs[i]);
+        if (t == MI_Q5_K)
+            fit_sub_block(32, nmax, xs, w, -0.5f, 0.1f, 15, &scale[j], &mins[j]);
+        else
+            fit_sub_block(32, nmax, xs, w, -1.0f, 0.1f, 20, &scale[j], &mins[j]);
+        max_scale = scale[j] > max_scale ? scale[j] : max_scale;
+        max_min = mins[j] > max_min ? mins[j] : max_min;
+    }
     uint16_t d16 = mi_fp16_from_f32(max_scale / 63.0f), m16 = mi_fp16_from_f32(max_min / 63.0f);
     float d = mi_f32_from_fp16(d16), dmin = mi_f32_from_fp16(m16);
     int sc[8], m[8];
+    uint8_t lv[MI_QK_K];
     for (int j = 0; j < 8; j++) {
-        sc[j] = d > 0.0f ? clampi((int)lrintf(scale[j] / d), 0, 63) : 0;
-        m[j] = dmin > 0.0f ? clampi((int)lrintf(mins[j] / dmin), 0, 63) : 0;
+        const float *xs = x + j * 32;
+        int s0 = d > 0.0f ? clampi((int)lrintf(scale[j] / d), 0, 63) : 0;
+        int m0 = dmin > 0.0f ? clampi((int)lrintf(mins[j] / dmin), 0, 63) : 0;
+        float best = sub_block_error(xs, d * (float)s0, dmin * (float)m0, nmax, NULL);
+        sc[j] = s0, m[j] = m0;
+        for (int ds = -1; ds <= 1; ds++)
+            for (int dm = -1; dm <= 1; dm++) {
+                int s1 = clampi(s0 + ds, 0, 63), m1 = clampi(m0 + dm, 0, 63);
+                float e = sub_block_error(xs, d * (float)s1, dmin * (float)m1, nmax, NULL);
+                if (e < best) {
+                    best = e;
+                    sc[j] = s1, m[j] = m1;
+                }
+            }
+        sub_block_error(xs, d * (float)sc[j], dmin * (float)m[j], nmax, lv + j * 32);
     }
     put_half(b, d16);
     put_half(b + 2, m16);
     pack_scales(sc, m, b + 4);
     uint8_t *qs = b + (t == MI_Q5_K ? 48 : 16), *qh = t == MI_Q5_K ? b + 16 : NULL;
     for (int i = 0; i < MI_QK_K; i++) {
-        int j = i / 32;
-        float ds = d * (float)sc[j], dm = dmin * (float)m[j];
-        int l = ds > 0.0f ? clampi((int)lrintf((x[i] + dm) / ds), 0, nmax) : 0;
+        int l = lv[i];
         int g = i / 64, k = i % 64, hi = k >= 32, pos = g * 32 + (k % 32);
         qs[pos] |= (uint8_t)((l & 0x0f) << (hi ? 4 : 0));
         if (qh && (l & 16))
@@ -168,41 +276,91 @@ static void encode_q45(int t, const float *x, uint8_t *b)
     }
 }
 
-/* q6_K: each sub-block of 16 fitted as scale * q, q in -32..31, its value of
- * largest magnitude at -32; the scales to int8 against d (the largest
- * magnitude at -128), then the values against the rounded scales. */
+/* One sub-block of q6_K (n values, levels -nmax..nmax-1): x ~ scale * l.
+ * The value of largest magnitude at level -nmax is the first guess; then
+ * grids of nmax + 0.1 k steps (k = -9..9) to it each give levels, refitted
+ * by least squares weighted by x^2, and the best is kept (llama.cpp's
+ * make_qx_quants search). Returns the scale (0: an all-zero sub-block). */
+static float fit_symmetric(int n, int nmax, const float *x)
+{
+    float mx = 0.0f, amax = 0.0f;
+    for (int i = 0; i < n; i++)
+        if (fabsf(x[i]) > amax) {
+            amax = fabsf(x[i]);
+            mx = x[i];
+        }
+    if (amax < 1e-15f)
+        return 0.0f;
+    float best_scale = 0.0f, best = -1.0f; /* best: (sum w x l)^2 / sum w l^2, the error it removes */
+    for (int k = -9; k <= 9; k++) {
+        float inv = -((float)nmax + 0.1f * (float)k) / mx, sxl = 0, sll = 0;
+        for (int i = 0; i < n; i++) {
+            int l = clampi((int)lrintf(inv * x[i]), -nmax, nmax - 1);
+            float w = x[i] * x[i];
+            sxl += w * x[i] * (float)l;
+            sll += w * (float)l * (float)l;
+        }
+        if (sll > 0 && (best < 0 || sxl * sxl > best * sll)) {
+            best = sxl * sxl / sll;
+            best_scale = sxl / sll;
+        }
+    }
+    return best_scale;
+}
+
+/* Squared error of q6_K sub-block x (16 values) coded with scale ds; the
+ * levels (offset by 32) into l when l != NULL. */
+static float q6_error(const float *x, float ds, uint8_t *l)
+{
+    float e = 0;
+    for (int i = 0; i < 16; i++) {
+        int q = ds != 0.0f ? clampi((int)lrintf(x[i] / ds), -32, 31) : 0;
+        float r = ds * (float)q - x[i];
+        e += r * r;
+        if (l)
+            l[i] = (uint8_t)(q + 32);
+    }
+    return e;
+}
+
+/* q6_K: each sub-block of 16 fitted by fit_symmetric; d (fp16) is the
+ * scale of largest magnitude over -128, each int8 scale rounded to it and
+ * nudged by one where that lowers the sub-block's squared error; then the
+ * values against the rounded scales. */
 static void encode_q6(const float *x, uint8_t *b)
 {
     float scale[16], big = 0.0f;
     int bad = 0;
-    for (int j = 0; j < 16; j++) {
-        float mx = 0.0f, amax = 0.0f;
-        for (int i = 0; i < 16; i++) {
-            float v = x[j * 16 + i];
-            bad |= !isfinite(v);
-            if (fabsf(v) > amax) {
-                amax = fabsf(v);
-                mx = v;
-            }
-        }
-        scale[j] = mx / -32.0f;
-        if (fabsf(scale[j]) > fabsf(big))
-            big = scale[j];
-    }
+    for (int i = 0; i < MI_QK_K; i++)
+        bad |= !isfinite(x[i]);
     memset(b, 0, 210);
     if (bad) {
         put_half(b + 208, 0x7e00u);
         return;
+    }
+    for (int j = 0; j < 16; j++) {
+        scale[j] = fit_symmetric(16, 32, x + j * 16);
+        if (fabsf(scale[j]) > fabsf(big))
+            big = scale[j];
     }
     uint16_t d16 = mi_fp16_from_f32(big / -128.0f);
     float d = mi_f32_from_fp16(d16);
     int8_t *scales = (int8_t *)(b + 192);
     uint8_t lv[MI_QK_K];
     for (int j = 0; j < 16; j++) {
-        scales[j] = (int8_t)(d != 0.0f ? clampi((int)lrintf(scale[j] / d), -128, 127) : 0);
-        float ds = d * (float)scales[j];
-        for (int i = 0; i < 16; i++)
-            lv[j * 16 + i] = (uint8_t)(ds != 0.0f ? clampi((int)lrintf(x[j * 16 + i] / ds), -32, 31) + 32 : 32);
+        const float *xs = x + j * 16;
+        int s0 = d != 0.0f ? clampi((int)lrintf(scale[j] / d), -128, 127) : 0, s = s0;
+        float best = q6_error(xs, d * (float)s0, NULL);
+        for (int k = -1; k <= 1; k += 2) {
+            int s1 = clampi(s0 + k, -128, 127);
+            float e = q6_error(xs, d * (float)s1, NULL);
+            if (e < best) {
+                best = e;
+                s = s1;
+            }
+        }
+        scales[j] = (int8_t)s;
+        q6_error(xs, d * (float)s, lv + j * 16);
     }
     uint8_t *ql = b, *qh = b + 128;
     for (int n = 0; n < 2; n++)

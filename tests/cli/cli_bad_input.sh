@@ -199,6 +199,13 @@ expect_error "quantize: layer named twice" "layer 2 is given twice" \
     "$bin" quantize -m "$model" --layer-dtype 0-3:q8_0,2:q4_0 --out "$tmp/oq6.h5"
 expect_error "quantize: unknown dtype in spec" "unknown dtype 'q3'" \
     "$bin" quantize -m "$model" --layer-dtype 0-5:q3 --out "$tmp/oq7.h5"
+# a k-quant named for tensors whose rows (288) are not whole super-blocks of 256: refused (only --dtype falls back)
+expect_error "quantize: q4_K on rows of 288 (--layer-dtype)" "layer 0 wq is q4_K, but its blocked axis of 288 is not a multiple of 256" \
+    "$bin" quantize -m "$model" --layer-dtype 0:q4_K --out "$tmp/oq-k1.h5"
+expect_error "quantize: q6_K embeddings on rows of 288" "tok_embeddings is q6_K, but its blocked axis of 288 is not a multiple of 256" \
+    "$bin" quantize -m "$model" --embeddings-dtype q6_K --out "$tmp/oq-k2.h5"
+[[ ! -e "$tmp/oq-k1.h5" && ! -e "$tmp/oq-k2.h5" ]] && { echo "ok: refused k-quant dtypes write nothing"; pass=$((pass+1)); } ||
+    { echo "FAIL: a refused k-quant dtype left a file"; fail=$((fail+1)); }
 expect_error "quantize: output is the input" "same file as the input" \
     "$bin" quantize -m "$tmp/input-copy.h5" --dtype q4_0 --out "$tmp/input-copy.h5"
 cmp -s "$model" "$tmp/input-copy.h5" && { echo "ok: the input was not touched"; pass=$((pass+1)); } ||

@@ -30,7 +30,7 @@ import families as fm
 import ggml_quants as gq
 import gguf_file as gf
 
-FILE_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7}  # llama.cpp's LlamaFileType
+FILE_TYPE = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 7, "q4_K_M": 15}  # llama.cpp's LlamaFileType
 GGML_OF = {"f32": "F32", "f16": "F16", "q4_0": "Q4_0", "q8_0": "Q8_0"}
 QUANT_VERSION = 2
 

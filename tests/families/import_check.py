@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """ctest families_import: each family's synthetic fixture (make_fixtures.py, real tokenizers) imported by
 meshinfer from its Hugging Face folder and from GGUF, checked against the float64 PyTorch reference
-(reference.py), the Q8_0/Q4_0 GGUF blocks against meshinfer's own quantization, chat prompts, and the
-importer's bad inputs (one error line, nothing written).
+(reference.py), the Q8_0/Q4_0 GGUF blocks against meshinfer's own quantization, a k-quant GGUF
+(Q4_K, Q5_K, Q6_K super-blocks kept byte for byte, logits against a float64 pass over the dequantized
+weights), chat prompts, and the importer's bad inputs (one error line, nothing written).
 
 usage: import_check.py MESHINFER TOKENIZERS_DIR   (TOKENIZERS_DIR: models/cache/tokenizers, from
 jobs/dev/fetch_tokenizers.sh; exits 77 when it lacks a family's tokenizer.json)
@@ -16,6 +17,14 @@ import sys
 import tempfile
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import families as fm  # noqa: E402
+import ggml_quants as gq  # noqa: E402
+import gguf_file as gf  # noqa: E402
+import hf_to_gguf as h2g  # noqa: E402
+import independent  # noqa: E402
+import vocab  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PY = "/usr/bin/python3"
@@ -254,6 +263,102 @@ def check_bad(mi, fx, tmp):
     bad(mi, d, out, ["model.safetensors"], "a truncated safetensors file")
 
 
+# llama3's architecture and tokenizer at a width whose rows are whole super-blocks of 256 (the fixture's
+# 128 is not): dim 256, hidden 512, 4/2 heads of 64, tied; ggml types as a Q4_K_M file mixes them
+KQ_TYPES = {"token_embd.weight": "Q6_K", "attn_v.weight": "Q6_K", "ffn_down.weight": "Q5_K"}
+
+
+def kquant_config():
+    cfg = fm.config("llama3")
+    cfg.update(hidden_size=256, intermediate_size=512, head_dim=64)
+    return cfg
+
+
+def kquant_type(name):
+    if name.endswith("norm.weight") or name == "rope_freqs.weight":
+        return "F32"
+    return KQ_TYPES.get(name.split(".", 2)[-1] if name.startswith("blk.") else name, "Q4_K")
+
+
+class ActQ8:
+    """A dequantized k-quant matrix (float64) whose products take the input as meshinfer's kernels do
+    (family.h): in fp32 blocks of 32, d = amax / 127, q = round-half-even(x / d), x replaced by d * q.
+    Only this rounding of the activations separates the kernels from a float64 product."""
+
+    def __init__(self, w):
+        self.w = w
+
+    def __getitem__(self, i):
+        return self.w[i]
+
+    def __matmul__(self, x):
+        b = np.asarray(x, dtype=np.float32).reshape(-1, 32)
+        d = np.abs(b).max(axis=1) / np.float32(127)
+        with np.errstate(divide="ignore"):
+            idv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+        q = np.rint(b * idv[:, None])
+        return self.w @ (q.astype(np.float64) * d.astype(np.float64)[:, None]).reshape(-1)
+
+
+def check_kquant(mi, tmp):
+    cfg = kquant_config()
+    arrays = h2g.gguf_arrays(cfg, fm.make_weights(cfg, 3))
+    tensors, deq, raw = [], {}, {}
+    for name, a in arrays:
+        t = kquant_type(name)
+        raw[name] = gq.encode(a, t)
+        tensors.append(gf.Tensor(name, a.shape, t, raw[name]))
+        deq[name] = gq.decode(raw[name], t, a.size).astype(np.float64).reshape(a.shape)
+        if t != "F32":
+            deq[name] = ActQ8(deq[name])
+    tensors.sort(key=lambda t: t.name == "token_embd.weight")  # last: the truncation below cuts its Q6_K data
+    g = os.path.join(tmp, "kquant.gguf")
+    gf.write(g, h2g.gguf_params(cfg, "q4_K_M", "llama3-256") + vocab.tokenizer_kvs(os.path.join(tmp, "tok", "llama3"), cfg),
+             tensors)
+    h5 = os.path.join(tmp, "kquant.h5")
+    r = run([mi, "convert", "--input", g, "--out", h5])
+    check(r.returncode == 0, "k-quant GGUF (Q4_K, Q5_K, Q6_K) imported (%s)" % (r.stderr.strip() or r.stdout.strip())[-200:])
+    if r.returncode:
+        return
+    import h5py
+    same, n = True, 0
+    ours = {"attn_q": "wq", "attn_k": "wk", "attn_v": "wv", "attn_output": "wo_t", "ffn_gate": "w1", "ffn_up": "w3",
+            "ffn_down": "w2_t"}
+    with h5py.File(h5, "r") as f:
+        for name, a in arrays:
+            t = kquant_type(name)
+            if t == "F32":
+                continue
+            if name == "token_embd.weight":
+                ds = f["tok_embeddings"]
+            else:
+                _, layer, kind = name.split(".", 2)
+                ds = f["layers/%03d/%s" % (int(layer), ours[kind.split(".")[0]])]
+            bb = gq.BLOCK_BYTES[t][1]
+            want = raw[name].reshape(a.shape[0], -1)
+            if ds.name.endswith("_t"):  # stored row k: super-block k of every row (model_file.h)
+                want = want.reshape(a.shape[0], -1, bb).transpose(1, 0, 2).reshape(-1, a.shape[0] * bb)
+            got = ds["qs"][...]
+            dt = ds.attrs["dtype"]
+            same &= (dt.decode() if isinstance(dt, bytes) else dt) == t[:2].lower() + "_K"
+            same &= got.shape == want.shape and (got == want).all()
+            n += 1
+    check(same and n == 15, "k-quant GGUF: the %d Q4_K/Q5_K/Q6_K tensors stored byte for byte (wo_t, w2_t by super-block)" % n)
+    ref = independent.forward(cfg, deq, [int(t) for t in TOKENS.split(",")])
+    got = logits(mi, h5)
+    rel = np.abs(got - ref).max() / np.abs(ref).max()
+    check(rel <= 1e-4 and (got.argmax(-1) == ref.argmax(-1)).all(),
+          "k-quant GGUF: logits of 16 positions within %.2g of a float64 pass over the dequantized weights, "
+          "activations rounded to int8 blocks as the kernels do (limit 1e-4)"
+          % rel)
+    # truncated k-quant data: one line naming the tensor, nothing written
+    b = open(g, "rb").read()
+    gt = os.path.join(tmp, "kquant-trunc.gguf")
+    open(gt, "wb").write(b[:len(b) - 1000])
+    bad(mi, gt, os.path.join(tmp, "kquant-trunc.h5"), ["token_embd.weight", "truncated", "q6_K"],
+        "a GGUF whose last k-quant tensor (Q6_K) is cut short")
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
@@ -270,6 +375,7 @@ def main():
             check_family(mi, fx, fam)
         check_chat(mi, fx)
         check_bad(mi, fx, tmp)
+        check_kquant(mi, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("%d failed" % len(failures))

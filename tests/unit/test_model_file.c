@@ -1191,6 +1191,102 @@ static void test_quantized_shards(void)
     unlink(out);
 }
 
+
+/* The k-quants through the file: a model 256 wide (tiny-gqa's layout at
+ * dim 256, hidden 512) quantized to q4_K, q5_K and q6_K (embeddings) holds,
+ * for every matrix and row, exactly the bytes mi_quantize_row gives for the
+ * fp32 row (wo_t and w2_t through their super-block transposes); a shard
+ * with whole super-blocks of w2 columns holds the full model's bytes; a
+ * slice that cuts a super-block is refused naming the tensor and dtype; a
+ * writer asked for q4_K on rows of 288 refuses in one line. */
+static void test_kquant_file(void)
+{
+    char fp[4300], out[4300], err[MI_ERRLEN] = "";
+    tu_path(fp, sizeof fp, g_dir, "wide.h5");
+    tu_path(out, sizeof out, g_dir, "wide-k.h5");
+    mi_config w = g_cfg;
+    w.dim = 256, w.hidden_dim = 512, w.n_heads = 4, w.n_kv_heads = 2, w.head_dim = 64, w.n_layers = 3;
+    w.seq_len = 64;
+    CU_ASSERT_EQUAL_FATAL(mi_synth_write(&w, SEED, fp, 0, err), 0);
+    mi_config t = w;
+    CU_ASSERT_EQUAL_FATAL(mi_dtypes_apply(&t, NULL, "0:q4_K,1:q5_K,2:q6_K", "q6_K", err), 0);
+    CU_ASSERT_EQUAL_FATAL(mi_model_quantize(fp, out, &t, 0, err), 0);
+    mi_config c;
+    mi_model_file *mf = mi_model_open(out, &c, err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mf);
+    CU_ASSERT_EQUAL(c.dtype[1][MI_W2], MI_Q5_K);
+    CU_ASSERT_EQUAL(c.emb_dtype, MI_Q6_K);
+    CU_ASSERT_EQUAL(mi_ffn_align(&c, 0), 256);
+    CU_ASSERT_EQUAL(mi_kv_align(&c, 0), 2); /* a KV head's wo columns are 128: two make a super-block */
+    mi_model q, f;
+    CU_ASSERT_EQUAL_FATAL(load_full(out, &q), 0);
+    CU_ASSERT_EQUAL_FATAL(load_full(fp, &f), 0);
+    CU_ASSERT_EQUAL(q.weight_bytes, mi_decode_weight_bytes(&c) + mi_embedding_bytes(&c) +
+                                        (size_t)(2 * c.n_layers + 1) * c.dim * sizeof(float));
+    int bad = 0;
+    unsigned char *row = malloc(4096);
+    for (int l = 0; l < c.n_layers; l++) {
+        const mi_tensor *a[7] = {&q.layers[l].wq, &q.layers[l].wk, &q.layers[l].wv, &q.layers[l].wo,
+                                 &q.layers[l].w1, &q.layers[l].w2, &q.layers[l].w3};
+        const mi_tensor *b[7] = {&f.layers[l].wq, &f.layers[l].wk, &f.layers[l].wv, &f.layers[l].wo,
+                                 &f.layers[l].w1, &f.layers[l].w2, &f.layers[l].w3};
+        for (int m = 0; m < 7; m++) {
+            size_t rb = mi_dtype_q_row_bytes(a[m]->dtype, (size_t)a[m]->cols);
+            bad += a[m]->dtype != t.dtype[l][m] || a[m]->d != NULL;
+            for (int r = 0; r < a[m]->rows; r++) {
+                mi_quantize_row(a[m]->dtype, (const float *)b[m]->q + (size_t)r * b[m]->cols, b[m]->cols, row, NULL);
+                bad += memcmp(row, (char *)a[m]->q + (size_t)r * rb, rb) != 0;
+            }
+        }
+    }
+    for (int r = 0; r < c.vocab_size; r++) {
+        mi_quantize_row(MI_Q6_K, (const float *)f.tok_embeddings.q + (size_t)r * c.dim, c.dim, row, NULL);
+        bad += memcmp(row, (char *)q.tok_embeddings.q + (size_t)r * 210, 210) != 0;
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    /* a shard: KV heads 0-1 (wo split by heads: 256 columns), FFN units [256, 512) */
+    mi_layer_spec *ls = malloc((size_t)c.n_layers * sizeof *ls);
+    mi_layer_spec one = {.n_kv = 2, .kv = {0, 1}, .proj = MI_PROJ_HEADS, .f0 = 256, .nf = 256};
+    for (int l = 0; l < c.n_layers; l++)
+        ls[l] = one;
+    mi_shard_spec spec = {.layers = ls};
+    mi_weight_source src = mi_weight_source_file(mf);
+    mi_model part;
+    CU_ASSERT_EQUAL_FATAL(mi_model_load(&part, &src, &c, &spec, err), 0);
+    CU_ASSERT_EQUAL(part.weight_bytes, mi_shard_weight_bytes(&c, &spec));
+    bad = 0;
+    for (int l = 0; l < c.n_layers; l++) {
+        const mi_layer *P = &part.layers[l], *F = &q.layers[l];
+        size_t bb = mi_dtype_q_row_bytes(F->w2.dtype, 256);
+        for (int r = 0; r < c.dim; r++)
+            bad += memcmp((char *)P->w2.q + (size_t)r * bb, (char *)F->w2.q + (size_t)r * 2 * bb + bb, bb) != 0;
+        mi_tensor fw1 = mi_tensor_rows(&F->w1, 256, 256);
+        bad += memcmp(P->w1.q, fw1.q, 256 * mi_dtype_q_row_bytes(F->w1.dtype, 256)) != 0;
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    mi_model_free(&part);
+    /* FFN units [128, 384): w2's columns would cut a super-block */
+    one.f0 = 128;
+    for (int l = 0; l < c.n_layers; l++)
+        ls[l] = one;
+    err[0] = '\0';
+    CU_ASSERT_EQUAL(mi_model_load(&part, &src, &c, &spec, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "cut q4_K blocks of 256"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "w2_t"));
+    free(ls);
+    free(row);
+    mi_model_close(mf);
+    mi_model_free(&q);
+    mi_model_free(&f);
+    /* rows of 128 values (tiny-gqa) are no whole super-blocks: refused by the dtypes' check, one line */
+    mi_config g = g_cfg;
+    CU_ASSERT_EQUAL(mi_dtypes_apply(&g, "q5_K", NULL, NULL, err), -1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(err, "not a multiple of 256"));
+    CU_ASSERT_PTR_NULL(strchr(err, '\n'));
+    unlink(out);
+    unlink(fp);
+}
+
 static void test_quantize_refusals(void)
 {
     char p[4300], out[4300], out2[4300], err[MI_ERRLEN] = "";
@@ -1371,6 +1467,8 @@ int main(void)
         {"quantize q4_0: every matrix within a step, layouts right", test_quantize_q4_0},
         {"quantize per layer (q8_0, q4_0, fp16) with q8_0 embeddings", test_quantize_mixed},
         {"q4_0 shards: exact bytes of whole blocks; a cut block refused", test_quantized_shards},
+        {"k-quants: exact super-block bytes stored and loaded, shards of whole super-blocks, cuts refused",
+         test_kquant_file},
         {"pruning FFN shards: kept rows and columns exact, same logits as zeroed channels", test_prune_ffn},
         {"quantize refuses NaN weights, quantized input, output over input, bad specs", test_quantize_refusals},
         {"bad file: damaged block-format parts named at open", test_damaged_blocks},
