@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Voltron's precision ladder over the k-quants (fp16, q8_0, q6_K, q5_K, q4_K, q4_0) on a model whose
 # every matrix axis is whole super-blocks of 256 (synth --shape tiny-kquant, dim 256, hidden 768):
-# `plan --importance` under a memory budget chooses q6_K for the one layer whose step adds least, and
+# `plan --importance` under a memory budget chooses q6_K for the one layer whose step adds least (that
+# mix, written by `quantize --layer-dtype`, gives the one-rank tokens on 2 ranks, layer-wise and tp), and
 # runtime scaling, when the KV cache outgrows a device, lowers that layer on through q6_K, q5_K and
 # q4_K (re-encoded in memory), with the same tokens on 1 and 2 ranks.
 # The importances are hand-made (synthetic weights have none worth measuring): the choices, not the
@@ -32,6 +33,18 @@ got=$("$bin" plan -m "$tmp/k.h5" --cluster "$tmp/two.json" --planner layerwise -
 [[ $got == "0:q8_0,1:q6_K,2:q8_0,3:q8_0 9 4" ]] &&
     ok "plan --importance: the least important layer to q6_K, the others q8_0 ($got)" ||
     bad "plan --importance on tiny-kquant: '$got' $(tail -1 "$tmp/err")"
+# the search's choice as a file: its k-quant layer runs on 2 ranks (layer-wise, and tp's column shards on
+# whole super-blocks) with the one-rank tokens
+"$bin" quantize -m "$tmp/k.h5" --layer-dtype "${got%% *}" --out "$tmp/mix.h5" > /dev/null 2> "$tmp/q.err" ||
+    bad "quantize --layer-dtype ${got%% *}: $(tail -1 "$tmp/q.err")"
+gen=(generate -m "$tmp/mix.h5" -n 24 --ignore-eos -p "hello" --json)
+tok='console.log(JSON.parse(require("fs").readFileSync(0)).tokens.join(","))'
+t1=$("$bin" "${gen[@]}" 2> /dev/null | node -e "$tok" 2>&1)
+for planner in layerwise tp; do
+    t2=$(run -np 2 "$bin" "${gen[@]}" --planner $planner 2> "$tmp/mix.err" | node -e "$tok" 2>&1)
+    [[ -n $t1 && $t2 == "$t1" ]] && ok "the search's mix (${got%% *}) as a file: $planner on 2 ranks, the one-rank tokens" ||
+        bad "mix on 2 ranks ($planner): '$t2' against '$t1' $(grep -m1 error "$tmp/mix.err")"
+done
 # no k-quant for dims that are not whole 256s: said, not an error
 printf '{"devices": [{"name": "a", "mem_mb": 400}, {"name": "b", "mem_mb": 400}]}' > "$tmp/big.json"
 "$bin" synth --shape tiny-gqa --out "$tmp/gqa.h5" > /dev/null 2>&1
