@@ -37,7 +37,11 @@
  * not needed (prep still fills it: every family's prep gives the scalar s).
  * That is the scalar reference's dw * (dx * sum(w q) + s) without its
  * cancellation: the integer sums are exact, only float rounding differs.
- * Four products of at most 8 * 127 per int16 lane fit easily. */
+ * Four products of at most 8 * 127 per int16 lane fit easily.
+ * k-quants (q4_K, q5_K, q6_K): each sub-block's integer dot reduced to one
+ * lane, four sub-blocks' factors (d * sc * dx) applied in one FMA; see the
+ * section below. One row at a time: the two-row loop that helped on x86 has
+ * not been measured on a Pi. */
 #if defined(__clang__) && __clang_major__ < 16 && !defined(__ARM_FEATURE_DOTPROD)
 /* clang before 16 declares the dot-product intrinsics only when the whole
  * file targets the extension; they compile in dotprod functions all the same */

@@ -25,7 +25,11 @@
  * more instructions per weight byte than the fp loops, so the out-of-order
  * window alone covers too little of the memory latency (measured +20-50%
  * on rows from memory; the fp loops got slower with it). A prefetch is a
- * hint that never faults, so running past the last row is harmless. */
+ * hint that never faults, so running past the last row is harmless.
+ *
+ * k-quants (q4_K, q5_K, q6_K): vpmaddubsw on the unsigned levels, one float
+ * factor per sub-block (d * sc * dx) applied per lane; see the section
+ * below. */
 #include <cpuid.h>
 #include <float.h>
 #include <math.h>

@@ -16,7 +16,11 @@
  * directly and the offset of 8 is the per-block term s (family.h). 64 bytes of
  * weights hold four blocks; their low nibbles are elements 0-15 of each block
  * and their high nibbles elements 16-31, so prep lays the activations of each
- * group of four blocks out in that order. */
+ * group of four blocks out in that order.
+ *
+ * k-quants (q4_K, q5_K, q6_K): vpdpbusd on the unsigned levels, one float
+ * factor per sub-block (d * sc * dx) applied per lane, two rows at a time;
+ * see the section below. */
 #include <float.h>
 #include <immintrin.h>
 #include <math.h>
