@@ -95,7 +95,9 @@ fi
 
 # ----------------------------------------------------------------- runs
 # run CPU LABEL EXPECT...: each EXPECT is a line the test must print (which
-# families it tested or skipped), so that a family silently not tested fails.
+# families it tested or skipped, and for how many dtypes each has kernels of
+# its own rather than the scalar fallback), so that a family silently not
+# tested, or a dtype silently left to the scalar kernels, fails.
 fails=0
 run() {
     local cpu="$1" label="$2" out="$build/test_kernels.$1.log" rc=0 t0 secs
@@ -122,7 +124,8 @@ run() {
         say "FAIL qemu -cpu $cpu ($label): $why; ${tests:-?}; ${fam:-no family lines} (log: $out)"
     fi
 }
-run cortex-a72 "Pi 4: NEON" "neon: 7 dtypes against the scalar reference" "neon-dotprod: not supported by this CPU, skipped"
-run max "Pi 5 class: NEON + dot product" "neon: 7 dtypes against the scalar reference" \
-    "neon-dotprod: 7 dtypes against the scalar reference"
+run cortex-a72 "Pi 4: NEON" "neon: 7 dtypes against the scalar reference, 7 its own kernels" \
+    "neon-dotprod: not supported by this CPU, skipped"
+run max "Pi 5 class: NEON + dot product" "neon: 7 dtypes against the scalar reference, 7 its own kernels" \
+    "neon-dotprod: 7 dtypes against the scalar reference, 7 its own kernels"
 ((fails == 0))

@@ -33,6 +33,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "meshinfer/tensor.h"
 
@@ -84,6 +85,28 @@ const mi_kernel_family *mi_kernel_active(void);
 /* The scalar family's activation quantization of one block of 32 values
  * (the rule above); families share it for their tails. Returns d. */
 float mi_act_quantize_block(const float *x, int8_t *q);
+
+/* q4_K/q5_K's 12 bytes of packed 6-bit scales and mins (the super-block's
+ * bytes 4-15, see kquants.c) unpacked eight at a time in 64-bit words: byte j
+ * of *sc and *m (little-endian, as x86-64 and AArch64 are) is sub-block j's
+ * scale and min. General-purpose registers do it in a few operations, which
+ * leaves the vector units to the products. */
+static inline void mi_kq_scales_mins(const uint8_t *p, uint64_t *sc, uint64_t *m)
+{
+    uint64_t u01;
+    uint32_t u2;
+    memcpy(&u01, p, 8);
+    memcpy(&u2, p + 8, 4);
+    /* sub-blocks 0-3: the low 6 bits of bytes 0-3 (scales) and 4-7 (mins);
+     * 4-7: the nibbles of bytes 8-11, the top two bits from bits 6-7 of
+     * bytes 0-3 (scales) and 4-7 (mins) */
+    uint64_t lo = u01 & 0x3f3f3f3f3f3f3f3full;
+    uint64_t hi = (((uint64_t)u2 | (uint64_t)(u2 >> 4) << 32) & 0x0f0f0f0f0f0f0f0full) |
+                  ((u01 >> 2) & 0x3030303030303030ull);
+    /* lo and hi hold four scales then four mins each */
+    *sc = (lo & 0xffffffffull) | hi << 32;
+    *m = (lo >> 32) | (hi & 0xffffffff00000000ull);
+}
 
 extern const mi_kernel_family mi_kernels_scalar;
 #if defined(__x86_64__) || defined(__i386__)

@@ -1,9 +1,18 @@
 /* Kernel benchmark (not a test): matrix-vector products of real model shapes
  * for every dtype and every kernel family this CPU runs, as weight GB/s and
- * as a ratio to the scalar reference family measured in the same run.
+ * as ratios to the scalar reference family, to q4_0 in the same family and
+ * to the STREAM triad bandwidth (1 thread), all measured in the same run.
+ * With several rounds every measurement is repeated once per round, in
+ * turn (triad, then each dtype and family), and the median is reported, so
+ * that a machine's drift over the run falls on all of them alike.
  *
- * usage: bench_kernels [--quick] [SHAPE...]   SHAPE as ROWSxCOLS, default the
- *        TinyLlama-1.1B and stories15M matrices */
+ * usage: bench_kernels [--quick] [--rounds R] [--dtypes LIST] [--copies C] [SHAPE...]
+ *        SHAPE as ROWSxCOLS, default the TinyLlama-1.1B and stories15M
+ *        matrices; LIST comma-separated dtype names (default all; q4_0 is
+ *        added when absent, as the reference of the "vs q4_0" column);
+ *        R rounds (default 1); C copies of each matrix, cycled through (default
+ *        enough to exceed a 32 MB last-level cache; 1 measures a matrix that
+ *        fits a cache: the kernels' compute speed) */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +20,7 @@
 #include <time.h>
 
 #include "../../src/kernels/family.h"
+#include "meshinfer/stream.h"
 #include "meshinfer/tensor.h"
 
 static double now(void)
@@ -60,16 +70,81 @@ static double time_family(const mi_kernel_family *f, const mi_tensor *W, int cop
     return best;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The matrices of one dtype: enough copies to exceed a 32 MB last-level cache. */
+typedef struct {
+    int copies;
+    mi_tensor *W;
+} dtype_set;
+
+static dtype_set make_set(int t, int rows, int cols, float *row, int copies)
+{
+    size_t bytes = mi_tensor_bytes(t, (size_t)rows, (size_t)cols);
+    dtype_set ds;
+    ds.copies = bytes >= (64u << 20) ? 1 : (int)((96u << 20) / bytes) + 1;
+    if (ds.copies > 64)
+        ds.copies = 64;
+    if (copies > 0)
+        ds.copies = copies;
+    ds.W = calloc((size_t)ds.copies, sizeof *ds.W);
+    for (int c = 0; c < ds.copies; c++) {
+        ds.W[c] = mi_tensor_shape((mi_dtype)t, rows, cols);
+        void *mem;
+        if (posix_memalign(&mem, 64, mi_tensor_place_bytes(t, (size_t)rows, (size_t)cols)))
+            abort();
+        mi_tensor_place(&ds.W[c], mem);
+        for (int r = 0; r < rows; r++) {
+            for (int i = 0; i < cols; i++)
+                row[i] = frand() * 0.05f;
+            size_t qb = mi_dtype_q_row_bytes(t, (size_t)cols);
+            mi_quantize_row(t, row, cols, (char *)ds.W[c].q + (size_t)r * qb,
+                            ds.W[c].d ? ds.W[c].d + (size_t)r * (cols / MI_QK) : NULL);
+        }
+    }
+    return ds;
+}
+
 int main(int argc, char **argv)
 {
-    int quick = 0, n_shapes = 0, shapes[16][2];
+    int quick = 0, rounds = 1, copies = 0, n_shapes = 0, shapes[16][2], want[MI_N_DTYPES];
+    for (int t = 0; t < MI_N_DTYPES; t++)
+        want[t] = 1;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--quick"))
+        if (!strcmp(argv[i], "--quick")) {
             quick = 1;
-        else if (n_shapes < 16 && sscanf(argv[i], "%dx%d", &shapes[n_shapes][0], &shapes[n_shapes][1]) == 2)
+        } else if (!strcmp(argv[i], "--rounds") && i + 1 < argc && atoi(argv[i + 1]) > 0) {
+            rounds = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--copies") && i + 1 < argc && atoi(argv[i + 1]) > 0) {
+            copies = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--dtypes") && i + 1 < argc) {
+            char list[256];
+            snprintf(list, sizeof list, "%s", argv[++i]);
+            for (int t = 0; t < MI_N_DTYPES; t++)
+                want[t] = t == MI_Q4_0;
+            for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+                mi_dtype t;
+                if (mi_dtype_parse(tok, &t) != 0) {
+                    fprintf(stderr, "bench_kernels: unknown dtype '%s'\n", tok);
+                    return 2;
+                }
+                want[t] = 1;
+            }
+        } else if (n_shapes < 16 && sscanf(argv[i], "%dx%d", &shapes[n_shapes][0], &shapes[n_shapes][1]) == 2 &&
+                   shapes[n_shapes][0] > 0 && shapes[n_shapes][1] > 0) {
             n_shapes++;
-        else {
-            fprintf(stderr, "usage: bench_kernels [--quick] [ROWSxCOLS ...]\n");
+        } else {
+            fprintf(stderr, "usage: bench_kernels [--quick] [--rounds R] [--dtypes LIST] [--copies C] [ROWSxCOLS ...]\n");
             return 2;
         }
     }
@@ -80,56 +155,80 @@ int main(int argc, char **argv)
     }
     int nf;
     const mi_kernel_family *const *fs = mi_kernel_families(&nf);
-    printf("%-12s %-5s %-13s %10s %9s %9s\n", "shape", "dtype", "family", "us/product", "GB/s", "vs scalar");
+    if (nf > 8)
+        nf = 8;
+    /* seconds per product: [round][dtype][family]; triad GB/s per round */
+    double(*sec)[MI_N_DTYPES][8] = calloc((size_t)rounds, sizeof *sec);
+    double *triad = calloc((size_t)rounds, sizeof *triad), *tmp = calloc((size_t)rounds, sizeof *tmp);
+    printf("%-12s %-5s %-13s %10s %9s %9s %8s %9s\n", "shape", "dtype", "family", "us/product", "GB/s", "vs scalar",
+           "vs q4_0", "vs triad");
     for (int s = 0; s < n_shapes; s++) {
         int rows = shapes[s][0], cols = shapes[s][1];
         float *x = malloc((size_t)cols * sizeof(float)), *y = malloc((size_t)rows * sizeof(float));
         float *row = malloc((size_t)cols * sizeof(float));
         for (int i = 0; i < cols; i++)
             x[i] = frand();
+        dtype_set sets[MI_N_DTYPES];
+        memset(sets, 0, sizeof sets);
+        for (int t = 0; t < MI_N_DTYPES; t++)
+            if (want[t] && cols % mi_dtype_block(t) == 0)
+                sets[t] = make_set(t, rows, cols, row, copies);
+        for (int rd = 0; rd < rounds; rd++) {
+            /* 128 MB arrays, as `meshinfer bench` by default */
+            triad[rd] = mi_stream_triad_gbs((size_t)32 << 20, quick ? 3 : 5, 1);
+            for (int t = 0; t < MI_N_DTYPES; t++) {
+                if (!sets[t].W)
+                    continue;
+                int reps = quick ? 5 : 20;
+                if (reps < 2 * sets[t].copies)
+                    reps = 2 * sets[t].copies;
+                for (int i = 0; i < nf; i++)
+                    sec[rd][t][i] = fs[i]->available()
+                                        ? time_family(fs[i], sets[t].W, sets[t].copies, x, y, i == 0 && quick ? 3 : reps)
+                                        : -1;
+            }
+        }
+        double tri = median(memcpy(tmp, triad, (size_t)rounds * sizeof *tmp), rounds);
+        printf("%5dx%-6d STREAM triad, 1 thread: %.2f GB/s (median of %d rounds)\n", rows, cols, tri, rounds);
         for (int t = 0; t < MI_N_DTYPES; t++) {
-            size_t bytes = mi_tensor_bytes(t, (size_t)rows, (size_t)cols);
-            /* enough copies to exceed a 32 MB last-level cache */
-            int copies = bytes >= (64u << 20) ? 1 : (int)((96u << 20) / bytes) + 1;
-            if (copies > 64)
-                copies = 64;
-            mi_tensor *W = calloc((size_t)copies, sizeof *W);
-            for (int c = 0; c < copies; c++) {
-                W[c] = mi_tensor_shape((mi_dtype)t, rows, cols);
-                void *mem;
-                if (posix_memalign(&mem, 64, mi_tensor_place_bytes(t, (size_t)rows, (size_t)cols)))
-                    abort();
-                mi_tensor_place(&W[c], mem);
-                for (int r = 0; r < rows; r++) {
-                    for (int i = 0; i < cols; i++)
-                        row[i] = frand() * 0.05f;
-                    size_t qb = mi_dtype_q_row_bytes(t, (size_t)cols);
-                    mi_quantize_row(t, row, cols, (char *)W[c].q + (size_t)r * qb,
-                                    W[c].d ? W[c].d + (size_t)r * (cols / MI_QK) : NULL);
-                }
-            }
-            int reps = quick ? 5 : 20;
-            if (reps < 2 * copies)
-                reps = 2 * copies;
-            double base = -1;
+            if (!sets[t].W)
+                continue;
+            double bytes = (double)mi_tensor_bytes(t, (size_t)rows, (size_t)cols);
             for (int i = 0; i < nf; i++) {
-                if (!fs[i]->available())
+                if (sec[0][t][i] < 0)
                     continue;
-                double sec = time_family(fs[i], W, copies, x, y, i == 0 && quick ? 3 : reps);
-                if (sec < 0)
-                    continue;
-                if (i == 0)
-                    base = sec;
-                printf("%5dx%-6d %-5s %-13s %10.1f %9.2f %8.2fx\n", rows, cols, mi_dtype_name(t), fs[i]->name,
-                       sec * 1e6, (double)bytes / sec / 1e9, base > 0 ? base / sec : 0.0);
+                for (int rd = 0; rd < rounds; rd++)
+                    tmp[rd] = sec[rd][t][i];
+                double me = median(tmp, rounds), base = -1, q4 = -1;
+                if (sec[0][t][0] >= 0) {
+                    for (int rd = 0; rd < rounds; rd++)
+                        tmp[rd] = sec[rd][t][0];
+                    base = median(tmp, rounds);
+                }
+                /* q4_0 in the same family (the scalar one's if the family has no q4_0) */
+                int qf = sec[0][MI_Q4_0][i] >= 0 ? i : 0;
+                if (sets[MI_Q4_0].W && sec[0][MI_Q4_0][qf] >= 0) {
+                    for (int rd = 0; rd < rounds; rd++)
+                        tmp[rd] = sec[rd][MI_Q4_0][qf];
+                    q4 = (double)mi_tensor_bytes(MI_Q4_0, (size_t)rows, (size_t)cols) / median(tmp, rounds) / 1e9;
+                }
+                double gbs = bytes / me / 1e9;
+                printf("%5dx%-6d %-5s %-13s %10.1f %9.2f %8.2fx %7.2fx %8.0f%%\n", rows, cols, mi_dtype_name(t),
+                       fs[i]->name, me * 1e6, gbs, base > 0 ? base / me : 0.0, q4 > 0 ? gbs / q4 : 0.0,
+                       100.0 * gbs / tri);
             }
-            for (int c = 0; c < copies; c++)
-                free(W[c].q);
-            free(W);
+        }
+        for (int t = 0; t < MI_N_DTYPES; t++) {
+            for (int c = 0; sets[t].W && c < sets[t].copies; c++)
+                free(sets[t].W[c].q);
+            free(sets[t].W);
         }
         free(x);
         free(y);
         free(row);
     }
+    free(sec);
+    free(triad);
+    free(tmp);
     return 0;
 }

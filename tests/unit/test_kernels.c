@@ -555,6 +555,38 @@ static double abs_dot(const mi_tensor *W, int r, const float *x)
 
 static int g_checked[8];
 
+/* Rows [0, m) of W x with family f against the scalar reference within the
+ * float-summation-order bound, and every row subset bit-identical to the
+ * whole; returns the rows out of bound and adds the subsets that differ to
+ * *bits. */
+static int compare_family(const mi_kernel_family *f, const mi_tensor *W, const float *x, int *bits,
+                          const char *what, int kind)
+{
+    int m = W->rows, n = W->cols, bad = 0;
+    float *ref = malloc((size_t)m * sizeof(float)), *got = malloc((size_t)m * sizeof(float));
+    run_family(&mi_kernels_scalar, W, x, 0, m, ref);
+    run_family(f, W, x, 0, m, got);
+    for (int r = 0; r < m; r++) {
+        double tol = 2e-6 * abs_dot(W, r, x) * (1.0 + log2((double)n)) + 1e-30;
+        if (!(fabs((double)got[r] - ref[r]) <= tol)) {
+            if (bad < 4)
+                printf("\n  %s %s %s %dx%d kind %d row %d: %.9g vs scalar %.9g (tol %.3g)", f->name,
+                       mi_dtype_name(W->dtype), what, m, n, kind, r, got[r], ref[r], tol);
+            bad++;
+        }
+    }
+    /* every row subset reproduces the same bits */
+    for (int a = 0; a < m; a++)
+        for (int b = a + 1; b <= m; b += (m > 8 ? 7 : 1)) {
+            float part[40];
+            run_family(f, W, x, a, b, part);
+            *bits += memcmp(part, got + a, (size_t)(b - a) * sizeof(float)) != 0;
+        }
+    free(ref);
+    free(got);
+    return bad;
+}
+
 static void check_family_dtype(const mi_kernel_family *f, int fi, int t)
 {
     const int rows_list[] = {1, 3, 7, 33};
@@ -573,28 +605,8 @@ static void check_family_dtype(const mi_kernel_family *f, int fi, int t)
                 test_tensor tt = make_tensor(t, m, n, kind);
                 float *x = malloc((size_t)n * sizeof(float));
                 fill_block_cases(x, n, (kind + 3) % 6);
-                float *ref = malloc((size_t)m * sizeof(float)), *got = malloc((size_t)m * sizeof(float));
-                run_family(&mi_kernels_scalar, &tt.W, x, 0, m, ref);
-                run_family(f, &tt.W, x, 0, m, got);
-                for (int r = 0; r < m; r++) {
-                    double tol = 2e-6 * abs_dot(&tt.W, r, x) * (1.0 + log2((double)n)) + 1e-30;
-                    if (!(fabs((double)got[r] - ref[r]) <= tol)) {
-                        if (bad < 4)
-                            printf("\n  %s %s %dx%d kind %d row %d: %.9g vs scalar %.9g (tol %.3g)", f->name,
-                                   mi_dtype_name(t), m, n, kind, r, got[r], ref[r], tol);
-                        bad++;
-                    }
-                }
-                /* every row subset reproduces the same bits */
-                for (int a = 0; a < m; a++)
-                    for (int b = a + 1; b <= m; b += (m > 8 ? 7 : 1)) {
-                        float part[40];
-                        run_family(f, &tt.W, x, a, b, part);
-                        bits += memcmp(part, got + a, (size_t)(b - a) * sizeof(float)) != 0;
-                    }
+                bad += compare_family(f, &tt.W, x, &bits, "quantized", kind);
                 free(x);
-                free(ref);
-                free(got);
                 free(tt.mem);
             }
     CU_ASSERT_EQUAL(bad, 0);
@@ -602,12 +614,102 @@ static void check_family_dtype(const mi_kernel_family *f, int fi, int t)
     g_checked[fi]++;
 }
 
+/* A random finite fp16 (any sign and exponent, subnormals included). */
+static uint16_t rand_finite_half(void)
+{
+    uint16_t h = (uint16_t)(g_rng >> 17);
+    frand();
+    return ((h >> 10) & 31) == 31 ? (uint16_t)(h & ~0x4000) : h;
+}
+
+/* One k-quant super-block of dtype t in the edge case `kind`, written as
+ * bytes (any byte pattern is a valid block once d and dmin are finite):
+ * 0 all zero; 1 the largest scales and mins (sc = m = 63; q6_K's -128 and
+ * 127) with the top levels and d = dmin = 65504, fp16's largest; 2 the same
+ * scales with the bottom levels and d = dmin = -65504; 3 random bytes with
+ * d the smallest subnormal and dmin the smallest normal; 4 random bytes with
+ * random finite d and dmin; 5 random bytes with d and dmin near 1. */
+static void fill_kquant_block(int t, uint8_t *blk, int kind)
+{
+    size_t bb = mi_dtype_q_row_bytes(t, MI_QK_K);
+    for (size_t i = 0; i < bb; i++) {
+        blk[i] = kind == 0 || kind == 2 ? 0x00 : kind == 1 ? 0xff : (uint8_t)(g_rng >> 23);
+        frand();
+    }
+    uint16_t d, dmin;
+    switch (kind) {
+    case 0: d = dmin = 0; break;
+    case 1: d = dmin = 0x7bff; break;
+    case 2: d = dmin = 0xfbff; break;
+    case 3: d = 0x0001, dmin = 0x0400; break;
+    case 4: d = rand_finite_half(), dmin = rand_finite_half(); break;
+    default:
+        d = mi_fp16_from_f32(frand() + 1.5f), dmin = mi_fp16_from_f32(frand() * 0.5f);
+        break;
+    }
+    if (t == MI_Q6_K) {
+        if (kind == 1 || kind == 2)
+            for (int j = 0; j < 16; j++)
+                blk[192 + j] = j % 2 ? 127 : 0x80; /* scales 127 and -128 */
+        memcpy(blk + 208, &d, 2);
+    } else {
+        if (kind == 2)
+            memset(blk + 4, 0xff, 12); /* sc = m = 63 with the levels at 0 */
+        memcpy(blk, &d, 2);
+        memcpy(blk + 2, &dmin, 2);
+    }
+}
+
+/* The k-quants' super-block edge cases (fill_kquant_block) in every
+ * available family against the scalar reference: 1 to 9 super-blocks a row
+ * (every row is whole super-blocks, so these are the widths that are not a
+ * multiple of a SIMD loop's step), odd and even row counts, each case alone
+ * and mixed per super-block, with several kinds of activations; all-zero
+ * blocks give exactly 0 in every family. */
+static void check_family_kquant_edges(const mi_kernel_family *f)
+{
+    const int rows_list[] = {1, 2, 5, 8};
+    int bad = 0, bits = 0, zeros = 0;
+    for (int t = MI_Q4_K; t <= MI_Q6_K; t++) {
+        size_t bb = mi_dtype_q_row_bytes(t, MI_QK_K);
+        for (int ns = 1; ns <= 9; ns++)
+            for (int kind = 0; kind < 7; kind++) {
+                int n = ns * MI_QK_K, m = rows_list[(ns + kind) % 4];
+                test_tensor tt;
+                tt.W = mi_tensor_shape((mi_dtype)t, m, n);
+                if (posix_memalign(&tt.mem, 64, mi_tensor_place_bytes(t, (size_t)m, (size_t)n)) != 0)
+                    abort();
+                mi_tensor_place(&tt.W, tt.mem);
+                for (int r = 0; r < m; r++)
+                    for (int k = 0; k < ns; k++) /* 6: a different case per super-block */
+                        fill_kquant_block(t, (uint8_t *)tt.W.q + ((size_t)r * ns + k) * bb,
+                                          kind == 6 ? (r + k) % 6 : kind);
+                float *x = malloc((size_t)n * sizeof(float)), *y = malloc((size_t)m * sizeof(float));
+                for (int xk = 0; xk < 6; xk += (kind == 6 ? 1 : 2)) {
+                    fill_block_cases(x, n, xk);
+                    bad += compare_family(f, &tt.W, x, &bits, "edge", kind);
+                    if (kind == 0) {
+                        run_family(f, &tt.W, x, 0, m, y);
+                        for (int r = 0; r < m; r++)
+                            zeros += y[r] != 0.0f;
+                    }
+                }
+                free(x);
+                free(y);
+                free(tt.mem);
+            }
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    CU_ASSERT_EQUAL(bits, 0);
+    CU_ASSERT_EQUAL(zeros, 0);
+}
+
 /* Every family's activation preparation gives the scalar family's scales
  * and offset terms exactly (family.h's shared rule). */
 static void check_family_prep(const mi_kernel_family *f)
 {
     int bad = 0;
-    for (int t = MI_Q8_0; t <= MI_Q4_0; t++) {
+    for (int t = MI_Q8_0; t < MI_N_DTYPES; t++) {
         if (!f->prep[t])
             continue;
         for (int kind = 0; kind < 6; kind++) {
@@ -677,9 +779,16 @@ static void test_families(void)
         }
         check_family_prep(fs[i]);
         check_family_non_finite(fs[i]);
+        check_family_kquant_edges(fs[i]);
         for (int t = 0; t < MI_N_DTYPES; t++)
             check_family_dtype(fs[i], i, t);
-        printf("\n    %s: %d dtypes against the scalar reference", fs[i]->name, g_checked[i]);
+        /* how many of them the family computes itself (a NULL slot falls back
+         * to the scalar kernels, which would pass unnoticed) */
+        int own = 0;
+        for (int t = 0; t < MI_N_DTYPES; t++)
+            own += fs[i]->rows[t] != NULL;
+        printf("\n    %s: %d dtypes against the scalar reference, %d its own kernels", fs[i]->name, g_checked[i],
+               own);
     }
 }
 
