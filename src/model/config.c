@@ -562,8 +562,8 @@ int mi_config_from_shape(const char *shape, mi_config *c)
 const char *mi_config_shape_names(void)
 {
     return "stories15M, stories42M, stories110M, tinyllama-1.1b, tiny-gqa, llama-3.2-1b, qwen2.5-0.5b, qwen3-0.6b, "
-           "gemma3-1b, gpt2, tiny-llama3, tiny-qwen2, tiny-qwen3, tiny-gemma3, tiny-gpt2, patchtst (CATS's "
-           "time-series encoder)";
+           "gemma3-1b, gpt2, tiny-llama3, tiny-qwen2, tiny-qwen3, tiny-gemma3, tiny-gpt2, tiny-qwen2moe, "
+           "qwen1.5-moe-a2.7b (mixtures of experts), patchtst (CATS's time-series encoder)";
 }
 
 int mi_config_trait_tensors(const mi_config *c, int l, const char **names, size_t *rows, size_t *cols)
