@@ -175,6 +175,8 @@ size_t mi_decode_weight_bytes(const mi_config *c);
  * and the shared expert with its float32 gate. */
 size_t mi_experts_bytes(const mi_config *c, int l, int n_exp);
 size_t mi_moe_common_bytes(const mi_config *c, int l);
+/* Of mi_moe_common_bytes, the shared expert's and its gate's (0 without one). */
+size_t mi_moe_shared_bytes(const mi_config *c, int l);
 
 /* Bytes (in their dtypes) of the units HeadSplit places, norms excluded:
  * one KV-head group of layer l (its query heads' wq rows, its wk and wv rows),

@@ -21,6 +21,8 @@ typedef struct {
     float *logits; /* [max_T, vocab_size] */
     float *moe;    /* a mixture of experts' (config.h): [2*dim + n_experts] one position's sum, one expert's
                       output, the routing weights; NULL for a dense FFN */
+    double moe_routed; /* (position, expert) selections that this device's held experts ran, counted by
+                          mi_moe_rows since init: its expert load (the runtime reports it per layer) */
 } mi_scratch;
 
 void mi_scratch_init(mi_scratch *s, const mi_config *c, int max_T);

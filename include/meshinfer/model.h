@@ -42,6 +42,8 @@ typedef struct {
      * is then a partial sum over the experts held, to be reduced over the holders). */
     int n_experts;                      /* experts held */
     unsigned char experts[MI_MAX_EXPERTS]; /* their ids, ascending */
+    int no_shared;                      /* 1: the shared expert and its gate are another device's (expert
+                                           parallelism places them with one piece, plan.h); 0: held */
 } mi_layer_spec;
 
 /* What one device holds of the whole model. */

@@ -61,7 +61,9 @@ typedef enum {
                         rank holds after the last allgather (its own and those received; not the pruned or
                         lost ones, which become 0): with every column held, NORM's result exactly */
     MI_OP_MOE,       /* buf[:, c0:c0+n] (+)= the mixture-of-experts FFN of `layer` on XN (forward.h
-                        mi_moe_rows: router, top-k, this rank's experts, the shared expert; n = dim) */
+                        mi_moe_rows: router over all experts, top-k, of them this rank's experts [i0, i0+ni)
+                        weighted, and the shared expert when SHARED; n = dim): with some of the experts a
+                        partial sum (expert parallelism), reduced over the expert ranks */
     /* communication: xid names the exchange (mi_exchange) every member's matching op shares */
     MI_OP_BCAST,     /* buf's columns from the root to the other members (FLAG: with the decision) */
     MI_OP_IBCAST,    /* the same, non-blocking at the root until its next communication (HeadSplit Z) */
@@ -89,6 +91,7 @@ enum {
     MI_OPF_LAST = 8,        /* NORM(_LOCAL), LOGITS, GATHERV: only the positions whose logits are wanted
                                (the last one, or all), written to rows 0.. */
     MI_OPF_SUM = 16,        /* ALLREDUCE: leave the sum in TMP (an ADD joins it to X through a post-norm) */
+    MI_OPF_SHARED = 32,     /* MOE: this rank holds and runs the shared expert (and its gate) */
 };
 
 /* The model family's variant of a compute op (a family is a config plus op

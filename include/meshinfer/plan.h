@@ -182,7 +182,10 @@ typedef struct {
     int proj_rank;                /* >= 0: holds all of wo and gathers the head outputs;
                                      -1: wo split with the heads, partial outputs reduced */
     int n_ffn;                    /* FFN slices; 1 = the whole FFN on one rank */
-    mi_slice *ffn;                /* [n_ffn], ascending, covering [0, hidden_dim) */
+    mi_slice *ffn;                /* [n_ffn], ascending, covering [0, mi_plan_ffn_units): hidden units, or
+                                     (a mixture of experts, expert parallelism) experts [v0, v0+n) of
+                                     n_experts; every expert slice's rank holds the router and runs it, the
+                                     slice with v0 = 0 also holds the shared expert and its gate */
     int speculate;                /* HeadSplit inter-layer speculation from this layer to the next:
                                      Z goes to the next layer's head ranks before the FFN runs */
     int accept_permille;          /* expected acceptance of that speculation (profile), for the cost model */
@@ -247,6 +250,11 @@ void mi_plan_fill_keep(mi_plan *plan);
  * somegather plan (its residual columns, its heads' output columns, its FFN
  * units). */
 void mi_plan_owned(const mi_plan *plan, int l, int x, int rank, int *c0, int *n);
+
+/* What the FFN slices of c's layers count: hidden units (hidden_dim), or for
+ * a mixture of experts whole experts (n_experts: expert parallelism places
+ * experts, never a part of one). */
+int mi_plan_ffn_units(const mi_config *c);
 
 /* Planner names as on the command line: layerwise roundrobin random greedy tp somegather hybrid. */
 const char *mi_planner_name(mi_planner p);

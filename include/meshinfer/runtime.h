@@ -44,6 +44,9 @@ typedef struct {
     double spec_decided[MI_SPEC_MAX_LAYERS];  /* forward passes that tested the transition */
     double spec_accepted[MI_SPEC_MAX_LAYERS]; /* of which ||FFN(Z)||/||Z|| < tolerance */
     double spec_ratio_sum[MI_SPEC_MAX_LAYERS];/* sum of the ratios (max over a pass's positions) */
+    /* a mixture of experts' expert load: per layer, the (position, expert) selections of the router
+     * that this rank's held experts ran (over ranks they sum to positions x n_experts_used) */
+    double expert_load[MI_SPEC_MAX_LAYERS];
 } mi_rank_metrics;
 
 typedef struct mi_runtime mi_runtime;

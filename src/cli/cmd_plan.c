@@ -215,12 +215,13 @@ static void print_plan(const mi_plan *p, const mi_programs *prog, const mi_clust
             printf("  layer %2d  heads [", l);
             for (int k = 0; k < c->n_kv_heads; k++)
                 printf(k ? " %d" : "%d", lp->kv_rank[k]);
+            const char *ffn = mi_config_is_moe(c) ? "experts" : "ffn"; /* rank[first+count] */
             if (lp->proj_rank >= 0)
-                printf("]  proj %d  ffn", lp->proj_rank);
+                printf("]  proj %d  %s", lp->proj_rank, ffn);
             else if (p->n_cols > 0)
-                printf("]  wo, w2 rows: each rank's columns  ffn");
+                printf("]  wo, w2 rows: each rank's columns  %s", ffn);
             else
-                printf("]  proj split  ffn");
+                printf("]  proj split  %s", ffn);
             for (int i = 0; i < lp->n_ffn; i++)
                 printf(" %d[%d+%d]", lp->ffn[i].rank, lp->ffn[i].v0, lp->ffn[i].n);
             if (lp->speculate)
@@ -268,7 +269,13 @@ static void print_plan(const mi_plan *p, const mi_programs *prog, const mi_clust
             HOLDS("%d KV heads", heads);
         if (proj)
             HOLDS("%d wo", proj);
-        if (ffn)
+        if (ffn && mi_config_is_moe(c)) {
+            int ne = 0;
+            for (int l = 0; l < c->n_layers; l++)
+                for (int i = 0; i < p->layers[l].n_ffn; i++)
+                    ne += p->layers[l].ffn[i].rank == r ? p->layers[l].ffn[i].n : 0;
+            HOLDS("%d experts in %d layers", ne, ffn);
+        } else if (ffn)
             HOLDS("%d FFN%s", ffn, p->layers[0].n_ffn > 1 ? " slices" : "");
         if (cls)
             HOLDS("classifier");

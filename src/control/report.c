@@ -202,12 +202,22 @@ void session_metrics_json(mi_session *ss, FILE *f)
                    "\"bytes_recv_per_forward\": %.1f, \"seconds\": {\"attention\": %.6f, \"projection\": %.6f, "
                    "\"ffn\": %.6f, \"logits\": %.6f, \"communication\": %.6f, \"idle\": %.6f, "
                    "\"replan\": %.6f, \"emulated_slowdown\": %.6f}, \"kv_bytes_moved_sent\": %.0f, \"kv_bytes_moved_recv\": %.0f, "
-                   "\"messages_received\": %.0f, \"messages_lost\": %.0f}",
+                   "\"messages_received\": %.0f, \"messages_lost\": %.0f",
                 r ? ", " : "", r, m->weight_bytes, m->kv_bytes, m->rss_weights, ss->pred.weight_bytes[r],
                 m->forwards, m->positions, m->decode_forwards, m->decode_bytes_sent / dp, m->decode_bytes_recv / dp,
                 m->bytes_sent, m->bytes_recv, m->bytes_sent / fw, m->bytes_recv / fw,
                 m->attn, m->proj, m->ffn, m->logits, m->comm, m->idle, m->replan_s, m->slowdown, m->moved_bytes_sent,
                 m->moved_bytes_recv, m->msgs_recv, m->msgs_lost);
+        if (mi_config_is_moe(&ss->cfg)) { /* its experts' load: (position, expert) selections they ran */
+            double sum = 0;
+            for (int l = 0; l < ss->cfg.n_layers && l < MI_SPEC_MAX_LAYERS; l++)
+                sum += m->expert_load[l];
+            fprintf(f, ", \"expert_load\": %.0f, \"expert_load_per_layer\": [", sum);
+            for (int l = 0; l < ss->cfg.n_layers && l < MI_SPEC_MAX_LAYERS; l++)
+                fprintf(f, "%s%.0f", l ? ", " : "", m->expert_load[l]);
+            fprintf(f, "]");
+        }
+        fprintf(f, "}");
     }
     fprintf(f, "]");
     free(all);

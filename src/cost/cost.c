@@ -45,8 +45,12 @@ double mi_op_compute_s(const mi_plan *plan, const mi_op *op, const mi_cluster *c
     }
     case MI_OP_FFN_DOWN:
         return t + mat_s(d, c->dtype[l][MI_W2], (double)op->n * mi_plan_ffn_kept_units(plan, l, op->i0, op->ni), T);
-    case MI_OP_MOE: { /* the router, the k experts a position runs, the shared expert */
-        double h = c->hidden_dim, sh = c->shared_hidden_dim, k = c->n_experts_used;
+    case MI_OP_MOE: {
+        /* the router (all E experts' rows, on every expert rank); of the k experts a position runs, the
+         * expected share among the ni this rank holds, k * ni / E (routing is not known ahead: a uniform
+         * router's expectation); the shared expert where held */
+        double h = c->hidden_dim, sh = op->flags & MI_OPF_SHARED ? c->shared_hidden_dim : 0;
+        double k = (double)c->n_experts_used * op->ni / c->n_experts;
         const unsigned char *mt = c->moe_dtype[l];
         return t + mat_s(d, mt[MI_MOE_ROUTER], (double)c->n_experts * D, T) +
                k * (mat_s(d, c->dtype[l][MI_W1], h * D, T) + mat_s(d, c->dtype[l][MI_W3], h * D, T) +

@@ -334,15 +334,20 @@ size_t mi_experts_bytes(const mi_config *c, int l, int n_exp)
     return (size_t)n_exp * (h * (row_bytes(c, l, MI_W1, d) + row_bytes(c, l, MI_W3, d)) + d * row_bytes(c, l, MI_W2, h));
 }
 
-size_t mi_moe_common_bytes(const mi_config *c, int l)
+size_t mi_moe_shared_bytes(const mi_config *c, int l)
 {
     size_t d = (size_t)c->dim, sh = (size_t)c->shared_hidden_dim;
     const unsigned char *t = c->moe_dtype[l];
-    size_t n = (size_t)c->n_experts * mi_dtype_row_bytes(t[MI_MOE_ROUTER], d);
-    if (sh > 0)
-        n += sh * (mi_dtype_row_bytes(t[MI_MOE_SW1], d) + mi_dtype_row_bytes(t[MI_MOE_SW3], d)) +
-             d * mi_dtype_row_bytes(t[MI_MOE_SW2], sh) + d * sizeof(float);
-    return n;
+    if (sh == 0)
+        return 0;
+    return sh * (mi_dtype_row_bytes(t[MI_MOE_SW1], d) + mi_dtype_row_bytes(t[MI_MOE_SW3], d)) +
+           d * mi_dtype_row_bytes(t[MI_MOE_SW2], sh) + d * sizeof(float);
+}
+
+size_t mi_moe_common_bytes(const mi_config *c, int l)
+{
+    const unsigned char *t = c->moe_dtype[l];
+    return (size_t)c->n_experts * mi_dtype_row_bytes(t[MI_MOE_ROUTER], (size_t)c->dim) + mi_moe_shared_bytes(c, l);
 }
 
 size_t mi_decode_weight_bytes(const mi_config *c)
@@ -442,6 +447,9 @@ static const struct {
     {"qwen3-0.6b", MI_FAMILY_QWEN3, 1024, 3072, 28, 16, 8, 128, 151936, 2048, 1e6f, 0, 0, 0, 0},
     {"gemma3-1b", MI_FAMILY_GEMMA3, 1152, 6912, 26, 4, 1, 256, 262144, 2048, 1e6f, 10000.0f, 512, 6, 0},
     {"gpt2", MI_FAMILY_GPT2, 768, 3072, 12, 12, 12, 64, 50257, 1024, 0, 0, 0, 0, 0},
+    /* mixtures of experts (the experts below): hidden_dim is one expert's width */
+    {"tiny-qwen2moe", MI_FAMILY_QWEN2MOE, 128, 64, 4, 8, 2, 16, 512, 128, 1e6f, 0, 0, 0, 0},
+    {"qwen1.5-moe-a2.7b", MI_FAMILY_QWEN2MOE, 2048, 1408, 24, 16, 16, 128, 151936, 2048, 1e6f, 0, 0, 0, 0},
 };
 
 void mi_rope_llama3_factors(int head_dim, float theta, float factor, float low, float high, int orig_ctx,
@@ -461,6 +469,16 @@ void mi_rope_llama3_factors(int head_dim, float theta, float factor, float low, 
         out[i] = (float)(freq / scaled);
     }
 }
+
+/* The experts of the MoE shapes above: E, k, the shared expert's width, norm_topk_prob (Qwen1.5-MoE-A2.7B:
+ * 60 experts of 1408, top 4 not renormalised, a shared expert of 5632). */
+static const struct {
+    const char *name;
+    int n_experts, n_used, shared, norm_topk, tied;
+} moe_shapes[] = {
+    {"tiny-qwen2moe", 8, 2, 128, 0, 1},
+    {"qwen1.5-moe-a2.7b", 60, 4, 5632, 0, 0},
+};
 
 static int family_shape(const char *shape, mi_config *c)
 {
@@ -486,6 +504,14 @@ static int family_shape(const char *shape, mi_config *c)
         c->shared_classifier = 1;
         c->synthetic = 1;
         strncpy(c->name, shape, sizeof c->name - 1);
+        for (size_t j = 0; j < sizeof moe_shapes / sizeof moe_shapes[0]; j++)
+            if (!strcmp(moe_shapes[j].name, shape)) {
+                c->n_experts = moe_shapes[j].n_experts;
+                c->n_experts_used = moe_shapes[j].n_used;
+                c->shared_hidden_dim = moe_shapes[j].shared;
+                c->norm_topk_prob = (unsigned char)moe_shapes[j].norm_topk;
+                c->shared_classifier = moe_shapes[j].tied;
+            }
         return 0;
     }
     return -1;
@@ -540,8 +566,8 @@ int mi_config_from_shape(const char *shape, mi_config *c)
 const char *mi_config_shape_names(void)
 {
     return "stories15M, stories42M, stories110M, tinyllama-1.1b, tiny-gqa, llama-3.2-1b, qwen2.5-0.5b, qwen3-0.6b, "
-           "gemma3-1b, gpt2, tiny-llama3, tiny-qwen2, tiny-qwen3, tiny-gemma3, tiny-gpt2, patchtst (CATS's "
-           "time-series encoder)";
+           "gemma3-1b, gpt2, tiny-llama3, tiny-qwen2, tiny-qwen3, tiny-gemma3, tiny-gpt2, tiny-qwen2moe, "
+           "qwen1.5-moe-a2.7b (mixtures of experts), patchtst (CATS's time-series encoder)";
 }
 
 int mi_config_trait_tensors(const mi_config *c, int l, const char **names, size_t *rows, size_t *cols)

@@ -258,6 +258,7 @@ static void moe_position(const mi_model *m, int l, mi_scratch *s, const float *x
         int i = held_index(L, ids[j]);
         if (i < 0)
             continue; /* another device's expert */
+        s->moe_routed += 1;
         mi_tensor w1 = mi_tensor_rows(&L->ew1, i * h, h), w3 = mi_tensor_rows(&L->ew3, i * h, h);
         mi_tensor w2 = mi_tensor_rows(&L->ew2, i * d, d);
         swiglu_ffn(&w1, &w3, &w2, x, s->h1, s->h3, y, prod);

@@ -137,7 +137,8 @@ size_t mi_shard_weight_bytes(const mi_config *c, const mi_shard_spec *spec)
         if (s->proj != MI_PROJ_NONE)
             n += post + (c->out_bias ? no * f : 0);
         if (s->nf > 0 && mi_config_is_moe(c))
-            n += norm + mi_moe_common_bytes(c, l) + mi_experts_bytes(c, l, s->n_experts);
+            n += norm + mi_moe_common_bytes(c, l) - (s->no_shared ? mi_moe_shared_bytes(c, l) : 0) +
+                 mi_experts_bytes(c, l, s->n_experts);
         else if (s->nf > 0 && !s->w2_rows)
             n += norm + post + mi_ffn_bytes(c, l, s->nf) + (c->out_bias ? d * f : 0);
         else if (s->nf > 0)
@@ -470,7 +471,7 @@ static void load_moe(loader *ld, const mi_config *c, int l, const mi_layer_spec 
         add_range(w2, e * d, d);
     }
     w1->dst = &L->ew1, w3->dst = &L->ew3, w2->dst = &L->ew2;
-    if (sh > 0) {
+    if (sh > 0 && !s->no_shared) {
         add_range(want(ld, l, "shared_w1", mt[MI_MOE_SW1], d, 0), 0, sh)->dst = &L->sw1;
         add_range(want(ld, l, "shared_w3", mt[MI_MOE_SW3], d, 0), 0, sh)->dst = &L->sw3;
         add_range(want(ld, l, "shared_w2_t", mt[MI_MOE_SW2], d, 1), 0, sh)->dst = &L->sw2;

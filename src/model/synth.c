@@ -150,8 +150,44 @@ static int synth_traits(mi_model_writer *w, const mi_config *c, int l, uint64_t 
     return 0;
 }
 
-int mi_synth_write(const mi_config *c, uint64_t seed, const char *path, int progress, char *err)
+/* A mixture of experts' FFN of layer l (model_file.h): the router (float32, as llama.cpp keeps it), the
+ * stacked experts in the layer's w1, w3, w2 dtypes, the shared expert in them too; each
+ * stack filled and written in one piece (buf is freed and taken anew at the stacks' size). */
+static int synth_moe(mi_model_writer *w, const mi_config *c, int l, uint64_t seed, char *err)
 {
+    size_t d = (size_t)c->dim, h = (size_t)c->hidden_dim, E = (size_t)c->n_experts, sh = (size_t)c->shared_hidden_dim;
+    const unsigned char *dt = c->dtype[l], *mt = c->moe_dtype[l];
+    /* as the dense w2_t: the shared expert's w2 [dim, sh] in the product's orientation, written transposed */
+    struct { const char *t; int dtype; size_t rows, cols; int norm, tr; } ts[] = {
+        {"ffn_norm", MI_F32, d, 1, 1, 0},           {"router", mt[MI_MOE_ROUTER], E, d, 0, 0},
+        {"experts_w1", dt[MI_W1], E * h, d, 0, 0},  {"experts_w3", dt[MI_W3], E * h, d, 0, 0},
+        {"experts_w2", dt[MI_W2], E * d, h, 0, 0},  {"shared_w1", mt[MI_MOE_SW1], sh, d, 0, 0},
+        {"shared_w3", mt[MI_MOE_SW3], sh, d, 0, 0}, {"shared_w2_t", mt[MI_MOE_SW2], d, sh, 0, 1},
+    }; /* the shared expert's gate is a trait vector (synth_traits) */
+    int rc = 0;
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0] && !rc; i++) {
+        if (sh == 0 && i >= 5)
+            break;
+        char nm[128];
+        mi_model_layer_name(nm, sizeof nm, l, ts[i].t);
+        float *buf = mi_malloc(ts[i].rows * ts[i].cols * sizeof(float), "synthetic experts");
+        fill(buf, ts[i].rows * ts[i].cols, seed, nm, ts[i].norm);
+        rc = mi_model_writer_put_tensor(w, nm, ts[i].dtype, buf, ts[i].rows, ts[i].cols, ts[i].tr, err);
+        free(buf);
+    }
+    return rc;
+}
+
+int mi_synth_write(const mi_config *cfg, uint64_t seed, const char *path, int progress, char *err)
+{
+    mi_config moe = *cfg; /* a mixture of experts: the router float32, the shared expert in w1/w2/w3's dtypes */
+    for (int l = 0; l < moe.n_layers && mi_config_is_moe(&moe); l++) {
+        moe.moe_dtype[l][MI_MOE_ROUTER] = MI_F32;
+        moe.moe_dtype[l][MI_MOE_SW1] = moe.dtype[l][MI_W1];
+        moe.moe_dtype[l][MI_MOE_SW2] = moe.dtype[l][MI_W2];
+        moe.moe_dtype[l][MI_MOE_SW3] = moe.dtype[l][MI_W3];
+    }
+    const mi_config *c = &moe;
     mi_model_writer *w = mi_model_writer_create(path, c, err);
     if (!w)
         return -1;
@@ -196,12 +232,15 @@ int mi_synth_write(const mi_config *c, uint64_t seed, const char *path, int prog
             {"w2_t", dt[MI_W2], d, hid, 0, 1},
         };
         int gated = c->ffn_type == MI_FFNK_SWIGLU || c->ffn_type == MI_FFNK_GEGLU;
-        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) {
+        size_t n_ts = mi_config_is_moe(c) ? 5 : sizeof ts / sizeof ts[0]; /* the experts: synth_moe */
+        for (size_t i = 0; i < n_ts; i++) {
             if (!gated && strcmp(ts[i].t, "w3") == 0)
                 continue;
             mi_model_layer_name(nm, sizeof nm, l, ts[i].t);
             PUT(nm, ts[i].dtype, ts[i].rows, ts[i].cols, ts[i].norm, ts[i].tr);
         }
+        if (!rc && mi_config_is_moe(c))
+            rc = synth_moe(w, c, l, seed, err);
         if (!rc)
             rc = synth_traits(w, c, l, seed, buf, err);
         if (progress == 2)

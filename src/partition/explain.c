@@ -190,9 +190,11 @@ static void explain_compute(const mi_plan *plan, const mi_op *op, int rank, line
         break;
     }
     case MI_OP_MOE:
-        add(b, "experts     layer %d, router over %d experts, the top %d and %s of XN %s %s[%d,%d)", l, c->n_experts,
-            c->n_experts_used, c->shared_hidden_dim ? "the shared expert" : "no shared expert",
-            op->flags & MI_OPF_ADD ? "added to" : "->", mi_buf_name(op->buf), op->c0, op->c0 + op->n);
+        add(b, "experts     layer %d, router over %d experts, the top %d of XN among experts [%d,%d)%s %s %s[%d,%d)%s",
+            l, c->n_experts, c->n_experts_used, op->i0, op->i0 + op->ni,
+            op->flags & MI_OPF_SHARED ? " and the shared expert" : c->shared_hidden_dim ? "" : " (no shared expert)",
+            op->flags & MI_OPF_ADD ? "added to" : "->", mi_buf_name(op->buf), op->c0, op->c0 + op->n,
+            op->ni < c->n_experts ? " (a partial sum)" : "");
         break;
     case MI_OP_FFN_UP:
         add(b, "ffn up      layer %d, FFN units [%d,%d) of %d: w1 and w3 rows, silu(w1 XN) * w3 XN -> HIDDEN", l, op->c0,
@@ -440,9 +442,10 @@ static void explain_placement(const mi_plan *plan, FILE *f)
             add(&b, " wo and w2 rows with each rank's residual columns;");
         else
             add(&b, " wo split with the heads;");
-        add(&b, " FFN units");
+        add(&b, mi_config_is_moe(c) ? " router on each expert rank; experts" : " FFN units");
         for (int i = 0; i < lp->n_ffn; i++)
-            add(&b, "%s [%d,%d) on rank %d", i ? "," : "", lp->ffn[i].v0, lp->ffn[i].v0 + lp->ffn[i].n,
+            add(&b, "%s [%d,%d)%s on rank %d", i ? "," : "", lp->ffn[i].v0, lp->ffn[i].v0 + lp->ffn[i].n,
+                mi_config_is_moe(c) && lp->ffn[i].v0 == 0 && c->shared_hidden_dim ? " and the shared expert" : "",
                 lp->ffn[i].rank);
         if (lp->speculate)
             add(&b, "; speculates into layer %d", l + 1);

@@ -159,13 +159,20 @@ static void attention(hl *h, const rankset *heads, int l, int flags)
         }
 }
 
-/* The FFN units [f0, f0+nf) of rank r into TMP (the whole dim). */
+/* The FFN units [f0, f0+nf) of rank r into TMP (the whole dim); a mixture
+ * of experts' experts [f0, f0+nf) (expert parallelism: the router on every
+ * expert rank, its selected held experts weighted, the shared expert with
+ * the first slice), a partial sum the reduce adds up. */
 static void ffn(hl *h, int l, int r, int f0, int nf)
 {
     const mi_config *c = &h->plan->cfg;
     to_one(h, r, norm_op(l, MI_NORM_FFN, 0));
-    if (mi_config_is_moe(c)) { /* held whole (mi_plan_validate): one op, router to experts' sum */
-        to_one(h, r, pb_compute(MI_OP_MOE, l, MI_BUF_TMP, 0, c->dim));
+    if (mi_config_is_moe(c)) {
+        mi_op op = pb_compute(MI_OP_MOE, l, MI_BUF_TMP, 0, c->dim);
+        op.i0 = f0;
+        op.ni = nf;
+        op.flags = f0 == 0 && c->shared_hidden_dim > 0 ? MI_OPF_SHARED : 0;
+        to_one(h, r, op);
         return;
     }
     to_one(h, r, pb_compute(MI_OP_FFN_UP, l, MI_BUF_HIDDEN, f0, nf));
@@ -358,7 +365,7 @@ static void compile_phase(hl *h)
             if (members_of(&sb, h->n, sm) > 1)
                 bcast(h, &sb, lp->proj_rank, l, MI_OP_IBCAST, 0);
             attention(h, &h1, l + 1, 0);
-            ffn(h, l, fr, 0, c->hidden_dim);
+            ffn(h, l, fr, 0, mi_plan_ffn_units(c));
             to_one(h, fr, pb_compute(MI_OP_SPEC_TEST, l, MI_BUF_X, 0, c->dim));
             to_one(h, fr, add_op(c, l, MI_NORM_FFN));
             dec = h1;

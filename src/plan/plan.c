@@ -154,7 +154,14 @@ void mi_plan_shard(const mi_plan *plan, int rank, mi_shard_spec *spec)
         else if (lp->proj_rank < 0 && s->n_kv > 0 && plan->planner != MI_PLANNER_SOMEGATHER)
             s->proj = MI_PROJ_HEADS;
         for (int i = 0; i < lp->n_ffn; i++)
-            if (lp->ffn[i].rank == rank) {
+            if (lp->ffn[i].rank == rank && mi_config_is_moe(c)) {
+                /* the experts [v0, v0+n), the router, and the shared expert with the first slice */
+                s->nf = c->hidden_dim;
+                s->n_experts = lp->ffn[i].n;
+                for (int e = 0; e < lp->ffn[i].n && e < MI_MAX_EXPERTS; e++)
+                    s->experts[e] = (unsigned char)(lp->ffn[i].v0 + e);
+                s->no_shared = lp->ffn[i].v0 != 0;
+            } else if (lp->ffn[i].rank == rank) {
                 s->f0 = lp->ffn[i].v0;
                 s->nf = lp->ffn[i].n;
             }
@@ -247,6 +254,11 @@ int mi_plan_same_placement(const mi_plan *a, const mi_plan *b)
 
 /* ------------------------------------------------------- validation */
 
+int mi_plan_ffn_units(const mi_config *c)
+{
+    return mi_config_is_moe(c) ? c->n_experts : c->hidden_dim;
+}
+
 static int check_slices(const mi_slice *s, int n, int total, int n_ranks, const char *what, int layer, char *err)
 {
     char where[32] = "";
@@ -260,9 +272,21 @@ static int check_slices(const mi_slice *s, int n, int total, int n_ranks, const 
         if (s[i].rank < 0 || s[i].rank >= n_ranks)
             return mi_set_error(err, "plan: %s%s slice on rank %d, but the job has %d ranks", where, what,
                                 s[i].rank, n_ranks);
-        if (s[i].v0 != next || s[i].n < 1)
-            return mi_set_error(err, "plan: %s%s slices must cover [0, %d) in order without gaps (slice %d starts "
-                                     "at %d, expected %d)", where, what, total, i, s[i].v0, next);
+        if (s[i].n < 1)
+            return mi_set_error(err, "plan: %s%s slice %d is empty (%d); slices must cover [0, %d) in order", where,
+                                what, i, s[i].n, total);
+        /* what goes wrong, named: a unit held twice, held nowhere, or past the model's */
+        if (s[i].v0 < next)
+            return mi_set_error(err, "plan: %s%s [%d, %d) are placed twice (slice %d starts at %d, inside the one "
+                                     "before; slices must cover [0, %d) in order)", where, what, s[i].v0,
+                                next < s[i].v0 + s[i].n ? next : s[i].v0 + s[i].n, i, s[i].v0, total);
+        if (s[i].v0 > next)
+            return mi_set_error(err, "plan: %s%s [%d, %d) are placed on no rank (slice %d starts at %d; slices must "
+                                     "cover [0, %d) in order)", where, what, next, s[i].v0 < total ? s[i].v0 : total,
+                                i, s[i].v0, total);
+        if (s[i].v0 + s[i].n > total)
+            return mi_set_error(err, "plan: %s%s slice %d [%d, %d) goes past the model's %d", where, what, i, s[i].v0,
+                                s[i].v0 + s[i].n, total);
         if (seen[s[i].rank]++)
             return mi_set_error(err, "plan: %s%s has two slices on rank %d", where, what, s[i].rank);
         next += s[i].n;
@@ -379,10 +403,14 @@ int mi_plan_validate(const mi_plan *plan, const mi_cluster *cl, char *err)
     if (S && (S < 0 || S % 32 || c->hidden_dim % S || c->hidden_dim / S < 2 || c->hidden_dim / S > 64))
         return mi_set_error(err, "plan: FFN pruning shards of %d units do not divide hidden_dim %d into 2 to 64 "
                                  "shards of whole 32-unit blocks", S, c->hidden_dim);
+    /* experts are placed whole (head-level planners); somegather's column split and FFN-shard pruning
+     * have no expert form */
     for (int l = 0; l < c->n_layers && mi_config_is_moe(c); l++)
-        if (plan->planner == MI_PLANNER_SOMEGATHER || plan->layers[l].n_ffn != 1 || plan->layers[l].ffn_pruned)
-            return mi_set_error(err, "%s cannot split an MoE layer yet; use --planner layerwise",
-                                mi_planner_name(plan->planner));
+        if (plan->planner == MI_PLANNER_SOMEGATHER || plan->layers[l].ffn_pruned)
+            return mi_set_error(err, "%s cannot split an MoE layer%s; use a head-level planner (layerwise, "
+                                     "roundrobin, random, greedy, tp, hybrid)", plan->planner == MI_PLANNER_SOMEGATHER
+                                ? "somegather" : "FFN-shard pruning", plan->planner == MI_PLANNER_SOMEGATHER
+                                ? " by residual columns" : "");
     for (int l = 0; l < c->n_layers; l++) {
         const mi_layer_plan *lp = &plan->layers[l];
         uint64_t m = lp->ffn_pruned;
@@ -400,13 +428,16 @@ int mi_plan_validate(const mi_plan *plan, const mi_cluster *cl, char *err)
         if (lp->proj_rank < -1 || lp->proj_rank >= n)
             return mi_set_error(err, "plan: layer %d: projection on rank %d, but the job has %d ranks", l,
                                 lp->proj_rank, n);
-        if (check_slices(lp->ffn, lp->n_ffn, c->hidden_dim, n, "FFN", l, err))
+        if (check_slices(lp->ffn, lp->n_ffn, mi_plan_ffn_units(c), n, mi_config_is_moe(c) ? "experts" : "FFN", l,
+                         err))
             return -1;
         /* Voltron tensor parallelism with block dtypes: a rank's columns of
          * w2 (its FFN slice) and of a split wo (its heads) must be whole blocks */
         int fa = mi_ffn_align(c, l), ka = mi_kv_align(c, l);
         if (plan->planner == MI_PLANNER_SOMEGATHER) /* wo and w2 split by rows: blocks stay whole */
             fa = ka = 1;
+        if (mi_config_is_moe(c)) /* whole experts: their blocks stay whole */
+            fa = 1;
         for (int i = 0; i < lp->n_ffn && fa > 1; i++)
             if (lp->ffn[i].v0 % fa || lp->ffn[i].n % fa)
                 return mi_set_error(err, "plan: layer %d: rank %d's FFN slice [%d, %d) cuts the %s blocks of w2 (FFN "

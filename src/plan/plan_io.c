@@ -14,13 +14,15 @@
  *     "classifier": [[0, 0, 32000]]
  *   }
  *
- * ffn and classifier entries are [rank, start, count] slices. On loading,
+ * ffn and classifier entries are [rank, start, count] slices (a mixture of
+ * experts' ffn slices count experts of n_experts: expert parallelism; the
+ * slice starting at 0 holds the shared expert too). On loading,
  * every key is checked (unknown keys are rejected so typos are caught; an
  * optional "description" string is the one free-form key), the model block
  * must match the model, each value must be an integer in range, and the
  * assembled plan must pass mi_plan_validate (coverage, one slice per rank...).
  * The layout must be the named planner's kind (layerwise: each layer whole on
- * one rank; roundrobin, random, greedy: projection and FFN whole on one rank;
+ * one rank; roundrobin, random, greedy: projection and a dense FFN whole on one rank;
  * tp: projection split with the heads) and leave rank 0 without layer shards
  * when "controller_works" is false.
  * "controller_works" (default false), "kv_positions" (the KV-cache positions
@@ -593,7 +595,9 @@ static int build_plan(const cJSON *root, const mi_config *c, mi_plan *plan, cons
 
         char what[64];
         snprintf(what, sizeof what, "%s.ffn", where);
-        if (parse_slices(cJSON_GetObjectItemCaseSensitive(lj, "ffn"), what, "FFN units (hidden_dim)", c->hidden_dim,
+        /* a mixture of experts' slices are experts (expert parallelism), a dense FFN's hidden units */
+        if (parse_slices(cJSON_GetObjectItemCaseSensitive(lj, "ffn"), what,
+                         mi_config_is_moe(c) ? "experts (n_experts)" : "FFN units (hidden_dim)", mi_plan_ffn_units(c),
                          plan->n_ranks, &lp->ffn, &lp->n_ffn, prefix, err))
             return -1;
     }
@@ -652,8 +656,8 @@ static int check_layout(const mi_plan *plan, const mi_config *c, const char *pre
         }
         case MI_PLANNER_ROUNDROBIN:
         case MI_PLANNER_RANDOM:
-        case MI_PLANNER_GREEDY:
-            if (lp->proj_rank < 0 || lp->n_ffn != 1)
+        case MI_PLANNER_GREEDY: /* an MoE layer's experts are units too (expert parallelism) */
+            if (lp->proj_rank < 0 || (lp->n_ffn != 1 && !mi_config_is_moe(c)))
                 return mi_set_error(err, "%s: layers[%d] %s, but %s places each layer's projection and FFN whole on "
                                          "one rank (heads are its units; the planner that splits them is tp or "
                                          "hybrid)", prefix, l, lp->proj_rank < 0 ? "splits its projection "

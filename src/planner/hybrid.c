@@ -60,6 +60,7 @@ static double judge(const hybrid *h, const mi_plan *plan, int l, const mi_layer_
     mi_plan one = *plan;
     one.cfg.n_layers = 1;
     memcpy(one.cfg.dtype[0], plan->cfg.dtype[l], sizeof one.cfg.dtype[0]);
+    memcpy(one.cfg.moe_dtype[0], plan->cfg.moe_dtype[l], sizeof one.cfg.moe_dtype[0]);
     mi_layer_plan layer = *lp;
     one.layers = &layer;
     one.keep = NULL;
@@ -107,6 +108,9 @@ static int tp_split(const hybrid *h, int groups, int align, double (*bytes)(cons
 
 static double attn_nk_bytes(const hybrid *h, int l, int nk) { return attn_bytes(h, l, nk); }
 static double ffn_nf_bytes(const hybrid *h, int l, int nf) { return ffn_units_bytes(h, l, nf); }
+/* n experts with the router, counted with the shared expert on every share when choosing who has room
+ * (the one share that holds it is not known yet; what each holds is charged exactly after) */
+static double experts_n_bytes(const hybrid *h, int l, int n) { return mi_moe_piece_bytes(h->c, l, n, 1); }
 
 /* The fastest device with room for `need` bytes, or -1. */
 static int mp_device(const hybrid *h, double need)
@@ -196,7 +200,7 @@ int mi_plan_hybrid(mi_plan *plan, const mi_cluster *cl, const mi_plan_options *o
                                    "whole) nor a share of it", l, attn_bytes(&h, l, c->n_kv_heads));
             break;
         }
-        ffn_fixed = (mi_slice){d_att >= 0 ? d_att : att_tp[0].rank, 0, c->hidden_dim};
+        ffn_fixed = (mi_slice){d_att >= 0 ? d_att : att_tp[0].rank, 0, mi_plan_ffn_units(c)};
         double t_mp = 1e30, t_tp = 1e30;
         if (d_att >= 0) {
             for (int k = 0; k < c->n_kv_heads; k++)
@@ -225,13 +229,20 @@ int mi_plan_hybrid(mi_plan *plan, const mi_cluster *cl, const mi_plan_options *o
             if (nk)
                 h.left[r] -= attn_bytes(&h, l, nk);
         }
-        /* then the FFN, with the attention chosen */
-        int d_ffn = mp_device(&h, ffn_units_bytes(&h, l, c->hidden_dim));
-        mi_slice ffn_tp[MI_MAX_RANKS], ffn_mp = {d_ffn, 0, c->hidden_dim};
-        int n_ffn_tp = tp_split(&h, c->hidden_dim / fa, fa, ffn_nf_bytes, l, ffn_tp);
+        /* then the FFN, with the attention chosen. A mixture of experts: model parallelism (every expert
+         * on one device) or expert parallelism (whole experts in proportion to speed, the shared expert
+         * with the first share); tensor parallelism inside each expert is not offered (an expert is a
+         * narrow FFN, 1408 units in Qwen1.5-MoE: splitting it adds a reduction without reading fewer
+         * bytes than placing whole experts apart) */
+        int moe = mi_config_is_moe(c), units = mi_plan_ffn_units(c);
+        double whole = moe ? mi_moe_piece_bytes(c, l, units, 1) : ffn_units_bytes(&h, l, c->hidden_dim);
+        int d_ffn = mp_device(&h, whole);
+        mi_slice ffn_tp[MI_MAX_RANKS], ffn_mp = {d_ffn, 0, units};
+        int n_ffn_tp = moe ? tp_split(&h, units, 1, experts_n_bytes, l, ffn_tp)
+                           : tp_split(&h, c->hidden_dim / fa, fa, ffn_nf_bytes, l, ffn_tp);
         if (d_ffn < 0 && !n_ffn_tp) {
             rc = mi_set_error(err, "plan does not fit: no device has room for layer %d's FFN (%.0f bytes whole) "
-                                   "nor a share of it", l, ffn_units_bytes(&h, l, c->hidden_dim));
+                                   "nor a share of it", l, whole);
             break;
         }
         mi_layer_plan cand = *lp;
@@ -251,7 +262,8 @@ int mi_plan_hybrid(mi_plan *plan, const mi_cluster *cl, const mi_plan_options *o
         lp->ffn = mi_malloc((size_t)lp->n_ffn * sizeof(mi_slice), "plan FFN slices");
         memcpy(lp->ffn, fs, (size_t)lp->n_ffn * sizeof(mi_slice));
         for (int i = 0; i < lp->n_ffn; i++)
-            h.left[lp->ffn[i].rank] -= ffn_units_bytes(&h, l, lp->ffn[i].n);
+            h.left[lp->ffn[i].rank] -= moe ? mi_moe_piece_bytes(c, l, lp->ffn[i].n, lp->ffn[i].v0 == 0)
+                                           : ffn_units_bytes(&h, l, lp->ffn[i].n);
     }
     free(h.left);
     return rc;

@@ -28,6 +28,12 @@ static double head_kv_bytes(const mi_config *c, int n_pos)
 }
 static double proj_bytes(const mi_config *c, int l) { return (double)mi_proj_bytes(c, l, c->n_kv_heads); }
 static double ffn_bytes(const mi_config *c, int l, int nf) { return (double)mi_ffn_bytes(c, l, nf) + 4.0 * c->dim; }
+/* The bytes a token streams through the whole FFN of layer l (a mixture of experts holds all E experts
+ * but runs k of them) */
+static double whole_ffn_work(const mi_config *c, int l)
+{
+    return mi_config_is_moe(c) ? mi_moe_piece_work(c, l, c->n_experts, 1) : ffn_bytes(c, l, c->hidden_dim);
+}
 
 /* ------------------------------------------------------- planners */
 
@@ -51,7 +57,7 @@ static void set_single_ffn(mi_plan *plan, int l, int rank)
     mi_layer_plan *lp = &plan->layers[l];
     lp->n_ffn = 1;
     lp->ffn = mi_malloc(sizeof(mi_slice), "plan FFN slices");
-    lp->ffn[0] = (mi_slice){rank, 0, plan->cfg.hidden_dim};
+    lp->ffn[0] = (mi_slice){rank, 0, mi_plan_ffn_units(&plan->cfg)};
 }
 
 /* Split [0, total) over ranks in proportion to their speed (mi_split_units). */
@@ -105,7 +111,16 @@ static void plan_roundrobin(mi_plan *plan, placer *p)
         for (int k = 0; k < c->n_kv_heads; k++)
             lp->kv_rank[k] = p->workers[t++ % p->n_workers];
         lp->proj_rank = p->workers[t++ % p->n_workers];
-        set_single_ffn(plan, l, p->workers[t++ % p->n_workers]);
+        if (!mi_config_is_moe(c)) {
+            set_single_ffn(plan, l, p->workers[t++ % p->n_workers]);
+            continue;
+        }
+        /* experts dealt in turn: equal runs, one to each of the next workers */
+        int np = c->n_experts < p->n_workers ? c->n_experts : p->n_workers, ranks[MI_MAX_RANKS], cnt[MI_MAX_RANKS];
+        mi_split_units(c->n_experts, NULL, np, cnt);
+        for (int i = 0; i < np; i++)
+            ranks[i] = p->workers[t++ % p->n_workers];
+        mi_moe_set_slices(plan, l, ranks, cnt, np, ranks[0]);
     }
 }
 
@@ -118,7 +133,19 @@ static void plan_random(mi_plan *plan, placer *p, uint64_t seed)
         for (int k = 0; k < c->n_kv_heads; k++)
             lp->kv_rank[k] = p->workers[(int)(mi_rand_f32(&st) * p->n_workers) % p->n_workers];
         lp->proj_rank = p->workers[(int)(mi_rand_f32(&st) * p->n_workers) % p->n_workers];
-        set_single_ffn(plan, l, p->workers[(int)(mi_rand_f32(&st) * p->n_workers) % p->n_workers]);
+        if (!mi_config_is_moe(c)) {
+            set_single_ffn(plan, l, p->workers[(int)(mi_rand_f32(&st) * p->n_workers) % p->n_workers]);
+            continue;
+        }
+        /* every expert on a random worker; each worker's experts one run, expert 0's worker first */
+        int cnt[MI_MAX_RANKS] = {0}, first = -1;
+        for (int e = 0; e < c->n_experts; e++) {
+            int i = (int)(mi_rand_f32(&st) * p->n_workers) % p->n_workers;
+            cnt[i]++;
+            if (first < 0)
+                first = p->workers[i];
+        }
+        mi_moe_set_slices(plan, l, p->workers, cnt, p->n_workers, first);
     }
 }
 
@@ -166,18 +193,68 @@ static int spec_ok(const mi_plan_options *opt, int l)
     return a >= opt->min_acceptance;
 }
 
+/* Expert parallelism in the greedy planner: the shared expert (with the
+ * router, the norm and one expert) to the worker that fits it and finishes
+ * soonest, then expert by expert to the worker that would finish soonest
+ * with it (an expert's expected work is k/E of its bytes per token; a
+ * worker's first expert brings the router), memory budgets counting every
+ * expert held. Each worker's experts become one run, the shared expert's
+ * worker's first. */
+static int greedy_experts(mi_plan *plan, placer *p, int l, char *err)
+{
+    const mi_config *c = p->c;
+    int cnt[MI_MAX_RANKS] = {0}, first;
+    double sb = mi_moe_piece_bytes(c, l, 1, 1), sw = mi_moe_piece_work(c, l, 1, 1);
+    first = best_fit(p, sb, sw, NULL);
+    if (first < 0)
+        return no_room(p, "experts (the router, the shared expert and one expert)", l, sb, err);
+    p->mem[first] += sb;
+    p->busy[first] += unit_time(p, first, sw);
+    for (int i = 0; i < p->n_workers; i++)
+        cnt[i] = p->workers[i] == first;
+    double eb = (double)mi_experts_bytes(c, l, 1), ew = mi_moe_piece_work(c, l, 1, 0) - mi_moe_piece_work(c, l, 0, 0);
+    double rb = mi_moe_piece_bytes(c, l, 0, 0), rw = mi_moe_piece_work(c, l, 0, 0); /* router and norm */
+    for (int e = 1; e < c->n_experts; e++) {
+        int best = -1;
+        double best_cost = DBL_MAX;
+        for (int i = 0; i < p->n_workers; i++) {
+            int w = p->workers[i];
+            double b = eb + (cnt[i] ? 0 : rb), t = p->busy[w] + unit_time(p, w, ew + (cnt[i] ? 0 : rw));
+            if (p->mem[w] + b <= p->cl->dev[w].mem_bytes && t < best_cost - 1e-15) {
+                best_cost = t;
+                best = i;
+            }
+        }
+        if (best < 0)
+            return no_room(p, "expert", l, eb, err);
+        int w = p->workers[best];
+        p->mem[w] += eb + (cnt[best] ? 0 : rb);
+        p->busy[w] += unit_time(p, w, ew + (cnt[best] ? 0 : rw));
+        cnt[best]++;
+    }
+    mi_moe_set_slices(plan, l, p->workers, cnt, p->n_workers, first);
+    return 0;
+}
+
 static int plan_greedy(mi_plan *plan, placer *p, const mi_plan_options *opt, char *err)
 {
     const mi_config *c = p->c;
     double extra[MI_MAX_RANKS];
     for (int l = 0; l < c->n_layers; l++) {
         double fb = ffn_bytes(c, l, c->hidden_dim), pb = proj_bytes(c, l);
-        int f = best_fit(p, fb, fb, NULL);
-        if (f < 0)
-            return no_room(p, "FFN", l, fb, err);
-        set_single_ffn(plan, l, f);
-        p->mem[f] += fb;
-        p->busy[f] += unit_time(p, f, fb);
+        int f;
+        if (mi_config_is_moe(c)) {
+            if (greedy_experts(plan, p, l, err))
+                return -1;
+            f = plan->layers[l].ffn[0].rank;
+        } else {
+            f = best_fit(p, fb, fb, NULL);
+            if (f < 0)
+                return no_room(p, "FFN", l, fb, err);
+            set_single_ffn(plan, l, f);
+            p->mem[f] += fb;
+            p->busy[f] += unit_time(p, f, fb);
+        }
         /* keeping wo with the FFN saves sending Z across a link */
         for (int i = 0; i < p->n_workers; i++)
             extra[p->workers[i]] = p->workers[i] == f ? 0.0 : mi_cluster_latency(p->cl, p->workers[i], f);
@@ -199,7 +276,7 @@ static int plan_greedy(mi_plan *plan, placer *p, const mi_plan_options *opt, cha
         double window = 0;
         if (l > 0 && spec_ok(opt, l - 1)) {
             int f = plan->layers[l - 1].ffn[0].rank;
-            window = unit_time(p, f, ffn_bytes(c, l - 1, c->hidden_dim));
+            window = unit_time(p, f, whole_ffn_work(c, l - 1));
         }
         for (int k = 0; k < c->n_kv_heads; k++) {
             int best = -1;
@@ -247,7 +324,9 @@ static void plan_tp(mi_plan *plan, placer *p)
             for (int k = tmp[i].v0 * ka; k < (tmp[i].v0 + tmp[i].n) * ka; k++)
                 lp->kv_rank[k] = tmp[i].rank;
         lp->proj_rank = nw > 1 ? -1 : p->workers[0];
-        lp->n_ffn = split_by_speed(p, c->hidden_dim / fa, p->workers, nw, tmp);
+        if (mi_config_is_moe(c)) /* expert parallelism: experts by speed, whole (the first the shared one) */
+            fa = 1;
+        lp->n_ffn = split_by_speed(p, mi_plan_ffn_units(c) / fa, p->workers, nw, tmp);
         for (int i = 0; i < lp->n_ffn; i++) {
             tmp[i].v0 *= fa;
             tmp[i].n *= fa;
@@ -436,7 +515,7 @@ double mi_plan_spec_saving(const mi_plan *plan, const mi_cluster *cl, int l, dou
         return -1.0;
     double hwork = head_weight_bytes(c, l + 1) + head_kv_bytes(c, c->seq_len / 2);
     int f = lp->ffn[0].rank;
-    double t_ffn = ffn_bytes(c, l, c->hidden_dim) / (cl->mem_bw * cl->dev[f].speed);
+    double t_ffn = whole_ffn_work(c, l) / (cl->mem_bw * cl->dev[f].speed);
     /* the next layer's attention ends when its slowest head rank ends */
     double t_att = 0;
     const mi_layer_plan *next = &plan->layers[l + 1];

@@ -10,4 +10,19 @@
  * Returns 0, or -1 with err when a sublayer fits nowhere. */
 int mi_plan_hybrid(mi_plan *plan, const mi_cluster *cl, const mi_plan_options *opt, char *err);
 
+/* Expert parallelism (experts.c; plan.h: an MoE layer's FFN slices count
+ * experts, the slice at expert 0 holds the shared expert). */
+/* Bytes a rank holding n experts of MoE layer l keeps: the FFN norm, the
+ * router, the n experts, and with `shared` the shared expert and its gate. */
+double mi_moe_piece_bytes(const mi_config *c, int l, int n, int shared);
+/* Weight bytes such a rank streams per token, expected: the router, k * n / E
+ * experts (k of E run per token; routing is not known ahead), the shared
+ * expert with `shared`. */
+double mi_moe_piece_work(const mi_config *c, int l, int n, int shared);
+/* Layer l's FFN slices from per-rank expert counts: ranks[i] holds count[i]
+ * experts (zero counts hold none), rank `first` (count > 0) the experts from
+ * 0 and the shared expert, then the others in the order given. Allocates
+ * plan->layers[l].ffn. */
+void mi_moe_set_slices(mi_plan *plan, int l, const int *ranks, const int *count, int n, int first);
+
 #endif

@@ -239,8 +239,12 @@ static double op_ffn_down(mi_runtime *rt, const mi_op *op, const fwd *f)
 static double op_moe(mi_runtime *rt, const mi_op *op, const fwd *f)
 {
     mi_product prod = {product, rt};
+    double before = rt->s.moe_routed;
     mi_moe_rows(&rt->model, op->layer, &rt->s, rt->buf[MI_BUF_XN], rt->width[MI_BUF_XN], f->T,
                 rt->buf[op->buf] + op->c0, rt->width[op->buf], op->flags & MI_OPF_ADD, &prod);
+    rt->routed = rt->s.moe_routed - before; /* this rank's expert load of the step */
+    if (op->layer < MI_SPEC_MAX_LAYERS)
+        rt->m.expert_load[op->layer] += rt->routed;
     return 0;
 }
 
@@ -367,6 +371,8 @@ void rt_run_program(mi_runtime *rt, const fwd *f)
         }
         rt->m.comm += comm;
         rt_record(rt, op->kind, op->layer, t0, t1);
+        if (op->kind == MI_OP_MOE && rt->trace && rt->n_ev > 0)
+            rt->ev[rt->n_ev - 1].routed = rt->routed;
     }
     rt->m.comm += rt_complete_pending(rt);
     rt->m.forwards++;

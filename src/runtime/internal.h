@@ -23,6 +23,7 @@ enum { TAG_KV_MOVE = 77, TAG_XCHG = 78, TAG_CMD = 79, TAG_CLOCK = 80 };
 typedef struct {
     short kind, layer;
     double t0, t1;
+    double routed;  /* MOE steps: the (position, expert) selections this rank's experts ran; else -1 */
 } trace_event;
 
 /* trace kinds beyond the op kinds */
@@ -78,6 +79,7 @@ struct mi_runtime {
     int trace;
     trace_event *ev;
     size_t n_ev, cap_ev;
+    double routed; /* the last experts step's load (exec.c op_moe), for its trace event */
     double t_origin, idle_since;
 };
 

@@ -21,7 +21,7 @@ void rt_record(mi_runtime *rt, int kind, int layer, double t0, double t1)
             mi_fatal("out of memory recording the trace");
         rt->ev = ne;
     }
-    rt->ev[rt->n_ev++] = (trace_event){(short)kind, (short)layer, t0 - rt->t_origin, t1 - rt->t_origin};
+    rt->ev[rt->n_ev++] = (trace_event){(short)kind, (short)layer, t0 - rt->t_origin, t1 - rt->t_origin, -1};
 }
 
 const mi_rank_metrics *mi_runtime_metrics(mi_runtime *rt, mi_rank_metrics *all)
@@ -104,10 +104,13 @@ int mi_runtime_write_trace(mi_runtime *rt, const char *path, char *err)
                 }
                 left--;
                 const trace_event *ev = &all[e];
+                char routed[48] = ""; /* an experts step's load (runtime.h expert_load) */
+                if (ev->routed >= 0)
+                    snprintf(routed, sizeof routed, ", \"routed\": %.0f", ev->routed);
                 fprintf(f, "{\"ph\": \"X\", \"pid\": 0, \"tid\": %d, \"name\": \"%s\", \"cat\": \"%s\", "
-                           "\"ts\": %.3f, \"dur\": %.3f, \"args\": {\"layer\": %d}}%s\n",
+                           "\"ts\": %.3f, \"dur\": %.3f, \"args\": {\"layer\": %d%s}}%s\n",
                         r, trace_name(ev->kind), ev->kind >= TRACE_FORWARD ? "token" : "step", ev->t0 * 1e6,
-                        (ev->t1 - ev->t0) * 1e6, ev->layer, e + 1 < total ? "," : "");
+                        (ev->t1 - ev->t0) * 1e6, ev->layer, routed, e + 1 < total ? "," : "");
             }
             fprintf(f, "]}\n");
             rc = mi_output_commit(&out, err);

@@ -121,19 +121,87 @@ def check_family(mi, fx, fam):
             check(one.returncode == 0 and r.returncode == 0 and r.stdout == one.stdout and len(one.stdout) > 5,
                   "%s: layer-wise on %d ranks generates the one-rank tokens (%r, %r; %s)" % (fam, np_, one.stdout,
                                                                                            r.stdout, r.stderr[-160:]))
-        # planners that would split the expert FFN refuse in one line
-        r = run(["timeout", "120", "mpirun", "--allow-run-as-root", "-q", "--oversubscribe", "--bind-to", "none",
-                 "--mca", "mpi_yield_when_idle", "1", "-np", "2"] + gen + ["--planner", "tp"])
-        errs = [l for l in r.stderr.splitlines() if "error" in l]
-        check(r.returncode != 0 and len(errs) >= 1 and all("tp cannot split an MoE layer yet; use --planner layerwise"
-                                                             in e for e in errs) and r.stdout == "",
-              "%s: --planner tp refused: %s" % (fam, r.stderr.strip()[-200:]))
+        check_experts(mi, fx, fam, m)
     for t in ("q8_0", "q4_0") if fam in ("llama3", "gemma3", "gpt2") else ():
         g, o = os.path.join(fx, fam, "gguf-%s.h5" % t), os.path.join(fx, fam, "ours-%s.h5" % t)
         r1 = run([mi, "convert", "--input", os.path.join(fx, fam, "model-%s.gguf" % t), "--out", g])
         r2 = run([mi, "quantize", "-m", os.path.join(fx, fam, "model-f32.gguf.h5"), "--out", o, "--dtype", t])
         same = r1.returncode == 0 and r2.returncode == 0 and (logits(mi, g) == logits(mi, o)).all()
         check(same, "%s: the %s GGUF's logits equal meshinfer's own %s quantization's, bit for bit" % (fam, t, t))
+
+
+MPIRUN = ["timeout", "120", "mpirun", "--allow-run-as-root", "-q", "--oversubscribe", "--bind-to", "none", "--mca",
+          "mpi_yield_when_idle", "1", "-np"]
+
+
+def gen_json(mi, np_, args):
+    r = run((MPIRUN + [str(np_)] if np_ > 1 else []) + [mi, "generate"] + args + ["--json"])
+    try:
+        return r, json.loads(r.stdout)
+    except ValueError:
+        return r, None
+
+
+def check_experts(mi, fx, fam, m):
+    """Expert parallelism: every head-level planner splits the MoE FFN by experts; on 2, 3 and 4 ranks the
+    one-rank greedy tokens, the bytes per token the plan predicts, each rank's predicted weight bytes, and
+    the router's k selections per position counted once over the ranks (expert load)."""
+    gen = ["-m", m, "-p", "Hello", "-n", "6"]
+    k = 4 if fam == "qwen2moe" else 2
+    r, one = gen_json(mi, 1, gen)
+    check(one is not None and len(one["tokens"]) == 6 and one["ranks"][0]["expert_load"] == 6 * k * 2,
+          "%s: one rank runs its 6 positions' %d experts per layer (expert load %s)"
+          % (fam, k, one and one["ranks"][0].get("expert_load")))
+    if one is None:
+        return
+    tmp = os.path.dirname(m)
+    for np_ in (2, 3, 4):
+        # slow memory makes hybrid's cost model choose expert parallelism (k/E of the experts per rank)
+        cl = os.path.join(tmp, "slow%d.json" % np_)
+        json.dump({"link": {"latency_ms": 0.02, "bandwidth_mbit": 40000}, "mem_bandwidth_gbs": 0.001,
+                   "devices": [{"name": "d%d" % i, "mem_mb": 4000} for i in range(np_)]}, open(cl, "w"))
+        for pl in ("roundrobin", "random", "greedy", "tp", "hybrid"):
+            r, j = gen_json(mi, np_, gen + ["--planner", pl] + (["--cluster", cl] if pl == "hybrid" else []))
+            ok = j is not None and j["tokens"] == one["tokens"]
+            split = ok and max(len(lay["ffn"]) for lay in j["plan"]["placement"]["layers"])
+            loads = ok and [sum(rk["expert_load_per_layer"][l] for rk in j["ranks"]) for l in range(2)]
+            ok = ok and j["bytes_per_token"] == j["plan"]["predicted_bytes_per_token"] and all(
+                rk["weight_bytes"] == rk["predicted_weight_bytes"] for rk in j["ranks"]) and loads == [6 * k] * 2
+            # every planner but the layer-whole ones spreads the experts once it has two workers
+            workers = np_ if pl in ("tp", "hybrid") else np_ - 1
+            ok = ok and (split > 1 or workers < 2 or pl == "random")
+            check(ok, "%s: %s on %d ranks: experts over %s ranks, the one-rank tokens, bytes per token and weight "
+                  "bytes as predicted, %s selections per layer (%s)" % (fam, pl, np_, split, loads,
+                                                                     r.stderr.strip()[-200:]))
+    # a plan file holding 6, 4, 2 of the 8 experts on rank 1 (rank 2 the rest): the same tokens, and
+    # rank 1's weight bytes fall by two experts' bytes per layer at each step
+    held = []
+    for e in (6, 4, 2):
+        pf = os.path.join(tmp, "experts%d.json" % e)
+        write_plan(pf, [[[1, 0, e], [2, e, 8 - e]]] * 2)
+        r, j = gen_json(mi, 3, gen + ["--plan-file", pf])
+        held.append(j["ranks"][1]["weight_bytes"] if j and j["tokens"] == one["tokens"] else None)
+    eb = 3 * 32 * 64 * 4  # one expert's w1, w3, w2 in fp32 (dim 64, width 32)
+    check(None not in held and held[0] - held[1] == 2 * 2 * eb and held[1] - held[2] == 2 * 2 * eb,
+          "%s: rank 1 holding 6, 4, 2 experts per layer: the one-rank tokens, weight bytes %s falling by %d per "
+          "step" % (fam, held, 4 * eb))
+    # bad plan files: an expert placed twice, on no rank, past the model's 8: one error line, nothing run
+    for ffn, words in (([[1, 0, 5], [2, 4, 4]], "experts [4, 5) are placed twice"),
+                       ([[1, 0, 3], [2, 4, 4]], "experts [3, 4) are placed on no rank"),
+                       ([[1, 0, 4], [2, 4, 5]], "not a non-empty range within 8 experts")):
+        pf = os.path.join(tmp, "bad.json")
+        write_plan(pf, [ffn, [[1, 0, 8]]])
+        r = run(MPIRUN + ["3", mi, "generate"] + gen + ["--plan-file", pf])
+        errs = [l for l in r.stderr.splitlines() if "error" in l]
+        check(r.returncode != 0 and r.stdout == "" and len(set(errs)) == 1 and words in errs[0],
+              "%s: a plan file with %s is refused in one line (%s)" % (fam, words, r.stderr.strip()[-200:]))
+
+
+def write_plan(path, ffn_per_layer):
+    json.dump({"planner": "greedy", "n_ranks": 3, "controller_works": False,
+               "model": {"n_layers": 2, "n_kv_heads": 2, "hidden_dim": 32, "vocab_size": 151936},
+               "layers": [{"kv_rank": [1, 1], "proj_rank": 1, "ffn": f} for f in ffn_per_layer],
+               "classifier": [[0, 0, 151936]]}, open(path, "w"))
 
 
 def check_chat(mi, fx):
