@@ -197,8 +197,9 @@ static inline float quantize_block(const float *x, int8_t *q, int *sum)
     return d;
 }
 
-/* Both block types: natural order, scales d and offset terms s. */
-static void prep_q(const float *x, int n, void *scratch, mi_act *a)
+/* Natural order, scales d and s[b] = (float)(mult * sum of q) * d[b]: mult
+ * -8 gives q8_0/q4_0's offset terms, 1 the k-quants' block sums. */
+static void prep_natural(const float *x, int n, void *scratch, mi_act *a, int mult)
 {
     int nb = n / MI_QK;
     float *d, *s;
@@ -207,8 +208,14 @@ static void prep_q(const float *x, int n, void *scratch, mi_act *a)
     for (int b = 0; b < nb; b++) {
         int sum;
         d[b] = quantize_block(x + b * MI_QK, q + b * MI_QK, &sum);
-        s[b] = (float)(-8 * sum) * d[b];
+        s[b] = (float)(mult * sum) * d[b];
     }
+}
+
+/* Both block types. */
+static void prep_q(const float *x, int n, void *scratch, mi_act *a)
+{
+    prep_natural(x, n, scratch, a, -8);
 }
 
 /* ------------------------------------------------------ block products */
@@ -303,15 +310,7 @@ DEFINE_ROWS_Q(rows_q4_0_sdot, MI_DOTPROD, dot_q4_sdot, uint8_t, MI_QK / 2)
  * are decoded in element order); s[b] is the block's sum of q times d. */
 static void prep_qk(const float *x, int n, void *scratch, mi_act *a)
 {
-    int nb = n / MI_QK;
-    float *d, *s;
-    int8_t *q;
-    mi_act_layout(scratch, x, n, a, &d, &s, &q);
-    for (int b = 0; b < nb; b++) {
-        int sum;
-        d[b] = quantize_block(x + b * MI_QK, q + b * MI_QK, &sum);
-        s[b] = (float)sum * d[b];
-    }
+    prep_natural(x, n, scratch, a, 1);
 }
 
 /* int32x4 partial sums of 32 levels (w0: elements 0-15, w1: 16-31) times

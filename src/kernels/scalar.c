@@ -29,8 +29,10 @@ float mi_act_quantize_block(const float *x, int8_t *q)
     return d;
 }
 
-/* Natural order: q[i] is element i; s holds the q4_0 offset terms. */
-static void prep_q(const float *x, int n, void *scratch, mi_act *a)
+/* Natural order: q[i] is element i; s[b] = (float)(mult * sum of block b's
+ * q) * d[b]: mult -8 gives q4_0's offset terms, 1 the k-quants' block sums
+ * (family.h). */
+static void prep_natural(const float *x, int n, void *scratch, mi_act *a, int mult)
 {
     int nb = n / MI_QK;
     float *d, *s;
@@ -41,25 +43,18 @@ static void prep_q(const float *x, int n, void *scratch, mi_act *a)
         int sum = 0;
         for (int i = 0; i < MI_QK; i++)
             sum += q[b * MI_QK + i];
-        s[b] = (float)(-8 * sum) * d[b];
+        s[b] = (float)(mult * sum) * d[b];
     }
 }
 
-/* The k-quants' activations: as prep_q, but s[b] = (float)sum(q) * d[b],
- * the block's share of the sub-block mins' term (see family.h). */
+static void prep_q(const float *x, int n, void *scratch, mi_act *a)
+{
+    prep_natural(x, n, scratch, a, -8);
+}
+
 static void prep_qk(const float *x, int n, void *scratch, mi_act *a)
 {
-    int nb = n / MI_QK;
-    float *d, *s;
-    int8_t *q;
-    mi_act_layout(scratch, x, n, a, &d, &s, &q);
-    for (int b = 0; b < nb; b++) {
-        d[b] = mi_act_quantize_block(x + b * MI_QK, q + b * MI_QK);
-        int sum = 0;
-        for (int i = 0; i < MI_QK; i++)
-            sum += q[b * MI_QK + i];
-        s[b] = (float)sum * d[b];
-    }
+    prep_natural(x, n, scratch, a, 1);
 }
 
 static float dot_f32(const float *w, const float *x, int n)

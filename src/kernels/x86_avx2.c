@@ -188,8 +188,9 @@ static inline float quantize_block(const float *x, __m256i *q, int *sum)
     return d;
 }
 
-/* q8_0: natural order. */
-static void prep_q8_0(const float *x, int n, void *scratch, mi_act *a)
+/* Natural order, s[b] = (float)(mult * sum of q) * d[b]: mult -8 gives
+ * q4_0's offset terms, 1 the k-quants' block sums (family.h). */
+static void prep_natural(const float *x, int n, void *scratch, mi_act *a, int mult)
 {
     int nb = n / MI_QK;
     float *d, *s;
@@ -199,9 +200,15 @@ static void prep_q8_0(const float *x, int n, void *scratch, mi_act *a)
         int sum;
         __m256i v;
         d[b] = quantize_block(x + b * MI_QK, &v, &sum);
-        s[b] = (float)(-8 * sum) * d[b];
+        s[b] = (float)(mult * sum) * d[b];
         _mm256_store_si256((__m256i *)(q + b * MI_QK), v);
     }
+}
+
+/* q8_0: natural order. */
+static void prep_q8_0(const float *x, int n, void *scratch, mi_act *a)
+{
+    prep_natural(x, n, scratch, a, -8);
 }
 
 /* q4_0: each pair of blocks laid out as elements 0-15 of both blocks, then
@@ -363,17 +370,7 @@ static void rows_q4_0(float *y, const mi_tensor *W, int r0, int r1, const mi_act
  * element order too. s[b] is the block's sum of q times d (family.h). */
 static void prep_qk(const float *x, int n, void *scratch, mi_act *a)
 {
-    int nb = n / MI_QK;
-    float *d, *s;
-    int8_t *q;
-    mi_act_layout(scratch, x, n, a, &d, &s, &q);
-    for (int b = 0; b < nb; b++) {
-        int sum;
-        __m256i v;
-        d[b] = quantize_block(x + b * MI_QK, &v, &sum);
-        s[b] = (float)sum * d[b];
-        _mm256_store_si256((__m256i *)(q + b * MI_QK), v);
-    }
+    prep_natural(x, n, scratch, a, 1);
 }
 
 /* Every line of a super-block's bytes [p, p + span) prefetched 4 KB ahead

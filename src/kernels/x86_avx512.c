@@ -124,7 +124,7 @@ static inline float quantize_block(const float *x, int8_t *q, int *sum)
 /* q8_0: natural order. (The kernel recomputes |q| and the signs from q: two
  * register operations are cheaper than a second activation stream competing
  * with the weights for L1, measured 10-20% faster on rows from memory.) */
-static void prep_q8_0(const float *x, int n, void *scratch, mi_act *a)
+static void prep_natural(const float *x, int n, void *scratch, mi_act *a, int mult)
 {
     int nb = n / MI_QK;
     float *d, *s;
@@ -133,8 +133,13 @@ static void prep_q8_0(const float *x, int n, void *scratch, mi_act *a)
     for (int b = 0; b < nb; b++) {
         int sum;
         d[b] = quantize_block(x + b * MI_QK, q + b * MI_QK, &sum);
-        s[b] = (float)(-8 * sum) * d[b];
+        s[b] = (float)(mult * sum) * d[b]; /* mult -8: q4_0's offset terms; 1: k-quant block sums */
     }
+}
+
+static void prep_q8_0(const float *x, int n, void *scratch, mi_act *a)
+{
+    prep_natural(x, n, scratch, a, -8);
 }
 
 /* q4_0: each group of four blocks laid out as elements 0-15 of blocks 0..3,
@@ -334,15 +339,7 @@ static void prep_q45_K(const float *x, int n, void *scratch, mi_act *a)
 /* q6_K: natural order (its level vectors come out in element order). */
 static void prep_q6_K(const float *x, int n, void *scratch, mi_act *a)
 {
-    int nb = n / MI_QK;
-    float *d, *s;
-    int8_t *q;
-    mi_act_layout(scratch, x, n, a, &d, &s, &q);
-    for (int b = 0; b < nb; b++) {
-        int sum;
-        d[b] = quantize_block(x + b * MI_QK, q + b * MI_QK, &sum);
-        s[b] = (float)sum * d[b];
-    }
+    prep_natural(x, n, scratch, a, 1);
 }
 
 /* A super-block's bytes, prefetched into L2 as q4_0's are: every 64th

@@ -334,10 +334,12 @@ int mi_model_read_t(mi_model_file *mf, const char *name, size_t row0, size_t nro
 static int read_tokenizer_spec(mi_model_file *mf, mi_tokenizer *tok, char *err)
 {
     hid_t d = H5Dopen2(mf->file, "tokenizer/spec", H5P_DEFAULT);
-    hid_t s = d < 0 ? -1 : H5Dget_space(d);
+    hid_t s = d < 0 ? -1 : H5Dget_space(d), t = d < 0 ? -1 : H5Dget_type(d);
     hsize_t n = 0;
     int ok = s >= 0 && H5Sget_simple_extent_ndims(s) == 1 && H5Sget_simple_extent_dims(s, &n, NULL) == 1 &&
-             n > 0 && n < ((hsize_t)1 << 30);
+             n > 0 && n < ((hsize_t)1 << 30) && H5Tget_class(t) == H5T_INTEGER && mf_type_is_number(t);
+    if (t >= 0)
+        H5Tclose(t);
     char *text = ok ? mi_malloc((size_t)n + 1, "stored tokenizer") : NULL;
     ok = ok && H5Dread(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, text) >= 0;
     if (s >= 0)
@@ -478,7 +480,7 @@ int mi_model_read_text(mi_model_file *mf, const char *name, char **out, char *er
     hid_t s = d >= 0 ? H5Dget_space(d) : -1, t = d >= 0 ? H5Dget_type(d) : -1;
     hssize_t n = s >= 0 ? H5Sget_simple_extent_npoints(s) : -1;
     int ok = d >= 0 && s >= 0 && H5Sget_simple_extent_ndims(s) == 1 && H5Tget_class(t) == H5T_INTEGER &&
-             H5Tget_size(t) == 1 && n >= 0 && n < (1 << 26);
+             H5Tget_size(t) == 1 && mf_type_is_number(t) && n >= 0 && n < (1 << 26);
     char *buf = ok ? mi_malloc((size_t)n + 1, "text") : NULL;
     if (ok && n > 0 && H5Dread(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
         ok = 0;

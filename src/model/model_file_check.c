@@ -89,7 +89,7 @@ static int check_matrix(mi_model_file *mf, const char *name, hsize_t d0, hsize_t
                              transposed ? d1 * bb : d1 / MI_QK_K * bb, 0, mf->path, err))
             return -1;
         hid_t d = H5Dopen2(mf->file, part, H5P_DEFAULT), ty = H5Dget_type(d);
-        ok = H5Tget_class(ty) == H5T_INTEGER && H5Tget_size(ty) == 1 && H5Tget_sign(ty) == H5T_SGN_NONE;
+        ok = H5Tget_class(ty) == H5T_INTEGER && H5Tget_size(ty) == 1 && H5Tget_sign(ty) == H5T_SGN_NONE && mf_type_is_number(ty);
         H5Tclose(ty);
         H5Dclose(d);
         if (!ok)
@@ -112,7 +112,7 @@ static int check_matrix(mi_model_file *mf, const char *name, hsize_t d0, hsize_t
     hid_t d = H5Dopen2(mf->file, part, H5P_DEFAULT), ty = H5Dget_type(d);
     /* q8_0 values are signed bytes, q4_0's two unsigned nibbles */
     H5T_sign_t want = t == MI_Q8_0 ? H5T_SGN_2 : H5T_SGN_NONE;
-    ok = H5Tget_class(ty) == H5T_INTEGER && H5Tget_size(ty) == 1 && H5Tget_sign(ty) == want;
+    ok = H5Tget_class(ty) == H5T_INTEGER && H5Tget_size(ty) == 1 && H5Tget_sign(ty) == want && mf_type_is_number(ty);
     H5Tclose(ty);
     H5Dclose(d);
     if (!ok)
@@ -123,7 +123,7 @@ static int check_matrix(mi_model_file *mf, const char *name, hsize_t d0, hsize_t
         return -1;
     d = H5Dopen2(mf->file, part, H5P_DEFAULT);
     ty = H5Dget_type(d);
-    ok = H5Tget_class(ty) == H5T_FLOAT && H5Tget_size(ty) == 2;
+    ok = H5Tget_class(ty) == H5T_FLOAT && H5Tget_size(ty) == 2 && mf_type_is_number(ty);
     H5Tclose(ty);
     H5Dclose(d);
     if (!ok)

@@ -40,10 +40,40 @@ int mf_attr_is_single(hid_t a)
     return n == 1;
 }
 
+int mf_type_is_number(hid_t t)
+{
+    H5T_class_t cls = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
+    size_t size = t >= 0 ? H5Tget_size(t) : 0, bits = 8 * size, prec = t >= 0 ? H5Tget_precision(t) : 0;
+    int off = t >= 0 ? H5Tget_offset(t) : -1;
+    if (size < 1 || size > 8 || prec < 1 || off < 0 || (size_t)off + prec > bits)
+        return 0;
+    if (cls == H5T_INTEGER)
+        return 1;
+    if (cls != H5T_FLOAT || size < 2)
+        return 0;
+    size_t spos, epos, esize, mpos, msize;
+    if (H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize) < 0)
+        return 0;
+    return spos < bits && esize >= 1 && esize <= 15 && epos + esize <= bits && msize >= 1 && msize <= 64 &&
+           mpos + msize <= bits;
+}
+
+int mf_attr_is_number(hid_t a, int n)
+{
+    hid_t s = a >= 0 ? H5Aget_space(a) : -1, t = a >= 0 ? H5Aget_type(a) : -1;
+    hssize_t k = s < 0 ? -1 : H5Sget_simple_extent_npoints(s);
+    int ok = k == n && mf_type_is_number(t);
+    if (s >= 0)
+        H5Sclose(s);
+    if (t >= 0)
+        H5Tclose(t);
+    return ok;
+}
+
 int mf_attr_read_whole(hid_t a, long long *v, int n)
 {
     double d[8];
-    if (n < 1 || n > 8 || H5Aread(a, H5T_NATIVE_DOUBLE, d) < 0)
+    if (n < 1 || n > 8 || !mf_attr_is_number(a, n) || H5Aread(a, H5T_NATIVE_DOUBLE, d) < 0)
         return -1;
     for (int i = 0; i < n; i++) {
         /* 6.5 layers is no model: truncated it would be read as 6, not refused */
@@ -59,9 +89,9 @@ int mf_read_int_attr(hid_t loc, const char *name, int *v, const char *path, char
     if (H5Aexists(loc, name) <= 0)
         return mi_set_error(err, "%s: not a meshinfer model (attribute '%s' missing)", path, name);
     hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
-    if (a >= 0 && !mf_attr_is_single(a)) {
+    if (a >= 0 && !mf_attr_is_number(a, 1)) {
         H5Aclose(a);
-        return mi_set_error(err, "%s: attribute '%s' is not a single value (corrupt file)", path, name);
+        return mi_set_error(err, "%s: attribute '%s' is not a single number (corrupt file)", path, name);
     }
     /* read as a double so that a non-integral value is seen, not truncated by the conversion */
     double d = 0;
@@ -82,9 +112,9 @@ int mf_read_float_attr(hid_t loc, const char *name, float *v, const char *path, 
     if (H5Aexists(loc, name) <= 0)
         return mi_set_error(err, "%s: not a meshinfer model (attribute '%s' missing)", path, name);
     hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
-    if (a >= 0 && !mf_attr_is_single(a)) {
+    if (a >= 0 && !mf_attr_is_number(a, 1)) {
         H5Aclose(a);
-        return mi_set_error(err, "%s: attribute '%s' is not a single value (corrupt file)", path, name);
+        return mi_set_error(err, "%s: attribute '%s' is not a single number (corrupt file)", path, name);
     }
     herr_t r = a < 0 ? -1 : H5Aread(a, H5T_NATIVE_FLOAT, v);
     if (a >= 0)
@@ -121,6 +151,8 @@ int mf_check_dataset(hid_t file, const char *name, int rank, hsize_t d0, hsize_t
         H5Sget_simple_extent_dims(s, dims, NULL);
     H5T_class_t cls = H5Tget_class(t);
     size_t tsize = H5Tget_size(t);
+    /* a corrupt element type would make HDF5's own conversion read or write out of bounds */
+    int sane = (cls != H5T_INTEGER && cls != H5T_FLOAT) || mf_type_is_number(t);
     H5Tclose(t);
     H5Sclose(s);
     H5Dclose(d);
@@ -138,6 +170,8 @@ int mf_check_dataset(hid_t file, const char *name, int rank, hsize_t d0, hsize_t
         return mi_set_error(err, "%s: tensor '%s' has shape %s, expected [%llu, %llu]", path, name, got,
                             (unsigned long long)d0, (unsigned long long)d1);
     }
+    if (!sane)
+        return mi_set_error(err, "%s: tensor '%s' has a corrupt element type", path, name);
     if (want_class == H5T_NATIVE_FLOAT && (cls != H5T_FLOAT || tsize != 4))
         return mi_set_error(err, "%s: tensor '%s' is not float32", path, name);
     if (want_class == H5T_NATIVE_UCHAR && (cls != H5T_INTEGER || tsize != 1))

@@ -22,8 +22,15 @@ void mf_quiet_hdf5(void);
 
 /* 1 if attribute a holds exactly one element. */
 int mf_attr_is_single(hid_t a);
+/* 1 if type t is an integer or IEEE-like float of at most 8 bytes whose
+ * fields lie inside it: a corrupt file's type must not reach HDF5's
+ * conversions (libhdf5 1.10 reads out of bounds converting one). */
+int mf_type_is_number(hid_t t);
+/* 1 if attribute a holds exactly n elements of such a type. */
+int mf_attr_is_number(hid_t a, int n);
 /* The n (<= 8) elements of attribute a into v, each a whole number (an
- * integer type, or a float type holding integers); 0, -1 when unreadable,
+ * integer type, or a float type holding integers); 0, -1 when unreadable
+ * (another count of elements, or not mf_type_is_number),
  * -2 when an element is not a whole number. */
 int mf_attr_read_whole(hid_t a, long long *v, int n);
 

@@ -555,6 +555,19 @@ static double abs_dot(const mi_tensor *W, int r, const float *x)
 
 static int g_checked[8];
 
+/* The quantized test matrices, made once and shared by every family's check
+ * (the k-quant encoders' searches dominated the test's time, most of all
+ * under qemu); freed by test_families. */
+static test_tensor g_shared[MI_N_DTYPES][10][4][7];
+
+static const test_tensor *shared_tensor(int t, int ci, int ri, int kind, int rows, int cols)
+{
+    test_tensor *tt = &g_shared[t][ci][ri][kind];
+    if (!tt->mem)
+        *tt = make_tensor(t, rows, cols, kind);
+    return tt;
+}
+
 /* Rows [0, m) of W x with family f against the scalar reference within the
  * float-summation-order bound, and every row subset bit-identical to the
  * whole; returns the rows out of bound and adds the subsets that differ to
@@ -602,12 +615,11 @@ static void check_family_dtype(const mi_kernel_family *f, int fi, int t)
                 int n = cols[ci], m = rows_list[ri];
                 if (!mi_dtype_blocked(t) && (kind == 2 || kind == 4))
                     continue; /* fp16 range cases are for the block scales */
-                test_tensor tt = make_tensor(t, m, n, kind);
+                const test_tensor *tt = shared_tensor(t, ci, ri, kind, m, n);
                 float *x = malloc((size_t)n * sizeof(float));
                 fill_block_cases(x, n, (kind + 3) % 6);
-                bad += compare_family(f, &tt.W, x, &bits, "quantized", kind);
+                bad += compare_family(f, &tt->W, x, &bits, "quantized", kind);
                 free(x);
-                free(tt.mem);
             }
     CU_ASSERT_EQUAL(bad, 0);
     CU_ASSERT_EQUAL(bits, 0);
@@ -790,6 +802,8 @@ static void test_families(void)
         printf("\n    %s: %d dtypes against the scalar reference, %d its own kernels", fs[i]->name, g_checked[i],
                own);
     }
+    for (size_t k = 0; k < sizeof g_shared / sizeof g_shared[0][0][0][0]; k++)
+        free((&g_shared[0][0][0][0])[k].mem);
 }
 
 /* The scalar reference itself against an exact dot product of the
