@@ -394,7 +394,8 @@ print(json.dumps({"date_utc": "$date_start", "cpu": cpu, "cores": $ncores, "kern
   "cpu_busy_before_timing": float("$busy"), "seconds": $((t_end - t_start)),
   "meshinfer_commit": "$(commit_of "$root")", "llamacpp_commit": "$lc_commit", "dllama_commit": "$dl_commit",
   "rounds": $rounds, "gen": $gen, "positions": $positions, "prompt": "$prompt", "prompt_tokens": $n_prompt,
-  "convert_rounds": $conv_rounds, "seed": $seed, "model": "$name", "gguf": "$q4", "convert": "$bin convert --input X.gguf --out X.h5"}))
+  "convert_rounds": $conv_rounds, "seed": $seed, "model": "$name", "gguf": "$q4", "convert": "$bin convert --input X.gguf --out X.h5",
+  "shape": "$shape", "tokenizer": "$tok_name", "type": "$qtype", "pure": ${#pure[@]}}))
 PY
 )
 "$py" "$root/jobs/lib/bench_gguf_report.py" report "$out" "$meta" "$cmds_txt" "$labels_txt" "$root"

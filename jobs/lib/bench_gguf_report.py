@@ -196,6 +196,17 @@ def convert_table(path, n_params):
     return md, out
 
 
+SHAPES = {"llama3.2-1b": "Llama 3.2 1B", "tinyllama-1.1b": "TinyLlama 1.1B"}
+
+
+def quant_words(meta):
+    """How llama-quantize made the file: every tensor one type (--pure), or llama.cpp's own mix."""
+    t = meta.get("type", "Q4_0")
+    if meta.get("pure", 1):
+        return "every tensor %s (`llama-quantize --pure`)" % t
+    return "llama.cpp's %s mix (`llama-quantize IN OUT %s`)" % (t, t)
+
+
 def report(out_dir, meta, cmds, labels, root):
     meta = json.loads(meta)
     cmd = {k: v.replace(root + "/", "") for k, v in (l.split("\t", 1) for l in cmds.splitlines() if l)}
@@ -207,13 +218,15 @@ def report(out_dir, meta, cmds, labels, root):
     head = ["# An imported GGUF model against llama.cpp%s (%s)" % (" and distributed-llama" if meta["dllama_commit"]
                                                                   else "", meta["date_utc"]), "",
             "One run on one machine: %s, %d cores (%.0f%% busy with other work just before timing); %d s in all. "
-            "llama.cpp %s%s, meshinfer %s. Model: Llama 3.2 1B shape, **synthetic weights** (seed %d: speed only), "
-            "the real Llama 3 tokenizer, every tensor Q4_0 (`llama-quantize --pure`), `%s`; meshinfer runs it "
+            "llama.cpp %s%s, meshinfer %s. Model: %s shape, **synthetic weights** (seed %d: speed only), "
+            "the real %s tokenizer, %s, `%s`; meshinfer runs it "
             "after `meshinfer convert`. Each comparison alternates its programs round by round (order reversed "
             "every other round); medians over %d rounds; one thread per process, each on its own core."
             % (meta["cpu"], meta["cores"], 100 * meta["cpu_busy_before_timing"], meta["seconds"],
                meta["llamacpp_commit"], ", distributed-llama " + meta["dllama_commit"] if meta["dllama_commit"] else "",
-               meta["meshinfer_commit"], meta["seed"], os.path.basename(meta["gguf"]), meta["rounds"]), "",
+               meta["meshinfer_commit"], SHAPES.get(meta.get("shape"), "Llama 3.2 1B"), meta["seed"],
+               {"llama2": "Llama 2", "llama3": "Llama 3"}.get(meta.get("tokenizer"), "Llama 3"), quant_words(meta),
+               os.path.basename(meta["gguf"]), meta["rounds"]), "",
             "Checks before timing: " + checks["summary"] + "." +
             (" " + checks["dllama"]["summary"] + "." if "dllama" in checks else ""), ""]
     tail = ["", "How tokens/s are counted: llama-bench's avg_ts is %d tokens / the wall time of %d single-token "
