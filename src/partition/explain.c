@@ -467,7 +467,7 @@ static void explain_placement(const mi_plan *plan, FILE *f)
             add(&b, " wo and w2 rows with each rank's residual columns;");
         else
             add(&b, " wo split with the heads;");
-        add(&b, mi_config_is_moe(c) ? " router on each expert rank; experts" : " FFN units");
+        add(&b, mi_config_is_moe(c) ? " router held by each expert rank; experts" : " FFN units");
         for (int i = 0; i < lp->n_ffn; i++)
             add(&b, "%s [%d,%d)%s on rank %d", i ? "," : "", lp->ffn[i].v0, lp->ffn[i].v0 + lp->ffn[i].n,
                 mi_config_is_moe(c) && lp->ffn[i].v0 == 0 && c->shared_hidden_dim ? " and the shared expert" : "",

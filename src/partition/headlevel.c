@@ -211,8 +211,9 @@ static void reduce(hl *h, const rankset *s, int l, int which)
 }
 
 /* Expert parallelism's sparse dispatch of layer l's experts, the residual
- * held by `holders`: a holder (one holding experts if any does) normalises
- * and routes, sends each other expert rank only the rows of the positions
+ * held by `holders`: a holder holding experts (else the lowest expert rank,
+ * sent the residual first: the router's weights are with the experts)
+ * normalises and routes, sends each other expert rank only the rows of the positions
  * that chose one of its experts, runs its own, and sums the rows that come
  * back into X in the one-device order; it alone then holds the residual.
  * (post-norm families keep the reduction: their ADD norms the whole sum.) */
@@ -225,8 +226,13 @@ static void dispatch(hl *h, rankset *holders, const rankset *f, int l)
     for (int r = 0; r < h->n && root < 0; r++)
         if (holders->has[r] && f->has[r])
             root = r;
-    if (root < 0)
-        root = lowest(holders, h->n);
+    if (root < 0) { /* the router's weights are with the experts: the residual goes to an expert rank */
+        rankset one;
+        set_clear(&one);
+        root = lowest(f, h->n);
+        one.has[root] = 1;
+        ensure(h, holders, &one, l);
+    }
     rankset s = *f;
     s.has[root] = 1;
     to_one(h, root, norm_op(l, MI_NORM_FFN, 0));

@@ -223,6 +223,14 @@ def check_dispatch(mi, fam, m, gen, k, one):
     check(ok, "%s: expert 7 alone on rank 2: the one-rank tokens; rank 2 gets only the rows of positions that "
           "chose it (bytes sent, received per rank %s, want %s), %s bytes per token below the dense 1792 (%s)"
           % (fam, got, want, j and j["bytes_per_token"], r.stderr.strip()[-200:]))
+    # the attention's rank holding no experts: the residual goes to an expert rank, which routes
+    pf4 = os.path.join(os.path.dirname(m), "experts23.json")
+    write_plan(pf4, [[[2, 0, 4], [3, 4, 4]]] * 2, 4)
+    r, j = gen_json(mi, 4, gen + ["--plan-file", pf4])
+    loads = j and [[rk["expert_load_per_layer"][l] for rk in j["ranks"]] for l in range(2)]
+    check(j is not None and j["tokens"] == one["tokens"] and all(l[0] == l[1] == 0 and sum(l) == 6 * k for l in loads),
+          "%s: attention on rank 1, experts on ranks 2 and 3: the one-rank tokens, loads %s (%s)"
+          % (fam, loads, r.stderr.strip()[-200:]))
     # the same scores at one rank, on this plan and with tp on 4 ranks (mean NLL printed to 1e-6; the
     # residual is bit-identical with fp32 messages: the router's rank adds the rows in one-device order)
     txt = os.path.join(os.path.dirname(m), "score.txt")
@@ -238,8 +246,8 @@ def check_dispatch(mi, fam, m, gen, k, one):
           "%s: the one-rank mean NLL with the experts dispatched over 3 and 4 ranks (%s)" % (fam, nll))
 
 
-def write_plan(path, ffn_per_layer):
-    json.dump({"planner": "greedy", "n_ranks": 3, "controller_works": False,
+def write_plan(path, ffn_per_layer, n_ranks=3):
+    json.dump({"planner": "greedy", "n_ranks": n_ranks, "controller_works": False,
                "model": {"n_layers": 2, "n_kv_heads": 2, "hidden_dim": 32, "vocab_size": 151936},
                "layers": [{"kv_rank": [1, 1], "proj_rank": 1, "ffn": f} for f in ffn_per_layer],
                "classifier": [[0, 0, 151936]]}, open(path, "w"))
