@@ -958,6 +958,95 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
     free(got.logits);
 }
 
+/* Expert parallelism's sparse dispatch (partition.h DISPATCH, COMBINE) on
+ * this job's ranks, tiny-qwen2moe in fp32 with fp32 messages, with each
+ * planner that spreads the experts: the logits of the prompt and of every
+ * decode step (teacher forcing) equal one device's bit for bit where the
+ * attention is whole on one rank (roundrobin, greedy: the router's rank adds
+ * the expert rows in the one-device order; tp also sums the attention's
+ * partial projections in another order, 1e-4 as in check_model); and since
+ * the dispatch's messages follow the routing (the plan predicts only their
+ * expectation), the bytes MPI was handed in the decode steps, per rank sent
+ * and addressed to it, equal the runtime's own counters exactly. */
+static void check_moe(const char *path, const mi_config *c)
+{
+    int prompt[N_PROMPT];
+    uint64_t st = 13;
+    prompt[0] = MI_TOK_BOS;
+    for (int i = 1; i < N_PROMPT; i++)
+        prompt[i] = 3 + (int)(mi_rand_f32(&st) * (c->vocab_size - 3));
+    size_t V = (size_t)c->vocab_size, nn = (size_t)g_size * g_size;
+    run_result ref = {{0}, NULL};
+    if (g_rank == 0) {
+        ref.logits = malloc((1 + N_DECODE) * V * sizeof(float));
+        reference(path, &ref, prompt, NULL);
+    }
+    static const mi_planner pls[] = {MI_PLANNER_ROUNDROBIN, MI_PLANNER_GREEDY, MI_PLANNER_TP};
+    for (size_t i = 0; i < sizeof pls / sizeof pls[0]; i++) {
+        mi_cluster cl;
+        mi_cluster_default(&cl, g_size, 1e12);
+        mi_plan_options po = {pls[i], 3, -1, 0, NULL, 0.7, 0, MI_F32, 0, 0, 0, NULL, 0, 0};
+        mi_plan plan;
+        mi_programs prog;
+        char err[MI_ERRLEN];
+        if (mi_plan_make(c, &cl, &po, &plan, err) || mi_programs_compile(&plan, &prog, err)) {
+            CHECK(0, "%s on %s: %s", mi_planner_name(pls[i]), c->name, err);
+            mi_cluster_free(&cl);
+            continue;
+        }
+        int dispatches = 0;
+        for (int x = 0; x < prog.n_xchg; x++)
+            dispatches += prog.xchg[x].kind == MI_OP_DISPATCH;
+        mi_runtime_options ro = {.model_path = path, .max_T = CHUNK, .on_reset_metrics = mpib_reset_cb};
+        mi_runtime *rt = mi_runtime_create(&plan, NULL, &ro);
+        mi_rank_metrics *all = g_rank == 0 ? calloc((size_t)g_size, sizeof *all) : NULL;
+        double worst = 0;
+        if (g_rank == 0) {
+            float *lg = mi_runtime_prefill(rt, prompt, N_PROMPT, 0);
+            mi_runtime_reset_metrics(rt);
+            for (int k = 0; k <= N_DECODE; k++) {
+                for (size_t v = 0; v < V; v++)
+                    worst = fmax(worst, fabs((double)lg[v] - ref.logits[(size_t)k * V + v]));
+                int next = ref.tokens[N_PROMPT + k];
+                if (k < N_DECODE)
+                    lg = mi_runtime_forward(rt, &next, 1, N_PROMPT + k, 0);
+            }
+            mi_runtime_stop(rt);
+        } else {
+            mi_runtime_serve(rt);
+        }
+        double *got = calloc(nn, sizeof(double));
+        mpib_matrix(MPIB_DATA, got);
+        mi_runtime_metrics(rt, all);
+        if (g_rank == 0) {
+            double limit = pls[i] == MI_PLANNER_TP ? 1e-4 : 0.0;
+            CHECK(worst <= limit, "%s on %d ranks, %s: max logit difference %.3g > %g with the experts dispatched",
+                  mi_planner_name(pls[i]), g_size, c->name, worst, limit);
+            double moved = 0;
+            for (int a = 0; a < g_size; a++) {
+                double sa = 0, ra = 0;
+                for (int b = 0; b < g_size; b++)
+                    sa += got[a * g_size + b], ra += got[b * g_size + a];
+                moved += sa;
+                CHECK(sa == all[a].bytes_sent && ra == all[a].bytes_recv,
+                      "%s on %d ranks, %s rank %d: MPI was handed %.0f bytes to send and %.0f addressed to it in "
+                      "the decode steps; the runtime counted %.0f / %.0f", mi_planner_name(pls[i]), g_size, c->name,
+                      a, sa, ra, all[a].bytes_sent, all[a].bytes_recv);
+            }
+            printf("  %-10s %d ranks %s: %d expert dispatches, max |logit diff| %.3g, %.0f bytes/token at the MPI "
+                   "layer (plan's uniform-routing expectation %.0f)\n", mi_planner_name(pls[i]), g_size, c->name,
+                   dispatches, worst, moved / N_DECODE, mi_programs_bytes(&prog, MI_PHASE_DECODE, NULL, NULL));
+        }
+        free(got);
+        free(all);
+        mi_runtime_free(rt);
+        mi_programs_free(&prog);
+        mi_plan_free(&plan);
+        mi_cluster_free(&cl);
+    }
+    free(ref.logits);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -1002,7 +1091,8 @@ int main(int argc, char **argv)
     }
     /* one small synthetic model of each family (config.h): every planner
      * on each, against the one-device pass of the same blocks */
-    static const char *const fams[] = {"tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-gpt2"};
+    static const char *const fams[] = {"tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-gemma3", "tiny-gpt2",
+                                       "tiny-qwen2moe"};
     enum { N_FAMS = sizeof fams / sizeof fams[0] };
     char fam_path[N_FAMS][512];
     for (int i = 0; i < N_FAMS; i++) {
@@ -1029,6 +1119,17 @@ int main(int argc, char **argv)
         {fam_path[0], 0, MI_F32, 1.0, 0}, {fam_path[1], 0, MI_F32, 1.0, 0}, {fam_path[2], 0, MI_F32, 1.0, 0},
         {fam_path[3], 0, MI_F32, 1.0, 0}, {fam_path[4], 0, MI_F32, 1.0, 0},
     };
+    {
+        mi_config c;
+        char err[MI_ERRLEN];
+        mi_model_file *mf = mi_model_open(fam_path[5], &c, err);
+        if (!mf) {
+            fprintf(stderr, "%s\n", err);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        mi_model_close(mf);
+        check_moe(fam_path[5], &c);
+    }
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
         mi_config c;
         char err[MI_ERRLEN];

@@ -19,8 +19,8 @@ typedef struct {
     float *h1, *h3;/* [max_T, max(hidden_dim, shared_hidden_dim)] */
     float *att;    /* [seq_len] attention scores */
     float *logits; /* [max_T, vocab_size] */
-    float *moe;    /* a mixture of experts' (config.h): [2*dim + n_experts] one position's sum, one expert's
-                      output, the routing weights; NULL for a dense FFN */
+    float *moe;    /* a mixture of experts' (config.h): [3*dim + n_experts] one position's sum, one expert's
+                      output, the routing weights, one weighted output; NULL for a dense FFN */
     double moe_routed; /* (position, expert) selections that this device's held experts ran, counted by
                           mi_moe_rows since init: its expert load (the runtime reports it per layer) */
 } mi_scratch;
@@ -98,6 +98,28 @@ void mi_ffn_down_rows(const mi_model *m, int l, const float *h, int ldh, int T, 
  * held. Positions run one at a time; uses s->h1, s->h3 and s->moe. */
 void mi_moe_rows(const mi_model *m, int l, mi_scratch *s, const float *xn, int ldx, int T, float *y, int ldy, int add,
                  const mi_product *prod);
+
+/* The steps of mi_moe_rows for one position, for expert parallelism's
+ * dispatch (a rank routes, others run the selected experts, the router's
+ * rank adds their rows): the same functions run on one device, so the sums
+ * are bit-identical. A position's output is acc = 0, then for j = 0..k-1
+ * acc += expert_row(ids[j], w[j]), then acc += shared_row, each with
+ * mi_moe_add_row; y += acc.
+ * mi_moe_route: x [dim] (normalised) -> its k = n_experts_used experts ids[k]
+ *   and weights w[k] (selection order: largest first; uses s->moe).
+ * mi_moe_held_index: where expert e is among the experts layer l's shard
+ *   holds (spec.experts), -1 if not held.
+ * mi_moe_expert_row: out[dim] = w * the held expert at index i of x (counts
+ *   one selection in s->moe_routed; out must not overlap s->moe's first
+ *   2*dim + n_experts floats).
+ * mi_moe_shared_row: out[dim] = sigmoid(shared_gate . x) * the shared expert
+ *   of x (the layer must have one). */
+void mi_moe_route(const mi_model *m, int l, mi_scratch *s, const float *x, int *ids, float *w, const mi_product *prod);
+int mi_moe_held_index(const mi_model *m, int l, int e);
+void mi_moe_expert_row(const mi_model *m, int l, mi_scratch *s, const float *x, int i, float w, float *out,
+                       const mi_product *prod);
+void mi_moe_shared_row(const mi_model *m, int l, mi_scratch *s, const float *x, float *out, const mi_product *prod);
+void mi_moe_add_row(float *acc, const float *row, int d);
 
 /* ---- dense wrappers (rows packed) ---- */
 

@@ -80,6 +80,16 @@ typedef enum {
                         cand best (logit, token id) pairs of them, and the root's LOGITS rows hold those
                         candidates and -INFINITY elsewhere, sampler.h); or (by_token, a split vocabulary)
                         each member's X rows, of which the root keeps each position's token's owner's */
+    MI_OP_DISPATCH,  /* expert parallelism's sparse dispatch of `layer` (the root ROUTEd XN): to each other
+                        member the XN rows of the positions that selected one of its experts (all rows to
+                        the member holding the shared expert), ascending, each with the position's k
+                        (expert id, weight) pairs; a member with none gets an empty message */
+    MI_OP_COMBINE,   /* the members' expert rows back to the root (MOE with ROUTED: per dispatched row, its
+                        selections in order, then the shared expert's row), which sums each position's k
+                        rows in selection order, then the shared expert's, and adds the sum to X: the
+                        one-device forward's additions exactly (forward.h mi_moe_route) */
+    /* compute again (after the communication kinds, which mi_op_is_comm tells by range) */
+    MI_OP_ROUTE,     /* the root of a DISPATCH: the router and top-k of `layer` on every position of XN */
     MI_N_OPS
 } mi_op_kind;
 
@@ -92,6 +102,8 @@ enum {
                                (the last one, or all), written to rows 0.. */
     MI_OPF_SUM = 16,        /* ALLREDUCE: leave the sum in TMP (an ADD joins it to X through a post-norm) */
     MI_OPF_SHARED = 32,     /* MOE: this rank holds and runs the shared expert (and its gate) */
+    MI_OPF_ROUTED = 64,     /* MOE: only the rows and selections the last DISPATCH gave this rank (or, at
+                               its root, routed here), each selection's weighted row apart, for a COMBINE */
 };
 
 /* The model family's variant of a compute op (a family is a config plus op
@@ -148,12 +160,17 @@ typedef struct {
     mi_colset *send;     /* [n_members]: the columns member j sends (BCAST: the root's; PUT, GATHERV: each
                             non-root's; ALLGATHERV: each member's kept columns; ALLREDUCE: unused) */
     mi_colset *own;      /* [n_members] ALLGATHERV: the columns member j owns (send minus own = its pruned
-                            columns); GATHERV by_token: the vocabulary rows member j holds; NULL otherwise */
+                            columns); GATHERV by_token: the vocabulary rows member j holds; DISPATCH,
+                            COMBINE: the experts member j holds (send[root]: XN's columns, [0, dim));
+                            NULL otherwise */
     int mask_own;        /* ALLGATHERV: the owner too treats its pruned columns as absent (ordinary
                             magnitude pruning, the baseline of CATS); 0: only receivers do */
     int cand;            /* GATHERV of LOGITS: 0: each member sends its columns whole (in the wire dtype);
                             K > 0: its min(K, columns) best (logit, token id) pairs per position, 8 bytes each
                             (fp32 and int32, whatever the wire dtype: greedy stays exact) */
+    int shared;          /* DISPATCH, COMBINE: the member holding the shared expert (it gets every row and
+                            returns its gated row after each row's selections), -1 when none; else -1 */
+    int top_k, n_experts;/* DISPATCH, COMBINE: the model's k of E experts (own[j]: member j's experts) */
     int by_token;        /* GATHERV of X (a split vocabulary's embedding rows): member j sends its [T, dim]
                             rows, the embeddings of the tokens among its vocabulary rows own[j] (zeros for the
                             others); the root keeps each position's row from its token's owner */
@@ -213,6 +230,18 @@ int mi_comm_index(const mi_comm *comm, int rank);
  * definition of every op kind's payload: the cost model and the memory and
  * traffic tables use it, and the runtime's own byte counters must agree. */
 double mi_exchange_bytes(const mi_programs *p, int xid, int from, int to);
+
+/* DISPATCH and COMBINE move rows that depend on the routing, so their
+ * mi_exchange_bytes is an expectation under uniform routing (every set of k
+ * of the E experts equally likely): a member holding n experts gets a
+ * position's row with probability 1 - C(E-n, k) / C(E, k) (1 with the
+ * shared expert), plus 8 bytes per selection of the row (int32 id, fp32
+ * weight), and returns k * n / E expert rows per position (+1 with the
+ * shared expert). mi_moe_dispatch_rows gives the expected rows member j
+ * receives per position (0 for the root); mi_moe_combine_rows those it
+ * returns. */
+double mi_moe_dispatch_rows(const mi_exchange *x, int j);
+double mi_moe_combine_rows(const mi_exchange *x, int j);
 
 /* Bytes each rank sends and receives per position in one forward pass of
  * phase ph (sent/recv: [n_ranks], may be NULL). Returns the total. For

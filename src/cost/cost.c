@@ -52,13 +52,16 @@ double mi_op_compute_s(const mi_plan *plan, const mi_op *op, const mi_cluster *c
         double h = c->hidden_dim, sh = op->flags & MI_OPF_SHARED ? c->shared_hidden_dim : 0;
         double k = (double)c->n_experts_used * op->ni / c->n_experts;
         const unsigned char *mt = c->moe_dtype[l];
-        return t + mat_s(d, mt[MI_MOE_ROUTER], (double)c->n_experts * D, T) +
+        /* (routed: the router ran at the dispatch's root, ROUTE) */
+        double router = op->flags & MI_OPF_ROUTED ? 0.0 : mat_s(d, mt[MI_MOE_ROUTER], (double)c->n_experts * D, T);
+        return t + router +
                k * (mat_s(d, c->dtype[l][MI_W1], h * D, T) + mat_s(d, c->dtype[l][MI_W3], h * D, T) +
                     mat_s(d, c->dtype[l][MI_W2], h * D, T)) +
                mat_s(d, mt[MI_MOE_SW1], sh * D, T) + mat_s(d, mt[MI_MOE_SW3], sh * D, T) +
                mat_s(d, mt[MI_MOE_SW2], sh * D, T);
     }
     case MI_OP_LOGITS: return t + mat_s(d, c->cls_dtype, (double)op->n * D, 1); /* the last position only */
+    case MI_OP_ROUTE: return t + mat_s(d, c->moe_dtype[l][MI_MOE_ROUTER], (double)c->n_experts * D, T);
     default: return t; /* norms, adds, embedding rows: small next to the weights */
     }
 }
@@ -119,6 +122,7 @@ static void complete(const sim *s, int xid, const double *post, double *ready)
     switch (x->kind) {
     case MI_OP_BCAST:
     case MI_OP_IBCAST:
+    case MI_OP_DISPATCH: /* (a member's message, possibly empty, always travels) */
         for (int j = 0; j < n; j++)
             if (j != root) {
                 double a = ready[cm->members[root]] + msg_s(s, xid, root, j);
@@ -143,7 +147,8 @@ static void complete(const sim *s, int xid, const double *post, double *ready)
         ready[cm->members[root]] = t;
         break;
     }
-    case MI_OP_GATHERV: {
+    case MI_OP_GATHERV:
+    case MI_OP_COMBINE: {
         double t = ready[cm->members[root]];
         for (int j = 0; j < n; j++)
             if (j != root) {

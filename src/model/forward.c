@@ -28,7 +28,7 @@ void mi_scratch_init(mi_scratch *s, const mi_config *c, int max_T)
     s->att = mi_calloc((size_t)c->seq_len, sizeof(float), "attention scores");
     s->logits = mi_calloc(T * (size_t)c->vocab_size, sizeof(float), "logits");
     if (mi_config_is_moe(c))
-        s->moe = mi_calloc(2 * d + (size_t)c->n_experts, sizeof(float), "expert outputs");
+        s->moe = mi_calloc(3 * d + (size_t)c->n_experts, sizeof(float), "expert outputs");
 }
 
 void mi_scratch_free(mi_scratch *s)
@@ -243,46 +243,86 @@ static void swiglu_ffn(const mi_tensor *w1, const mi_tensor *w3, const mi_tensor
     product(prod, w2, out, w2->rows, h1, w2->cols, 1, 0);
 }
 
-/* The MoE block of one position x into acc[dim] (zeroed first): the routed
- * experts this device holds, weighted, then the shared expert gated. */
-static void moe_position(const mi_model *m, int l, mi_scratch *s, const float *x, float *acc, const mi_product *prod)
+void mi_moe_route(const mi_model *m, int l, mi_scratch *s, const float *x, int *ids, float *w, const mi_product *prod)
 {
     const mi_config *c = &m->cfg;
-    const mi_layer *L = &m->layers[l];
-    int d = c->dim, h = c->hidden_dim, k = c->n_experts_used, ids[MI_MAX_EXPERTS];
-    float w[MI_MAX_EXPERTS], *p = s->moe + 2 * d, *y = s->moe + d;
-    product(prod, &L->router, p, c->n_experts, x, d, 1, 0);
+    float *p = s->moe + 2 * c->dim;
+    product(prod, &m->layers[l].router, p, c->n_experts, x, c->dim, 1, 0);
     route(c, p, ids, w);
-    memset(acc, 0, (size_t)d * sizeof(float));
-    for (int j = 0; j < k; j++) {
-        int i = held_index(L, ids[j]);
-        if (i < 0)
-            continue; /* another device's expert */
-        s->moe_routed += 1;
-        mi_tensor w1 = mi_tensor_rows(&L->ew1, i * h, h), w3 = mi_tensor_rows(&L->ew3, i * h, h);
-        mi_tensor w2 = mi_tensor_rows(&L->ew2, i * d, d);
-        swiglu_ffn(&w1, &w3, &w2, x, s->h1, s->h3, y, prod);
-        for (int o = 0; o < d; o++)
-            acc[o] += w[j] * y[o];
-    }
-    if (!L->shared_gate)
-        return;
+}
+
+int mi_moe_held_index(const mi_model *m, int l, int e)
+{
+    return held_index(&m->layers[l], e);
+}
+
+void mi_moe_expert_row(const mi_model *m, int l, mi_scratch *s, const float *x, int i, float w, float *out,
+                       const mi_product *prod)
+{
+    const mi_layer *L = &m->layers[l];
+    int d = m->cfg.dim, h = m->cfg.hidden_dim;
+    float *y = s->moe + d;
+    mi_tensor w1 = mi_tensor_rows(&L->ew1, i * h, h), w3 = mi_tensor_rows(&L->ew3, i * h, h);
+    mi_tensor w2 = mi_tensor_rows(&L->ew2, i * d, d);
+    swiglu_ffn(&w1, &w3, &w2, x, s->h1, s->h3, y, prod);
+    s->moe_routed += 1;
+    for (int o = 0; o < d; o++)
+        out[o] = w * y[o];
+}
+
+void mi_moe_shared_row(const mi_model *m, int l, mi_scratch *s, const float *x, float *out, const mi_product *prod)
+{
+    const mi_layer *L = &m->layers[l];
+    int d = m->cfg.dim;
+    float *y = s->moe + d;
     float g = 0.0f;
     for (int o = 0; o < d; o++)
         g += L->shared_gate[o] * x[o];
     g = 1.0f / (1.0f + expf(-g));
     swiglu_ffn(&L->sw1, &L->sw3, &L->sw2, x, s->h1, s->h3, y, prod);
     for (int o = 0; o < d; o++)
-        acc[o] += g * y[o];
+        out[o] = g * y[o];
+}
+
+/* The MoE block of one position x into acc[dim] (zeroed first): the routed
+ * experts this device holds, each weighted into out[dim] then added in the
+ * order of the selection, then the shared expert gated; the same steps as
+ * the distributed dispatch's, so that its sums are this one's bit for bit. */
+static void moe_position(const mi_model *m, int l, mi_scratch *s, const float *x, float *acc, float *out,
+                         const mi_product *prod)
+{
+    const mi_config *c = &m->cfg;
+    const mi_layer *L = &m->layers[l];
+    int d = c->dim, k = c->n_experts_used, ids[MI_MAX_EXPERTS];
+    float w[MI_MAX_EXPERTS];
+    mi_moe_route(m, l, s, x, ids, w, prod);
+    memset(acc, 0, (size_t)d * sizeof(float));
+    for (int j = 0; j < k; j++) {
+        int i = held_index(L, ids[j]);
+        if (i < 0)
+            continue; /* another device's expert */
+        mi_moe_expert_row(m, l, s, x, i, w[j], out, prod);
+        mi_moe_add_row(acc, out, d);
+    }
+    if (!L->shared_gate)
+        return;
+    mi_moe_shared_row(m, l, s, x, out, prod);
+    mi_moe_add_row(acc, out, d);
+}
+
+void mi_moe_add_row(float *acc, const float *row, int d)
+{
+    for (int o = 0; o < d; o++)
+        acc[o] += row[o];
 }
 
 void mi_moe_rows(const mi_model *m, int l, mi_scratch *s, const float *xn, int ldx, int T, float *y, int ldy, int add,
                  const mi_product *prod)
 {
     int d = m->cfg.dim;
-    float *acc = s->moe;
+    float *acc = s->moe, *out = s->moe + 2 * d + m->cfg.n_experts;
     for (int t = 0; t < T; t++) {
-        moe_position(m, l, s, xn + (size_t)t * ldx, acc, prod);
+        moe_position(m, l, s, xn + (size_t)t * ldx, acc, out, prod);
         float *yt = y + (size_t)t * ldy;
         for (int o = 0; o < d; o++)
             yt[o] = add ? yt[o] + acc[o] : acc[o];

@@ -189,7 +189,17 @@ static void explain_compute(const mi_plan *plan, const mi_op *op, int rank, line
             op->c0, op->c0 + op->n, op->buf == MI_BUF_TMP ? " (a partial sum)" : "");
         break;
     }
+    case MI_OP_ROUTE:
+        add(b, "route       layer %d, router over %d experts on XN: each position's top %d experts and weights", l,
+            c->n_experts, c->n_experts_used);
+        break;
     case MI_OP_MOE:
+        if (op->flags & MI_OPF_ROUTED) {
+            add(b, "experts     layer %d, the routed rows' selections among experts [%d,%d)%s: one weighted row "
+                   "each, for the combine", l, op->i0, op->i0 + op->ni,
+                op->flags & MI_OPF_SHARED ? ", and every row's gated shared expert" : "");
+            break;
+        }
         add(b, "experts     layer %d, router over %d experts, the top %d of XN among experts [%d,%d)%s %s %s[%d,%d)%s",
             l, c->n_experts, c->n_experts_used, op->i0, op->i0 + op->ni,
             op->flags & MI_OPF_SHARED ? " and the shared expert" : c->shared_hidden_dim ? "" : " (no shared expert)",
@@ -223,7 +233,7 @@ static void explain_compute(const mi_plan *plan, const mi_op *op, int rank, line
 /* Ranks of comm other than member `me`, as a list. */
 static void add_peers(line *b, const mi_comm *cm, int me)
 {
-    int v[MI_MAX_RANKS], n = 0;
+    int v[MI_MAX_RANKS] = {0}, n = 0;
     for (int j = 0; j < cm->n_members; j++)
         if (j != me)
             v[n++] = cm->members[j];
@@ -361,6 +371,21 @@ static void explain_comm(const mi_programs *p, const mi_config *c, const mi_op *
     case MI_OP_GATHERV:
         explain_gatherv(x, cm, c, me, root, in, out, unit, b);
         break;
+    case MI_OP_DISPATCH:
+    case MI_OP_COMBINE: {
+        int disp = op->kind == MI_OP_DISPATCH;
+        if (me == x->root) {
+            add(b, disp ? "dispatch    %s's XN rows, each to " : "combine     %s: waits for the expert rows of ", lbuf);
+            add_peers(b, cm, me);
+            add(b, disp ? " when it chose one of their experts" : " and adds each position's in selection order to X");
+            add(b, ": %s %.1f B %s expected (uniform routing)", disp ? "sends" : "receives", disp ? out : in, unit);
+        } else {
+            add(b, disp ? "wait        for rank %d: the XN rows of %s that chose its experts"
+                        : "send        to rank %d: %s's rows of its selected experts", root, lbuf);
+            add(b, ", %.1f B %s expected (uniform routing)", disp ? in : out, unit);
+        }
+        break;
+    }
     default: add(b, "%s", mi_op_name(op->kind));
     }
 }
@@ -442,7 +467,7 @@ static void explain_placement(const mi_plan *plan, FILE *f)
             add(&b, " wo and w2 rows with each rank's residual columns;");
         else
             add(&b, " wo split with the heads;");
-        add(&b, mi_config_is_moe(c) ? " router on each expert rank; experts" : " FFN units");
+        add(&b, mi_config_is_moe(c) ? " router held by each expert rank; experts" : " FFN units");
         for (int i = 0; i < lp->n_ffn; i++)
             add(&b, "%s [%d,%d)%s on rank %d", i ? "," : "", lp->ffn[i].v0, lp->ffn[i].v0 + lp->ffn[i].n,
                 mi_config_is_moe(c) && lp->ffn[i].v0 == 0 && c->shared_hidden_dim ? " and the shared expert" : "",

@@ -210,6 +210,70 @@ static void reduce(hl *h, const rankset *s, int l, int which)
         to_all(h, s, add_op(c, l, which));
 }
 
+/* Expert parallelism's sparse dispatch of layer l's experts, the residual
+ * held by `holders`: a holder holding experts (else the lowest expert rank,
+ * sent the residual first: the router's weights are with the experts)
+ * normalises and routes, sends each other expert rank only the rows of the positions
+ * that chose one of its experts, runs its own, and sums the rows that come
+ * back into X in the one-device order; it alone then holds the residual.
+ * (post-norm families keep the reduction: their ADD norms the whole sum.) */
+static void dispatch(hl *h, rankset *holders, const rankset *f, int l)
+{
+    const mi_plan *plan = h->plan;
+    const mi_config *c = &plan->cfg;
+    const mi_layer_plan *lp = &plan->layers[l];
+    int root = -1;
+    for (int r = 0; r < h->n && root < 0; r++)
+        if (holders->has[r] && f->has[r])
+            root = r;
+    if (root < 0) { /* the router's weights are with the experts: the residual goes to an expert rank */
+        rankset one;
+        set_clear(&one);
+        root = lowest(f, h->n);
+        one.has[root] = 1;
+        ensure(h, holders, &one, l);
+    }
+    rankset s = *f;
+    s.has[root] = 1;
+    to_one(h, root, norm_op(l, MI_NORM_FFN, 0));
+    to_one(h, root, pb_compute(MI_OP_ROUTE, l, MI_BUF_XN, 0, c->dim));
+    int kinds[2] = {MI_OP_DISPATCH, MI_OP_COMBINE};
+    for (int e = 0; e < 2; e++) {
+        if (e == 1) /* every expert rank runs its selected experts between the two, once */
+            for (int r = 0; r < h->n; r++) {
+                if (!f->has[r])
+                    continue;
+                mi_op op = pb_compute(MI_OP_MOE, l, MI_BUF_TMP, 0, c->dim);
+                op.flags = MI_OPF_ROUTED;
+                op.i0 = -1;
+                for (int i = 0; i < lp->n_ffn; i++)
+                    if (lp->ffn[i].rank == r) {
+                        op.i0 = op.i0 < 0 ? lp->ffn[i].v0 : op.i0;
+                        op.ni += lp->ffn[i].n;
+                        if (lp->ffn[i].v0 == 0 && c->shared_hidden_dim > 0)
+                            op.flags |= MI_OPF_SHARED;
+                    }
+                to_one(h, r, op);
+            }
+        /* (x is filled before the next exchange may move the array) */
+        mi_exchange *x = comm_step(h, kinds[e], &s, root, MI_BUF_XN, l, 0);
+        int m[MI_MAX_RANKS], k = members_of(&s, h->n, m);
+        x->top_k = c->n_experts_used;
+        x->n_experts = c->n_experts;
+        x->own = mi_calloc((size_t)k, sizeof(mi_colset), "exchange");
+        pb_cols_add(&x->send[x->root], 0, c->dim);
+        for (int j = 0; j < k; j++)
+            for (int i = 0; i < lp->n_ffn; i++)
+                if (lp->ffn[i].rank == m[j]) {
+                    pb_cols_add(&x->own[j], lp->ffn[i].v0, lp->ffn[i].n);
+                    if (lp->ffn[i].v0 == 0 && c->shared_hidden_dim > 0)
+                        x->shared = j;
+                }
+    }
+    set_clear(holders);
+    holders->has[root] = 1;
+}
+
 /* Each PUT window of this phase exposed at the start of its root's program. */
 static void post_ahead(hl *h, int first_xid)
 {
@@ -375,6 +439,13 @@ static void compile_phase(hl *h)
             if (members_of(&dec, h->n, sm) > 1)
                 bcast(h, &dec, fr, l, MI_OP_BCAST, 1);
             holders = dec;
+            continue;
+        }
+        int nf = 0;
+        for (int r = 0; r < h->n; r++)
+            nf += f.has[r];
+        if (mi_config_is_moe(c) && nf > 1 && !c->post_norms) {
+            dispatch(h, &holders, &f, l);
             continue;
         }
         ensure(h, &holders, &f, l);

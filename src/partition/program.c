@@ -34,6 +34,7 @@ static const char *const op_names[MI_N_OPS] = {
     [MI_OP_LOGITS] = "logits",       [MI_OP_NORM_LOCAL] = "norm (local)", [MI_OP_BCAST] = "bcast",         [MI_OP_IBCAST] = "ibcast",
     [MI_OP_POST] = "post (RMA)",     [MI_OP_PUT] = "put (RMA)",       [MI_OP_ALLREDUCE] = "allreduce", [MI_OP_ALLGATHERV] = "allgatherv",
     [MI_OP_GATHERV] = "gatherv",     [MI_OP_MOE] = "experts",
+    [MI_OP_DISPATCH] = "dispatch",   [MI_OP_COMBINE] = "combine",     [MI_OP_ROUTE] = "route",
 };
 
 const char *mi_op_name(int kind)
@@ -43,7 +44,7 @@ const char *mi_op_name(int kind)
 
 int mi_op_is_comm(int kind)
 {
-    return kind >= MI_OP_BCAST && kind < MI_N_OPS;
+    return kind >= MI_OP_BCAST && kind <= MI_OP_COMBINE;
 }
 
 int mi_comm_index(const mi_comm *comm, int rank)
@@ -122,6 +123,7 @@ int pb_exchange(mi_programs *p, int kind, int comm, int buf, int root, int layer
     x->root = root;
     x->layer = layer;
     x->what = MI_XCH_NONE;
+    x->shared = -1;
     x->send = mi_calloc((size_t)p->comms[comm].n_members, sizeof(mi_colset), "exchange");
     return p->n_xchg++;
 }
@@ -201,6 +203,34 @@ static double cols_bytes(int wire, const mi_colset *s)
     return (double)mi_wire_row_bytes(wire, (size_t)s->count);
 }
 
+/* C(n, k) / C(m, k) for n <= m: the chance that k of m experts drawn
+ * uniformly avoid m - n given ones. */
+static double none_chosen(int m, int n, int k)
+{
+    if (k > n)
+        return 0.0;
+    double q = 1.0;
+    for (int i = 0; i < k; i++)
+        q *= (double)(n - i) / (double)(m - i);
+    return q;
+}
+
+double mi_moe_dispatch_rows(const mi_exchange *x, int j)
+{
+    if (j == x->root)
+        return 0.0;
+    if (j == x->shared)
+        return 1.0;
+    return 1.0 - none_chosen(x->n_experts, x->n_experts - x->own[j].count, x->top_k);
+}
+
+double mi_moe_combine_rows(const mi_exchange *x, int j)
+{
+    if (j == x->root)
+        return 0.0;
+    return (double)x->top_k * x->own[j].count / x->n_experts + (j == x->shared ? 1.0 : 0.0);
+}
+
 double mi_exchange_bytes(const mi_programs *p, int xid, int from, int to)
 {
     const mi_exchange *x = &p->xchg[xid];
@@ -224,6 +254,14 @@ double mi_exchange_bytes(const mi_programs *p, int xid, int from, int to)
         return to == x->root ? cols_bytes(w, &x->send[from]) : 0;
     case MI_OP_ALLGATHERV:
         return cols_bytes(w, &x->send[from]);
+    case MI_OP_DISPATCH: /* XN rows and each row's k (int32 id, fp32 weight) pairs */
+        if (from != x->root)
+            return 0;
+        return mi_moe_dispatch_rows(x, to) * (cols_bytes(w, &x->send[from]) + 8.0 * x->top_k);
+    case MI_OP_COMBINE:
+        if (to != x->root)
+            return 0;
+        return mi_moe_combine_rows(x, from) * cols_bytes(w, &x->send[x->root]);
     case MI_OP_ALLREDUCE: {
         /* two members, or one round: whole partials to every other member;
          * two rounds: reduce-scatter (from's partial of to's slice) then
@@ -334,7 +372,12 @@ void mi_programs_print(const mi_programs *p, const mi_config *c, FILE *f)
                         fprintf(f, " (%d best per slice)", x->cand);
                     if (x->by_token)
                         fprintf(f, " (rows by token)");
-                    if (me >= 0 && x->kind != MI_OP_ALLREDUCE) {
+                    if (me >= 0 && (x->kind == MI_OP_DISPATCH || x->kind == MI_OP_COMBINE)) {
+                        fprintf(f, " experts ");
+                        print_cols(f, &x->own[me]);
+                        if (me == x->shared)
+                            fprintf(f, " + shared");
+                    } else if (me >= 0 && x->kind != MI_OP_ALLREDUCE) {
                         fprintf(f, " sends ");
                         print_cols(f, &x->send[me]);
                     }

@@ -28,6 +28,11 @@ static double spin_s(void)
     return g_spin < 0 ? 1e30 : g_spin;
 }
 
+double rt_spin_limit(void)
+{
+    return spin_s();
+}
+
 void rt_waitall(int n, MPI_Request *req)
 {
     if (n <= 0)

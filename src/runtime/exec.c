@@ -22,6 +22,7 @@ static double *bucket_of(mi_runtime *rt, const mi_op *op)
     case MI_OP_FFN_UP:
     case MI_OP_FFN_DOWN:
     case MI_OP_MOE:
+    case MI_OP_ROUTE:
     case MI_OP_SPEC_TEST: return &rt->m.ffn;
     case MI_OP_LOGITS: return &rt->m.logits;
     default: return NULL;
@@ -240,11 +241,20 @@ static double op_moe(mi_runtime *rt, const mi_op *op, const fwd *f)
 {
     mi_product prod = {product, rt};
     double before = rt->s.moe_routed;
-    mi_moe_rows(&rt->model, op->layer, &rt->s, rt->buf[MI_BUF_XN], rt->width[MI_BUF_XN], f->T,
+    if (op->flags & MI_OPF_ROUTED)
+        rt_moe_routed(rt, op); /* the dispatched rows' selections, for the combine */
+    else
+        mi_moe_rows(&rt->model, op->layer, &rt->s, rt->buf[MI_BUF_XN], rt->width[MI_BUF_XN], f->T,
                 rt->buf[op->buf] + op->c0, rt->width[op->buf], op->flags & MI_OPF_ADD, &prod);
     rt->routed = rt->s.moe_routed - before; /* this rank's expert load of the step */
     if (op->layer < MI_SPEC_MAX_LAYERS)
         rt->m.expert_load[op->layer] += rt->routed;
+    return 0;
+}
+
+static double op_route(mi_runtime *rt, const mi_op *op, const fwd *f)
+{
+    rt_route(rt, op, f);
     return 0;
 }
 
@@ -332,6 +342,16 @@ static double op_gatherv(mi_runtime *rt, const mi_op *op, const fwd *f)
     return rt_gatherv(rt, &rt->prog.xchg[op->xid], &rt->xr[op->xid], f);
 }
 
+static double op_dispatch(mi_runtime *rt, const mi_op *op, const fwd *f)
+{
+    return rt_moe_dispatch(rt, &rt->prog.xchg[op->xid], &rt->xr[op->xid], f);
+}
+
+static double op_combine(mi_runtime *rt, const mi_op *op, const fwd *f)
+{
+    return rt_moe_combine(rt, &rt->prog.xchg[op->xid], &rt->xr[op->xid], f);
+}
+
 static const op_fn exec_table[MI_N_OPS] = {
     [MI_OP_EMBED] = op_embed,           [MI_OP_NORM] = op_norm,         [MI_OP_ATTN] = op_attn,
     [MI_OP_PROJ] = op_proj,             [MI_OP_FFN_UP] = op_ffn_up,     [MI_OP_FFN_DOWN] = op_ffn_down,
@@ -341,6 +361,8 @@ static const op_fn exec_table[MI_N_OPS] = {
     [MI_OP_ALLREDUCE] = op_allreduce,   [MI_OP_GATHERV] = op_gatherv,
     /* CATS somegather */
     [MI_OP_NORM_LOCAL] = op_norm_local, [MI_OP_MOE] = op_moe, [MI_OP_ALLGATHERV] = op_allgatherv,
+    /* expert parallelism's sparse dispatch */
+    [MI_OP_ROUTE] = op_route,           [MI_OP_DISPATCH] = op_dispatch, [MI_OP_COMBINE] = op_combine,
 };
 
 void rt_run_program(mi_runtime *rt, const fwd *f)

@@ -80,6 +80,15 @@ struct mi_runtime {
     trace_event *ev;
     size_t n_ev, cap_ev;
     double routed; /* the last experts step's load (exec.c op_moe), for its trace event */
+    /* expert parallelism's sparse dispatch (dispatch.c), NULL for a dense FFN */
+    int *moe_ids;              /* [max_T * k] the step's selections: of every position at the root, of the
+                                  rows received at a member */
+    float *moe_w;              /* [max_T * k] their weights */
+    int moe_rows;              /* rows routed (root) or received (member) this step */
+    float *moe_out;            /* [max_T * (k + 1), dim] this rank's expert rows for the combine, in order */
+    int moe_nout;
+    float *moe_in;             /* [max_T * (k + 1), dim] the root: the members' rows, decoded */
+    unsigned char *moe_wire;   /* dispatch and combine messages */
     double t_origin, idle_since;
 };
 
@@ -111,6 +120,15 @@ double rt_allgatherv(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fw
  * message into out; returns its bytes. And back, into buf's columns. */
 size_t rt_pack_set(mi_runtime *rt, int wire, const float *buf, int W, int T, const mi_colset *s, void *out);
 void rt_unpack_set(mi_runtime *rt, int wire, const void *in, int T, const mi_colset *s, float *buf, int W);
+
+/* dispatch.c: expert parallelism's sparse dispatch (partition.h ROUTE,
+ * DISPATCH, MOE with ROUTED, COMBINE) */
+void rt_route(mi_runtime *rt, const mi_op *op, const fwd *f);
+double rt_moe_dispatch(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *f);
+void rt_moe_routed(mi_runtime *rt, const mi_op *op);
+double rt_moe_combine(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *f);
+/* collectives.c: how long a wait spins before it naps between tests */
+double rt_spin_limit(void);
 
 /* gather.c: the gathers at the root (partition.h MI_OP_GATHERV): the
  * logits, whole or as each slice's best candidates, and a split

@@ -60,6 +60,17 @@ void rt_setup_rest(mi_runtime *rt)
     rt->zwire_bytes = T * mi_wire_row_bytes(rt->wire, widest) + 8;
     rt->zwire = mi_calloc(rt->zwire_bytes, 1, "message buffer");
     rt->counts = mi_calloc(4 * (size_t)MI_MAX_RANKS, sizeof(int), "message counts");
+    if (mi_config_is_moe(c)) {
+        /* the dispatch: at most every position to every other rank with its k (id, weight) records; the
+         * combine: at most k + 1 rows per position (k selections and the shared expert's) */
+        size_t k = (size_t)c->n_experts_used, d = (size_t)c->dim, rb = mi_wire_row_bytes(rt->wire, d);
+        size_t disp = T * (size_t)rt->size * (rb + 8 * k), comb = T * (k + 1) * rb;
+        rt->moe_ids = mi_calloc(T * k, sizeof(int), "expert dispatch");
+        rt->moe_w = mi_calloc(T * k, sizeof(float), "expert dispatch");
+        rt->moe_out = mi_calloc(T * (k + 1) * d, sizeof(float), "expert dispatch");
+        rt->moe_in = mi_calloc(T * (k + 1) * d, sizeof(float), "expert dispatch");
+        rt->moe_wire = mi_malloc(disp > comb ? disp : comb, "expert dispatch");
+    }
     rt->n_pend = 0;
     rt->cmd = mi_calloc(4 + T * (size_t)rt->in_words, sizeof(int), "command");
     rt_build_comms(rt);
@@ -84,6 +95,14 @@ void rt_teardown(mi_runtime *rt)
     free(rt->wtmp);
     free(rt->zwire);
     free(rt->counts);
+    free(rt->moe_ids);
+    free(rt->moe_w);
+    free(rt->moe_out);
+    free(rt->moe_in);
+    free(rt->moe_wire);
+    rt->moe_ids = NULL;
+    rt->moe_w = rt->moe_out = rt->moe_in = NULL;
+    rt->moe_wire = NULL;
     free(rt->cmd);
     rt->cmd = NULL;
     rt->held = NULL;

@@ -181,6 +181,50 @@ static void test_programs_cost(void)
     mi_cluster_free(&cl);
 }
 
+/* the sparse dispatch on 2 ranks (tp: rank 0 holds experts 0-3 and the shared expert, rank 1 experts
+ * 4-7): rank 0 routes, a dispatch and a combine per layer, and the expected bytes of uniform routing:
+ * rank 1 gets a position's row when one of its 4 experts is among the top 2 of 8 (1 - C(4,2)/C(8,2) =
+ * 22/28), 128 fp32 columns and 2 (id, weight) pairs, and returns 2 * 4 / 8 = 1 expert row */
+static void test_dispatch(void)
+{
+    mi_cluster cl;
+    mi_plan plan;
+    mi_programs p;
+    char err[MI_ERRLEN];
+    mi_cluster_default(&cl, 2, 1e12);
+    CU_ASSERT_EQUAL_FATAL(plan_with(MI_PLANNER_TP, &cl, &plan), 0);
+    CU_ASSERT_EQUAL_FATAL(mi_programs_compile(&plan, &p, err), 0);
+    int route[2] = {0, 0}, disp = 0, comb = 0, allreduce = 0;
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < p.prog[MI_PHASE_DECODE][r].n_ops; i++) {
+            const mi_op *op = &p.prog[MI_PHASE_DECODE][r].ops[i];
+            route[r] += op->kind == MI_OP_ROUTE;
+            if (op->kind == MI_OP_MOE)
+                CU_ASSERT(op->flags & MI_OPF_ROUTED);
+        }
+    CU_ASSERT(route[0] == 4 && route[1] == 0);
+    for (int x = 0; x < p.n_xchg; x++) {
+        const mi_exchange *e = &p.xchg[x];
+        if (e->kind != MI_OP_DISPATCH && e->kind != MI_OP_COMBINE) {
+            allreduce += e->kind == MI_OP_ALLREDUCE;
+            continue;
+        }
+        disp += e->kind == MI_OP_DISPATCH;
+        comb += e->kind == MI_OP_COMBINE;
+        CU_ASSERT(e->root == 0 && e->shared == 0 && e->top_k == 2 && e->n_experts == 8);
+        CU_ASSERT(e->own[0].count == 4 && e->own[0].c0[0] == 0 && e->own[1].count == 4 && e->own[1].c0[0] == 4);
+        double want = e->kind == MI_OP_DISPATCH ? 22.0 / 28.0 * (128 * 4 + 16) : 1.0 * 128 * 4;
+        NEAR(mi_exchange_bytes(&p, x, e->kind == MI_OP_DISPATCH ? 0 : 1, e->kind == MI_OP_DISPATCH ? 1 : 0), want,
+             1e-12);
+        CU_ASSERT(mi_exchange_bytes(&p, x, e->kind == MI_OP_DISPATCH ? 1 : 0, e->kind == MI_OP_DISPATCH ? 0 : 1) == 0);
+    }
+    /* both phases: 4 layers each; the only reductions are the attention's (wo split by heads) */
+    CU_ASSERT(disp == 8 && comb == 8 && allreduce == 8);
+    mi_programs_free(&p);
+    mi_plan_free(&plan);
+    mi_cluster_free(&cl);
+}
+
 int main(void)
 {
     if (CU_initialize_registry() != CUE_SUCCESS)
@@ -188,7 +232,8 @@ int main(void)
     CU_pSuite s = CU_add_suite("experts", NULL, NULL);
     if (!s || !CU_add_test(s, "planners' expert slices, shards and budgets", test_split) ||
         !CU_add_test(s, "hybrid: model or expert parallelism", test_hybrid) ||
-        !CU_add_test(s, "experts ops and their cost", test_programs_cost)) {
+        !CU_add_test(s, "experts ops and their cost", test_programs_cost) ||
+        !CU_add_test(s, "sparse dispatch: ops and expected bytes", test_dispatch)) {
         CU_cleanup_registry();
         return 1;
     }
