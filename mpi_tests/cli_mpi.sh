@@ -210,7 +210,10 @@ expect_error "--prune with a plan file" "--plan-file fixes the placement" \
     -np 3 "$bin" generate -m "$model" --plan-file "$tmp/sg3.json" --prune 0.5
 # Voltron: calibrate on 3 ranks, then hybrid (prefill and decode
 # placed apart on a tight heterogeneous cluster) and auto give the one-rank text
-if run -np 3 "$bin" calibrate -m "$model" --seconds 0.01 --link-bytes 65536 -o "$tmp/cal3.json" > "$tmp/cal.out" 2>"$tmp/err"; then
+# (its own timeout: it now times every dtype of the ladder, k-quants included, which takes over two minutes
+# in the gcov-instrumented build of CI)
+if timeout 480 mpirun --allow-run-as-root -q --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 -np 3 \
+    "$bin" calibrate -m "$model" --seconds 0.01 --link-bytes 65536 -o "$tmp/cal3.json" > "$tmp/cal.out" 2>"$tmp/err"; then
     calok=$(node -e 'const c = JSON.parse(require("fs").readFileSync(process.argv[1]));
       const d = c.devices;
       const good = d.length === 3 && c.calibration.n_ranks === 3 && d.every(x => x.compute && x.compute.pass_ns.fp32 > 0 &&
