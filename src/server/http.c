@@ -43,6 +43,35 @@ static enum MHD_Result queue(srv_req *r, int status, const srv_buf *b, const cha
     return rc;
 }
 
+/* An answer in the middle of an upload (408: too slow; 413: a chunked body
+ * past --max-body). libmicrohttpd 0.9.75 takes a response only before the
+ * body (the first call) or after all of it, and this one must not wait for
+ * the rest: the answer is written on the socket here, its sending side shut
+ * (the client reads the answer, then the end), and the connection dropped
+ * (MHD_NO), the rest of the body unread. */
+static enum MHD_Result reject_now(srv_req *r, const srv_error *e)
+{
+    srv_buf body = {0}, msg = {0};
+    srv_json_error(&body, e);
+    srv_buf_add(&body, "\n", 1);
+    srv_buf_printf(&msg, "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                   "Connection: close\r\n\r\n%s", e->status, e->status == 408 ? "Request Timeout"
+                   : "Content Too Large", body.len, body.p);
+    if (r->fd >= 0) {
+        ssize_t sent = send(r->fd, msg.p, msg.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)sent; /* a few hundred bytes into an empty socket buffer; nothing to do if not */
+        shutdown(r->fd, SHUT_WR);
+    }
+    srv_buf_free(&body);
+    srv_buf_free(&msg);
+    r->err = *e;
+    pthread_mutex_lock(&r->s->mu);
+    r->responded = r->rejected = 1;
+    r->status = e->status;
+    pthread_mutex_unlock(&r->s->mu);
+    return MHD_NO;
+}
+
 static enum MHD_Result send_error(srv_req *r, const srv_error *e)
 {
     srv_buf b = {0};
@@ -228,14 +257,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             srv_error e;
             srv_fail(&e, 408, "invalid_request_error", "request_timeout", NULL, "The request body did not arrive "
                      "within %g s (this server's --timeout)", s->o.timeout_s);
-            return send_error(r, &e);
+            return reject_now(r, &e);
         }
         if (r->body.len + *upload_size > s->o.max_body) {
             *upload_size = 0;
             srv_error e;
             srv_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
                      "The request body is larger than this server's --max-body of %zu bytes", s->o.max_body);
-            return send_error(r, &e);
+            return reject_now(r, &e);
         }
         srv_buf_add(&r->body, upload, *upload_size);
         *upload_size = 0;
@@ -288,7 +317,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         return;
     *con_cls = NULL;
     pthread_mutex_lock(&s->mu);
-    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !r->rejected) {
         r->gone = 1; /* the scheduler stops its sequence */
         pthread_cond_signal(&s->cv);
     }
