@@ -3,6 +3,7 @@
  *   openai.c   request parsing and validation, response and error JSON
  *   metrics.c  counters and histograms, Prometheus text
  *   http.c     libmicrohttpd's side: routes, limits, suspend/resume, SSE
+ *   requests.c a request queued and released; the stop flag, the set-up
  *   sched.c    the scheduler on the calling thread, start-up and drain
  *   engine.c   the engine over a session and its batch (batch.h)
  * Only sched.c and engine.c touch the session; http.c never does. */
@@ -256,17 +257,17 @@ void srv_http_stop(srv *s);
 void srv_http_resume(struct MHD_Connection *c);
 /* Close connections whose request has not arrived within the timeout (scheduler thread). */
 void srv_http_watchdog(srv *s);
-/* Release a reference (under nothing): the last one logs the request and frees it. */
+/* requests.c: release a reference (s->mu not held): the last one logs the request and frees it. */
 void srv_req_release(srv_req *r);
 
-/* sched.c: called by http.c on libmicrohttpd's thread. */
+/* requests.c (srv_submit on libmicrohttpd's thread) */
 /* Queue a parsed request: 0, or -1 with r->err set (503: queue full, shutting down). */
 int srv_submit(srv *s, srv_req *r);
-/* Run the scheduler until a stop and the drain (the calling thread). */
-int srv_run(srv *s, char *err);
-/* Set up s over an engine (sched.c; the caller fills eng, lim, model_id). */
+/* Set up s over an engine (the caller fills eng, lim, model_id). */
 void srv_init(srv *s, const mi_server_opts *o);
 void srv_destroy(srv *s);
+/* sched.c: run the scheduler until a stop and the drain (the calling thread). */
+int srv_run(srv *s, char *err);
 /* A stop as SIGTERM makes it (tests). */
 void srv_request_stop(void);
 void srv_reset_stop(void);
