@@ -101,10 +101,11 @@ typedef struct {
     int no_thinking;         /* chat_template_kwargs {"enable_thinking": false} */
 } srv_params;
 
-/* Parse and validate a request body of `route`: strict JSON (an object),
- * every field of the right type and range, unknown fields refused naming
- * them, the model the one served. Returns 0, or -1 with e (400, 404 for
- * another model). */
+/* Parse and validate a request body of `route` (len bytes and a NUL after
+ * them: cJSON 1.7.15 reads up to 4 bytes past a literal cut short, "nul",
+ * when nothing ends the buffer): strict JSON (an object), every field of the
+ * right type and range, unknown fields refused naming them, the model the
+ * one served. Returns 0, or -1 with e (400, 404 for another model). */
 int srv_parse_request(const char *body, size_t len, int route, const srv_limits *lim, srv_params *p, srv_error *e);
 void srv_params_free(srv_params *p);
 
