@@ -47,10 +47,10 @@ int mi_batch_add(mi_batch *b, const mi_gen_request *rq, const mi_seq_hooks *hk, 
  * called then); an id that is not running is ignored. */
 void mi_batch_cancel(mi_batch *b, int id);
 
-/* One step: prefill the prompts of sequences added since the last step
- * (each its own forward passes; its first token is sampled), then one decode
- * forward pass carrying one row of every other running sequence. Calls the
- * hooks. Returns the sequences still running. */
+/* One step: finish the cancelled, prefill the prompts of sequences added
+ * since the last step (each in forward passes of its own; its first token is
+ * sampled), then one decode forward pass carrying one row of every running
+ * sequence. Calls the hooks. Returns the sequences still running. */
 int mi_batch_step(mi_batch *b);
 
 /* Cancels what is running (on_done "cancelled") and frees. */

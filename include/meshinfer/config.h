@@ -67,6 +67,8 @@ typedef struct {
     int head_dim;       /* width of one head: dim / n_heads, or the family's own (Qwen3, Gemma 3) */
     int vocab_size;
     int seq_len;        /* context length: positions 0 .. seq_len-1 */
+    int kv_slots;       /* KV cache slots: sequences held at once, each seq_len positions (serve's
+                           batch); 0 or 1: one. Not a property of the file: the session sets it */
     float rope_theta;   /* RoPE base (of the global layers when some are local) */
     float norm_eps;     /* RMSNorm (or LayerNorm) epsilon */
     int shared_classifier; /* 1: logits use tok_embeddings (tied), 0: separate classifier */
@@ -142,6 +144,13 @@ static inline int mi_config_layer_local(const mi_config *c, int l)
 }
 
 /* 1 for the language-model families (tokens in, logits out). */
+/* KV cache slots, and the positions one KV head's cache holds: its slots one
+ * after another, slot s at [s * seq_len, (s + 1) * seq_len). */
+static inline int mi_config_kv_slots(const mi_config *c) { return c->kv_slots > 1 ? c->kv_slots : 1; }
+static inline size_t mi_config_kv_stride(const mi_config *c)
+{
+    return (size_t)mi_config_kv_slots(c) * (size_t)c->seq_len;
+}
 static inline int mi_config_is_lm(const mi_config *c) { return c->family != MI_FAMILY_PATCHTST; }
 
 /* Width of the attention heads side by side: n_heads * head_dim (equal to

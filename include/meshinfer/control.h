@@ -66,6 +66,7 @@ typedef struct {
                                 mi_programs_explain) once the plan is made, before the first pass */
     int split_vocab;         /* --split-vocab: the head-level planners split the embeddings and classifier by
                                 vocabulary rows over the workers (planner.h mi_plan_options.split_vocab) */
+    int kv_slots;            /* KV cache slots (serve --max-batch: sequences decoding together); 0: one */
     int logits_k;            /* what the command needs of the logits (plan.h logits_k): the candidates its
                                 sampler needs per classifier slice (sampler.h mi_logit_candidates; 1 greedy),
                                 0: every logit (perplexity, temperature sampling without top-k) */
@@ -236,6 +237,11 @@ void session_close(mi_session *ss, const session_opts *o);
  * placement; without --replan a device that would exceed its budget stops the
  * run with one error line. Also stops when no placement fits any more. */
 float *session_forward(mi_session *ss, const int *tokens, int T, int pos0, int all_logits);
+
+/* Rank 0: the same for a pass over rows of several sequences (runtime.h
+ * mi_runtime_forward_at: row t at position pos[t] of KV slot slot[t]); the
+ * memory check takes every slot as full as the fullest row's. */
+float *session_forward_at(mi_session *ss, const int *tokens, int T, const int *pos, const int *slot, int T_logits);
 
 /* Rank 0: install the plan of a phase (prefill = 1 or decode) with n_pos
  * positions cached: with a hybrid plan whose phases differ this is a

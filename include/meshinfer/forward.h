@@ -42,6 +42,13 @@ void mi_post_norm_add(const mi_model *m, const float *w, const float *y, int ldy
  * the cache at positions pos0 .. pos0+T-1, attend (causal; a local layer
  * only within its sliding window). heads_out: [T, n_kv*group*head_dim]. */
 void mi_attn_block(mi_model *m, int l, mi_scratch *s, const float *xn, int T, int pos0, float *heads_out);
+/* The same with row t at position pos[t] of KV cache slot slot[t] (config.h
+ * kv_slots; slot NULL: slot 0), each row attending only within its slot: the
+ * rows of several sequences in one pass (batch.h). pos NULL: mi_attn_block
+ * (positions pos0.., slot 0). Row t's result is what a one-row call at
+ * pos[t] gives, bit for bit. */
+void mi_attn_block_at(mi_model *m, int l, mi_scratch *s, const float *xn, int T, int pos0, const int *pos,
+                      const int *slot, float *heads_out);
 
 /* ---- the blocks' one implementation, on row-strided buffers ----
  * The single-device pass (mi_forward, the dense wrappers below) and the

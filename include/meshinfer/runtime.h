@@ -108,6 +108,15 @@ mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_programs *prog, cons
  * elsewhere: greedy and top-k sampling give what the whole row gives. */
 float *mi_runtime_forward(mi_runtime *rt, const int *tokens, int T, int pos0, int all_logits);
 
+/* Rank 0 only: a pass over the rows of several sequences (batch.h): row t is
+ * tokens[t] at position pos[t] of KV cache slot slot[t] (config.h kv_slots),
+ * 1 <= T <= max_T. Returns the logits of the last T_logits rows ([T_logits,
+ * vocab_size]; candidates as above). Each row's logits are bit for bit those
+ * of the same row run alone. mi_fatal for a row outside the context or the
+ * slots, or a time-series model. */
+float *mi_runtime_forward_at(mi_runtime *rt, const int *tokens, int T, const int *pos, const int *slot,
+                             int T_logits);
+
 /* Rank 0 only, CATS's time-series family (docs/patchtst.md): one
  * forward pass over all n_patches patches of one channel, patches
  * [n_patches * patch_len] (series.h mi_series_patches); returns the head's

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_batch.h"
 #include "cli.h"
 #include "meshinfer/common.h"
 #include "meshinfer/config.h"
@@ -33,6 +34,10 @@ static void help(void)
            "  --threads N      compute threads per rank (our kernels and BLAS; default 1); every rank\n"
            "                   runs the triad with its threads at once, and their sum is reported\n"
            "  --json           print one JSON object (with per-rank metrics)\n"
+           "  --batch B        instead: B sequences (prompts of different lengths, greedy and sampled)\n"
+           "                   decoded one at a time and together in a batch (serve's continuous\n"
+           "                   batching), aggregate tokens/s of both in alternating rounds, and a check\n"
+           "                   that batching changes no sequence's tokens (exit 1 if it does)\n"
            "%s", SESSION_HELP);
 }
 
@@ -98,7 +103,7 @@ static pass_result run_pass(fwd_fn f, void *ctx, mi_session *ss, int vocab, cons
 typedef struct {
     const char *model, *prompt, *base_model;
     long steps, stream_mb; /* steps 0: min(256, seq_len), set once the model is open */
-    int repeat, threads, json, baseline;
+    int repeat, threads, json, baseline, batch;
     session_opts so;
 } bench_opts;
 
@@ -114,6 +119,7 @@ static int parse_options(int argc, char **argv, bench_opts *op)
                                          {"baseline-model", required_argument, 0, 'M'},
                                          {"threads", required_argument, 0, 'T'},
                                          {"json", no_argument, 0, 'j'},
+                                         {"batch", required_argument, 0, 'b'},
                                          {"help", no_argument, 0, 'h'},
                                          SESSION_LONG_OPTS,
                                          {0, 0, 0, 0}};
@@ -131,6 +137,7 @@ static int parse_options(int argc, char **argv, bench_opts *op)
         case 'M': op->base_model = optarg; break;
         case 'T': op->threads = (int)mi_parse_long("--threads", optarg, 1, 256); break;
         case 'j': op->json = 1; break;
+        case 'b': op->batch = (int)mi_parse_long("--batch", optarg, 1, 64); break;
         case 'h': help(); return 1;
         default:
             if (!session_opt(&op->so, o, optarg))
@@ -140,6 +147,9 @@ static int parse_options(int argc, char **argv, bench_opts *op)
     cli_no_positional("bench", optind, argc, argv);
     if (!op->model)
         mi_fatal("bench: --model is required (see meshinfer bench --help)");
+    if (op->batch && (op->base_model || !op->baseline || op->stream_mb != 128))
+        mi_fatal("bench: --batch has its own baseline (the same sequences one at a time): drop --baseline-model, "
+                 "--no-baseline and --stream-mb");
     if (op->base_model && !op->baseline)
         mi_fatal("bench: --baseline-model and --no-baseline contradict each other");
     return 0;
@@ -330,8 +340,27 @@ int cmd_bench(int argc, char **argv)
     session_mpi_init(&argc, &argv, &rank, &size);
     mi_session ss;
     const int chunk = 64;
+    op.so.kv_slots = op.batch;
     session_open(&ss, "bench", op.model, &op.so, chunk, op.threads);
     const mi_config *c = &ss.cfg;
+    if (op.batch) {
+        if (op.steps == 0)
+            op.steps = c->seq_len < 128 ? c->seq_len : 128;
+        if (op.steps > c->seq_len)
+            mi_fatal("bench: --steps %ld exceeds the model's context of %d", op.steps, c->seq_len);
+        int n_story = 0, *story = NULL;
+        if (rank == 0) {
+            story = bench_batch_story(&ss, op.steps, &n_story);
+            bench_batch(&ss, story, n_story, op.batch, op.steps, op.repeat, op.json);
+            mi_runtime_stop(ss.rt);
+        } else {
+            mi_runtime_serve(ss.rt);
+        }
+        free(story);
+        session_close(&ss, &op.so);
+        mi_world_finalize();
+        return 0;
+    }
     bench_result res = {.size = size};
     int *ids = session_encode_prompt(&ss, op.prompt, &res.n_prompt);
     check_run(&op, c, rank, res.n_prompt);

@@ -166,6 +166,20 @@ float *session_forward(mi_session *ss, const int *tokens, int T, int pos0, int a
     return mi_runtime_forward(ss->rt, tokens, T, pos0, all_logits);
 }
 
+float *session_forward_at(mi_session *ss, const int *tokens, int T, const int *pos, const int *slot, int T_logits)
+{
+    /* the account counts every slot at the fullest one's positions: the
+     * cache a re-placement moves (runtime.h) */
+    int hi = 0;
+    for (int t = 0; t < T; t++)
+        if (pos[t] > hi)
+            hi = pos[t];
+    memory_check(ss, hi, 1);
+    if (hi + 1 > ss->memory.pos_hi)
+        ss->memory.pos_hi = hi + 1;
+    return mi_runtime_forward_at(ss->rt, tokens, T, pos, slot, T_logits);
+}
+
 double session_phase(mi_session *ss, int prefill, int n_pos)
 {
     if (!ss->phases.has_prefill_plan || ss->phases.installed_prefill == prefill)

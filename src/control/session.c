@@ -169,6 +169,7 @@ static int open_model(mi_session *ss, const char *path, const session_opts *o, c
     mi_model_file *mf = mi_model_open(path, &ss->cfg, err);
     if (!mf)
         return -1;
+    ss->cfg.kv_slots = o->kv_slots > 1 ? o->kv_slots : 1;
     int series = ss->cfg.family == MI_FAMILY_PATCHTST;
     /* the model's family decides the command: tokens for language models, a series for the time-series one */
     if (series != o->forecast) {

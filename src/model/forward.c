@@ -69,8 +69,9 @@ void mi_post_norm_add(const mi_model *m, const float *w, const float *y, int ldy
 }
 
 /* q, k and v of this device's heads from xn: the products, their biases,
- * the per-head norms and the rotation, in the families' order. */
-static void qkv(mi_model *m, int l, mi_scratch *s, const float *xn, int T, int pos0)
+ * the per-head norms and the rotation, in the families' order. Row t sits at
+ * position pos[t] (pos NULL: pos0 + t). */
+static void qkv(mi_model *m, int l, mi_scratch *s, const float *xn, int T, int pos0, const int *pos)
 {
     const mi_config *c = &m->cfg;
     mi_layer *L = &m->layers[l];
@@ -89,33 +90,61 @@ static void qkv(mi_model *m, int l, mi_scratch *s, const float *xn, int T, int p
     }
     if (c->rope_type != MI_ROPE_NONE) {
         const mi_rope_table *r = mi_config_layer_local(c, l) && m->rope_local.cos ? &m->rope_local : &m->rope;
-        mi_rope_apply(r, s->q, T, pos0, n_q);
-        mi_rope_apply(r, s->k, T, pos0, n_kv);
+        if (!pos) {
+            mi_rope_apply(r, s->q, T, pos0, n_q);
+            mi_rope_apply(r, s->k, T, pos0, n_kv);
+        } else { /* a row's rotation is its own: row by row is the same arithmetic */
+            for (int t = 0; t < T; t++) {
+                mi_rope_apply(r, s->q + (size_t)t * n_q * hd, 1, pos[t], n_q);
+                mi_rope_apply(r, s->k + (size_t)t * n_kv * hd, 1, pos[t], n_kv);
+            }
+        }
     }
 }
 
 void mi_attn_block(mi_model *m, int l, mi_scratch *s, const float *xn, int T, int pos0, float *heads_out)
+{
+    mi_attn_block_at(m, l, s, xn, T, pos0, NULL, NULL, heads_out);
+}
+
+void mi_attn_block_at(mi_model *m, int l, mi_scratch *s, const float *xn, int T, int pos0, const int *pos,
+                      const int *slot, float *heads_out)
 {
     const mi_config *c = &m->cfg;
     mi_layer *L = &m->layers[l];
     int n_kv = L->spec.n_kv, g = mi_kv_group(c), hd = c->head_dim, n_q = n_kv * g;
     if (n_kv == 0)
         return;
-    qkv(m, l, s, xn, T, pos0);
-    /* Cache layout [kv head][position][head_dim] keeps each head's history
-     * contiguous, so a shard's cache is one block and attention streams it. */
-    for (int t = 0; t < T; t++)
+    qkv(m, l, s, xn, T, pos0, pos);
+    /* Cache layout [kv head][slot][position][head_dim] keeps each head's
+     * history contiguous, so a shard's cache is one block and attention
+     * streams it. */
+    size_t S = (size_t)c->seq_len, stride = mi_config_kv_stride(c);
+    for (int t = 0; t < T; t++) {
+        size_t at = pos ? (size_t)(slot ? slot[t] : 0) * S + (size_t)pos[t] : (size_t)(pos0 + t);
         for (int h = 0; h < n_kv; h++) {
-            size_t dst = ((size_t)h * c->seq_len + (size_t)(pos0 + t)) * hd;
+            size_t dst = ((size_t)h * stride + at) * hd;
             size_t src = ((size_t)t * n_kv + h) * hd;
             memcpy(L->k_cache + dst, s->k + src, (size_t)hd * sizeof(float));
             memcpy(L->v_cache + dst, s->v + src, (size_t)hd * sizeof(float));
         }
+    }
     float scale = c->attn_scale > 0.0f ? c->attn_scale : 1.0f / sqrtf((float)hd);
     if (c->family != MI_FAMILY_PATCHTST) {
         int window = mi_config_layer_local(c, l) ? c->sliding_window : 0;
-        mi_attention_ex(heads_out, s->q, L->k_cache, L->v_cache, T, pos0, n_q, g, hd, c->seq_len, s->att, scale,
-                        window);
+        if (!pos) {
+            mi_attention_ex(heads_out, s->q, L->k_cache, L->v_cache, T, pos0, n_q, g, hd, (int)stride, s->att,
+                            scale, window);
+            return;
+        }
+        /* each row attends within its own slot (a row of a T-row pass is
+         * computed as it is alone: the same sums) */
+        size_t w = (size_t)n_q * hd;
+        for (int t = 0; t < T; t++) {
+            size_t off = (size_t)(slot ? slot[t] : 0) * S * hd;
+            mi_attention_ex(heads_out + t * w, s->q + t * w, L->k_cache + off, L->v_cache + off, 1, pos[t], n_q, g,
+                            hd, (int)stride, s->att, scale, window);
+        }
         return;
     }
     /* not causal: every patch attends to all pos0+T of them, as the last
@@ -123,7 +152,7 @@ void mi_attn_block(mi_model *m, int l, mi_scratch *s, const float *xn, int T, in
     size_t w = (size_t)n_q * hd;
     for (int t = 0; t < T; t++)
         mi_attention(heads_out + t * w, s->q + t * w, L->k_cache, L->v_cache, 1, pos0 + T - 1, n_q, g, hd,
-                     c->seq_len, s->att);
+                     (int)stride, s->att);
 }
 
 mi_ffn_act mi_config_ffn_act(const mi_config *c)

@@ -154,7 +154,7 @@ size_t mi_shard_kv_bytes(const mi_config *c, const mi_shard_spec *spec)
     size_t n = 0;
     for (int l = 0; l < c->n_layers; l++)
         n += (size_t)spec->layers[l].n_kv;
-    return 2 * n * (size_t)c->seq_len * (size_t)c->head_dim * sizeof(float);
+    return 2 * n * mi_config_kv_stride(c) * (size_t)c->head_dim * sizeof(float);
 }
 
 /* ------------------------------------------------------------ arenas */
@@ -515,7 +515,7 @@ static void load_lm_layer(loader *ld, mi_model *m, const mi_config *c, int l, co
         want_opt(ld, c->qk_norm, l, "q_norm", 0, hd, &L->q_norm);
         want_opt(ld, c->qk_norm, l, "k_norm", 0, hd, &L->k_norm);
         if (!ld->src->discard) {
-            size_t kvn = (size_t)nk * (size_t)c->seq_len * hd;
+            size_t kvn = (size_t)nk * mi_config_kv_stride(c) * hd;
             L->k_cache = mi_calloc(kvn, sizeof(float), "KV cache");
             L->v_cache = mi_calloc(kvn, sizeof(float), "KV cache");
             m->kv_bytes += 2 * kvn * sizeof(float);
@@ -753,7 +753,7 @@ void mi_model_reset(mi_model *m)
     const mi_config *c = &m->cfg;
     for (int l = 0; l < c->n_layers; l++) {
         mi_layer *L = &m->layers[l];
-        size_t n = (size_t)L->spec.n_kv * (size_t)c->seq_len * (size_t)c->head_dim;
+        size_t n = (size_t)L->spec.n_kv * mi_config_kv_stride(c) * (size_t)c->head_dim;
         if (L->k_cache) {
             memset(L->k_cache, 0, n * sizeof(float));
             memset(L->v_cache, 0, n * sizeof(float));

@@ -472,7 +472,7 @@ double rt_allgatherv(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fw
         rt->m.bytes_recv += (double)counts2[j];
         for (int t = 0; t < T; t++) {
             rt->m.msgs_recv += 1;
-            if (lost(rt, x, f->pos0 + t, cm->members[j], rt->rank)) {
+            if (lost(rt, x, fwd_pos(f, t), cm->members[j], rt->rank)) {
                 rt->m.msgs_lost += 1;
                 any_absent = 1;
             }
@@ -490,7 +490,7 @@ double rt_allgatherv(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fw
         const mi_colset *own = &x->own[j];
         int is_me = j == me;
         for (int t = 0; t < T; t++) {
-            int gone = !is_me && lost(rt, x, f->pos0 + t, cm->members[j], rt->rank);
+            int gone = !is_me && lost(rt, x, fwd_pos(f, t), cm->members[j], rt->rank);
             if (gone) {
                 /* nothing of j's arrived at this position */
                 if (held)

@@ -48,7 +48,7 @@ static double op_embed(mi_runtime *rt, const mi_op *op, const fwd *f)
         if (op->variant == MI_OPV_EMBED_ROWS && (tok < op->i0 || tok >= op->i0 + op->ni))
             memset(row, 0, (size_t)op->n * sizeof(float));
         else
-            mi_model_embed(&rt->model, tok, f->pos0 + t, row);
+            mi_model_embed(&rt->model, tok, fwd_pos(f, t), row);
     }
     return 0;
 }
@@ -116,7 +116,7 @@ static double op_attn(mi_runtime *rt, const mi_op *op, const fwd *f)
         return 0;
     float *local = rt->buf[MI_BUF_HEADS_LOCAL];
     int Wl = rt->width[MI_BUF_HEADS_LOCAL];
-    mi_attn_block(&rt->model, op->layer, &rt->s, rt->buf[MI_BUF_XN], f->T, f->pos0, local);
+    mi_attn_block_at(&rt->model, op->layer, &rt->s, rt->buf[MI_BUF_XN], f->T, f->pos0, f->pos, f->slot, local);
     if (op->buf != MI_BUF_HEADS_LOCAL || op->c0 != 0) {
         /* attention writes its heads packed; place them at their columns */
         int W = rt->width[op->buf];

@@ -17,7 +17,7 @@
 #include "meshinfer/runtime.h"
 
 enum { CMD_FORWARD = 1, CMD_RESET = 2, CMD_STOP = 3, CMD_RESET_METRICS = 4, CMD_REPLAN = 5, CMD_POLL = 6,
-       CMD_POLL_RSS = 7 };
+       CMD_POLL_RSS = 7, CMD_FORWARD_AT = 8 };
 enum { TAG_KV_MOVE = 77, TAG_XCHG = 78, TAG_CMD = 79, TAG_CLOCK = 80 };
 
 typedef struct {
@@ -72,7 +72,8 @@ struct mi_runtime {
     int *counts;               /* [4 * MI_MAX_RANKS] per-member byte counts and displacements */
     MPI_Request pend[MI_MAX_RANKS]; /* the sends of a non-blocking broadcast this rank is root of */
     int n_pend;                /* ... not yet complete */
-    int *cmd;                  /* [4 + max_T] a command and its tokens, as received */
+    int *cmd;                  /* [4 + max_T * (in_words + 2)] a command, its tokens, and (CMD_FORWARD_AT)
+                                  each row's position and KV slot, as received or sent */
     double tolerance;
     int accepted;              /* the last speculation decision */
     mi_rank_metrics m;
@@ -92,10 +93,16 @@ struct mi_runtime {
     double t_origin, idle_since;
 };
 
-/* What the current forward pass runs on. */
+/* What the current forward pass runs on: T rows at positions pos0.. of KV
+ * slot 0, or (pos set: a batch of sequences, batch.h) row t at position
+ * pos[t] of slot slot[t]; logits of the last T_logits rows. */
 typedef struct {
     int T, pos0, T_logits;
+    const int *pos, *slot;
 } fwd;
+
+/* Row t's position. */
+static inline int fwd_pos(const fwd *f, int t) { return f->pos ? f->pos[t] : f->pos0 + t; }
 
 /* load.c */
 void rt_load_shard(mi_runtime *rt);

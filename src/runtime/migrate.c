@@ -16,7 +16,10 @@ void rt_replan_local(mi_runtime *rt, const mi_plan *np, const mi_programs *prog,
 {
     const mi_config *c = &rt->plan.cfg;
     int L = c->n_layers, nkv = c->n_kv_heads;
-    size_t S = (size_t)c->seq_len, hd = (size_t)c->head_dim, rows = (size_t)n_pos * hd;
+    /* with several KV slots (serve's batch) positions [0, n_pos) of every slot:
+     * the slots before the last whole, one message per head still */
+    size_t S = mi_config_kv_stride(c), hd = (size_t)c->head_dim;
+    size_t rows = ((size_t)(mi_config_kv_slots(c) - 1) * (size_t)c->seq_len + (size_t)n_pos) * hd;
     double t0 = mi_now();
     /* What stays on this rank is kept in place, weights and KV cache alike;
      * with --weights scatter rank 0 streams every shard again instead. */

@@ -88,6 +88,14 @@ void mi_runtime_free(mi_runtime *rt)
 /* A command goes from rank 0 to every worker directly, with the tokens when
  * every rank embeds: one message, one link latency to every rank (a
  * broadcast tree would take log2(ranks) hops at the start of every token). */
+static void send_words(mi_runtime *rt, int n)
+{
+    MPI_Request req[MI_MAX_RANKS];
+    for (int r = 1; r < rt->size; r++)
+        MPI_Isend(rt->cmd, n, MPI_INT, r, TAG_CMD, MPI_COMM_WORLD, &req[r - 1]);
+    rt_waitall(rt->size - 1, req);
+}
+
 void rt_send_cmd(mi_runtime *rt, int cmd, int T, int pos0, int T_logits, const int *tokens)
 {
     if (rt->size == 1)
@@ -98,10 +106,7 @@ void rt_send_cmd(mi_runtime *rt, int cmd, int T, int pos0, int T_logits, const i
         memcpy(m + 4, tokens, (size_t)T * (size_t)rt->in_words * sizeof(int));
         n += T * rt->in_words;
     }
-    MPI_Request req[MI_MAX_RANKS];
-    for (int r = 1; r < rt->size; r++)
-        MPI_Isend(m, n, MPI_INT, r, TAG_CMD, MPI_COMM_WORLD, &req[r - 1]);
-    rt_waitall(rt->size - 1, req);
+    send_words(rt, n);
 }
 
 void mi_runtime_reset_metrics(mi_runtime *rt)
@@ -118,8 +123,40 @@ float *mi_runtime_forward(mi_runtime *rt, const int *tokens, int T, int pos0, in
                  rt->max_T);
     double t0 = mi_now();
     rt->m.idle += t0 - rt->idle_since;
-    fwd f = {T, pos0, all_logits ? T : 1};
+    fwd f = {T, pos0, all_logits ? T : 1, NULL, NULL};
     rt_send_cmd(rt, CMD_FORWARD, T, pos0, f.T_logits, tokens);
+    memcpy(rt->tokens, tokens, (size_t)T * sizeof(int));
+    rt_run_program(rt, &f);
+    rt->idle_since = mi_now();
+    rt_record(rt, TRACE_FORWARD, -1, t0, rt->idle_since);
+    return rt->buf[MI_BUF_LOGITS];
+}
+
+float *mi_runtime_forward_at(mi_runtime *rt, const int *tokens, int T, const int *pos, const int *slot,
+                             int T_logits)
+{
+    const mi_config *c = &rt->plan.cfg;
+    if (T < 1 || T > rt->max_T || T_logits < 1 || T_logits > T || c->family == MI_FAMILY_PATCHTST)
+        mi_fatal("forward of %d rows (%d with logits) does not fit the chunk (%d)", T, T_logits, rt->max_T);
+    for (int t = 0; t < T; t++)
+        if (pos[t] < 0 || pos[t] >= c->seq_len || slot[t] < 0 || slot[t] >= mi_config_kv_slots(c))
+            mi_fatal("forward row %d at position %d of KV slot %d is outside the context (%d) or the slots (%d)", t,
+                     pos[t], slot[t], c->seq_len, mi_config_kv_slots(c));
+    double t0 = mi_now();
+    rt->m.idle += t0 - rt->idle_since;
+    /* the command carries the positions and slots every rank's attention needs */
+    int *m = rt->cmd, n = 4;
+    m[0] = CMD_FORWARD_AT, m[1] = T, m[2] = 0, m[3] = T_logits;
+    if (rt->prog.embed_all) {
+        memcpy(m + 4, tokens, (size_t)T * sizeof(int));
+        n += T;
+    }
+    memcpy(m + n, pos, (size_t)T * sizeof(int));
+    memcpy(m + n + T, slot, (size_t)T * sizeof(int));
+    fwd f = {T, 0, T_logits, m + n, m + n + T};
+    n += 2 * T;
+    if (rt->size > 1)
+        send_words(rt, n);
     memcpy(rt->tokens, tokens, (size_t)T * sizeof(int));
     rt_run_program(rt, &f);
     rt->idle_since = mi_now();
@@ -135,7 +172,7 @@ float *mi_runtime_forecast(mi_runtime *rt, const float *patches)
         mi_fatal("forecast: needs a time-series model and a chunk of all %d patches (have %d)", T, rt->max_T);
     double t0 = mi_now();
     rt->m.idle += t0 - rt->idle_since;
-    fwd f = {T, 0, 1};
+    fwd f = {T, 0, 1, NULL, NULL};
     /* the patches travel as the command's words, bit for bit */
     memcpy(rt->tokens, patches, (size_t)T * (size_t)c->patch_len * sizeof(float));
     rt_send_cmd(rt, CMD_FORWARD, T, 0, 1, rt->tokens);
@@ -215,7 +252,7 @@ void mi_runtime_serve(mi_runtime *rt)
         int *hdr = rt->cmd;
         double t0 = mi_now();
         MPI_Request rq;
-        MPI_Irecv(hdr, 4 + rt->max_T * rt->in_words, MPI_INT, 0, TAG_CMD, MPI_COMM_WORLD, &rq);
+        MPI_Irecv(hdr, 4 + rt->max_T * (rt->in_words + 2), MPI_INT, 0, TAG_CMD, MPI_COMM_WORLD, &rq);
         rt_waitall(1, &rq);
         double t1 = mi_now();
         rt->m.idle += t1 - t0;
@@ -233,9 +270,17 @@ void mi_runtime_serve(mi_runtime *rt)
         } else if (hdr[0] == CMD_RESET_METRICS) {
             rt_reset_metrics_local(rt);
         } else if (hdr[0] == CMD_FORWARD) {
-            fwd f = {hdr[1], hdr[2], hdr[3]};
+            fwd f = {hdr[1], hdr[2], hdr[3], NULL, NULL};
             if (rt->prog.embed_all)
                 memcpy(rt->tokens, hdr + 4, (size_t)f.T * (size_t)rt->in_words * sizeof(int));
+            rt_run_program(rt, &f);
+        } else if (hdr[0] == CMD_FORWARD_AT) {
+            int T = hdr[1], n = 4;
+            if (rt->prog.embed_all) {
+                memcpy(rt->tokens, hdr + 4, (size_t)T * sizeof(int));
+                n += T;
+            }
+            fwd f = {T, 0, hdr[3], hdr + n, hdr + n + T};
             rt_run_program(rt, &f);
         } else if (hdr[0] == CMD_REPLAN) {
             int *buf = mi_malloc((size_t)hdr[2] * sizeof(int), "plan buffer");

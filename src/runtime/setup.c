@@ -72,7 +72,7 @@ void rt_setup_rest(mi_runtime *rt)
         rt->moe_wire = mi_malloc(disp > comb ? disp : comb, "expert dispatch");
     }
     rt->n_pend = 0;
-    rt->cmd = mi_calloc(4 + T * (size_t)rt->in_words, sizeof(int), "command");
+    rt->cmd = mi_calloc(4 + T * ((size_t)rt->in_words + 2), sizeof(int), "command");
     rt_build_comms(rt);
 }
 

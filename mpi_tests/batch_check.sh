@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Continuous batching (serve's engine, batch.h) through `bench --batch`: sequences of mixed prompt
+# lengths, greedy and seeded sampling, decoded alone and in a batch whose members join at different
+# steps give the same tokens (bench exits 1 naming the first difference), and the first two equal
+# generate's token loop; on 1 rank, every planner at 2 and 3 ranks, and the MoE (sparse expert
+# dispatch), Gemma 3 (sliding-window layers, one KV head) and GPT-2 (learned positions) families.
+# The aggregate speed is printed, not judged (a benchmark's job). Bad --batch values refused.
+# usage: batch_check.sh MESHINFER MODEL.h5
+set -u
+bin=$1 model=$2
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { echo "ok: $*"; pass=$((pass+1)); }
+bad() { echo "FAIL: $*"; fail=$((fail+1)); }
+run() { timeout 120 mpirun --allow-run-as-root -q --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 \
+        --mca btl self,vader "$@"; }
+
+check() { # NP PLANNER MODEL BATCH STEPS
+    local np=$1 pl=$2 m=$3 b=$4 st=$5 out
+    out=$(run -np "$np" "$bin" bench -m "$m" --batch "$b" --repeat 1 --steps "$st" --planner "$pl" --json 2> "$tmp/err")
+    if [[ $out == *'"identical": true'* && $out == *"\"batch\": $b,"* ]]; then
+        ok "$(basename "$m") $np rank(s) $pl, batch $b: identical ($(grep -o '"ratio": [0-9.]*' <<< "$out"))"
+    else
+        bad "$(basename "$m") $np rank(s) $pl, batch $b: $(grep -v '^bench:' "$tmp/err" | tail -1)"
+    fi
+}
+
+check 1 greedy "$model" 8 64
+for pl in tp layerwise; do check 2 "$pl" "$model" 4 48; done
+for pl in greedy somegather hybrid; do check 3 "$pl" "$model" 4 48; done
+for sh in tiny-qwen2moe tiny-gemma3 tiny-gpt2; do
+    "$bin" synth --shape "$sh" --dtype q8_0 --out "$tmp/$sh.h5" > /dev/null 2>&1 || bad "synth $sh"
+done
+check 3 greedy "$tmp/tiny-qwen2moe.h5" 4 40
+check 2 tp "$tmp/tiny-gemma3.h5" 4 40
+check 3 layerwise "$tmp/tiny-gpt2.h5" 3 40
+
+for b in 0 65 x; do
+    "$bin" bench -m "$model" --batch "$b" > "$tmp/out" 2> "$tmp/err"
+    rc=$?
+    [[ $rc -ne 0 && $(wc -l < "$tmp/err") -eq 1 && $(cat "$tmp/err") == *--batch* ]] &&
+        ok "--batch $b refused: $(cat "$tmp/err")" || bad "--batch $b: exit $rc, $(head -2 "$tmp/err")"
+done
+"$bin" bench -m "$model" --batch 2 --no-baseline > /dev/null 2> "$tmp/err" && bad "--batch with --no-baseline ran" ||
+    ok "--batch with --no-baseline refused: $(tail -1 "$tmp/err")"
+
+echo "batch_check: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]
