@@ -28,7 +28,8 @@ static void help(void)
            "      --alias NAME        the model's id in the API (default: the model file's name)\n"
            "      --chat-template K   render chats as kind K (llama3, qwen2.5, qwen3, gemma3, chatml, ...)\n"
            "                          instead of the model file's template\n"
-           "      --max-batch N       sequences decoding together, each in its own KV cache slot (default 1)\n"
+           "      --max-batch N       sequences decoding together, each in its own KV cache slot (default 1,\n"
+           "                          at most 64)\n"
            "      --max-queue N       requests waiting for a slot; more are answered 503 (default 64)\n"
            "      --max-body BYTES    largest request body (default 1048576); larger: 413 unread\n"
            "      --max-tokens N      the largest max_tokens a request may ask for (default 4096; never past\n"
@@ -80,7 +81,7 @@ static int parse(int argc, char **argv, serve_args *a)
         case 3003: a->o.api_key = optarg; break;
         case 3004: a->o.alias = optarg; break;
         case 3005: a->o.chat_template = optarg; break;
-        case 3006: a->o.max_batch = (int)mi_parse_long("--max-batch", optarg, 1, 256); break;
+        case 3006: a->o.max_batch = (int)mi_parse_long("--max-batch", optarg, 1, 64); break;
         case 3007: a->o.max_queue = (int)mi_parse_long("--max-queue", optarg, 0, 100000); break;
         case 3008: a->o.max_body = (size_t)mi_parse_long("--max-body", optarg, 1024, 1L << 30); break;
         case 3009: a->o.max_tokens = (int)mi_parse_long("--max-tokens", optarg, 1, 1 << 20); break;
@@ -116,6 +117,7 @@ static int parse(int argc, char **argv, serve_args *a)
         mi_fatal("%s", err);
     /* requests sample at any temperature and top-k: a split classifier sends every logit */
     a->so.logits_k = 0;
+    a->so.kv_slots = a->o.max_batch; /* each sequence of the batch in a KV cache slot of its own */
     return 0;
 }
 

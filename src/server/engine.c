@@ -82,7 +82,8 @@ int mi_server_run(mi_session *ss, const mi_server_opts *o, const char *model_id,
     s->lim = (srv_limits){.model_id = s->model_id, .seq_len = ss->cfg.seq_len, .max_tokens = o->max_tokens,
                           .has_chat = has_chat};
     if (!has_chat)
-        fprintf(stderr, "serve: %s has no chat template: /v1/chat/completions answers 400 (%s)\n", model_id, cerr);
+        snprintf(s->note, sizeof s->note, "%s has no chat template: /v1/chat/completions answers 400 (%s)", model_id,
+                 cerr);
     int rc = srv_run(s, err);
     mi_batch_free(g.b);
     srv_destroy(s);

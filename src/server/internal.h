@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "meshinfer/batch.h"
+#include "meshinfer/common.h"
 #include "meshinfer/server.h"
 
 /* ---- text.c ---- */
@@ -232,6 +233,7 @@ struct srv {
     srv_engine eng;
     srv_limits lim;
     char model_id[256];
+    char note[MI_ERRLEN + 300]; /* said once listening, or "" */
     long started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
