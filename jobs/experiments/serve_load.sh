@@ -67,9 +67,13 @@ done
 [[ -s "$tmp/pid" ]] || fail "the server did not start within 120 s: $(tail -2 "$tmp/log")"
 url=$(grep -o "http://127.0.0.1:[0-9]*" "$tmp/log" | head -1)
 rank0=$(cat "$tmp/pid")
-# every rank's pid: rank 0, and under mpirun the other meshinfer processes it started
+# every rank's pid: rank 0, then the other meshinfer processes below the launcher (mpirun's children)
+descendants() { local p; for p in $(pgrep -P "$1"); do echo "$p"; descendants "$p"; done; }
 pids=("$rank0")
-((np == 1)) || mapfile -t -O 1 pids < <(pgrep -P "$launcher" -x meshinfer | grep -vx "$rank0")
+for p in $(descendants "$launcher"); do
+    [[ $p != "$rank0" && $(cat "/proc/$p/comm" 2> /dev/null) == meshinfer ]] && pids+=("$p")
+done
+((${#pids[@]} == np)) || fail "found ${#pids[@]} ranks' processes, not $np"
 rss() { local p; for p in "${pids[@]}"; do awk '/^VmRSS/ {printf "%.1f ", $2 / 1024}' "/proc/$p/status"; done; }
 # one request first: the KV cache and buffers touched once are not growth
 curl -s -o /dev/null -m 60 --data-binary '{"prompt": "Once upon a time", "max_tokens": 8}' "$url/v1/completions"
