@@ -398,7 +398,7 @@ int srv_http_start(srv *s, char *err)
         return mi_set_error(err, "serve: cannot listen on %s port %d%s%s", s->o.host, s->o.port, e ? ": " : "",
                             e ? strerror(e) : "");
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di && di->port ? di->port : s->o.port;
+    __atomic_store_n(&s->port, di && di->port ? di->port : s->o.port, __ATOMIC_SEQ_CST); /* (read by tests' threads) */
     return 0;
 }
 

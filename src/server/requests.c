@@ -14,10 +14,11 @@
 
 static volatile sig_atomic_t stop_flag;
 
+/* set from a signal handler or another thread (tests): atomic stores and loads of a lock-free int */
 static void on_signal(int sig)
 {
     (void)sig;
-    stop_flag = 1;
+    __atomic_store_n(&stop_flag, 1, __ATOMIC_SEQ_CST);
 }
 
 void mi_server_install_signals(void)
@@ -37,9 +38,9 @@ void mi_server_ignore_signals(void)
     signal(SIGINT, SIG_IGN);
 }
 
-void srv_request_stop(void) { stop_flag = 1; }
-void srv_reset_stop(void) { stop_flag = 0; }
-int srv_stop_requested(void) { return stop_flag != 0; }
+void srv_request_stop(void) { __atomic_store_n(&stop_flag, 1, __ATOMIC_SEQ_CST); }
+void srv_reset_stop(void) { __atomic_store_n(&stop_flag, 0, __ATOMIC_SEQ_CST); }
+int srv_stop_requested(void) { return __atomic_load_n(&stop_flag, __ATOMIC_SEQ_CST) != 0; }
 
 void mi_server_opts_init(mi_server_opts *o)
 {

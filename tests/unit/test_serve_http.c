@@ -33,6 +33,10 @@
 #include "../../src/server/internal.h"
 #include "meshinfer/common.h"
 
+/* what the server's thread and the test's share outside the server's locks */
+#define LOAD(x) __atomic_load_n(&(x), __ATOMIC_SEQ_CST)
+#define STORE(x, v) __atomic_store_n(&(x), (v), __ATOMIC_SEQ_CST)
+
 /* ---- the fake engine: token i of every sequence is pieces[i % N] ---- */
 static const char *pieces[] = {"Hello", ",", " wor", "ld", "!", " \xC3", "\xA9", "t\xC3\xA9", " \xF0\x9F", "\x98\x80",
                                " END", " more"};
@@ -45,7 +49,7 @@ typedef struct {
 static struct {
     int max_batch, step_us;
     fseq s[FAKE_MAX];
-    volatile int active, ended_early; /* running; ended by on_token's stop or a cancel */
+    int active, ended_early; /* running; ended by on_token's stop or a cancel (read with LOAD by the test's thread) */
 } F;
 
 static int *f_encode(void *ctx, const srv_params *p, int *n, srv_error *e)
@@ -70,14 +74,14 @@ static const char *f_decode(void *ctx, int prev, int token, int *len)
     *len = (int)strlen(pieces[token]);
     return pieces[token];
 }
-static int f_free(void *ctx) { (void)ctx; return F.max_batch - F.active; }
+static int f_free(void *ctx) { (void)ctx; return F.max_batch - LOAD(F.active); }
 static int f_add(void *ctx, const mi_gen_request *rq, const mi_seq_hooks *hk, char *err)
 {
     (void)ctx;
     for (int i = 0; i < F.max_batch; i++)
         if (!F.s[i].used) {
             F.s[i] = (fseq){.used = 1, .steps = (int)rq->steps, .n_prompt = rq->n_prompt, .hk = *hk};
-            F.active++;
+            STORE(F.active, F.active + 1);
             return i;
         }
     return mi_set_error(err, "no free slot");
@@ -87,31 +91,31 @@ static void done(int i, const char *stop)
 {
     fseq q = F.s[i];
     F.s[i].used = 0;
-    F.active--;
+    STORE(F.active, F.active - 1);
     q.hk.on_done(q.hk.ctx, stop, q.n_prompt, q.n, 0.001, 0.001);
 }
 static int f_step(void *ctx)
 {
     (void)ctx;
-    usleep((useconds_t)F.step_us);
+    usleep((useconds_t)LOAD(F.step_us));
     for (int i = 0; i < F.max_batch; i++) {
         if (!F.s[i].used)
             continue;
         if (F.s[i].cancel) {
-            F.ended_early++;
+            STORE(F.ended_early, F.ended_early + 1);
             done(i, "cancelled");
             continue;
         }
         int tok = F.s[i].n % N_PIECES;
         F.s[i].n++;
         if (F.s[i].hk.on_token(F.s[i].hk.ctx, tok)) {
-            F.ended_early++;
+            STORE(F.ended_early, F.ended_early + 1);
             done(i, "stop");
         } else if (F.s[i].n >= F.s[i].steps) {
             done(i, "length");
         }
     }
-    return F.active;
+    return LOAD(F.active);
 }
 
 /* ---- the server on a thread ---- */
@@ -133,7 +137,8 @@ static void start(int max_batch, int max_queue, double drain_s)
     o.port = 0, o.max_batch = max_batch, o.max_queue = max_queue, o.drain_s = drain_s;
     o.max_body = 4096, o.timeout_s = 1, o.max_tokens = 1000, o.api_key = "sesame";
     memset(&F, 0, sizeof F);
-    F.max_batch = max_batch, F.step_us = 2000;
+    F.max_batch = max_batch;
+    STORE(F.step_us, 2000);
     srv_reset_stop();
     srv_init(&S, &o);
     snprintf(S.model_id, sizeof S.model_id, "fake");
@@ -141,7 +146,7 @@ static void start(int max_batch, int max_queue, double drain_s)
                          .cancel = f_cancel, .step = f_step, .seq_len = 4096};
     S.lim = (srv_limits){.model_id = S.model_id, .seq_len = 4096, .max_tokens = 1000, .has_chat = 1};
     pthread_create(&th, NULL, serve_thread, NULL);
-    for (int i = 0; i < 500 && !__atomic_load_n(&S.port, __ATOMIC_SEQ_CST); i++)
+    for (int i = 0; i < 500 && !LOAD(S.port); i++)
         usleep(2000);
 }
 
@@ -403,6 +408,14 @@ static void *run_job(void *a)
     return NULL;
 }
 
+static int queued(void)
+{
+    pthread_mutex_lock(&S.mu);
+    int n = S.n_queued;
+    pthread_mutex_unlock(&S.mu);
+    return n;
+}
+
 static void test_concurrency(void)
 {
     /* 6 streams on 2 slots and a queue of 4: each gets its text (token counts that end on a whole character) */
@@ -426,7 +439,7 @@ static void test_concurrency(void)
     }
     /* queue full: 2 running, 4 queued, the 7th is 503 */
     int fds[6];
-    F.step_us = 20000;
+    STORE(F.step_us, 20000);
     for (int i = 0; i < 6; i++) {
         fds[i] = dial();
         send_req(fds[i], "POST", "/v1/completions", "{\"prompt\": \"p\", \"max_tokens\": 500}", NULL);
@@ -435,27 +448,27 @@ static void test_concurrency(void)
     srv_buf b = {0};
     CU_ASSERT_EQUAL(http("POST", "/v1/completions", "{\"prompt\": \"p\"}", NULL, &b), 503);
     CU_ASSERT_PTR_NOT_NULL(strstr(b.p, "queue_full"));
-    CU_ASSERT_EQUAL(F.active, 2);
+    CU_ASSERT_EQUAL(LOAD(F.active), 2);
     /* they leave: the running stop, the queued are dropped, the slots come back */
-    int early = F.ended_early;
+    int early = LOAD(F.ended_early);
     for (int i = 0; i < 6; i++)
         close(fds[i]);
-    for (int i = 0; i < 100 && (F.active || S.n_queued); i++)
+    for (int i = 0; i < 100 && (LOAD(F.active) || queued()); i++)
         usleep(20000);
-    CU_ASSERT_EQUAL(F.active, 0);
-    CU_ASSERT_EQUAL(S.n_queued, 0);
-    CU_ASSERT_EQUAL(F.ended_early - early, 2);
+    CU_ASSERT_EQUAL(LOAD(F.active), 0);
+    CU_ASSERT_EQUAL(queued(), 0);
+    CU_ASSERT_EQUAL(LOAD(F.ended_early) - early, 2);
     /* a stream left after its first event */
     int fd = dial();
     send_req(fd, "POST", "/v1/completions", "{\"prompt\": \"p\", \"max_tokens\": 500, \"stream\": true}", NULL);
     char buf[512];
     CU_ASSERT(recv(fd, buf, sizeof buf, 0) > 0);
     close(fd);
-    for (int i = 0; i < 100 && F.active; i++)
+    for (int i = 0; i < 100 && LOAD(F.active); i++)
         usleep(20000);
-    CU_ASSERT_EQUAL(F.active, 0);
-    CU_ASSERT_EQUAL(F.ended_early - early, 3);
-    F.step_us = 2000;
+    CU_ASSERT_EQUAL(LOAD(F.active), 0);
+    CU_ASSERT_EQUAL(LOAD(F.ended_early) - early, 3);
+    STORE(F.step_us, 2000);
     CU_ASSERT_EQUAL(http("POST", "/v1/completions", "{\"prompt\": \"x\", \"max_tokens\": 2}", NULL, &b), 200);
     srv_buf_free(&b);
 }
@@ -463,7 +476,7 @@ static void test_concurrency(void)
 static void test_drain(void)
 {
     /* a stop lets the running request finish */
-    F.step_us = 10000;
+    STORE(F.step_us, 10000);
     job j = {.body = "{\"prompt\": \"p\", \"max_tokens\": 30, \"stream\": true}"};
     pthread_t t;
     pthread_create(&t, NULL, run_job, &j);
@@ -478,7 +491,7 @@ static void test_drain(void)
     srv_destroy(&S);
     /* past the drain's deadline a running request is answered 503 */
     start(1, 4, 0.2);
-    F.step_us = 10000;
+    STORE(F.step_us, 10000);
     job k = {.body = "{\"prompt\": \"p\", \"max_tokens\": 900}"};
     pthread_create(&t, NULL, run_job, &k);
     usleep(100000);
