@@ -96,7 +96,7 @@ greedy="{\"prompt\": \"$prompt\", \"max_tokens\": 38, \"temperature\": 0}"
 
 run_checks() {
     local np=$1 log=$tmp/serve$1.log
-    start "$np" "$log" -m "$model" --max-batch 4 --max-queue 4 --max-tokens 200 --timeout 3 --api-key sesame \
+    start "$np" "$log" -m "$model" --max-batch 4 --max-queue 4 --max-tokens 200 --timeout 2 --api-key sesame \
         --alias stories || return
     local auth=(-H "Authorization: Bearer sesame")
     st=$(curl -s -o "$tmp/out" -w '%{http_code}' "$base/health")
@@ -155,12 +155,12 @@ run_checks() {
     t0=$SECONDS
     local slow
     slow=$(python3 "$here/serve_slow_client.py" "${base#http://}" 2>&1)
-    check '[[ $slow == "408 "* ]] && ((SECONDS - t0 >= 2 && SECONDS - t0 < 10))' \
-        "$np rank(s): a byte a second: $slow after $((SECONDS - t0)) s (--timeout 3)" "$slow"
+    check '[[ $slow == "408 "* ]] && ((SECONDS - t0 >= 1 && SECONDS - t0 < 10))' \
+        "$np rank(s): a byte a second: $slow after $((SECONDS - t0)) s (--timeout 2)" "$slow"
     # a full queue: 12 long requests at once on 4 slots and 4 waiting
     for i in $(seq 12); do
         curl -s -m 120 -o /dev/null -w '%{http_code}\n' "${auth[@]}" --data-binary \
-            "{\"prompt\": \"Once upon a time $i\", \"max_tokens\": 150, \"temperature\": 0.8}" \
+            "{\"prompt\": \"Once upon a time $i\", \"max_tokens\": 40, \"temperature\": 0.8}" \
             "$base/v1/completions" > "$tmp/q$i.st" &
     done
     wait_curls
@@ -184,7 +184,7 @@ run_checks() {
     check '[[ $st == 200 ]]' "$np rank(s): still answering after the bad inputs" "$st"
     # SIGTERM to rank 0 while a request runs: it finishes, every rank exits 0
     curl -s -m 60 -o "$tmp/last" -w '%{http_code}' "${auth[@]}" --data-binary \
-        '{"prompt": "Once upon a time", "max_tokens": 100, "temperature": 0}' "$base/v1/completions" > "$tmp/last.st" &
+        '{"prompt": "Once upon a time", "max_tokens": 60, "temperature": 0}' "$base/v1/completions" > "$tmp/last.st" &
     local cpid=$!
     sleep 0.3
     local rc=0
