@@ -2,7 +2,8 @@
 # Continuous batching (serve's engine, batch.h) through `bench --batch`: sequences of mixed prompt
 # lengths, greedy and seeded sampling, decoded alone and in a batch whose members join at different
 # steps give the same tokens (bench exits 1 naming the first difference), and the first two equal
-# generate's token loop; on 1 rank, every planner at 2 and 3 ranks, and the MoE (sparse expert
+# generate's token loop; on 1 rank, every planner at 2 and 3 ranks, layer-wise pipelined as micro-batches
+# at 3 and 4, and the MoE (sparse expert
 # dispatch), Gemma 3 (sliding-window layers, one KV head) and GPT-2 (learned positions) families.
 # The aggregate speed is printed, not judged (a benchmark's job). Bad --batch values refused.
 # usage: batch_check.sh MESHINFER MODEL.h5
@@ -15,11 +16,13 @@ bad() { echo "FAIL: $*"; fail=$((fail+1)); }
 run() { timeout 120 mpirun --allow-run-as-root -q --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 \
         --mca btl self,vader "$@"; }
 
-check() { # NP PLANNER MODEL BATCH STEPS
-    local np=$1 pl=$2 m=$3 b=$4 st=$5 out
-    out=$(run -np "$np" "$bin" bench -m "$m" --batch "$b" --repeat 1 --steps "$st" --planner "$pl" --json 2> "$tmp/err")
-    if [[ $out == *'"identical": true'* && $out == *"\"batch\": $b,"* ]]; then
-        ok "$(basename "$m") $np rank(s) $pl, batch $b: identical ($(grep -o '"ratio": [0-9.]*' <<< "$out"))"
+check() { # NP PLANNER MODEL BATCH STEPS [MICRO-BATCHES EXPECTED]
+    local np=$1 pl=$2 m=$3 b=$4 st=$5 mb=${6:-} out
+    out=$(run -np "$np" "$bin" bench -m "$m" --batch "$b" --repeat 1 --steps "$st" --planner "$pl" --json \
+          ${mb:+--micro-batches "$mb"} 2> "$tmp/err")
+    if [[ $out == *'"identical": true'* && $out == *"\"batch\": $b,"* &&
+          ( -z $mb || $out == *"\"micro_batches\": $mb,"* ) ]]; then
+        ok "$(basename "$m") $np rank(s) $pl, batch $b${mb:+, $mb micro-batches}: identical ($(grep -o '"ratio": [0-9.]*' <<< "$out"))"
     else
         bad "$(basename "$m") $np rank(s) $pl, batch $b: $(grep -v '^bench:' "$tmp/err" | tail -1)"
     fi
@@ -28,6 +31,9 @@ check() { # NP PLANNER MODEL BATCH STEPS
 check 1 greedy "$model" 8 64
 for pl in tp layerwise; do check 2 "$pl" "$model" 4 48; done
 for pl in greedy somegather hybrid; do check 3 "$pl" "$model" 4 48; done
+# layer-wise: decode passes pipelined as micro-batches through the chain of ranks (deferred sends on rank 0)
+check 3 layerwise "$model" 7 48 3
+check 4 layerwise "$model" 5 40 4
 for sh in tiny-qwen2moe tiny-gemma3 tiny-gpt2; do
     "$bin" synth --shape "$sh" --dtype q8_0 --out "$tmp/$sh.h5" > /dev/null 2>&1 || bad "synth $sh"
 done

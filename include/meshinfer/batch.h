@@ -31,6 +31,15 @@ typedef struct {
  * (the time-series family). */
 mi_batch *mi_batch_create(mi_session *ss, int max_batch, char *err);
 
+/* Decode passes go as n_micro micro-batches pipelined through the ranks
+ * where the plan is a chain through rank 0 (runtime.h mi_runtime_forward_at:
+ * layer-wise), so that different ranks work on different sequences at once;
+ * 1: one pass. The default is the number of ranks where the plan allows.
+ * mi_batch_micro: what decode passes use now (1 where the plan does not
+ * allow it). */
+void mi_batch_pipeline(mi_batch *b, int n_micro);
+int mi_batch_micro(const mi_batch *b);
+
 /* Sequences that could be added now (max_batch less those running). */
 int mi_batch_free_slots(const mi_batch *b);
 /* Sequences running (added and not yet done). */

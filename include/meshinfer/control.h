@@ -239,9 +239,11 @@ void session_close(mi_session *ss, const session_opts *o);
 float *session_forward(mi_session *ss, const int *tokens, int T, int pos0, int all_logits);
 
 /* Rank 0: the same for a pass over rows of several sequences (runtime.h
- * mi_runtime_forward_at: row t at position pos[t] of KV slot slot[t]); the
- * memory check takes every slot as full as the fullest row's. */
-float *session_forward_at(mi_session *ss, const int *tokens, int T, const int *pos, const int *slot, int T_logits);
+ * mi_runtime_forward_at: row t at position pos[t] of KV slot slot[t], in
+ * n_micro pipelined micro-batches where the plan allows); the memory check
+ * takes every slot as full as the fullest row's. */
+float *session_forward_at(mi_session *ss, const int *tokens, int T, const int *pos, const int *slot, int T_logits,
+                          int n_micro);
 
 /* Rank 0: install the plan of a phase (prefill = 1 or decode) with n_pos
  * positions cached: with a hybrid plan whose phases differ this is a

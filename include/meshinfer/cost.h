@@ -42,6 +42,13 @@ double mi_op_compute_s(const mi_plan *plan, const mi_op *op, const mi_cluster *c
 void mi_predict_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, int ph, int T, int ctx,
                      mi_prediction *out);
 
+/* Seconds of one decode pass of a batch of B sequences (batch.h), one row
+ * each at about context position ctx: the program a pass of B rows runs
+ * (prefill's; decode's for B = 1), every row's logits. B / it is the
+ * aggregate tokens/s. Modelled as one pass: pipelined micro-batches
+ * (runtime.h) are not, so for layer-wise it is an upper bound. */
+double mi_predict_batch_step(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, int ctx, int B);
+
 /* One decode step at context position ctx: mi_predict_pass(decode, T = 1). */
 void mi_predict(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, int ctx, mi_prediction *out);
 

@@ -112,10 +112,16 @@ float *mi_runtime_forward(mi_runtime *rt, const int *tokens, int T, int pos0, in
  * tokens[t] at position pos[t] of KV cache slot slot[t] (config.h kv_slots),
  * 1 <= T <= max_T. Returns the logits of the last T_logits rows ([T_logits,
  * vocab_size]; candidates as above). Each row's logits are bit for bit those
- * of the same row run alone. mi_fatal for a row outside the context or the
- * slots, or a time-series model. */
+ * of the same row run alone. With n_micro > 1, T_logits = T and a plan whose
+ * programs are a chain through rank 0 (mi_runtime_can_pipeline: layer-wise),
+ * the rows go as n_micro micro-batches (at most T, at most MI_MAX_RANKS)
+ * pipelined through the ranks: while one rank works on a micro-batch the
+ * next works on the one before; otherwise as one pass. mi_fatal for a row
+ * outside the context or the slots, or a time-series model. */
 float *mi_runtime_forward_at(mi_runtime *rt, const int *tokens, int T, const int *pos, const int *slot,
-                             int T_logits);
+                             int T_logits, int n_micro);
+/* 1 if the current plan's passes can go as pipelined micro-batches. */
+int mi_runtime_can_pipeline(const mi_runtime *rt);
 
 /* Rank 0 only, CATS's time-series family (docs/patchtst.md): one
  * forward pass over all n_patches patches of one channel, patches

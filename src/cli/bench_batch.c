@@ -11,6 +11,7 @@
 #include "bench_batch.h"
 #include "meshinfer/batch.h"
 #include "meshinfer/common.h"
+#include "meshinfer/cost.h"
 
 /* Prompts are prefixes of this story, of different lengths. */
 static const char *STORY = "Once upon a time, there was a little girl named Lily. She loved to play outside in the "
@@ -101,7 +102,7 @@ int *bench_batch_story(mi_session *ss, long steps, int *n)
     return ids;
 }
 
-void bench_batch(mi_session *ss, const int *story, int n_story, int B, long steps, int repeat, int json)
+void bench_batch(mi_session *ss, const int *story, int n_story, int B, int micro, long steps, int repeat, int json)
 {
     int gen = (int)steps - n_story;
     if (gen < 2 || n_story < 5)
@@ -111,6 +112,8 @@ void bench_batch(mi_session *ss, const int *story, int n_story, int B, long step
     mi_batch *b = mi_batch_create(ss, B, err);
     if (!b)
         mi_fatal("bench --batch: %s", err);
+    if (micro)
+        mi_batch_pipeline(b, micro);
     seq_out *alone = mi_calloc((size_t)2 * B, sizeof *alone, "sequences");
     seq_out *batched = alone + B;
     for (int i = 0; i < 2 * B; i++)
@@ -158,21 +161,30 @@ void bench_batch(mi_session *ss, const int *story, int n_story, int B, long step
     qsort(tb, (size_t)repeat, sizeof(double), cmp_double);
     qsort(ra, (size_t)repeat, sizeof(double), cmp_double);
     double tokens = (double)B * gen, a = tokens / ta[repeat / 2], bt = tokens / tb[repeat / 2];
+    /* the cost model's view of the same (decode steps at the sequences' mean position) */
+    int ctx = n_story / 2 + gen / 2;
+    double p1 = 1.0 / mi_predict_batch_step(&ss->plan, &ss->prog, &ss->cl, ctx, 1);
+    double pB = B / mi_predict_batch_step(&ss->plan, &ss->prog, &ss->cl, ctx, B);
     if (json)
         printf("{\"model\": \"%s\", \"synthetic_weights\": %s, \"n_ranks\": %d, \"batch\": %d, \"tokens_per_sequence\": "
                "%d, \"rounds\": %d, \"alone_tokens_per_s\": %.2f, \"batch_tokens_per_s\": %.2f, \"ratio\": %.4f, "
-               "\"ratio_min\": %.4f, \"ratio_max\": %.4f, \"identical\": true}\n",
+               "\"ratio_min\": %.4f, \"ratio_max\": %.4f, \"micro_batches\": %d, \"predicted_alone_tokens_per_s\": %.2f, "
+               "\"predicted_batch_tokens_per_s\": %.2f, \"identical\": true}\n",
                ss->cfg.name, ss->cfg.synthetic ? "true" : "false", ss->size, B, gen, repeat, a, bt, ra[repeat / 2],
-               ra[0], ra[repeat - 1]);
+               ra[0], ra[repeat - 1], mi_batch_micro(b), p1, pB);
     else {
         printf("model            %s%s, %d rank%s, planner %s\n", ss->cfg.name,
                ss->cfg.synthetic ? " [synthetic weights]" : "", ss->size, ss->size > 1 ? "s" : "",
                mi_planner_name(ss->plan.planner));
         printf("sequences        %d of %d tokens each (prompts of 4 to %d tokens; greedy and sampled)\n", B, gen,
                n_story);
+        printf("decode passes    %d micro-batch%s%s\n", mi_batch_micro(b), mi_batch_micro(b) > 1 ? "es" : "",
+               mi_batch_micro(b) > 1 ? ", pipelined through the ranks" : "");
         printf("alone            %.1f tokens/s (one sequence at a time; median of %d rounds)\n", a, repeat);
         printf("batch of %-7d %.1f tokens/s aggregate: %.2fx (per round %.2f-%.2fx)\n", B, bt, ra[repeat / 2], ra[0],
                ra[repeat - 1]);
+        printf("predicted        %.1f tokens/s alone, %.1f batched (cost model, decode steps as one pass)\n", p1,
+               pB);
         printf("identical        yes: every sequence's tokens alone = in a batch joined at different steps = generate's\n");
     }
     for (int i = 0; i < 2 * B; i++)

@@ -38,6 +38,9 @@ static void help(void)
            "                   decoded one at a time and together in a batch (serve's continuous\n"
            "                   batching), aggregate tokens/s of both in alternating rounds, and a check\n"
            "                   that batching changes no sequence's tokens (exit 1 if it does)\n"
+           "  --micro-batches M  with --batch: decode passes as M micro-batches pipelined through the\n"
+           "                   ranks where the plan is a chain (layer-wise; default: the rank count;\n"
+           "                   1: one pass)\n"
            "%s", SESSION_HELP);
 }
 
@@ -103,7 +106,7 @@ static pass_result run_pass(fwd_fn f, void *ctx, mi_session *ss, int vocab, cons
 typedef struct {
     const char *model, *prompt, *base_model;
     long steps, stream_mb; /* steps 0: min(256, seq_len), set once the model is open */
-    int repeat, threads, json, baseline, batch;
+    int repeat, threads, json, baseline, batch, micro;
     session_opts so;
 } bench_opts;
 
@@ -120,6 +123,7 @@ static int parse_options(int argc, char **argv, bench_opts *op)
                                          {"threads", required_argument, 0, 'T'},
                                          {"json", no_argument, 0, 'j'},
                                          {"batch", required_argument, 0, 'b'},
+                                         {"micro-batches", required_argument, 0, 'u'},
                                          {"help", no_argument, 0, 'h'},
                                          SESSION_LONG_OPTS,
                                          {0, 0, 0, 0}};
@@ -138,6 +142,7 @@ static int parse_options(int argc, char **argv, bench_opts *op)
         case 'T': op->threads = (int)mi_parse_long("--threads", optarg, 1, 256); break;
         case 'j': op->json = 1; break;
         case 'b': op->batch = (int)mi_parse_long("--batch", optarg, 1, 64); break;
+        case 'u': op->micro = (int)mi_parse_long("--micro-batches", optarg, 1, MI_MAX_RANKS); break;
         case 'h': help(); return 1;
         default:
             if (!session_opt(&op->so, o, optarg))
@@ -150,6 +155,8 @@ static int parse_options(int argc, char **argv, bench_opts *op)
     if (op->batch && (op->base_model || !op->baseline || op->stream_mb != 128))
         mi_fatal("bench: --batch has its own baseline (the same sequences one at a time): drop --baseline-model, "
                  "--no-baseline and --stream-mb");
+    if (op->micro && !op->batch)
+        mi_fatal("bench: --micro-batches goes with --batch");
     if (op->base_model && !op->baseline)
         mi_fatal("bench: --baseline-model and --no-baseline contradict each other");
     return 0;
@@ -351,7 +358,7 @@ int cmd_bench(int argc, char **argv)
         int n_story = 0, *story = NULL;
         if (rank == 0) {
             story = bench_batch_story(&ss, op.steps, &n_story);
-            bench_batch(&ss, story, n_story, op.batch, op.steps, op.repeat, op.json);
+            bench_batch(&ss, story, n_story, op.batch, op.micro, op.steps, op.repeat, op.json);
             mi_runtime_stop(ss.rt);
         } else {
             mi_runtime_serve(ss.rt);

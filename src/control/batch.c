@@ -30,6 +30,7 @@ typedef struct {
 struct mi_batch {
     mi_session *ss;
     int max;
+    int micro;          /* micro-batches of a decode pass (pipelined where the plan allows) */
     seq *s;             /* [max]: sequence i in KV slot i */
     int *tok, *row_seq; /* [max] a decode pass's rows: tokens, their sequences */
     int *pos, *slot;    /* [max_T] a pass's rows: positions, KV slots */
@@ -49,6 +50,7 @@ mi_batch *mi_batch_create(mi_session *ss, int max_batch, char *err)
     mi_batch *b = mi_calloc(1, sizeof *b, "batch");
     b->ss = ss;
     b->max = max_batch;
+    b->micro = mi_runtime_can_pipeline(ss->rt) ? ss->size : 1;
     b->s = mi_calloc((size_t)max_batch, sizeof *b->s, "batch sequences");
     b->tok = mi_malloc((2 * (size_t)max_batch + 2 * (size_t)ss->max_T) * sizeof(int), "batch rows");
     b->row_seq = b->tok + max_batch;
@@ -56,6 +58,10 @@ mi_batch *mi_batch_create(mi_session *ss, int max_batch, char *err)
     b->slot = b->pos + ss->max_T;
     return b;
 }
+
+void mi_batch_pipeline(mi_batch *b, int n_micro) { b->micro = n_micro > 1 ? n_micro : 1; }
+
+int mi_batch_micro(const mi_batch *b) { return mi_runtime_can_pipeline(b->ss->rt) ? b->micro : 1; }
 
 int mi_batch_active(const mi_batch *b)
 {
@@ -172,7 +178,7 @@ static void prefill(mi_batch *b, int i)
         int T = q->n_prompt - p < ss->max_T ? q->n_prompt - p : ss->max_T;
         for (int t = 0; t < T; t++)
             b->pos[t] = p + t, b->slot[t] = i;
-        logits = session_forward_at(ss, q->prompt + p, T, b->pos, b->slot, 1);
+        logits = session_forward_at(ss, q->prompt + p, T, b->pos, b->slot, 1, 1);
         p += T;
     }
     q->prefilled = 1;
@@ -201,7 +207,7 @@ int mi_batch_step(mi_batch *b)
     }
     if (T > 0) {
         session_phase(ss, 0, positions_held(b));
-        float *logits = session_forward_at(ss, b->tok, T, b->pos, b->slot, T);
+        float *logits = session_forward_at(ss, b->tok, T, b->pos, b->slot, T, b->micro);
         for (int t = 0; t < T; t++)
             choose(b, &b->s[b->row_seq[t]], logits + (size_t)t * ss->cfg.vocab_size);
     }

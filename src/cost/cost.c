@@ -71,16 +71,17 @@ typedef struct {
     const mi_programs *p;
     const mi_cluster *cl;
     int T;
+    int T_logits; /* rows whose logits are wanted: 1, a batch's every row */
 } sim;
 
 /* One message of exchange xid from member a to member b: latency plus
- * transfer, in seconds (logits travel for the last position only). */
+ * transfer, in seconds (logits travel for the T_logits rows only). */
 static double msg_s(const sim *s, int xid, int a, int b)
 {
     const mi_programs *p = s->p;
     const mi_comm *cm = &p->comms[p->xchg[xid].comm];
     int A = cm->members[a], B = cm->members[b];
-    double npos = p->xchg[xid].buf == MI_BUF_LOGITS ? 1 : s->T, bytes = npos * mi_exchange_bytes(p, xid, a, b);
+    double npos = p->xchg[xid].buf == MI_BUF_LOGITS ? s->T_logits : s->T, bytes = npos * mi_exchange_bytes(p, xid, a, b);
     double lat = mi_cluster_latency(s->cl, A, B);
     /* past the eager limit the sender waits for the receiver's go-ahead first */
     return lat * (bytes > s->cl->eager_bytes ? 3 : 1) + bytes / mi_cluster_bandwidth(s->cl, A, B);
@@ -168,10 +169,38 @@ static void complete(const sim *s, int xid, const double *post, double *ready)
     }
 }
 
+/* A compute op with the logits of T_logits rows. */
+static double op_s(const mi_plan *plan, const mi_op *op, const mi_cluster *cl, int r, int T, int T_logits, int ctx)
+{
+    double t = mi_op_compute_s(plan, op, cl, r, T, ctx);
+    if (op->kind == MI_OP_LOGITS && T_logits > 1) {
+        const mi_device *d = &cl->dev[r];
+        double e = (double)op->n * plan->cfg.dim;
+        t += mat_s(d, plan->cfg.cls_dtype, e, T_logits) - mat_s(d, plan->cfg.cls_dtype, e, 1);
+    }
+    return t;
+}
+
+static void predict_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, int phase, int T,
+                         int T_logits, int ctx, mi_prediction *out);
+
 void mi_predict_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, int phase, int T, int ctx,
                      mi_prediction *out)
 {
-    sim s = {p, cl, T};
+    predict_pass(plan, p, cl, phase, T, 1, ctx, out);
+}
+
+double mi_predict_batch_step(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, int ctx, int B)
+{
+    mi_prediction pr;
+    predict_pass(plan, p, cl, B == 1 ? MI_PHASE_DECODE : MI_PHASE_PREFILL, B, B, ctx, &pr);
+    return pr.token_s;
+}
+
+static void predict_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, int phase, int T,
+                         int T_logits, int ctx, mi_prediction *out)
+{
+    sim s = {p, cl, T, T_logits};
     int n = plan->n_ranks;
     memset(out, 0, sizeof *out);
     double ready[MI_MAX_RANKS] = {0};
@@ -190,7 +219,7 @@ void mi_predict_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster
                 if (op->kind == MI_OP_POST) {
                     post[op->xid] = ready[r];
                 } else if (!mi_op_is_comm(op->kind)) {
-                    double t = mi_op_compute_s(plan, op, cl, r, T, ctx);
+                    double t = op_s(plan, op, cl, r, T, T_logits, ctx);
                     ready[r] += t;
                     out->busy_s[r] += t;
                 } else {

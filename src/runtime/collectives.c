@@ -130,6 +130,44 @@ void rt_unpack_set(mi_runtime *rt, int wire, const void *in, int T, const mi_col
  * the root sends (MPI_Bcast's binomial tree takes log2(n) hops). A
  * non-blocking broadcast sends from its own copy and stays pending at the
  * root (rt_complete_pending); the receivers wait for it. */
+/* A root's broadcast while rank 0 pipelines micro-batches: the message from
+ * a copy of its own (the buffers are the next micro-batch's), sends not
+ * waited for. */
+static void bcast_deferred(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *f, size_t rows,
+                           size_t bytes)
+{
+    const mi_colset *s = &x->send[x->root];
+    float *buf = rt->buf[x->buf];
+    int W = rt->width[x->buf], n = rt->prog.comms[x->comm].n_members;
+    if (rt->n_dreq + n > rt->cap_d || rt->n_dbuf + 1 > rt->cap_d) {
+        rt->cap_d = 2 * rt->cap_d + n + 8;
+        MPI_Request *r = realloc(rt->dreq, (size_t)rt->cap_d * sizeof *rt->dreq);
+        void **b = realloc(rt->dbuf, (size_t)rt->cap_d * sizeof *rt->dbuf);
+        if (!r || !b)
+            mi_fatal("out of memory for deferred sends");
+        rt->dreq = r, rt->dbuf = b;
+    }
+    unsigned char *msg = mi_malloc(bytes, "deferred message");
+    rt->dbuf[rt->n_dbuf++] = msg;
+    rt_pack_set(rt, x->wire, buf, W, f->T, s, msg);
+    if (x->flag)
+        memcpy(msg + rows, buf + (size_t)f->T * W, 4);
+    for (int j = 0; j < n; j++)
+        if (j != x->root)
+            MPI_Isend(msg, (int)bytes, MPI_BYTE, j, TAG_XCHG, xr->comm, &rt->dreq[rt->n_dreq++]);
+    rt->m.bytes_sent += (double)bytes * (n - 1);
+}
+
+double rt_complete_deferred(mi_runtime *rt)
+{
+    double t0 = mi_now();
+    rt_waitall(rt->n_dreq, rt->dreq);
+    for (int i = 0; i < rt->n_dbuf; i++)
+        free(rt->dbuf[i]);
+    rt->n_dreq = rt->n_dbuf = 0;
+    return mi_now() - t0;
+}
+
 double rt_bcast(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, int nonblocking, const fwd *f)
 {
     const mi_colset *s = &x->send[x->root];
@@ -142,6 +180,10 @@ double rt_bcast(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, int nonblocki
     int in_place = !nonblocking && x->wire == MI_F32 && s->n_runs == 1 && s->count == W;
     unsigned char *msg = in_place ? (unsigned char *)buf : nonblocking ? rt->zwire : rt->wbuf;
     double t0 = mi_now();
+    if (root && rt->defer) {
+        bcast_deferred(rt, x, xr, f, rows, bytes);
+        return mi_now() - t0;
+    }
     if (root) {
         if (!in_place) {
             rt_pack_set(rt, x->wire, buf, W, T, s, msg);

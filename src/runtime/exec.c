@@ -365,11 +365,15 @@ static const op_fn exec_table[MI_N_OPS] = {
     [MI_OP_ROUTE] = op_route,           [MI_OP_DISPATCH] = op_dispatch, [MI_OP_COMBINE] = op_combine,
 };
 
-void rt_run_program(mi_runtime *rt, const fwd *f)
+const mi_program *rt_program_of(const mi_runtime *rt, const fwd *f)
 {
-    const mi_program *g = &rt->prog.prog[f->T == 1 ? MI_PHASE_DECODE : MI_PHASE_PREFILL][rt->rank];
-    double sent0 = rt->m.bytes_sent, recv0 = rt->m.bytes_recv;
-    for (int i = 0; i < g->n_ops; i++) {
+    return &rt->prog.prog[f->T == 1 ? MI_PHASE_DECODE : MI_PHASE_PREFILL][rt->rank];
+}
+
+void rt_run_ops(mi_runtime *rt, const fwd *f, int i0, int i1)
+{
+    const mi_program *g = rt_program_of(rt, f);
+    for (int i = i0; i < i1; i++) {
         const mi_op *op = &g->ops[i];
         double comm = 0;
         int is_comm = mi_op_is_comm(op->kind);
@@ -396,6 +400,10 @@ void rt_run_program(mi_runtime *rt, const fwd *f)
         if (op->kind == MI_OP_MOE && rt->trace && rt->n_ev > 0)
             rt->ev[rt->n_ev - 1].routed = rt->routed;
     }
+}
+
+void rt_pass_done(mi_runtime *rt, const fwd *f, double sent0, double recv0)
+{
     rt->m.comm += rt_complete_pending(rt);
     rt->m.forwards++;
     rt->m.positions += f->T;
@@ -404,4 +412,11 @@ void rt_run_program(mi_runtime *rt, const fwd *f)
         rt->m.decode_bytes_sent += rt->m.bytes_sent - sent0;
         rt->m.decode_bytes_recv += rt->m.bytes_recv - recv0;
     }
+}
+
+void rt_run_program(mi_runtime *rt, const fwd *f)
+{
+    double sent0 = rt->m.bytes_sent, recv0 = rt->m.bytes_recv;
+    rt_run_ops(rt, f, 0, rt_program_of(rt, f)->n_ops);
+    rt_pass_done(rt, f, sent0, recv0);
 }

@@ -90,6 +90,14 @@ struct mi_runtime {
     int moe_nout;
     float *moe_in;             /* [max_T * (k + 1), dim] the root: the members' rows, decoded */
     unsigned char *moe_wire;   /* dispatch and combine messages */
+    /* pipelined micro-batches (runtime.c forward_micro): rank 0 runs every micro-batch's ops up to its
+     * first receive before any receive, so its broadcasts then must not wait: with defer set they send
+     * from copies of their own, completed at the end of the pass */
+    int defer;
+    MPI_Request *dreq;         /* [cap_d] the deferred sends */
+    void **dbuf;               /* [cap_d] their copies */
+    int n_dreq, n_dbuf, cap_d;
+    float *logits_all;         /* [max_T, vocab] every micro-batch's logits, in row order */
     double t_origin, idle_since;
 };
 
@@ -113,6 +121,12 @@ void rt_free_comms(mi_runtime *rt);
 
 /* exec.c */
 void rt_run_program(mi_runtime *rt, const fwd *f);
+/* The pieces of rt_run_program: the program a pass runs (by its T), ops
+ * [i0, i1) of it, and the pass's end (pending sends, counters; sent0 and
+ * recv0 the byte counters before it). */
+const mi_program *rt_program_of(const mi_runtime *rt, const fwd *f);
+void rt_run_ops(mi_runtime *rt, const fwd *f, int i0, int i1);
+void rt_pass_done(mi_runtime *rt, const fwd *f, double sent0, double recv0);
 
 /* collectives.c: each returns seconds spent in MPI calls */
 void rt_waitall(int n, MPI_Request *req);
@@ -120,6 +134,8 @@ void rt_set_spin(double s);
 double rt_complete_pending(mi_runtime *rt);
 void rt_poke(mi_runtime *rt);
 double rt_bcast(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, int nonblocking, const fwd *f);
+/* The deferred sends of a pipelined pass complete (rt->defer). */
+double rt_complete_deferred(mi_runtime *rt);
 double rt_put(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *f);
 double rt_allreduce(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const mi_op *op, const fwd *f);
 double rt_allgatherv(mi_runtime *rt, const mi_exchange *x, xchg_rt *xr, const fwd *f);

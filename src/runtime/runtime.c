@@ -132,8 +132,89 @@ float *mi_runtime_forward(mi_runtime *rt, const int *tokens, int T, int pos0, in
     return rt->buf[MI_BUF_LOGITS];
 }
 
+/* Where rank 0's program g splits for pipelining: the index of its first
+ * receive, when every communication before it is a broadcast rank 0 roots,
+ * that receive is a broadcast from one other rank, and only compute follows
+ * (a chain: layer-wise, and hybrid placements of that shape); else -1. Then
+ * the workers can carry a micro-batch through to rank 0 while rank 0 sends
+ * the next, and no rank waits for a message rank 0 has not sent yet. */
+static int pipeline_split(const mi_runtime *rt, const mi_program *g)
+{
+    int split = -1;
+    for (int i = 0; i < g->n_ops; i++) {
+        const mi_op *op = &g->ops[i];
+        if (!mi_op_is_comm(op->kind))
+            continue;
+        if (split >= 0 || op->kind != MI_OP_BCAST)
+            return -1;
+        if (rt->xr[op->xid].me != rt->prog.xchg[op->xid].root)
+            split = i;
+    }
+    return split;
+}
+
+int mi_runtime_can_pipeline(const mi_runtime *rt)
+{
+    if (rt->size < 2)
+        return 0;
+    for (int ph = 0; ph < MI_N_PHASES; ph++)
+        if (pipeline_split(rt, &rt->prog.prog[ph][0]) < 0)
+            return 0;
+    return 1;
+}
+
+/* The command of a pass over rows (CMD_FORWARD_AT) to every worker. */
+static void send_rows_cmd(mi_runtime *rt, const int *tokens, int T, const int *pos, const int *slot, int T_logits)
+{
+    int *m = rt->cmd, n = 4;
+    m[0] = CMD_FORWARD_AT, m[1] = T, m[2] = 0, m[3] = T_logits;
+    if (rt->prog.embed_all) {
+        memcpy(m + 4, tokens, (size_t)T * sizeof(int));
+        n += T;
+    }
+    memcpy(m + n, pos, (size_t)T * sizeof(int));
+    memcpy(m + n + T, slot, (size_t)T * sizeof(int));
+    if (rt->size > 1)
+        send_words(rt, n + 2 * T);
+}
+
+/* n_micro micro-batches of the rows, pipelined (see pipeline_split): rank 0
+ * runs each one's ops up to its first receive, sends deferred, then each
+ * one's rest, collecting the logits. Every row is computed as in one pass. */
+static float *forward_micro(mi_runtime *rt, const int *tokens, int T, const int *pos, const int *slot, int n_micro)
+{
+    int V = rt->width[MI_BUF_LOGITS];
+    if (!rt->logits_all)
+        rt->logits_all = mi_malloc((size_t)rt->max_T * (size_t)V * sizeof(float), "logits");
+    int at[MI_MAX_RANKS + 1], split[MI_MAX_RANKS];
+    for (int k = 0; k <= n_micro; k++)
+        at[k] = (int)((long)T * k / n_micro);
+    double sent0 = rt->m.bytes_sent, recv0 = rt->m.bytes_recv;
+    for (int k = 0; k < n_micro; k++) {
+        int a = at[k], Tk = at[k + 1] - a;
+        fwd f = {Tk, 0, Tk, pos + a, slot + a};
+        split[k] = pipeline_split(rt, rt_program_of(rt, &f));
+        send_rows_cmd(rt, tokens + a, Tk, pos + a, slot + a, Tk);
+        memcpy(rt->tokens, tokens + a, (size_t)Tk * sizeof(int));
+        rt->defer = 1;
+        rt_run_ops(rt, &f, 0, split[k]);
+        rt->defer = 0;
+    }
+    for (int k = 0; k < n_micro; k++) {
+        int a = at[k], Tk = at[k + 1] - a;
+        fwd f = {Tk, 0, Tk, pos + a, slot + a};
+        rt_run_ops(rt, &f, split[k], rt_program_of(rt, &f)->n_ops);
+        memcpy(rt->logits_all + (size_t)a * V, rt->buf[MI_BUF_LOGITS], (size_t)Tk * V * sizeof(float));
+    }
+    rt->m.comm += rt_complete_deferred(rt);
+    fwd all = {T, 0, T, pos, slot};
+    rt_pass_done(rt, &all, sent0, recv0);
+    rt->m.forwards += n_micro - 1; /* each micro-batch is a pass on the workers */
+    return rt->logits_all;
+}
+
 float *mi_runtime_forward_at(mi_runtime *rt, const int *tokens, int T, const int *pos, const int *slot,
-                             int T_logits)
+                             int T_logits, int n_micro)
 {
     const mi_config *c = &rt->plan.cfg;
     if (T < 1 || T > rt->max_T || T_logits < 1 || T_logits > T || c->family == MI_FAMILY_PATCHTST)
@@ -144,24 +225,24 @@ float *mi_runtime_forward_at(mi_runtime *rt, const int *tokens, int T, const int
                      pos[t], slot[t], c->seq_len, mi_config_kv_slots(c));
     double t0 = mi_now();
     rt->m.idle += t0 - rt->idle_since;
-    /* the command carries the positions and slots every rank's attention needs */
-    int *m = rt->cmd, n = 4;
-    m[0] = CMD_FORWARD_AT, m[1] = T, m[2] = 0, m[3] = T_logits;
-    if (rt->prog.embed_all) {
-        memcpy(m + 4, tokens, (size_t)T * sizeof(int));
-        n += T;
+    float *logits;
+    if (n_micro > T)
+        n_micro = T;
+    if (n_micro > MI_MAX_RANKS)
+        n_micro = MI_MAX_RANKS;
+    if (n_micro > 1 && T_logits == T && mi_runtime_can_pipeline(rt)) {
+        logits = forward_micro(rt, tokens, T, pos, slot, n_micro);
+    } else {
+        /* the command carries the positions and slots every rank's attention needs */
+        send_rows_cmd(rt, tokens, T, pos, slot, T_logits);
+        fwd f = {T, 0, T_logits, pos, slot};
+        memcpy(rt->tokens, tokens, (size_t)T * sizeof(int));
+        rt_run_program(rt, &f);
+        logits = rt->buf[MI_BUF_LOGITS];
     }
-    memcpy(m + n, pos, (size_t)T * sizeof(int));
-    memcpy(m + n + T, slot, (size_t)T * sizeof(int));
-    fwd f = {T, 0, T_logits, m + n, m + n + T};
-    n += 2 * T;
-    if (rt->size > 1)
-        send_words(rt, n);
-    memcpy(rt->tokens, tokens, (size_t)T * sizeof(int));
-    rt_run_program(rt, &f);
     rt->idle_since = mi_now();
     rt_record(rt, TRACE_FORWARD, -1, t0, rt->idle_since);
-    return rt->buf[MI_BUF_LOGITS];
+    return logits;
 }
 
 float *mi_runtime_forecast(mi_runtime *rt, const float *patches)

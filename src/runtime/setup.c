@@ -105,6 +105,11 @@ void rt_teardown(mi_runtime *rt)
     rt->moe_wire = NULL;
     free(rt->cmd);
     rt->cmd = NULL;
+    free(rt->dreq);
+    free(rt->dbuf);
+    free(rt->logits_all);
+    rt->dreq = NULL, rt->dbuf = NULL, rt->logits_all = NULL;
+    rt->n_dreq = rt->n_dbuf = rt->cap_d = 0;
     rt->held = NULL;
     rt->tokens = rt->counts = NULL;
     rt->wbuf = rt->zwire = NULL;

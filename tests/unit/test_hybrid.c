@@ -183,6 +183,22 @@ static void test_prefill_cost(void)
     /* TPOT over 9 steps from 10 = the step at context 14 */
     mi_predict(&p, &prog, &cl, 14, &a);
     NEAR(mi_predict_tpot(&p, &prog, &cl, 10, 9), a.token_s, 1e-12);
+    /* a batched decode pass: B = 1 is the decode step; B = 8 rows stream the
+     * weights once (pos_s a tenth of pass_s here) and rank 0 computes every
+     * row's logits: dearer than one step, far cheaper than eight */
+    NEAR(mi_predict_batch_step(&p, &prog, &cl, 14, 1), a.token_s, 1e-12);
+    double b8 = mi_predict_batch_step(&p, &prog, &cl, 14, 8);
+    mi_predict_pass(&p, &prog, &cl, MI_PHASE_PREFILL, 8, 14, &b);
+    CU_ASSERT(b8 > b.token_s); /* ... the logits of 8 rows, not of the last one */
+    CU_ASSERT(b8 > 1.5 * a.token_s && b8 < 3 * a.token_s);
+    /* KV cache slots multiply the KV cache a shard holds, and the plan's account of it */
+    size_t w1, kv1, w2, kv2;
+    mi_plan_rank_memory(&p, 1, &w1, &kv1);
+    p.cfg.kv_slots = 3;
+    mi_plan_rank_memory(&p, 1, &w2, &kv2);
+    p.cfg.kv_slots = 0;
+    CU_ASSERT_EQUAL(w2, w1);
+    CU_ASSERT_EQUAL(kv2, 3 * kv1);
     mi_programs_free(&prog);
     mi_plan_free(&p);
     mi_cluster_free(&cl);
