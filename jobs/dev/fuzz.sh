@@ -7,8 +7,9 @@
 # safetensors files and folder indexes (the importers' readers), HDF5 model
 # files (the loader, as `meshinfer check` runs it: its seeds are small
 # synthetic models the harness writes into BUILD/seeds/hdf5, since the
-# repository keeps no model files) and the command line (every one-device
-# command run on argument lists, in a scratch directory). Starts
+# repository keeps no model files), the command line (every one-device
+# command run on argument lists, in a scratch directory) and meshinfer
+# serve's request bodies with its stop-string streamer. Starts
 # from the seed corpus in fuzz/corpus/HARNESS/ (new inputs that reach new
 # code go to BUILD/corpus/HARNESS, the repository's seeds stay as they are);
 # a crash is saved as BUILD/crash-HARNESS-* and makes the run fail: fix it and
@@ -19,7 +20,8 @@
 #   --jobs N         harnesses fuzzed at once, each on one core (default 1;
 #                    the test suite runs 2)
 #   --build-dir DIR  the clang tree (default build-fuzz)
-#   HARNESS          cluster plan tokenizer tokenizer_json checkpoint sidefiles gguf safetensors hdf5 cmdline (default all)
+#   HARNESS          cluster plan tokenizer tokenizer_json checkpoint sidefiles gguf safetensors hdf5 cmdline
+#                    openai (default all)
 set -uo pipefail
 . "$(dirname "$0")/../lib/common.sh"
 fail_status=2
@@ -30,11 +32,11 @@ while (($#)); do
         --jobs) need_value "$@"; opt_int "$1" "$2" 1 64; jobs=$2; shift 2 ;;
         --build-dir) need_value "$@"
                      dir=$(realpath -m -- "$2"); shift 2 ;; # the runs happen inside it
-        cluster|plan|tokenizer|tokenizer_json|checkpoint|sidefiles|gguf|safetensors|hdf5|cmdline) harnesses+=("$1"); shift ;;
+        cluster|plan|tokenizer|tokenizer_json|checkpoint|sidefiles|gguf|safetensors|hdf5|cmdline|openai) harnesses+=("$1"); shift ;;
         *) bad_option "$1" ;;
     esac
 done
-((${#harnesses[@]})) || harnesses=(cluster plan tokenizer tokenizer_json checkpoint sidefiles gguf safetensors hdf5 cmdline)
+((${#harnesses[@]})) || harnesses=(cluster plan tokenizer tokenizer_json checkpoint sidefiles gguf safetensors hdf5 cmdline openai)
 command -v clang > /dev/null || { echo "fuzz: clang is not installed (apt-get install clang): skipped" >&2; exit 77; }
 flags="-g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined"
 echo "fuzz: building $dir with clang" >&2

@@ -18,6 +18,7 @@ static const struct {
 } commands[] = {
     {"generate", cmd_generate, "generate text from a prompt (streams tokens)", 1},
     {"chat", cmd_chat, "talk with a chat model in its own template (keeps the conversation, streams)", 1},
+    {"serve", cmd_serve, "serve the model over HTTP with OpenAI's API (completions, chat, streaming, metrics)", 1},
     {"perplexity", cmd_perplexity, "mean NLL and perplexity of a text file", 1},
     {"forecast", cmd_forecast, "forecast a multivariate series with a time-series model (CATS)", 1},
     {"bench", cmd_bench, "TTFT, TPOT, decode tokens/s and weight bandwidth vs STREAM triad", 1},

@@ -108,6 +108,9 @@ check $E/series_quality.sh "" "" --devices:int:257 --seeds:int:1001 --epochs:int
     --max-samples:int:100000001 --ratios:num:1 --dropout:num:1.5 --only:word:both --datasets:str --out:str
 check $E/series_testbed.sh "" "" --slowdown:num:1001 --cpu-pct:int:101 --rate-mbit:num:1000001 --delay-ms:num:60001 \
     --devices:int:257 --windows:int:1000001 --wire-dtype:word:fp8 --model:file --out:str
+check $E/serve_load.sh "" "" --model:file --np:int:65 --max-batch:int:257 --requests:int:100001 \
+    --concurrency:int:1025 --stream-pct:num:101 --cancel-pct:num:101 --min-tokens:int:4097 --max-tokens:int:4097 \
+    --seed:int:1000000001 --name:word:a/b
 check $E/somegather_quality.sh "" "" --ranks:int:257 --seeds:int:1001 --model:file --out:str
 check $E/somegather_testbed.sh "" "" --out:str
 check $E/voltron.sh "" "" --steps:int:1000001 --out:str

@@ -1,0 +1,92 @@
+/* The scheduler's engine over an open session (see internal.h): prompts
+ * through the tokenizer or the chat template, tokens back to bytes, the
+ * sequences in the session's continuous batch (batch.h). mi_server_run. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "meshinfer/common.h"
+
+typedef struct {
+    mi_session *ss;
+    mi_batch *b;
+    const char *tmpl;        /* --chat-template, or NULL: the file's */
+} engine;
+
+static int *encode(void *ctx, const srv_params *p, int *n, srv_error *e)
+{
+    engine *g = ctx;
+    char err[MI_ERRLEN] = "";
+    int *ids = NULL;
+    *n = 0;
+    if (p->route == SRV_CHAT) {
+        mi_chat_msg *m = mi_calloc((size_t)p->n_msgs, sizeof *m, "chat messages");
+        for (int i = 0; i < p->n_msgs; i++)
+            m[i] = (mi_chat_msg){p->roles[i], p->contents[i]};
+        ids = session_encode_chat(g->ss, m, p->n_msgs, g->tmpl, MI_CHAT_GEN | (p->no_thinking ? MI_CHAT_NO_THINKING : 0),
+                                  n, err);
+        free(m);
+        if (!ids) {
+            srv_fail(e, 400, "invalid_request_error", strstr(err, "context") ? "context_length_exceeded" : NULL,
+                     "messages", "%s", err);
+            return NULL;
+        }
+        return ids;
+    }
+    size_t len = strlen(p->prompt);
+    ids = mi_malloc((len + 3) * sizeof(int), "prompt tokens");
+    *n = mi_tokenizer_encode(&g->ss->tok, p->prompt, 1, ids, err);
+    if (*n < 0) {
+        free(ids);
+        srv_fail(e, 400, "invalid_request_error", NULL, "prompt", "'prompt': %s", err);
+        return NULL;
+    }
+    if (*n == 0) {
+        free(ids);
+        srv_fail(e, 400, "invalid_request_error", NULL, "prompt", "'prompt' is empty (and this tokenizer adds no BOS)");
+        return NULL;
+    }
+    return ids;
+}
+
+static const char *decode(void *ctx, int prev, int token, int *len)
+{
+    engine *g = ctx;
+    return mi_tokenizer_decode(&g->ss->tok, prev, token, len);
+}
+
+static int free_slots(void *ctx) { return mi_batch_free_slots(((engine *)ctx)->b); }
+static int add(void *ctx, const mi_gen_request *rq, const mi_seq_hooks *hk, char *err)
+{
+    return mi_batch_add(((engine *)ctx)->b, rq, hk, err);
+}
+static void cancel(void *ctx, int id) { mi_batch_cancel(((engine *)ctx)->b, id); }
+static int step(void *ctx) { return mi_batch_step(((engine *)ctx)->b); }
+
+int mi_server_run(mi_session *ss, const mi_server_opts *o, const char *model_id, char *err)
+{
+    engine g = {.ss = ss, .tmpl = o->chat_template};
+    char cerr[MI_ERRLEN] = "";
+    int has_chat = session_chat_kind(ss, o->chat_template, cerr) >= 0;
+    if (o->chat_template && !has_chat)
+        return mi_set_error(err, "serve: --chat-template %s: %s", o->chat_template, cerr);
+    g.b = mi_batch_create(ss, o->max_batch, err);
+    if (!g.b)
+        return -1;
+    srv *s = mi_calloc(1, sizeof *s, "server");
+    srv_init(s, o);
+    snprintf(s->model_id, sizeof s->model_id, "%s", model_id);
+    s->eng = (srv_engine){.ctx = &g, .encode = encode, .decode = decode, .free_slots = free_slots, .add = add,
+                          .cancel = cancel, .step = step, .seq_len = ss->cfg.seq_len};
+    s->lim = (srv_limits){.model_id = s->model_id, .seq_len = ss->cfg.seq_len, .max_tokens = o->max_tokens,
+                          .has_chat = has_chat};
+    if (!has_chat)
+        snprintf(s->note, sizeof s->note, "%s has no chat template: /v1/chat/completions answers 400 (%s)", model_id,
+                 cerr);
+    int rc = srv_run(s, err);
+    mi_batch_free(g.b);
+    srv_destroy(s);
+    free(s);
+    return rc;
+}
