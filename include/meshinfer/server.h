@@ -19,6 +19,8 @@ typedef struct {
     int port;                /* 0: any free port (the start line names it) */
     const char *api_key;     /* Bearer key the /v1 routes need, or NULL */
     int max_batch;           /* sequences decoding together (>= 1) */
+    int micro_batches;       /* decode passes as this many pipelined micro-batches where the plan is a
+                                chain (batch.h mi_batch_pipeline); 0: the batch's default */
     int max_queue;           /* requests waiting for a slot before 503 (>= 0) */
     size_t max_body;         /* request body bytes (413 past it) */
     int max_tokens;          /* the largest max_tokens a request may ask for */

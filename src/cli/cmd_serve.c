@@ -30,6 +30,9 @@ static void help(void)
            "                          instead of the model file's template\n"
            "      --max-batch N       sequences decoding together, each in its own KV cache slot (default 1,\n"
            "                          at most 64)\n"
+           "      --micro-batches M   decode passes as M micro-batches pipelined through the ranks where the\n"
+           "                          plan is a chain (layer-wise): ranks work on different sequences at once\n"
+           "                          (default: the rank count; 1: one pass)\n"
            "      --max-queue N       requests waiting for a slot; more are answered 503 (default 64)\n"
            "      --max-body BYTES    largest request body (default 1048576); larger: 413 unread\n"
            "      --max-tokens N      the largest max_tokens a request may ask for (default 4096; never past\n"
@@ -62,6 +65,7 @@ static const struct option serve_opts[] = {
     {"max-body", required_argument, 0, 3008},   {"max-tokens", required_argument, 0, 3009},
     {"timeout", required_argument, 0, 3010},    {"drain-timeout", required_argument, 0, 3011},
     {"pid-file", required_argument, 0, 3012},   {"threads", required_argument, 0, 'T'},
+    {"micro-batches", required_argument, 0, 3013},
     {"help", no_argument, 0, 'h'},              SESSION_LONG_OPTS,
     {0, 0, 0, 0}};
 
@@ -88,6 +92,7 @@ static int parse(int argc, char **argv, serve_args *a)
         case 3010: a->o.timeout_s = mi_parse_double("--timeout", optarg, 0.1, 86400); break;
         case 3011: a->o.drain_s = mi_parse_double("--drain-timeout", optarg, 0, 86400); break;
         case 3012: a->o.pid_file = optarg; break;
+        case 3013: a->o.micro_batches = (int)mi_parse_long("--micro-batches", optarg, 1, MI_MAX_RANKS); break;
         case 'T': a->threads = (int)mi_parse_long("--threads", optarg, 1, 256); break;
         case 'h': help(); return 1;
         default:

@@ -7,6 +7,7 @@
 
 #include "internal.h"
 #include "meshinfer/common.h"
+#include "meshinfer/cost.h"
 
 typedef struct {
     mi_session *ss;
@@ -74,6 +75,8 @@ int mi_server_run(mi_session *ss, const mi_server_opts *o, const char *model_id,
     g.b = mi_batch_create(ss, o->max_batch, err);
     if (!g.b)
         return -1;
+    if (o->micro_batches)
+        mi_batch_pipeline(g.b, o->micro_batches);
     srv *s = mi_calloc(1, sizeof *s, "server");
     srv_init(s, o);
     snprintf(s->model_id, sizeof s->model_id, "%s", model_id);
@@ -81,6 +84,14 @@ int mi_server_run(mi_session *ss, const mi_server_opts *o, const char *model_id,
                           .cancel = cancel, .step = step, .seq_len = ss->cfg.seq_len};
     s->lim = (srv_limits){.model_id = s->model_id, .seq_len = ss->cfg.seq_len, .max_tokens = o->max_tokens,
                           .has_chat = has_chat};
+    /* what the cost model expects of the batch (decode steps at a quarter of the context) */
+    int ctx = ss->cfg.seq_len / 4;
+    double t1 = mi_predict_batch_step(&ss->plan, &ss->prog, &ss->cl, ctx, 1);
+    double tb = mi_predict_batch_step(&ss->plan, &ss->prog, &ss->cl, ctx, o->max_batch);
+    snprintf(s->plan_note, sizeof s->plan_note,
+             "predicted decode: %.1f tokens/s for one sequence, %.1f for %d together (TPOT %.2f ms); decode passes "
+             "in %d micro-batch%s", 1.0 / t1, o->max_batch / tb, o->max_batch, tb * 1e3, mi_batch_micro(g.b),
+             mi_batch_micro(g.b) > 1 ? "es, pipelined" : "");
     if (!has_chat)
         snprintf(s->note, sizeof s->note, "%s has no chat template: /v1/chat/completions answers 400 (%s)", model_id,
                  cerr);

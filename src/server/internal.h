@@ -234,6 +234,7 @@ struct srv {
     srv_limits lim;
     char model_id[256];
     char note[MI_ERRLEN + 300]; /* said once listening, or "" */
+    char plan_note[300];        /* ... and this (the cost model's view of the batch), or "" */
     long started;
     pthread_mutex_t mu;
     pthread_cond_t cv;

@@ -318,6 +318,8 @@ int srv_run(srv *s, char *err)
     fprintf(stderr, "serve: listening on http://%s%s%s:%d (model %s, pid %ld, max batch %d, queue %d)\n",
             strchr(s->o.host, ':') ? "[" : "", s->o.host, strchr(s->o.host, ':') ? "]" : "", s->port, s->model_id,
             (long)getpid(), s->o.max_batch, s->o.max_queue);
+    if (s->plan_note[0])
+        fprintf(stderr, "serve: %s\n", s->plan_note);
     if (s->note[0])
         fprintf(stderr, "serve: %s\n", s->note);
     if (s->o.pid_file) {
