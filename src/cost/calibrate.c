@@ -159,11 +159,17 @@ int mi_calibrate_compute(const mi_calib_options *o, mi_device *d, char *err)
             int R = shape[i % 7][0], C = shape[i % 7][1];
             w[i] = mi_tensor_shape(t, R, C);
             p += mi_tensor_place(&w[i], p);
+            /* one row encoded, copied to the others: a kernel's time does not depend on the
+             * values, and the k-quants' encoders (a search per sub-block) took most of
+             * calibrate's time; every row still lies at its own address, streamed from memory */
             size_t qb = mi_dtype_q_row_bytes(t, (size_t)C);
-            for (int r = 0; r < R; r++) {
-                fill(row, (size_t)C, &rng);
-                mi_quantize_row(t, row, C, (unsigned char *)w[i].q + (size_t)r * qb,
-                                w[i].d ? w[i].d + (size_t)r * (C / MI_QK) : NULL);
+            unsigned char *q0 = w[i].q;
+            fill(row, (size_t)C, &rng);
+            mi_quantize_row(t, row, C, q0, w[i].d);
+            for (int r = 1; r < R; r++) {
+                memcpy(q0 + (size_t)r * qb, q0, qb);
+                if (w[i].d)
+                    memcpy(w[i].d + (size_t)r * (C / MI_QK), w[i].d, (size_t)(C / MI_QK) * sizeof(float));
             }
         }
         double per[N_T];
