@@ -56,12 +56,10 @@ typedef struct {
     const int8_t *q;   /* [n] int8 values, in the family's order for the weight dtype */
     const float *d;    /* [n/32] block scales */
     const float *s;    /* [n/32] q4_0 offset terms or k-quant block sums (see above) */
-    const int8_t *qn;  /* [n] the int8 values in natural order as well, where a family's kernels
-                        * want both orders (NULL otherwise): mi_act_natural */
 } mi_act;
 
 /* Scratch bytes a prep may use for n elements (every family fits). */
-#define MI_ACT_BYTES(n) (2 * (size_t)(n) + 2 * 4 * ((size_t)(n) / MI_QK) + 192)
+#define MI_ACT_BYTES(n) ((size_t)(n) + 2 * 4 * ((size_t)(n) / MI_QK) + 128)
 
 /* The layout every family's prep uses in its scratch: scales d[n/32] and
  * offset terms s[n/32], then the n int8 values at a 64-byte boundary; a is
@@ -77,16 +75,6 @@ static inline void mi_act_layout(void *scratch, const float *x, int n, mi_act *a
     a->q = *q;
     a->d = *d;
     a->s = *s;
-    a->qn = NULL;
-}
-
-/* After mi_act_layout: the room for a second copy of the n int8 values, in
- * natural order, at a 64-byte boundary after the first; a->qn points at it. */
-static inline int8_t *mi_act_natural(mi_act *a)
-{
-    int8_t *qn = (int8_t *)((uintptr_t)(a->q + a->n + 63) & ~(uintptr_t)63);
-    a->qn = qn;
-    return qn;
 }
 
 /* Fill a from x; scratch holds MI_ACT_BYTES(n) bytes, 64-byte aligned. */

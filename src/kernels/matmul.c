@@ -49,10 +49,10 @@ static void *scratch(size_t bytes, int T)
     return g_scratch;
 }
 
-/* Rows [r0, r1) for every position: weight rows in tiles of about 32 KB (and
- * at least 16 rows) so a tile stays in cache while the T positions pass over
- * it; with a tile kernel each weight block is also decoded once per group of
- * positions (family.h), with the same bits as one position at a time. */
+/* Rows [r0, r1) for every position: weight rows in tiles of about 32 KB so
+ * a tile stays in cache while the T positions pass over it; with a tile
+ * kernel each weight block is also decoded once per group of positions
+ * (family.h), with the same bits as one position at a time. */
 static void run_rows(mi_rows_fn rows, mi_tile_fn tile, float *y, int ldy, const mi_tensor *W, int r0, int r1,
                      const mi_act *acts, int T, int add)
 {
@@ -62,8 +62,6 @@ static void run_rows(mi_rows_fn rows, mi_tile_fn tile, float *y, int ldy, const 
     }
     size_t rb = mi_dtype_row_bytes(W->dtype, (size_t)W->cols);
     int rt = rb >= 32768 ? 1 : (int)(32768 / rb);
-    if (tile) /* whole groups of 16 rows, which AMX tiles take at once (x86_amx.c) */
-        rt = rt < 16 ? 16 : rt & ~15;
     for (int a = r0; a < r1; a += rt) {
         int b = a + rt < r1 ? a + rt : r1;
         if (tile)

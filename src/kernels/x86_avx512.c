@@ -20,15 +20,10 @@
  * applied per lane after converting the int32 sums.
  *
  * q4_0: the nibbles are already unsigned (0..15), so they feed vpdpbusd
- * directly and the offset of 8 is the per-block term s (family.h). Sixteen
- * blocks at a time, one lane each: the 256 bytes' 32-bit words transposed
- * (eight vpunpck) put four elements of every block in each vector, so eight
- * vpdpbusd give each block's whole sum, and one convert and one FMA serve 512
- * products; prep lays the activations out in that order (x86_avx512.h). With
- * exact per-block sums, a tile kernel may make them with AMX instead
- * (x86_amx.c). Against four lanes per block (2 + 2 + 1 of every 5 operations
- * per 128 products in vpdpbusd, converts and FMAs) a tile kernel spends
- * about half the operations per product.
+ * directly and the offset of 8 is the per-block term s (family.h). 64 bytes of
+ * weights hold four blocks; their low nibbles are elements 0-15 of each block
+ * and their high nibbles elements 16-31, so prep lays the activations of each
+ * group of four blocks out in that order.
  *
  * k-quants (q4_K, q5_K, q6_K): vpdpbusd on the unsigned levels, one float
  * factor per sub-block (d * sc * dx) applied per lane, two rows at a time;
@@ -45,12 +40,9 @@
 static int available(void)
 {
     __builtin_cpu_init();
-    int ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-             __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx2");
-    if (ok)
-        mi_avx512_amx(-1); /* ask for the AMX tile state now, from one thread */
-    return ok;
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+           __builtin_cpu_supports("fma") && __builtin_cpu_supports("avx2");
 }
 
 /* ------------------------------------------------------------ fp32, fp16 */
@@ -146,13 +138,14 @@ static void prep_natural(const float *x, int n, void *scratch, mi_act *a, int mu
 }
 
 
-/* q8_0: each group of four blocks laid out as elements 0-15 of blocks 0..3,
- * then elements 16-31 of blocks 0..3 (the order of q8_halves); blocks after
- * the last full group in natural order. (The kernel recomputes the
- * activations' signs from the weights: register operations are cheaper than
- * a second activation stream competing with the weights for L1, measured
- * 10-20% faster on rows from memory.) */
-static void prep_q8_0(const float *x, int n, void *scratch, mi_act *a)
+/* q4_0 and q8_0: each group of four blocks laid out as elements 0-15 of
+ * blocks 0..3, then elements 16-31 of blocks 0..3 (the order of q4_0's low
+ * and high nibbles, and of q8_halves); blocks after the last full group in
+ * natural order. (The q8_0 kernel recomputes the activations' signs from the
+ * weights: register operations are cheaper than a second activation stream
+ * competing with the weights for L1, measured 10-20% faster on rows from
+ * memory.) */
+static void prep_q4_0(const float *x, int n, void *scratch, mi_act *a)
 {
     int nb = n / MI_QK, nb4 = nb & ~3;
     float *d, *s;
@@ -169,34 +162,6 @@ static void prep_q8_0(const float *x, int n, void *scratch, mi_act *a)
             memcpy(g + 64 + (b & 3) * 16, tmp + 16, 16);
         } else {
             memcpy(q + b * MI_QK, tmp, MI_QK);
-        }
-    }
-}
-
-/* q4_0: each group of sixteen blocks as the eight 64-byte vectors
- * q4_16_dot pairs with q4_16_decode's (vector i, lane l: four elements of
- * block pi(l)); blocks after the last whole group in natural order. And the
- * values in natural order as well (qn), which AMX tiles read a block at a
- * time (x86_amx.c). */
-static void prep_q4_0(const float *x, int n, void *scratch, mi_act *a)
-{
-    int nb = n / MI_QK, nb16 = nb & ~15;
-    float *d, *s;
-    int8_t *q;
-    mi_act_layout(scratch, x, n, a, &d, &s, &q);
-    int8_t *qn = mi_act_natural(a);
-    for (int b = 0; b < nb; b++) {
-        int sum;
-        int8_t *t = qn + b * MI_QK;
-        d[b] = quantize_block(x + b * MI_QK, t, &sum);
-        s[b] = (float)(-8 * sum) * d[b];
-        if (b < nb16) {
-            int8_t *g = q + (b & ~15) * MI_QK;
-            int l = mi_q4_pi(b & 15); /* pi is its own inverse: block j sits in lane pi(j) */
-            for (int i = 0; i < 8; i++)
-                memcpy(g + 64 * i + 4 * l, t + (i < 4 ? 4 * i : 16 + 4 * (i - 4)), 4);
-        } else {
-            memcpy(q + b * MI_QK, t, MI_QK);
         }
     }
 }
@@ -258,21 +223,29 @@ static void rows_q8_0(float *y, const mi_tensor *W, int r0, int r1, const mi_act
 static void rows_q4_0(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
 {
     const int n = W->cols, nb = n / MI_QK;
+    /* lanes 4j..4j+3 take the scale of block j of the group */
+    const __m512i idx[2] = {
+        _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+        _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4),
+    };
     for (int r = r0; r < r1; r++) {
         const uint8_t *w = (const uint8_t *)W->q + (size_t)r * (n / 2);
         const uint16_t *dw = W->d + (size_t)r * nb;
         __m512 acc = _mm512_setzero_ps();
+        __m256 corr = _mm256_setzero_ps();
         int b = 0;
-        for (; b + 16 <= nb; b += 16) {
-            const uint8_t *wg = w + b * (MI_QK / 2);
-            for (int k = 0; k < 256; k += 64)
-                prefetch_l2(wg + k, 8192);
-            __m512i V[8];
-            q4_16_decode(wg, V);
-            __m512 dw16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dw + b)));
-            q4_16_step(q4_16_dot(V, a->q + b * MI_QK), dw16, a->d + b, a->s + b, &acc);
+        for (; b + 8 <= nb; b += 8) {
+            __m256 dw8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw + b)));
+            __m512 s16 = _mm512_castps256_ps512(_mm256_mul_ps(dw8, _mm256_loadu_ps(a->d + b)));
+            corr = _mm256_fmadd_ps(dw8, _mm256_loadu_ps(a->s + b), corr);
+            for (int k = 0; k < 2; k++) {
+                int g = b + 4 * k;
+                prefetch_l2(w + g * (MI_QK / 2), 8192);
+                __m512i dot = dot4_q4(w + g * (MI_QK / 2), a->q + g * MI_QK);
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(idx[k], s16), acc);
+            }
         }
-        float v = q4_0_finish(w, dw, b, nb, a, acc);
+        float v = q4_0_finish(w, dw, b, nb, a, acc, corr);
         y[r - r0] = add ? y[r - r0] + v : v;
     }
 }
@@ -414,7 +387,7 @@ static void rows_q6_K(float *y, const mi_tensor *W, int r0, int r1, const mi_act
 const mi_kernel_family mi_kernels_avx512 = {
     "avx512",
     available,
-    {NULL, NULL, prep_q8_0, prep_q4_0, prep_q45_K, prep_q45_K, prep_q6_K},
+    {NULL, NULL, prep_q4_0, prep_q4_0, prep_q45_K, prep_q45_K, prep_q6_K},
     {rows_f32, rows_f16, rows_q8_0, rows_q4_0, rows_q4_K, rows_q5_K, rows_q6_K},
     {mi_avx512_tile_f32, mi_avx512_tile_f16, mi_avx512_tile_q8_0, mi_avx512_tile_q4_0, mi_avx512_tile_q4_K,
      mi_avx512_tile_q5_K, mi_avx512_tile_q6_K},

@@ -22,103 +22,34 @@ static inline float hsum256(__m256 v)
     return _mm_cvtss_f32(h);
 }
 
-/* ------------------------------------------------------------ q4_0 */
-
-/* q4_0 in groups of sixteen blocks, one lane per block: each block's 32
- * products are summed exactly in int32 before one convert and one FMA, so
- * that the float operations a row needs do not depend on how its integer
- * sums were made (vpdpbusd here, AMX tiles in x86_amx.c: the same bits).
- * Lane l holds block pi(l) = 4 (l % 4) + l / 4 of the group: the order a 4x4
- * transpose of 32-bit words within 128-bit lanes leaves them in. */
-
-static inline int mi_q4_pi(int l)
+/* q4_0: the low and high nibbles of 64 bytes of weights (four blocks) */
+static inline void q4_nibbles(const uint8_t *w, __m512i *lo, __m512i *hi)
 {
-    return 4 * (l % 4) + l / 4;
+    const __m512i lowmask = _mm512_set1_epi8(0x0f);
+    __m512i v = _mm512_loadu_si512(w);
+    *lo = _mm512_and_si512(v, lowmask);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), lowmask);
 }
 
-/* The 256 bytes of sixteen blocks as eight vectors of levels (0..15): V[i]
- * lane l holds block pi(l)'s elements 4i..4i+3 (i < 4) or 16 + 4(i-4).. (i >= 4):
- * the bytes' 32-bit words transposed (vpunpck), then their nibbles split. */
-static inline __attribute__((always_inline)) void q4_16_decode(const uint8_t *w, __m512i V[8])
+/* int32 sums of four q4_0 blocks (lanes 4j..4j+3 belong to block j) from
+ * their nibbles and the activations of the group at xg (prep_q4_0's order) */
+static inline __m512i dot4_q4_lohi(__m512i lo, __m512i hi, const int8_t *xg)
 {
-    const __m512i low = _mm512_set1_epi8(0x0f);
-    __m512i z0 = _mm512_loadu_si512(w), z1 = _mm512_loadu_si512(w + 64);
-    __m512i z2 = _mm512_loadu_si512(w + 128), z3 = _mm512_loadu_si512(w + 192);
-    __m512i t0 = _mm512_unpacklo_epi32(z0, z1), t1 = _mm512_unpackhi_epi32(z0, z1);
-    __m512i t2 = _mm512_unpacklo_epi32(z2, z3), t3 = _mm512_unpackhi_epi32(z2, z3);
-    __m512i u[4] = {_mm512_unpacklo_epi64(t0, t2), _mm512_unpackhi_epi64(t0, t2), _mm512_unpacklo_epi64(t1, t3),
-                    _mm512_unpackhi_epi64(t1, t3)};
-    for (int i = 0; i < 4; i++) {
-        V[i] = _mm512_and_si512(u[i], low);
-        V[i + 4] = _mm512_and_si512(_mm512_srli_epi16(u[i], 4), low);
-    }
+    __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xg));
+    return _mm512_dpbusd_epi32(dot, hi, _mm512_loadu_si512(xg + 64));
 }
 
-/* The sixteen blocks' exact int32 sums against activations X (prep_q4_0's
- * 512 bytes of the group: vector i lane l pairs with V[i] lane l). */
-static inline __attribute__((always_inline)) __m512i q4_16_dot(const __m512i V[8], const int8_t *X)
+static inline __m512i dot4_q4(const uint8_t *w, const int8_t *xg)
 {
-    const __m512i zero = _mm512_setzero_si512();
-    __m512i a = _mm512_dpbusd_epi32(zero, V[0], _mm512_loadu_si512(X));
-    __m512i b = _mm512_dpbusd_epi32(zero, V[1], _mm512_loadu_si512(X + 64));
-    for (int i = 2; i < 8; i += 2) {
-        a = _mm512_dpbusd_epi32(a, V[i], _mm512_loadu_si512(X + 64 * i));
-        b = _mm512_dpbusd_epi32(b, V[i + 1], _mm512_loadu_si512(X + 64 * i + 64));
-    }
-    return _mm512_add_epi32(a, b);
-}
-
-/* One group's float step for a row: S the sixteen sums (lanes in pi order),
- * dw16 the blocks' weight scales in natural order, dx and sx the
- * activations' scales and offset terms of the group: lane l (block b =
- * pi(l)) takes acc = fma(fma(S, dx_b, s_b), dw_b, acc), the scalar
- * reference's dw * (dx * S + s) with its products fused. */
-static inline __attribute__((always_inline)) void q4_16_step(__m512i S, __m512 dw16, const float *dx, const float *sx,
-                                                             __m512 *acc)
-{
-    const __m512i pi = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1, 12, 8, 4, 0);
-    __m512 in = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_permutexvar_ps(pi, _mm512_loadu_ps(dx)),
-                                _mm512_permutexvar_ps(pi, _mm512_loadu_ps(sx)));
-    *acc = _mm512_fmadd_ps(in, _mm512_permutexvar_ps(pi, dw16), *acc);
-}
-
-/* The sum of a vector's lanes in a fixed order (the order GCC's
- * _mm512_reduce_add_ps takes, spelt out: x86_amx.c makes the same sums
- * lane-wise across vectors). */
-static inline float red16(__m512 v)
-{
-    __m256 t3 = _mm256_add_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)),
-                              _mm512_castps512_ps256(v));
-    __m128 t6 = _mm_add_ps(_mm256_extractf128_ps(t3, 1), _mm256_castps256_ps128(t3));
-    __m128 t8 = _mm_add_ps(t6, _mm_shuffle_ps(t6, t6, _MM_SHUFFLE(1, 0, 3, 2)));
-    return _mm_cvtss_f32(_mm_add_ss(t8, _mm_shuffle_ps(t8, t8, _MM_SHUFFLE(1, 1, 1, 1))));
-}
-
-/* One q4_0 block in natural order (the blocks after the last whole group)
- * added to v. */
-static inline float q4_0_block(const uint8_t *w, uint16_t dw, const int8_t *x, float dx, float sx, float v)
-{
-    const __m128i lowmask = _mm_set1_epi8(0x0f);
-    __m128i q = _mm_loadu_si128((const __m128i *)w);
-    __m256i wv = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), lowmask), _mm_and_si128(q, lowmask));
-    __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wv, _mm256_loadu_si256((const __m256i *)x));
-    return v + mi_f32_from_fp16(dw) * (hsum256(_mm256_cvtepi32_ps(dot)) * dx + sx);
-}
-
-/* A q4_0 row's total from its accumulator, then the blocks after the last
- * whole group (from b on). */
-static inline float q4_0_finish(const uint8_t *w, const uint16_t *dw, int b, int nb, const mi_act *a, __m512 acc)
-{
-    float v = red16(acc);
-    for (; b < nb; b++)
-        v = q4_0_block(w + b * (MI_QK / 2), dw[b], a->q + b * MI_QK, a->d[b], a->s[b], v);
-    return v;
+    __m512i lo, hi;
+    q4_nibbles(w, &lo, &hi);
+    return dot4_q4_lohi(lo, hi, xg);
 }
 
 /* q8_0 in groups of four blocks (128 bytes): the first 16 bytes of each
  * block in one vector (lo), the last 16 in another (hi), so that each int32
  * lane sums eight products of one block, four from each, as q4_0's nibbles
- * do; prep lays the activations out in that order (prep_q8_0's). */
+ * do; prep lays the activations out in that order (prep_q4_0's). */
 static inline void q8_halves(const int8_t *w, __m512i *lo, __m512i *hi)
 {
     const __m512i ilo = _mm512_set_epi64(13, 12, 9, 8, 5, 4, 1, 0), ihi = _mm512_set_epi64(15, 14, 11, 10, 7, 6, 3, 2);
@@ -176,6 +107,36 @@ static inline float q8_0_finish(const int8_t *w, const uint16_t *dw, int b, int 
         x0 = _mm256_mask_sub_epi8(x0, _mm256_movepi8_mask(wv), _mm256_setzero_si256(), x0);
         __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(wv), x0);
         v += hsum256(_mm256_cvtepi32_ps(dot)) * (mi_f32_from_fp16(dw[b]) * a->d[b]);
+    }
+    return v;
+}
+
+/* A q4_0 row's end after its loop over groups of eight blocks: a group of
+ * four left, the total, then up to three blocks in natural order. */
+static inline float q4_0_finish(const uint8_t *w, const uint16_t *dw, int b, int nb, const mi_act *a, __m512 acc,
+                                __m256 corr)
+{
+    const __m128i lowmask = _mm_set1_epi8(0x0f);
+    float v_corr = 0.0f;
+    if (b < (nb & ~3)) { /* one group of four left */
+        __m128 dw4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(dw + b)));
+        __m512 s16 = _mm512_castps128_ps512(_mm_mul_ps(dw4, _mm_loadu_ps(a->d + b)));
+        __m128 c4 = _mm_mul_ps(dw4, _mm_loadu_ps(a->s + b));
+        c4 = _mm_add_ps(c4, _mm_movehl_ps(c4, c4));
+        v_corr = _mm_cvtss_f32(_mm_add_ss(c4, _mm_movehdup_ps(c4)));
+        __m512i dot = dot4_q4(w + b * (MI_QK / 2), a->q + b * MI_QK);
+        const __m512i idx0 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(idx0, s16), acc);
+        b += 4;
+    }
+    float v = _mm512_reduce_add_ps(acc) + hsum256(corr) + v_corr;
+    for (; b < nb; b++) { /* up to three blocks, natural order */
+        __m128i q = _mm_loadu_si128((const __m128i *)(w + b * (MI_QK / 2)));
+        __m256i wv = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), lowmask), _mm_and_si128(q, lowmask));
+        __m256i dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wv,
+                                          _mm256_loadu_si256((const __m256i *)(a->q + b * MI_QK)));
+        float dwf = mi_f32_from_fp16(dw[b]);
+        v += dwf * (hsum256(_mm256_cvtepi32_ps(dot)) * a->d[b] + a->s[b]);
     }
     return v;
 }
@@ -363,17 +324,6 @@ static inline __attribute__((always_inline)) void q6_apply(const q6_w *w, int k,
         acc[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_permutexvar_ps(idx[2 * h + 1], f), acc[1]);
     }
 }
-
-/* AMX (x86_amx.c): mi_avx512_amx(-1) is 1 when this CPU and kernel let
- * the q4_0 tile kernel use AMX and it is not switched off (MESHINFER_AMX=0
- * in the environment, or mi_avx512_amx(0)); 0 or 1 sets it, returning the
- * previous state. The first call asks the kernel for the tile state: make it
- * from one thread (the family's available() does). mi_amx_tile_q4_0 computes
- * the weight rows of [r0, r1) in whole groups of 16 from r0 (the same bits as
- * rows_q4_0) and returns how many; 0 when it cannot (no AMX, fewer than 16
- * blocks or rows, activations without equally spaced natural copies). */
-int mi_avx512_amx(int set);
-int mi_amx_tile_q4_0(float *y, int ldy, const mi_tensor *W, int r0, int r1, const mi_act *a, int nt, int add);
 
 /* the tile kernels (x86_avx512_tile.c) */
 void mi_avx512_tile_f32(float *y, int ldy, const mi_tensor *W, int r0, int r1, const mi_act *a, int nt, int add);

@@ -7,7 +7,7 @@
  *
  * Tile heights: what fits 32 vector registers next to the decoded weights.
  * fp32, fp16, q8_0, q4_0: 8 rows (two accumulators each for fp, one for
- * q8_0 and q4_0, next to q4_0's eight vectors of levels); the k-quants: 4 (three
+ * q8_0, an accumulator and a 256-bit offset sum for q4_0); the k-quants: 4 (three
  * accumulators each, and four vectors of levels). A kernel takes any number
  * of rows: groups of its height, then one group of the rest, each group
  * compiled for its size (the row loops unrolled, the arrays in registers).
@@ -140,63 +140,45 @@ DEFINE_TILE(mi_avx512_tile_q8_0, q8_0_tile, 8)
 
 /* ------------------------------------------------------------ q4_0 */
 
-/* Per group of sixteen blocks its levels once (q4_16_decode), then each
- * row's sums and float step as rows_q4_0 makes them. The weight rows go in
- * chunks of CHUNK, block group by block group across the chunk, their
- * accumulators kept in memory between groups: a group's activations (n x 512
- * bytes) then stay in L1 while the chunk's rows pass, where row by row all of
- * them (n x a row's bytes: 45 KB for 8 rows of 5632) streamed from L2 again
- * for every weight row. 1.4x faster at 8 and at 64 activation rows on a 2048
- * x 5632 matrix (1 thread); taking two groups a row in turn was slower
- * again (1.3x), and so was the same for q8_0 (1.1-1.25x, its sixteen weight
- * streams from memory). Each row's operations and their order are unchanged. */
-#define CHUNK 16
-
+/* Per group of eight blocks the nibbles of its two 64-byte vectors, then
+ * each row's scales, offset terms and products as rows_q4_0 makes them. */
 INLINE void q4_0_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, const mi_act *a, int add, const int n)
 {
-    const int cols = W->cols, nb = cols / MI_QK, nbf = nb & ~15;
-    for (int c0 = r0; c0 < r1; c0 += CHUNK) {
-        const int nr = r1 - c0 < CHUNK ? r1 - c0 : CHUNK;
-        __m512 acc[CHUNK][MI_TILE_MAX];
-        for (int i = 0; i < nr; i++)
-            for (int t = 0; t < n; t++)
-                acc[i][t] = _mm512_setzero_ps();
-        for (int b = 0; b < nbf; b += 16)
-            for (int i = 0; i < nr; i++) {
-                const uint8_t *w = (const uint8_t *)W->q + (size_t)(c0 + i) * (cols / 2);
-                const uint16_t *dw = W->d + (size_t)(c0 + i) * nb;
-                __m512i V[8];
-                q4_16_decode(w + b * (MI_QK / 2), V);
-                __m512 dw16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dw + b)));
-                for (int t = 0; t < n; t++)
-                    q4_16_step(q4_16_dot(V, a[t].q + b * MI_QK), dw16, a[t].d + b, a[t].s + b, &acc[i][t]);
-            }
-        for (int i = 0; i < nr; i++) {
-            const uint8_t *w = (const uint8_t *)W->q + (size_t)(c0 + i) * (cols / 2);
-            const uint16_t *dw = W->d + (size_t)(c0 + i) * nb;
-            for (int t = 0; t < n; t++)
-                put(y + (size_t)t * ldy + (c0 + i - r0), q4_0_finish(w, dw, nbf, nb, &a[t], acc[i][t]), add);
+    const int cols = W->cols, nb = cols / MI_QK;
+    const __m512i idx[2] = {
+        _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
+        _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4),
+    };
+    for (int r = r0; r < r1; r++) {
+        const uint8_t *w = (const uint8_t *)W->q + (size_t)r * (cols / 2);
+        const uint16_t *dw = W->d + (size_t)r * nb;
+        __m512 acc[MI_TILE_MAX];
+        __m256 corr[MI_TILE_MAX];
+        for (int t = 0; t < n; t++) {
+            acc[t] = _mm512_setzero_ps();
+            corr[t] = _mm256_setzero_ps();
         }
+        int b = 0;
+        for (; b + 8 <= nb; b += 8) {
+            __m256 dw8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw + b)));
+            __m512i lo[2], hi[2];
+            q4_nibbles(w + b * (MI_QK / 2), &lo[0], &hi[0]);
+            q4_nibbles(w + (b + 4) * (MI_QK / 2), &lo[1], &hi[1]);
+            for (int t = 0; t < n; t++) {
+                __m512 s16 = _mm512_castps256_ps512(_mm256_mul_ps(dw8, _mm256_loadu_ps(a[t].d + b)));
+                corr[t] = _mm256_fmadd_ps(dw8, _mm256_loadu_ps(a[t].s + b), corr[t]);
+                for (int k = 0; k < 2; k++) {
+                    __m512i dot = dot4_q4_lohi(lo[k], hi[k], a[t].q + (b + 4 * k) * MI_QK);
+                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(idx[k], s16), acc[t]);
+                }
+            }
+        }
+        for (int t = 0; t < n; t++)
+            put(y + (size_t)t * ldy + (r - r0), q4_0_finish(w, dw, b, nb, &a[t], acc[t], corr[t]), add);
     }
 }
 
-static DEFINE_TILE(vnni_tile_q4_0, q4_0_tile, 8)
-
-/* With AMX and at least AMX_MIN_ROWS activation rows, the whole groups of
- * 16 weight rows go to AMX (x86_amx.c) and the rest here: the same bits.
- * AMX's fixed costs per block (the weights' tile made, the sums stored and
- * read back, the activations reloaded for every group of 16 weight rows)
- * leave it behind this kernel below that: on a 2048 x 5632 matrix in cache
- * (1 thread, medians of 5 alternating runs) AMX took 1393 us against 1212 at
- * 16 rows and 4355 against 4897 at 64. */
-#define AMX_MIN_ROWS 48
-
-void mi_avx512_tile_q4_0(float *y, int ldy, const mi_tensor *W, int r0, int r1, const mi_act *a, int nt, int add)
-{
-    int done = nt >= AMX_MIN_ROWS ? mi_amx_tile_q4_0(y, ldy, W, r0, r1, a, nt, add) : 0;
-    if (r0 + done < r1)
-        vnni_tile_q4_0(y + done, ldy, W, r0 + done, r1, a, nt, add);
-}
+DEFINE_TILE(mi_avx512_tile_q4_0, q4_0_tile, 8)
 
 /* ------------------------------------------------------------ k-quants */
 

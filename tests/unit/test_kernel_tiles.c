@@ -183,7 +183,7 @@ static void check_family(const mi_kernel_family *f)
     const int cols_q[] = {32, 96, 160, 224, 288, 416, 2080};
     const int cols_k[] = {256, 768, 2304};
     const int cols_f[] = {1, 7, 16, 31, 33, 77, 288, 1000};
-    const int rows_list[] = {1, 5, 13, 35}; /* 35: two whole groups of 16 rows (AMX's) and three */
+    const int rows_list[] = {1, 5, 13, 35}; /* 35: kernels that take rows in chunks of 16, and three more */
     int bad = 0, bits = 0, own = 0;
     for (int t = 0; t < MI_N_DTYPES; t++) {
         const int *cols = mi_dtype_kquant(t) ? cols_k : mi_dtype_blocked(t) ? cols_q : cols_f;
@@ -256,10 +256,6 @@ static void check_matmul(const mi_kernel_family *f)
 }
 #endif
 
-#if defined(__x86_64__)
-int mi_avx512_amx(int set); /* x86_amx.c: AMX inside the AVX-512 family's q4_0 tiles */
-#endif
-
 void test_kernel_tiles(void)
 {
     int n;
@@ -270,18 +266,6 @@ void test_kernel_tiles(void)
         check_family(fs[i]);
 #ifdef MI_TEST_MATMUL
         check_matmul(fs[i]);
-#endif
-#if defined(__x86_64__)
-        /* with AMX, the AVX-512 family again without it: both ways give the row kernel's bits */
-        if (!strcmp(fs[i]->name, "avx512") && mi_avx512_amx(-1)) {
-            mi_avx512_amx(0);
-            printf("\n    avx512 again, AMX switched off:");
-            check_family(fs[i]);
-#ifdef MI_TEST_MATMUL
-            check_matmul(fs[i]);
-#endif
-            mi_avx512_amx(1);
-        }
 #endif
     }
 }
