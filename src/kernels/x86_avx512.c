@@ -10,20 +10,23 @@
  * q8_0: vpdpbusd multiplies unsigned by signed bytes, so the weights go in
  * as |w| and their signs move onto the activations (a masked negation; this
  * way round every int8 weight, -128 too, gives its exact product, and a tile
- * kernel makes the weights' share once for all its activation rows). Four
- * blocks at a time as q4_0's: their first halves in one vector and their
- * second halves in another (two permutes of the 128 bytes), so that each
- * int32 lane sums eight products of one block and one convert and one FMA
- * serve 128 products (with lanes of four products, two blocks a vector, a
- * tile kernel spent twice the converts and FMAs per product: 2.7 times the
- * single-row throughput at 8 rows against 3.0 for q4_0); block scales are
- * applied per lane after converting the int32 sums.
+ * kernel makes the weights' share once for all its activation rows), 64
+ * bytes (two blocks) per instruction, two independent accumulators; block
+ * scales are applied per lane after converting the int32 sums. (Four blocks
+ * at a time as q4_0's, their halves permuted into two vectors so that each
+ * lane sums eight products of one block, halved a tile kernel's converts and
+ * FMAs, 3.7x the single-row throughput at 8 rows against 2.7x, but decoded
+ * from memory 1.45-1.5x slower: not taken.)
  *
  * q4_0: the nibbles are already unsigned (0..15), so they feed vpdpbusd
  * directly and the offset of 8 is the per-block term s (family.h). 64 bytes of
  * weights hold four blocks; their low nibbles are elements 0-15 of each block
  * and their high nibbles elements 16-31, so prep lays the activations of each
- * group of four blocks out in that order.
+ * group of four blocks out in that order. (One lane per block, sixteen blocks
+ * at a time with their 32-bit words transposed, gives exact block sums, which
+ * a tile kernel could make with AMX and keep the row kernel's bits; it decoded
+ * from memory 1.24-1.42x slower, and the AMX tile built on it was only 1.1x
+ * the VNNI one at 64 rows: not taken. See docs/results.md.)
  *
  * k-quants (q4_K, q5_K, q6_K): vpdpbusd on the unsigned levels, one float
  * factor per sub-block (d * sc * dx) applied per lane, two rows at a time;
@@ -122,8 +125,9 @@ static inline float quantize_block(const float *x, int8_t *q, int *sum)
     return d;
 }
 
-/* Natural order (q6_K's). s[b] = (float)(mult * sum of q) * d[b]: mult -8
- * gives q8_0/q4_0's offset terms, 1 the k-quants' block sums (family.h). */
+/* q8_0: natural order. (The kernel recomputes |q| and the signs from q: two
+ * register operations are cheaper than a second activation stream competing
+ * with the weights for L1, measured 10-20% faster on rows from memory.) */
 static void prep_natural(const float *x, int n, void *scratch, mi_act *a, int mult)
 {
     int nb = n / MI_QK;
@@ -137,14 +141,14 @@ static void prep_natural(const float *x, int n, void *scratch, mi_act *a, int mu
     }
 }
 
+static void prep_q8_0(const float *x, int n, void *scratch, mi_act *a)
+{
+    prep_natural(x, n, scratch, a, -8);
+}
 
-/* q4_0 and q8_0: each group of four blocks laid out as elements 0-15 of
- * blocks 0..3, then elements 16-31 of blocks 0..3 (the order of q4_0's low
- * and high nibbles, and of q8_halves); blocks after the last full group in
- * natural order. (The q8_0 kernel recomputes the activations' signs from the
- * weights: register operations are cheaper than a second activation stream
- * competing with the weights for L1, measured 10-20% faster on rows from
- * memory.) */
+/* q4_0: each group of four blocks laid out as elements 0-15 of blocks 0..3,
+ * then elements 16-31 of blocks 0..3 (the order of the weights' low and high
+ * nibbles); blocks after the last full group in natural order. */
 static void prep_q4_0(const float *x, int n, void *scratch, mi_act *a)
 {
     int nb = n / MI_QK, nb4 = nb & ~3;
@@ -190,30 +194,35 @@ static inline void prefetch_l2(const void *p, int ahead)
 static void rows_q8_0(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
 {
     const int n = W->cols, nb = n / MI_QK;
-    /* lanes 4j..4j+3 take the scale of block j of the group */
-    const __m512i idx[2] = {
-        _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
-        _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4),
+    /* lanes 0-7 take block 2k's scale, lanes 8-15 block 2k+1's */
+    const __m512i idx[4] = {
+        _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+        _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
+        _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
+        _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6),
     };
     for (int r = r0; r < r1; r++) {
         const int8_t *w = (const int8_t *)W->q + (size_t)r * n;
         const uint16_t *dw = W->d + (size_t)r * nb;
-        __m512 acc = _mm512_setzero_ps();
+        __m512 acc = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
         int b = 0;
         for (; b + 8 <= nb; b += 8) {
             __m256 s8 = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw + b))),
                                       _mm256_loadu_ps(a->d + b));
             __m512 s16 = _mm512_castps256_ps512(s8);
-            for (int k = 0; k < 2; k++) {
-                int e = (b + 4 * k) * MI_QK;
+            for (int k = 0; k < 4; k += 2) {
+                int e = (b + 2 * k) * MI_QK;
                 prefetch(w + e);
                 prefetch(w + e + 64);
-                q8_w d = q8_decode(w + e);
-                __m512i dot = dot4_q8(d.alo, d.nlo, d.ahi, d.nhi, a->q + e);
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(idx[k], s16), acc);
+                __m512i w0 = _mm512_loadu_si512(w + e), w1 = _mm512_loadu_si512(w + e + 64);
+                __m512i d0 = dot2_q8(_mm512_abs_epi8(w0), _mm512_movepi8_mask(w0), _mm512_loadu_si512(a->q + e));
+                __m512i d1 =
+                    dot2_q8(_mm512_abs_epi8(w1), _mm512_movepi8_mask(w1), _mm512_loadu_si512(a->q + e + 64));
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_permutexvar_ps(idx[k], s16), acc);
+                acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_permutexvar_ps(idx[k + 1], s16), acc1);
             }
         }
-        float v = q8_0_finish(w, dw, b, nb, a, acc);
+        float v = q8_0_finish(w, dw, b, nb, a, acc, acc1);
         y[r - r0] = add ? y[r - r0] + v : v;
     }
 }
@@ -387,7 +396,7 @@ static void rows_q6_K(float *y, const mi_tensor *W, int r0, int r1, const mi_act
 const mi_kernel_family mi_kernels_avx512 = {
     "avx512",
     available,
-    {NULL, NULL, prep_q4_0, prep_q4_0, prep_q45_K, prep_q45_K, prep_q6_K},
+    {NULL, NULL, prep_q8_0, prep_q4_0, prep_q45_K, prep_q45_K, prep_q6_K},
     {rows_f32, rows_f16, rows_q8_0, rows_q4_0, rows_q4_K, rows_q5_K, rows_q6_K},
     {mi_avx512_tile_f32, mi_avx512_tile_f16, mi_avx512_tile_q8_0, mi_avx512_tile_q4_0, mi_avx512_tile_q4_K,
      mi_avx512_tile_q5_K, mi_avx512_tile_q6_K},

@@ -46,61 +46,35 @@ static inline __m512i dot4_q4(const uint8_t *w, const int8_t *xg)
     return dot4_q4_lohi(lo, hi, xg);
 }
 
-/* q8_0 in groups of four blocks (128 bytes): the first 16 bytes of each
- * block in one vector (lo), the last 16 in another (hi), so that each int32
- * lane sums eight products of one block, four from each, as q4_0's nibbles
- * do; prep lays the activations out in that order (prep_q4_0's). */
-static inline void q8_halves(const int8_t *w, __m512i *lo, __m512i *hi)
-{
-    const __m512i ilo = _mm512_set_epi64(13, 12, 9, 8, 5, 4, 1, 0), ihi = _mm512_set_epi64(15, 14, 11, 10, 7, 6, 3, 2);
-    __m512i v0 = _mm512_loadu_si512(w), v1 = _mm512_loadu_si512(w + 64);
-    *lo = _mm512_permutex2var_epi64(v0, ilo, v1);
-    *hi = _mm512_permutex2var_epi64(v0, ihi, v1);
-}
-
-/* int32 sums of four q8_0 blocks (lanes 4j..4j+3 belong to block j) from
- * their halves and the activations of the group at xg. vpdpbusd multiplies
- * unsigned by signed bytes: the weights go in as |w| (0..128 as unsigned
- * bytes: exact also for -128) and their signs move onto the activations (|q|
- * <= 127, so negating is exact); |w| and the sign masks are the weights'
- * share, which a tile kernel makes once for all its activation rows. */
-static inline __m512i dot4_q8(__m512i alo, __mmask64 nlo, __m512i ahi, __mmask64 nhi, const int8_t *xg)
+/* q8_0: 64 weights (two blocks) against 64 activations, the int32 sums of
+ * four products per lane. vpdpbusd multiplies unsigned by signed bytes: the
+ * weights go in as |w| (0..128 as unsigned bytes: exact also for -128) and
+ * their signs move onto the activations (|q| <= 127, so negating is exact);
+ * aw and the sign mask are the weights' share, made once per tile. */
+static inline __m512i dot2_q8(__m512i aw, __mmask64 neg, __m512i x)
 {
     const __m512i zero = _mm512_setzero_si512();
-    __m512i x0 = _mm512_loadu_si512(xg), x1 = _mm512_loadu_si512(xg + 64);
-    __m512i dot = _mm512_dpbusd_epi32(zero, alo, _mm512_mask_sub_epi8(x0, nlo, zero, x0));
-    return _mm512_dpbusd_epi32(dot, ahi, _mm512_mask_sub_epi8(x1, nhi, zero, x1));
-}
-
-/* the weights' share of a group of four q8_0 blocks */
-typedef struct {
-    __m512i alo, ahi;
-    __mmask64 nlo, nhi;
-} q8_w;
-
-static inline q8_w q8_decode(const int8_t *w)
-{
-    __m512i lo, hi;
-    q8_halves(w, &lo, &hi);
-    return (q8_w){_mm512_abs_epi8(lo), _mm512_abs_epi8(hi), _mm512_movepi8_mask(lo), _mm512_movepi8_mask(hi)};
+    return _mm512_dpbusd_epi32(zero, aw, _mm512_mask_sub_epi8(x, neg, zero, x));
 }
 
 /* A q8_0 row's end after its loop over groups of eight blocks (b the first
- * block left): a group of four left, the total, then up to three blocks in
- * natural order. */
-static inline float q8_0_finish(const int8_t *w, const uint16_t *dw, int b, int nb, const mi_act *a, __m512 acc)
+ * block left, acc and acc1 its two accumulators): the pairs and the single
+ * block left, then the row's total. */
+static inline float q8_0_finish(const int8_t *w, const uint16_t *dw, int b, int nb, const mi_act *a, __m512 acc,
+                                __m512 acc1)
 {
-    if (b < (nb & ~3)) { /* one group of four left */
-        __m128 dw4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(dw + b)));
-        __m512 s16 = _mm512_castps128_ps512(_mm_mul_ps(dw4, _mm_loadu_ps(a->d + b)));
-        q8_w d = q8_decode(w + b * MI_QK);
-        __m512i dot = dot4_q8(d.alo, d.nlo, d.ahi, d.nhi, a->q + b * MI_QK);
-        const __m512i idx0 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(idx0, s16), acc);
-        b += 4;
+    acc = _mm512_add_ps(acc, acc1);
+    for (; b + 2 <= nb; b += 2) {
+        int e = b * MI_QK;
+        __m512i wv = _mm512_loadu_si512(w + e);
+        __m512i dot = dot2_q8(_mm512_abs_epi8(wv), _mm512_movepi8_mask(wv), _mm512_loadu_si512(a->q + e));
+        __m512d lo = _mm512_castps_pd(_mm512_set1_ps(mi_f32_from_fp16(dw[b]) * a->d[b]));
+        __m256d hi = _mm256_castps_pd(_mm256_set1_ps(mi_f32_from_fp16(dw[b + 1]) * a->d[b + 1]));
+        __m512 sc = _mm512_castpd_ps(_mm512_insertf64x4(lo, hi, 1));
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc);
     }
     float v = _mm512_reduce_add_ps(acc);
-    for (; b < nb; b++) { /* up to three blocks, natural order */
+    if (b < nb) { /* one block left */
         int e = b * MI_QK;
         __m256i x0 = _mm256_loadu_si256((const __m256i *)(a->q + e));
         __m256i wv = _mm256_loadu_si256((const __m256i *)(w + e));

@@ -6,8 +6,8 @@
  * (x86_avx512.h), so every value is the T = 1 product's bit for bit.
  *
  * Tile heights: what fits 32 vector registers next to the decoded weights.
- * fp32, fp16, q8_0, q4_0: 8 rows (two accumulators each for fp, one for
- * q8_0, an accumulator and a 256-bit offset sum for q4_0); the k-quants: 4 (three
+ * fp32, fp16, q8_0, q4_0: 8 rows (two accumulators each for fp and q8_0, an
+ * accumulator and a 256-bit offset sum for q4_0); the k-quants: 4 (three
  * accumulators each, and four vectors of levels). A kernel takes any number
  * of rows: groups of its height, then one group of the rest, each group
  * compiled for its size (the row loops unrolled, the arrays in registers).
@@ -104,35 +104,48 @@ DEFINE_TILE(mi_avx512_tile_f16, F16_TILE, 8)
 
 /* ------------------------------------------------------------ q8_0 */
 
-/* Per group of eight blocks the weights' share of its two groups of four
- * (q8_decode), then each row's scales and products as rows_q8_0 makes them. */
+/* Per group of eight blocks the four 64-byte weight vectors as |w| and sign
+ * masks (dot2_q8), then each row's products as rows_q8_0 makes them: blocks
+ * 0-1 and 4-5 into acc, 2-3 and 6-7 into acc1. */
 INLINE void q8_0_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, const mi_act *a, int add, const int n)
 {
     const int cols = W->cols, nb = cols / MI_QK;
-    const __m512i idx[2] = {
-        _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
-        _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4),
+    const __m512i idx[4] = {
+        _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+        _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
+        _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
+        _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6),
     };
     for (int r = r0; r < r1; r++) {
         const int8_t *w = (const int8_t *)W->q + (size_t)r * cols;
         const uint16_t *dw = W->d + (size_t)r * nb;
-        __m512 acc[MI_TILE_MAX];
+        __m512 acc[MI_TILE_MAX], acc1[MI_TILE_MAX];
         for (int t = 0; t < n; t++)
-            acc[t] = _mm512_setzero_ps();
+            acc[t] = acc1[t] = _mm512_setzero_ps();
         int b = 0;
         for (; b + 8 <= nb; b += 8) {
             __m256 dw8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw + b)));
-            q8_w d[2] = {q8_decode(w + b * MI_QK), q8_decode(w + (b + 4) * MI_QK)};
+            __m512i aw[4];
+            __mmask64 neg[4];
+            for (int i = 0; i < 4; i++) {
+                __m512i v = _mm512_loadu_si512(w + b * MI_QK + 64 * i);
+                aw[i] = _mm512_abs_epi8(v);
+                neg[i] = _mm512_movepi8_mask(v);
+            }
             for (int t = 0; t < n; t++) {
                 __m512 s16 = _mm512_castps256_ps512(_mm256_mul_ps(dw8, _mm256_loadu_ps(a[t].d + b)));
-                for (int k = 0; k < 2; k++) {
-                    __m512i dot = dot4_q8(d[k].alo, d[k].nlo, d[k].ahi, d[k].nhi, a[t].q + (b + 4 * k) * MI_QK);
-                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(idx[k], s16), acc[t]);
+                const int8_t *xq = a[t].q + b * MI_QK;
+                for (int i = 0; i < 4; i += 2) {
+                    __m512i d0 = dot2_q8(aw[i], neg[i], _mm512_loadu_si512(xq + 64 * i));
+                    __m512i d1 = dot2_q8(aw[i + 1], neg[i + 1], _mm512_loadu_si512(xq + 64 * i + 64));
+                    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_permutexvar_ps(idx[i], s16), acc[t]);
+                    acc1[t] =
+                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_permutexvar_ps(idx[i + 1], s16), acc1[t]);
                 }
             }
         }
         for (int t = 0; t < n; t++)
-            put(y + (size_t)t * ldy + (r - r0), q8_0_finish(w, dw, b, nb, &a[t], acc[t]), add);
+            put(y + (size_t)t * ldy + (r - r0), q8_0_finish(w, dw, b, nb, &a[t], acc[t], acc1[t]), add);
     }
 }
 
