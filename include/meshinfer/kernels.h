@@ -36,10 +36,13 @@ void mi_add_bias(float *y, int ldy, const float *b, int T, int n);
 
 /* y[T, W.rows] = x[T, W.cols] @ W^T, for any weight dtype (tensor.h).
  * Decode (T == 1) runs the active kernel family's matrix-vector product,
- * split over mi_set_threads threads by rows; fp32 prefill (T > 1) uses BLAS
- * sgemm; the other dtypes run the same row kernel for every position (the
- * rows in cache-sized tiles), so their prefill equals their decode bit for
- * bit. Block dtypes quantize each row of x to int8 once per call.
+ * split over mi_set_threads threads by rows; T > 1 (prefill, a batch of
+ * sequences) runs the family's tile kernel over the rows in cache-sized
+ * tiles, each weight block decoded once for up to 4-8 positions, every
+ * position's row the same bits as its T == 1 product (so prefill equals
+ * decode bit for bit). Only mi_use_blas_matvec(1) (the bench baseline) sends
+ * fp32 to BLAS sgemv/sgemm. Block dtypes quantize each row of x to int8 once
+ * per call.
  * HeadSplit: every output row is computed the same way whatever rows surround
  * it, so row shards on several ranks reproduce one device exactly. */
 void mi_matmul(float *y, const float *x, const mi_tensor *W, int T);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Cross-compile the kernel unit test (tests/unit/test_kernels.c) for aarch64 and
+# Cross-compile the kernel unit test (tests/unit/test_kernels.c, test_kernel_tiles.c) for aarch64 and
 # run it under qemu-aarch64 twice: as a Raspberry Pi 4 (-cpu cortex-a72: NEON,
 # no int8 dot product: the neon family is tested, neon-dotprod skipped) and
 # with every extension qemu has (-cpu max: both tested; a Pi 5's Cortex-A76
@@ -95,9 +95,9 @@ fi
 
 # ----------------------------------------------------------------- runs
 # run CPU LABEL EXPECT...: each EXPECT is a line the test must print (which
-# families it tested or skipped, and for how many dtypes each has kernels of
-# its own rather than the scalar fallback), so that a family silently not
-# tested, or a dtype silently left to the scalar kernels, fails.
+# families it tested or skipped, and for how many dtypes each has row and
+# tile kernels of its own rather than the scalar fallback), so that a family
+# silently not tested, or a dtype silently left to the scalar kernels, fails.
 fails=0
 run() {
     local cpu="$1" label="$2" out="$build/test_kernels.$1.log" rc=0 t0 secs
@@ -114,7 +114,8 @@ run() {
         grep -qF "$e" "$out" || why="${why:+$why; }no line '$e'"
     done
     local fam
-    fam=$(grep -E '^ +(neon|neon-dotprod): ' "$out" | sed -E 's/^ +//; s/: [0-9]+ dtypes against.*/ tested/; s/: not supported.*/ skipped/' |
+    fam=$(grep -E '^ +(neon|neon-dotprod): ([0-9]+ dtypes against|not supported)' "$out" |
+        sed -E 's/^ +//; s/: [0-9]+ dtypes against.*/ tested/; s/: not supported.*/ skipped/' |
         paste -sd, - | sed 's/,/, /g' || true)
     if [[ -z "$why" ]]; then
         say "PASS qemu -cpu $cpu ($label): ${tests:-?}; $fam (${secs}s)"
@@ -124,8 +125,10 @@ run() {
         say "FAIL qemu -cpu $cpu ($label): $why; ${tests:-?}; ${fam:-no family lines} (log: $out)"
     fi
 }
+tiles="dtypes with tile kernels of its own, T = 1..9 bit-identical to T = 1"
 run cortex-a72 "Pi 4: NEON" "neon: 7 dtypes against the scalar reference, 7 its own kernels" \
-    "neon-dotprod: not supported by this CPU, skipped"
+    "neon: 7 $tiles" "neon-dotprod: not supported by this CPU, skipped"
 run max "Pi 5 class: NEON + dot product" "neon: 7 dtypes against the scalar reference, 7 its own kernels" \
-    "neon-dotprod: 7 dtypes against the scalar reference, 7 its own kernels"
+    "neon-dotprod: 7 dtypes against the scalar reference, 7 its own kernels" "neon: 7 $tiles" \
+    "neon-dotprod: 7 $tiles"
 ((fails == 0))

@@ -20,6 +20,9 @@
 #   b. with --dllama: distributed-llama 1 node vs meshinfer 1 rank; 2 nodes (root + a worker on
 #      127.0.0.1, over TCP) vs 2 ranks `--planner tp` with q8_0 messages over TCP and shared memory
 #   c. meshinfer 2 ranks tp (shared memory) vs meshinfer 1 rank
+# With --prefill N, prompt processing instead of decoding (a. only; no distributed-llama):
+#   1 thread, 1 process, pinned to core 0: `llama-bench -t 1 -p N -n 0 -r 1` vs `meshinfer bench` with
+#   a prompt of N tokens ("the the the ...", BOS included, checked with `meshinfer tokenize`)
 # Every comparison alternates its programs round by round, the order reversed every other
 # round; medians of each and the ratio meshinfer / reference, per round and overall.
 # How each counts tokens/s (all decode one token per forward pass, one thread per process):
@@ -30,6 +33,12 @@
 #                5 + GEN, so GEN tokens at positions 5..GEN+4); argmax included; KV cache fp32
 #   dllama       "Prediction tokens/s": decoded tokens / summed executor time after a batched
 #                prefill, over the same 5 + GEN positions; sampling and printing excluded
+# and with --prefill N (prompt tokens/s):
+#   llama-bench  avg_ts of pp N: N / wall time of one llama_decode of N random tokens (logits of the
+#                last position only), after a warm-up run
+#   meshinfer    prompt tokens / TTFT of bench: the N-token prompt in forward passes of 64 positions
+#                (the runtime's prefill chunk; logits of the last position) and the argmax of the first
+#                token; one decode step after it (not counted)
 # Before anything is timed: llama.cpp and meshinfer must tokenize the prompt alike, llama.cpp's
 # and meshinfer's logits of the prompt are compared (largest difference reported), and their
 # greedy continuations (--check-tokens ids) must agree on at least the first 4 tokens (how many
@@ -44,6 +53,7 @@
 #   --gen N             decoded tokens per run (default 64)
 #   --convert-rounds N  conversions of each GGUF (default 3; 0 skips the timing and the F16 file)
 #   --check-tokens N    greedy tokens compared before timing (default 16)
+#   --prefill N         time prompt processing of N tokens instead of decoding (2..2047; see above)
 #   --seed S            seed of the synthetic weights (default 1)
 #   --out DIR           results (default results/gguf): gguf.csv (one row per run), gguf.md
 #                       (tables), gguf.json, logs/ (every run's output)
@@ -60,7 +70,7 @@ set -euo pipefail
 # shellcheck source=../lib/packages.sh
 . "$root/jobs/lib/packages.sh"
 py=/usr/bin/python3
-llamacpp="" dllama="" shape=llama3.2-1b qtype=Q4_0 rounds=5 gen=64 conv_rounds=3 n_check=16 seed=1 port=9998
+llamacpp="" dllama="" shape=llama3.2-1b qtype=Q4_0 rounds=5 gen=64 conv_rounds=3 n_check=16 seed=1 port=9998 prefill=0
 out="$root/results/gguf" work="$root/models/cache/bench"
 while (($#)); do
     need_value "$@"
@@ -75,6 +85,7 @@ while (($#)); do
         --gen) opt_int "$1" "$2" 8 1024; gen=$2 ;;
         --convert-rounds) opt_int "$1" "$2" 0 1000; conv_rounds=$2 ;;
         --check-tokens) opt_int "$1" "$2" 4 128; n_check=$2 ;;
+        --prefill) opt_int "$1" "$2" 2 2047; prefill=$2 ;;
         --seed) opt_int "$1" "$2" 0 999999999; seed=$2 ;;
         --out) out=$2 ;;
         --work) work=$2 ;;
@@ -86,6 +97,7 @@ done
 [[ -n $llamacpp ]] || arg_fail "give --llamacpp DIR, a built llama.cpp checkout (see --help)"
 [[ -z $dllama || ($qtype == Q4_0 && $shape == llama3.2-1b) ]] ||
     arg_fail "--dllama runs only with --type Q4_0 and --shape llama3.2-1b"
+[[ -z $dllama || $prefill == 0 ]] || arg_fail "--dllama compares decoding only: not with --prefill"
 qt=${qtype,,}  # the file names' spelling: q4_0, q4_k_m
 pure=(); [[ $qtype == Q4_0 || $qtype == Q8_0 ]] && pure=(--pure)
 llamacpp="$(cd "$llamacpp" 2>/dev/null && pwd)" || arg_fail "--llamacpp: no such folder"
@@ -211,6 +223,16 @@ fi
     fail "llama.cpp and meshinfer disagree (see $out/checks.json and $logs/check-*)"
 say "check: $("$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))["summary"])' "$out/checks.json")"
 
+# --prefill: a prompt of exactly N tokens, BOS included (" the" is one token in both vocabularies)
+pp_text=""
+if ((prefill > 0)); then
+    pp_text="the$(printf ' the%.0s' $(seq 2 $((prefill - 1))))"
+    ((prefill == 2)) && pp_text="the"
+    n_pp=$("$bin" tokenize -m "$q4h5" -p "$pp_text" 2> /dev/null | wc -w)
+    [[ $n_pp == "$prefill" ]] ||
+        fail "--prefill $prefill: the prompt \"the the ...\" gives $n_pp tokens with this tokenizer, not $prefill"
+fi
+
 dl_m="$work/$name-q40.m" dl_t="$work/llama3-tokenizer.t"
 if [[ -n $dllama ]]; then
     if [[ ! -f $dl_m || $q4h5 -nt $dl_m || $root/jobs/lib/to_dllama.py -nt $dl_m ]]; then
@@ -225,6 +247,8 @@ fi
 positions=$((n_prompt + gen))
 # spec fields are separated by '|':
 #   llamabench            llama-bench, 1 thread, GEN tokens
+#   llamabench_pp         llama-bench, 1 thread, prompt processing of PREFILL tokens
+#   mesh_pp               meshinfer bench, 1 rank, prefill of the PREFILL-token prompt (prompt tokens / TTFT)
 #   dllama|NODES          distributed-llama, q40 weights, q80 buffers, POSITIONS positions
 #   mesh|RANKS|TRANSPORT  meshinfer bench (none|tcp|shm), q8_0 messages with 2 ranks, POSITIONS positions
 mpi_transport() {
@@ -239,6 +263,8 @@ cmd_of() {  # the command a spec runs, for the table
     local -a f; IFS='|' read -r -a f <<< "$1"
     case "${f[0]}" in
         llamabench) echo "taskset -c 0 $lbin/llama-bench -m $q4 -t 1 -p 0 -n $gen -r 1 -o json" ;;
+        llamabench_pp) echo "taskset -c 0 $lbin/llama-bench -m $q4 -t 1 -p $prefill -n 0 -r 1 -o json" ;;
+        mesh_pp) echo "taskset -c 0 $bin bench -m $q4h5 --prompt \"the the ... (${prefill} tokens)\" --steps $((prefill + 1)) --repeat 1 --no-baseline --stream-mb 16 --json" ;;
         dllama)
             local c; c="$dl_bin $(dl_args "$positions") --prompt \"$prompt\""
             if ((f[1] == 1)); then echo "taskset -c 0 $c"
@@ -305,6 +331,16 @@ run_spec() {
             taskset -c 0 "$lbin/llama-bench" -m "$q4" -t 1 -p 0 -n "$gen" -r 1 -o json > "$lg" 2> "$lg.stderr" || rc=$?
             ((rc == 0)) || { echo "llama-bench exited with $rc: $(grep -m1 -i error "$lg.stderr" | cut -c1-160)" > "$lg.err"; return 1; }
             "$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))[0]["avg_ts"])' "$lg" 2> "$lg.err" ;;
+        llamabench_pp)
+            taskset -c 0 "$lbin/llama-bench" -m "$q4" -t 1 -p "$prefill" -n 0 -r 1 -o json > "$lg" 2> "$lg.stderr" || rc=$?
+            ((rc == 0)) || { echo "llama-bench exited with $rc: $(grep -m1 -i error "$lg.stderr" | cut -c1-160)" > "$lg.err"; return 1; }
+            "$py" -c 'import json, sys; print(json.load(open(sys.argv[1]))[0]["avg_ts"])' "$lg" 2> "$lg.err" ;;
+        mesh_pp)
+            OPENBLAS_NUM_THREADS=1 taskset -c 0 "$bin" bench -m "$q4h5" --prompt "$pp_text" --steps $((prefill + 1)) \
+                --repeat 1 --no-baseline --stream-mb 16 --json > "$lg" 2> "$lg.stderr" || rc=$?
+            ((rc == 0)) || { echo "meshinfer exited with $rc: $(grep -m1 -i error "$lg.stderr" | cut -c1-160)" > "$lg.err"; return 1; }
+            "$py" -c 'import json, sys; d = json.load(open(sys.argv[1])); print("%.2f" % (d["prompt_tokens"] / d["ttft_ms"] * 1e3))' \
+                "$lg" 2> "$lg.err" ;;
         dllama) run_dllama "${f[1]}" "$positions" "$lg" ;;
         mesh)
             local -a m=("$bin" bench -m "$q4h5" --prompt "$prompt" --steps "$positions" --repeat 1 --no-baseline
@@ -335,18 +371,25 @@ fi
 cmp_ids=()
 declare -A cmp_label cmp_specs
 add_cmp() { local id=$1; cmp_ids+=("$id"); cmp_label[$id]=$2; shift 2; cmp_specs[$id]=$(printf '%s\n' "$@"); }
-add_cmp a "1 thread, 1 process: llama.cpp llama-bench vs meshinfer bench ($shape shape, $qtype GGUF / converted)" \
-    "llamabench" "mesh|1|none"
+if ((prefill > 0)); then
+    add_cmp a "1 thread, 1 process: prompt processing of $prefill tokens, llama.cpp llama-bench -p $prefill vs meshinfer bench ($shape shape, $qtype GGUF / converted)" \
+        "llamabench_pp" "mesh_pp"
+else
+    add_cmp a "1 thread, 1 process: llama.cpp llama-bench vs meshinfer bench ($shape shape, $qtype GGUF / converted)" \
+        "llamabench" "mesh|1|none"
+fi
 if [[ -n $dllama ]]; then
     add_cmp b1 "1 thread: distributed-llama 1 node vs meshinfer 1 rank (q40 / q4_0 weights, 8-bit activations)" \
         "dllama|1" "mesh|1|none"
     add_cmp b2 "2 nodes / 2 ranks (tp), 1 thread each, q8 messages" "dllama|2" "mesh|2|tcp" "mesh|2|shm"
 fi
-add_cmp c "meshinfer 2 ranks (tp, q8_0 messages, shared memory) vs 1 rank" "mesh|1|none" "mesh|2|shm"
+((prefill > 0)) || add_cmp c "meshinfer 2 ranks (tp, q8_0 messages, shared memory) vs 1 rank" "mesh|1|none" "mesh|2|shm"
 side_name() {
     local -a f; IFS='|' read -r -a f <<< "$1"
     case "${f[0]}" in
         llamabench) echo "llama.cpp llama-bench" ;;
+        llamabench_pp) echo "llama.cpp llama-bench pp$prefill" ;;
+        mesh_pp) echo "meshinfer 1 rank prefill $prefill" ;;
         dllama) ((f[1] == 1)) && echo "distributed-llama 1 node" || echo "distributed-llama 2 nodes (tcp)" ;;
         mesh) ((f[1] == 1)) && echo "meshinfer 1 rank" ||
             echo "meshinfer ${f[1]} ranks tp ($([[ ${f[2]} == tcp ]] && echo tcp || echo shared memory))" ;;
@@ -395,7 +438,7 @@ print(json.dumps({"date_utc": "$date_start", "cpu": cpu, "cores": $ncores, "kern
   "meshinfer_commit": "$(commit_of "$root")", "llamacpp_commit": "$lc_commit", "dllama_commit": "$dl_commit",
   "rounds": $rounds, "gen": $gen, "positions": $positions, "prompt": "$prompt", "prompt_tokens": $n_prompt,
   "convert_rounds": $conv_rounds, "seed": $seed, "model": "$name", "gguf": "$q4", "convert": "$bin convert --input X.gguf --out X.h5",
-  "shape": "$shape", "tokenizer": "$tok_name", "type": "$qtype", "pure": ${#pure[@]}}))
+  "shape": "$shape", "tokenizer": "$tok_name", "type": "$qtype", "pure": ${#pure[@]}, "prefill": $prefill}))
 PY
 )
 "$py" "$root/jobs/lib/bench_gguf_report.py" report "$out" "$meta" "$cmds_txt" "$labels_txt" "$root"

@@ -236,6 +236,13 @@ def report(out_dir, meta, cmds, labels, root):
             "\"Prediction tokens/s\" is decoded tokens / summed executor time after a batched prefill, over the same "
             "%d positions." % (meta["gen"], meta["gen"], meta["gen"] - 1, meta["prompt"], meta["prompt_tokens"],
                                meta["positions"], meta["positions"])]
+    if meta.get("prefill"):
+        n = meta["prefill"]
+        tail = ["", "How tokens/s are counted (prompt processing): llama-bench's avg_ts of pp%d is %d tokens / the wall "
+                "time of one llama_decode of %d random tokens (logits of the last position only), after a warm-up "
+                "run; meshinfer bench's is its prompt tokens / its TTFT: the prompt \"the the the ...\" (%d tokens, "
+                "BOS included) in forward passes of 64 positions (logits of the last position) and the argmax of the "
+                "first token. Both on one thread." % (n, n, n, n)]
     conv_md = []
     if cmd_:
         conv_md = ["", "`meshinfer convert --input X.gguf --out X.h5` wall time (the GGUF in the page cache; "

@@ -39,15 +39,12 @@
  * cancellation: the integer sums are exact, only float rounding differs.
  * Four products of at most 8 * 127 per int16 lane fit easily.
  * k-quants (q4_K, q5_K, q6_K): each sub-block's integer dot reduced to one
- * lane, four sub-blocks' factors (d * sc * dx) applied in one FMA; see the
- * section below. One row at a time: the two-row loop that helped on x86 has
- * not been measured on a Pi. */
-#if defined(__clang__) && __clang_major__ < 16 && !defined(__ARM_FEATURE_DOTPROD)
-/* clang before 16 declares the dot-product intrinsics only when the whole
- * file targets the extension; they compile in dotprod functions all the same */
-#define __ARM_FEATURE_DOTPROD 1
-#endif
-#include <arm_neon.h>
+ * lane, four sub-blocks' factors (d * sc * dx) applied in one FMA; see
+ * arm_neon.h. One row at a time: the two-row loop that helped on x86 has
+ * not been measured on a Pi.
+ *
+ * The pieces shared with the tile kernels (products of several activation
+ * rows, arm_neon_tile.c) are in arm_neon.h. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -55,14 +52,7 @@
 #include <sys/auxv.h>
 #endif
 
-#include "family.h"
-
-/* Code using SDOT. GCC names the architecture; clang takes the feature. */
-#if defined(__clang__)
-#define MI_DOTPROD __attribute__((target("dotprod")))
-#else
-#define MI_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
-#endif
+#include "arm_neon.h"
 
 static int neon_available(void)
 {
@@ -79,18 +69,6 @@ static int dot_available(void)
 #else
     return 0; /* no run-time detection on other systems: the neon family runs */
 #endif
-}
-
-/* fp16 bits to fp32 (exact, subnormals included) */
-static inline float f16(uint16_t h)
-{
-    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
-}
-
-/* four fp16 scales widened to fp32 */
-static inline float32x4_t f16x4(const uint16_t *h)
-{
-    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h)));
 }
 
 /* ------------------------------------------------------------ fp32, fp16 */
@@ -121,9 +99,10 @@ static void rows_f32(float *y, const mi_tensor *W, int r0, int r1, const mi_act 
 /* acc_lo/acc_hi += 8 fp16 weights (widened) times 8 activations */
 static inline void fma_f16x8(float32x4_t *lo, float32x4_t *hi, uint16x8_t h, const float *x)
 {
-    float16x8_t f = vreinterpretq_f16_u16(h);
-    *lo = vfmaq_f32(*lo, vcvt_f32_f16(vget_low_f16(f)), vld1q_f32(x));
-    *hi = vfmaq_f32(*hi, vcvt_high_f32_f16(f), vld1q_f32(x + 4));
+    float32x4_t w0, w1;
+    f16x8(h, &w0, &w1);
+    *lo = vfmaq_f32(*lo, w0, vld1q_f32(x));
+    *hi = vfmaq_f32(*hi, w1, vld1q_f32(x + 4));
 }
 
 static void rows_f16(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
@@ -220,58 +199,13 @@ static void prep_q(const float *x, int n, void *scratch, mi_act *a)
 
 /* ------------------------------------------------------ block products */
 
-/* Each returns one block's int32x4 of partial sums (their total is the
- * block's integer dot product). */
-
-static inline int32x4_t dot_q8_neon(const int8_t *w, const int8_t *x)
-{
-    int8x16_t w0 = vld1q_s8(w), w1 = vld1q_s8(w + 16);
-    int8x16_t x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16);
-    int16x8_t p0 = vmlal_high_s8(vmull_s8(vget_low_s8(w0), vget_low_s8(x0)), w0, x0);
-    int16x8_t p1 = vmlal_high_s8(vmull_s8(vget_low_s8(w1), vget_low_s8(x1)), w1, x1);
-    return vpadalq_s16(vpaddlq_s16(p0), p1);
-}
-
-/* a q4_0 block's 16 bytes as signed weights: elements 0-15, then 16-31 */
-static inline void q4_weights(const uint8_t *w, int8x16_t *lo, int8x16_t *hi)
-{
-    const uint8x16_t v = vld1q_u8(w);
-    const int8x16_t eight = vdupq_n_s8(8);
-    *lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(v, vdupq_n_u8(0x0f))), eight);
-    *hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(v, 4)), eight);
-}
-
-static inline int32x4_t dot_q4_neon(const uint8_t *w, const int8_t *x)
-{
-    int8x16_t lo, hi;
-    q4_weights(w, &lo, &hi);
-    int8x16_t x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16);
-    int16x8_t p = vmull_s8(vget_low_s8(lo), vget_low_s8(x0));
-    p = vmlal_high_s8(p, lo, x0);
-    p = vmlal_s8(p, vget_low_s8(hi), vget_low_s8(x1));
-    p = vmlal_high_s8(p, hi, x1);
-    return vpaddlq_s16(p);
-}
-
-MI_DOTPROD static inline int32x4_t dot_q8_sdot(const int8_t *w, const int8_t *x)
-{
-    int32x4_t s = vdotq_s32(vdupq_n_s32(0), vld1q_s8(w), vld1q_s8(x));
-    return vdotq_s32(s, vld1q_s8(w + 16), vld1q_s8(x + 16));
-}
-
-MI_DOTPROD static inline int32x4_t dot_q4_sdot(const uint8_t *w, const int8_t *x)
-{
-    int8x16_t lo, hi;
-    q4_weights(w, &lo, &hi);
-    return vdotq_s32(vdotq_s32(vdupq_n_s32(0), lo, vld1q_s8(x)), hi, vld1q_s8(x + 16));
-}
-
 /* The row loop of both block types and both families, stamped out per
  * block product DOT (a macro rather than a shared inline function so that
- * each copy is compiled with its family's target attribute ATTR). WT is the
- * weights' element type and BB the bytes of a block's values. Four blocks a
- * step; up to three left over go one at a time. */
-#define DEFINE_ROWS_Q(NAME, ATTR, DOT, WT, BB)                                                       \
+ * each copy is compiled with its family's target attribute ATTR). WBLK reads
+ * a block's weights (arm_neon.h), WT is their element type and BB the bytes
+ * of a block's values. Four blocks a step; up to three left over go one at a
+ * time (TAIL). */
+#define DEFINE_ROWS_Q(NAME, ATTR, DOT, WBLK, TAIL, WT, BB)                                         \
     ATTR static void NAME(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)  \
     {                                                                                               \
         const int nb = W->cols / MI_QK, nb4 = nb & ~3;                                              \
@@ -282,26 +216,24 @@ MI_DOTPROD static inline int32x4_t dot_q4_sdot(const uint8_t *w, const int8_t *x
             float32x4_t acc = vdupq_n_f32(0.0f);                                                    \
             int b = 0;                                                                              \
             for (; b < nb4; b += 4) {                                                               \
-                int32x4_t s0 = DOT(w + (b + 0) * (BB), xq + (b + 0) * MI_QK);                       \
-                int32x4_t s1 = DOT(w + (b + 1) * (BB), xq + (b + 1) * MI_QK);                       \
-                int32x4_t s2 = DOT(w + (b + 2) * (BB), xq + (b + 2) * MI_QK);                       \
-                int32x4_t s3 = DOT(w + (b + 3) * (BB), xq + (b + 3) * MI_QK);                       \
+                int32x4_t s0 = DOT(WBLK(w + (b + 0) * (BB)), xq + (b + 0) * MI_QK);                 \
+                int32x4_t s1 = DOT(WBLK(w + (b + 1) * (BB)), xq + (b + 1) * MI_QK);                 \
+                int32x4_t s2 = DOT(WBLK(w + (b + 2) * (BB)), xq + (b + 2) * MI_QK);                 \
+                int32x4_t s3 = DOT(WBLK(w + (b + 3) * (BB)), xq + (b + 3) * MI_QK);                 \
                 /* lane k: block b + k's integer dot product */                                     \
                 int32x4_t s = vpaddq_s32(vpaddq_s32(s0, s1), vpaddq_s32(s2, s3));                   \
                 float32x4_t sc = vmulq_f32(f16x4(dw + b), vld1q_f32(a->d + b));                     \
                 acc = vfmaq_f32(acc, vcvtq_f32_s32(s), sc);                                         \
             }                                                                                       \
-            float v = vaddvq_f32(acc);                                                              \
-            for (; b < nb; b++)                                                                     \
-                v += (float)vaddvq_s32(DOT(w + b * (BB), xq + b * MI_QK)) * (f16(dw[b]) * a->d[b]); \
+            float v = TAIL(w, dw, b, nb, a, vaddvq_f32(acc));                                       \
             y[r - r0] = add ? y[r - r0] + v : v;                                                    \
         }                                                                                           \
     }
 
-DEFINE_ROWS_Q(rows_q8_0_neon, , dot_q8_neon, int8_t, MI_QK)
-DEFINE_ROWS_Q(rows_q4_0_neon, , dot_q4_neon, uint8_t, MI_QK / 2)
-DEFINE_ROWS_Q(rows_q8_0_sdot, MI_DOTPROD, dot_q8_sdot, int8_t, MI_QK)
-DEFINE_ROWS_Q(rows_q4_0_sdot, MI_DOTPROD, dot_q4_sdot, uint8_t, MI_QK / 2)
+DEFINE_ROWS_Q(rows_q8_0_neon, , dot_q8_neon, q8_wblk, q8_tail_neon, int8_t, MI_QK)
+DEFINE_ROWS_Q(rows_q4_0_neon, , dot_q4_neon, q4_wblk, q4_tail_neon, uint8_t, MI_QK / 2)
+DEFINE_ROWS_Q(rows_q8_0_sdot, MI_DOTPROD, dot_q8_sdot, q8_wblk, q8_tail_sdot, int8_t, MI_QK)
+DEFINE_ROWS_Q(rows_q4_0_sdot, MI_DOTPROD, dot_q4_sdot, q4_wblk, q4_tail_sdot, uint8_t, MI_QK / 2)
 
 /* ------------------------------------------------------------ k-quants */
 
@@ -313,174 +245,58 @@ static void prep_qk(const float *x, int n, void *scratch, mi_act *a)
     prep_natural(x, n, scratch, a, 1);
 }
 
-/* int32x4 partial sums of 32 levels (w0: elements 0-15, w1: 16-31) times
- * the activations at x; q5_K's levels are at most 31, so four products per
- * int16 lane (at most 4 * 31 * 127) fit. */
-static inline int32x4_t dot32_neon(int8x16_t w0, int8x16_t w1, const int8_t *x)
-{
-    int8x16_t x0 = vld1q_s8(x), x1 = vld1q_s8(x + 16);
-    int16x8_t p = vmull_s8(vget_low_s8(w0), vget_low_s8(x0));
-    p = vmlal_high_s8(p, w0, x0);
-    p = vmlal_s8(p, vget_low_s8(w1), vget_low_s8(x1));
-    p = vmlal_high_s8(p, w1, x1);
-    return vpaddlq_s16(p);
-}
-
-MI_DOTPROD static inline int32x4_t dot32_sdot(int8x16_t w0, int8x16_t w1, const int8_t *x)
-{
-    return vdotq_s32(vdotq_s32(vdupq_n_s32(0), w0, vld1q_s8(x)), w1, vld1q_s8(x + 16));
-}
-
-/* 16 levels (q6_K's -32..31: two products per int16 lane) */
-static inline int32x4_t dot16_neon(int8x16_t w, const int8_t *x)
-{
-    int8x16_t xv = vld1q_s8(x);
-    return vpaddlq_s16(vmlal_high_s8(vmull_s8(vget_low_s8(w), vget_low_s8(xv)), w, xv));
-}
-
-MI_DOTPROD static inline int32x4_t dot16_sdot(int8x16_t w, const int8_t *x)
-{
-    return vdotq_s32(vdupq_n_s32(0), w, vld1q_s8(x));
-}
-
-/* lane j: the total of s[j] (four sub-blocks' partial sums to one lane each) */
-static inline int32x4_t totals4(int32x4_t s0, int32x4_t s1, int32x4_t s2, int32x4_t s3)
-{
-    return vpaddq_s32(vpaddq_s32(s0, s1), vpaddq_s32(s2, s3));
-}
-
-/* q4_K and q5_K (FIVE: the fifth bits from qh), stamped out per DOT32 as the
- * q4_0 rows are. Per super-block the eight sub-blocks' integer dots go to
- * one lane each and take their factors d * sc_j * dx_j in two FMAs; the
- * mins' term dmin * m_j * s_j is summed apart and subtracted at the end. The
- * levels (0..15, 0..31) are small enough to be used as signed bytes. */
-#define DEFINE_ROWS_Q45(NAME, ATTR, DOT32, FIVE)                                                             \
-    ATTR static void NAME(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)          \
-    {                                                                                                       \
-        const int ns = W->cols / MI_QK_K, bb = (FIVE) ? 176 : 144;                                          \
-        const uint8x16_t low = vdupq_n_u8(0x0f), b4 = vdupq_n_u8(0x10);                                     \
-        for (int r = r0; r < r1; r++) {                                                                     \
-            const uint8_t *w = (const uint8_t *)W->q + (size_t)r * ns * bb;                                 \
-            float32x4_t acc0 = vdupq_n_f32(0.0f), acc1 = acc0, mins = acc0;                                 \
-            for (int k = 0; k < ns; k++) {                                                                  \
-                const uint8_t *blk = w + (size_t)k * bb;                                                    \
-                uint64_t sc, m;                                                                             \
-                mi_kq_scales_mins(blk + 4, &sc, &m);                                                        \
-                uint32_t dbits;                                                                             \
-                memcpy(&dbits, blk, 4);                                                                     \
-                /* d, dmin, d, dmin */                                                                      \
-                float32x4_t dd = vcvt_f32_f16(vreinterpret_f16_u32(vdup_n_u32(dbits)));                     \
-                uint16x8_t sc16 = vmovl_u8(vcreate_u8(sc)), m16 = vmovl_u8(vcreate_u8(m));                  \
-                const float *dx = a->d + 8 * k, *sx = a->s + 8 * k;                                         \
-                float32x4_t f0 = vmulq_f32(vmulq_laneq_f32(vcvtq_f32_u32(vmovl_u16(vget_low_u16(sc16))), dd, 0), \
-                                           vld1q_f32(dx));                                                  \
-                float32x4_t f1 = vmulq_f32(vmulq_laneq_f32(vcvtq_f32_u32(vmovl_high_u16(sc16)), dd, 0),     \
-                                           vld1q_f32(dx + 4));                                              \
-                mins = vfmaq_f32(mins, vmulq_laneq_f32(vcvtq_f32_u32(vmovl_u16(vget_low_u16(m16))), dd, 1), \
-                                 vld1q_f32(sx));                                                            \
-                mins = vfmaq_f32(mins, vmulq_laneq_f32(vcvtq_f32_u32(vmovl_high_u16(m16)), dd, 1),          \
-                                 vld1q_f32(sx + 4));                                                        \
-                const uint8_t *qs = blk + ((FIVE) ? 48 : 16);                                               \
-                const int8_t *xq = a->q + (size_t)k * MI_QK_K;                                              \
-                uint8x16_t qh0 = vdupq_n_u8(0), qh1 = qh0;                                                  \
-                if (FIVE) {                                                                                 \
-                    qh0 = vld1q_u8(blk + 16);                                                               \
-                    qh1 = vld1q_u8(blk + 32);                                                               \
-                }                                                                                           \
-                int32x4_t s[8];                                                                             \
-                for (int g = 0; g < 4; g++) {                                                               \
-                    uint8x16_t v0 = vld1q_u8(qs + 32 * g), v1 = vld1q_u8(qs + 32 * g + 16);                 \
-                    uint8x16_t l0 = vandq_u8(v0, low), l1 = vandq_u8(v1, low);                              \
-                    uint8x16_t h0 = vshrq_n_u8(v0, 4), h1 = vshrq_n_u8(v1, 4);                              \
-                    if (FIVE) { /* bit j of qh to bit 4: a shift by 4 - j (negative: right) */              \
-                        int8x16_t sl = vdupq_n_s8((int8_t)(4 - 2 * g)), sh = vdupq_n_s8((int8_t)(3 - 2 * g)); \
-                        l0 = vorrq_u8(l0, vandq_u8(vshlq_u8(qh0, sl), b4));                                 \
-                        l1 = vorrq_u8(l1, vandq_u8(vshlq_u8(qh1, sl), b4));                                 \
-                        h0 = vorrq_u8(h0, vandq_u8(vshlq_u8(qh0, sh), b4));                                 \
-                        h1 = vorrq_u8(h1, vandq_u8(vshlq_u8(qh1, sh), b4));                                 \
-                    }                                                                                       \
-                    s[2 * g] = DOT32(vreinterpretq_s8_u8(l0), vreinterpretq_s8_u8(l1), xq + 64 * g);        \
-                    s[2 * g + 1] = DOT32(vreinterpretq_s8_u8(h0), vreinterpretq_s8_u8(h1), xq + 64 * g + 32); \
-                }                                                                                           \
-                acc0 = vfmaq_f32(acc0, vcvtq_f32_s32(totals4(s[0], s[1], s[2], s[3])), f0);                 \
-                acc1 = vfmaq_f32(acc1, vcvtq_f32_s32(totals4(s[4], s[5], s[6], s[7])), f1);                 \
-            }                                                                                               \
-            float v = vaddvq_f32(vaddq_f32(acc0, acc1)) - vaddvq_f32(mins);                                 \
-            y[r - r0] = add ? y[r - r0] + v : v;                                                            \
-        }                                                                                                   \
+/* q4_K and q5_K (FIVE: the fifth bits from qh), stamped out per APPLY
+ * (arm_neon.h) as the q4_0 rows are: each super-block decoded, then applied. */
+#define DEFINE_ROWS_Q45(NAME, ATTR, APPLY, FIVE)                                                    \
+    ATTR static void NAME(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add) \
+    {                                                                                              \
+        const int ns = W->cols / MI_QK_K, bb = (FIVE) ? 176 : 144;                                 \
+        for (int r = r0; r < r1; r++) {                                                            \
+            const uint8_t *w = (const uint8_t *)W->q + (size_t)r * ns * bb;                        \
+            float32x4_t acc[3] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};        \
+            for (int k = 0; k < ns; k++) {                                                         \
+                q45_w d;                                                                           \
+                q45_decode(w + (size_t)k * bb, &d, FIVE);                                          \
+                APPLY(&d, k, a, acc);                                                              \
+            }                                                                                      \
+            float v = q45_total(acc);                                                              \
+            y[r - r0] = add ? y[r - r0] + v : v;                                                   \
+        }                                                                                          \
     }
 
-DEFINE_ROWS_Q45(rows_q4_K_neon, , dot32_neon, 0)
-DEFINE_ROWS_Q45(rows_q5_K_neon, , dot32_neon, 1)
-DEFINE_ROWS_Q45(rows_q4_K_sdot, MI_DOTPROD, dot32_sdot, 0)
-DEFINE_ROWS_Q45(rows_q5_K_sdot, MI_DOTPROD, dot32_sdot, 1)
+DEFINE_ROWS_Q45(rows_q4_K_neon, , q45_apply_neon, 0)
+DEFINE_ROWS_Q45(rows_q5_K_neon, , q45_apply_neon, 1)
+DEFINE_ROWS_Q45(rows_q4_K_sdot, MI_DOTPROD, q45_apply_sdot, 0)
+DEFINE_ROWS_Q45(rows_q5_K_sdot, MI_DOTPROD, q45_apply_sdot, 1)
 
-/* q6_K: a half super-block's 64 low-nibble bytes (L0-L3) and 32 high-bit
- * bytes (H0, H1) decoded into its 128 levels in element order, 16 at a time
- * (SLI inserts the high bits above a nibble), less the offset of 32; each
- * 16 is a sub-block. Lane j of f[i] is the factor d * sc_j * dx of
- * sub-block 4i + j (block (4i + j) / 2). */
-#define DEFINE_ROWS_Q6(NAME, ATTR, DOT16)                                                                   \
-    ATTR static void NAME(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)          \
-    {                                                                                                       \
-        const int ns = W->cols / MI_QK_K, bb = 210;                                                         \
-        const uint8x16_t m3f = vdupq_n_u8(0x3f), m30 = vdupq_n_u8(0x30);                                    \
-        const int8x16_t k32 = vdupq_n_s8(32);                                                               \
-        for (int r = r0; r < r1; r++) {                                                                     \
-            const uint8_t *w = (const uint8_t *)W->q + (size_t)r * ns * bb;                                 \
-            float32x4_t acc[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)}; \
-            for (int k = 0; k < ns; k++) {                                                                  \
-                const uint8_t *blk = w + (size_t)k * bb;                                                    \
-                uint16_t dh;                                                                                \
-                memcpy(&dh, blk + 208, 2);                                                                  \
-                float d = f16(dh);                                                                          \
-                float32x4_t dx0 = vmulq_n_f32(vld1q_f32(a->d + 8 * k), d);                                  \
-                float32x4_t dx1 = vmulq_n_f32(vld1q_f32(a->d + 8 * k + 4), d);                              \
-                int8x16_t scb = vld1q_s8((const int8_t *)(blk + 192));                                      \
-                int16x8_t sc0 = vmovl_s8(vget_low_s8(scb)), sc1 = vmovl_high_s8(scb);                       \
-                float32x4_t f[4] = {                                                                        \
-                    vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(sc0))), vzip1q_f32(dx0, dx0)),           \
-                    vmulq_f32(vcvtq_f32_s32(vmovl_high_s16(sc0)), vzip2q_f32(dx0, dx0)),                    \
-                    vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(sc1))), vzip1q_f32(dx1, dx1)),           \
-                    vmulq_f32(vcvtq_f32_s32(vmovl_high_s16(sc1)), vzip2q_f32(dx1, dx1)),                    \
-                };                                                                                          \
-                const int8_t *xq = a->q + (size_t)k * MI_QK_K;                                              \
-                for (int h = 0; h < 2; h++) {                                                               \
-                    const uint8_t *ql = blk + 64 * h, *qh = blk + 128 + 32 * h;                             \
-                    uint8x16_t L0 = vld1q_u8(ql), L1 = vld1q_u8(ql + 16);                                   \
-                    uint8x16_t L2 = vld1q_u8(ql + 32), L3 = vld1q_u8(ql + 48);                              \
-                    uint8x16_t H0 = vld1q_u8(qh), H1 = vld1q_u8(qh + 16);                                   \
-                    uint8x16_t e[8] = {                                                                     \
-                        vandq_u8(vsliq_n_u8(L0, H0, 4), m3f),                                               \
-                        vandq_u8(vsliq_n_u8(L1, H1, 4), m3f),                                               \
-                        vandq_u8(vsliq_n_u8(L2, vshrq_n_u8(H0, 2), 4), m3f),                                \
-                        vandq_u8(vsliq_n_u8(L3, vshrq_n_u8(H1, 2), 4), m3f),                                \
-                        vorrq_u8(vshrq_n_u8(L0, 4), vandq_u8(H0, m30)),                                     \
-                        vorrq_u8(vshrq_n_u8(L1, 4), vandq_u8(H1, m30)),                                     \
-                        vsliq_n_u8(vshrq_n_u8(L2, 4), vshrq_n_u8(H0, 6), 4),                                \
-                        vsliq_n_u8(vshrq_n_u8(L3, 4), vshrq_n_u8(H1, 6), 4),                                \
-                    };                                                                                      \
-                    int32x4_t s[8];                                                                         \
-                    for (int i = 0; i < 8; i++)                                                             \
-                        s[i] = DOT16(vsubq_s8(vreinterpretq_s8_u8(e[i]), k32), xq + 128 * h + 16 * i);      \
-                    acc[2 * h] = vfmaq_f32(acc[2 * h], vcvtq_f32_s32(totals4(s[0], s[1], s[2], s[3])), f[2 * h]); \
-                    acc[2 * h + 1] =                                                                        \
-                        vfmaq_f32(acc[2 * h + 1], vcvtq_f32_s32(totals4(s[4], s[5], s[6], s[7])), f[2 * h + 1]); \
-                }                                                                                           \
-            }                                                                                               \
-            float v = vaddvq_f32(vaddq_f32(vaddq_f32(acc[0], acc[1]), vaddq_f32(acc[2], acc[3])));          \
-            y[r - r0] = add ? y[r - r0] + v : v;                                                            \
-        }                                                                                                   \
+#define DEFINE_ROWS_Q6(NAME, ATTR, APPLY)                                                           \
+    ATTR static void NAME(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add) \
+    {                                                                                              \
+        const int ns = W->cols / MI_QK_K, bb = 210;                                                \
+        for (int r = r0; r < r1; r++) {                                                            \
+            const uint8_t *w = (const uint8_t *)W->q + (size_t)r * ns * bb;                        \
+            float32x4_t acc[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f),         \
+                                  vdupq_n_f32(0.0f)};                                              \
+            for (int k = 0; k < ns; k++) {                                                         \
+                q6_w d;                                                                            \
+                q6_decode(w + (size_t)k * bb, &d);                                                 \
+                APPLY(&d, k, a, acc);                                                              \
+            }                                                                                      \
+            float v = q6_total(acc);                                                               \
+            y[r - r0] = add ? y[r - r0] + v : v;                                                   \
+        }                                                                                          \
     }
 
-DEFINE_ROWS_Q6(rows_q6_K_neon, , dot16_neon)
-DEFINE_ROWS_Q6(rows_q6_K_sdot, MI_DOTPROD, dot16_sdot)
+DEFINE_ROWS_Q6(rows_q6_K_neon, , q6_apply_neon)
+DEFINE_ROWS_Q6(rows_q6_K_sdot, MI_DOTPROD, q6_apply_sdot)
 
 const mi_kernel_family mi_kernels_neon = {
     "neon",
     neon_available,
     {NULL, NULL, prep_q, prep_q, prep_qk, prep_qk, prep_qk},
     {rows_f32, rows_f16, rows_q8_0_neon, rows_q4_0_neon, rows_q4_K_neon, rows_q5_K_neon, rows_q6_K_neon},
+    {mi_neon_tile_f32, mi_neon_tile_f16, mi_neon_tile_q8_0, mi_neon_tile_q4_0, mi_neon_tile_q4_K, mi_neon_tile_q5_K,
+     mi_neon_tile_q6_K},
 };
 
 const mi_kernel_family mi_kernels_neon_dot = {
@@ -488,4 +304,6 @@ const mi_kernel_family mi_kernels_neon_dot = {
     dot_available,
     {NULL, NULL, prep_q, prep_q, prep_qk, prep_qk, prep_qk},
     {rows_f32, rows_f16, rows_q8_0_sdot, rows_q4_0_sdot, rows_q4_K_sdot, rows_q5_K_sdot, rows_q6_K_sdot},
+    {mi_neon_tile_f32, mi_neon_tile_f16, mi_sdot_tile_q8_0, mi_sdot_tile_q4_0, mi_sdot_tile_q4_K, mi_sdot_tile_q5_K,
+     mi_sdot_tile_q6_K},
 };

@@ -27,7 +27,19 @@
  *   activations must not be rounded into plausible numbers, which the
  *   non-finite logit check downstream would then miss.
  * Results then differ from the scalar reference only by float summation
- * order. */
+ * order.
+ *
+ * Tiles (products of T > 1 activation rows: prefill, batched decode): a
+ * family's tile kernel computes weight rows [r0, r1) against nt activation
+ * rows, reading and decoding each weight block once for all of them (the
+ * weights stay in registers while the activation rows pass), up to the
+ * family's tile height per dtype (MI_TILE_MAX at most) at a time. Each row's
+ * value is made by the same operations in the same order as the family's row
+ * kernel makes it (its own accumulators, the same lanes, the same reductions),
+ * so it is bit-identical to the T = 1 product of that activation row,
+ * whatever nt, r0, r1 or the rows computed with it: prefill equals decode,
+ * and a batch of sequences equals each alone. The integer parts (exact in
+ * int32) may be computed another way as long as each lane's sum is the same. */
 #ifndef MESHINFER_KERNEL_FAMILY_H
 #define MESHINFER_KERNEL_FAMILY_H
 
@@ -69,12 +81,21 @@ static inline void mi_act_layout(void *scratch, const float *x, int n, mi_act *a
 typedef void (*mi_prep_fn)(const float *x, int n, void *scratch, mi_act *a);
 /* y[r - r0] (+)= dot(row r of W, x) for r in [r0, r1). */
 typedef void (*mi_rows_fn)(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add);
+/* For t < nt and r in [r0, r1): y[t * ldy + r - r0] (+)= dot(row r of W, a[t]),
+ * bit for bit what rows(y + t * ldy, W, r0, r1, &a[t], add) writes; any
+ * nt >= 1 (the kernel goes through them in groups of its tile height). */
+typedef void (*mi_tile_fn)(float *y, int ldy, const mi_tensor *W, int r0, int r1, const mi_act *a, int nt,
+                           int add);
+
+/* The most activation rows any family's tile kernel holds at once. */
+#define MI_TILE_MAX 8
 
 typedef struct {
     const char *name;               /* "scalar", "avx2", "avx512", "neon", "neon-dotprod" */
     int (*available)(void);         /* 1 if this CPU runs it */
     mi_prep_fn prep[MI_N_DTYPES];   /* NULL: a->x only (fp32, fp16 weights) */
     mi_rows_fn rows[MI_N_DTYPES];
+    mi_tile_fn tile[MI_N_DTYPES];   /* NULL: rows once per activation row */
 } mi_kernel_family;
 
 /* Every family compiled into this build, best last; the scalar one first. */

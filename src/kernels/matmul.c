@@ -50,20 +50,25 @@ static void *scratch(size_t bytes, int T)
 }
 
 /* Rows [r0, r1) for every position: weight rows in tiles of about 32 KB so
- * a tile stays in cache while the T positions pass over it. */
-static void run_rows(mi_rows_fn rows, float *y, int ldy, const mi_tensor *W, int r0, int r1, const mi_act *acts,
-                     int T, int add)
+ * a tile stays in cache while the T positions pass over it; with a tile
+ * kernel each weight block is also decoded once per group of positions
+ * (family.h), with the same bits as one position at a time. */
+static void run_rows(mi_rows_fn rows, mi_tile_fn tile, float *y, int ldy, const mi_tensor *W, int r0, int r1,
+                     const mi_act *acts, int T, int add)
 {
     if (T == 1) {
         rows(y + r0, W, r0, r1, &acts[0], add);
         return;
     }
     size_t rb = mi_dtype_row_bytes(W->dtype, (size_t)W->cols);
-    int tile = rb >= 32768 ? 1 : (int)(32768 / rb);
-    for (int a = r0; a < r1; a += tile) {
-        int b = a + tile < r1 ? a + tile : r1;
-        for (int t = 0; t < T; t++)
-            rows(y + (size_t)t * ldy + a, W, a, b, &acts[t], add);
+    int rt = rb >= 32768 ? 1 : (int)(32768 / rb);
+    for (int a = r0; a < r1; a += rt) {
+        int b = a + rt < r1 ? a + rt : r1;
+        if (tile)
+            tile(y + a, ldy, W, a, b, acts, T, add);
+        else
+            for (int t = 0; t < T; t++)
+                rows(y + (size_t)t * ldy + a, W, a, b, &acts[t], add);
     }
 }
 
@@ -101,9 +106,11 @@ static void matmul(float *y, int ldy, const float *x, int ldx, const mi_tensor *
     const mi_kernel_family *f = mi_kernel_active();
     mi_prep_fn prep = f->prep[W->dtype];
     mi_rows_fn rows = f->rows[W->dtype];
+    mi_tile_fn tile = f->tile[W->dtype];
     if (!rows) { /* a family may leave a dtype to the reference kernels */
         prep = mi_kernels_scalar.prep[W->dtype];
         rows = mi_kernels_scalar.rows[W->dtype];
+        tile = mi_kernels_scalar.tile[W->dtype];
     }
     size_t ab = (MI_ACT_BYTES(n_in) + 63) & ~(size_t)63;
     char *buf = scratch(prep ? ab * (size_t)T : 64, T);
@@ -123,7 +130,7 @@ static void matmul(float *y, int ldy, const float *x, int ldx, const mi_tensor *
     if (nt > n_out)
         nt = n_out;
     if (nt == 1) {
-        run_rows(rows, y, ldy, W, 0, n_out, g_acts, T, add);
+        run_rows(rows, tile, y, ldy, W, 0, n_out, g_acts, T, add);
         return;
     }
     /* each thread a contiguous share of the rows; a row's result does not
@@ -132,7 +139,7 @@ static void matmul(float *y, int ldy, const float *x, int ldx, const mi_tensor *
     {
         int i = omp_get_thread_num();
         int a = (int)((long)n_out * i / nt), b = (int)((long)n_out * (i + 1) / nt);
-        run_rows(rows, y, ldy, W, a, b, g_acts, T, add);
+        run_rows(rows, tile, y, ldy, W, a, b, g_acts, T, add);
     }
 }
 

@@ -193,6 +193,178 @@ static void rows_q6_K(float *y, const mi_tensor *W, int r0, int r1, const mi_act
     }
 }
 
+/* ------------------------------------------------------------- tiles */
+
+/* Each kernel below is its row kernel above with the weight block's values
+ * read (and decoded) once and applied to every activation row in turn: per
+ * row the same expressions in the same order, so the same bits (family.h).
+ * The per-row sums live in arrays of NT; the loops over t are the inner ones. */
+#define NT 8
+
+static void tile_f32(float *y, int ldy, const mi_tensor *W, int r0, int r1, const mi_act *a, int nt, int add)
+{
+    const int n = W->cols;
+    for (int t0 = 0; t0 < nt; t0 += NT) {
+        int m = nt - t0 < NT ? nt - t0 : NT;
+        for (int r = r0; r < r1; r++) {
+            const float *w = (const float *)W->q + (size_t)r * n;
+            float acc[NT][16] = {{0}};
+            int j = 0;
+            for (; j + 16 <= n; j += 16)
+                for (int t = 0; t < m; t++)
+                    for (int k = 0; k < 16; k++)
+                        acc[t][k] += w[j + k] * a[t0 + t].x[j + k];
+            for (int t = 0; t < m; t++) {
+                float *c = acc[t];
+                for (int k = 0; j + k < n; k++)
+                    c[k] += w[j + k] * a[t0 + t].x[j + k];
+                for (int s = 8; s >= 1; s /= 2)
+                    for (int k = 0; k < s; k++)
+                        c[k] += c[k + s];
+                float *o = y + (size_t)(t0 + t) * ldy + (r - r0);
+                *o = add ? *o + c[0] : c[0];
+            }
+        }
+    }
+}
+
+/* fp16: rows_f16's chunks of 256 converted once; each chunk's dot_f32 then
+ * runs for every activation row, so the row's sums are rows_f16's. */
+static void tile_f16(float *y, int ldy, const mi_tensor *W, int r0, int r1, const mi_act *a, int nt, int add)
+{
+    float w[256];
+    for (int t0 = 0; t0 < nt; t0 += NT) {
+        int m = nt - t0 < NT ? nt - t0 : NT;
+        for (int r = r0; r < r1; r++) {
+            const uint16_t *h = (const uint16_t *)W->q + (size_t)r * W->cols;
+            float v[NT] = {0};
+            for (int j = 0; j < W->cols; j += 256) {
+                int len = W->cols - j < 256 ? W->cols - j : 256;
+                for (int i = 0; i < len; i++)
+                    w[i] = mi_f32_from_fp16(h[j + i]);
+                for (int t = 0; t < m; t++)
+                    v[t] += dot_f32(w, a[t0 + t].x + j, len);
+            }
+            for (int t = 0; t < m; t++) {
+                float *o = y + (size_t)(t0 + t) * ldy + (r - r0);
+                *o = add ? *o + v[t] : v[t];
+            }
+        }
+    }
+}
+
+static void tile_q8_0(float *y, int ldy, const mi_tensor *W, int r0, int r1, const mi_act *a, int nt, int add)
+{
+    int nb = W->cols / MI_QK;
+    for (int t0 = 0; t0 < nt; t0 += NT) {
+        int m = nt - t0 < NT ? nt - t0 : NT;
+        for (int r = r0; r < r1; r++) {
+            const int8_t *w = (const int8_t *)W->q + (size_t)r * W->cols;
+            const uint16_t *dw = W->d + (size_t)r * nb;
+            float v[NT] = {0};
+            for (int b = 0; b < nb; b++) {
+                const int8_t *wb = w + b * MI_QK;
+                float dwf = mi_f32_from_fp16(dw[b]);
+                for (int t = 0; t < m; t++) {
+                    const mi_act *at = &a[t0 + t];
+                    int sum = 0;
+                    for (int i = 0; i < MI_QK; i++)
+                        sum += wb[i] * at->q[b * MI_QK + i];
+                    v[t] += (float)sum * (dwf * at->d[b]);
+                }
+            }
+            for (int t = 0; t < m; t++) {
+                float *o = y + (size_t)(t0 + t) * ldy + (r - r0);
+                *o = add ? *o + v[t] : v[t];
+            }
+        }
+    }
+}
+
+static void tile_q4_0(float *y, int ldy, const mi_tensor *W, int r0, int r1, const mi_act *a, int nt, int add)
+{
+    int nb = W->cols / MI_QK;
+    for (int t0 = 0; t0 < nt; t0 += NT) {
+        int m = nt - t0 < NT ? nt - t0 : NT;
+        for (int r = r0; r < r1; r++) {
+            const uint8_t *w = (const uint8_t *)W->q + (size_t)r * (W->cols / 2);
+            const uint16_t *dw = W->d + (size_t)r * nb;
+            float v[NT] = {0};
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *wb = w + b * (MI_QK / 2);
+                int lo[MI_QK / 2], hi[MI_QK / 2];
+                for (int j = 0; j < MI_QK / 2; j++) {
+                    lo[j] = wb[j] & 0x0f;
+                    hi[j] = wb[j] >> 4;
+                }
+                float dwf = mi_f32_from_fp16(dw[b]);
+                for (int t = 0; t < m; t++) {
+                    const mi_act *at = &a[t0 + t];
+                    const int8_t *xb = at->q + b * MI_QK;
+                    int sum = 0;
+                    for (int j = 0; j < MI_QK / 2; j++)
+                        sum += lo[j] * xb[j] + hi[j] * xb[j + MI_QK / 2];
+                    v[t] += dwf * ((float)sum * at->d[b] + at->s[b]);
+                }
+            }
+            for (int t = 0; t < m; t++) {
+                float *o = y + (size_t)(t0 + t) * ldy + (r - r0);
+                *o = add ? *o + v[t] : v[t];
+            }
+        }
+    }
+}
+
+/* The k-quants: each super-block unpacked once (mi_kquant_unpack). */
+static void tile_kq(float *y, int ldy, const mi_tensor *W, int r0, int r1, const mi_act *a, int nt, int add)
+{
+    int ns = W->cols / MI_QK_K;
+    size_t bb = mi_dtype_q_row_bytes(W->dtype, MI_QK_K);
+    int8_t q[MI_QK_K];
+    int sc[16], m[16];
+    float d, dmin;
+    for (int t0 = 0; t0 < nt; t0 += NT) {
+        int mt = nt - t0 < NT ? nt - t0 : NT;
+        for (int r = r0; r < r1; r++) {
+            const uint8_t *w = (const uint8_t *)W->q + (size_t)r * ns * bb;
+            float v[NT] = {0};
+            for (int k = 0; k < ns; k++) {
+                mi_kquant_unpack(W->dtype, w + k * bb, q, sc, m, &d, &dmin);
+                for (int t = 0; t < mt; t++) {
+                    const mi_act *at = &a[t0 + t];
+                    if (W->dtype == MI_Q6_K) {
+                        float acc = 0.0f;
+                        for (int j = 0; j < 8; j++) {
+                            int b = k * 8 + j, lo = 0, hi = 0;
+                            const int8_t *xq = at->q + b * MI_QK, *wq = q + j * MI_QK;
+                            for (int i = 0; i < 16; i++) {
+                                lo += wq[i] * xq[i];
+                                hi += wq[i + 16] * xq[i + 16];
+                            }
+                            acc += (float)(sc[2 * j] * lo + sc[2 * j + 1] * hi) * at->d[b];
+                        }
+                        v[t] += d * acc;
+                    } else {
+                        float acc = 0.0f, mins = 0.0f;
+                        for (int j = 0; j < 8; j++) {
+                            int b = k * 8 + j, sum = 0;
+                            for (int i = 0; i < MI_QK; i++)
+                                sum += q[j * MI_QK + i] * at->q[b * MI_QK + i];
+                            acc += (float)(sc[j] * sum) * at->d[b];
+                            mins += (float)m[j] * at->s[b];
+                        }
+                        v[t] += d * acc - dmin * mins;
+                    }
+                }
+            }
+            for (int t = 0; t < mt; t++) {
+                float *o = y + (size_t)(t0 + t) * ldy + (r - r0);
+                *o = add ? *o + v[t] : v[t];
+            }
+        }
+    }
+}
+
 static int always(void)
 {
     return 1;
@@ -203,4 +375,5 @@ const mi_kernel_family mi_kernels_scalar = {
     always,
     {NULL, NULL, prep_q, prep_q, prep_qk, prep_qk, prep_qk},
     {rows_f32, rows_f16, rows_q8_0, rows_q4_0, rows_q45_K, rows_q45_K, rows_q6_K},
+    {tile_f32, tile_f16, tile_q8_0, tile_q4_0, tile_kq, tile_kq, tile_kq},
 };

@@ -7,13 +7,12 @@
  * chunks, was measured much slower: the decode loop is bound by streaming the
  * weights, and one forward stream keeps the hardware prefetchers effective.
  *
- * q8_0: vpmaddubsw multiplies unsigned by signed bytes, so the activations go
- * in as |q| and their signs move onto the weights with vpsignb; with |w|,
- * |q| <= 127 a pair sum is at most 32258 and never saturates. vpmaddwd with
- * ones widens to int32, and each block's sums take their scale dw * dx in one
- * FMA. |q| is recomputed from q rather than stored: one more ALU operation
- * per block, but half the activation bytes in L1, which the weight stream
- * would otherwise evict on rows of a few thousand columns.
+ * q8_0: vpmaddubsw multiplies unsigned by signed bytes, so the weights go in
+ * as |w| and their signs move onto the activations with vpsignb (this way
+ * round -128 weights give exact products too, and a tile kernel makes |w|
+ * once for all its activation rows); with |w| <= 128, |q| <= 127 a pair sum
+ * is at most 32512 and never saturates. vpmaddwd with ones widens to int32,
+ * and each block's sums take their scale dw * dx in one FMA.
  *
  * q4_0: the nibbles are already unsigned (0..15), so they feed vpmaddubsw
  * directly and the offset of 8 is the per-block term s (family.h). 32 bytes
@@ -28,15 +27,16 @@
  * hint that never faults, so running past the last row is harmless.
  *
  * k-quants (q4_K, q5_K, q6_K): vpmaddubsw on the unsigned levels, one float
- * factor per sub-block (d * sc * dx) applied per lane; see the section
- * below. */
+ * factor per sub-block (d * sc * dx) applied per lane; see x86_avx2.h.
+ *
+ * Products of several activation rows: x86_avx2_tile.c. */
 #include <cpuid.h>
 #include <float.h>
 #include <math.h>
 #include <immintrin.h>
 #include <string.h>
 
-#include "family.h"
+#include "x86_avx2.h"
 
 static int available(void)
 {
@@ -48,34 +48,6 @@ static int available(void)
      * the OS saving the YMM registers */
     unsigned eax, ebx, ecx, edx;
     return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
-}
-
-static inline float hsum256(__m256 v)
-{
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
-}
-
-static inline int hsum256_epi32(__m256i v)
-{
-    __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    h = _mm_add_epi32(h, _mm_unpackhi_epi64(h, h));
-    h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 1));
-    return _mm_cvtsi128_si32(h);
-}
-
-static inline float f16(uint16_t h)
-{
-    return _cvtsh_ss(h);
-}
-
-/* lanes [0, k) set, for vmaskmov: masked-off lanes are not read, so a row's
- * last few elements never touch the bytes after it */
-static inline __m256i lane_mask(int k)
-{
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(k), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
 /* ------------------------------------------------------------ fp32, fp16 */
@@ -102,11 +74,6 @@ static void rows_f32(float *y, const mi_tensor *W, int r0, int r1, const mi_act 
         float v = hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
         y[r - r0] = add ? y[r - r0] + v : v;
     }
-}
-
-static inline __m256 load_f16x8(const uint16_t *h)
-{
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h));
 }
 
 static void rows_f16(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
@@ -244,14 +211,6 @@ static inline void prefetch(const void *p)
 
 /* ------------------------------------------------------------ q8_0 */
 
-/* int32 sums of one block: 8 lanes, each the dot of 4 elements */
-static inline __m256i dot_q8(const int8_t *w, const int8_t *q, __m256i ones)
-{
-    __m256i qv = _mm256_loadu_si256((const __m256i *)q);
-    __m256i sw = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)w), qv);
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_abs_epi8(qv), sw), ones);
-}
-
 static void rows_q8_0(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
 {
     const int n = W->cols, nb = n / MI_QK;
@@ -283,32 +242,16 @@ static void rows_q8_0(float *y, const mi_tensor *W, int r0, int r1, const mi_act
             Q8_BLOCK(7, s47, 0xff);
 #undef Q8_BLOCK
         }
-        for (; b < nb; b++) {
-            int e = b * MI_QK;
-            __m256i dot = dot_q8(w + e, a->q + e, ones);
-            acc[b & 3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(f16(dw[b]) * a->d[b]), acc[b & 3]);
-        }
-        float v = hsum256(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+        float v = q8_0_finish(w, dw, b, nb, a, acc);
         y[r - r0] = add ? y[r - r0] + v : v;
     }
 }
 
 /* ------------------------------------------------------------ q4_0 */
 
-/* int32 sums of a pair of blocks (lanes 0-3 the first, 4-7 the second);
- * two nibble products (at most 2 * 2 * 15 * 127) add in 16 bits safely */
-static inline __m256i dot2_q4(const uint8_t *w, const int8_t *xg, __m256i lowmask, __m256i ones)
-{
-    __m256i v = _mm256_loadu_si256((const __m256i *)w);
-    __m256i lo = _mm256_and_si256(v, lowmask), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), lowmask);
-    __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xg)),
-                                 _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xg + 32))));
-    return _mm256_madd_epi16(p, ones);
-}
-
 static void rows_q4_0(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
 {
-    const int n = W->cols, nb = n / MI_QK, nb2 = nb & ~1;
+    const int n = W->cols, nb = n / MI_QK;
     const __m256i lowmask = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     /* lanes 0-3 take the scale of the pair's first block, 4-7 the second's */
     const __m256i idx[4] = {
@@ -338,26 +281,7 @@ static void rows_q4_0(float *y, const mi_tensor *W, int r0, int r1, const mi_act
             acc2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d2), _mm256_permutevar8x32_ps(s8, idx[2]), acc2);
             acc3 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d3), _mm256_permutevar8x32_ps(s8, idx[3]), acc3);
         }
-        float v_corr = 0.0f;
-        for (; b < nb2; b += 2) { /* up to three pairs left */
-            float dw0 = f16(dw[b]), dw1 = f16(dw[b + 1]);
-            __m256 sc = _mm256_setr_m128(_mm_set1_ps(dw0 * a->d[b]), _mm_set1_ps(dw1 * a->d[b + 1]));
-            v_corr += dw0 * a->s[b];
-            v_corr += dw1 * a->s[b + 1];
-            __m256i dot = dot2_q4(w + b * (MI_QK / 2), a->q + b * MI_QK, lowmask, ones);
-            acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), sc, acc0);
-        }
-        if (b < nb) { /* a last odd block, activations in natural order */
-            __m128i q = _mm_loadu_si128((const __m128i *)(w + b * (MI_QK / 2)));
-            __m256i wv = _mm256_and_si256(_mm256_setr_m128i(q, _mm_srli_epi16(q, 4)), lowmask);
-            __m256i dot = _mm256_madd_epi16(
-                _mm256_maddubs_epi16(wv, _mm256_loadu_si256((const __m256i *)(a->q + b * MI_QK))), ones);
-            float dw0 = f16(dw[b]);
-            v_corr += dw0 * a->s[b];
-            acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw0 * a->d[b]), acc1);
-        }
-        float v = hsum256(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)));
-        v += hsum256(corr) + v_corr;
+        float v = q4_0_finish(w, dw, b, nb, a, acc0, acc1, acc2, acc3, corr);
         y[r - r0] = add ? y[r - r0] + v : v;
     }
 }
@@ -382,107 +306,20 @@ static inline void prefetch_span(const uint8_t *p, int span)
         __asm__ volatile("prefetcht0 %0" : : "m"(p[PREFETCH_BYTES + o]));
 }
 
-/* q5_K's fifth bit of sub-block j (bit j of each qh byte) moved to bit 4 */
-static inline __m256i fifth_bit(__m256i qh, int j)
-{
-    const __m256i b4 = _mm256_set1_epi8(0x10);
-    switch (j) {
-    case 0: return _mm256_and_si256(_mm256_slli_epi16(qh, 4), b4);
-    case 1: return _mm256_and_si256(_mm256_slli_epi16(qh, 3), b4);
-    case 2: return _mm256_and_si256(_mm256_slli_epi16(qh, 2), b4);
-    case 3: return _mm256_and_si256(_mm256_slli_epi16(qh, 1), b4);
-    case 4: return _mm256_and_si256(qh, b4);
-    case 5: return _mm256_and_si256(_mm256_srli_epi16(qh, 1), b4);
-    case 6: return _mm256_and_si256(_mm256_srli_epi16(qh, 2), b4);
-    default: return _mm256_and_si256(_mm256_srli_epi16(qh, 3), b4);
-    }
-}
-
-/* q4_K and q5_K (five: the fifth bits from qh). Per super-block eight float
- * factors d * sc_j * dx_j, one per sub-block (= activation block), and the
- * mins' term dmin * m_j * s_j summed apart and subtracted at the end. The
- * levels (0..15 or 0..31) are unsigned and feed vpmaddubsw directly: a pair
- * of products is at most 2 * 31 * 127, no saturation. One super-block's
- * share of a row: acc[0] and acc[1] the even and odd sub-blocks' products,
- * acc[2] the mins' term. */
+/* One super-block of a row: decoded, then applied (x86_avx2.h). */
 static inline __attribute__((always_inline)) void q45_step(const uint8_t *blk, int k, const mi_act *a, __m256 *acc,
                                                            const int five)
 {
-    const __m256i low = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
-    uint64_t sc, m;
-    mi_kq_scales_mins(blk + 4, &sc, &m);
-    uint32_t dbits;
-    memcpy(&dbits, blk, 4);
-    __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dbits));
-    __m256 scf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
-    __m256 mf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m)));
-    __m256 f = _mm256_mul_ps(_mm256_mul_ps(scf, _mm256_broadcastss_ps(dd)), _mm256_loadu_ps(a->d + 8 * k));
-    acc[2] = _mm256_fmadd_ps(_mm256_mul_ps(mf, _mm256_broadcastss_ps(_mm_movehdup_ps(dd))),
-                             _mm256_loadu_ps(a->s + 8 * k), acc[2]);
-    const uint8_t *qs = blk + (five ? 48 : 16);
-    const int8_t *xq = a->q + (size_t)k * MI_QK_K;
-    __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
-    for (int g = 0; g < 4; g++) {
-        __m256i v = _mm256_loadu_si256((const __m256i *)(qs + 32 * g));
-        __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
-        if (five) {
-            lo = _mm256_or_si256(lo, fifth_bit(qh, 2 * g));
-            hi = _mm256_or_si256(hi, fifth_bit(qh, 2 * g + 1));
-        }
-        __m256i p0 =
-            _mm256_madd_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(xq + 64 * g))), ones);
-        __m256i p1 = _mm256_madd_epi16(
-            _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 64 * g + 32))), ones);
-        acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_permutevar8x32_ps(f, _mm256_set1_epi32(2 * g)),
-                                 acc[0]);
-        acc[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_permutevar8x32_ps(f, _mm256_set1_epi32(2 * g + 1)),
-                                 acc[1]);
-    }
+    q45_w w;
+    q45_decode(blk, &w, five);
+    q45_apply(&w, k, a, acc);
 }
 
-/* q6_K: a half super-block's 64 low-nibble bytes L0, L1 and 32 high-bit
- * bytes H give its 128 levels (0..63) as four 32-byte vectors in element
- * order (L0's low nibbles with H's bits 0-1, L1's with 2-3, L0's high
- * nibbles with 4-5, L1's with 6-7), each one activation block. vpmaddubsw
- * takes them unsigned and the offset of 32 comes off in 16 bits (a pair of
- * (q - 32) x is at most 2 * 32 * 127). A block's eight int32 lanes are its
- * two sub-blocks of 16, four each; lane j of the factor vectors is
- * d * sc_j * dx of block j/2. */
 static inline __attribute__((always_inline)) void q6_step(const uint8_t *blk, int k, const mi_act *a, __m256 *acc)
 {
-    const __m256i low = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30), k32 = _mm256_set1_epi8(32);
-    const __m256i ones = _mm256_set1_epi16(1);
-    uint16_t dh;
-    memcpy(&dh, blk + 208, 2);
-    __m256 dxd = _mm256_mul_ps(_mm256_loadu_ps(a->d + 8 * k), _mm256_set1_ps(f16(dh)));
-    __m128i scb = _mm_loadu_si128((const __m128i *)(blk + 192));
-    /* sub-blocks 0-7 (blocks 0-3) and 8-15 (blocks 4-7) */
-    __m256 fs[2] = {
-        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(scb)),
-                      _mm256_permutevar8x32_ps(dxd, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3))),
-        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(scb, scb))),
-                      _mm256_permutevar8x32_ps(dxd, _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7))),
-    };
-    const int8_t *xq = a->q + (size_t)k * MI_QK_K;
-    for (int h = 0; h < 2; h++) {
-        __m256i L0 = _mm256_loadu_si256((const __m256i *)(blk + 64 * h));
-        __m256i L1 = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32));
-        __m256i H = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
-        __m256i q[4] = {
-            _mm256_or_si256(_mm256_and_si256(L0, low), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30)),
-            _mm256_or_si256(_mm256_and_si256(L1, low), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), low), _mm256_and_si256(H, m30)),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), low),
-                            _mm256_and_si256(_mm256_srli_epi16(H, 2), m30)),
-        };
-        for (int i = 0; i < 4; i++) {
-            __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 128 * h + 32 * i));
-            __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q[i], xv), _mm256_maddubs_epi16(k32, xv));
-            __m256i idx = _mm256_setr_epi32(2 * i, 2 * i, 2 * i, 2 * i, 2 * i + 1, 2 * i + 1, 2 * i + 1, 2 * i + 1);
-            acc[i & 1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)),
-                                         _mm256_permutevar8x32_ps(fs[h], idx), acc[i & 1]);
-        }
-    }
+    q6_w w;
+    q6_decode(blk, &w);
+    q6_apply(&w, k, a, acc);
 }
 
 /* NR consecutive rows of a k-quant dtype t from w (rb bytes a row), their
@@ -506,7 +343,7 @@ static inline __attribute__((always_inline)) void kq_rows(const uint8_t *w, size
                 q45_step(blk, k, a, acc[i], t == MI_Q5_K);
         }
     for (int i = 0; i < nr; i++)
-        v[i] = hsum256(_mm256_add_ps(acc[i][0], acc[i][1])) - hsum256(acc[i][2]);
+        v[i] = kq_total(acc[i]);
 }
 
 /* q4_K and q5_K go two rows at a time (two weight streams: 9.2-9.5 against
@@ -551,4 +388,6 @@ const mi_kernel_family mi_kernels_avx2 = {
     available,
     {NULL, NULL, prep_q8_0, prep_q4_0, prep_qk, prep_qk, prep_qk},
     {rows_f32, rows_f16, rows_q8_0, rows_q4_0, rows_q4_K, rows_q5_K, rows_q6_K},
+    {mi_avx2_tile_f32, mi_avx2_tile_f16, mi_avx2_tile_q8_0, mi_avx2_tile_q4_0, mi_avx2_tile_q4_K, mi_avx2_tile_q5_K,
+     mi_avx2_tile_q6_K},
 };

@@ -94,7 +94,7 @@ done
 check $T/interconnects.sh "" "" --ranks:int:17 --tokens:int:10000 --repeat:int:10000 --planner:word:best --model:file
 check $E/bench_distributed.sh "" "" --model:file --ranks:int:257 --steps:int:1000001 --repeat:int:1000001 \
     --wire-dtype:word:fp8 --planners:word:best --name:word:a/b
-check $E/bench_gguf.sh "" "" --rounds:int:1001 --gen:int:1025 --convert-rounds:int:1001 --check-tokens:int:129 \
+check $E/bench_gguf.sh "" "" --rounds:int:1001 --gen:int:1025 --convert-rounds:int:1001 --check-tokens:int:129 --prefill:int:2048 \
     --seed:int:1000000000 --port:int:65536 --llamacpp:str --dllama:str --out:str --work:str
 check $E/bench_reference.sh "" "" --rounds:int:1001 --steps:int:257 --tinyllama-rounds:int:1001 \
     --tinyllama-steps:int:2049 --port:int:65536 --llama2c:str --dllama:str --out:str --work:str

@@ -6,13 +6,21 @@
  * turn (triad, then each dtype and family), and the median is reported, so
  * that a machine's drift over the run falls on all of them alike.
  *
- * usage: bench_kernels [--quick] [--rounds R] [--dtypes LIST] [--copies C] [SHAPE...]
+ * With --batch, products of T activation rows instead (mi_matmul_ld with each
+ * family in turn: activation preparation, ~32 KB row tiles, the tile kernels
+ * for T > 1), for each T of the list, as microseconds per activation row and
+ * as throughput against T = 1 in the same family and run ("x T=1": how many
+ * times the rows per second of single-row products; T rows at once against T
+ * separate products). Every T of a dtype and family in turn within a round.
+ *
+ * usage: bench_kernels [--quick] [--rounds R] [--dtypes LIST] [--copies C] [--batch TLIST] [SHAPE...]
  *        SHAPE as ROWSxCOLS, default the TinyLlama-1.1B and stories15M
  *        matrices; LIST comma-separated dtype names (default all; q4_0 is
  *        added when absent, as the reference of the "vs q4_0" column);
  *        R rounds (default 1); C copies of each matrix, cycled through (default
  *        enough to exceed a 32 MB last-level cache; 1 measures a matrix that
- *        fits a cache: the kernels' compute speed) */
+ *        fits a cache: the kernels' compute speed); TLIST comma-separated T
+ *        (e.g. 1,4,8; 1 is added when absent, as the reference) */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +28,7 @@
 #include <time.h>
 
 #include "../../src/kernels/family.h"
+#include "meshinfer/kernels.h"
 #include "meshinfer/stream.h"
 #include "meshinfer/tensor.h"
 
@@ -115,9 +124,87 @@ static dtype_set make_set(int t, int rows, int cols, float *row, int copies)
     return ds;
 }
 
+/* Best seconds per product of T rows through mi_matmul_ld with family f
+ * active, cycling over the copies. */
+static double time_batch(const mi_kernel_family *f, const mi_tensor *W, int copies, const float *x, float *y, int T,
+                         int reps)
+{
+    char err[256];
+    if (mi_kernels_use(f->name, err) != 0)
+        return -1;
+    double best = 1e30;
+    for (int r = 0; r < reps; r++) {
+        const mi_tensor *w = &W[r % copies];
+        double t0 = now();
+        mi_matmul_ld(y, w->rows, x, w->cols, w, T, 0);
+        double t = now() - t0;
+        if (t < best)
+            best = t;
+    }
+    mi_kernels_use("auto", err);
+    return best;
+}
+
+/* --batch: per shape, dtype and family, microseconds per activation row at
+ * each T and the throughput against T = 1 (medians over the rounds). */
+static void run_batch(int rows, int cols, const int *want, int copies, const int *Ts, int nT, int rounds, int quick)
+{
+    int nf;
+    const mi_kernel_family *const *fs = mi_kernel_families(&nf);
+    if (nf > 8)
+        nf = 8;
+    int maxT = 1;
+    for (int i = 0; i < nT; i++)
+        maxT = Ts[i] > maxT ? Ts[i] : maxT;
+    float *x = malloc((size_t)maxT * cols * sizeof(float)), *y = malloc((size_t)maxT * rows * sizeof(float));
+    float *row = malloc((size_t)cols * sizeof(float));
+    for (size_t i = 0; i < (size_t)maxT * cols; i++)
+        x[i] = frand();
+    double *sec = calloc((size_t)rounds * nT, sizeof *sec), *tmp = calloc((size_t)rounds, sizeof *tmp);
+    printf("%-12s %-5s %-13s %4s %10s %10s %9s %8s\n", "shape", "dtype", "family", "T", "us/product", "us/row",
+           "rows/s", "x T=1");
+    for (int t = 0; t < MI_N_DTYPES; t++) {
+        if (!want[t] || cols % mi_dtype_block(t) != 0)
+            continue;
+        dtype_set ds = make_set(t, rows, cols, row, copies);
+        for (int i = 0; i < nf; i++) {
+            if (!fs[i]->available())
+                continue;
+            int reps = quick ? 5 : 20;
+            if (reps < 2 * ds.copies)
+                reps = 2 * ds.copies;
+            if (i == 0) /* the scalar reference is slow: a few products */
+                reps = quick ? 2 : 3;
+            for (int rd = 0; rd < rounds; rd++)
+                for (int k = 0; k < nT; k++) {
+                    int kk = rd % 2 ? nT - 1 - k : k; /* every other round in reverse */
+                    sec[rd * nT + kk] = time_batch(fs[i], ds.W, ds.copies, x, y, Ts[kk], reps);
+                }
+            double one = 0;
+            for (int k = 0; k < nT; k++) {
+                for (int rd = 0; rd < rounds; rd++)
+                    tmp[rd] = sec[rd * nT + k];
+                double me = median(tmp, rounds);
+                if (Ts[k] == 1)
+                    one = me;
+                printf("%5dx%-6d %-5s %-13s %4d %10.1f %10.2f %9.0f %7.2fx\n", rows, cols, mi_dtype_name(t),
+                       fs[i]->name, Ts[k], me * 1e6, me * 1e6 / Ts[k], Ts[k] / me, one > 0 ? one * Ts[k] / me : 0.0);
+            }
+        }
+        for (int c = 0; c < ds.copies; c++)
+            free(ds.W[c].q);
+        free(ds.W);
+    }
+    free(x);
+    free(y);
+    free(row);
+    free(sec);
+    free(tmp);
+}
+
 int main(int argc, char **argv)
 {
-    int quick = 0, rounds = 1, copies = 0, n_shapes = 0, shapes[16][2], want[MI_N_DTYPES];
+    int quick = 0, rounds = 1, copies = 0, n_shapes = 0, shapes[16][2], want[MI_N_DTYPES], Ts[16], nT = 0;
     for (int t = 0; t < MI_N_DTYPES; t++)
         want[t] = 1;
     for (int i = 1; i < argc; i++) {
@@ -127,6 +214,19 @@ int main(int argc, char **argv)
             rounds = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--copies") && i + 1 < argc && atoi(argv[i + 1]) > 0) {
             copies = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
+            char list[256];
+            snprintf(list, sizeof list, "%s", argv[++i]);
+            Ts[nT++] = 1;
+            for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
+                int T = atoi(tok);
+                if (T < 1 || T > 4096 || nT >= 16) {
+                    fprintf(stderr, "bench_kernels: --batch wants up to 15 T from 1 to 4096, not '%s'\n", tok);
+                    return 2;
+                }
+                if (T > 1)
+                    Ts[nT++] = T;
+            }
         } else if (!strcmp(argv[i], "--dtypes") && i + 1 < argc) {
             char list[256];
             snprintf(list, sizeof list, "%s", argv[++i]);
@@ -144,7 +244,8 @@ int main(int argc, char **argv)
                    shapes[n_shapes][0] > 0 && shapes[n_shapes][1] > 0) {
             n_shapes++;
         } else {
-            fprintf(stderr, "usage: bench_kernels [--quick] [--rounds R] [--dtypes LIST] [--copies C] [ROWSxCOLS ...]\n");
+            fprintf(stderr, "usage: bench_kernels [--quick] [--rounds R] [--dtypes LIST] [--copies C] [--batch TLIST] "
+                            "[ROWSxCOLS ...]\n");
             return 2;
         }
     }
@@ -152,6 +253,11 @@ int main(int argc, char **argv)
         int def[][2] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}, {32000, 288}, {768, 288}};
         n_shapes = 6;
         memcpy(shapes, def, sizeof def);
+    }
+    if (nT) {
+        for (int s = 0; s < n_shapes; s++)
+            run_batch(shapes[s][0], shapes[s][1], want, copies, Ts, nT, rounds, quick);
+        return 0;
     }
     int nf;
     const mi_kernel_family *const *fs = mi_kernel_families(&nf);

@@ -17,6 +17,7 @@
 
 #include "../../src/kernels/family.h"
 #include "meshinfer/tensor.h"
+#include "test_kernels.h"
 
 static uint64_t g_rng = 0x1234567887654321ull;
 
@@ -527,7 +528,7 @@ static void run_family(const mi_kernel_family *f, const mi_tensor *W, const floa
 /* Sum over the row of |w * x| (dequantized): the scale of the rounding
  * error. q4_0 kernels compute sum(q * x) - 8 sum(x) per block, whose terms can
  * be much larger than the result, so their magnitude counts too. */
-static double abs_dot(const mi_tensor *W, int r, const float *x)
+double abs_dot(const mi_tensor *W, int r, const float *x)
 {
     float *w = malloc((size_t)W->cols * sizeof(float));
     mi_tensor_row_f32(W, r, w);
@@ -860,6 +861,8 @@ int main(void)
     CU_pSuite k = CU_add_suite("kernel families", NULL, NULL);
     CU_add_test(k, "scalar reference vs exact dot (activation rounding bound)", test_scalar_vs_exact);
     CU_add_test(k, "every available family vs the scalar reference, row subsets bit-identical", test_families);
+    CU_add_test(k, "tile kernels: every row of T = 1..9 bit-identical to T = 1, every family and dtype",
+                test_kernel_tiles);
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();
     unsigned fails = CU_get_number_of_failures();
