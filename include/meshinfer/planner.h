@@ -102,6 +102,16 @@ typedef struct {
  * shortfall in bytes). */
 int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, mi_plan *plan, char *err);
 
+/* HeadSplit's re-placement as the KV cache grows (plan.h mi_replace_due
+ * says when): plan model c again with opt for twice the positions needed
+ * (at most the context, at least need), halving the growth until a
+ * placement fits. Returns 0 with *plan and the positions it budgets in
+ * *horizon, or -1 with err ("at position N no placement fits the devices'
+ * budgets any more: <the planner's reason>"). The runtime's controller and
+ * the simulator share it. */
+int mi_plan_remake(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, int need, mi_plan *plan,
+                   int *horizon, char *err);
+
 /* HeadSplit "Not every layer deserves it": mark transition l -> l+1 for
  * speculation when its layer l keeps the projection and the FFN each on one
  * rank, its acceptance (acceptance[l], or 1 when NULL) is at least
