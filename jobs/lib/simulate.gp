@@ -37,6 +37,7 @@ if (fig eq "devices") {
     set xlabel "token"
     set ylabel "device (rank)"
     set yrange [-0.5:n - 0.5]
+    set autoscale xfix
     set cbrange [0:1]
     set palette defined (0 "#ffffff", 0.5 "#6baed6", 1 "#08306b")
     set title "share of each token's time computing"
@@ -58,7 +59,8 @@ if (fig eq "links") {
     set logscale cb
     set cblabel "bytes"
     set palette defined (0 "#f7fbff", 1 "#6baed6", 2 "#08306b")
-    plot dir . "/links.csv" skip 1 using 2:1:(0.5):(0.5):5 with boxxyerror fs solid lc palette notitle
+    # (commands and window posts carry no payload: not drawn)
+    plot dir . "/links.csv" skip 1 using 2:1:(0.5):(0.5):($5 > 0 ? $5 : NaN) with boxxyerror fs solid lc palette notitle
     exit
 }
 print "simulate.gp: unknown figure " . fig . " (latency, devices, links)"

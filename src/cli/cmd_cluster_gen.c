@@ -85,7 +85,7 @@ int cmd_cluster_gen(int argc, char **argv)
         mi_fatal("%s", err);
     mi_cluster cl;
     if (mi_cluster_generate(&g, &cl, err))
-        mi_fatal("cluster-gen: %s", err);
+        mi_fatal("%s", err);
     snprintf(desc, sizeof desc,
              "meshinfer cluster-gen: %d devices, seed %llu; speed uniform %g:%g, mem_mb uniform %g:%g, one-way "
              "latency_ms uniform %g:%g per pair, bandwidth_mbit log-uniform %g:%g %s, mem_bandwidth_gbs %g, "
