@@ -169,6 +169,8 @@ typedef enum {
                                  heads, FFN units and rows of wo and w2; every exchange an allgather */
     MI_PLANNER_HYBRID,        /* Voltron Voltron: per layer and sublayer, model or tensor parallelism,
                                  whichever the cost model predicts faster for the phase (prefill or decode) */
+    MI_PLANNER_EXACT,         /* HeadSplit's units placed by a mixed-integer program (GLPK) minimising the
+                                 predicted decode step: a few devices (planner.h MI_EXACT_MAX_RANKS) */
     MI_N_PLANNERS
 } mi_planner;
 
@@ -288,7 +290,7 @@ void mi_plan_owned(const mi_plan *plan, int l, int x, int rank, int *c0, int *n)
  * experts, never a part of one). */
 int mi_plan_ffn_units(const mi_config *c);
 
-/* Planner names as on the command line: layerwise roundrobin random greedy tp somegather hybrid. */
+/* Planner names as on the command line: layerwise roundrobin random greedy tp somegather hybrid exact. */
 const char *mi_planner_name(mi_planner p);
 /* Returns 0 and sets *p, or -1 for an unknown name. */
 int mi_planner_parse(const char *name, mi_planner *p);

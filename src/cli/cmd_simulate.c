@@ -30,8 +30,9 @@ static void help(void)
            "re-placement's move (weights read from storage, KV heads sent) is charged to its token.\n"
            "Prints per-token latency over time, each device's busy time and memory, the busiest links and\n"
            "totals. Nothing is loaded but the model's config.\n"
-           "  --planner NAME        layerwise | roundrobin | random | greedy | tp | somegather | hybrid\n"
-           "                        (default greedy; hybrid's decode placement serves both phases)\n"
+           "  --planner NAME        layerwise | roundrobin | random | greedy | tp | somegather | hybrid | exact\n"
+           "                        (default greedy; hybrid's decode placement serves both phases; exact:\n"
+           "                        a mixed-integer program, GLPK, at most 8 devices, see plan --help)\n"
            "  --plan-file FILE      a saved plan (meshinfer plan --out) with its pruning, speculation and\n"
            "                        precisions (not with --replan, which needs a planner)\n"
            "  --cluster FILE        devices and links (JSON, see hostfiles/; meshinfer cluster-gen draws one)\n"
@@ -227,7 +228,8 @@ int cmd_simulate(int argc, char **argv)
                  "controller");
     mi_planner which;
     if (mi_planner_parse(o.planner, &which))
-        mi_fatal("simulate: unknown planner '%s' (layerwise, roundrobin, random, greedy, tp, somegather, hybrid)",
+        mi_fatal("simulate: unknown planner '%s' (layerwise, roundrobin, random, greedy, tp, somegather, hybrid, "
+                 "exact)",
                  o.planner);
     if (o.speculate && (which == MI_PLANNER_TP || which == MI_PLANNER_SOMEGATHER))
         mi_fatal("simulate: --speculate needs a planner that puts a layer's projection on one rank (not %s)",
