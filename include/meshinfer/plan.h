@@ -139,6 +139,7 @@ typedef struct {
     uint64_t seed;              /* the draws (splitmix64); the same seed gives the same file */
     double speed[2];            /* relative compute speed, uniform */
     double mem_mb[2];           /* budget, MB (1e6 bytes), uniform */
+    double controller_mem_mb;   /* > 0: device 0's budget (the controller: embeddings, classifier) instead */
     double latency_ms[2];       /* one-way latency per pair, uniform, the same both ways */
     double bandwidth_mbit[2];   /* per pair, log-uniform (a decade is as likely as the next), both ways */
     double mem_bandwidth_gbs;   /* weight streaming of a speed-1.0 device, GB/s */

@@ -21,6 +21,8 @@ static void help(void)
            "  --seed S              the draws' seed (default 1)\n"
            "  --speed LO:HI         relative compute speed, uniform (default 0.5:2)\n"
            "  --mem-mb LO:HI        memory budget in MB, uniform (default 1000:4000)\n"
+           "  --controller-mem-mb MB   device 0's budget instead (the controller holds the embeddings and\n"
+           "                        classifier)\n"
            "  --latency-ms LO:HI    one-way latency of each pair, uniform, the same both ways (default\n"
            "                        0.05:0.5)\n"
            "  --bandwidth-mbit LO:HI  each pair's bandwidth, log-uniform, both ways (default 1000:10000:\n"
@@ -55,6 +57,7 @@ int cmd_cluster_gen(int argc, char **argv)
         {"bandwidth-mbit", required_argument, 0, 'B'}, {"mem-bandwidth-gbs", required_argument, 0, 'G'},
         {"jitter-ms", required_argument, 0, 'J'},    {"loss-pct", required_argument, 0, 'P'},
         {"shared-medium", no_argument, 0, 'm'},      {"help", no_argument, 0, 'h'},
+        {"controller-mem-mb", required_argument, 0, 'C'},
         {0, 0, 0, 0}};
     mi_cluster_gen g;
     mi_cluster_gen_defaults(&g);
@@ -73,6 +76,7 @@ int cmd_cluster_gen(int argc, char **argv)
         case 'J': g.jitter_ms = mi_parse_double("--jitter-ms", optarg, 0, 10000); break;
         case 'P': g.loss_pct = mi_parse_double("--loss-pct", optarg, 0, 99.999); break;
         case 'm': g.shared_medium = 1; break;
+        case 'C': g.controller_mem_mb = mi_parse_double("--controller-mem-mb", optarg, 1e-6, 1e9); break;
         case 'h': help(); return 0;
         default: cli_bad_option("cluster-gen", k, argv);
         }
@@ -89,10 +93,10 @@ int cmd_cluster_gen(int argc, char **argv)
     snprintf(desc, sizeof desc,
              "meshinfer cluster-gen: %d devices, seed %llu; speed uniform %g:%g, mem_mb uniform %g:%g, one-way "
              "latency_ms uniform %g:%g per pair, bandwidth_mbit log-uniform %g:%g %s, mem_bandwidth_gbs %g, "
-             "jitter_ms %g, loss_pct %g", g.n_devices, (unsigned long long)g.seed, g.speed[0], g.speed[1],
+             "jitter_ms %g, loss_pct %g%s", g.n_devices, (unsigned long long)g.seed, g.speed[0], g.speed[1],
              g.mem_mb[0], g.mem_mb[1], g.latency_ms[0], g.latency_ms[1], g.bandwidth_mbit[0], g.bandwidth_mbit[1],
              g.shared_medium ? "(shared medium: the low end for all)" : "per pair", g.mem_bandwidth_gbs, g.jitter_ms,
-             g.loss_pct);
+             g.loss_pct, g.controller_mem_mb > 0 ? "; device 0 (the controller) has its own mem_mb" : "");
     if (mi_cluster_save(&cl, NULL, desc, out, err))
         mi_fatal("cluster-gen: %s", err);
     printf("wrote %s: %d devices\n", out, cl.n_devices);

@@ -33,6 +33,7 @@ static void help(void)
            "  --planner NAME        layerwise | roundrobin | random | greedy | tp | somegather | hybrid | exact\n"
            "                        (default greedy; hybrid's decode placement serves both phases; exact:\n"
            "                        a mixed-integer program, GLPK, at most 8 devices, see plan --help)\n"
+           "  --exact-seconds S     the exact planner's time limit (default 20; then its best placement)\n"
            "  --plan-file FILE      a saved plan (meshinfer plan --out) with its pruning, speculation and\n"
            "                        precisions (not with --replan, which needs a planner)\n"
            "  --cluster FILE        devices and links (JSON, see hostfiles/; meshinfer cluster-gen draws one)\n"
@@ -78,7 +79,7 @@ typedef struct {
     cli_dtypes dt;
     int ranks, n_prompt, n_tokens, batch, kvpos, replan, speculate, spec_draws, every_step, json, cw, split_vocab;
     int wire, shared, seed_set, mem_set, accept_set, plan_seed_set;
-    double mem_mb, acceptance, jitter_ms, loss_pct, rto_ms;
+    double mem_mb, acceptance, jitter_ms, loss_pct, rto_ms, exact_s;
     uint64_t seed, plan_seed;
 } sim_opts;
 
@@ -99,7 +100,8 @@ static void parse(int argc, char **argv, sim_opts *o)
         {"shared-medium", required_argument, 0, 'G'}, {"seed", required_argument, 0, 'Z'},
         {"every-step", no_argument, 0, 'E'},       {"json", no_argument, 0, 'j'},
         {"csv", required_argument, 0, 'C'},        {"plot", required_argument, 0, 'O'},
-        {"help", no_argument, 0, 'h'},             CLI_DTYPE_LONG_OPTS,
+        {"exact-seconds", required_argument, 0, 'x'}, {"help", no_argument, 0, 'h'},
+        CLI_DTYPE_LONG_OPTS,
         {0, 0, 0, 0}};
     int k;
     while ((k = getopt_long(argc, argv, ":m:s:c:p:n:h", opts, NULL)) != -1) {
@@ -137,6 +139,7 @@ static void parse(int argc, char **argv, sim_opts *o)
             break;
         case 'Z': o->seed = mi_parse_u64("--seed", optarg); o->seed_set = 1; break;
         case 'E': o->every_step = 1; break;
+        case 'x': o->exact_s = mi_parse_double("--exact-seconds", optarg, 0.01, 1e6); break;
         case 'j': o->json = 1; break;
         case 'C': o->csv = optarg; break;
         case 'O': o->plot = optarg; break;
@@ -164,6 +167,8 @@ static void check_opts(const sim_opts *o)
         mi_fatal("simulate: --plan-file fixes the placement: --replan, --planner, --speculate, --kv-positions, "
                  "--controller-works, --wire-dtype, --split-vocab and the dtype options belong to `meshinfer plan` "
                  "when the plan is made");
+    if (o->exact_s > 0 && strcmp(o->planner, "exact"))
+        mi_fatal("simulate: --exact-seconds limits --planner exact's search; --planner %s has none", o->planner);
     if (o->accept_set && !o->speculate)
         mi_fatal("simulate: --acceptance is the speculated transitions' acceptance: give --speculate too");
     if (o->plan_seed_set && strcmp(o->planner, "random"))
@@ -245,6 +250,7 @@ int cmd_simulate(int argc, char **argv)
     replan_ctx rx = {&cl, {which, o.plan_seed, o.cw, o.speculate, acc, 0.7, kvpos, o.wire, 0, 0, 0, NULL,
                            o.split_vocab, mi_logit_candidates(0.0f, 0)}};
     mi_plan plan;
+    mi_exact_info exact = {0};
     if (o.plan_file) {
         if (mi_plan_load_json(o.plan_file, &c, &plan, err))
             mi_fatal("%s", err);
@@ -254,9 +260,16 @@ int cmd_simulate(int argc, char **argv)
                      cl.n_devices);
         if (mi_plan_validate(&plan, &cl, err))
             mi_fatal("simulate: plan file %s: %s", o.plan_file, err);
-    } else if (mi_plan_make(&c, &cl, &rx.po, &plan, err)) {
+    } else if (which == MI_PLANNER_EXACT ? mi_plan_exact(&c, &cl, &rx.po, o.exact_s, &plan, &exact, err)
+                                         : mi_plan_make(&c, &cl, &rx.po, &plan, err)) {
         mi_fatal("simulate: %s", err);
     }
+    if (which == MI_PLANNER_EXACT && !o.plan_file)
+        fprintf(stderr, "meshinfer: exact planner: %s in %.2f s (%d rows, %d columns), predicted step %.3f ms at context "
+                        "%d%s\n",
+                exact.optimal ? "proven optimal" : "its best when the time limit stopped the search", exact.seconds,
+                exact.rows, exact.cols, exact.objective_s * 1e3, plan.kv_positions / 2,
+                o.replan ? "; re-placements use the default limit" : "");
     mi_sim_request rq = {.n_prompt = o.n_prompt, .n_tokens = o.n_tokens, .batch = o.batch, .chunk = 64,
                          .replan = o.replan ? replan_hook : NULL, .replan_ctx = &rx, .every_step = o.every_step};
     mi_sim_links_of(&cl, &rq.links);

@@ -186,9 +186,9 @@ void sim_print_json(const sim_report *s)
     printf("{\"model\": ");
     cli_json_string(stdout, s->c->name, strlen(s->c->name));
     printf(", \"synthetic\": %s, \"devices\": %d, \"planner\": \"%s\", \"replan\": %s, \"prompt_tokens\": %d, "
-           "\"tokens_asked\": %d, \"tokens\": %d, \"batch\": %d, ", s->c->synthetic ? "true" : "false", n,
-           mi_planner_name(s->plan->planner), s->rq->replan ? "true" : "false", s->rq->n_prompt, s->rq->n_tokens, N,
-           s->rq->batch);
+           "\"tokens_asked\": %d, \"tokens\": %d, \"batch\": %d, \"kv_positions\": %d, ",
+           s->c->synthetic ? "true" : "false", n, mi_planner_name(s->plan->planner), s->rq->replan ? "true" : "false",
+           s->rq->n_prompt, s->rq->n_tokens, N, s->rq->batch, s->plan->kv_positions);
     printf("\"link_model\": {\"jitter_ms\": %.6g, \"loss_pct\": %.6g, \"rto_ms\": %.6g, \"shared_medium\": %s, "
            "\"spec_draws\": %s, \"seed\": %llu}, ", lk->jitter_s * 1e3, lk->loss * 100, lk->rto_s * 1e3,
            lk->shared_medium ? "true" : "false", lk->spec_draws ? "true" : "false", (unsigned long long)lk->seed);

@@ -63,6 +63,9 @@ int mi_cluster_generate(const mi_cluster_gen *g, mi_cluster *cl, char *err)
         check_range(g->latency_ms, "latency_ms", 1, err) || check_range(g->bandwidth_mbit, "bandwidth_mbit", 0, err) ||
         check_range(gbs, "mem_bandwidth_gbs", 0, err) || check_range(jit, "jitter_ms", 1, err))
         return -1;
+    double cm[2] = {g->controller_mem_mb, g->controller_mem_mb};
+    if (g->controller_mem_mb != 0 && check_range(cm, "controller mem_mb", 0, err))
+        return -1;
     if (!(g->loss_pct >= 0 && g->loss_pct < 100))
         return mi_set_error(err, "cluster generator: loss_pct must be in [0, 100) (got %g)", g->loss_pct);
     if (g->jitter_ms > 10000)
@@ -80,6 +83,8 @@ int mi_cluster_generate(const mi_cluster_gen *g, mi_cluster *cl, char *err)
         cl->dev[i].speed = draw(&s, g->speed, 0);
         cl->dev[i].mem_bytes = draw(&s, g->mem_mb, 0) * 1e6;
     }
+    if (g->controller_mem_mb > 0)
+        cl->dev[0].mem_bytes = g->controller_mem_mb * 1e6;
     size_t nn = (size_t)n * (size_t)n;
     cl->rtt_s = mi_calloc(nn, sizeof(double), "link latencies");
     if (!g->shared_medium)

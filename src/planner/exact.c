@@ -357,6 +357,8 @@ int mi_plan_exact_fill(mi_plan *plan, const mi_cluster *cl, double time_limit_s,
         glp_init_iocp(&parm);
         parm.msg_lev = GLP_MSG_OFF;
         parm.presolve = GLP_ON;
+        parm.fp_heur = GLP_ON; /* the feasibility pump: a first placement soon, for the time limit to keep */
+        parm.mir_cuts = GLP_ON;
         parm.tm_lim = (int)(1000 * (time_limit_s > 0 ? time_limit_s : MI_EXACT_TIME_S));
         double t0 = mi_now();
         int st = glp_intopt(m.lp, &parm), ms = glp_mip_status(m.lp);
