@@ -138,8 +138,10 @@ set xlabel "token"; set ylabel "seconds since the start"; set grid; set key top 
 do for [link in "gbps wifi"] {
     set title link eq "gbps" ? "1-10 Gbit/s, 0.05-0.5 ms" : "WiFi-like: 20-100 Mbit/s, 8-12 ms RTT, 1 ms jitter"
     plot for [s in "layerwise tp greedy hybrid"] sprintf("$out/runs/schemes_%s_%s.dat", link, s) using 1:2 with lines lw 2 title s, \
-         for [s in "greedy-128-static greedy-128-migration"] sprintf("$out/runs/migration_%s_%s.dat", link, s) using 1:2 \
-             with lines lw 2 dt 2 title s . " (150-300 MB)"
+         sprintf("$out/runs/migration_%s_greedy-128-migration.dat", link) using 1:2 with lines lw 2 dt 2 \
+             title "greedy-128-migration (150-300 MB)", \
+         sprintf("$out/runs/migration_%s_greedy-128-static.dat", link) using 1:2 with lines lw 4 \
+             title "greedy-128-static (150-300 MB; stops: out of memory)"
 }
 unset multiplot
 GP
