@@ -14,7 +14,7 @@ const char *SESSION_HELP =
     "Distribution (one rank per device; run under mpirun for several):\n"
     "      --planner NAME      layerwise | roundrobin | random | greedy | tp | somegather | hybrid |\n"
     "                          exact | auto (default greedy). exact: HeadSplit's units placed by a\n"
-    "                          mixed-integer program (GLPK; at most 8 devices, 60 s, then its best).\n"
+    "                          mixed-integer program (GLPK; at most 8 devices, 20 s, then its best).\n"
     "                          hybrid (Voltron): per layer and sublayer model\n"
     "                          or tensor parallelism, whichever the cost model predicts faster, for\n"
     "                          prefill and decode apart (the run re-places after the first token when\n"

@@ -33,6 +33,7 @@ typedef struct {
     int *ia, *ja;
     double *ar;
     int n, cap, rows;
+    int bad;           /* a coefficient or bound that is not finite (figures GLPK must not see) */
     glp_prob *lp;
 } milp;
 
@@ -46,6 +47,10 @@ static void coef(milp *m, int col, double v)
         if (!m->ia || !m->ja || !m->ar)
             mi_fatal("out of memory (exact planner)");
     }
+    if (!isfinite(v)) {
+        m->bad = 1;
+        v = 0;
+    }
     m->n++;
     m->ia[m->n] = m->rows;
     m->ja[m->n] = col;
@@ -55,6 +60,10 @@ static void coef(milp *m, int col, double v)
 /* A new row: its coefficients follow; type GLP_LO (>= v), GLP_UP (<= v) or GLP_FX (= v). */
 static void row(milp *m, int type, double v)
 {
+    if (!isfinite(v)) {
+        m->bad = 1;
+        v = 0;
+    }
     m->rows = glp_add_rows(m->lp, 1);
     glp_set_row_bnds(m->lp, m->rows, type, type == GLP_UP ? 0 : v, type == GLP_LO ? 0 : v);
 }
@@ -178,9 +187,13 @@ int mi_plan_exact_fill(mi_plan *plan, const mi_cluster *cl, double time_limit_s,
             glp_set_col_bnds(m.lp, j, j < cS ? GLP_DB : GLP_LO, 0, 1); /* u in [0, 1]; times, y >= 0 */
     }
     glp_set_obj_coef(m.lp, cX + L - 1, 1);
-    for (int i = 0; i < W; i++)
-        glp_set_obj_coef(m.lp, Q_(L - 1, i), x_msg(cl, wk[i], 0, xb));
-    glp_set_obj_coef(m.lp, 0, tail);
+    for (int i = 0; i < W; i++) {
+        double b = x_msg(cl, wk[i], 0, xb);
+        m.bad |= !isfinite(b);
+        glp_set_obj_coef(m.lp, Q_(L - 1, i), isfinite(b) ? b : 0);
+    }
+    m.bad |= !isfinite(tail);
+    glp_set_obj_coef(m.lp, 0, isfinite(tail) ? tail : 0);
     for (int l = 0; l < L; l++) {
         for (int k = 0; k < K; k++) { /* each KV head on one rank, which then attends */
             row(&m, GLP_FX, 1);
@@ -351,6 +364,8 @@ int mi_plan_exact_fill(mi_plan *plan, const mi_cluster *cl, double time_limit_s,
             coef(&m, Q_(l, i), mffn[l] / 1e6);
         }
     }
+    if (!rc && m.bad)
+        rc = mi_set_error(err, "exact planner: the cluster's figures give times or sizes that are not finite");
     if (!rc) {
         glp_load_matrix(m.lp, m.n, m.ia, m.ja, m.ar);
         glp_iocp parm;
