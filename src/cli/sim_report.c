@@ -80,7 +80,7 @@ static void print_links_line(const sim_report *s)
     if (s->cluster_file)
         printf("  cluster %s: ", s->cluster_file);
     else
-        printf("  %d equal devices: ", cl->n_devices);
+        printf("  %d equal device%s: ", cl->n_devices, cl->n_devices == 1 ? "" : "s");
     printf("links %s%.3g ms one-way, %.4g Mbit/s%s; jitter %.3g ms, loss %.3g%% (rto %.0f ms), %s\n",
            cl->rtt_s || cl->bw ? "per pair (link block: " : "", cl->latency_s * 1e3, cl->bandwidth * 8 / 1e6,
            cl->rtt_s || cl->bw ? ")" : "", lk->jitter_s * 1e3, lk->loss * 100, lk->rto_s * 1e3,
@@ -108,9 +108,9 @@ void sim_print_table(const sim_report *s)
     const mi_cluster *cl = s->cl;
     int n = r->n_ranks, N = r->n_tokens;
     char dts[160];
-    printf("simulate: %s (%d layers, %d KV heads, weights %s%s) on %d devices, planner %s%s, prompt %d, %d of %d "
+    printf("simulate: %s (%d layers, %d KV heads, weights %s%s) on %d device%s, planner %s%s, prompt %d, %d of %d "
            "tokens, batch %d\n", c->name, c->n_layers, c->n_kv_heads, mi_config_dtype_summary(c, dts, sizeof dts),
-           c->synthetic ? ", synthetic" : "", n, mi_planner_name(s->plan->planner),
+           c->synthetic ? ", synthetic" : "", n, n == 1 ? "" : "s", mi_planner_name(s->plan->planner),
            s->rq->replan ? " with re-placement" : "", s->rq->n_prompt, N, s->rq->n_tokens, s->rq->batch);
     print_links_line(s);
     if (r->stopped)
