@@ -766,6 +766,8 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
     }
     double layerwise_bytes = -1, headlevel_bytes = -1;
     for (int pl = 0; pl < MI_N_PLANNERS; pl++) {
+        if (pl == MI_PLANNER_EXACT) /* its plans are greedy's kind; its search on equal devices takes seconds */
+            continue;
         mi_cluster cl;
         mi_cluster_default(&cl, g_size, 1e12);
         mi_plan_options po = {(mi_planner)pl, 3, -1, 0, NULL, 0.7, 0, mixed ? MI_F32 : wire, 0, 0, 0, NULL, 0, 0};

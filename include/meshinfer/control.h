@@ -118,7 +118,6 @@ typedef struct {
 } session_decision;
 #define SESSION_MAX_DECISIONS 64
 #define SESSION_MAX_TOKENS 65536
-#define SESSION_REPLAN_THRESHOLD 0.85 /* HeadSplit: re-place when a device crosses 85% of its memory */
 
 /* A session's memory account and HeadSplit's re-placements (replace.c), rank 0. */
 typedef struct {

@@ -74,6 +74,12 @@ typedef struct {
     double *bw;           /* optional [n_devices * n_devices] measured link bandwidths, bytes/s; NULL: bandwidth */
     int calib_ranks;      /* > 0: measured by `meshinfer calibrate` on a job of this many ranks, which
                              must be the job that uses it (hosts in dev[].host) */
+    /* What only the simulator (simulate.h) draws on; the cost model and the planners see the mean
+     * link ("link": {"jitter_ms", "loss_pct", "shared_medium"} in the cluster file): */
+    double jitter_s;      /* a message's one-way latency varies uniformly by +-jitter_s (clamped at 0) */
+    double loss;          /* probability in [0, 1) that a message is lost and sent again */
+    int shared_medium;    /* 1: every transfer shares one medium of `bandwidth` bytes/s (WiFi), one
+                             transfer at a time; 0: each pair has its own link */
 } mi_cluster;
 
 /* HeadSplit's Raspberry Pi 4 power figures (3.8 W idle, 4.9 W active) at one
@@ -125,6 +131,33 @@ int mi_cluster_save(const mi_cluster *cl, const char *const *hw, const char *des
 
 void mi_cluster_free(mi_cluster *cl);
 
+/* A heterogeneous cluster drawn from stated distributions (`meshinfer
+ * cluster-gen`, the simulator's studies: HeadSplit's 25 heterogeneous
+ * devices). Each range is [lo, hi]; lo = hi gives that value to all. */
+typedef struct {
+    int n_devices;              /* 1..MI_MAX_RANKS */
+    uint64_t seed;              /* the draws (splitmix64); the same seed gives the same file */
+    double speed[2];            /* relative compute speed, uniform */
+    double mem_mb[2];           /* budget, MB (1e6 bytes), uniform */
+    double controller_mem_mb;   /* > 0: device 0's budget (the controller: embeddings, classifier) instead */
+    double latency_ms[2];       /* one-way latency per pair, uniform, the same both ways */
+    double bandwidth_mbit[2];   /* per pair, log-uniform (a decade is as likely as the next), both ways */
+    double mem_bandwidth_gbs;   /* weight streaming of a speed-1.0 device, GB/s */
+    double jitter_ms, loss_pct; /* the link block's (0: none) */
+    int shared_medium;          /* the link block's: one medium of link.bandwidth_mbit = bandwidth_mbit[0] */
+} mi_cluster_gen;
+
+/* 25 devices, seed 1, speed 0.5-2, 1000-4000 MB, 0.05-0.5 ms, 1-10 Gbit/s
+ * (HeadSplit's simulation: "1 to 10 Gbps links"), 4 GB/s, no jitter or loss. */
+void mi_cluster_gen_defaults(mi_cluster_gen *g);
+
+/* Draw the cluster g describes into cl (device i "dev<i>"; links as
+ * per-pair matrices, except on a shared medium, which has one bandwidth).
+ * Returns 0, or -1 with one line in err naming the field: a count outside
+ * 1..MI_MAX_RANKS, a range with lo > hi, a value the cluster parser would
+ * refuse (mi_cluster_parse's ranges). */
+int mi_cluster_generate(const mi_cluster_gen *g, mi_cluster *cl, char *err);
+
 /* ---------------------------------------------------------------- plan */
 
 typedef enum {
@@ -137,6 +170,8 @@ typedef enum {
                                  heads, FFN units and rows of wo and w2; every exchange an allgather */
     MI_PLANNER_HYBRID,        /* Voltron Voltron: per layer and sublayer, model or tensor parallelism,
                                  whichever the cost model predicts faster for the phase (prefill or decode) */
+    MI_PLANNER_EXACT,         /* HeadSplit's units placed by a mixed-integer program (GLPK) minimising the
+                                 predicted decode step: a few devices (planner.h MI_EXACT_MAX_RANKS) */
     MI_N_PLANNERS
 } mi_planner;
 
@@ -256,7 +291,7 @@ void mi_plan_owned(const mi_plan *plan, int l, int x, int rank, int *c0, int *n)
  * experts, never a part of one). */
 int mi_plan_ffn_units(const mi_config *c);
 
-/* Planner names as on the command line: layerwise roundrobin random greedy tp somegather hybrid. */
+/* Planner names as on the command line: layerwise roundrobin random greedy tp somegather hybrid exact. */
 const char *mi_planner_name(mi_planner p);
 /* Returns 0 and sets *p, or -1 for an unknown name. */
 int mi_planner_parse(const char *name, mi_planner *p);
@@ -307,6 +342,31 @@ double mi_plan_rank_bytes_at(const mi_plan *plan, int rank, int n_pos);
  * cache for n_pos positions are the largest fraction of its budget, and that
  * fraction in *frac (devices with no budget count as 0). */
 int mi_plan_fullest_rank(const mi_plan *plan, const mi_cluster *cl, int n_pos, double *frac);
+
+/* HeadSplit: a re-placement is due when a device crosses 85% of its budget. */
+#define MI_REPLACE_THRESHOLD 0.85
+
+/* The memory account of a plan: per rank its weight bytes (mem_w) and KV
+ * bytes per cached position (mem_kv, every KV slot counted), [plan->n_ranks]
+ * each: what the check below reads, made once per plan. */
+void mi_plan_mem_account(const mi_plan *plan, double *mem_w, double *mem_kv);
+
+/* HeadSplit "Memory needs active management", before a forward pass that
+ * takes the KV cache from pos0 to need positions, under a plan of n_ranks
+ * with account mem_w, mem_kv made for kv_positions: due when a device's
+ * share of its budget (cl) crosses MI_REPLACE_THRESHOLD in this pass (below
+ * it at pos0, at or above it at need: the lowest such rank), or else when
+ * need outgrows kv_positions (then the fullest device). Returns 1 with
+ * *rank, *frac (its share at need) and *outgrown (0: the crossing, 1: the
+ * horizon), or 0. The runtime's re-placement (control) and the simulator
+ * share it; the new plan is planner.h mi_plan_remake. */
+int mi_replace_due(const mi_cluster *cl, int n_ranks, const double *mem_w, const double *mem_kv, int kv_positions,
+                   int pos0, int need, int *rank, double *frac, int *outgrown);
+
+/* Without re-placement: the lowest rank whose weights plus need positions
+ * would exceed its whole budget, its share in *frac; -1 when all fit. */
+int mi_mem_over_budget(const mi_cluster *cl, int n_ranks, const double *mem_w, const double *mem_kv, int need,
+                       double *frac);
 
 /* 1 when a and b place every unit on the same ranks (speculation marks and
  * the KV horizon aside): re-placing a into b would move nothing, so a

@@ -94,6 +94,24 @@ typedef struct {
     int logits_k;           /* mi_plan.logits_k: logit candidates per classifier slice (0: every logit) */
 } mi_plan_options;
 
+/* The exact planner (MI_PLANNER_EXACT): HeadSplit's head-level placement
+ * (each KV head, each layer's projection and its whole FFN on one rank)
+ * that minimises the decode step the cost model predicts at context
+ * kv_positions / 2 under the budgets, as a mixed-integer program solved by
+ * GLPK's branch and bound. Limits: at most MI_EXACT_MAX_RANKS devices;
+ * language models with dense FFNs and the vocabulary whole on rank 0;
+ * no speculation in the objective (marked afterwards, as for greedy); a
+ * rank's head outputs within the eager limit; the solver stops after the
+ * time limit with the best placement found (optimal = 0). */
+#define MI_EXACT_MAX_RANKS 8
+#define MI_EXACT_TIME_S 20.0
+typedef struct {
+    int optimal;          /* 1: proven optimal; 0: the time limit stopped the search */
+    double objective_s;   /* the program's decode step, seconds */
+    double seconds;       /* the solver's time */
+    int rows, cols;       /* the program's size */
+} mi_exact_info;
+
 /* Make a plan of model c for the cluster's devices (n_ranks = n_devices).
  * A head-level plan whose token embeddings (and untied classifier) do not
  * fit rank 0 next to the rest is made again with the vocabulary split
@@ -101,6 +119,23 @@ typedef struct {
  * workers, or a plan that cannot fit the memory budgets (the device and the
  * shortfall in bytes). */
 int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, mi_plan *plan, char *err);
+
+/* mi_plan_make with the exact planner (whatever opt->planner says), the
+ * solver stopped after time_limit_s (<= 0: MI_EXACT_TIME_S), and what it
+ * did in *info (may be NULL). mi_plan_make with MI_PLANNER_EXACT is this
+ * with the default limit. Same returns. */
+int mi_plan_exact(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, double time_limit_s,
+                  mi_plan *plan, mi_exact_info *info, char *err);
+
+/* HeadSplit's re-placement as the KV cache grows (plan.h mi_replace_due
+ * says when): plan model c again with opt for twice the positions needed
+ * (at most the context, at least need), halving the growth until a
+ * placement fits. Returns 0 with *plan and the positions it budgets in
+ * *horizon, or -1 with err ("at position N no placement fits the devices'
+ * budgets any more: <the planner's reason>"). The runtime's controller and
+ * the simulator share it. */
+int mi_plan_remake(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, int need, mi_plan *plan,
+                   int *horizon, char *err);
 
 /* HeadSplit "Not every layer deserves it": mark transition l -> l+1 for
  * speculation when its layer l keeps the projection and the FFN each on one

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install missing Debian packages (Open MPI, OpenBLAS, HDF5, hwloc, CUnit,
 # cJSON, PCRE2 and ICU for the tokenizers, libmicrohttpd for meshinfer serve's
-# HTTP, gnuplot; PyTorch and h5py for CATS's time-series training and its
+# HTTP, GLPK for the exact placement planner, gnuplot; PyTorch and h5py for
+# CATS's time-series training and its
 # comparison test, used as /usr/bin/python3; Python's Jinja2, the chat template
 # test's second reference; Slurm and munge for the test that
 # submits jobs/testbed/sweep.slurm to a private one-node Slurm, mpi_tests/slurm_check.sh;
@@ -30,7 +31,8 @@ while (($#)); do
     shift
 done
 pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libopenblas-dev libopenblas-pthread-dev
-      libhdf5-dev hdf5-tools libhwloc-dev hwloc libcunit1-dev libcjson-dev libpcre2-dev libicu-dev libmicrohttpd-dev gnuplot-nox
+      libhdf5-dev hdf5-tools libhwloc-dev hwloc libcunit1-dev libcjson-dev libpcre2-dev libicu-dev libmicrohttpd-dev
+      libglpk-dev gnuplot-nox
       clang libclang-rt-dev
       python3-torch python3-h5py python3-numpy python3-jinja2 slurmd slurmctld slurm-client munge
       iproute2 iptables libnetfilter-queue-dev)

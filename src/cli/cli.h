@@ -20,6 +20,8 @@ int cmd_profile(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 int cmd_importance(int argc, char **argv);
 int cmd_forecast(int argc, char **argv);
+int cmd_simulate(int argc, char **argv);
+int cmd_cluster_gen(int argc, char **argv);
 
 /* Reject a positional argument nobody asked for; getopt has already
  * rejected unknown options with its own message. */
@@ -60,6 +62,19 @@ void cli_parse_prune(const char *arg, double *ratio);
 /* s as one shell word for a command line printed to be pasted: as it is when
  * it holds only safe characters, else in single quotes (buf, n bytes). */
 const char *cli_shell_word(const char *s, char *buf, size_t n);
+
+/* jobs/lib/NAME (a gnuplot script) of the repository this binary was built
+ * in (build/meshinfer -> ../jobs/lib), else under the current directory,
+ * into out[n]. Returns 0, or -1 when there is none. */
+int cli_find_script(const char *name, char *out, size_t n);
+
+/* Run gnuplot with argv (argv[0] "gnuplot", NULL-terminated), its output
+ * collected into msg[n]. Returns its exit status, 127 when gnuplot cannot
+ * be started. */
+int cli_run_gnuplot(char *const argv[], char *msg, size_t n);
+
+/* The first non-empty line of s (cut in place), or "no message". */
+const char *cli_first_line(char *s);
 
 /* JSON string escaping of n bytes to stream f (with surrounding quotes). */
 #include <stdio.h>

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cmd_plan.h"
@@ -163,76 +162,11 @@ static void mem_save_csv(const char *path, const mi_config *c, const mem_opts *o
         mi_fatal("%s", err);
 }
 
-/* jobs/lib/memory_model.gp of the repository this binary was built in
- * (build/meshinfer -> ../jobs/lib), else under the current directory. */
-static int find_gp_script(char *out, size_t n)
-{
-    char exe[PATH_MAX];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    const char *rel[] = {"/../jobs/lib/memory_model.gp", "/../../jobs/lib/memory_model.gp"};
-    if (len > 0) {
-        exe[len] = 0;
-        char *slash = strrchr(exe, '/');
-        if (slash)
-            *slash = 0;
-        for (int i = 0; i < 2; i++)
-            if ((size_t)snprintf(out, n, "%s%s", exe, rel[i]) < n && access(out, R_OK) == 0)
-                return 0;
-    }
-    snprintf(out, n, "jobs/lib/memory_model.gp");
-    return access(out, R_OK) == 0 ? 0 : -1;
-}
-
-/* Run gnuplot -c script csv png title ratios; its stderr is collected so a
- * failure is one line. Returns the exit status, 127 when gnuplot cannot be
- * started. */
-static int run_gnuplot(char *const argv[], char *msg, size_t n)
-{
-    int fd[2];
-    msg[0] = 0;
-    if (pipe(fd))
-        return 127;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0)
-        return 127;
-    if (pid == 0) {
-        close(fd[0]);
-        dup2(fd[1], 2);
-        dup2(fd[1], 1);
-        execvp("gnuplot", argv);
-        _exit(127);
-    }
-    close(fd[1]);
-    size_t got = 0;
-    ssize_t k;
-    char sink[256];
-    while ((k = read(fd[0], got + 1 < n ? msg + got : sink, got + 1 < n ? n - 1 - got : sizeof sink)) > 0)
-        if (got + 1 < n)
-            got += (size_t)k;
-    msg[got] = 0;
-    close(fd[0]);
-    int st;
-    if (waitpid(pid, &st, 0) < 0 || !WIFEXITED(st))
-        return 1;
-    return WEXITSTATUS(st);
-}
-
-static const char *first_line(char *s)
-{
-    while (*s == '\n' || *s == ' ')
-        s++;
-    char *e = strchr(s, '\n');
-    if (e)
-        *e = 0;
-    return *s ? s : "no message";
-}
-
 /* Draw png from csv; returns 0, or -1 with one line in err. */
 static int mem_draw_png(const char *png, const char *csv, const mi_config *c, const mem_opts *o, char *err)
 {
     char gp[PATH_MAX], title[512], ratios[MAX_PRUNE * 24] = "", msg[2048], dts[160];
-    if (find_gp_script(gp, sizeof gp))
+    if (cli_find_script("memory_model.gp", gp, sizeof gp))
         return mi_set_error(err, "%s: cannot find jobs/lib/memory_model.gp (run meshinfer from its build "
                                  "directory in the repository)", png);
     snprintf(title, sizeof title, "%s (dim %d, %d layers, %d KV heads, weights %s): %d positions, %s messages",
@@ -244,7 +178,7 @@ static int mem_draw_png(const char *png, const char *csv, const mi_config *c, co
     if (mi_output_begin(&out, png, err))
         return -1;
     char *argv[] = {"gnuplot", "-c", gp, (char *)csv, out.tmp, title, ratios, NULL};
-    int rc = run_gnuplot(argv, msg, sizeof msg);
+    int rc = cli_run_gnuplot(argv, msg, sizeof msg);
     if (rc == 0)
         return mi_output_commit(&out, err);
     mi_output_abort(&out);
@@ -252,7 +186,7 @@ static int mem_draw_png(const char *png, const char *csv, const mi_config *c, co
         return mi_set_error(err, "%s: --png needs gnuplot, which is not installed (jobs/dev/build.sh installs it)", png);
     if (rc < 0)
         return mi_set_error(err, "%s: cannot write the PNG file (%s)", png, msg);
-    return mi_set_error(err, "%s: gnuplot failed: %s", png, first_line(msg));
+    return mi_set_error(err, "%s: gnuplot failed: %s", png, cli_first_line(msg));
 }
 
 static int mem_run(const mi_config *c, const mem_opts *o)

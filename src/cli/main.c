@@ -23,6 +23,8 @@ static const struct {
     {"forecast", cmd_forecast, "forecast a multivariate series with a time-series model (CATS)", 1},
     {"bench", cmd_bench, "TTFT, TPOT, decode tokens/s and weight bandwidth vs STREAM triad", 1},
     {"plan", cmd_plan, "make a placement plan; print predicted memory, bytes and time per device", 0},
+    {"simulate", cmd_simulate, "discrete-event simulation of a generation on a cluster (no MPI, no model run)", 0},
+    {"cluster-gen", cmd_cluster_gen, "write a cluster file of N heterogeneous devices drawn from distributions", 0},
     {"calibrate", cmd_calibrate, "measure every rank's device and link; write a cluster file for --cluster", 1},
     {"importance", cmd_importance, "perplexity rise per layer lowered to q8_0 and to q4_0 (Voltron's importance)", 0},
     {"profile", cmd_profile, "acceptance of inter-layer speculation per layer transition, over a corpus", 0},

@@ -13,7 +13,9 @@
 const char *SESSION_HELP =
     "Distribution (one rank per device; run under mpirun for several):\n"
     "      --planner NAME      layerwise | roundrobin | random | greedy | tp | somegather | hybrid |\n"
-    "                          auto (default greedy). hybrid (Voltron): per layer and sublayer model\n"
+    "                          exact | auto (default greedy). exact: HeadSplit's units placed by a\n"
+    "                          mixed-integer program (GLPK; at most 8 devices, 20 s, then its best).\n"
+    "                          hybrid (Voltron): per layer and sublayer model\n"
     "                          or tensor parallelism, whichever the cost model predicts faster, for\n"
     "                          prefill and decode apart (the run re-places after the first token when\n"
     "                          they differ); auto: every scheme predicted, the fastest that fits run\n"
@@ -125,7 +127,7 @@ int session_opt(session_opts *o, int code, const char *arg)
         mi_planner p;
         if (strcmp(arg, "auto") && mi_planner_parse(arg, &p))
             mi_fatal("--planner: unknown planner '%s' (layerwise, roundrobin, random, greedy, tp, somegather, hybrid, "
-                     "auto)", arg);
+                     "exact, auto)", arg);
         o->planner = arg;
         o->placement_opts = 1;
         return 1;

@@ -95,52 +95,37 @@ static void memory_check(mi_session *ss, int pos0, int T)
     int need = pos0 + T;
     mi_plan *cur = &ss->plan;
     /* Voltron: lower precision on the device before anything moves or stops */
-    double limit = ss->memory.replan ? SESSION_REPLAN_THRESHOLD : 1.0;
+    double limit = ss->memory.replan ? MI_REPLACE_THRESHOLD : 1.0;
     for (int r = 0; r < ss->size && ss->scaling.tpot_target_s > 0; r++)
         if (budget_fraction(ss, r, need) > limit &&
             session_scale_memory(ss, r, pos0, need, limit * ss->cl.dev[r].mem_bytes))
             session_memory_of_plan(ss);
     if (!ss->memory.replan) {
-        for (int r = 0; r < ss->size; r++)
-            if (budget_fraction(ss, r, need) > 1.0)
-                mi_fatal("memory: at position %d device %s (rank %d) would hold %.0f bytes, over its budget of %.0f; "
-                         "the placement budgets the KV cache for %d positions (%s)",
-                         need, ss->cl.dev[r].name, r, rank_bytes(ss, r, need), ss->cl.dev[r].mem_bytes,
-                         cur->kv_positions,
-                         ss->memory.from_plan_file ? "make the plan for more positions: meshinfer plan --kv-positions"
-                             : "--replan re-places as it grows");
+        double over;
+        int r = mi_mem_over_budget(&ss->cl, ss->size, ss->memory.mem_w, ss->memory.mem_kv, need, &over);
+        if (r >= 0)
+            mi_fatal("memory: at position %d device %s (rank %d) would hold %.0f bytes, over its budget of %.0f; "
+                     "the placement budgets the KV cache for %d positions (%s)",
+                     need, ss->cl.dev[r].name, r, rank_bytes(ss, r, need), ss->cl.dev[r].mem_bytes,
+                     cur->kv_positions,
+                     ss->memory.from_plan_file ? "make the plan for more positions: meshinfer plan --kv-positions"
+                                               : "--replan re-places as it grows");
         return;
     }
-    int trigger = -1, outgrown = 0;
-    for (int r = 0; r < ss->size && trigger < 0; r++)
-        if (budget_fraction(ss, r, need) >= SESSION_REPLAN_THRESHOLD &&
-            budget_fraction(ss, r, pos0) < SESSION_REPLAN_THRESHOLD)
-            trigger = r;
-    if (trigger < 0 && need <= cur->kv_positions)
-        return;
+    /* when, and the new plan: shared with the simulator (plan.h, planner.h) */
+    int trigger, outgrown, h;
     double frac;
-    if (trigger < 0) {
-        trigger = mi_plan_fullest_rank(cur, &ss->cl, need, &frac);
-        outgrown = 1;
-    }
-    frac = budget_fraction(ss, trigger, need);
+    if (!mi_replace_due(&ss->cl, ss->size, ss->memory.mem_w, ss->memory.mem_kv, cur->kv_positions, pos0, need,
+                        &trigger, &frac, &outgrown))
+        return;
     int old_h = cur->kv_positions;
-    /* plan for twice the positions; halve the growth until a placement fits */
-    int seq = ss->cfg.seq_len, h = 2 * need < seq ? 2 * need : seq;
-    if (h < need)
-        h = need;
     mi_plan np;
     char err[MI_ERRLEN] = "";
     double t0 = mi_now();
-    for (;;) {
-        ss->po.kv_positions = h;
-        /* the plan's own dtypes: computation scaling may hold layers lower than the file */
-        if (mi_plan_make(&cur->cfg, &ss->cl, &ss->po, &np, err) == 0)
-            break;
-        if (h <= need)
-            mi_fatal("memory: at position %d no placement fits the devices' budgets any more: %s", need, err);
-        h = need + (h - need) / 2;
-    }
+    /* the plan's own dtypes: computation scaling may hold layers lower than the file */
+    if (mi_plan_remake(&cur->cfg, &ss->cl, &ss->po, need, &np, &h, err))
+        mi_fatal("memory: %s", err);
+    ss->po.kv_positions = h;
     session_replan ev = {need, trigger, frac, h, (mi_now() - t0) * 1e3, 0.0, 0, 0};
     install_placement(ss, &np, pos0, &ev);
     char why[256];
@@ -150,7 +135,7 @@ static void memory_check(mi_session *ss, int pos0, int T)
                  trigger, 100 * frac);
     else
         snprintf(why, sizeof why, "%s (rank %d) crossed %.0f%% of its budget (%.0f%%)", ss->cl.dev[trigger].name,
-                 trigger, 100 * SESSION_REPLAN_THRESHOLD, 100 * frac);
+                 trigger, 100 * MI_REPLACE_THRESHOLD, 100 * frac);
     fprintf(stderr, "meshinfer: re-placement at position %d: %s; %s for %d positions (planned in %.2f ms%s", need, why,
             ev.moved ? "new placement" : "same placement", h, ev.plan_ms, ev.moved ? "" : ")\n");
     if (ev.moved)

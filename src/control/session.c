@@ -97,10 +97,7 @@ static double mem_available(void)
  * is arithmetic only (internal.h). */
 void session_memory_of_plan(mi_session *ss)
 {
-    for (int r = 0; r < ss->plan.n_ranks; r++) {
-        ss->memory.mem_w[r] = mi_plan_rank_bytes_at(&ss->plan, r, 0);
-        ss->memory.mem_kv[r] = mi_plan_rank_bytes_at(&ss->plan, r, 1) - ss->memory.mem_w[r];
-    }
+    mi_plan_mem_account(&ss->plan, ss->memory.mem_w, ss->memory.mem_kv);
 }
 
 /* What the placement is made for, in words (ss->planned_with): a run

@@ -7,7 +7,9 @@
  *
  *   {
  *     "description": "5 Raspberry Pi 4 on 802.11ac",      optional string, ignored
- *     "link": {"latency_ms": 5, "bandwidth_mbit": 300},   optional, each key optional
+ *     "link": {"latency_ms": 5, "bandwidth_mbit": 300,    optional, each key optional;
+ *              "jitter_ms": 1, "loss_pct": 0.5,            the last three for the simulator only
+ *              "shared_medium": true},
  *     "mem_bandwidth_gbs": 4,                             optional
  *     "devices": [                                        required, 1..MI_MAX_RANKS entries
  *       {"name": "pi-ctl", "mem_mb": 3500, "speed": 1.0}, name, speed optional
@@ -50,6 +52,10 @@
  *   gflops             matrix-product rate of a speed-1.0 device, Gflop/s (uncalibrated prefill)
  *   links.latency_ms   one-way latency per pair (diagonal ignored)           -> RTT matrix
  *   links.bandwidth_mbit  bandwidth per pair (diagonal ignored)              -> bytes/s
+ *   link.jitter_ms     a message's latency varies by +- this (0..10000)    -> seconds
+ *   link.loss_pct      messages lost and sent again, % in [0, 100)         -> fraction
+ *   link.shared_medium true: all transfers share link.bandwidth_mbit, one at a time
+ *                      (not with a links.bandwidth_mbit matrix, which it would contradict)
  * "description" is the one free-form key (JSON has no comments). Defaults for
  * a missing "link"/"mem_bandwidth_gbs" are those of mi_cluster_default. */
 #define _POSIX_C_SOURCE 200809L
@@ -395,6 +401,26 @@ static int parse_links(const cJSON *root, mi_cluster *cl, const char *prefix, ch
     return 0;
 }
 
+/* The link block's keys only the simulator draws on (plan.h mi_cluster). */
+static int parse_link_sim(const cJSON *link, mi_cluster *cl, const char *prefix, char *err)
+{
+    double jitter = 0, loss = 0;
+    if (get_number(link, "jitter_ms", 1, &jitter, prefix, "link", err) ||
+        get_number(link, "loss_pct", 1, &loss, prefix, "link", err))
+        return -1;
+    if (jitter > 10000)
+        return mi_set_error(err, "%s: link.jitter_ms must be at most 10000 (got %g)", prefix, jitter);
+    if (loss >= 100)
+        return mi_set_error(err, "%s: link.loss_pct must be below 100 (got %g)", prefix, loss);
+    const cJSON *sm = cJSON_GetObjectItemCaseSensitive(link, "shared_medium");
+    if (sm && !cJSON_IsBool(sm))
+        return mi_set_error(err, "%s: link.shared_medium must be true or false", prefix);
+    cl->jitter_s = jitter * 1e-3;
+    cl->loss = loss / 100;
+    cl->shared_medium = sm && cJSON_IsTrue(sm);
+    return 0;
+}
+
 static int parse_calibration(const cJSON *root, mi_cluster *cl, const char *prefix, char *err)
 {
     static const char *const keys[] = {"n_ranks", "tool", "date", "model", "seconds", NULL};
@@ -419,7 +445,8 @@ static int parse_cluster(const char *json, size_t len, mi_cluster *cl, const cha
 {
     static const char *const top_keys[] = {"description", "link", "mem_bandwidth_gbs", "gflops", "devices",
                                            "links", "calibration", "eager_bytes", "storage_mbs", NULL};
-    static const char *const link_keys[] = {"latency_ms", "bandwidth_mbit", NULL};
+    static const char *const link_keys[] = {"latency_ms", "bandwidth_mbit", "jitter_ms", "loss_pct", "shared_medium",
+                                            NULL};
     memset(cl, 0, sizeof *cl);
 
     cJSON *root = mi_json_parse(json, len, prefix, err);
@@ -458,6 +485,8 @@ static int parse_cluster(const char *json, size_t len, mi_cluster *cl, const cha
             goto done;
         tmp.latency_s = lat_ms * 1e-3;
         tmp.bandwidth = mbit * 1e6 / 8;
+        if (parse_link_sim(link, &tmp, prefix, err))
+            goto done;
     }
 
     double gbs = tmp.mem_bw / 1e9;
@@ -505,6 +534,11 @@ static int parse_cluster(const char *json, size_t len, mi_cluster *cl, const cha
             }
     if (parse_links(root, &tmp, prefix, err) || parse_calibration(root, &tmp, prefix, err))
         goto done;
+    if (tmp.shared_medium && tmp.bw) {
+        mi_set_error(err, "%s: link.shared_medium puts every transfer on one medium of link.bandwidth_mbit: a "
+                          "links.bandwidth_mbit matrix contradicts it (give one or the other)", prefix);
+        goto done;
+    }
     mi_cluster_finish(&tmp);
 
     *cl = tmp;
@@ -612,6 +646,12 @@ int mi_cluster_save(const mi_cluster *cl, const char *const *hw, const char *des
     cJSON *link = cJSON_AddObjectToObject(root, "link");
     cJSON_AddNumberToObject(link, "latency_ms", cl->latency_s * 1e3);
     cJSON_AddNumberToObject(link, "bandwidth_mbit", cl->bandwidth * 8 / 1e6);
+    if (cl->jitter_s > 0)
+        cJSON_AddNumberToObject(link, "jitter_ms", cl->jitter_s * 1e3);
+    if (cl->loss > 0)
+        cJSON_AddNumberToObject(link, "loss_pct", cl->loss * 100);
+    if (cl->shared_medium)
+        cJSON_AddTrueToObject(link, "shared_medium");
     cJSON_AddNumberToObject(root, "mem_bandwidth_gbs", cl->mem_bw / 1e9);
     cJSON_AddNumberToObject(root, "gflops", cl->gflops);
     cJSON_AddNumberToObject(root, "eager_bytes", cl->eager_bytes);

@@ -9,7 +9,7 @@
 #include "meshinfer/common.h"
 
 static const char *planner_names[MI_N_PLANNERS] = {"layerwise", "roundrobin", "random", "greedy", "tp",
-                                                   "somegather", "hybrid"};
+                                                   "somegather", "hybrid", "exact"};
 
 const char *mi_planner_name(mi_planner p)
 {

@@ -657,6 +657,7 @@ static int check_layout(const mi_plan *plan, const mi_config *c, const char *pre
         case MI_PLANNER_ROUNDROBIN:
         case MI_PLANNER_RANDOM:
         case MI_PLANNER_GREEDY: /* an MoE layer's experts are units too (expert parallelism) */
+        case MI_PLANNER_EXACT:
             if (lp->proj_rank < 0 || (lp->n_ffn != 1 && !mi_config_is_moe(c)))
                 return mi_set_error(err, "%s: layers[%d] %s, but %s places each layer's projection and FFN whole on "
                                          "one rank (heads are its units; the planner that splits them is tp or "

@@ -415,6 +415,11 @@ static int plan_somegather(mi_plan *plan, int D, char *err)
     return 0;
 }
 
+/* mi_plan_exact's time limit and report for the exact planner's fill
+ * (planning runs on one thread) */
+static double g_exact_limit_s;
+static mi_exact_info *g_exact_info;
+
 /* One plan, with the vocabulary split (split) or whole on rank 0. */
 static int plan_once(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, int split, mi_plan *plan,
                      char *err)
@@ -466,6 +471,11 @@ static int plan_once(const mi_config *c, const mi_cluster *cl, const mi_plan_opt
     case MI_PLANNER_TP: plan_tp(plan, &p); break;
     case MI_PLANNER_SOMEGATHER: rc = plan_somegather(plan, n, err); break;
     case MI_PLANNER_HYBRID: rc = mi_plan_hybrid(plan, cl, &hopt, err); break;
+    case MI_PLANNER_EXACT:
+        rc = split ? mi_set_error(err, "exact planner: the embeddings and classifier do not fit rank 0, and it keeps "
+                                       "the vocabulary whole there")
+                   : mi_plan_exact_fill(plan, cl, g_exact_limit_s, g_exact_info, err);
+        break;
     default: rc = mi_set_error(err, "plan: unknown planner %d", (int)opt->planner);
     }
     if (rc == 0 && !plan->cls) {
@@ -504,6 +514,21 @@ int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options
     }
     if (rc == 0)
         plan->plan_seconds = mi_now() - t0;
+    return rc;
+}
+
+int mi_plan_exact(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, double time_limit_s,
+                  mi_plan *plan, mi_exact_info *info, char *err)
+{
+    mi_plan_options o = *opt;
+    o.planner = MI_PLANNER_EXACT;
+    g_exact_limit_s = time_limit_s;
+    g_exact_info = info;
+    if (info)
+        memset(info, 0, sizeof *info);
+    int rc = mi_plan_make(c, cl, &o, plan, err);
+    g_exact_limit_s = 0;
+    g_exact_info = NULL;
     return rc;
 }
 

@@ -25,4 +25,14 @@ double mi_moe_piece_work(const mi_config *c, int l, int n, int shared);
  * plan->layers[l].ffn. */
 void mi_moe_set_slices(mi_plan *plan, int l, const int *ranks, const int *count, int n, int first);
 
+/* The exact planner (exact.c): fills the layers of a plan prepared as for
+ * the hybrid planner (cfg, n_ranks, controller_works, kv_positions, wire
+ * set; layers zeroed; the vocabulary whole on rank 0) with the placement
+ * GLPK finds fastest under the budgets (planner.h MI_EXACT_MAX_RANKS), the
+ * search stopped after time_limit_s (<= 0: MI_EXACT_TIME_S); what the solver
+ * did into *info (may be NULL). Returns 0, or -1 with err: too many devices,
+ * a model it does not place (experts, time series, a split vocabulary),
+ * messages past the eager limit, nothing within the budgets. */
+int mi_plan_exact_fill(mi_plan *plan, const mi_cluster *cl, double time_limit_s, mi_exact_info *info, char *err);
+
 #endif

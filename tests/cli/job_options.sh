@@ -113,6 +113,8 @@ check $E/serve_load.sh "" "" --model:file --np:int:65 --max-batch:int:257 --requ
     --seed:int:1000000001 --name:word:a/b
 check $E/somegather_quality.sh "" "" --ranks:int:257 --seeds:int:1001 --model:file --out:str
 check $E/somegather_testbed.sh "" "" --out:str
+check $E/sim_study.sh "" "" --devices:int:257 --tokens:int:2001 --seed:int:1000000000 --exact-seconds:num:100001 \
+    --out:str
 check $E/voltron.sh "" "" --steps:int:1000001 --out:str
 check $D/coverage.sh "" "" --min-command:num:101 --build-dir:str
 check $D/fuzz.sh "" "" --seconds:int:1000000000 --jobs:int:65 --build-dir:str

@@ -93,7 +93,7 @@ cp "$tmp/greedy.json" "$tmp/kv0.json"; json "$tmp/kv0.json" 'd.layers[2].kv_rank
 refused "plan file: a KV head on rank 0 with controller_works false" "kv0.json: layers\[2\].kv_rank\[0\] is rank 0, but 'controller_works' is false" \
     "$bin" generate -m "$model" -n 2 --plan-file "$tmp/kv0.json"
 cp "$tmp/greedy.json" "$tmp/smart.json"; json "$tmp/smart.json" 'd.planner = "smart"'
-refused "plan file: an unknown planner lists every planner" "'planner' must be one of layerwise, roundrobin, random, greedy, tp, somegather, hybrid$" \
+refused "plan file: an unknown planner lists every planner" "'planner' must be one of layerwise, roundrobin, random, greedy, tp, somegather, hybrid, exact$" \
     "$bin" generate -m "$model" -n 2 --plan-file "$tmp/smart.json"
 cp "$tmp/greedy.json" "$tmp/hy.json"; json "$tmp/hy.json" 'd.planner = "hybrid"'
 "$bin" generate -m "$model" -n 2 --plan-file "$tmp/hy.json" 2>&1 | grep -q "is for 3 ranks but the job has 1" &&

@@ -719,7 +719,7 @@ static void test_plan_field_errors(void)
         const char *head, *layers, *cls, *want;
     } cases[] = {
         {"\"planner\": \"smart\", \"n_ranks\": 3", NULL, NULL,
-         "'planner' must be one of layerwise, roundrobin, random, greedy, tp, somegather, hybrid"},
+         "'planner' must be one of layerwise, roundrobin, random, greedy, tp, somegather, hybrid, exact"},
         /* a layout under another planner's name, and rank 0 working against controller_works */
         {"\"planner\": \"tp\", \"n_ranks\": 3", NULL, NULL,
          "layers[0].proj_rank is 1, but tp splits every layer's projection with its heads over the 2 workers"},
