@@ -7,12 +7,13 @@
  * chunks, was measured much slower: the decode loop is bound by streaming the
  * weights, and one forward stream keeps the hardware prefetchers effective.
  *
- * q8_0: vpmaddubsw multiplies unsigned by signed bytes, so the weights go in
- * as |w| and their signs move onto the activations with vpsignb (this way
- * round -128 weights give exact products too, and a tile kernel makes |w|
- * once for all its activation rows); with |w| <= 128, |q| <= 127 a pair sum
- * is at most 32512 and never saturates. vpmaddwd with ones widens to int32,
- * and each block's sums take their scale dw * dx in one FMA.
+ * q8_0: vpmaddubsw multiplies unsigned by signed bytes, so the activations go
+ * in as |q| and their signs move onto the weights with vpsignb; with |w|,
+ * |q| <= 127 a pair sum is at most 32258 and never saturates (x86_avx2.h).
+ * vpmaddwd with ones widens to int32, and each block's sums take their scale
+ * dw * dx in one FMA. |q| is recomputed from q rather than stored: one more
+ * ALU operation per block, but half the activation bytes in L1, which the
+ * weight stream would otherwise evict on rows of a few thousand columns.
  *
  * q4_0: the nibbles are already unsigned (0..15), so they feed vpmaddubsw
  * directly and the offset of 8 is the per-block term s (family.h). 32 bytes

@@ -100,7 +100,8 @@ DEFINE_TILE(mi_avx2_tile_f16, F16_TILE, 3)
 
 /* Per group of eight blocks each row's eight scales dw * dx once (a store;
  * broadcasting one is rows_q8_0's in-lane permute, without the ALU), then
- * each block's |w| once and its product with every row, block k into acc[k & 3]. */
+ * each block's weights loaded once and their product with every row, block k
+ * into acc[k & 3]. */
 INLINE void q8_0_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, const mi_act *a, int add, const int n)
 {
     const int cols = W->cols, nb = cols / MI_QK;
@@ -118,9 +119,9 @@ INLINE void q8_0_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, con
             for (int t = 0; t < n; t++)
                 _mm256_storeu_ps(sc[t], _mm256_mul_ps(dw8, _mm256_loadu_ps(a[t].d + b)));
             for (int k = 0; k < 8; k++) {
-                __m256i wv = _mm256_loadu_si256((const __m256i *)(w + (b + k) * MI_QK)), aw = _mm256_abs_epi8(wv);
+                __m256i wv = _mm256_loadu_si256((const __m256i *)(w + (b + k) * MI_QK));
                 for (int t = 0; t < n; t++) {
-                    __m256i dot = dot_q8_aw(aw, wv, a[t].q + (b + k) * MI_QK, ones);
+                    __m256i dot = dot_q8_w(wv, a[t].q + (b + k) * MI_QK, ones);
                     acc[t][k & 3] =
                         _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_broadcast_ss(&sc[t][k]), acc[t][k & 3]);
                 }

@@ -5,8 +5,8 @@
  * when adding into y, and stay within the scalar reference's rounding
  * tolerance. With MI_TEST_MATMUL (the host build, which has matmul.c) the
  * same through mi_matmul_ld at T up to 67, in cache-sized row tiles and on
- * two threads. Weights are random bytes (every int8 q8_0 value, -128 too;
- * random k-quant super-blocks with finite scales), not an encoder's output,
+ * two threads. Weights are random bytes (q8_0's -127..127; random k-quant
+ * super-blocks with finite scales), not an encoder's output,
  * so that the test stays short under qemu. */
 #include <CUnit/Basic.h>
 #include <math.h>
@@ -50,6 +50,9 @@ static mi_tensor random_tensor(int t, int rows, int cols, void **mem)
     uint8_t *q = W.q;
     for (size_t i = 0; i < rb * (size_t)rows; i++)
         q[i] = (uint8_t)next32();
+    if (t == MI_Q8_0) /* -127..127, as every quantizer writes (AVX2 takes -128 as +128) */
+        for (size_t i = 0; i < rb * (size_t)rows; i++)
+            q[i] = q[i] == 0x80 ? 0x81 : q[i];
     if (t == MI_F32)
         for (size_t i = 0; i < (size_t)rows * cols; i++)
             ((float *)W.q)[i] = frand();
