@@ -39,7 +39,22 @@
  * so it is bit-identical to the T = 1 product of that activation row,
  * whatever nt, r0, r1 or the rows computed with it: prefill equals decode,
  * and a batch of sequences equals each alone. The integer parts (exact in
- * int32) may be computed another way as long as each lane's sum is the same. */
+ * int32) may be computed another way as long as each lane's sum is the same.
+ * Each family shares its row and tile kernels' block arithmetic through
+ * inline pieces (x86_avx2.h, x86_avx512.h, arm_neon.h: a k-quant super-block
+ * decoded, then applied to one activation row; a row's tail blocks and
+ * reductions), and the unit test holds every row of T = 1..9 (and of
+ * matmul at T up to 67) to its T = 1 bits in every family and dtype.
+ * Heights: scalar 8; AVX2 3 (fp, q8_0) or 4; AVX-512 8 (fp, q8_0, q4_0) or 4
+ * (k-quants); NEON 4 (fp, k-quants) or 8 (q8_0, q4_0).
+ *
+ * Beware when changing a row kernel's arithmetic for its tile's sake: the
+ * row kernel is what decoding runs, bound by streaming the weights from
+ * memory, and layouts that made tiles faster decoded slower (x86_avx512.c,
+ * x86_avx2.h say which). GCC contracts a multiply and an add written as
+ * separate intrinsics into an FMA (C11 with GNU extensions,
+ * -ffp-contract=fast), so both kernels must come from the same expressions;
+ * the shared pieces make sure of it. */
 #ifndef MESHINFER_KERNEL_FAMILY_H
 #define MESHINFER_KERNEL_FAMILY_H
 
