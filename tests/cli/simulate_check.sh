@@ -85,5 +85,60 @@ fi
 "${S[@]}" --ranks 4 --prompt-tokens 16 -n 100 --kv-positions 32 --replan --json > "$tmp/re.json" 2> "$tmp/err" &&
     $py -c 'import json,sys; r=json.load(open(sys.argv[1]))["replans"]; assert r[0]["position"] == 33 and r[0]["token"] == 17 and r[0]["kv_positions"] == 66, r' "$tmp/re.json" &&
     ok "re-placement at position 33 (token 17), for 66 positions" || bad "re-placement: $(cat "$tmp/err" "$tmp/re.json" | head -c 300)"
+
+# --- the options' paths: each run must give a result (JSON with the tokens asked), each refusal one line
+runs=(
+  "--ranks 3 -n 8 --planner layerwise --json"
+  "--ranks 3 -n 8 --planner tp --wire-dtype q8_0 --jitter-ms 1 --loss-pct 1 --rto-ms 5 --seed 3 --json"
+  "--ranks 3 -n 8 --planner greedy --speculate --acceptance 0.5 --json"
+  "--ranks 3 -n 8 --planner greedy --speculate --spec-draws --json"
+  "--ranks 3 -n 8 --planner random --plan-seed 7 --json"
+  "--ranks 3 -n 8 --shared-medium yes --controller-works no --json"
+  "--ranks 3 -n 8 --mem-mb 4000 --batch 4 --every-step --json"
+  "--ranks 2 -n 8 --split-vocab --dtype q8_0 --json"
+  "--ranks 2 -n 8 --planner exact --exact-seconds 1 --json"
+)
+for r in "${runs[@]}"; do
+    # shellcheck disable=SC2086
+    if "${S[@]}" $r > "$tmp/o.json" 2> "$tmp/err" &&
+        $py -c 'import json,sys; assert json.load(open(sys.argv[1]))["tokens"] == 8' "$tmp/o.json" 2> /dev/null; then
+        ok "simulate $r"
+    else
+        bad "simulate $r: $(tail -1 "$tmp/err")"
+    fi
+done
+refusals=(
+  "--ranks 2 -n 8 --controller-works maybe"
+  "--ranks 2 -n 8 --shared-medium maybe"
+  "--ranks 2 -n 8 --acceptance 0.5"
+  "--ranks 2 -n 8 --plan-seed 3"
+  "--ranks 2 -n 8 --exact-seconds 1"
+  "--ranks 2 --cluster x.json -n 8"
+  "--ranks 2 -n 8 --bogus"
+  "--ranks 2 -n 8 extra"
+)
+for r in "${refusals[@]}"; do
+    # shellcheck disable=SC2086
+    "${S[@]}" $r > /dev/null 2> "$tmp/err"
+    rc=$?
+    [[ $rc -ne 0 && $(wc -l < "$tmp/err") -eq 1 ]] && ok "refused: $r" || bad "$r: exit $rc, $(head -2 "$tmp/err")"
+done
+"$bin" simulate --model "$tmp/none.h5" --ranks 2 -n 8 > /dev/null 2> "$tmp/err" && bad "a missing model ran" ||
+    ok "a missing model: $(tail -1 "$tmp/err")"
+"$bin" simulate --help > "$tmp/help" && grep -q -- "--shared-medium" "$tmp/help" && ok "simulate --help" || bad "simulate --help"
+"$bin" cluster-gen --help > "$tmp/help" && grep -q -- "--devices" "$tmp/help" && ok "cluster-gen --help" || bad "cluster-gen --help"
+"$bin" cluster-gen --devices 5 --seed 2 --speed 1 --mem-mb 500:900 --controller-mem-mb 2000 --latency-ms 4:6 \
+    --bandwidth-mbit 20:100 --mem-bandwidth-gbs 8 --jitter-ms 1 --loss-pct 0.5 --out "$tmp/w.json" > /dev/null 2> "$tmp/err" &&
+    $py -c 'import json,sys; d=json.load(open(sys.argv[1])); assert len(d["devices"]) == 5 and d["devices"][0]["mem_mb"] == 2000' "$tmp/w.json" &&
+    ok "cluster-gen with every distribution given" || bad "cluster-gen options: $(tail -1 "$tmp/err")"
+"$bin" cluster-gen --devices 4 --shared-medium --bandwidth-mbit 50 --out "$tmp/s.json" > /dev/null 2> "$tmp/err" &&
+    ok "cluster-gen --shared-medium" || bad "cluster-gen --shared-medium: $(tail -1 "$tmp/err")"
+for r in "--devices 0 --out $tmp/z.json" "--devices 4" "--devices 4 --speed 2:1 --out $tmp/z.json" \
+         "--devices 4 --mem-mb x --out $tmp/z.json" "--devices 4 --out $tmp/z.json extra" "--bogus"; do
+    # shellcheck disable=SC2086
+    "$bin" cluster-gen $r > /dev/null 2> "$tmp/err"
+    rc=$?
+    [[ $rc -ne 0 && $(wc -l < "$tmp/err") -eq 1 ]] && ok "cluster-gen refused: $r" || bad "cluster-gen $r: exit $rc, $(head -2 "$tmp/err")"
+done
 echo "$pass passed, $fail failed"
 ((fail == 0))
