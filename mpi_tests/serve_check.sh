@@ -11,7 +11,8 @@
 #     (401), another model (404), an unknown route (404), a full queue (503);
 #     a client that leaves mid-stream frees its slot; /metrics counts them;
 #   - SIGTERM to rank 0 during a request: it finishes (200) and every rank
-#     exits 0;
+#     exits 0; a worker killed during a stream: the stream ends with an
+#     error event, a queued request gets 503, rank 0 says why, the job ends;
 # chat on the synthetic qwen3 fixture (tests/families, a real Qwen3 tokenizer
 # and chat template; skipped without jobs/dev/fetch_tokenizers.sh's files),
 # stories15M's chat route a 400; the openai npm client (openai@5.23.2,
@@ -212,6 +213,32 @@ expect() {
 for np_now in 1 3; do
     run_checks "$np_now"
 done
+
+# a rank that dies: mpirun ends the job; the running stream gets an error event, the queued
+# request a 503, rank 0 says so in one line, and the job is over within seconds, not hung
+np_now=3
+if start 3 "$tmp/dies.log" -m "$model"; then
+    curl -sN -m 30 -o "$tmp/dies.s" --data-binary '{"prompt": "Once upon a time", "max_tokens": 200, "stream": true}' \
+        "$base/v1/completions" &
+    c1=$!
+    sleep 0.2
+    curl -s -m 30 -o "$tmp/dies.q" -w '%{http_code}' --data-binary '{"prompt": "Lily", "max_tokens": 200}' \
+        "$base/v1/completions" > "$tmp/dies.qst" &
+    c2=$!
+    sleep 0.3
+    victim=$(pgrep -P "$launcher" -f "meshinfer serve" | grep -vx "$rank0" | tail -1)
+    t0=$SECONDS
+    kill -KILL "$victim"
+    rc=0
+    timeout 30 tail --pid="$launcher" -f /dev/null
+    wait "$launcher" || rc=$?
+    wait "$c1" "$c2"
+    launcher=""
+    rm -f "$tmp/pid"
+    check '((rc != 0 && SECONDS - t0 < 15)) && grep -q "\"text\": " "$tmp/dies.s" && grep -q "cluster_lost" "$tmp/dies.s" && grep -q "data: \[DONE\]" "$tmp/dies.s" && [[ "$(cat "$tmp/dies.qst")" == 503 ]] && grep -q cluster_lost "$tmp/dies.q" && grep -q "serve: error: the launcher is ending the job" "$tmp/dies.log"' \
+        "3 ranks: a worker killed: tokens then an error event, the queued request 503, one log line, mpirun exit $rc after $((SECONDS - t0)) s" \
+        "rc $rc victim $victim, stream: $(tail -c 200 "$tmp/dies.s"), queued: $(cat "$tmp/dies.qst") $(head -c 200 "$tmp/dies.q"), log: $(tail -2 "$tmp/dies.log")"
+fi
 
 # the command line: --help; refusals in one error line, exit 1, every rank ended
 refused() {

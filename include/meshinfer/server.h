@@ -39,8 +39,14 @@ void mi_server_opts_init(mi_server_opts *o);
 /* SIGTERM and SIGINT make a running server drain and return (the handler only
  * sets a flag); SIGPIPE is ignored. Call once on rank 0 before mi_server_run;
  * workers call mi_server_ignore_signals instead, so that a signal every rank
- * receives (mpirun's) leaves them serving until rank 0 releases them. */
-void mi_server_install_signals(void);
+ * receives (mpirun's) leaves them serving until rank 0 releases them.
+ * launched: a launcher (mpirun, srun) started this process. Then a SIGTERM
+ * sent by the parent process is the launcher ending the job (a rank exited,
+ * or mpirun itself was signalled; SIGKILL follows within about a second, so
+ * there is no drain): mi_server_run answers every running and queued request
+ * 503 at once (a stream gets an error event), says so in one line and exits
+ * the process with status 1. A SIGTERM from anyone else drains as above. */
+void mi_server_install_signals(int launched);
 void mi_server_ignore_signals(void);
 
 /* Rank 0: serve the open session ss (its runtime has at least o->max_batch

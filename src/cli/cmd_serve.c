@@ -158,7 +158,7 @@ int cmd_serve(int argc, char **argv)
     session_mpi_init(&argc, &argv, &rank, &size);
     /* a signal mpirun sends every rank stops rank 0's server; the workers serve until it releases them */
     if (rank == 0)
-        mi_server_install_signals();
+        mi_server_install_signals(mi_world_launched());
     else
         mi_server_ignore_signals();
     mi_session ss;

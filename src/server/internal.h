@@ -251,6 +251,8 @@ struct srv {
     pthread_mutex_t cmu;      /* the watchdog's list */
     srv_conn *conns;
     uint64_t id_seq;
+    int watch_quit;           /* srv_run is returning: the launcher watch ends */
+    void (*exit_fn)(int);     /* how the launcher watch ends the process: _exit (tests: their own) */
 };
 
 /* http.c */
@@ -276,5 +278,9 @@ int srv_run(srv *s, char *err);
 void srv_request_stop(void);
 void srv_reset_stop(void);
 int srv_stop_requested(void);
+/* The launcher is ending the job (mi_server_install_signals): set by the
+ * signal handler, or by a test. */
+void srv_request_ending(void);
+int srv_ending(void);
 
 #endif

@@ -8,24 +8,30 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "meshinfer/common.h"
 
-static volatile sig_atomic_t stop_flag;
+static volatile sig_atomic_t stop_flag, ending_flag;
+static pid_t launcher_pid; /* the parent, when a launcher started us; else 0 */
 
 /* set from a signal handler or another thread (tests): atomic stores and loads of a lock-free int */
-static void on_signal(int sig)
+static void on_signal(int sig, siginfo_t *si, void *uc)
 {
-    (void)sig;
+    (void)uc;
+    if (sig == SIGTERM && launcher_pid > 0 && si && si->si_pid == launcher_pid)
+        __atomic_store_n(&ending_flag, 1, __ATOMIC_SEQ_CST);
     __atomic_store_n(&stop_flag, 1, __ATOMIC_SEQ_CST);
 }
 
-void mi_server_install_signals(void)
+void mi_server_install_signals(int launched)
 {
+    launcher_pid = launched ? getppid() : 0;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
+    sa.sa_sigaction = on_signal;
+    sa.sa_flags = SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
@@ -41,6 +47,8 @@ void mi_server_ignore_signals(void)
 void srv_request_stop(void) { __atomic_store_n(&stop_flag, 1, __ATOMIC_SEQ_CST); }
 void srv_reset_stop(void) { __atomic_store_n(&stop_flag, 0, __ATOMIC_SEQ_CST); }
 int srv_stop_requested(void) { return __atomic_load_n(&stop_flag, __ATOMIC_SEQ_CST) != 0; }
+void srv_request_ending(void) { __atomic_store_n(&ending_flag, 1, __ATOMIC_SEQ_CST); }
+int srv_ending(void) { return __atomic_load_n(&ending_flag, __ATOMIC_SEQ_CST) != 0; }
 
 void mi_server_opts_init(mi_server_opts *o)
 {
@@ -58,6 +66,7 @@ void mi_server_opts_init(mi_server_opts *o)
 void srv_init(srv *s, const mi_server_opts *o)
 {
     memset(s, 0, sizeof *s);
+    s->exit_fn = _exit;
     s->o = *o;
     s->started = (long)time(NULL);
     pthread_mutex_init(&s->mu, NULL);

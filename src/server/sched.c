@@ -6,6 +6,7 @@
  * news, stops the sequences of clients that left, and drains on a stop. */
 #define _GNU_SOURCE
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,6 +285,60 @@ static void abort_all(srv *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* The launcher is ending the job (srv_ending): the scheduler's thread may be
+ * blocked for good in a pass that waits on a rank that is gone, and SIGKILL
+ * follows within about a second, so this thread answers every running and
+ * queued request 503 itself (a stream under way gets an error event), lets
+ * libmicrohttpd write the answers for at most half a second and ends the
+ * process. Each request gets a reference of its own: the scheduler, should
+ * it still be running, never frees one under us. */
+static void *ending_watch(void *arg)
+{
+    srv *s = arg;
+    while (!srv_ending()) {
+        if (__atomic_load_n(&s->watch_quit, __ATOMIC_SEQ_CST))
+            return NULL;
+        usleep(20000);
+    }
+    srv_error e;
+    srv_fail(&e, 503, "server_error", "cluster_lost", NULL, "The cluster job is ending (its launcher stopped it: "
+             "a rank exited, or mpirun was signalled); the request did not finish");
+    srv_req_list go = {0};
+    pthread_mutex_lock(&s->mu);
+    int n_run = 0, n_queued = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (srv_req *r = pass ? s->q_head : s->running; r; r = r->next) {
+            if (r->state == SRV_DONE)
+                continue;
+            n_run += !pass, n_queued += pass;
+            set_failed(r, &e);
+            r->refs++;
+            list_add(&go, r);
+        }
+    srv_req_list wake_now = {0};
+    for (int i = 0; i < go.n; i++)
+        collect(go.r[i], &wake_now);
+    pthread_mutex_unlock(&s->mu);
+    fprintf(stderr, "serve: error: the launcher is ending the job (a rank exited, or mpirun was signalled): "
+            "%d running and %d queued requests answered 503\n", n_run, n_queued);
+    for (int i = 0; i < wake_now.n; i++)
+        srv_http_resume(wake_now.r[i]->conn);
+    /* written out when libmicrohttpd dropped its reference: the scheduler's and ours are left */
+    double until = mi_now() + 0.5;
+    for (;;) {
+        int pending = 0;
+        pthread_mutex_lock(&s->mu);
+        for (int i = 0; i < go.n; i++)
+            pending += go.r[i]->refs > 2;
+        pthread_mutex_unlock(&s->mu);
+        if (!pending || mi_now() > until)
+            break;
+        usleep(10000);
+    }
+    s->exit_fn(1);
+    return NULL;
+}
+
 /* Prepare the requests queued since the last pass (s->mu released while encoding). */
 static void prepare_new(srv *s)
 {
@@ -329,6 +384,8 @@ int srv_run(srv *s, char *err)
             fclose(f);
         }
     }
+    pthread_t watcher;
+    int watching = pthread_create(&watcher, NULL, ending_watch, s) == 0;
     double deadline = 0, last_watch = 0;
     int aborted = 0;
     for (;;) {
@@ -377,6 +434,9 @@ int srv_run(srv *s, char *err)
         wait_s(s, 0.05);
     int left = s->live;
     pthread_mutex_unlock(&s->mu);
+    __atomic_store_n(&s->watch_quit, 1, __ATOMIC_SEQ_CST);
+    if (watching)
+        pthread_join(watcher, NULL);
     srv_http_stop(s);
     free(s->finished.r);
     fprintf(stderr, "serve: stopped%s\n", left ? " (some connections were still open)" : "");

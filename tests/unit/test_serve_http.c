@@ -13,7 +13,11 @@
  *     503; a client that leaves mid-stream or while waiting gets its
  *     sequence stopped and its slot back;
  *   - a stop drains: the running request finishes (200), new connections
- *     are refused, srv_run returns; past --drain-timeout a request is 503.
+ *     are refused, srv_run returns; past --drain-timeout a request is 503;
+ *   - the launcher ending the job (in a child process, as it _exits): a
+ *     running stream gets its tokens so far and an error event, a running
+ *     and a queued request 503 "cluster_lost", the process exits 1 at once
+ *     although a pass is still under way.
  * Exit status: 0 when every test passed, 1 otherwise. */
 #define _GNU_SOURCE
 #include <CUnit/Basic.h>
@@ -27,6 +31,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -502,6 +507,48 @@ static void test_drain(void)
     CU_ASSERT(mi_now() - t0 < 2);
 }
 
+static void test_launcher_ending(void)
+{
+    int to_child[2], to_parent[2];
+    CU_ASSERT_FATAL(pipe(to_child) == 0 && pipe(to_parent) == 0);
+    pid_t pid = fork();
+    CU_ASSERT_FATAL(pid >= 0);
+    if (pid == 0) { /* the server, one slot, each pass 150 ms; told to end by the parent */
+        start(1, 4, 5);
+        STORE(F.step_us, 150000);
+        int port = LOAD(S.port);
+        char c;
+        if (write(to_parent[1], &port, sizeof port) != sizeof port || read(to_child[0], &c, 1) != 1)
+            _exit(3);
+        srv_request_ending();
+        sleep(5); /* the watch ends the process first (a pass is under way) */
+        _exit(4);
+    }
+    int port = 0;
+    CU_ASSERT_FATAL(read(to_parent[0], &port, sizeof port) == sizeof port && port > 0);
+    STORE(S.port, port);
+    int fs = dial(), fw = dial();
+    send_req(fs, "POST", "/v1/completions", "{\"prompt\": \"p\", \"max_tokens\": 900, \"stream\": true}", NULL);
+    usleep(100000);
+    send_req(fw, "POST", "/v1/completions", "{\"prompt\": \"p\", \"max_tokens\": 900}", NULL);
+    usleep(500000); /* the stream has a few tokens; the second waits for the slot */
+    double t0 = mi_now();
+    CU_ASSERT(write(to_child[1], "x", 1) == 1);
+    srv_buf a = {0}, b = {0};
+    CU_ASSERT_EQUAL(read_resp(fs, &a), 200);
+    CU_ASSERT_PTR_NOT_NULL(strstr(a.p, "\"text\": \"Hello\""));
+    CU_ASSERT_PTR_NOT_NULL(strstr(a.p, "\"code\": \"cluster_lost\""));
+    CU_ASSERT_PTR_NOT_NULL(strstr(a.p, "data: [DONE]"));
+    CU_ASSERT_EQUAL(read_resp(fw, &b), 503);
+    CU_ASSERT_PTR_NOT_NULL(strstr(b.p, "cluster_lost"));
+    int st = 0;
+    CU_ASSERT_EQUAL(waitpid(pid, &st, 0), pid);
+    CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+    CU_ASSERT(mi_now() - t0 < 1.5);
+    srv_buf_free(&a);
+    srv_buf_free(&b);
+}
+
 int main(void)
 {
     if (CU_initialize_registry() != CUE_SUCCESS)
@@ -513,6 +560,7 @@ int main(void)
     CU_add_test(s, "413, 408 and slow headers", test_limits);
     CU_add_test(s, "concurrency, queue and cancellation", test_concurrency);
     CU_add_test(s, "drain", test_drain);
+    CU_add_test(s, "the launcher ending the job", test_launcher_ending);
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();
     unsigned failed = CU_get_number_of_failures();
