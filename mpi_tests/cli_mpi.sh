@@ -8,17 +8,35 @@
 # keeps the text and fails cleanly when nothing fits; calibrate measures every
 # device and link, hybrid and auto on a calibrated heterogeneous cluster keep
 # the text, and a calibration from another rank count or host is refused.
-# usage: cli_mpi.sh MESHINFER MODEL.h5 HOSTFILES_DIR
+# usage: cli_mpi.sh MESHINFER MODEL.h5 HOSTFILES_DIR [all|main|timing]
+#   timing: only the checks that measure (calibrate and what it feeds, Voltron's
+#   run-time scaling and energy), which ctest runs alone; main: the others,
+#   which can share the cores (default all)
 set -u
-bin=$1 model=$2 hosts=$3
+bin=$1 model=$2 hosts=$3 part=${4:-all}
+part_is() { [[ $part == all || $part == "$1" ]]; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 pass=0 fail=0
 ok() { echo "ok: $*"; pass=$((pass+1)); }
 bad() { echo "FAIL: $*"; fail=$((fail+1)); }
 run() { timeout 120 mpirun --allow-run-as-root -q --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 "$@"; }
+expect_error() {
+    local what=$1 re=$2; shift 2
+    run "$@" >/dev/null 2>"$tmp/err"; local rc=$?
+    if [[ $rc -eq 0 || $rc -eq 124 ]]; then bad "$what: exit $rc (124 = hang)"; cat "$tmp/err"; return; fi
+    if [[ $(grep -c . "$tmp/err") -ne 1 ]] || ! grep -Eq -- "^meshinfer: error: .*($re)" "$tmp/err"; then
+        bad "$what: want one error line matching /$re/, got:"; sed 's/^/    /' "$tmp/err"; return; fi
+    ok "$what -> $(cat "$tmp/err")"
+}
 
+# an importance file that ranks FFN shards differently per layer (pruning; Voltron's scaling)
+node -e 'const L = []; for (let l = 0; l < 6; l++) L.push({layer: l, q8_0: 0.01 * (6 - l), q4_0: 0.02 * (6 - l),
+    prune: Array.from({length: 12}, (_, j) => (j * 5 + l * 7) % 12)});
+  require("fs").writeFileSync(process.argv[1], JSON.stringify({model: "stories15M", synthetic: false, n_layers: 6,
+    dim: 288, hidden_dim: 768, ffn_shard: 64, layers: L}))' "$tmp/imp-prune.json"
 prompt="Once upon a time, there was a little girl named Lily"
 want="$prompt. She loved to play outside in the sunshine. One day, she saw a big, red ball in the sky. It was the sun! She thought it was so pretty."
+if part_is main; then
 for np in 2 3 5; do
     for p in layerwise roundrobin random greedy tp; do
         out=$(run -np $np --mca btl self,vader "$bin" generate -m "$model" -p "$prompt" -n 38 --planner $p 2>"$tmp/err")
@@ -76,14 +94,6 @@ for m in "$model" "$tmp/q4.h5"; do
 done
 
 # bad input: one error line (mpirun -q adds nothing), non-zero exit, no hang
-expect_error() {
-    local what=$1 re=$2; shift 2
-    run "$@" >/dev/null 2>"$tmp/err"; local rc=$?
-    if [[ $rc -eq 0 || $rc -eq 124 ]]; then bad "$what: exit $rc (124 = hang)"; cat "$tmp/err"; return; fi
-    if [[ $(grep -c . "$tmp/err") -ne 1 ]] || ! grep -Eq -- "^meshinfer: error: .*($re)" "$tmp/err"; then
-        bad "$what: want one error line matching /$re/, got:"; sed 's/^/    /' "$tmp/err"; return; fi
-    ok "$what -> $(cat "$tmp/err")"
-}
 printf '{"devices": [{"mem_mb": 4000}, {"mem_mb": 4000}]}' > "$tmp/two.json"
 printf '{"devices": [{"mem_mb": 4000}, {"mem_mb": 4000},]}' > "$tmp/syntax.json"
 printf '{"devices": [{"mem_mb": 4000, "name": "big"}, {"mem_mb": 12, "name": "tiny"}, {"mem_mb": 12, "name": "tiny2"}]}' > "$tmp/small.json"
@@ -208,6 +218,8 @@ expect_error "send list for an unknown exchange" "exchange must be attn_in, head
     -np 3 "$bin" generate -m "$model" --plan-file "$tmp/sg-xch.json"
 expect_error "--prune with a plan file" "--plan-file fixes the placement" \
     -np 3 "$bin" generate -m "$model" --plan-file "$tmp/sg3.json" --prune 0.5
+fi
+if part_is timing; then
 # Voltron: calibrate on 3 ranks, then hybrid (prefill and decode
 # placed apart on a tight heterogeneous cluster) and auto give the one-rank text
 # (its own timeout: it now times every dtype of the ladder, k-quants included, which takes over two minutes
@@ -244,6 +256,8 @@ out=$(run -np 3 "$bin" generate -m "$model" -p "$prompt" -n 38 --cluster "$tmp/t
 grep -q "planner auto: [a-z]* (predicted .* somegather at r = 0.02 (measured perplexity 3.600, +0.6%; budget 5%)" "$tmp/err" &&
     [[ -n "$out" ]] && ok "--planner auto --ppl-budget 5: somegather judged at r = 0.02, $(grep -o 'planner auto: [a-z]*' "$tmp/err") run" ||
     bad "--planner auto --ppl-budget: $(head -2 "$tmp/err")"
+fi
+if part_is main; then
 # a soak in one job -- the same generation 6 times on 4 ranks whose budgets force
 # re-placements: each generation starts from the first placement again (a re-placement) and re-places
 # as it grows, every repeat gives the first run's tokens, no rank's resident memory grows by 1 MB
@@ -260,10 +274,6 @@ expect_error "--repeat with a journal" "--repeat runs one generation again and a
     -np 2 "$bin" generate -m "$model" --repeat 3 --journal "$tmp/j.json"
 # Voltron shard-wise pruning: a model with 3 of every layer's 12 FFN shards pruned (hidden_dim 576; an
 # importance file that ranks shards differently per layer) gives the one-rank text on 3 ranks, per scheme
-node -e 'const L = []; for (let l = 0; l < 6; l++) L.push({layer: l, q8_0: 0.01 * (6 - l), q4_0: 0.02 * (6 - l),
-    prune: Array.from({length: 12}, (_, j) => (j * 5 + l * 7) % 12)});
-  require("fs").writeFileSync(process.argv[1], JSON.stringify({model: "stories15M", synthetic: false, n_layers: 6,
-    dim: 288, hidden_dim: 768, ffn_shard: 64, layers: L}))' "$tmp/imp-prune.json"
 "$bin" quantize -m "$model" --prune-ffn 3 --importance "$tmp/imp-prune.json" --out "$tmp/pruned.h5" > /dev/null 2>&1
 one=$("$bin" generate -m "$tmp/pruned.h5" -p "$prompt" -n 30 2>/dev/null)
 for pl in greedy tp somegather; do
@@ -300,6 +310,8 @@ expect_error "--prune-ffn over half the shards" "at most half of the 12 FFN shar
     -np 2 "$bin" generate -m "$model" --prune-ffn 7 --importance "$tmp/imp-prune.json"
 expect_error "--prune-ffn without shard measurements" "--prune-ffn needs --importance FILE with FFN shard measurements" \
     -np 2 "$bin" generate -m "$model" --prune-ffn 2
+fi
+if part_is timing; then
 expect_error "calibration from another rank count" "calibrated on 3 ranks but the job has 2" \
     -np 2 "$bin" generate -m "$model" --cluster "$tmp/cal3.json"
 sed 's/"host":[[:space:]]*"[^"]*"/"host": "pi-elsewhere"/' "$tmp/cal3.json" > "$tmp/cal-other.json"
@@ -380,5 +392,6 @@ en=$(node -e 'const fs = require("fs"), a = JSON.parse(fs.readFileSync(process.a
     bad "--energy: $en $(grep -m2 "energy\|error" "$tmp/en-energy.err")"
 expect_error "--energy with a target the top frequencies miss" "no margin to spend on lower frequencies" \
     -np 3 "$bin" generate -m "$model" --cluster "$(dirname "$0")/cluster-dvfs.json" --planner layerwise --tpot-ms 0.001 --energy
+fi
 echo "$pass passed, $fail failed"
 ((fail == 0))
