@@ -28,6 +28,8 @@
 #include <string.h>
 
 #include "meshinfer/common.h"
+#include "meshinfer/cost.h"
+#include "meshinfer/partition.h"
 
 typedef struct {
     int *ia, *ja;
@@ -105,6 +107,19 @@ static double op_cost(const mi_plan *pl, const mi_cluster *cl, int r, int kind, 
     op.ni = ni;
     op.xid = -1;
     return mi_op_compute_s(pl, &op, cl, r, 1, ctx);
+}
+
+/* The branch and bound's callback: the best open node's bound, kept as the search goes (the tree is gone
+ * when glp_intopt returns, and the bound only rises, so the last one seen is a valid lower bound). */
+static void track_bound(glp_tree *tree, void *info)
+{
+    double *bound = info;
+    int p = glp_ios_best_node(tree);
+    if (p) {
+        double b = glp_ios_node_bound(tree, p);
+        if (isfinite(b) && fabs(b) < 1e300 && !(b <= *bound))
+            *bound = b;
+    }
 }
 
 int mi_plan_exact_fill(mi_plan *plan, const mi_cluster *cl, double time_limit_s, mi_exact_info *info, char *err)
@@ -375,12 +390,17 @@ int mi_plan_exact_fill(mi_plan *plan, const mi_cluster *cl, double time_limit_s,
         parm.fp_heur = GLP_ON; /* the feasibility pump: a first placement soon, for the time limit to keep */
         parm.mir_cuts = GLP_ON;
         parm.tm_lim = (int)(1000 * (time_limit_s > 0 ? time_limit_s : MI_EXACT_TIME_S));
+        double bound = NAN;
+        parm.cb_func = track_bound;
+        parm.cb_info = &bound;
         double t0 = mi_now();
         int st = glp_intopt(m.lp, &parm), ms = glp_mip_status(m.lp);
         if (info) {
             info->seconds = mi_now() - t0;
             info->optimal = st == 0 && ms == GLP_OPT;
             info->objective_s = ms == GLP_OPT || ms == GLP_FEAS ? glp_mip_obj_val(m.lp) : NAN;
+            /* proven: the bound is the objective (GLPK's own tolerance, mip_gap 0, aside) */
+            info->bound_s = info->optimal ? info->objective_s : isnan(bound) ? NAN : fmin(bound, info->objective_s);
             info->rows = m.rows;
             info->cols = ncol;
         }
@@ -415,4 +435,76 @@ int mi_plan_exact_fill(mi_plan *plan, const mi_cluster *cl, double time_limit_s,
     free(att0);
     free(mh);
     return rc ? -1 : 0;
+}
+
+/* 1 when plan is a placement of the exact program's: the vocabulary whole on rank 0, every layer's projection
+ * on one rank and its FFN whole on one, rank 0 holding nothing unless it works, nothing pruned. */
+static int in_space(const mi_plan *plan, int cw)
+{
+    const mi_config *c = &plan->cfg;
+    if (plan->split_vocab || plan->n_cls != 1 || plan->n_cols || plan->ffn_shard)
+        return 0;
+    int H = mi_plan_ffn_units(c), lo = cw ? 0 : 1;
+    for (int l = 0; l < c->n_layers; l++) {
+        const mi_layer_plan *lp = &plan->layers[l];
+        if (lp->proj_rank < lo || lp->n_ffn != 1 || lp->ffn[0].v0 != 0 || lp->ffn[0].n != H || lp->ffn[0].rank < lo ||
+            lp->ffn_pruned)
+            return 0;
+        for (int k = 0; k < c->n_kv_heads; k++)
+            if (lp->kv_rank[k] < lo)
+                return 0;
+    }
+    return 1;
+}
+
+/* The cost model's decode step of plan as the exact planner's (its programs: head-level), or INFINITY. */
+static double step_as_exact(mi_plan *plan, const mi_cluster *cl)
+{
+    mi_planner was = plan->planner;
+    plan->planner = MI_PLANNER_EXACT;
+    mi_programs prog;
+    char err[MI_ERRLEN];
+    double t = INFINITY;
+    if (mi_plan_validate(plan, cl, err) == 0 && mi_programs_compile(plan, &prog, err) == 0) {
+        mi_prediction pr;
+        mi_predict(plan, &prog, cl, plan->kv_positions / 2, &pr);
+        t = pr.token_s;
+        mi_programs_free(&prog);
+    }
+    plan->planner = was;
+    return t;
+}
+
+void mi_plan_exact_seed(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, mi_plan *plan,
+                        mi_exact_info *info)
+{
+    double best = step_as_exact(plan, cl);
+    const mi_planner heur[2] = {MI_PLANNER_GREEDY, MI_PLANNER_LAYERWISE};
+    for (int h = 0; h < 2; h++)
+        for (int cw = 0; cw <= plan->controller_works; cw++) {
+            mi_plan_options o = *opt;
+            o.planner = heur[h];
+            o.controller_works = cw;
+            o.split_vocab = 0;
+            mi_plan cand;
+            char err[MI_ERRLEN];
+            if (mi_plan_make(c, cl, &o, &cand, err))
+                continue;
+            double t = INFINITY;
+            if (cand.kv_positions == plan->kv_positions && in_space(&cand, plan->controller_works))
+                t = step_as_exact(&cand, cl);
+            if (t < best * (1 - 1e-9)) { /* the candidate, as the exact planner's plan */
+                best = t;
+                cand.planner = MI_PLANNER_EXACT;
+                cand.plan_seconds = plan->plan_seconds;
+                mi_plan_free(plan);
+                *plan = cand;
+                info->source = heur[h];
+                info->objective_s = t;
+                if (info->bound_s > t)
+                    info->bound_s = t;
+            } else {
+                mi_plan_free(&cand);
+            }
+        }
 }

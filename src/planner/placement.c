@@ -496,7 +496,7 @@ static int plan_once(const mi_config *c, const mi_cluster *cl, const mi_plan_opt
     return rc;
 }
 
-int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, mi_plan *plan, char *err)
+static int plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, mi_plan *plan, char *err)
 {
     double t0 = mi_now();
     /* a head-level plan of a language model on several ranks can split its vocabulary: when asked,
@@ -517,18 +517,29 @@ int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options
     return rc;
 }
 
+int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, mi_plan *plan, char *err)
+{
+    return opt->planner == MI_PLANNER_EXACT ? mi_plan_exact(c, cl, opt, 0, plan, NULL, err)
+                                            : plan_make(c, cl, opt, plan, err);
+}
+
 int mi_plan_exact(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, double time_limit_s,
                   mi_plan *plan, mi_exact_info *info, char *err)
 {
     mi_plan_options o = *opt;
     o.planner = MI_PLANNER_EXACT;
     g_exact_limit_s = time_limit_s;
+    mi_exact_info own;
+    if (!info)
+        info = &own;
+    memset(info, 0, sizeof *info);
     g_exact_info = info;
-    if (info)
-        memset(info, 0, sizeof *info);
-    int rc = mi_plan_make(c, cl, &o, plan, err);
+    int rc = plan_make(c, cl, &o, plan, err);
     g_exact_limit_s = 0;
     g_exact_info = NULL;
+    info->source = MI_PLANNER_EXACT;
+    if (rc == 0 && !info->optimal && plan->n_ranks > 1)
+        mi_plan_exact_seed(c, cl, opt, plan, info);
     return rc;
 }
 

@@ -35,4 +35,12 @@ void mi_moe_set_slices(mi_plan *plan, int l, const int *ranks, const int *count,
  * messages past the eager limit, nothing within the budgets. */
 int mi_plan_exact_fill(mi_plan *plan, const mi_cluster *cl, double time_limit_s, mi_exact_info *info, char *err);
 
+/* After a search the time limit stopped: greedy's and layer-wise's
+ * placements (planner.h mi_plan_exact) that are in the exact planner's
+ * space replace *plan when the cost model predicts them faster at context
+ * kv_positions / 2; info->source and objective_s say so. Nothing changes
+ * on any failure (a heuristic that does not fit is no candidate). */
+void mi_plan_exact_seed(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, mi_plan *plan,
+                        mi_exact_info *info);
+
 #endif
