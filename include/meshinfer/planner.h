@@ -108,8 +108,14 @@ typedef struct {
 typedef struct {
     int optimal;          /* 1: proven optimal; 0: the time limit stopped the search */
     double objective_s;   /* the program's decode step, seconds */
+    double bound_s;       /* the search's lower bound on that step, seconds (= objective_s when optimal; the
+                             best open node's bound when the time limit stopped it; NAN when the limit came
+                             before the root's relaxation was solved) */
     double seconds;       /* the solver's time */
     int rows, cols;       /* the program's size */
+    mi_planner source;    /* whose placement the plan is: MI_PLANNER_EXACT, the search's; MI_PLANNER_GREEDY or
+                             MI_PLANNER_LAYERWISE, that planner's, when a search the limit stopped had not
+                             found one as fast (objective_s is then its predicted step) */
 } mi_exact_info;
 
 /* Make a plan of model c for the cluster's devices (n_ranks = n_devices).
@@ -122,7 +128,12 @@ int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options
 
 /* mi_plan_make with the exact planner (whatever opt->planner says), the
  * solver stopped after time_limit_s (<= 0: MI_EXACT_TIME_S), and what it
- * did in *info (may be NULL). mi_plan_make with MI_PLANNER_EXACT is this
+ * did in *info (may be NULL). A search the limit stopped is compared with
+ * the placements greedy and layer-wise make (without the controller's
+ * compute, and with it when opt asks for it) that lie in its space, by the
+ * cost model's step at context kv_positions / 2: the fastest is kept (the
+ * plan's planner stays exact; info->source says whose it is), so a stopped
+ * search is never slower than those heuristics. mi_plan_make with MI_PLANNER_EXACT is this
  * with the default limit. Same returns. */
 int mi_plan_exact(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, double time_limit_s,
                   mi_plan *plan, mi_exact_info *info, char *err);

@@ -265,10 +265,13 @@ int cmd_simulate(int argc, char **argv)
         mi_fatal("simulate: %s", err);
     }
     if (which == MI_PLANNER_EXACT && !o.plan_file)
-        fprintf(stderr, "meshinfer: exact planner: %s in %.2f s (%d rows, %d columns), predicted step %.3f ms at context "
-                        "%d%s\n",
+        fprintf(stderr, "meshinfer: exact planner: %s in %.2f s (%d rows, %d columns), predicted step %.3f ms "
+                        "(bound %.3f ms) at context %d%s%s%s%s\n",
                 exact.optimal ? "proven optimal" : "its best when the time limit stopped the search", exact.seconds,
-                exact.rows, exact.cols, exact.objective_s * 1e3, plan.kv_positions / 2,
+                exact.rows, exact.cols, exact.objective_s * 1e3, exact.bound_s * 1e3, plan.kv_positions / 2,
+                exact.source != MI_PLANNER_EXACT ? "; kept " : "",
+                exact.source != MI_PLANNER_EXACT ? mi_planner_name(exact.source) : "",
+                exact.source != MI_PLANNER_EXACT ? "'s placement, which the search had not beaten" : "",
                 o.replan ? "; re-placements use the default limit" : "");
     mi_sim_request rq = {.n_prompt = o.n_prompt, .n_tokens = o.n_tokens, .batch = o.batch, .chunk = 64,
                          .replan = o.replan ? replan_hook : NULL, .replan_ctx = &rx, .every_step = o.every_step};
@@ -293,7 +296,8 @@ int cmd_simulate(int argc, char **argv)
     double t0 = mi_now();
     if (mi_simulate(&plan, &cl, &rq, &res, err))
         mi_fatal("simulate: %s", err);
-    sim_report rp = {&plan.cfg, &cl, &rq, &res, &plan, o.cluster ? o.cluster : NULL, mi_now() - t0};
+    sim_report rp = {&plan.cfg, &cl, &rq, &res, &plan, o.cluster ? o.cluster : NULL, mi_now() - t0,
+                     which == MI_PLANNER_EXACT && !o.plan_file ? &exact : NULL};
     if (o.csv)
         sim_write_csv(&rp, o.csv);
     if (o.plot)

@@ -196,6 +196,17 @@ void sim_print_json(const sim_report *s)
            "\"messages\": %.0f, \"events\": %ld, \"walks\": %d, \"interpolated\": %d, \"sim_seconds\": %.4f, ",
            r->ttft_s * 1e3, r->tpot_s * 1e3, r->total_s, r->total_s > 0 ? N * s->rq->batch / r->total_s : 0.0,
            r->bytes, r->messages, r->events, r->walks, r->interpolated, s->wall_s);
+    if (s->exact) { /* JSON has no NaN: null where the limit came before any bound */
+        const mi_exact_info *e = s->exact;
+        printf("\"exact\": {\"optimal\": %s, \"objective_ms\": %.6f, \"bound_ms\": ", e->optimal ? "true" : "false",
+               e->objective_s * 1e3);
+        if (isnan(e->bound_s))
+            printf("null");
+        else
+            printf("%.6f", e->bound_s * 1e3);
+        printf(", \"seconds\": %.3f, \"rows\": %d, \"cols\": %d, \"source\": \"%s\"}, ", e->seconds, e->rows, e->cols,
+               mi_planner_name(e->source));
+    }
     printf("\"stopped\": %s, \"stop_reason\": ", r->stopped ? "true" : "false");
     cli_json_string(stdout, r->stop_reason, strlen(r->stop_reason));
     printf(", \"replans\": [");

@@ -3,6 +3,7 @@
 #ifndef MESHINFER_SIM_REPORT_H
 #define MESHINFER_SIM_REPORT_H
 
+#include "meshinfer/planner.h"
 #include "meshinfer/simulate.h"
 
 typedef struct {
@@ -13,6 +14,7 @@ typedef struct {
     const mi_plan *plan;      /* the first placement */
     const char *cluster_file; /* NULL: --ranks N equal devices */
     double wall_s;            /* the simulation's own time on this machine */
+    const mi_exact_info *exact; /* --planner exact's search (NULL: another planner or a plan file) */
 } sim_report;
 
 /* --csv DIR, --plot DIR: DIR made when missing (one level), and every file

@@ -107,6 +107,19 @@ static double op_cost(const mi_plan *pl, const mi_cluster *cl, int r, int kind, 
     return mi_op_compute_s(pl, &op, cl, r, 1, ctx);
 }
 
+/* The branch and bound's callback: the best open node's bound, kept as the search goes (the tree is gone
+ * when glp_intopt returns, and the bound only rises, so the last one seen is a valid lower bound). */
+static void track_bound(glp_tree *tree, void *info)
+{
+    double *bound = info;
+    int p = glp_ios_best_node(tree);
+    if (p) {
+        double b = glp_ios_node_bound(tree, p);
+        if (isfinite(b) && fabs(b) < 1e300 && !(b <= *bound))
+            *bound = b;
+    }
+}
+
 int mi_plan_exact_fill(mi_plan *plan, const mi_cluster *cl, double time_limit_s, mi_exact_info *info, char *err)
 {
     const mi_config *c = &plan->cfg;
@@ -375,12 +388,17 @@ int mi_plan_exact_fill(mi_plan *plan, const mi_cluster *cl, double time_limit_s,
         parm.fp_heur = GLP_ON; /* the feasibility pump: a first placement soon, for the time limit to keep */
         parm.mir_cuts = GLP_ON;
         parm.tm_lim = (int)(1000 * (time_limit_s > 0 ? time_limit_s : MI_EXACT_TIME_S));
+        double bound = NAN;
+        parm.cb_func = track_bound;
+        parm.cb_info = &bound;
         double t0 = mi_now();
         int st = glp_intopt(m.lp, &parm), ms = glp_mip_status(m.lp);
         if (info) {
             info->seconds = mi_now() - t0;
             info->optimal = st == 0 && ms == GLP_OPT;
             info->objective_s = ms == GLP_OPT || ms == GLP_FEAS ? glp_mip_obj_val(m.lp) : NAN;
+            /* proven: the bound is the objective (GLPK's own tolerance, mip_gap 0, aside) */
+            info->bound_s = info->optimal ? info->objective_s : isnan(bound) ? NAN : fmin(bound, info->objective_s);
             info->rows = m.rows;
             info->cols = ncol;
         }

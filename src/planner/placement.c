@@ -415,7 +415,7 @@ static int plan_somegather(mi_plan *plan, int D, char *err)
     return 0;
 }
 
-/* mi_plan_exact's time limit and report for the exact planner's fill
+/* mi_plan_make_with's time limit and report for the exact planner's fill
  * (planning runs on one thread) */
 static double g_exact_limit_s;
 static mi_exact_info *g_exact_info;
@@ -496,9 +496,12 @@ static int plan_once(const mi_config *c, const mi_cluster *cl, const mi_plan_opt
     return rc;
 }
 
-int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, mi_plan *plan, char *err)
+int mi_plan_make_with(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, double exact_limit_s,
+                      mi_exact_info *exact_info, mi_plan *plan, char *err)
 {
     double t0 = mi_now();
+    g_exact_limit_s = exact_limit_s;
+    g_exact_info = exact_info;
     /* a head-level plan of a language model on several ranks can split its vocabulary: when asked,
      * or when the plan with the table whole on rank 0 does not fit (then the split one's error, if
      * it fails too, would only repeat the shortfall elsewhere: the first error stands) */
@@ -512,23 +515,10 @@ int mi_plan_make(const mi_config *c, const mi_cluster *cl, const mi_plan_options
             rc = 0;
         }
     }
-    if (rc == 0)
-        plan->plan_seconds = mi_now() - t0;
-    return rc;
-}
-
-int mi_plan_exact(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, double time_limit_s,
-                  mi_plan *plan, mi_exact_info *info, char *err)
-{
-    mi_plan_options o = *opt;
-    o.planner = MI_PLANNER_EXACT;
-    g_exact_limit_s = time_limit_s;
-    g_exact_info = info;
-    if (info)
-        memset(info, 0, sizeof *info);
-    int rc = mi_plan_make(c, cl, &o, plan, err);
     g_exact_limit_s = 0;
     g_exact_info = NULL;
+    if (rc == 0)
+        plan->plan_seconds = mi_now() - t0;
     return rc;
 }
 

@@ -35,4 +35,21 @@ void mi_moe_set_slices(mi_plan *plan, int l, const int *ranks, const int *count,
  * messages past the eager limit, nothing within the budgets. */
 int mi_plan_exact_fill(mi_plan *plan, const mi_cluster *cl, double time_limit_s, mi_exact_info *info, char *err);
 
+/* mi_plan_make of opt->planner as it is (placement.c; mi_plan_make and
+ * mi_plan_exact in exact_seed.c call it): the exact planner's fill, when
+ * that is the planner, stopped after exact_limit_s (<= 0: MI_EXACT_TIME_S)
+ * and reporting into *exact_info (may be NULL). Same returns as
+ * mi_plan_make. */
+int mi_plan_make_with(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, double exact_limit_s,
+                      mi_exact_info *exact_info, mi_plan *plan, char *err);
+
+/* After a search the time limit stopped (exact_seed.c): greedy's and
+ * layer-wise's placements (planner.h mi_plan_exact) that are in the exact
+ * planner's space replace *plan when the cost model predicts them faster
+ * at context kv_positions / 2; info->source and objective_s say so.
+ * Nothing changes on any failure (a heuristic that does not fit is no
+ * candidate). */
+void mi_plan_exact_seed(const mi_config *c, const mi_cluster *cl, const mi_plan_options *opt, mi_plan *plan,
+                        mi_exact_info *info);
+
 #endif

@@ -107,6 +107,11 @@ for r in "${runs[@]}"; do
         bad "simulate $r: $(tail -1 "$tmp/err")"
     fi
 done
+# the exact planner's search in the JSON: proven on 2 equal devices, its bound then its objective, its own placement
+"${S[@]}" --ranks 2 -n 8 --planner exact --exact-seconds 5 --json > "$tmp/ex.json" 2> "$tmp/err" &&
+    $py -c 'import json,sys; e=json.load(open(sys.argv[1]))["exact"]; assert e["optimal"] and e["bound_ms"] == e["objective_ms"] > 0 and e["source"] == "exact", e' "$tmp/ex.json" &&
+    grep -q "proven optimal.*(bound [0-9.]* ms)" "$tmp/err" &&
+    ok "exact: optimal, bound and source in the JSON and on stderr" || bad "exact's JSON: $(cat "$tmp/err" | head -2; grep -o '"exact": {[^}]*}' "$tmp/ex.json")"
 refusals=(
   "--ranks 2 -n 8 --controller-works maybe"
   "--ranks 2 -n 8 --shared-medium maybe"

@@ -14,6 +14,7 @@
 #include "meshinfer/partition.h"
 #include "meshinfer/plan.h"
 #include "meshinfer/planner.h"
+#include "../../src/planner/planners.h" /* mi_plan_exact_seed, which only a stopped search reaches */
 
 #include <CUnit/Basic.h>
 #include <CUnit/CUnit.h>
@@ -166,6 +167,109 @@ static void test_budgets(void)
     mi_cluster_free(&cl);
 }
 
+/* The bound a search stopped by its time limit reports: at most the
+ * optimum (which a search with time to finish proves) and not vacuous; a
+ * proven search's bound is its objective. stories15M's whole shape (6
+ * layers, 6 KV heads) on 3 devices of 14-28 MB over Gbit-class links, as
+ * jobs/experiments/exact_gap.sh draws them. */
+static void test_bound(void)
+{
+    mi_config c;
+    CU_ASSERT_EQUAL_FATAL(mi_config_from_shape("stories15M", &c), 0);
+    mi_cluster_gen g;
+    mi_cluster_gen_defaults(&g);
+    g.n_devices = 3;
+    g.seed = 1;
+    g.mem_mb[0] = 14, g.mem_mb[1] = 28;
+    g.controller_mem_mb = 60;
+    mi_cluster cl;
+    char err[MI_ERRLEN];
+    CU_ASSERT_EQUAL_FATAL(mi_cluster_generate(&g, &cl, err), 0);
+    mi_plan_options po = {MI_PLANNER_EXACT, 1, -1, 0, NULL, 0.7, 0, 0, 0, 0, 0, NULL, 0, 1};
+    mi_plan p;
+    mi_exact_info full, cut;
+    CU_ASSERT_EQUAL_FATAL(mi_plan_exact(&c, &cl, &po, 60, &p, &full, err), 0);
+    mi_plan_free(&p);
+    CU_ASSERT_FATAL(full.optimal);
+    CU_ASSERT_EQUAL(full.bound_s, full.objective_s);
+    CU_ASSERT_EQUAL_FATAL(mi_plan_exact(&c, &cl, &po, 0.1, &p, &cut, err), 0);
+    mi_plan_free(&p);
+    CU_ASSERT(!cut.optimal);
+    CU_ASSERT(cut.objective_s >= full.objective_s * (1 - 1e-9));
+    CU_ASSERT(isfinite(cut.bound_s));
+    CU_ASSERT(cut.bound_s <= full.objective_s * (1 + 1e-9));
+    CU_ASSERT(cut.bound_s >= 0.7 * full.objective_s);
+    fprintf(stderr, "\n  optimum %.4f ms in %.2f s; at %.2f s: %.4f ms, bound %.4f ms\n", full.objective_s * 1e3,
+            full.seconds, cut.seconds, cut.objective_s * 1e3, cut.bound_s * 1e3);
+    mi_cluster_free(&cl);
+}
+
+/* plan's predicted decode step at context kv_positions / 2 with the exact
+ * planner's (head-level) programs */
+static double step_as_exact(mi_plan *p, const mi_cluster *cl)
+{
+    mi_planner was = p->planner;
+    p->planner = MI_PLANNER_EXACT;
+    mi_programs prog;
+    char err[MI_ERRLEN];
+    CU_ASSERT_EQUAL_FATAL(mi_programs_compile(p, &prog, err), 0);
+    mi_prediction pr;
+    mi_predict(p, &prog, cl, p->kv_positions / 2, &pr);
+    mi_programs_free(&prog);
+    p->planner = was;
+    return pr.token_s;
+}
+
+/* A search the limit stopped keeps greedy's or layer-wise's placement when
+ * the cost model predicts it faster than the search's: round-robin's
+ * placement (every unit on the next worker: a message per unit over
+ * 0.2-3 ms links) given as the search's becomes the faster heuristic's. A
+ * proven optimum stays: no heuristic beats it in the cost model. */
+static void test_seed(void)
+{
+    mi_config c = small_model();
+    mi_cluster cl;
+    devices(&cl, 4, 1, 4000);
+    char err[MI_ERRLEN];
+    mi_plan_options po = {MI_PLANNER_ROUNDROBIN, 1, -1, 0, NULL, 0.7, 0, 0, 0, 0, 0, NULL, 0, 1};
+    mi_plan rr, h;
+    CU_ASSERT_EQUAL_FATAL(mi_plan_make(&c, &cl, &po, &rr, err), 0);
+    rr.planner = MI_PLANNER_EXACT;
+    double t_rr = step_as_exact(&rr, &cl), best = t_rr;
+    mi_planner which = MI_PLANNER_EXACT;
+    const mi_planner heur[2] = {MI_PLANNER_GREEDY, MI_PLANNER_LAYERWISE};
+    for (int i = 0; i < 2; i++) {
+        po.planner = heur[i];
+        CU_ASSERT_EQUAL_FATAL(mi_plan_make(&c, &cl, &po, &h, err), 0);
+        double t = step_as_exact(&h, &cl);
+        if (t < best)
+            best = t, which = heur[i];
+        mi_plan_free(&h);
+    }
+    CU_ASSERT_FATAL(best < 0.9 * t_rr); /* the case replaces the search's placement */
+    mi_exact_info info = {.optimal = 0, .objective_s = t_rr, .bound_s = 0.5 * t_rr, .source = MI_PLANNER_EXACT};
+    po.planner = MI_PLANNER_EXACT;
+    mi_plan_exact_seed(&c, &cl, &po, &rr, &info);
+    CU_ASSERT_EQUAL(info.source, which);
+    CU_ASSERT_EQUAL(rr.planner, MI_PLANNER_EXACT);
+    CU_ASSERT_EQUAL(mi_plan_validate(&rr, &cl, err), 0);
+    NEAR(step_as_exact(&rr, &cl), best, 1e-12);
+    NEAR(info.objective_s, best, 1e-12);
+    NEAR(info.bound_s, 0.5 * t_rr, 1e-12);
+    mi_plan_free(&rr);
+    /* the proven optimum */
+    mi_plan ex;
+    CU_ASSERT_EQUAL_FATAL(mi_plan_exact(&c, &cl, &po, 30, &ex, &info, err), 0);
+    CU_ASSERT_FATAL(info.optimal);
+    double t_ex = step_as_exact(&ex, &cl);
+    CU_ASSERT(t_ex <= best * (1 + 1e-9));
+    mi_plan_exact_seed(&c, &cl, &po, &ex, &info);
+    CU_ASSERT_EQUAL(info.source, MI_PLANNER_EXACT);
+    CU_ASSERT_EQUAL(step_as_exact(&ex, &cl), t_ex);
+    mi_plan_free(&ex);
+    mi_cluster_free(&cl);
+}
+
 static void test_refusals(void)
 {
     mi_config c = small_model();
@@ -193,6 +297,8 @@ int main(void)
     CU_pSuite s = CU_add_suite("exact", NULL, NULL);
     CU_add_test(s, "the least of every placement", test_against_enumeration);
     CU_add_test(s, "budgets rule the best out", test_budgets);
+    CU_add_test(s, "a stopped search's bound", test_bound);
+    CU_add_test(s, "a stopped search keeps a faster heuristic's placement", test_seed);
     CU_add_test(s, "refusals; one device", test_refusals);
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();
