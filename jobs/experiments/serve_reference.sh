@@ -49,10 +49,6 @@ while (($#)); do
         *) bad_option "$1" ;;
     esac
 done
-[[ -n $dllama ]] || arg_fail "give --dllama DIR (a distributed-llama checkout; see --help)"
-dllama="$(cd "$dllama" 2> /dev/null && pwd)" || arg_fail "--dllama: no such folder"
-[[ -f $dllama/Makefile && -f $dllama/src/dllama-api.cpp ]] ||
-    fail "--dllama $dllama has no Makefile and src/dllama-api.cpp (a distributed-llama checkout?)"
 opt_int --rounds "$rounds" 1 100
 opt_int --requests "$nreq" 1 100
 opt_int --max-tokens "$maxtok" 2 200
@@ -62,6 +58,10 @@ opt_port --port "$port" 1
 [[ -z $model ]] || opt_file --model "$model"
 [[ -z $lock || ! -d $lock ]] || arg_fail "--lock '$lock' is a folder, not a lock file"
 [[ -z $lock ]] || command -v flock > /dev/null || fail "--lock needs flock (util-linux)"
+[[ -n $dllama ]] || arg_fail "give --dllama DIR (a distributed-llama checkout; see --help)"
+dllama="$(cd "$dllama" 2> /dev/null && pwd)" || arg_fail "--dllama: no such folder"
+[[ -f $dllama/Makefile && -f $dllama/src/dllama-api.cpp ]] ||
+    fail "--dllama $dllama has no Makefile and src/dllama-api.cpp (a distributed-llama checkout?)"
 command -v node > /dev/null || fail "node is needed (the client)"
 command -v curl > /dev/null || fail "curl is needed"
 (($(nproc) >= 2)) || fail "2 cores are needed (one per node/rank)"
