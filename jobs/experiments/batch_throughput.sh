@@ -97,7 +97,8 @@ set datafile separator ","
 set title "stories15M: aggregate decode tokens/s against concurrent clients (bench --batch; testbed: $(basename "$cluster"))"
 set xlabel "concurrent clients (sequences decoded together)"
 set ylabel "tokens/s, all clients together"
-set logscale xy 2
+set logscale x 2
+set logscale y 10
 set xtics (1, 2, 4, 8, 16, 32, 64)
 set grid
 set key outside right

@@ -44,7 +44,7 @@ for (const g of sorted) {
     const micro = [...new Set(ok.map(r => r.result.micro_batches))].join("/");
     md += `| ${place(g)} | ${g.np} | ${g.planner} | ${micro} | ${f1(alone)} | ${f1(1000 / alone)} |`;
     csv += `${g.where},${g.np},${g.planner},1,1,${alone.toFixed(2)},${(1000 / alone).toFixed(2)},1,1,1,\n`;
-    plot += `"${g.where === "local" ? "1 rank" : `testbed ${g.np} ranks`}, ${g.planner}"\n1,${alone.toFixed(2)}\n`;
+    plot += `"${g.where === "local" ? "1 rank" : `testbed ${g.np} ranks ${g.planner}`}"\n1,${alone.toFixed(2)}\n`; // (no comma: the separator)
     for (const b of batches) {
         const r = g.runs.get(b);
         if (!r || !r.result) { md += " - | - |"; continue; }
