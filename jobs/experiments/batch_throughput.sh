@@ -71,8 +71,14 @@ one() { # WHERE NP PLANNER BATCH: one bench --batch run, its JSON line appended 
     if [[ $where == local ]]; then
         j=$(locked "$bin" "${args[@]}" 2> "$out/err") || rc=$?
     else
-        j=$(MESHINFER_BIN="$bin" locked "$root/jobs/testbed/hosts.sh" --cluster "$cluster" --ranks "$np" --quiet \
-            --timeout 900 -- "${args[@]}" --cluster "$cluster" 2> "$out/err" | tail -1) || rc=$?
+        # meshinfer wants one device per rank: the first NP devices of the cluster file
+        local c="$out/cluster-$np.json"
+        node -e 'const fs = require("fs"), [f, n, o] = process.argv.slice(1), j = JSON.parse(fs.readFileSync(f, "utf8"));
+            if (j.devices.length < n) { console.error(`${f} has ${j.devices.length} devices, not ${n}`); process.exit(1); }
+            j.devices = j.devices.slice(0, Number(n)); fs.writeFileSync(o, JSON.stringify(j, null, 1) + "\n");' \
+            "$cluster" "$np" "$c" || fail "--ranks $np: $(basename "$cluster") has fewer devices"
+        j=$(MESHINFER_BIN="$bin" locked "$root/jobs/testbed/hosts.sh" --cluster "$c" --quiet \
+            --timeout 900 -- "${args[@]}" --cluster "$c" 2> "$out/err" | tail -1) || rc=$?
     fi
     # somegather gives every rank an equal share of whole heads: its refusal is a row, not a failure
     if ((rc)) && [[ $pl == somegather ]] && grep -q "does not divide the model's" "$out/err"; then
