@@ -106,8 +106,9 @@ set ylabel "tokens/s, all clients together"
 set logscale x 2
 set logscale y 10
 set xtics (1, 2, 4, 8, 16, 32, 64)
+set xrange [0.85:$(( ${B[-1]} * 5 / 4 ))]
 set grid
 set key outside right
-plot for [i=0:*] "$out/plot.csv" index i using 1:2 with linespoints lw 2 pt 7 title columnheader(1)
+plot for [i=0:*] "$out/plot.csv" index i using 1:2 with linespoints lw 2 lc i + 1 pt i + 1 ps 1.3 title columnheader(1)
 PLOT
 say "written: results/batch_throughput/summary.md, summary.csv, throughput.png"
