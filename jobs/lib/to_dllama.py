@@ -39,7 +39,7 @@ ChatML, "<｜Assistant｜>": DeepSeek 3) and renders chats its own way. --chat-t
 NAME writes a short template of that kind (llama2, llama3, chatml); @FILE writes the
 file's text (a Jinja template, e.g. a tokenizer_config.json's chat_template), which
 must hold one of the markers. With --tokenizer-json, tokenizer_config.json's
-chat_template is written unless --chat-template says otherwise.
+chat_template is written (when it holds a marker) unless --chat-template says otherwise.
 
 Two things make distributed-llama's tokenizer differ from sentencepiece /
 llama2.c, and the converter works around both so that it encodes a prompt into
@@ -292,6 +292,9 @@ def chat_template_text(spec, config_template=None):
     if not isinstance(text, str) or not text:
         die(f"chat template of {where}: empty or not text")
     if not any(m in text for m in CHAT_MARKERS):
+        if spec is None:  # the tokenizer_config.json's, not asked for: the file goes without, as before
+            print(f"to_dllama: {where} holds no marker dllama recognises; not written", file=sys.stderr)
+            return None
         die(f"chat template of {where}: distributed-llama recognises only templates holding one of "
             + ", ".join(CHAT_MARKERS))
     return text.encode("utf-8")

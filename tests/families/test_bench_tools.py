@@ -130,8 +130,13 @@ class TestToDllamaLlama3(unittest.TestCase):
         for bad in ("bogus", "@/nonexistent/template.jinja"):
             with redirect_stderr(io.StringIO()), self.assertRaises(SystemExit, msg=bad):
                 to_dllama.chat_template_text(bad)
-        with redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
-            to_dllama.chat_template_text(None, "{{ messages }}")  # no marker dllama recognises
+        with redirect_stderr(io.StringIO()):  # a config's template without a marker: left out, no error
+            self.assertIsNone(to_dllama.chat_template_text(None, "{{ messages }}"))
+        with tempfile.NamedTemporaryFile("w", suffix=".jinja") as f:
+            f.write("{{ messages }}")
+            f.flush()
+            with redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
+                to_dllama.chat_template_text("@" + f.name)  # asked for, and no marker dllama recognises
 
 
 if __name__ == "__main__":
