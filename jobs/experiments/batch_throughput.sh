@@ -1,24 +1,34 @@
 #!/usr/bin/env bash
-# Aggregate decode throughput of serve's continuous batching, per planner: `meshinfer bench --batch B`
-# runs B sequences one at a time (what one client at a time gets) and together (B concurrent clients:
-# the engine `serve` runs, without HTTP), in alternating rounds, and checks that batching changes no
-# token. On 1 rank over shared memory and on the emulated testbed (jobs/testbed/hosts.sh: every rank a
-# host with its CPU quota and link delay; default hostfiles/hosts-5pi.json: 40% of a core, 5 ms links)
-# at each --ranks count. Per-sequence TPOT is B / aggregate tokens/s of the decode. Writes
-# results/batch_throughput/summary.md and .json, and prints the table.
+# Aggregate decode throughput of serve's continuous batching, per planner, at 1 client and at B
+# concurrent clients: `meshinfer bench --batch B` runs B sequences one at a time (what one client at a
+# time gets) and together (B concurrent clients: the engine `serve` runs, without HTTP), in
+# alternating rounds, and checks that batching changes no token. On 1 rank over shared memory and on
+# the emulated testbed (jobs/testbed/hosts.sh: every rank a host with its CPU quota and link delay;
+# default hostfiles/hosts-5pi.json: 40% of a core, 5 ms links) at each --ranks count. Per-request
+# TPOT is B / aggregate tokens/s of the decode (every running sequence gets one token per pass).
+# somegather runs only where the ranks divide the model's heads (elsewhere its row says so).
+# Writes into results/batch_throughput/: rows.jsonl (every run), summary.csv and summary.md (one row
+# per place and planner: tokens/s and TPOT at 1 client, the mean of its runs' one-at-a-time rounds,
+# and at each batch, with that run's own batched/alone ratio), plot.csv and throughput.png (tokens/s
+# against clients, a line per place and planner); prints the table.
 #
 # usage: jobs/experiments/batch_throughput.sh [--model FILE] [--cluster FILE] [--ranks LIST]
-#            [--planners LIST] [--batches LIST] [--steps N] [--rounds N] [--no-local] [--no-testbed]
-#   defaults: stories15M, hostfiles/hosts-5pi.json, ranks 3,5, planners layerwise,tp,greedy,hybrid,
-#   batches 4,16, 48 positions per sequence (the longest prompt included), 3 rounds
+#            [--planners LIST] [--batches LIST] [--steps N] [--rounds N] [--lock FILE] [--append]
+#            [--no-local] [--no-testbed]
+#   defaults: stories15M, hostfiles/hosts-5pi.json, ranks 3,5, planners
+#   layerwise,greedy,tp,somegather,hybrid,roundrobin, batches 4,16, 48 positions per sequence (the
+#   longest prompt included), 3 rounds
+#   --lock FILE  every run under `flock FILE`: a lock shared with the machine's other measurements
+#   --append     keep the earlier runs in rows.jsonl (a later run of the same place, planner and
+#                batch replaces an earlier one in the tables): a long table measured in parts
 set -euo pipefail
 . "$(dirname "$0")/../lib/common.sh"
-model="" cluster="$root/hostfiles/hosts-5pi.json" ranks="3,5" planners="layerwise,tp,greedy,hybrid"
-batches="4,16" steps=48 rounds=3 local=1 testbed=1
+model="" cluster="$root/hostfiles/hosts-5pi.json" ranks="3,5" planners="layerwise,greedy,tp,somegather,hybrid,roundrobin"
+batches="4,16" steps=48 rounds=3 local=1 testbed=1 lock="" append=0
 while (($#)); do
     case "$1" in
         -h|--help) usage; exit 0 ;;
-        --model|--cluster|--ranks|--planners|--batches|--steps|--rounds) need_value "$@" ;;&
+        --model|--cluster|--ranks|--planners|--batches|--steps|--rounds|--lock) need_value "$@" ;;&
         --model) model=$2; shift 2 ;;
         --cluster) cluster=$2; shift 2 ;;
         --ranks) ranks=$2; shift 2 ;;
@@ -26,60 +36,79 @@ while (($#)); do
         --batches) batches=$2; shift 2 ;;
         --steps) steps=$2; shift 2 ;;
         --rounds) rounds=$2; shift 2 ;;
+        --lock) lock=$2; shift 2 ;;
+        --append) append=1; shift ;;
         --no-local) local=0; shift ;;
         --no-testbed) testbed=0; shift ;;
         *) bad_option "$1" ;;
     esac
 done
 opt_ints --ranks "$ranks" 2 64
-opt_ints --batches "$batches" 1 64
+opt_ints --batches "$batches" 2 64
 opt_int --steps "$steps" 10 100000
 opt_int --rounds "$rounds" 1 100
 opt_file --cluster "$cluster"
 [[ -z $model ]] || opt_file --model "$model"
 [[ $planners =~ ^[a-z]+(,[a-z]+)*$ ]] || arg_fail "--planners '$planners' is not a comma list of planner names"
+if [[ -n $lock ]]; then
+    command -v flock > /dev/null || fail "--lock needs flock (util-linux)"
+    [[ ! -d $lock ]] || arg_fail "--lock '$lock' is a folder, not a lock file"
+fi
 meshinfer_bin
 real_model
 out="$root/results/batch_throughput"
 out_dir "$out"
 IFS=, read -ra P <<< "$planners"; IFS=, read -ra R <<< "$ranks"; IFS=, read -ra B <<< "$batches"
-rows="$out/rows.jsonl"; : > "$rows"
+rows="$out/rows.jsonl"
+((append)) || : > "$rows"
+
+locked() { if [[ -n $lock ]]; then flock "$lock" "$@"; else "$@"; fi; }
 
 one() { # WHERE NP PLANNER BATCH: one bench --batch run, its JSON line appended to rows.jsonl
-    local where=$1 np=$2 pl=$3 b=$4 j
+    local where=$1 np=$2 pl=$3 b=$4 j rc=0
     local args=(bench -m "$model" --batch "$b" --steps "$steps" --repeat "$rounds" --planner "$pl" --json)
     say "$where, $np rank(s), $pl, batch $b..."
     if [[ $where == local ]]; then
-        j=$("$bin" "${args[@]}" 2> "$out/err") || fail "bench --batch failed: $(tail -1 "$out/err")"
+        j=$(locked "$bin" "${args[@]}" 2> "$out/err") || rc=$?
     else
-        j=$(MESHINFER_BIN="$bin" "$root/jobs/testbed/hosts.sh" --cluster "$cluster" --ranks "$np" --quiet \
-            --timeout 900 -- "${args[@]}" --cluster "$cluster" 2> "$out/err" | tail -1) ||
-            fail "testbed bench --batch failed: $(tail -1 "$out/err")"
+        # meshinfer wants one device per rank: the first NP devices of the cluster file
+        local c="$out/cluster-$np.json"
+        node -e 'const fs = require("fs"), [f, n, o] = process.argv.slice(1), j = JSON.parse(fs.readFileSync(f, "utf8"));
+            if (j.devices.length < n) { console.error(`${f} has ${j.devices.length} devices, not ${n}`); process.exit(1); }
+            j.devices = j.devices.slice(0, Number(n)); fs.writeFileSync(o, JSON.stringify(j, null, 1) + "\n");' \
+            "$cluster" "$np" "$c" || fail "--ranks $np: $(basename "$cluster") has fewer devices"
+        j=$(MESHINFER_BIN="$bin" locked "$root/jobs/testbed/hosts.sh" --cluster "$c" --quiet \
+            --timeout 900 -- "${args[@]}" --cluster "$c" 2> "$out/err" | tail -1) || rc=$?
     fi
+    # somegather gives every rank an equal share of whole heads: its refusal is a row, not a failure
+    if ((rc)) && [[ $pl == somegather ]] && grep -q "does not divide the model's" "$out/err"; then
+        say "skipped: $np ranks do not divide the heads"
+        echo "{\"where\": \"$where\", \"planner\": \"$pl\", \"n_ranks\": $np, \"batch\": $b, \"skipped\": \"$np ranks do not divide the heads\"}" >> "$rows"
+        return 0
+    fi
+    ((rc == 0)) || fail "bench --batch failed: $(tail -1 "$out/err")"
     [[ $j == *'"identical": true'* ]] || fail "bench --batch gave no result: $(tail -1 "$out/err")"
-    echo "{\"where\": \"$where\", \"planner\": \"$pl\", \"result\": $j}" >> "$rows"
+    echo "{\"where\": \"$where\", \"planner\": \"$pl\", \"n_ranks\": $np, \"batch\": $b, \"result\": $j}" >> "$rows"
 }
 
+# on 1 rank every planner places the whole model on it: one row
 if ((local)); then for b in "${B[@]}"; do one local 1 greedy "$b"; done; fi
 if ((testbed)); then
     for np in "${R[@]}"; do for pl in "${P[@]}"; do for b in "${B[@]}"; do one testbed "$np" "$pl" "$b"; done; done; done
 fi
 
-node - "$rows" "$out" "$cluster" <<'JS'
-const fs = require("fs");
-const [rowsPath, out, cluster] = process.argv.slice(2);
-const rows = fs.readFileSync(rowsPath, "utf8").trim().split("\n").map(l => JSON.parse(l));
-let md = "| where | ranks | planner | micro-batches | batch | 1 at a time, tokens/s | batched, tokens/s | ratio (per-round range) | TPOT per sequence batched, ms | predicted ratio |\n";
-md += "|---|---|---|---|---|---|---|---|---|---|\n";
-for (const { where, planner, result: r } of rows) {
-    const pred = r.predicted_batch_tokens_per_s / r.predicted_alone_tokens_per_s;
-    md += `| ${where === "local" ? "shared memory" : "testbed"} | ${r.n_ranks} | ${planner} | ${r.micro_batches} | ${r.batch} | ` +
-        `${r.alone_tokens_per_s.toFixed(1)} | ${r.batch_tokens_per_s.toFixed(1)} | **${r.ratio.toFixed(2)}x** ` +
-        `(${r.ratio_min.toFixed(2)}-${r.ratio_max.toFixed(2)}) | ${(1000 * r.batch / r.batch_tokens_per_s).toFixed(1)} | ` +
-        `${pred.toFixed(2)}x |\n`;
-}
-const head = `Model ${rows[0].result.model}; testbed ${cluster}; every sequence's tokens equal alone and batched (checked).\n\n`;
-fs.writeFileSync(`${out}/summary.md`, head + md);
-fs.writeFileSync(`${out}/summary.json`, JSON.stringify(rows, null, 1) + "\n");
-process.stdout.write(head + md);
-JS
+node "$root/jobs/lib/batch_table.js" "$rows" "$out" "$cluster"
+plot_png "$out/throughput.png" 1100,620 << PLOT
+set datafile separator ","
+set title "stories15M: aggregate decode tokens/s against concurrent clients (bench --batch; testbed: $(basename "$cluster"))"
+set xlabel "concurrent clients (sequences decoded together)"
+set ylabel "tokens/s, all clients together"
+set logscale x 2
+set logscale y 10
+set xtics (1, 2, 4, 8, 16, 32, 64)
+set xrange [0.85:$(( ${B[-1]} * 5 / 4 ))]
+set grid
+set key outside right
+plot for [i=0:*] "$out/plot.csv" index i using 1:2 with linespoints lw 2 lc i + 1 pt i + 1 ps 1.3 title columnheader(1)
+PLOT
+say "written: results/batch_throughput/summary.md, summary.csv, throughput.png"

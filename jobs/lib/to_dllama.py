@@ -8,6 +8,7 @@ loadLlmNetWeight, src/tokenizer.cpp, src/nn/nn-quants.hpp); no code of it is use
 usage: to_dllama.py -m MODEL.h5 [--model-out OUT.m] [--tokenizer-out OUT.t]
                     [--weights f32|q40] [--tokenizer-bin tokenizer.bin] [--keep-ids]
                     [--tokenizer-json DIR] [--llama3-rope FACTOR,LOW,HIGH,ORIGINAL]
+                    [--chat-template llama2|llama3|chatml|@FILE]
 
 Model file (.m): int32 magic 0xA00ABCD, int32 header size (bytes of magic, size
 and the pairs), int32 (key, value) pairs, then the tensors back to back:
@@ -27,8 +28,18 @@ RoPE: distributed-llama's "llama" RoPE rotates adjacent pairs (x[2i], x[2i+1]),
 as llama2.c and we do, so q and k need no permutation.
 
 Tokenizer file (.t): int32 magic 0x567124, int32 header size, (key, value)
-pairs (version 1, vocab_size, max_token_length, bos_id, n_eos_tokens, add_bos),
-the EOS ids, then per token: float32 score, uint32 length, bytes.
+pairs (version 1, vocab_size, max_token_length, bos_id, n_eos_tokens, add_bos,
+and chat_template = its length in bytes when there is one), the template's
+bytes, the EOS ids, then per token: float32 score, uint32 length, bytes.
+
+Chat template: dllama-api (its HTTP server, chat completions only) refuses a
+tokenizer without one. dllama does not interpret the template: it looks for a
+marker in it ("[INST]": Llama 2, "<|start_header_id|>": Llama 3, "<|im_start|>":
+ChatML, "<｜Assistant｜>": DeepSeek 3) and renders chats its own way. --chat-template
+NAME writes a short template of that kind (llama2, llama3, chatml); @FILE writes the
+file's text (a Jinja template, e.g. a tokenizer_config.json's chat_template), which
+must hold one of the markers. With --tokenizer-json, tokenizer_config.json's
+chat_template is written (when it holds a marker) unless --chat-template says otherwise.
 
 Two things make distributed-llama's tokenizer differ from sentencepiece /
 llama2.c, and the converter works around both so that it encodes a prompt into
@@ -92,7 +103,19 @@ K_ROPE_FACTOR, K_ROPE_LOW, K_ROPE_HIGH, K_ROPE_ORIG, K_ROPE_TYPE = 14, 15, 16, 1
 ROPE_LLAMA3_1 = 2
 HIDDEN_ACT_SILU = 1
 # tokenizer header keys of src/tokenizer.hpp
-T_VERSION, T_VOCAB, T_MAXLEN, T_BOS, T_N_EOS, T_ADD_BOS = 0, 1, 2, 3, 9, 10
+T_VERSION, T_VOCAB, T_MAXLEN, T_BOS, T_CHAT_TEMPLATE, T_N_EOS, T_ADD_BOS = 0, 1, 2, 3, 7, 9, 10
+# chat templates dllama tells apart by a marker (it renders chats itself); ours are minimal Jinja of the kind
+CHAT_MARKERS = ["[INST]", "<|start_header_id|>", "<|im_start|>", "<\uff5cAssistant\uff5c>"]
+CHAT_TEMPLATES = {
+    "llama2": "{% for m in messages %}{% if m['role'] == 'user' %}{{ bos_token + '[INST] ' + m['content'] + "
+              "' [/INST]' }}{% elif m['role'] == 'assistant' %}{{ ' ' + m['content'] + ' ' + eos_token }}"
+              "{% endif %}{% endfor %}",
+    "llama3": "{{ bos_token }}{% for m in messages %}{{ '<|start_header_id|>' + m['role'] + "
+              "'<|end_header_id|>\n\n' + m['content'] + '<|eot_id|>' }}{% endfor %}{% if add_generation_prompt %}"
+              "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}",
+    "chatml": "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}"
+              "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}",
+}
 
 
 def die(msg):
@@ -248,12 +271,45 @@ def dllama_pieces(pieces, bos, eos, first_byte):
     return out
 
 
-def write_tokenizer(path, pieces, scores, bos, eos):
+def chat_template_text(spec, config_template=None):
+    """The chat template's bytes for --chat-template NAME|@FILE (None: the tokenizer_config.json's,
+    if any); checked to hold a marker dllama recognises."""
+    if spec is None:
+        if config_template is None:
+            return None
+        text, where = config_template, "tokenizer_config.json's chat_template"
+    elif spec.startswith("@"):
+        try:
+            with open(spec[1:], encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            die(f"--chat-template {spec}: {e}")
+        where = spec[1:]
+    elif spec in CHAT_TEMPLATES:
+        text, where = CHAT_TEMPLATES[spec], spec
+    else:
+        die(f"--chat-template {spec!r}: give llama2, llama3, chatml or @FILE")
+    if not isinstance(text, str) or not text:
+        die(f"chat template of {where}: empty or not text")
+    if not any(m in text for m in CHAT_MARKERS):
+        if spec is None:  # the tokenizer_config.json's, not asked for: the file goes without, as before
+            print(f"to_dllama: {where} holds no marker dllama recognises; not written", file=sys.stderr)
+            return None
+        die(f"chat template of {where}: distributed-llama recognises only templates holding one of "
+            + ", ".join(CHAT_MARKERS))
+    return text.encode("utf-8")
+
+
+def write_tokenizer(path, pieces, scores, bos, eos, template=None):
     kv = [(T_VERSION, 1), (T_VOCAB, len(pieces)), (T_MAXLEN, max(len(p) for p in pieces)),
           (T_BOS, bos), (T_N_EOS, 1), (T_ADD_BOS, 1)]
+    if template:
+        kv.append((T_CHAT_TEMPLATE, len(template)))
     data = b"".join(struct.pack("<ii", k, v) for k, v in kv)
     with open(path, "wb") as f:
         f.write(struct.pack("<ii", TOKENIZER_MAGIC, 8 + len(data)) + data)
+        if template:  # dllama reads the template right after the header, before the EOS ids
+            f.write(template)
         f.write(struct.pack("<i", eos))
         for p, s in zip(pieces, scores):
             f.write(struct.pack("<fI", s, len(p)) + p)
@@ -312,7 +368,10 @@ def read_tokenizer_json(folder):
         if v not in ids:
             die(f"{folder}/tokenizer_config.json: {key} {v!r} is not an added token")
         return ids[v]
-    return pieces, [-float(i) for i in range(len(pieces))], special("bos_token"), special("eos_token")
+    tmpl = tc.get("chat_template")
+    if isinstance(tmpl, list):  # named templates: the default one
+        tmpl = next((t.get("template") for t in tmpl if t.get("name") == "default"), None)
+    return pieces, [-float(i) for i in range(len(pieces))], special("bos_token"), special("eos_token"), tmpl
 
 
 def llama3_rope_keys(h, spec, theta, head_dim):
@@ -377,11 +436,16 @@ def main():
                     help="take a byte-level BPE tokenizer (Llama 3) from DIR/tokenizer.json")
     ap.add_argument("--llama3-rope", metavar="FACTOR,LOW,HIGH,ORIGINAL",
                     help="Llama 3 RoPE scaling, checked against the model's rope_freqs")
+    ap.add_argument("--chat-template", metavar="NAME|@FILE",
+                    help="chat template written into the tokenizer (llama2, llama3, chatml, or a file's text); "
+                    "dllama-api needs one")
     a = ap.parse_args()
     if not a.model_out and not a.tokenizer_out:
         die("nothing to do: give --model-out and/or --tokenizer-out")
     if a.tokenizer_json and a.tokenizer_bin:
         die("give --tokenizer-json or --tokenizer-bin, not both")
+    if a.chat_template and not a.tokenizer_out:
+        die("--chat-template goes into the tokenizer: give --tokenizer-out too")
     try:
         h = h5py.File(a.model, "r")
     except OSError as e:
@@ -396,11 +460,12 @@ def main():
     def new_id(old):
         return old if perm is None else int(np.nonzero(perm == old)[0][0])
     if a.tokenizer_json:
-        pieces, scores, bos, eos = read_tokenizer_json(a.tokenizer_json)
+        pieces, scores, bos, eos, config_template = read_tokenizer_json(a.tokenizer_json)
         if len(pieces) != vocab:
             die(f"{a.tokenizer_json}/tokenizer.json has {len(pieces)} tokens, the model {vocab}")
         if a.tokenizer_out:
-            write_tokenizer(a.tokenizer_out, pieces, scores, bos, eos)
+            write_tokenizer(a.tokenizer_out, pieces, scores, bos, eos,
+                            chat_template_text(a.chat_template, config_template))
     else:
         if a.tokenizer_bin:
             pieces, scores, bos, eos, first_byte = read_tokenizer_bin(a.tokenizer_bin)
@@ -414,10 +479,10 @@ def main():
             sp = dllama_pieces(pieces, bos, eos, first_byte)
             if perm is not None:
                 sp, scores = [sp[i] for i in perm], [scores[i] for i in perm]
-            write_tokenizer(a.tokenizer_out, sp, scores, new_id(bos), new_id(eos))
+            write_tokenizer(a.tokenizer_out, sp, scores, new_id(bos), new_id(eos), chat_template_text(a.chat_template))
     if a.tokenizer_out:
-        print(f"to_dllama: wrote {a.tokenizer_out} ({vocab} tokens, bos {new_id(bos)}, eos {new_id(eos)})",
-              file=sys.stderr)
+        print(f"to_dllama: wrote {a.tokenizer_out} ({vocab} tokens, bos {new_id(bos)}, eos {new_id(eos)}"
+              f"{', chat template' if a.chat_template else ''})", file=sys.stderr)
 
     if not a.model_out:
         return

@@ -96,6 +96,10 @@ check $E/bench_distributed.sh "" "" --model:file --ranks:int:257 --steps:int:100
     --wire-dtype:word:fp8 --planners:word:best --name:word:a/b
 check $E/bench_gguf.sh "" "" --rounds:int:1001 --gen:int:1025 --convert-rounds:int:1001 --check-tokens:int:129 --prefill:int:2048 \
     --seed:int:1000000000 --port:int:65536 --llamacpp:str --dllama:str --out:str --work:str
+check $E/batch_throughput.sh "" "" --model:file --cluster:file --ranks:int:65 --batches:int:65 --steps:int:100001 \
+    --rounds:int:101 --planners:word:Best --lock:str
+check $E/serve_reference.sh "" "" --model:file --rounds:int:101 --requests:int:101 --max-tokens:int:201 \
+    --planner:word:Best --port:int:65535 --prompt:str --lock:str --work:str --dllama:str
 check $E/bench_reference.sh "" "" --rounds:int:1001 --steps:int:257 --tinyllama-rounds:int:1001 \
     --tinyllama-steps:int:2049 --port:int:65536 --llama2c:str --dllama:str --out:str --work:str
 check $E/critical_path.sh "" "" --ranks:int:10 --cpu-pct:int:101 --steps:int:1000001 --delays:word:5 --out:str

@@ -1,6 +1,6 @@
 """Tests of the benchmark helpers built on these fixtures (run with the others by ctest
 families_reference): jobs/lib/synth_gguf.py (the Llama-3.2-1B-shape GGUF), the GGUF writer's tensors
-made while writing, and jobs/lib/to_dllama.py's Llama 3 tokenizer and RoPE scaling.
+made while writing, and jobs/lib/to_dllama.py's Llama 3 tokenizer, RoPE scaling and chat template.
 """
 
 import io
@@ -88,7 +88,7 @@ class TestToDllamaLlama3(unittest.TestCase):
 
     @unittest.skipUnless(os.path.isfile(os.path.join(LLAMA3_TOKENIZER, "tokenizer.json")), "no Llama 3 tokenizer")
     def test_llama3_tokenizer(self):
-        pieces, scores, bos, eos = to_dllama.read_tokenizer_json(LLAMA3_TOKENIZER)
+        pieces, scores, bos, eos, _ = to_dllama.read_tokenizer_json(LLAMA3_TOKENIZER)
         self.assertEqual(len(pieces), 128256)
         self.assertEqual((bos, eos), (128000, 128001))
         self.assertEqual(pieces[12805], b"Once")
@@ -108,6 +108,35 @@ class TestToDllamaLlama3(unittest.TestCase):
                 to_dllama.llama3_rope_keys(h, bad, 500000.0, 64)
         with redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
             to_dllama.llama3_rope_keys({}, "32,1,4,8192", 500000.0, 64)
+
+    def test_chat_template_in_the_tokenizer_file(self):
+        # dllama reads the header pairs, then the template's bytes (key 7 = their length), then the EOS ids
+        tmpl = to_dllama.chat_template_text("llama2")
+        self.assertIn(b"[INST]", tmpl)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "t.t")
+            to_dllama.write_tokenizer(path, [b"<unk>", b"</s>", b"a", b"<s>"], [0.0, 0.0, -1.0, 0.0], 3, 1, tmpl)
+            with open(path, "rb") as f:
+                data = f.read()
+        magic, size = np.frombuffer(data[:8], "<i4")
+        self.assertEqual(magic, to_dllama.TOKENIZER_MAGIC)
+        kv = dict(np.frombuffer(data[8:size], "<i4").reshape(-1, 2).tolist())
+        self.assertEqual(kv[to_dllama.T_CHAT_TEMPLATE], len(tmpl))
+        self.assertEqual(data[size:size + len(tmpl)], tmpl)
+        self.assertEqual(int(np.frombuffer(data[size + len(tmpl):size + len(tmpl) + 4], "<i4")[0]), 1)  # EOS id
+        self.assertEqual(data[size + len(tmpl) + 4 + 8:size + len(tmpl) + 4 + 8 + 5], b"<unk>")  # first piece
+        self.assertIsNone(to_dllama.chat_template_text(None))
+        self.assertIn(b"<|im_start|>", to_dllama.chat_template_text(None, "{{ '<|im_start|>' }}"))
+        for bad in ("bogus", "@/nonexistent/template.jinja"):
+            with redirect_stderr(io.StringIO()), self.assertRaises(SystemExit, msg=bad):
+                to_dllama.chat_template_text(bad)
+        with redirect_stderr(io.StringIO()):  # a config's template without a marker: left out, no error
+            self.assertIsNone(to_dllama.chat_template_text(None, "{{ messages }}"))
+        with tempfile.NamedTemporaryFile("w", suffix=".jinja") as f:
+            f.write("{{ messages }}")
+            f.flush()
+            with redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
+                to_dllama.chat_template_text("@" + f.name)  # asked for, and no marker dllama recognises
 
 
 if __name__ == "__main__":
