@@ -176,7 +176,9 @@ const mi_rank_metrics *mi_runtime_metrics(mi_runtime *rt, mi_rank_metrics *all);
 
 /* Collective: the rate (bytes/s) at which this rank streams its own weights
  * through the matrix-vector kernels: the median of at least three passes
- * over its shard taking at least min_seconds together (a device's compute
+ * over its shard taking at least min_seconds together (at most about 0.2 s
+ * with the gaps), each after 10 ms idle as a decoded token's compute follows
+ * its wait (a CPU quota's period starts it whole) (a device's compute
  * speed as the cost model, cost.h, counts it); on rank 0
  * every rank's rate in all ([n_ranks]; may be NULL elsewhere). A rank that
  * holds no weights reports 0. */
