@@ -240,7 +240,7 @@ struct srv {
     pthread_cond_t cv;
     srv_req *q_head, *q_tail; /* submitted, not yet in the batch */
     int n_queued;             /* of them, not yet prepared or waiting for a slot */
-    srv_req *running;         /* in the batch (the scheduler's) */
+    srv_req *running;         /* in the batch (changed by the scheduler under mu; the launcher watch reads it) */
     int n_running;
     srv_req_list finished;    /* done in this step: resumed, then released (the scheduler's) */
     int stopping;             /* draining: refuse new requests */

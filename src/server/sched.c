@@ -129,14 +129,14 @@ static void on_done(void *ctx, const char *stop, int n_prompt, int n_gen, double
     (void)ttft_s;
     srv_buf out = {0};
     srv_stream_finish(&r->st, &out);
-    /* take it off the running list */
+    /* take it off the running list (under s->mu: the launcher watch reads the list from its thread) */
+    pthread_mutex_lock(&s->mu);
     for (srv_req **pp = &s->running; *pp; pp = &(*pp)->next)
         if (*pp == r) {
             *pp = r->next;
             break;
         }
     r->next = NULL;
-    pthread_mutex_lock(&s->mu);
     s->n_running--;
     r->n_prompt = n_prompt, r->n_gen = n_gen;
     r->timed = n_gen > 0;
