@@ -217,7 +217,8 @@ done
 # a rank that dies: mpirun ends the job; the running stream gets an error event, the queued
 # request a 503, rank 0 says so in one line, and the job is over within seconds, not hung
 np_now=3
-if start 3 "$tmp/dies.log" -m "$model"; then
+# (every rank's compute 10x slower, emulated: the stream is still under way when the worker dies)
+if MESHINFER_SLOWDOWN=10 start 3 "$tmp/dies.log" -m "$model"; then
     curl -sN -m 30 -o "$tmp/dies.s" --data-binary '{"prompt": "Once upon a time", "max_tokens": 200, "stream": true}' \
         "$base/v1/completions" &
     c1=$!
@@ -225,7 +226,7 @@ if start 3 "$tmp/dies.log" -m "$model"; then
     curl -s -m 30 -o "$tmp/dies.q" -w '%{http_code}' --data-binary '{"prompt": "Lily", "max_tokens": 200}' \
         "$base/v1/completions" > "$tmp/dies.qst" &
     c2=$!
-    sleep 0.3
+    sleep 1
     victim=$(pgrep -P "$launcher" -f "meshinfer serve" | grep -vx "$rank0" | tail -1)
     t0=$SECONDS
     kill -KILL "$victim"
@@ -259,6 +260,8 @@ refused "--port 70000" "--port: 70000 is outside" "$bin" serve -m "$model" --por
 refused "--max-batch 65" "--max-batch: 65 is outside" "$bin" serve -m "$model" --max-batch 65
 refused "--tpot-ms" "apply to generate" "$bin" serve -m "$model" --tpot-ms 5
 refused "an empty --api-key" "--api-key is empty" "$bin" serve -m "$model" --api-key ""
+refused "--pid-file over the model" "the --pid-file is the same file as the input" \
+    "$bin" serve -m "$model" --pid-file "$model"
 refused "a chat template the vocabulary cannot mark" "--chat-template llama3: .*one token" \
     "$bin" serve -m "$model" --port 0 --chat-template llama3
 refused "the same on 3 ranks" "--chat-template llama3: .*one token" \

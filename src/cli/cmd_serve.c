@@ -9,6 +9,7 @@
 
 #include "cli.h"
 #include "meshinfer/common.h"
+#include "meshinfer/output.h"
 #include "meshinfer/runtime.h"
 #include "meshinfer/server.h"
 #include "session_opts.h"
@@ -120,6 +121,10 @@ static int parse(int argc, char **argv, serve_args *a)
     char err[MI_ERRLEN];
     if (session_opts_check(&a->so, "serve", mi_world_launch_size(NULL), err))
         mi_fatal("%s", err);
+    /* the pid file is written once listening: checked now, and never one of the inputs */
+    const char *inputs[] = {a->model, a->so.cluster, a->so.plan_file, a->so.importance, a->so.sg_quality};
+    if (a->o.pid_file && mi_output_check(a->o.pid_file, "--pid-file", inputs, 5, err))
+        mi_fatal("serve: %s", err);
     /* requests sample at any temperature and top-k: a split classifier sends every logit */
     a->so.logits_k = 0;
     a->so.kv_slots = a->o.max_batch; /* each sequence of the batch in a KV cache slot of its own */

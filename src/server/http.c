@@ -317,6 +317,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         return;
     *con_cls = NULL;
     pthread_mutex_lock(&s->mu);
+    r->closed = 1;
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !r->rejected) {
         r->gone = 1; /* the scheduler stops its sequence */
         pthread_cond_signal(&s->cv);

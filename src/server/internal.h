@@ -200,6 +200,7 @@ typedef struct srv_req {
     int news;                /* something for the connection since it was last resumed */
     int gone;                /* the client left: cancel */
     int responded;           /* a response was queued */
+    int closed;              /* libmicrohttpd is done with it (its answer written, or the client gone) */
     int rejected;            /* ... written on the socket before the body was whole (408, 413) */
     int status;              /* the HTTP status answered */
     srv_error err;

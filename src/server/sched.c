@@ -101,6 +101,11 @@ static int on_token(void *ctx, int token)
     int stop = srv_stream_push(&r->st, piece, (size_t)len, &out);
     srv_metrics_tokens(&s->m, 1);
     pthread_mutex_lock(&s->mu);
+    if (r->state == SRV_DONE) { /* answered by the launcher watch: nothing more goes out */
+        pthread_mutex_unlock(&s->mu);
+        srv_buf_free(&out);
+        return 1;
+    }
     if (!r->t_first)
         r->t_first = mi_now();
     r->n_gen++;
@@ -138,6 +143,12 @@ static void on_done(void *ctx, const char *stop, int n_prompt, int n_gen, double
         }
     r->next = NULL;
     s->n_running--;
+    if (r->state == SRV_DONE) { /* answered by the launcher watch */
+        pthread_mutex_unlock(&s->mu);
+        srv_buf_free(&out);
+        list_add(&s->finished, r);
+        return;
+    }
     r->n_prompt = n_prompt, r->n_gen = n_gen;
     r->timed = n_gen > 0;
     r->ttft_s = r->t_first ? r->t_first - r->t_submit : 0;
@@ -323,18 +334,20 @@ static void *ending_watch(void *arg)
             "%d running and %d queued requests answered 503\n", n_run, n_queued);
     for (int i = 0; i < wake_now.n; i++)
         srv_http_resume(wake_now.r[i]->conn);
-    /* written out when libmicrohttpd dropped its reference: the scheduler's and ours are left */
+    /* until libmicrohttpd is done with each (its answer written, or the client gone) */
     double until = mi_now() + 0.5;
     for (;;) {
         int pending = 0;
         pthread_mutex_lock(&s->mu);
         for (int i = 0; i < go.n; i++)
-            pending += go.r[i]->refs > 2;
+            pending += !go.r[i]->closed;
         pthread_mutex_unlock(&s->mu);
         if (!pending || mi_now() > until)
             break;
         usleep(10000);
     }
+    free(go.r);
+    free(wake_now.r);
     s->exit_fn(1);
     return NULL;
 }
