@@ -57,9 +57,10 @@ void mi_plan_exact_seed(const mi_config *c, const mi_cluster *cl, const mi_plan_
                         mi_exact_info *info)
 {
     double best = step_as_exact(plan, cl);
+    const int cw_max = plan->controller_works; /* *plan is replaced as candidates win */
     const mi_planner heur[2] = {MI_PLANNER_GREEDY, MI_PLANNER_LAYERWISE};
     for (int h = 0; h < 2; h++)
-        for (int cw = 0; cw <= plan->controller_works; cw++) {
+        for (int cw = 0; cw <= cw_max; cw++) {
             mi_plan_options o = *opt;
             o.planner = heur[h];
             o.controller_works = cw;
@@ -69,7 +70,7 @@ void mi_plan_exact_seed(const mi_config *c, const mi_cluster *cl, const mi_plan_
             if (mi_plan_make_with(c, cl, &o, 0, NULL, &cand, err))
                 continue;
             double t = INFINITY;
-            if (cand.kv_positions == plan->kv_positions && in_space(&cand, plan->controller_works))
+            if (cand.kv_positions == plan->kv_positions && in_space(&cand, cw_max))
                 t = step_as_exact(&cand, cl);
             if (t < best * (1 - 1e-9)) { /* the candidate, as the exact planner's plan */
                 best = t;
