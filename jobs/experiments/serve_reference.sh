@@ -61,6 +61,9 @@ opt_port --port "$port" 1
 [[ -z $lock ]] || command -v flock > /dev/null || fail "--lock needs flock (util-linux)"
 [[ -n $dllama ]] || arg_fail "give --dllama DIR (a distributed-llama checkout; see --help)"
 dllama="$(cd "$dllama" 2> /dev/null && pwd)" || arg_fail "--dllama: no such folder"
+work_abs="$(realpath -m -- "$work")"
+[[ $dllama != "$work_abs/dllama" && $dllama != "$work_abs/dllama/"* ]] ||
+    arg_fail "--dllama $dllama lies in --work's dllama folder, which this script rebuilds: give another --work"
 [[ -f $dllama/Makefile && -f $dllama/src/dllama-api.cpp ]] ||
     fail "--dllama $dllama has no Makefile and src/dllama-api.cpp (a distributed-llama checkout?)"
 command -v node > /dev/null || fail "node is needed (the client)"

@@ -9,6 +9,7 @@
 npm_install() {
     local dir=$1 f p
     shift
+    command -v flock > /dev/null || { say "flock (util-linux) is needed"; return 1; }
     mkdir -p "$dir/node_modules"
     (
         flock -w 900 9 || { say "timed out waiting for $dir/.npm.lock"; exit 1; }
