@@ -175,11 +175,12 @@ void mi_runtime_stop(mi_runtime *rt);
 const mi_rank_metrics *mi_runtime_metrics(mi_runtime *rt, mi_rank_metrics *all);
 
 /* Collective: the rate (bytes/s) at which this rank streams its own weights
- * through the matrix-vector kernels: the median of at least three passes
- * over its shard taking at least min_seconds together (at most about 0.2 s
- * with the gaps), each after 10 ms idle as a decoded token's compute follows
- * its wait (a CPU quota's period starts it whole) (a device's compute
- * speed as the cost model, cost.h, counts it); on rank 0
+ * through the matrix-vector kernels (a device's compute speed as the cost
+ * model, cost.h, counts it): the median of at least three passes over its
+ * shard, passes added until they take min_seconds together or about 0.2 s
+ * in all have gone, each after 10 ms idle, as a decoded token's compute
+ * follows its wait (under a CPU quota a pass then starts a period whole,
+ * not wherever back-to-back passes left it); on rank 0
  * every rank's rate in all ([n_ranks]; may be NULL elsewhere). A rank that
  * holds no weights reports 0. */
 double mi_runtime_stream_rate(mi_runtime *rt, double min_seconds, double *all);

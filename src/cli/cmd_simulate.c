@@ -4,6 +4,7 @@
  * The report (table, JSON, CSV, gnuplot figures) is sim_report.c. */
 #define _POSIX_C_SOURCE 200809L
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,15 +265,19 @@ int cmd_simulate(int argc, char **argv)
                                          : mi_plan_make(&c, &cl, &rx.po, &plan, err)) {
         mi_fatal("simulate: %s", err);
     }
-    if (which == MI_PLANNER_EXACT && !o.plan_file)
+    if (which == MI_PLANNER_EXACT && !o.plan_file) {
+        char bound[48] = "no bound: the limit came first"; /* NAN (planner.h) */
+        if (!isnan(exact.bound_s))
+            snprintf(bound, sizeof bound, "bound %.3f ms", exact.bound_s * 1e3);
         fprintf(stderr, "meshinfer: exact planner: %s in %.2f s (%d rows, %d columns), predicted step %.3f ms "
-                        "(bound %.3f ms) at context %d%s%s%s%s\n",
+                        "(%s) at context %d%s%s%s%s\n",
                 exact.optimal ? "proven optimal" : "its best when the time limit stopped the search", exact.seconds,
-                exact.rows, exact.cols, exact.objective_s * 1e3, exact.bound_s * 1e3, plan.kv_positions / 2,
+                exact.rows, exact.cols, exact.objective_s * 1e3, bound, plan.kv_positions / 2,
                 exact.source != MI_PLANNER_EXACT ? "; kept " : "",
                 exact.source != MI_PLANNER_EXACT ? mi_planner_name(exact.source) : "",
                 exact.source != MI_PLANNER_EXACT ? "'s placement, which the search had not beaten" : "",
                 o.replan ? "; re-placements use the default limit" : "");
+    }
     mi_sim_request rq = {.n_prompt = o.n_prompt, .n_tokens = o.n_tokens, .batch = o.batch, .chunk = 64,
                          .replan = o.replan ? replan_hook : NULL, .replan_ctx = &rx, .every_step = o.every_step};
     mi_sim_links_of(&cl, &rq.links);

@@ -217,6 +217,7 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--batch") && i + 1 < argc) {
             char list[256];
             snprintf(list, sizeof list, "%s", argv[++i]);
+            nT = 0; /* a second --batch replaces the first */
             Ts[nT++] = 1;
             for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
                 int T = atoi(tok);
