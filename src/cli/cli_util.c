@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "meshinfer/plan.h"
 #include "meshinfer/common.h"
+#include "meshinfer/utf8.h"
 #include "meshinfer/quantize.h"
 #include "meshinfer/tensor.h"
 
@@ -30,25 +31,6 @@ void cli_bad_option(const char *cmd, int code, char **argv)
     mi_fatal("%s: unknown option '%s' (see meshinfer %s --help)", cmd, arg, cmd);
 }
 
-/* Length of a valid UTF-8 sequence at s (at most n bytes), 0 if invalid. */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-    if (s[0] < 0x80)
-        return 1;
-    size_t len = s[0] >= 0xF0 && s[0] <= 0xF4 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC2 && s[0] < 0xE0 ? 2 : 0;
-    if (len == 0 || len > n)
-        return 0;
-    for (size_t i = 1; i < len; i++)
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-    unsigned cp = len == 2 ? (s[0] & 0x1Fu) << 6 | (s[1] & 0x3Fu)
-                : len == 3 ? (s[0] & 0x0Fu) << 12 | (s[1] & 0x3Fu) << 6 | (s[2] & 0x3Fu)
-                           : (s[0] & 0x07u) << 18 | (s[1] & 0x3Fu) << 12 | (s[2] & 0x3Fu) << 6 | (s[3] & 0x3Fu);
-    if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
-        return 0;
-    return len;
-}
-
 void cli_json_string(FILE *f, const char *s, size_t n)
 {
     fputc('"', f);
@@ -57,7 +39,7 @@ void cli_json_string(FILE *f, const char *s, size_t n)
         if (c >= 0x80) {
             /* a sampled byte-fallback token can leave half a character: the
              * JSON must still parse, so invalid bytes become U+FFFD */
-            size_t k = utf8_len((const unsigned char *)s + i, n - i);
+            size_t k = (size_t)mi_utf8_len((const unsigned char *)s + i, n - i);
             if (k == 0) {
                 fputs("\\ufffd", f);
             } else {

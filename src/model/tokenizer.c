@@ -487,7 +487,7 @@ static int llama2c_encode(const mi_tokenizer *t, const char *text, size_t n, int
     const int space = space_piece >= 0 ? space_piece : MI_TOK_BYTE0 + ' ';
     ids[m++] = space;
     for (size_t i = 0; i < n;) {
-        const int len = tok_utf8_len(u + i, n - i);
+        const int len = mi_utf8_len(u + i, n - i);
         /* SentencePiece turns spaces into U+2581 before tokenizing, so a
          * literal U+2581 in the text is indistinguishable from a space; the
          * reference (llama-tokenizer-js) does the same. */
@@ -548,7 +548,7 @@ int mi_tokenizer_encode_n(const mi_tokenizer *t, const char *text, int bos, int 
         return mi_set_error(err, "tokenizer: encode called without tokenizer, text or output");
     const size_t n = strlen(text);
     for (size_t i = 0; i < n;) {
-        const int len = tok_utf8_len((const unsigned char *)text + i, n - i);
+        const int len = mi_utf8_len((const unsigned char *)text + i, n - i);
         if (len == 0)
             return mi_set_error(err, "text is not valid UTF-8 (byte offset %zu)", i);
         i += (size_t)len;

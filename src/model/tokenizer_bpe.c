@@ -267,7 +267,7 @@ static size_t decode_piece(const mi_tokenizer *t, int id, char *out, char *tmp)
     if (bp->dec_byte_level && !(bp->flags[id] & TOKF_ADDED)) {
         size_t o = 0;
         for (size_t i = 0; i < n;) {
-            int len = tok_utf8_len((const unsigned char *)s + i, n - i);
+            int len = mi_utf8_len((const unsigned char *)s + i, n - i);
             if (len == 0)
                 len = 1;
             const int b = tok_cp_to_byte(tok_utf8_decode((const unsigned char *)s + i, len));

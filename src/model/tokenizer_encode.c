@@ -186,7 +186,7 @@ static size_t trim_left(const char *s, size_t n)
 {
     size_t i = 0;
     while (i < n) {
-        const int len = tok_utf8_len((const unsigned char *)s + i, n - i);
+        const int len = mi_utf8_len((const unsigned char *)s + i, n - i);
         if (len == 0 || !tok_is_space(tok_utf8_decode((const unsigned char *)s + i, len)))
             break;
         i += (size_t)len;
@@ -200,7 +200,7 @@ static size_t trim_right(const char *s, size_t n)
         size_t k = n - 1;
         while (k > 0 && ((unsigned char)s[k] & 0xC0) == 0x80)
             k--;
-        const int len = tok_utf8_len((const unsigned char *)s + k, n - k);
+        const int len = mi_utf8_len((const unsigned char *)s + k, n - k);
         if (len == 0 || !tok_is_space(tok_utf8_decode((const unsigned char *)s + k, len)))
             break;
         n = k;
@@ -257,7 +257,7 @@ static int split_piece(const arena *a, piece p, const pcre2_code *re, int behavi
                     if (ms >= p.len)
                         ms = me = p.len;
                     else {
-                        const int len = tok_utf8_len((const unsigned char *)s + ms, p.len - ms);
+                        const int len = mi_utf8_len((const unsigned char *)s + ms, p.len - ms);
                         pos = ms + (size_t)(len > 0 ? len : 1);
                         continue;
                     }
@@ -468,7 +468,7 @@ static int bpe_piece(const mi_tokenizer *t, const char *s, size_t n, work *w, si
         if (bp->byte_level) {
             w->id[m] = bp->byte_id[(unsigned char)s[i]];
         } else {
-            len = tok_utf8_len((const unsigned char *)s + i, n - i);
+            len = mi_utf8_len((const unsigned char *)s + i, n - i);
             len = len > 0 ? len : 1;
             w->id[m] = tok_strmap_find(&bp->vocab, s + i, len);
         }

@@ -15,6 +15,7 @@
 #define MESHINFER_TOKENIZER_IMPL_H
 
 #include "meshinfer/tokenizer.h"
+#include "meshinfer/utf8.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -34,7 +35,6 @@
 /* ------------------------------------------------------------ utilities */
 
 /* Length of the well-formed UTF-8 sequence at s[0..n) (RFC 3629), 0 if none. */
-int tok_utf8_len(const unsigned char *s, size_t n);
 /* A NUL-terminated copy of s[0..n) (cJSON reads one byte past its length),
  * or NULL when out of memory. */
 char *tok_strndup(const char *s, size_t n);

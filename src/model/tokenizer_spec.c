@@ -53,7 +53,7 @@ static int merges_from_scores(mi_tokenizer *t, const mi_tok_spec *sp, const int 
         const int len = t->piece_len[v];
         if (type[v] != GGUF_NORMAL)
             continue;
-        for (int k = tok_utf8_len((const unsigned char *)s, (size_t)len); k > 0 && k < len;) {
+        for (int k = mi_utf8_len((const unsigned char *)s, (size_t)len); k > 0 && k < len;) {
             const int a = tok_strmap_find(&map, s, k), b = tok_strmap_find(&map, s + k, len - k);
             if (a >= 0 && b >= 0 && type[a] == GGUF_NORMAL && type[b] == GGUF_NORMAL) {
                 if (n == cap) {
@@ -68,7 +68,7 @@ static int merges_from_scores(mi_tokenizer *t, const mi_tok_spec *sp, const int 
                 }
                 m[n++] = (score_merge){sp->scores[v], a, b};
             }
-            const int step = tok_utf8_len((const unsigned char *)s + k, (size_t)(len - k));
+            const int step = mi_utf8_len((const unsigned char *)s + k, (size_t)(len - k));
             k += step > 0 ? step : 1;
         }
     }

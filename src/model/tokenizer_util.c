@@ -9,38 +9,6 @@
 
 /* ----------------------------------------------------------------- UTF-8 */
 
-int tok_utf8_len(const unsigned char *s, size_t n)
-{
-    const unsigned char c = s[0];
-    if (c < 0x80)
-        return 1;
-    int len;
-    unsigned char lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-    if (c >= 0xC2 && c <= 0xDF) {
-        len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        if (c == 0xE0)
-            lo = 0xA0; /* overlong */
-        else if (c == 0xED)
-            hi = 0x9F; /* surrogates */
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        if (c == 0xF0)
-            lo = 0x90; /* overlong */
-        else if (c == 0xF4)
-            hi = 0x8F; /* above U+10FFFF */
-    } else {
-        return 0; /* continuation byte, C0/C1 overlong lead, or F5..FF */
-    }
-    if (n < (size_t)len || s[1] < lo || s[1] > hi)
-        return 0;
-    for (int i = 2; i < len; i++)
-        if (s[i] < 0x80 || s[i] > 0xBF)
-            return 0;
-    return len;
-}
-
 char *tok_strndup(const char *s, size_t n)
 {
     char *d = malloc(n + 1);
@@ -54,7 +22,7 @@ char *tok_strndup(const char *s, size_t n)
 int tok_utf8_valid(const char *s, size_t n)
 {
     for (size_t i = 0; i < n;) {
-        const int len = tok_utf8_len((const unsigned char *)s + i, n - i);
+        const int len = mi_utf8_len((const unsigned char *)s + i, n - i);
         if (len == 0)
             return 0;
         i += (size_t)len;

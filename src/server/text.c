@@ -8,6 +8,7 @@
 
 #include "internal.h"
 #include "meshinfer/common.h"
+#include "meshinfer/utf8.h"
 
 static void reserve(srv_buf *b, size_t more)
 {
@@ -87,49 +88,16 @@ void srv_buf_free(srv_buf *b)
     memset(b, 0, sizeof *b);
 }
 
-/* The length of the sequence lead byte c starts (2-4), 0 when c cannot start one. */
-static int seq_len(unsigned char c)
-{
-    if (c >= 0xC2 && c <= 0xDF)
-        return 2;
-    if (c >= 0xE0 && c <= 0xEF)
-        return 3;
-    if (c >= 0xF0 && c <= 0xF4)
-        return 4;
-    return 0;
-}
-
-/* 1 when byte i of a sequence led by lead may be c (the second byte of
- * E0, ED, F0, F4 is narrower: no overlong forms, surrogates, or past U+10FFFF). */
-static int cont_ok(unsigned char lead, int i, unsigned char c)
-{
-    if ((c & 0xC0) != 0x80)
-        return 0;
-    if (i != 1)
-        return 1;
-    switch (lead) {
-    case 0xE0: return c >= 0xA0;
-    case 0xED: return c <= 0x9F;
-    case 0xF0: return c >= 0x90;
-    case 0xF4: return c <= 0x8F;
-    }
-    return 1;
-}
-
 size_t srv_utf8_incomplete_tail(const char *s, size_t n)
 {
     const unsigned char *u = (const unsigned char *)s;
     for (size_t k = 1; k <= 3 && k <= n; k++) {
-        unsigned char lead = u[n - k];
-        if ((lead & 0xC0) == 0x80)
+        if ((u[n - k] & 0xC0) == 0x80)
             continue; /* a continuation byte: the lead is further back */
-        int need = seq_len(lead);
-        if (need <= (int)k)
-            return 0; /* ASCII, a complete sequence, or no lead at all */
-        for (size_t j = 1; j < k; j++)
-            if (!cont_ok(lead, (int)j, u[n - k + j]))
-                return 0;
-        return k;
+        int need;
+        const int got = mi_utf8_start(u + n - k, k, &need);
+        /* ASCII, a whole sequence or no lead at all: nothing to wait for */
+        return need > (int)k && got == (int)k ? k : 0;
     }
     return 0;
 }
@@ -143,9 +111,8 @@ void srv_utf8_append(srv_buf *out, const char *s, size_t n)
             i++;
             continue;
         }
-        int need = seq_len(u[i]), j = 1;
-        while (j < need && i + (size_t)j < n && cont_ok(u[i], j, u[i + (size_t)j]))
-            j++;
+        int need;
+        const int j = mi_utf8_start(u + i, n - i, &need);
         if (need > 0 && j == need) {
             i += (size_t)need;
             continue;

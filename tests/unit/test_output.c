@@ -11,7 +11,9 @@
  *   - a destination that is a symlink is written through (the link stays),
  *     a read-only destination keeps its mode, a symlink planted at the
  *     temporary name is never followed, and /proc, /dev and dangling links
- *     are refused.
+ *     are refused;
+ *   - UTF-8 (src/util/utf8.c): whole sequences, the maximal subpart of a
+ *     malformed one, and a character cut short.
  *
  * Exit status: 0 when every test passed, 1 otherwise. */
 #define _POSIX_C_SOURCE 200809L
@@ -25,6 +27,7 @@
 
 #include "meshinfer/common.h"
 #include "meshinfer/output.h"
+#include "meshinfer/utf8.h"
 #include "test_util.h"
 
 static char g_dir[512];
@@ -195,6 +198,36 @@ static void test_links_and_modes(void)
     CU_ASSERT_FALSE(tu_dir_has_partial(g_dir));
 }
 
+/* Each case: bytes, their count, the expected return and *need. */
+static void test_utf8(void)
+{
+    static const struct {
+        const char *s;
+        size_t n;
+        int got, need;
+    } c[] = {
+        {"a", 1, 1, 1},             {"\xC3\xA9", 2, 2, 2},       /* e acute */
+        {"\xE2\x82\xAC", 3, 3, 3},   {"\xF0\x9F\x98\x80", 4, 4, 4}, /* euro, emoji */
+        {"\xE2\x82", 2, 2, 3},        /* cut short: more bytes may complete it */
+        {"\xE2\x41", 2, 1, 3},        /* a lead then ASCII: the subpart is the lead */
+        {"\x80", 1, 1, 0},             {"\xC0\x80", 2, 1, 0},        /* stray continuation, overlong lead */
+        {"\xF5\x80", 2, 1, 0},        {"\xE0\x80\x80", 3, 1, 3},   /* past U+10FFFF, overlong E0 */
+        {"\xED\xA0\x80", 3, 1, 3},   /* a surrogate */
+        {"\xF4\x90\x80\x80", 4, 1, 4}, {"\xF4\x8F\xBF\xBF", 4, 4, 4}, /* past and at U+10FFFF */
+        {"\xF0\x9F\x98\x41", 4, 3, 4},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        int need = -1;
+        const int got = mi_utf8_start((const unsigned char *)c[i].s, c[i].n, &need);
+        CU_ASSERT_EQUAL(got, c[i].got);
+        CU_ASSERT_EQUAL(need, c[i].need);
+        CU_ASSERT_EQUAL(mi_utf8_len((const unsigned char *)c[i].s, c[i].n),
+                        c[i].got == c[i].need ? c[i].need : 0);
+    }
+    /* n bounds the look: a whole character seen through n = 2 is cut short */
+    CU_ASSERT_EQUAL(mi_utf8_len((const unsigned char *)"\xE2\x82\xAC", 2), 0);
+}
+
 int main(void)
 {
     if (tu_make_scratch(g_dir, sizeof g_dir, "test_output"))
@@ -207,6 +240,7 @@ int main(void)
     CU_add_test(s, "committed whole, aborted without a trace", test_commit_and_abort);
     CU_add_test(s, "a model is replaced only by a model writer", test_models_kept);
     CU_add_test(s, "symlinks written through, modes kept, planted temporary links ignored", test_links_and_modes);
+    CU_add_test(s, "UTF-8: whole sequences, maximal subparts, characters cut short", test_utf8);
     CU_basic_set_mode(CU_BRM_NORMAL);
     CU_basic_run_tests();
     unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
