@@ -112,6 +112,10 @@ static double op_cost(const mi_plan *pl, const mi_cluster *cl, int r, int kind, 
 static void track_bound(glp_tree *tree, void *info)
 {
     double *bound = info;
+    /* the best active node changes only as nodes are chosen: read it then,
+     * not on every cut, heuristic and branching callback too */
+    if (glp_ios_reason(tree) != GLP_ISELECT)
+        return;
     int p = glp_ios_best_node(tree);
     if (p) {
         double b = glp_ios_node_bound(tree, p);
