@@ -16,31 +16,10 @@
 
 #include "arm_neon.h"
 
-/* KERNEL(y, ldy, W, r0, r1, a, add, n) for n = 1..NT rows at a time; ATTR
- * the family's target attribute. */
-#define DEFINE_TILE(NAME, ATTR, KERNEL, NT)                                                                  \
-    ATTR void NAME(float *y, int ldy, const mi_tensor *W, int r0, int r1, const mi_act *a, int nt, int add)  \
-    {                                                                                                        \
-        for (int t0 = 0; t0 < nt; t0 += (NT)) {                                                              \
-            float *yt = y + (size_t)t0 * ldy;                                                                \
-            const mi_act *at = a + t0;                                                                       \
-            switch (nt - t0 < (NT) ? nt - t0 : (NT)) {                                                       \
-            case 1: KERNEL(yt, ldy, W, r0, r1, at, add, 1); break;                                           \
-            case 2: KERNEL(yt, ldy, W, r0, r1, at, add, 2); break;                                           \
-            case 3: KERNEL(yt, ldy, W, r0, r1, at, add, 3); break;                                           \
-            case 4: KERNEL(yt, ldy, W, r0, r1, at, add, 4); break;                                           \
-            case 5: if ((NT) >= 5) KERNEL(yt, ldy, W, r0, r1, at, add, 5); break;                            \
-            case 6: if ((NT) >= 6) KERNEL(yt, ldy, W, r0, r1, at, add, 6); break;                            \
-            case 7: if ((NT) >= 7) KERNEL(yt, ldy, W, r0, r1, at, add, 7); break;                            \
-            default: if ((NT) >= 8) KERNEL(yt, ldy, W, r0, r1, at, add, 8); break;                           \
-            }                                                                                                \
-        }                                                                                                    \
-    }
-
-static inline void put(float *y, float v, int add)
-{
-    *y = add ? *y + v : v;
-}
+/* the tile heights (above) */
+#define NT_FP 4
+#define NT_Q 8
+#define NT_K 4
 
 /* ------------------------------------------------------------ fp32, fp16 */
 
@@ -49,7 +28,7 @@ MI_INLINE void f32_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, c
     const int cols = W->cols, n16 = cols & ~15, n4 = cols & ~3;
     for (int r = r0; r < r1; r++) {
         const float *w = (const float *)W->q + (size_t)r * cols;
-        float32x4_t acc[4][4];
+        float32x4_t acc[NT_FP][4];
         for (int t = 0; t < n; t++)
             acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = vdupq_n_f32(0.0f);
         int j = 0;
@@ -74,7 +53,7 @@ MI_INLINE void f32_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, c
             float v = vaddvq_f32(vaddq_f32(vaddq_f32(acc[t][0], acc[t][1]), vaddq_f32(acc[t][2], acc[t][3])));
             for (int i = j; i < cols; i++) /* up to three elements, as rows_f32 */
                 v += w[i] * x[i];
-            put(y + (size_t)t * ldy + (r - r0), v, add);
+            mi_tile_put(y + (size_t)t * ldy + (r - r0), v, add);
         }
     }
 }
@@ -85,14 +64,14 @@ MI_INLINE void f32_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, c
 MI_INLINE void f16_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, const mi_act *a, int add, const int n)
 {
     const int cols = W->cols, n16 = cols & ~15, n8 = cols & ~7;
-    float xt[4][8];
+    float xt[NT_FP][8];
     for (int t = 0; t < n; t++) {
         memset(xt[t], 0, sizeof xt[t]);
         memcpy(xt[t], a[t].x + n8, (size_t)(cols - n8) * sizeof(float));
     }
     for (int r = r0; r < r1; r++) {
         const uint16_t *w = (const uint16_t *)W->q + (size_t)r * cols;
-        float32x4_t acc[4][4];
+        float32x4_t acc[NT_FP][4];
         for (int t = 0; t < n; t++)
             acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = vdupq_n_f32(0.0f);
         int j = 0;
@@ -127,58 +106,58 @@ MI_INLINE void f16_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, c
             }
         }
         for (int t = 0; t < n; t++)
-            put(y + (size_t)t * ldy + (r - r0),
-                vaddvq_f32(vaddq_f32(vaddq_f32(acc[t][0], acc[t][1]), vaddq_f32(acc[t][2], acc[t][3]))), add);
+            mi_tile_put(y + (size_t)t * ldy + (r - r0),
+                        vaddvq_f32(vaddq_f32(vaddq_f32(acc[t][0], acc[t][1]), vaddq_f32(acc[t][2], acc[t][3]))), add);
     }
 }
 
-DEFINE_TILE(mi_neon_tile_f32, , f32_tile, 4)
-DEFINE_TILE(mi_neon_tile_f16, , f16_tile, 4)
+MI_DEFINE_TILE(mi_neon_tile_f32, , f32_tile, NT_FP)
+MI_DEFINE_TILE(mi_neon_tile_f16, , f16_tile, NT_FP)
 
 /* ------------------------------------------------------ block products */
 
 /* q8_0 and q4_0 per DOT (as DEFINE_ROWS_Q): each group of four blocks' weights
  * read once (WBLK) and their scales widened once, then every row's four
  * products, pairwise sums, scales and FMA. */
-#define DEFINE_TILE_Q(NAME, ATTR, DOT, WBLK, TAIL, WT, BB)                                                     \
-    ATTR MI_INLINE void NAME(float *y, int ldy, const mi_tensor *W, int r0, int r1, const mi_act *a, int add,  \
-                             const int n)                                                                      \
-    {                                                                                                          \
-        const int nb = W->cols / MI_QK, nb4 = nb & ~3;                                                         \
-        for (int r = r0; r < r1; r++) {                                                                        \
-            const WT *w = (const WT *)W->q + (size_t)r * nb * (BB);                                            \
-            const uint16_t *dw = W->d + (size_t)r * nb;                                                        \
-            float32x4_t acc[8];                                                                                \
-            for (int t = 0; t < n; t++)                                                                        \
-                acc[t] = vdupq_n_f32(0.0f);                                                                    \
-            int b = 0;                                                                                         \
-            for (; b < nb4; b += 4) {                                                                          \
-                wblk wb[4];                                                                                    \
-                for (int i = 0; i < 4; i++)                                                                    \
-                    wb[i] = WBLK(w + (b + i) * (BB));                                                          \
-                float32x4_t dw4 = f16x4(dw + b);                                                               \
-                for (int t = 0; t < n; t++) {                                                                  \
-                    const int8_t *xq = a[t].q + b * MI_QK;                                                     \
-                    int32x4_t s0 = DOT(wb[0], xq), s1 = DOT(wb[1], xq + MI_QK);                                \
-                    int32x4_t s2 = DOT(wb[2], xq + 2 * MI_QK), s3 = DOT(wb[3], xq + 3 * MI_QK);                \
-                    int32x4_t s = vpaddq_s32(vpaddq_s32(s0, s1), vpaddq_s32(s2, s3));                          \
-                    float32x4_t sc = vmulq_f32(dw4, vld1q_f32(a[t].d + b));                                    \
-                    acc[t] = vfmaq_f32(acc[t], vcvtq_f32_s32(s), sc);                                          \
-                }                                                                                              \
-            }                                                                                                  \
-            for (int t = 0; t < n; t++)                                                                        \
-                put(y + (size_t)t * ldy + (r - r0), TAIL(w, dw, b, nb, &a[t], vaddvq_f32(acc[t])), add);       \
-        }                                                                                                      \
+#define DEFINE_TILE_Q(NAME, ATTR, DOT, WBLK, TAIL, WT, BB)                                                       \
+    ATTR MI_INLINE void NAME(float *y, int ldy, const mi_tensor *W, int r0, int r1, const mi_act *a, int add,    \
+                             const int n)                                                                        \
+    {                                                                                                            \
+        const int nb = W->cols / MI_QK, nb4 = nb & ~3;                                                           \
+        for (int r = r0; r < r1; r++) {                                                                          \
+            const WT *w = (const WT *)W->q + (size_t)r * nb * (BB);                                              \
+            const uint16_t *dw = W->d + (size_t)r * nb;                                                          \
+            float32x4_t acc[NT_Q];                                                                               \
+            for (int t = 0; t < n; t++)                                                                          \
+                acc[t] = vdupq_n_f32(0.0f);                                                                      \
+            int b = 0;                                                                                           \
+            for (; b < nb4; b += 4) {                                                                            \
+                wblk wb[4];                                                                                      \
+                for (int i = 0; i < 4; i++)                                                                      \
+                    wb[i] = WBLK(w + (b + i) * (BB));                                                            \
+                float32x4_t dw4 = f16x4(dw + b);                                                                 \
+                for (int t = 0; t < n; t++) {                                                                    \
+                    const int8_t *xq = a[t].q + b * MI_QK;                                                       \
+                    int32x4_t s0 = DOT(wb[0], xq), s1 = DOT(wb[1], xq + MI_QK);                                  \
+                    int32x4_t s2 = DOT(wb[2], xq + 2 * MI_QK), s3 = DOT(wb[3], xq + 3 * MI_QK);                  \
+                    int32x4_t s = vpaddq_s32(vpaddq_s32(s0, s1), vpaddq_s32(s2, s3));                            \
+                    float32x4_t sc = vmulq_f32(dw4, vld1q_f32(a[t].d + b));                                      \
+                    acc[t] = vfmaq_f32(acc[t], vcvtq_f32_s32(s), sc);                                            \
+                }                                                                                                \
+            }                                                                                                    \
+            for (int t = 0; t < n; t++)                                                                          \
+                mi_tile_put(y + (size_t)t * ldy + (r - r0), TAIL(w, dw, b, nb, &a[t], vaddvq_f32(acc[t])), add); \
+        }                                                                                                        \
     }
 
 DEFINE_TILE_Q(q8_0_tile_neon, , dot_q8_neon, q8_wblk, q8_tail_neon, int8_t, MI_QK)
 DEFINE_TILE_Q(q4_0_tile_neon, , dot_q4_neon, q4_wblk, q4_tail_neon, uint8_t, MI_QK / 2)
 DEFINE_TILE_Q(q8_0_tile_sdot, MI_DOTPROD, dot_q8_sdot, q8_wblk, q8_tail_sdot, int8_t, MI_QK)
 DEFINE_TILE_Q(q4_0_tile_sdot, MI_DOTPROD, dot_q4_sdot, q4_wblk, q4_tail_sdot, uint8_t, MI_QK / 2)
-DEFINE_TILE(mi_neon_tile_q8_0, , q8_0_tile_neon, 8)
-DEFINE_TILE(mi_neon_tile_q4_0, , q4_0_tile_neon, 8)
-DEFINE_TILE(mi_sdot_tile_q8_0, MI_DOTPROD, q8_0_tile_sdot, 8)
-DEFINE_TILE(mi_sdot_tile_q4_0, MI_DOTPROD, q4_0_tile_sdot, 8)
+MI_DEFINE_TILE(mi_neon_tile_q8_0, , q8_0_tile_neon, NT_Q)
+MI_DEFINE_TILE(mi_neon_tile_q4_0, , q4_0_tile_neon, NT_Q)
+MI_DEFINE_TILE(mi_sdot_tile_q8_0, MI_DOTPROD, q8_0_tile_sdot, NT_Q)
+MI_DEFINE_TILE(mi_sdot_tile_q4_0, MI_DOTPROD, q4_0_tile_sdot, NT_Q)
 
 /* ------------------------------------------------------------ k-quants */
 
@@ -190,7 +169,7 @@ DEFINE_TILE(mi_sdot_tile_q4_0, MI_DOTPROD, q4_0_tile_sdot, 8)
         const int ns = W->cols / MI_QK_K, bb = (FIVE) ? 176 : 144;                                             \
         for (int r = r0; r < r1; r++) {                                                                        \
             const uint8_t *w = (const uint8_t *)W->q + (size_t)r * ns * bb;                                    \
-            float32x4_t acc[4][3];                                                                             \
+            float32x4_t acc[NT_K][3];                                                                          \
             for (int t = 0; t < n; t++)                                                                        \
                 acc[t][0] = acc[t][1] = acc[t][2] = vdupq_n_f32(0.0f);                                         \
             for (int k = 0; k < ns; k++) {                                                                     \
@@ -200,7 +179,7 @@ DEFINE_TILE(mi_sdot_tile_q4_0, MI_DOTPROD, q4_0_tile_sdot, 8)
                     APPLY(&d, k, &a[t], acc[t]);                                                               \
             }                                                                                                  \
             for (int t = 0; t < n; t++)                                                                        \
-                put(y + (size_t)t * ldy + (r - r0), q45_total(acc[t]), add);                                   \
+                mi_tile_put(y + (size_t)t * ldy + (r - r0), q45_total(acc[t]), add);                           \
         }                                                                                                      \
     }
 
@@ -211,7 +190,7 @@ DEFINE_TILE(mi_sdot_tile_q4_0, MI_DOTPROD, q4_0_tile_sdot, 8)
         const int ns = W->cols / MI_QK_K, bb = 210;                                                            \
         for (int r = r0; r < r1; r++) {                                                                        \
             const uint8_t *w = (const uint8_t *)W->q + (size_t)r * ns * bb;                                    \
-            float32x4_t acc[4][4];                                                                             \
+            float32x4_t acc[NT_K][4];                                                                          \
             for (int t = 0; t < n; t++)                                                                        \
                 acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = vdupq_n_f32(0.0f);                             \
             for (int k = 0; k < ns; k++) {                                                                     \
@@ -221,7 +200,7 @@ DEFINE_TILE(mi_sdot_tile_q4_0, MI_DOTPROD, q4_0_tile_sdot, 8)
                     APPLY(&d, k, &a[t], acc[t]);                                                               \
             }                                                                                                  \
             for (int t = 0; t < n; t++)                                                                        \
-                put(y + (size_t)t * ldy + (r - r0), q6_total(acc[t]), add);                                    \
+                mi_tile_put(y + (size_t)t * ldy + (r - r0), q6_total(acc[t]), add);                            \
         }                                                                                                      \
     }
 
@@ -231,9 +210,9 @@ DEFINE_TILE_Q6(q6_K_tile_neon, , q6_apply_neon)
 DEFINE_TILE_Q45(q4_K_tile_sdot, MI_DOTPROD, q45_apply_sdot, 0)
 DEFINE_TILE_Q45(q5_K_tile_sdot, MI_DOTPROD, q45_apply_sdot, 1)
 DEFINE_TILE_Q6(q6_K_tile_sdot, MI_DOTPROD, q6_apply_sdot)
-DEFINE_TILE(mi_neon_tile_q4_K, , q4_K_tile_neon, 4)
-DEFINE_TILE(mi_neon_tile_q5_K, , q5_K_tile_neon, 4)
-DEFINE_TILE(mi_neon_tile_q6_K, , q6_K_tile_neon, 4)
-DEFINE_TILE(mi_sdot_tile_q4_K, MI_DOTPROD, q4_K_tile_sdot, 4)
-DEFINE_TILE(mi_sdot_tile_q5_K, MI_DOTPROD, q5_K_tile_sdot, 4)
-DEFINE_TILE(mi_sdot_tile_q6_K, MI_DOTPROD, q6_K_tile_sdot, 4)
+MI_DEFINE_TILE(mi_neon_tile_q4_K, , q4_K_tile_neon, NT_K)
+MI_DEFINE_TILE(mi_neon_tile_q5_K, , q5_K_tile_neon, NT_K)
+MI_DEFINE_TILE(mi_neon_tile_q6_K, , q6_K_tile_neon, NT_K)
+MI_DEFINE_TILE(mi_sdot_tile_q4_K, MI_DOTPROD, q4_K_tile_sdot, NT_K)
+MI_DEFINE_TILE(mi_sdot_tile_q5_K, MI_DOTPROD, q5_K_tile_sdot, NT_K)
+MI_DEFINE_TILE(mi_sdot_tile_q6_K, MI_DOTPROD, q6_K_tile_sdot, NT_K)

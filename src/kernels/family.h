@@ -105,6 +105,37 @@ typedef void (*mi_tile_fn)(float *y, int ldy, const mi_tensor *W, int r0, int r1
 /* The most activation rows any family's tile kernel holds at once. */
 #define MI_TILE_MAX 8
 
+/* The family's tile entry point NAME (an mi_tile_fn) over KERNEL(y, ldy, W,
+ * r0, r1, a, add, n): NT (at most MI_TILE_MAX) activation rows at a time,
+ * then one group of the rest, n a constant in each call so that the kernel's
+ * loops over rows unroll and its arrays may be sized by NT. ATTR: the
+ * function's target attribute, or nothing. */
+#define MI_DEFINE_TILE(NAME, ATTR, KERNEL, NT)                                                               \
+    _Static_assert((NT) >= 1 && (NT) <= MI_TILE_MAX, "tile height");                                         \
+    ATTR void NAME(float *y, int ldy, const mi_tensor *W, int r0, int r1, const mi_act *a, int nt, int add)  \
+    {                                                                                                        \
+        for (int t0 = 0; t0 < nt; t0 += (NT)) {                                                              \
+            float *yt = y + (size_t)t0 * ldy;                                                                \
+            const mi_act *at = a + t0;                                                                       \
+            switch (nt - t0 < (NT) ? nt - t0 : (NT)) {                                                       \
+            case 1: KERNEL(yt, ldy, W, r0, r1, at, add, 1); break;                                           \
+            case 2: if ((NT) >= 2) KERNEL(yt, ldy, W, r0, r1, at, add, 2); break;                            \
+            case 3: if ((NT) >= 3) KERNEL(yt, ldy, W, r0, r1, at, add, 3); break;                            \
+            case 4: if ((NT) >= 4) KERNEL(yt, ldy, W, r0, r1, at, add, 4); break;                            \
+            case 5: if ((NT) >= 5) KERNEL(yt, ldy, W, r0, r1, at, add, 5); break;                            \
+            case 6: if ((NT) >= 6) KERNEL(yt, ldy, W, r0, r1, at, add, 6); break;                            \
+            case 7: if ((NT) >= 7) KERNEL(yt, ldy, W, r0, r1, at, add, 7); break;                            \
+            default: if ((NT) >= 8) KERNEL(yt, ldy, W, r0, r1, at, add, 8); break;                           \
+            }                                                                                                \
+        }                                                                                                    \
+    }
+
+/* y (+)= v: a tile's store, as the row kernels' y[r - r0] = add ? ... : v. */
+static inline void mi_tile_put(float *y, float v, int add)
+{
+    *y = add ? *y + v : v;
+}
+
 typedef struct {
     const char *name;               /* "scalar", "avx2", "avx512", "neon", "neon-dotprod" */
     int (*available)(void);         /* 1 if this CPU runs it */

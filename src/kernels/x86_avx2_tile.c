@@ -16,29 +16,8 @@
 
 #include "x86_avx2.h"
 
-/* KERNEL(y, ldy, W, r0, r1, a, add, n) for n = 1..NT (at most 4) rows at a time. */
-#define DEFINE_TILE(NAME, KERNEL, NT)                                                                          \
-    void NAME(float *y, int ldy, const mi_tensor *W, int r0, int r1, const mi_act *a, int nt, int add)       \
-    {                                                                                                          \
-        for (int t0 = 0; t0 < nt; t0 += (NT)) {                                                                \
-            float *yt = y + (size_t)t0 * ldy;                                                                  \
-            const mi_act *at = a + t0;                                                                         \
-            switch (nt - t0 < (NT) ? nt - t0 : (NT)) {                                                         \
-            case 1: KERNEL(yt, ldy, W, r0, r1, at, add, 1); break;                                             \
-            case 2: KERNEL(yt, ldy, W, r0, r1, at, add, 2); break;                                             \
-            case 3: if ((NT) >= 3) KERNEL(yt, ldy, W, r0, r1, at, add, 3); break;                              \
-            default: if ((NT) >= 4) KERNEL(yt, ldy, W, r0, r1, at, add, 4); break;                             \
-            }                                                                                                  \
-        }                                                                                                      \
-    }
-
 #define INLINE static inline __attribute__((always_inline))
 #define NMAX 4
-
-static inline void put(float *y, float v, int add)
-{
-    *y = add ? *y + v : v;
-}
 
 /* ------------------------------------------------------------ fp32, fp16 */
 
@@ -85,16 +64,16 @@ INLINE void fp_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, const
                 acc[t][1] = _mm256_fmadd_ps(wv, _mm256_maskload_ps(x[t] + n8, tail), acc[t][1]);
         }
         for (int t = 0; t < n; t++)
-            put(y + (size_t)t * ldy + (r - r0),
-                hsum256(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]), _mm256_add_ps(acc[t][2], acc[t][3]))),
+            mi_tile_put(y + (size_t)t * ldy + (r - r0),
+                        hsum256(_mm256_add_ps(_mm256_add_ps(acc[t][0], acc[t][1]), _mm256_add_ps(acc[t][2], acc[t][3]))),
                 add);
     }
 }
 
 #define F32_TILE(y, ldy, W, r0, r1, a, add, n) fp_tile(y, ldy, W, r0, r1, a, add, n, 0)
 #define F16_TILE(y, ldy, W, r0, r1, a, add, n) fp_tile(y, ldy, W, r0, r1, a, add, n, 1)
-DEFINE_TILE(mi_avx2_tile_f32, F32_TILE, 3)
-DEFINE_TILE(mi_avx2_tile_f16, F16_TILE, 3)
+MI_DEFINE_TILE(mi_avx2_tile_f32, , F32_TILE, 3)
+MI_DEFINE_TILE(mi_avx2_tile_f16, , F16_TILE, 3)
 
 /* ------------------------------------------------------------ q8_0 */
 
@@ -128,11 +107,11 @@ INLINE void q8_0_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, con
             }
         }
         for (int t = 0; t < n; t++)
-            put(y + (size_t)t * ldy + (r - r0), q8_0_finish(w, dw, b, nb, &a[t], acc[t]), add);
+            mi_tile_put(y + (size_t)t * ldy + (r - r0), q8_0_finish(w, dw, b, nb, &a[t], acc[t]), add);
     }
 }
 
-DEFINE_TILE(mi_avx2_tile_q8_0, q8_0_tile, 3)
+MI_DEFINE_TILE(mi_avx2_tile_q8_0, , q8_0_tile, 3)
 
 /* ------------------------------------------------------------ q4_0 */
 
@@ -164,12 +143,12 @@ INLINE void q4_0_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, con
             }
         }
         for (int t = 0; t < n; t++)
-            put(y + (size_t)t * ldy + (r - r0),
-                q4_0_finish(w, dw, b, nb, &a[t], acc[t][0], acc[t][1], acc[t][2], acc[t][3], corr[t]), add);
+            mi_tile_put(y + (size_t)t * ldy + (r - r0),
+                        q4_0_finish(w, dw, b, nb, &a[t], acc[t][0], acc[t][1], acc[t][2], acc[t][3], corr[t]), add);
     }
 }
 
-DEFINE_TILE(mi_avx2_tile_q4_0, q4_0_tile, 4)
+MI_DEFINE_TILE(mi_avx2_tile_q4_0, , q4_0_tile, 4)
 
 /* ------------------------------------------------------------ k-quants */
 
@@ -197,13 +176,13 @@ INLINE void kq_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, const
             }
         }
         for (int t = 0; t < n; t++)
-            put(y + (size_t)t * ldy + (r - r0), kq_total(acc[t]), add);
+            mi_tile_put(y + (size_t)t * ldy + (r - r0), kq_total(acc[t]), add);
     }
 }
 
 #define Q4_K_TILE(y, ldy, W, r0, r1, a, add, n) kq_tile(y, ldy, W, r0, r1, a, add, n, MI_Q4_K)
 #define Q5_K_TILE(y, ldy, W, r0, r1, a, add, n) kq_tile(y, ldy, W, r0, r1, a, add, n, MI_Q5_K)
 #define Q6_K_TILE(y, ldy, W, r0, r1, a, add, n) kq_tile(y, ldy, W, r0, r1, a, add, n, MI_Q6_K)
-DEFINE_TILE(mi_avx2_tile_q4_K, Q4_K_TILE, 4)
-DEFINE_TILE(mi_avx2_tile_q5_K, Q5_K_TILE, 4)
-DEFINE_TILE(mi_avx2_tile_q6_K, Q6_K_TILE, 4)
+MI_DEFINE_TILE(mi_avx2_tile_q4_K, , Q4_K_TILE, 4)
+MI_DEFINE_TILE(mi_avx2_tile_q5_K, , Q5_K_TILE, 4)
+MI_DEFINE_TILE(mi_avx2_tile_q6_K, , Q6_K_TILE, 4)

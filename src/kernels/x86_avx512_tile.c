@@ -19,32 +19,7 @@
 
 #include "x86_avx512.h"
 
-/* KERNEL(y, ldy, W, r0, r1, a, add, n) for n = 1..NT rows at a time. */
-#define DEFINE_TILE(NAME, KERNEL, NT)                                                                          \
-    void NAME(float *y, int ldy, const mi_tensor *W, int r0, int r1, const mi_act *a, int nt, int add)       \
-    {                                                                                                          \
-        for (int t0 = 0; t0 < nt; t0 += (NT)) {                                                                \
-            float *yt = y + (size_t)t0 * ldy;                                                                  \
-            const mi_act *at = a + t0;                                                                         \
-            switch (nt - t0 < (NT) ? nt - t0 : (NT)) {                                                         \
-            case 1: KERNEL(yt, ldy, W, r0, r1, at, add, 1); break;                                             \
-            case 2: KERNEL(yt, ldy, W, r0, r1, at, add, 2); break;                                             \
-            case 3: KERNEL(yt, ldy, W, r0, r1, at, add, 3); break;                                             \
-            case 4: KERNEL(yt, ldy, W, r0, r1, at, add, 4); break;                                             \
-            case 5: if ((NT) >= 5) KERNEL(yt, ldy, W, r0, r1, at, add, 5); break;                              \
-            case 6: if ((NT) >= 6) KERNEL(yt, ldy, W, r0, r1, at, add, 6); break;                              \
-            case 7: if ((NT) >= 7) KERNEL(yt, ldy, W, r0, r1, at, add, 7); break;                              \
-            default: if ((NT) >= 8) KERNEL(yt, ldy, W, r0, r1, at, add, 8); break;                             \
-            }                                                                                                  \
-        }                                                                                                      \
-    }
-
 #define INLINE static inline __attribute__((always_inline))
-
-static inline void put(float *y, float v, int add)
-{
-    *y = add ? *y + v : v;
-}
 
 /* ------------------------------------------------------------ fp32, fp16 */
 
@@ -93,14 +68,14 @@ INLINE void fp_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, const
                 a1[t] = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(tail, x[t] + n16), a1[t]);
         }
         for (int t = 0; t < n; t++)
-            put(y + (size_t)t * ldy + (r - r0), _mm512_reduce_add_ps(_mm512_add_ps(a0[t], a1[t])), add);
+            mi_tile_put(y + (size_t)t * ldy + (r - r0), _mm512_reduce_add_ps(_mm512_add_ps(a0[t], a1[t])), add);
     }
 }
 
 #define F32_TILE(y, ldy, W, r0, r1, a, add, n) fp_tile(y, ldy, W, r0, r1, a, add, n, 0)
 #define F16_TILE(y, ldy, W, r0, r1, a, add, n) fp_tile(y, ldy, W, r0, r1, a, add, n, 1)
-DEFINE_TILE(mi_avx512_tile_f32, F32_TILE, 8)
-DEFINE_TILE(mi_avx512_tile_f16, F16_TILE, 8)
+MI_DEFINE_TILE(mi_avx512_tile_f32, , F32_TILE, 8)
+MI_DEFINE_TILE(mi_avx512_tile_f16, , F16_TILE, 8)
 
 /* ------------------------------------------------------------ q8_0 */
 
@@ -145,11 +120,11 @@ INLINE void q8_0_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, con
             }
         }
         for (int t = 0; t < n; t++)
-            put(y + (size_t)t * ldy + (r - r0), q8_0_finish(w, dw, b, nb, &a[t], acc[t], acc1[t]), add);
+            mi_tile_put(y + (size_t)t * ldy + (r - r0), q8_0_finish(w, dw, b, nb, &a[t], acc[t], acc1[t]), add);
     }
 }
 
-DEFINE_TILE(mi_avx512_tile_q8_0, q8_0_tile, 8)
+MI_DEFINE_TILE(mi_avx512_tile_q8_0, , q8_0_tile, 8)
 
 /* ------------------------------------------------------------ q4_0 */
 
@@ -187,11 +162,11 @@ INLINE void q4_0_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, con
             }
         }
         for (int t = 0; t < n; t++)
-            put(y + (size_t)t * ldy + (r - r0), q4_0_finish(w, dw, b, nb, &a[t], acc[t], corr[t]), add);
+            mi_tile_put(y + (size_t)t * ldy + (r - r0), q4_0_finish(w, dw, b, nb, &a[t], acc[t], corr[t]), add);
     }
 }
 
-DEFINE_TILE(mi_avx512_tile_q4_0, q4_0_tile, 8)
+MI_DEFINE_TILE(mi_avx512_tile_q4_0, , q4_0_tile, 8)
 
 /* ------------------------------------------------------------ k-quants */
 
@@ -214,7 +189,7 @@ INLINE void q45_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, cons
                 q45_apply(&d, k, &a[t], acc[t]);
         }
         for (int t = 0; t < n; t++)
-            put(y + (size_t)t * ldy + (r - r0), q45_total(acc[t], five), add);
+            mi_tile_put(y + (size_t)t * ldy + (r - r0), q45_total(acc[t], five), add);
     }
 }
 
@@ -233,12 +208,12 @@ INLINE void q6_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, const
                 q6_apply(&d, k, &a[t], acc[t]);
         }
         for (int t = 0; t < n; t++)
-            put(y + (size_t)t * ldy + (r - r0), _mm512_reduce_add_ps(_mm512_add_ps(acc[t][0], acc[t][1])), add);
+            mi_tile_put(y + (size_t)t * ldy + (r - r0), _mm512_reduce_add_ps(_mm512_add_ps(acc[t][0], acc[t][1])), add);
     }
 }
 
 #define Q4_K_TILE(y, ldy, W, r0, r1, a, add, n) q45_tile(y, ldy, W, r0, r1, a, add, n, 0)
 #define Q5_K_TILE(y, ldy, W, r0, r1, a, add, n) q45_tile(y, ldy, W, r0, r1, a, add, n, 1)
-DEFINE_TILE(mi_avx512_tile_q4_K, Q4_K_TILE, 4)
-DEFINE_TILE(mi_avx512_tile_q5_K, Q5_K_TILE, 4)
-DEFINE_TILE(mi_avx512_tile_q6_K, q6_tile, 4)
+MI_DEFINE_TILE(mi_avx512_tile_q4_K, , Q4_K_TILE, 4)
+MI_DEFINE_TILE(mi_avx512_tile_q5_K, , Q5_K_TILE, 4)
+MI_DEFINE_TILE(mi_avx512_tile_q6_K, , q6_tile, 4)
