@@ -9,8 +9,9 @@
  * when the kernel reports the feature (HWCAP_ASIMDDP), so a build for any
  * aarch64 CPU carries both families.
  *
- * fp32/fp16: one row at a time (as x86_avx512.c explains, one stream per row
- * keeps the prefetchers effective in a loop bound by streaming the weights),
+ * fp32/fp16 (the tiles of arm_neon_tile.c at one activation row): one row
+ * at a time (as x86_avx512.c explains, one stream per row keeps the
+ * prefetchers effective in a loop bound by streaming the weights),
  * four accumulators of four lanes, 16 elements per iteration. fp16 is widened
  * with FCVTL (vcvt_f32_f16), which base ARMv8-A has. Nothing reads past a
  * row's end: fp32's last few elements are scalar, fp16's (up to seven) go
@@ -75,61 +76,12 @@ static int dot_available(void)
 
 static void rows_f32(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
 {
-    const int n = W->cols, n16 = n & ~15, n4 = n & ~3;
-    const float *x = a->x;
-    for (int r = r0; r < r1; r++) {
-        const float *w = (const float *)W->q + (size_t)r * n;
-        float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
-        int j = 0;
-        for (; j < n16; j += 16) {
-            a0 = vfmaq_f32(a0, vld1q_f32(w + j), vld1q_f32(x + j));
-            a1 = vfmaq_f32(a1, vld1q_f32(w + j + 4), vld1q_f32(x + j + 4));
-            a2 = vfmaq_f32(a2, vld1q_f32(w + j + 8), vld1q_f32(x + j + 8));
-            a3 = vfmaq_f32(a3, vld1q_f32(w + j + 12), vld1q_f32(x + j + 12));
-        }
-        for (; j < n4; j += 4) /* up to three groups of four */
-            a0 = vfmaq_f32(a0, vld1q_f32(w + j), vld1q_f32(x + j));
-        float v = vaddvq_f32(vaddq_f32(vaddq_f32(a0, a1), vaddq_f32(a2, a3)));
-        for (; j < n; j++) /* up to three elements */
-            v += w[j] * x[j];
-        y[r - r0] = add ? y[r - r0] + v : v;
-    }
-}
-
-/* acc_lo/acc_hi += 8 fp16 weights (widened) times 8 activations */
-static inline void fma_f16x8(float32x4_t *lo, float32x4_t *hi, uint16x8_t h, const float *x)
-{
-    float32x4_t w0, w1;
-    f16x8(h, &w0, &w1);
-    *lo = vfmaq_f32(*lo, w0, vld1q_f32(x));
-    *hi = vfmaq_f32(*hi, w1, vld1q_f32(x + 4));
+    mi_neon_tile_f32(y, 0, W, r0, r1, a, 1, add);
 }
 
 static void rows_f16(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
 {
-    const int n = W->cols, n16 = n & ~15, n8 = n & ~7;
-    const float *x = a->x;
-    /* the activations' tail, zero-padded to 8 (the same for every row) */
-    float xt[8] = {0};
-    memcpy(xt, x + n8, (size_t)(n - n8) * sizeof(float));
-    for (int r = r0; r < r1; r++) {
-        const uint16_t *w = (const uint16_t *)W->q + (size_t)r * n;
-        float32x4_t a0 = vdupq_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
-        int j = 0;
-        for (; j < n16; j += 16) {
-            fma_f16x8(&a0, &a1, vld1q_u16(w + j), x + j);
-            fma_f16x8(&a2, &a3, vld1q_u16(w + j + 8), x + j + 8);
-        }
-        if (j < n8) /* one group of eight */
-            fma_f16x8(&a0, &a1, vld1q_u16(w + j), x + j);
-        if (n8 < n) { /* up to seven elements: zero weights pad them */
-            uint16_t wt[8] = {0};
-            memcpy(wt, w + n8, (size_t)(n - n8) * sizeof(uint16_t));
-            fma_f16x8(&a2, &a3, vld1q_u16(wt), xt);
-        }
-        float v = vaddvq_f32(vaddq_f32(vaddq_f32(a0, a1), vaddq_f32(a2, a3)));
-        y[r - r0] = add ? y[r - r0] + v : v;
-    }
+    mi_neon_tile_f16(y, 0, W, r0, r1, a, 1, add);
 }
 
 /* ------------------------------------------------------- activations */

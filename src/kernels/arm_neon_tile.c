@@ -58,9 +58,9 @@ MI_INLINE void f32_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, c
     }
 }
 
-/* fp16: eight weights widened once (f16x8), then each row's FMAs as
- * fma_f16x8 makes them in rows_f16; the last few elements through the same
- * zero-padded copies. */
+/* fp16: eight weights widened once (f16x8), then each row's FMAs; the last
+ * few elements through zero-padded copies. (The row kernels rows_f32 and
+ * rows_f16 are these tiles at one row.) */
 MI_INLINE void f16_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, const mi_act *a, int add, const int n)
 {
     const int cols = W->cols, n16 = cols & ~15, n8 = cols & ~7;

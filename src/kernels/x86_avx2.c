@@ -2,7 +2,8 @@
  * and later. Compiled with those flags for this file only and chosen at run
  * time (see family.h).
  *
- * fp32/fp16: one row at a time with four accumulators (four-cycle FMA
+ * fp32/fp16 (the tile kernels of x86_avx2_tile.c at one activation row):
+ * one weight row at a time with four accumulators (four-cycle FMA
  * latency, two FMA pipes). Reading several rows at once, or a row in column
  * chunks, was measured much slower: the decode loop is bound by streaming the
  * weights, and one forward stream keeps the hardware prefetchers effective.
@@ -55,55 +56,12 @@ static int available(void)
 
 static void rows_f32(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
 {
-    const int n = W->cols, n32 = n & ~31, n8 = n & ~7;
-    const __m256i tail = lane_mask(n - n8);
-    const float *x = a->x;
-    for (int r = r0; r < r1; r++) {
-        const float *w = (const float *)W->q + (size_t)r * n;
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-        __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-        for (int j = 0; j < n32; j += 32) {
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + j), _mm256_loadu_ps(x + j), a0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(w + j + 8), _mm256_loadu_ps(x + j + 8), a1);
-            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + j + 16), _mm256_loadu_ps(x + j + 16), a2);
-            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + j + 24), _mm256_loadu_ps(x + j + 24), a3);
-        }
-        for (int j = n32; j < n8; j += 8)
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + j), _mm256_loadu_ps(x + j), a0);
-        if (n8 < n)
-            a1 = _mm256_fmadd_ps(_mm256_maskload_ps(w + n8, tail), _mm256_maskload_ps(x + n8, tail), a1);
-        float v = hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-        y[r - r0] = add ? y[r - r0] + v : v;
-    }
+    mi_avx2_tile_f32(y, 0, W, r0, r1, a, 1, add);
 }
 
 static void rows_f16(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
 {
-    const int n = W->cols, n32 = n & ~31, n8 = n & ~7;
-    const __m256i tail = lane_mask(n - n8);
-    const float *x = a->x;
-    for (int r = r0; r < r1; r++) {
-        const uint16_t *w = (const uint16_t *)W->q + (size_t)r * n;
-        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-        __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-        for (int j = 0; j < n32; j += 32) {
-            a0 = _mm256_fmadd_ps(load_f16x8(w + j), _mm256_loadu_ps(x + j), a0);
-            a1 = _mm256_fmadd_ps(load_f16x8(w + j + 8), _mm256_loadu_ps(x + j + 8), a1);
-            a2 = _mm256_fmadd_ps(load_f16x8(w + j + 16), _mm256_loadu_ps(x + j + 16), a2);
-            a3 = _mm256_fmadd_ps(load_f16x8(w + j + 24), _mm256_loadu_ps(x + j + 24), a3);
-        }
-        for (int j = n32; j < n8; j += 8)
-            a0 = _mm256_fmadd_ps(load_f16x8(w + j), _mm256_loadu_ps(x + j), a0);
-        if (n8 < n) {
-            /* AVX2 has no 16-bit masked load: copy the last halves into a
-             * zeroed buffer (zeros times masked-off x add nothing) */
-            uint16_t h[8] = {0};
-            memcpy(h, w + n8, (size_t)(n - n8) * sizeof *h);
-            a1 = _mm256_fmadd_ps(load_f16x8(h), _mm256_maskload_ps(x + n8, tail), a1);
-        }
-        float v = hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-        y[r - r0] = add ? y[r - r0] + v : v;
-    }
+    mi_avx2_tile_f16(y, 0, W, r0, r1, a, 1, add);
 }
 
 /* ------------------------------------------------------- activations */

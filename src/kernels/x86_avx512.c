@@ -2,7 +2,8 @@
  * Lake and later, AMD Zen 4 and later. Compiled with those flags for this
  * file only and chosen at run time (see family.h).
  *
- * fp32/fp16: one row at a time with two accumulators. Reading several rows
+ * fp32/fp16 (the tile kernels of x86_avx512_tile.c at one activation row):
+ * one weight row at a time with two accumulators. Reading several rows
  * at once to share loads of x was measured 2.5x slower on short rows (the
  * 32000 x 288 classifier of stories15M): the decode loop is bound by streaming
  * the weights, and one stream per row keeps the prefetchers effective.
@@ -52,48 +53,12 @@ static int available(void)
 
 static void rows_f32(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
 {
-    const int n = W->cols, n32 = n & ~31, n16 = n & ~15;
-    const __mmask16 tail = (__mmask16)((1u << (n - n16)) - 1u);
-    const float *x = a->x;
-    for (int r = r0; r < r1; r++) {
-        const float *w = (const float *)W->q + (size_t)r * n;
-        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-        for (int j = 0; j < n32; j += 32) {
-            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + j), _mm512_loadu_ps(x + j), a0);
-            a1 = _mm512_fmadd_ps(_mm512_loadu_ps(w + j + 16), _mm512_loadu_ps(x + j + 16), a1);
-        }
-        if (n16 > n32)
-            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(w + n32), _mm512_loadu_ps(x + n32), a0);
-        if (tail)
-            a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, w + n16), _mm512_maskz_loadu_ps(tail, x + n16), a1);
-        float v = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-        y[r - r0] = add ? y[r - r0] + v : v;
-    }
+    mi_avx512_tile_f32(y, 0, W, r0, r1, a, 1, add);
 }
 
 static void rows_f16(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
 {
-    const int n = W->cols, n32 = n & ~31, n16 = n & ~15;
-    const __mmask16 tail = (__mmask16)((1u << (n - n16)) - 1u);
-    const float *x = a->x;
-    for (int r = r0; r < r1; r++) {
-        const uint16_t *w = (const uint16_t *)W->q + (size_t)r * n;
-        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-        for (int j = 0; j < n32; j += 32) {
-            a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + j))),
-                                 _mm512_loadu_ps(x + j), a0);
-            a1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + j + 16))),
-                                 _mm512_loadu_ps(x + j + 16), a1);
-        }
-        if (n16 > n32)
-            a0 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + n32))),
-                                 _mm512_loadu_ps(x + n32), a0);
-        if (tail)
-            a1 = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(tail, w + n16)),
-                                 _mm512_maskz_loadu_ps(tail, x + n16), a1);
-        float v = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
-        y[r - r0] = add ? y[r - r0] + v : v;
-    }
+    mi_avx512_tile_f16(y, 0, W, r0, r1, a, 1, add);
 }
 
 /* ------------------------------------------------------- activations */
