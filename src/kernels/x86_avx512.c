@@ -163,12 +163,7 @@ static void rows_q8_0(float *y, const mi_tensor *W, int r0, int r1, const mi_act
 {
     const int n = W->cols, nb = n / MI_QK;
     /* lanes 0-7 take block 2k's scale, lanes 8-15 block 2k+1's */
-    const __m512i idx[4] = {
-        _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
-        _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
-        _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
-        _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6),
-    };
+    const __m512i idx[4] = MI_Q8_SCALE_IDX;
     for (int r = r0; r < r1; r++) {
         const int8_t *w = (const int8_t *)W->q + (size_t)r * n;
         const uint16_t *dw = W->d + (size_t)r * nb;
@@ -201,10 +196,7 @@ static void rows_q4_0(float *y, const mi_tensor *W, int r0, int r1, const mi_act
 {
     const int n = W->cols, nb = n / MI_QK;
     /* lanes 4j..4j+3 take the scale of block j of the group */
-    const __m512i idx[2] = {
-        _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
-        _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4),
-    };
+    const __m512i idx[2] = MI_Q4_SCALE_IDX;
     for (int r = r0; r < r1; r++) {
         const uint8_t *w = (const uint8_t *)W->q + (size_t)r * (n / 2);
         const uint16_t *dw = W->d + (size_t)r * nb;

@@ -22,6 +22,25 @@ static inline float hsum256(__m256 v)
     return _mm_cvtss_f32(h);
 }
 
+/* Indices for _mm512_permutexvar_ps that spread the products' block scales
+ * (d_w * d_x of eight consecutive blocks, lanes 0-7) over the lanes of the
+ * int32 sums: q8_0's vectors hold two blocks, so in idx[k] lanes 0-7 take
+ * block k's scale and lanes 8-15 block k+1's (k even); q4_0's hold four, so in
+ * idx[k] lanes 4j..4j+3 take block 4k+j's. Initialisers, for
+ * `const __m512i idx[4] = MI_Q8_SCALE_IDX;` in a kernel. */
+#define MI_Q8_SCALE_IDX                                                                                       \
+    {                                                                                                         \
+        _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),                                     \
+        _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),                                     \
+        _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),                                     \
+        _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6),                                     \
+    }
+#define MI_Q4_SCALE_IDX                                                                                       \
+    {                                                                                                         \
+        _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),                                     \
+        _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4),                                     \
+    }
+
 /* q4_0: the low and high nibbles of 64 bytes of weights (four blocks) */
 static inline void q4_nibbles(const uint8_t *w, __m512i *lo, __m512i *hi)
 {

@@ -85,12 +85,7 @@ MI_DEFINE_TILE(mi_avx512_tile_f16, , F16_TILE, 8)
 INLINE void q8_0_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, const mi_act *a, int add, const int n)
 {
     const int cols = W->cols, nb = cols / MI_QK;
-    const __m512i idx[4] = {
-        _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
-        _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
-        _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
-        _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6),
-    };
+    const __m512i idx[4] = MI_Q8_SCALE_IDX;
     for (int r = r0; r < r1; r++) {
         const int8_t *w = (const int8_t *)W->q + (size_t)r * cols;
         const uint16_t *dw = W->d + (size_t)r * nb;
@@ -133,10 +128,7 @@ MI_DEFINE_TILE(mi_avx512_tile_q8_0, , q8_0_tile, 8)
 INLINE void q4_0_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, const mi_act *a, int add, const int n)
 {
     const int cols = W->cols, nb = cols / MI_QK;
-    const __m512i idx[2] = {
-        _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0),
-        _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4),
-    };
+    const __m512i idx[2] = MI_Q4_SCALE_IDX;
     for (int r = r0; r < r1; r++) {
         const uint8_t *w = (const uint8_t *)W->q + (size_t)r * (cols / 2);
         const uint16_t *dw = W->d + (size_t)r * nb;
