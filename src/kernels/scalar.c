@@ -134,10 +134,40 @@ static void rows_q4_0(float *y, const mi_tensor *W, int r0, int r1, const mi_act
     }
 }
 
-/* q4_K and q5_K: per super-block d * sum_j dx_j * sc_j * (integer dot of
+/* One super-block k of a k-quant row, unpacked (mi_kquant_unpack), against
+ * activations a: q4_K and q5_K d * sum_j dx_j * sc_j * (integer dot of
  * sub-block j) - dmin * sum_j m_j * s_j, the sub-blocks of 32 lying on the
- * activation blocks. */
-static void rows_q45_K(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
+ * activation blocks; q6_K d * sum_b dx_b * (sc of its first 16 * their
+ * integer dot + sc of its last 16 * theirs), levels already offset by -32.
+ * The row and tile kernels both add this, so their bits agree. */
+static inline float kq_superblock(mi_dtype dt, const int8_t *q, const int *sc, const int *m, float d, float dmin,
+                                  const mi_act *a, int k)
+{
+    float acc = 0.0f;
+    if (dt == MI_Q6_K) {
+        for (int j = 0; j < 8; j++) {
+            int b = k * 8 + j, lo = 0, hi = 0;
+            const int8_t *xq = a->q + b * MI_QK, *wq = q + j * MI_QK;
+            for (int i = 0; i < 16; i++) {
+                lo += wq[i] * xq[i];
+                hi += wq[i + 16] * xq[i + 16];
+            }
+            acc += (float)(sc[2 * j] * lo + sc[2 * j + 1] * hi) * a->d[b];
+        }
+        return d * acc;
+    }
+    float mins = 0.0f;
+    for (int j = 0; j < 8; j++) {
+        int b = k * 8 + j, sum = 0;
+        for (int i = 0; i < MI_QK; i++)
+            sum += q[j * MI_QK + i] * a->q[b * MI_QK + i];
+        acc += (float)(sc[j] * sum) * a->d[b];
+        mins += (float)m[j] * a->s[b];
+    }
+    return d * acc - dmin * mins;
+}
+
+static void rows_kq(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
 {
     int ns = W->cols / MI_QK_K;
     size_t bb = mi_dtype_q_row_bytes(W->dtype, MI_QK_K);
@@ -149,45 +179,7 @@ static void rows_q45_K(float *y, const mi_tensor *W, int r0, int r1, const mi_ac
         float v = 0.0f;
         for (int k = 0; k < ns; k++) {
             mi_kquant_unpack(W->dtype, w + k * bb, q, sc, m, &d, &dmin);
-            float acc = 0.0f, mins = 0.0f;
-            for (int j = 0; j < 8; j++) {
-                int b = k * 8 + j, sum = 0;
-                for (int i = 0; i < MI_QK; i++)
-                    sum += q[j * MI_QK + i] * a->q[b * MI_QK + i];
-                acc += (float)(sc[j] * sum) * a->d[b];
-                mins += (float)m[j] * a->s[b];
-            }
-            v += d * acc - dmin * mins;
-        }
-        y[r - r0] = add ? y[r - r0] + v : v;
-    }
-}
-
-/* q6_K: per super-block d * sum_b dx_b * (sc of its first 16 * their
- * integer dot + sc of its last 16 * theirs), levels already offset by -32. */
-static void rows_q6_K(float *y, const mi_tensor *W, int r0, int r1, const mi_act *a, int add)
-{
-    int ns = W->cols / MI_QK_K;
-    size_t bb = mi_dtype_q_row_bytes(MI_Q6_K, MI_QK_K);
-    int8_t q[MI_QK_K];
-    int sc[16], m[16];
-    float d, dmin;
-    for (int r = r0; r < r1; r++) {
-        const uint8_t *w = (const uint8_t *)W->q + (size_t)r * ns * bb;
-        float v = 0.0f;
-        for (int k = 0; k < ns; k++) {
-            mi_kquant_unpack(MI_Q6_K, w + k * bb, q, sc, m, &d, &dmin);
-            float acc = 0.0f;
-            for (int j = 0; j < 8; j++) {
-                int b = k * 8 + j, lo = 0, hi = 0;
-                const int8_t *xq = a->q + b * MI_QK, *wq = q + j * MI_QK;
-                for (int i = 0; i < 16; i++) {
-                    lo += wq[i] * xq[i];
-                    hi += wq[i + 16] * xq[i + 16];
-                }
-                acc += (float)(sc[2 * j] * lo + sc[2 * j + 1] * hi) * a->d[b];
-            }
-            v += d * acc;
+            v += kq_superblock(W->dtype, q, sc, m, d, dmin, a, k);
         }
         y[r - r0] = add ? y[r - r0] + v : v;
     }
@@ -330,32 +322,8 @@ static void tile_kq(float *y, int ldy, const mi_tensor *W, int r0, int r1, const
             float v[NT] = {0};
             for (int k = 0; k < ns; k++) {
                 mi_kquant_unpack(W->dtype, w + k * bb, q, sc, m, &d, &dmin);
-                for (int t = 0; t < mt; t++) {
-                    const mi_act *at = &a[t0 + t];
-                    if (W->dtype == MI_Q6_K) {
-                        float acc = 0.0f;
-                        for (int j = 0; j < 8; j++) {
-                            int b = k * 8 + j, lo = 0, hi = 0;
-                            const int8_t *xq = at->q + b * MI_QK, *wq = q + j * MI_QK;
-                            for (int i = 0; i < 16; i++) {
-                                lo += wq[i] * xq[i];
-                                hi += wq[i + 16] * xq[i + 16];
-                            }
-                            acc += (float)(sc[2 * j] * lo + sc[2 * j + 1] * hi) * at->d[b];
-                        }
-                        v[t] += d * acc;
-                    } else {
-                        float acc = 0.0f, mins = 0.0f;
-                        for (int j = 0; j < 8; j++) {
-                            int b = k * 8 + j, sum = 0;
-                            for (int i = 0; i < MI_QK; i++)
-                                sum += q[j * MI_QK + i] * at->q[b * MI_QK + i];
-                            acc += (float)(sc[j] * sum) * at->d[b];
-                            mins += (float)m[j] * at->s[b];
-                        }
-                        v[t] += d * acc - dmin * mins;
-                    }
-                }
+                for (int t = 0; t < mt; t++)
+                    v[t] += kq_superblock(W->dtype, q, sc, m, d, dmin, &a[t0 + t], k);
             }
             for (int t = 0; t < mt; t++) {
                 float *o = y + (size_t)(t0 + t) * ldy + (r - r0);
@@ -374,6 +342,6 @@ const mi_kernel_family mi_kernels_scalar = {
     "scalar",
     always,
     {NULL, NULL, prep_q, prep_q, prep_qk, prep_qk, prep_qk},
-    {rows_f32, rows_f16, rows_q8_0, rows_q4_0, rows_q45_K, rows_q45_K, rows_q6_K},
+    {rows_f32, rows_f16, rows_q8_0, rows_q4_0, rows_kq, rows_kq, rows_kq},
     {tile_f32, tile_f16, tile_q8_0, tile_q4_0, tile_kq, tile_kq, tile_kq},
 };
