@@ -144,9 +144,9 @@ static void on_done(void *ctx, const char *stop, int n_prompt, int n_gen, double
     r->next = NULL;
     s->n_running--;
     if (r->state == SRV_DONE) { /* answered by the launcher watch */
+        list_add(&s->finished, r);
         pthread_mutex_unlock(&s->mu);
         srv_buf_free(&out);
-        list_add(&s->finished, r);
         return;
     }
     r->n_prompt = n_prompt, r->n_gen = n_gen;
@@ -178,9 +178,9 @@ static void on_done(void *ctx, const char *stop, int n_prompt, int n_gen, double
     }
     r->state = SRV_DONE;
     r->news = 1;
+    list_add(&s->finished, r); /* under s->mu: the launcher watch delivers it if no wake() comes */
     pthread_mutex_unlock(&s->mu);
     srv_buf_free(&out);
-    list_add(&s->finished, r);
 }
 
 /* Ready requests into the batch, first come first served, while slots are free. */
@@ -260,7 +260,7 @@ static void collect(srv_req *x, srv_req_list *go)
 
 static void wake(srv *s)
 {
-    srv_req_list go = {0};
+    srv_req_list go = {0}, done;
     pthread_mutex_lock(&s->mu);
     for (srv_req *r = s->q_head; r; r = r->next)
         collect(r, &go);
@@ -268,12 +268,14 @@ static void wake(srv *s)
         collect(r, &go);
     for (int i = 0; i < s->finished.n; i++)
         collect(s->finished.r[i], &go);
+    done = s->finished; /* taken under s->mu: the launcher watch reads the list */
+    s->finished = (srv_req_list){0};
     pthread_mutex_unlock(&s->mu);
     for (int i = 0; i < go.n; i++)
         srv_http_resume(go.r[i]->conn);
-    for (int i = 0; i < s->finished.n; i++)
-        srv_req_release(s->finished.r[i]);
-    s->finished.n = 0;
+    for (int i = 0; i < done.n; i++)
+        srv_req_release(done.r[i]);
+    free(done.r);
     free(go.r);
 }
 
@@ -326,12 +328,22 @@ static void *ending_watch(void *arg)
             r->refs++;
             list_add(&go, r);
         }
+    /* finished in the pass that then blocked: answered, but no wake() came to send it */
+    int n_done = 0;
+    for (int i = 0; i < s->finished.n; i++) {
+        srv_req *r = s->finished.r[i];
+        if (r->suspended && r->news) {
+            n_done++;
+            r->refs++;
+            list_add(&go, r);
+        }
+    }
     srv_req_list wake_now = {0};
     for (int i = 0; i < go.n; i++)
         collect(go.r[i], &wake_now);
     pthread_mutex_unlock(&s->mu);
     fprintf(stderr, "serve: error: the launcher is ending the job (a rank exited, or mpirun was signalled): "
-            "%d running and %d queued requests answered 503\n", n_run, n_queued);
+            "%d running and %d queued requests answered 503, %d finished ones sent\n", n_run, n_queued, n_done);
     for (int i = 0; i < wake_now.n; i++)
         srv_http_resume(wake_now.r[i]->conn);
     /* until libmicrohttpd is done with each (its answer written, or the client gone) */
@@ -364,8 +376,11 @@ static void prepare_new(srv *s)
         if (!r)
             return;
         prepare(s, r); /* only this thread takes requests off the queue: r stays */
-        if (r->failed)
+        if (r->failed) {
+            pthread_mutex_lock(&s->mu);
             list_add(&s->finished, r);
+            pthread_mutex_unlock(&s->mu);
+        }
     }
 }
 

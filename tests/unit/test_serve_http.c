@@ -16,8 +16,9 @@
  *     are refused, srv_run returns; past --drain-timeout a request is 503;
  *   - the launcher ending the job (in a child process, as it _exits): a
  *     running stream gets its tokens so far and an error event, a running
- *     and a queued request 503 "cluster_lost", the process exits 1 at once
- *     although a pass is still under way.
+ *     and a queued request 503 "cluster_lost", one that finished in the
+ *     pass that then hung its whole answer, the process exits 1 at once
+ *     although that pass never returns.
  * Exit status: 0 when every test passed, 1 otherwise. */
 #define _GNU_SOURCE
 #include <CUnit/Basic.h>
@@ -55,6 +56,7 @@ static struct {
     int max_batch, step_us;
     fseq s[FAKE_MAX];
     int active, ended_early; /* running; ended by on_token's stop or a cancel (read with LOAD by the test's thread) */
+    int block_after_done;    /* a step that ended a sequence then hangs: a pass waiting on a rank that is gone */
 } F;
 
 static int *f_encode(void *ctx, const srv_params *p, int *n, srv_error *e)
@@ -103,12 +105,14 @@ static int f_step(void *ctx)
 {
     (void)ctx;
     usleep((useconds_t)LOAD(F.step_us));
+    int ended = 0;
     for (int i = 0; i < F.max_batch; i++) {
         if (!F.s[i].used)
             continue;
         if (F.s[i].cancel) {
             STORE(F.ended_early, F.ended_early + 1);
             done(i, "cancelled");
+            ended = 1;
             continue;
         }
         int tok = F.s[i].n % N_PIECES;
@@ -116,10 +120,14 @@ static int f_step(void *ctx)
         if (F.s[i].hk.on_token(F.s[i].hk.ctx, tok)) {
             STORE(F.ended_early, F.ended_early + 1);
             done(i, "stop");
+            ended = 1;
         } else if (F.s[i].n >= F.s[i].steps) {
             done(i, "length");
+            ended = 1;
         }
     }
+    if (ended && LOAD(F.block_after_done))
+        sleep(30);
     return LOAD(F.active);
 }
 
@@ -513,9 +521,10 @@ static void test_launcher_ending(void)
     CU_ASSERT_FATAL(pipe(to_child) == 0 && pipe(to_parent) == 0);
     pid_t pid = fork();
     CU_ASSERT_FATAL(pid >= 0);
-    if (pid == 0) { /* the server, one slot, each pass 150 ms; told to end by the parent */
-        start(1, 4, 5);
+    if (pid == 0) { /* the server: two slots, each pass 150 ms, and the pass that ends a sequence never returns */
+        start(2, 4, 5);
         STORE(F.step_us, 150000);
+        STORE(F.block_after_done, 1);
         int port = LOAD(S.port);
         char c;
         if (write(to_parent[1], &port, sizeof port) != sizeof port || read(to_child[0], &c, 1) != 1)
@@ -527,18 +536,24 @@ static void test_launcher_ending(void)
     int port = 0;
     CU_ASSERT_FATAL(read(to_parent[0], &port, sizeof port) == sizeof port && port > 0);
     STORE(S.port, port);
-    int fs = dial(), fw = dial();
+    int fs = dial(), fd = dial(), fw = dial();
     send_req(fs, "POST", "/v1/completions", "{\"prompt\": \"p\", \"max_tokens\": 900, \"stream\": true}", NULL);
+    send_req(fd, "POST", "/v1/completions", "{\"prompt\": \"p\", \"max_tokens\": 2}", NULL);
     usleep(100000);
     send_req(fw, "POST", "/v1/completions", "{\"prompt\": \"p\", \"max_tokens\": 900}", NULL);
-    usleep(500000); /* the stream has a few tokens; the second waits for the slot */
+    /* the stream has its first token; the short one finished in the pass that then hung, its
+     * answer not yet sent; the third waits for a slot */
+    usleep(600000);
     double t0 = mi_now();
     CU_ASSERT(write(to_child[1], "x", 1) == 1);
-    srv_buf a = {0}, b = {0};
+    srv_buf a = {0}, b = {0}, d = {0};
     CU_ASSERT_EQUAL(read_resp(fs, &a), 200);
     CU_ASSERT_PTR_NOT_NULL(strstr(a.p, "\"text\": \"Hello\""));
     CU_ASSERT_PTR_NOT_NULL(strstr(a.p, "\"code\": \"cluster_lost\""));
     CU_ASSERT_PTR_NOT_NULL(strstr(a.p, "data: [DONE]"));
+    CU_ASSERT_EQUAL(read_resp(fd, &d), 200); /* finished: sent whole, not lost */
+    CU_ASSERT_PTR_NOT_NULL(strstr(d.p, "\"text\": \"Hello,\""));
+    CU_ASSERT_PTR_NOT_NULL(strstr(d.p, "\"finish_reason\": \"length\""));
     CU_ASSERT_EQUAL(read_resp(fw, &b), 503);
     CU_ASSERT_PTR_NOT_NULL(strstr(b.p, "cluster_lost"));
     int st = 0;
@@ -547,6 +562,7 @@ static void test_launcher_ending(void)
     CU_ASSERT(mi_now() - t0 < 1.5);
     srv_buf_free(&a);
     srv_buf_free(&b);
+    srv_buf_free(&d);
 }
 
 int main(void)
