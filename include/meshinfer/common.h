@@ -50,6 +50,12 @@ uint64_t mi_parse_u64(const char *opt, const char *s);
  * Returns 0, or -1 with one line in err. */
 int mi_check_input_file(const char *path, const char *what, char *err);
 
+/* Up to n leading bytes of the regular file at path into buf; returns how
+ * many were read, 0 for anything else (missing, unreadable, a directory, and
+ * a FIFO or device, which it never opens: a format sniffed before the input
+ * checks must not block on a FIFO that has no writer). */
+size_t mi_read_head(const char *path, void *buf, size_t n);
+
 /* Read a whole text file (what names its role: "cluster file", "plan file",
  * "text file") into a NUL-terminated malloc'ed buffer; *len gets its length.
  * Returns NULL with one line in err when it is not a readable regular file,

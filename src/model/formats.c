@@ -50,12 +50,7 @@ int mi_foreign_format(const char *path, char *err)
             what = "a Hugging Face model folder (config.json, safetensors)";
     } else {
         unsigned char b[16] = {0};
-        size_t n = 0;
-        FILE *f = fopen(path, "rb");
-        if (f) {
-            n = fread(b, 1, sizeof b, f);
-            fclose(f);
-        }
+        size_t n = mi_read_head(path, b, sizeof b);
         if (n >= 4 && !memcmp(b, "GGUF", 4))
             what = "a GGUF file";
         else if (safetensors_head(b, n))

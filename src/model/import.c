@@ -34,10 +34,7 @@ int mi_import_kind(const char *path)
         return stat(p, &st) == 0 ? MI_IMPORT_HF : MI_IMPORT_NONE;
     }
     unsigned char b[4] = {0};
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(b, 1, 4, f) : 0;
-    if (f)
-        fclose(f);
+    size_t n = mi_read_head(path, b, sizeof b);
     if (n == 4 && !memcmp(b, "GGUF", 4))
         return MI_IMPORT_GGUF;
     if (ends_with(path, ".safetensors"))
@@ -600,6 +597,10 @@ int mi_import(const char *src, const char *out, const mi_import_options *o, char
     x.o = o;
     x.src = src;
     int kind = mi_import_kind(src), rc;
+    struct stat st;
+    if (kind == MI_IMPORT_NONE && stat(src, &st) == 0 && !S_ISDIR(st.st_mode) &&
+        mi_check_input_file(src, "input", err))
+        return -1; /* a FIFO or device: said as such */
     if (kind == MI_IMPORT_NONE)
         return mi_set_error(err, "%s: neither a GGUF file nor a Hugging Face folder (config.json with safetensors)",
                             src);

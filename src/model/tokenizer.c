@@ -271,11 +271,7 @@ static float get_f32(const unsigned char *p)
 static int other_format(const char *path, char *err)
 {
     unsigned char sig[8] = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return 0; /* read_file names the failure */
-    size_t n = fread(sig, 1, sizeof sig, f);
-    fclose(f);
+    size_t n = mi_read_head(path, sig, sizeof sig); /* 0: read_file names the failure */
     if (n == sizeof sig && !memcmp(sig, "\x89HDF\r\n\x1a\n", sizeof sig))
         return mi_set_error(err, "tokenizer '%s' is an HDF5 file (a meshinfer model?), not a llama2.c tokenizer.bin: "
                                  "a model carries its own tokenizer: give the model itself (-m/--model)", path);

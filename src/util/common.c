@@ -3,6 +3,7 @@
 #include "meshinfer/common.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <math.h>
 #include <stdarg.h>
@@ -96,6 +97,30 @@ int mi_check_input_file(const char *path, const char *what, char *err)
     if (access(path, R_OK) != 0)
         return mi_set_error(err, "%s: cannot read %s (%s)", path, what, strerror(errno));
     return 0;
+}
+
+size_t mi_read_head(const char *path, void *buf, size_t n)
+{
+    struct stat st;
+    if (!path || stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return 0;
+    /* O_NONBLOCK: were it swapped for a FIFO since the stat, open returns at once */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    size_t got = 0;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode))
+        while (got < n) {
+            ssize_t k = read(fd, (char *)buf + got, n - got);
+            if (k <= 0) {
+                if (k < 0 && errno == EINTR)
+                    continue;
+                break;
+            }
+            got += (size_t)k;
+        }
+    close(fd);
+    return got;
 }
 
 static uint64_t hash_step(uint64_t h, uint64_t w)
@@ -346,12 +371,11 @@ static double slowdown_now(void)
         double t = mi_now();
         if (t >= next_read) {
             next_read = t + 0.05;
-            FILE *f = fopen(path, "r");
-            double s;
-            if (f && fscanf(f, "%lf", &s) == 1 && s >= 1 && s <= 1000)
+            char b[64] = "", *end;
+            mi_read_head(path, b, sizeof b - 1); /* never blocks on a FIFO */
+            double s = strtod(b, &end);
+            if (end != b && s >= 1 && s <= 1000)
                 g_slowdown = s;
-            if (f)
-                fclose(f);
         }
     }
     return mi_slowdown();

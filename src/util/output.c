@@ -48,11 +48,7 @@ static int create_new(const char *name)
 static int is_hdf5(const char *path)
 {
     unsigned char sig[8] = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return 0;
-    size_t n = fread(sig, 1, sizeof sig, f);
-    fclose(f);
+    size_t n = mi_read_head(path, sig, sizeof sig);
     return n == sizeof sig && !memcmp(sig, "\x89HDF\r\n\x1a\n", sizeof sig);
 }
 

@@ -47,6 +47,14 @@ expect_error "model file missing"       "no-such.h5.*cannot open" "$bin" generat
 out=$("$bin" check -m "$model" 2>&1); rc=$?
 [[ $rc == 0 && "$out" == "check: $model: ok: stories15M, 6 layers"*"all finite; tokenizer of 32000 pieces"* ]] &&
     { echo "ok: check passes the real model"; pass=$((pass+1)); } || { echo "FAIL: check on the real model: $rc $out"; fail=$((fail+1)); }
+# a FIFO with no writer: refused before any open (a sniffed format once blocked on it for good)
+mkfifo "$tmp/fifo"
+for args in "generate -m $tmp/fifo -n 2" "info -m $tmp/fifo" "quantize -m $tmp/fifo --dtype q8_0 --out $tmp/q.h5" \
+            "tokenize --tokenizer-bin $tmp/fifo -p hi" "convert --input $tmp/fifo --out $tmp/c.h5" \
+            "convert --checkpoint $ckpt --tokenizer $tmp/fifo --out $tmp/c.h5"; do
+    # shellcheck disable=SC2086
+    expect_error "a FIFO: ${args%% *} ${args#* }" "fifo.*not a regular file" timeout 20 "$bin" $args
+done
 expect_error "check: random bytes"       "not an HDF5 file"       "$bin" check -m "$tmp/random.h5"
 expect_error "check: truncated"          "truncated or corrupt"   "$bin" check -m "$tmp/half.h5"
 expect_error "check: no --model"         "check: --model is required" "$bin" check
