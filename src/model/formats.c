@@ -46,6 +46,11 @@ int mi_foreign_format(const char *path, char *err)
     const char *what = NULL;
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        char cfg[4200];
+        snprintf(cfg, sizeof cfg, "%s/config.json", path);
+        if (hf_folder(path) && stat(cfg, &st) != 0)
+            return mi_set_error(err, "%s is a folder of safetensors without its config.json: a Hugging Face model "
+                                     "folder needs config.json (and tokenizer.json) to be converted", path), 1;
         if (hf_folder(path))
             what = "a Hugging Face model folder (config.json, safetensors)";
     } else {
