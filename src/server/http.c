@@ -342,6 +342,21 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         if (s->conns)
             s->conns->prev = sc;
         s->conns = sc;
+        if (++s->n_conns > s->conn_limit) {
+            /* full: close the oldest connection that has no request under way (idle sockets held
+             * open must not stall everyone behind them in the listen queue), or else this one */
+            srv_conn *last = sc, *victim = sc;
+            while (last->next)
+                last = last->next;
+            for (srv_conn *o = last; o != sc; o = o->prev)
+                if (!o->busy && o->fd >= 0 && o->t0 < sc->t0 + 1e8) {
+                    victim = o;
+                    break;
+                }
+            if (victim->fd >= 0)
+                shutdown(victim->fd, SHUT_RDWR);
+            victim->t0 = sc->t0 + 1e9; /* closing: neither chosen again nor counted by the watchdog */
+        }
         pthread_mutex_unlock(&s->cmu);
         *socket_context = sc;
     } else if (*socket_context) { /* closed: before libmicrohttpd closes the socket */
@@ -353,6 +368,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
             s->conns = sc->next;
         if (sc->next)
             sc->next->prev = sc->prev;
+        s->n_conns--;
         pthread_mutex_unlock(&s->cmu);
         free(sc);
         *socket_context = NULL;
@@ -384,7 +400,10 @@ int srv_http_start(srv *s, char *err)
     unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    unsigned limit = (unsigned)(2 * (s->o.max_queue + s->o.max_batch) + 64);
+    /* past conn_limit on_connection closes the oldest idle connection; libmicrohttpd's own limit
+     * (beyond which it stops accepting) leaves room for those still closing */
+    s->conn_limit = 2 * (s->o.max_queue + s->o.max_batch) + 64;
+    unsigned limit = (unsigned)s->conn_limit + 64;
     errno = 0;
     s->d = MHD_start_daemon(flags, (uint16_t)s->o.port, NULL, NULL, on_request, s,
                             MHD_OPTION_SOCK_ADDR, ai->ai_addr,

@@ -250,7 +250,8 @@ struct srv {
     int port;
     srv_metrics m;
     pthread_mutex_t cmu;      /* the watchdog's list */
-    srv_conn *conns;
+    srv_conn *conns;          /* newest first */
+    int n_conns, conn_limit;  /* open; past the limit the oldest idle one is closed */
     uint64_t id_seq;
     int watch_quit;           /* srv_run is returning: the launcher watch ends */
     void (*exit_fn)(int);     /* how the launcher watch ends the process: _exit (tests: their own) */

@@ -8,7 +8,8 @@
  *   - 401 without the key (not on /health), 404, 405, 400, 413 from the
  *     announced size without the body read, 408 for a body sent a byte at a
  *     time, a connection closed for headers that never end; the server
- *     answers after each;
+ *     answers after each; idle sockets past the connection limit make
+ *     room (the oldest closed) instead of stalling a new client;
  *   - concurrent streams each get the text they get alone; a full queue is
  *     503; a client that leaves mid-stream or while waiting gets its
  *     sequence stopped and its slot back;
@@ -565,6 +566,26 @@ static void test_launcher_ending(void)
     srv_buf_free(&d);
 }
 
+/* Idle sockets past the connection limit (here 2 (4 + 2) + 64 = 76) do not stall a client: the
+ * oldest idle ones are closed as new ones arrive, well before the 1 s idle timeout would. */
+static void test_idle_flood(void)
+{
+    enum { N = 100 };
+    int fd[N];
+    for (int i = 0; i < N; i++)
+        fd[i] = dial();
+    srv_buf b = {0};
+    double t0 = mi_now();
+    CU_ASSERT_EQUAL(http("GET", "/health", NULL, NULL, &b), 200);
+    CU_ASSERT(mi_now() - t0 < 0.5);
+    char c;
+    CU_ASSERT(fd[0] >= 0 && recv(fd[0], &c, 1, 0) <= 0); /* the oldest: closed */
+    for (int i = 0; i < N; i++)
+        if (fd[i] >= 0)
+            close(fd[i]);
+    srv_buf_free(&b);
+}
+
 int main(void)
 {
     if (CU_initialize_registry() != CUE_SUCCESS)
@@ -574,6 +595,7 @@ int main(void)
     CU_add_test(s, "routes, keys and errors", test_routes);
     CU_add_test(s, "completions whole and streamed", test_completion);
     CU_add_test(s, "413, 408 and slow headers", test_limits);
+    CU_add_test(s, "idle connections past the limit", test_idle_flood);
     CU_add_test(s, "concurrency, queue and cancellation", test_concurrency);
     CU_add_test(s, "drain", test_drain);
     CU_add_test(s, "the launcher ending the job", test_launcher_ending);
