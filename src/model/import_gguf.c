@@ -58,6 +58,8 @@ static int key_int(const mi_gguf *g, const char *arch, const char *key, int def,
             return mi_set_error(err, "%s: metadata key %s is missing", path, k);
         x = def;
     }
+    if (x < 0) /* every such key is a size or a count */
+        return mi_set_error(err, "%s: metadata key %s = %d: a size cannot be negative", path, k, (int)x);
     *v = x;
     return 0;
 }
@@ -113,6 +115,10 @@ static int gguf_config(im_ctx *x, const mi_gguf *g, const char *arch, int family
         key_int(g, arch, "attention.head_count_kv", c->n_heads, &c->n_kv_heads, p, err) ||
         key_int(g, arch, "context_length", 2048, &ctx, p, err))
         return -1;
+    const char *zero = !c->dim ? "embedding_length" : !c->n_layers ? "block_count" : !c->n_heads ? "attention.head_count"
+                     : !c->n_kv_heads ? "attention.head_count_kv" : !ctx ? "context_length" : NULL;
+    if (zero)
+        return mi_set_error(err, "%s: metadata key %s.%s = 0", p, arch, zero);
     mi_config_set_family(c, family);
     if (c->n_heads <= 0 || c->dim % c->n_heads)
         return mi_set_error(err, "%s: %s.attention.head_count = %d does not divide embedding_length = %d", p, arch,

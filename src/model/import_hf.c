@@ -196,6 +196,9 @@ static int hf_sizes(im_ctx *x, const cJSON *t, char *err)
         return -1;
     c->norm_eps = (float)eps;
     c->rope_theta = gpt2 ? 0.0f : (float)theta;
+    if (ctx <= 0)
+        return mi_set_error(err, "%s/config.json: %s = %d: a context length must be positive", p,
+                            gpt2 ? "n_positions" : "max_position_embeddings", ctx);
     c->seq_len = im_context(x->o, ctx);
     return 0;
 }

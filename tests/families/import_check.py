@@ -355,13 +355,21 @@ def check_bad(mi, fx, tmp):
     struct.pack_into("<I", b, k + 4, 1)
     open(g4, "wb").write(b)
     bad(mi, g4, out, ["blk.1.attn_norm.weight", "1 layers"], "a GGUF block_count below its layers")
+    # a context length of 0 (it once became 4096 without a word)
+    g6 = os.path.join(tmp, "ctx.gguf")
+    b = bytearray(open(os.path.join(fx, "gpt2", "model-f32.gguf"), "rb").read())
+    k = b.index(b"gpt2.context_length") + len(b"gpt2.context_length")
+    struct.pack_into("<I", b, k + 4, 0)
+    open(g6, "wb").write(b)
+    bad(mi, g6, out, ["gpt2.context_length = 0"], "a GGUF context_length of 0")
     # config.json edits: head counts that do not divide, a width that disagrees with the tensors, a layer
     # count below the layers the file holds, a count written as a string
     for key, value, words in (("num_attention_heads", 3, ["num_attention_heads", "3"]),
                               ("intermediate_size", 999, ["999"]), ("vocab_size", 1000, ["vocab_size"]),
                               ("num_hidden_layers", 1, ["layers.1.", "1 layers"]),
                               ("hidden_size", "64", ["hidden_size", "string"]),
-                              ("rope_theta", "10000", ["rope_theta", "string"])):
+                              ("rope_theta", "10000", ["rope_theta", "string"]),
+                              ("max_position_embeddings", 0, ["max_position_embeddings = 0", "positive"])):
         d = os.path.join(tmp, "hf-" + key)
         shutil.copytree(os.path.join(fx, "qwen2", "hf"), d)
         cfg = json.load(open(os.path.join(d, "config.json")))
