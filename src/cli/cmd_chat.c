@@ -27,8 +27,8 @@ static void help(void)
            "  --system TEXT       a system prompt\n"
            "  --steps N           longest reply in tokens (default 512)\n"
            "  --temperature T     0 (default) is greedy; --top-k K (default 40), --top-p P (default 0.9), --seed S\n"
-           "  --chat-template NAME  render with this kind instead of the file's: llama3, llama3.1, llama3.2,\n"
-           "                      qwen2.5, qwen2, qwen3, gemma3, zephyr, llama2, chatml\n"
+           "  --chat-template NAME  render with this kind instead of the file's: llama3, llama3-orig, llama3.1,\n"
+           "                      llama3.2, qwen2.5, qwen2, qwen3, gemma3, zephyr, llama2, chatml\n"
            "  --no-think          Qwen3: answer without a thinking block (enable_thinking=false)\n"
            "The distributed options are generate's (meshinfer generate --help): --planner, --cluster, ...\n");
 }

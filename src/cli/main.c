@@ -31,7 +31,7 @@ static const struct {
     {"convert", cmd_convert, "a GGUF file, a Hugging Face folder or a llama2.c checkpoint -> HDF5 model file", 0},
     {"logits", cmd_logits, "one device's logits for token ids, as JSON (to compare implementations)", 0},
     {"synth", cmd_synth, "write a seeded synthetic model of a real model's shape", 0},
-    {"quantize", cmd_quantize, "copy an fp32 model with weights in fp16, q8_0 or q4_0 (per layer too)", 0},
+    {"quantize", cmd_quantize, "copy an fp32 model with weights in fp16, q8_0, q4_0 or a k-quant (per layer too)", 0},
     {"info", cmd_info, "print a model file's config", 0},
     {"check", cmd_check, "validate a model file whole: config against tensors, tokenizer, every weight finite", 0},
     {"tokenize", cmd_tokenize, "print the token ids of a text", 0},
