@@ -14,6 +14,8 @@
 #ifndef MESHINFER_CHAT_H
 #define MESHINFER_CHAT_H
 
+#include <stddef.h>
+
 /* One message. role: "system", "user" or "assistant"; content: UTF-8. */
 typedef struct {
     const char *role;
@@ -75,6 +77,15 @@ const char *mi_chat_kind_name(int kind);
  * raise unless user and assistant alternate after an optional system message). */
 int mi_chat_render(int kind, const mi_chat_msg *msgs, int n, int add_generation_prompt,
                    const char *bos_text, char **out, char *err);
+
+/* mi_chat_render, and where the messages' own texts landed: *spans (malloc'ed,
+ * the caller frees it) holds *n_spans pairs [start, end) of byte offsets into
+ * *out, in order, each a piece of a message's content (the template's markers
+ * and role names are outside them). The tokenizer reads special tokens'
+ * texts inside them as plain text (mi_tokenizer_encode_guarded), so that a
+ * message cannot close its turn and open another. */
+int mi_chat_render_spans(int kind, const mi_chat_msg *msgs, int n, int add_generation_prompt,
+                         const char *bos_text, char **out, size_t **spans, int *n_spans, char *err);
 
 /* The texts of the tokens that end an assistant turn ("<|eot_id|>",
  * "<|im_end|>", "<end_of_turn>", "</s>", ...): a NULL-terminated list, first

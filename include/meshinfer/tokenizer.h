@@ -151,6 +151,13 @@ void mi_tokenizer_free(mi_tokenizer *t);
 int mi_tokenizer_encode(const mi_tokenizer *t, const char *text, int bos, int *out, char *err);
 /* The same with out holding cap ids. */
 int mi_tokenizer_encode_n(const mi_tokenizer *t, const char *text, int bos, int *out, int cap, char *err);
+/* The same, where no added or special token is matched in text's bytes
+ * [guard[2k], guard[2k+1]) for k < n_guard: their texts there ("<|im_end|>")
+ * are read as the text they are. For a chat prompt (mi_chat_render_spans):
+ * the template's markers become control tokens, the messages' texts never do.
+ * (llama2.c's tokenizer matches no special tokens in text: it ignores guard.) */
+int mi_tokenizer_encode_guarded(const mi_tokenizer *t, const char *text, int bos, int *out, int cap,
+                                const size_t *guard, int n_guard, char *err);
 
 /* Bytes of one token as it should be printed after token prev: control
  * tokens give none; byte-fallback ids their raw byte; "▁" a space;

@@ -41,14 +41,18 @@ int *session_encode_chat(mi_session *ss, const mi_chat_msg *msgs, int n_msgs, co
     const mi_tokenizer *t = &ss->tok;
     const char *bos = t->bos_id >= 0 && t->bos_id < t->vocab_size ? t->pieces[t->bos_id] : "";
     char *text = NULL;
-    if (mi_chat_render(kind, msgs, n_msgs, flags, bos, &text, err))
+    size_t *spans = NULL;
+    int n_spans = 0;
+    if (mi_chat_render_spans(kind, msgs, n_msgs, flags, bos, &text, &spans, &n_spans, err))
         return NULL;
     size_t cap = strlen(text) + 4;
     int *ids = mi_malloc(cap * sizeof(int), "chat tokens");
     /* the template writes BOS where the family wants it; the tokenizer adds
-     * one only where the template did not */
-    int k = mi_tokenizer_encode_n(t, text, 0, ids + 1, (int)cap - 1, err);
+     * one only where the template did not. The messages' own texts are read
+     * as text: a "<|im_end|>" typed in one cannot end its turn */
+    int k = mi_tokenizer_encode_guarded(t, text, 0, ids + 1, (int)cap - 1, spans, n_spans, err);
     free(text);
+    free(spans);
     if (k < 0) {
         free(ids);
         return NULL;

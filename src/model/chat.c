@@ -145,6 +145,8 @@ typedef struct {
     char *s;
     size_t len, cap;
     int failed;
+    size_t *spans; /* [start, end) byte pairs of the messages' own text (sb_text) */
+    int n_spans, cap_spans;
 } sbuf;
 
 static void sb_putn(sbuf *b, const char *s, size_t n)
@@ -171,6 +173,28 @@ static void sb_putn(sbuf *b, const char *s, size_t n)
 static void sb_put(sbuf *b, const char *s)
 {
     sb_putn(b, s, strlen(s));
+}
+
+/* A message's own text (not the template's): its span is recorded, so that
+ * the tokenizer reads a "<|im_end|>" in it as text, never as the token a
+ * client could forge a turn with. */
+static void sb_text(sbuf *b, const char *s, size_t n)
+{
+    if (b->failed || n == 0)
+        return;
+    if (b->n_spans == b->cap_spans) {
+        int cap = b->cap_spans ? 2 * b->cap_spans : 16;
+        size_t *p = realloc(b->spans, (size_t)cap * 2 * sizeof *p);
+        if (!p) {
+            b->failed = 1;
+            return;
+        }
+        b->spans = p, b->cap_spans = cap;
+    }
+    b->spans[2 * b->n_spans] = b->len;
+    sb_putn(b, s, n);
+    b->spans[2 * b->n_spans + 1] = b->len;
+    b->n_spans++;
 }
 
 /* A piece of a message's text. */
@@ -299,11 +323,11 @@ static void put_qwen3_assistant(sbuf *b, span c, int after_query, int is_last)
     if (after_query && (is_last || reasoning.n)) {
         reasoning = strip_nl(reasoning, 1, 1);
         sb_put(b, "<think>\n");
-        sb_putn(b, reasoning.p, reasoning.n);
+        sb_text(b, reasoning.p, reasoning.n);
         sb_put(b, "\n</think>\n\n");
         c = strip_nl(c, 1, 0);
     }
-    sb_putn(b, c.p, c.n);
+    sb_text(b, c.p, c.n);
 }
 
 static int alternation_error(const chat_kind *k, int i, const mi_chat_msg *m, char *err)
@@ -332,7 +356,7 @@ static void put_date_header(const chat_kind *k, sbuf *b, span sys)
     sb_put(b, "Cutting Knowledge Date: December 2023\nToday Date: ");
     sb_put(b, date);
     sb_put(b, "\n\n");
-    sb_putn(b, sys.p, sys.n);
+    sb_text(b, sys.p, sys.n);
     sb_put(b, k->close);
 }
 
@@ -368,7 +392,7 @@ static int render_turns(const chat_kind *k, const mi_chat_msg *m, int n, int gen
         sb_put(b, assistant && k->model_role ? k->model_role : m[i].role);
         sb_put(b, k->mid);
         if (j == 0 && fold.p) {
-            sb_putn(b, fold.p, fold.n);
+            sb_text(b, fold.p, fold.n);
             sb_put(b, "\n\n");
         }
         span c = span_of(m[i].content);
@@ -376,7 +400,7 @@ static int render_turns(const chat_kind *k, const mi_chat_msg *m, int n, int gen
             put_qwen3_assistant(b, c, i > query, i == n - 1);
         else {
             c = (k->flags & F_TRIM) ? py_strip(c) : c;
-            sb_putn(b, c.p, c.n);
+            sb_text(b, c.p, c.n);
         }
         sb_put(b, k->close);
     }
@@ -413,11 +437,11 @@ static int render_llama2(const chat_kind *k, const mi_chat_msg *m, int n, const 
         if (has_role(&m[i], "user")) {
             sb_put(b, bos);
             sb_put(b, "[INST] ");
-            sb_putn(b, c.p, c.n);
+            sb_text(b, c.p, c.n); /* <<SYS>> and its markers included: no token of Llama 2's is special there */
             sb_put(b, " [/INST]");
         } else if (has_role(&m[i], "assistant")) {
             sb_put(b, " ");
-            sb_putn(b, c.p, c.n);
+            sb_text(b, c.p, c.n);
             sb_put(b, " </s>");
         } /* a system message in an assistant's place: the template writes nothing */
         free(whole.s);
@@ -428,7 +452,15 @@ static int render_llama2(const chat_kind *k, const mi_chat_msg *m, int n, const 
 int mi_chat_render(int kind, const mi_chat_msg *msgs, int n, int add_generation_prompt, const char *bos_text,
                    char **out, char *err)
 {
+    return mi_chat_render_spans(kind, msgs, n, add_generation_prompt, bos_text, out, NULL, NULL, err);
+}
+
+int mi_chat_render_spans(int kind, const mi_chat_msg *msgs, int n, int add_generation_prompt, const char *bos_text,
+                         char **out, size_t **spans, int *n_spans, char *err)
+{
     *out = NULL;
+    if (spans)
+        *spans = NULL, *n_spans = 0;
     if (kind < 0 || kind >= MI_CHAT_N_KINDS)
         return mi_set_error(err, "chat template kind %d is out of range (0..%d)", kind, MI_CHAT_N_KINDS - 1);
     const chat_kind *k = &KINDS[kind];
@@ -451,8 +483,13 @@ int mi_chat_render(int kind, const mi_chat_msg *msgs, int n, int add_generation_
         rc = mi_set_error(err, "chat template %s: out of memory rendering %d messages", k->name, n);
     if (rc) {
         free(b.s);
+        free(b.spans);
         return -1;
     }
     *out = b.s;
+    if (spans)
+        *spans = b.spans, *n_spans = b.n_spans;
+    else
+        free(b.spans);
     return 0;
 }

@@ -540,6 +540,12 @@ static int llama2c_encode(const mi_tokenizer *t, const char *text, size_t n, int
 
 int mi_tokenizer_encode_n(const mi_tokenizer *t, const char *text, int bos, int *out, int cap, char *err)
 {
+    return mi_tokenizer_encode_guarded(t, text, bos, out, cap, NULL, 0, err);
+}
+
+int mi_tokenizer_encode_guarded(const mi_tokenizer *t, const char *text, int bos, int *out, int cap,
+                                const size_t *guard, int n_guard, char *err)
+{
     if (!t || !t->pieces || !text || !out)
         return mi_set_error(err, "tokenizer: encode called without tokenizer, text or output");
     const size_t n = strlen(text);
@@ -552,7 +558,7 @@ int mi_tokenizer_encode_n(const mi_tokenizer *t, const char *text, int bos, int 
     if (n > (size_t)INT32_MAX / 4)
         return mi_set_error(err, "text too long (%zu bytes)", n);
     if (t->bpe)
-        return tok_bpe_encode(t, text, n, bos, out, cap, err);
+        return tok_bpe_encode(t, text, n, bos, out, cap, guard, n_guard, err);
     if ((size_t)cap >= n + 2)
         return llama2c_encode(t, text, n, bos, out, err);
     /* llama2.c's encoder writes up to n + 2 ids: a smaller out gets a copy */

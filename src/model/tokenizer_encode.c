@@ -545,7 +545,18 @@ typedef struct {
     work w;
     pcre2_match_data *md;
     sink *o;
+    const size_t *guard; /* [start, end) pairs of the raw text where no added token is matched */
+    int n_guard;
 } encoder;
+
+/* 1 when raw bytes [i, i + n) overlap a guarded span (a chat message's own text). */
+static int guarded(const encoder *e, size_t i, size_t n)
+{
+    for (int k = 0; k < e->n_guard; k++)
+        if (i < e->guard[2 * k + 1] && e->guard[2 * k] < i + n)
+            return 1;
+    return 0;
+}
 
 static int model_section(encoder *e, size_t off, size_t n, int first)
 {
@@ -593,6 +604,8 @@ static int split_added(encoder *e, const tok_trie *tr, const char *s, size_t n, 
     int rstrip = 0;
     while (i <= n) {
         int mlen = 0, id = i < n ? tok_trie_match(tr, s + i, n - i, &mlen) : -1;
+        if (id >= 0 && !normalized && guarded(e, i, (size_t)mlen))
+            id = -1; /* a message's text: read as text */
         if (id < 0 && i < n) {
             i++;
             continue;
@@ -626,11 +639,11 @@ static int split_added(encoder *e, const tok_trie *tr, const char *s, size_t n, 
 }
 
 int tok_bpe_encode(const mi_tokenizer *t, const char *text, size_t n, int add_special, int *out, int cap,
-                   char *err)
+                   const size_t *guard, int n_guard, char *err)
 {
     const mi_tok_bpe *bp = t->bpe;
     sink o = {out, 0, cap, err};
-    encoder e = {.t = t, .o = &o};
+    encoder e = {.t = t, .o = &o, .guard = guard, .n_guard = n_guard};
     e.md = pcre2_match_data_create(4, NULL);
     int rc = e.md ? 0 : mi_set_error(err, "tokenizer: out of memory");
     for (int i = 0; rc == 0 && add_special && i < bp->n_prefix; i++)

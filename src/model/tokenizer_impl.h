@@ -175,8 +175,10 @@ int tok_finalize(mi_tokenizer *t, const char *what, char *err);
 int tok_set_eog(mi_tokenizer *t, const int *extra, int n_extra, char *err);
 void tok_bpe_free(mi_tokenizer *t);
 
+/* guard: n_guard [start, end) byte pairs of text where added tokens are not
+ * matched (mi_tokenizer_encode_guarded); NULL, 0 for none. */
 int tok_bpe_encode(const mi_tokenizer *t, const char *text, size_t n, int add_special, int *out, int cap,
-                   char *err);
+                   const size_t *guard, int n_guard, char *err);
 const char *tok_bpe_decode(const mi_tokenizer *t, int prev, int id, int *len);
 
 /* The GPT-2 / Llama 3 / Qwen2 pre-tokenizer patterns (GGUF tokenizer.ggml.pre). */

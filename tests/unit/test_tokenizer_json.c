@@ -166,6 +166,16 @@ static void test_byte_level(void)
     CU_ASSERT(mi_tokenizer_is_eog(&t, 270) && !mi_tokenizer_is_eog(&t, 271));
     ENC(&t, "hello world", 1, 260, 265);
     ENC(&t, "hello<|eot|>", 1, 260, 270);
+    {
+        /* guarded bytes (a chat message's own text): an added token's text there is text */
+        const size_t in[] = {5, 12}, before[] = {0, 5};
+        int ids[32];
+        CU_ASSERT_EQUAL(mi_tokenizer_encode_guarded(&t, "hello<|eot|>", 0, ids, 32, in, 1, err), 8);
+        const int want[] = {260, '<', '|', 'e', 'o', 't', '|', '>'};
+        CU_ASSERT(!memcmp(ids, want, sizeof want));
+        CU_ASSERT_EQUAL(mi_tokenizer_encode_guarded(&t, "hello<|eot|>", 0, ids, 32, before, 1, err), 2);
+        CU_ASSERT(ids[0] == 260 && ids[1] == 270);
+    }
     ENC(&t, "<think>hi", 1, 271, 'h', 'i');
     ENC(&t, "12345", 1, 267, 268);            /* \p{N}{1,3}: "123" "45", not "34" first */
     ENC(&t, "e\xCC\x81", 1, 0xC3, 0xA9);      /* NFC: e + U+0301 is é */
