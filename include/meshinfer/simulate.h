@@ -49,11 +49,33 @@ int mi_sim_links_exact(const mi_sim_links *lk);
 typedef struct {
     double token_s;                /* the pass's time, mi_predict_pass's rule: when rank 0 has its logits, or
                                       later if a worker would still be busy when its next command arrives */
-    double busy_s[MI_MAX_RANKS];   /* compute seconds per rank */
+    double busy_s[MI_MAX_RANKS];   /* compute seconds per rank (at full speed; messages' CPU not included) */
     double bytes;                  /* payload sent (every message's, commands and window posts 0) */
     long sends, recvs;             /* messages sent and received: equal once the walk is done */
     long events;                   /* events processed */
 } mi_sim_pass_out;
+
+/* A quota'd device's CPU time between passes (plan.h mi_device cpu_quota):
+ * the CFS period each rank is in and the CPU it has used there, and when
+ * the pass starts on the run's clock (periods are counted from time 0 of
+ * the run, the same phase for every rank: cgroups' period timers run apart,
+ * but nothing measured gives their phases). */
+typedef struct {
+    double t0;                     /* the pass's start, seconds since the run's start */
+    long period[MI_MAX_RANKS];     /* index of the period each rank's quota was last used in */
+    double used[MI_MAX_RANKS];     /* CPU seconds used in that period */
+} mi_sim_cpu;
+
+/* When work seconds of CPU started at time t finish on a device with quota q
+ * (in (0, 1]) of period P seconds: full speed until q * P is used in the
+ * current period [k P, (k + 1) P), then nothing until the next one, whose
+ * quota is whole (none carries over). *period and *used: the state above
+ * (updated). q = 0: no quota (t + work). */
+double mi_sim_cfs_run(double t, double work, double q, double P, long *period, double *used);
+
+/* 1 when some device of cl has a quota or a message cost: the walk is then
+ * no longer affine in the context, and every pass is walked in order. */
+int mi_sim_cluster_cpu(const mi_cluster *cl, int n);
 
 /* The event walk of one forward pass of phase ph over T positions (T_logits
  * of them wanting logits: 1, or a batch's every row) at context position
@@ -62,12 +84,17 @@ typedef struct {
  * (sender-major) to add each message's payload and count to, or NULL. With
  * exact links it gives mi_predict_pass's token_s and busy_s but for
  * two-round reductions (prefill's allreduce over more than two ranks), whose
- * payload crosses each link once here and twice in the cost model. Returns
- * 0, or -1 with err when the programs' exchanges do not match (a rank waits
- * for a message no rank sends). */
+ * payload crosses each link once here and twice in the cost model. cpu: the
+ * quota'd devices' state from the pass before (updated), or NULL: every
+ * quota whole at the pass's start, a period starting with it. A device's
+ * msg_s is CPU on its clock (throttled by its quota) for every data message
+ * it sends, before the message leaves, and every one it takes in, and for
+ * the pass's command on a worker. Returns 0, or -1 with err when the
+ * programs' exchanges do not match (a rank waits for a message no rank
+ * sends). */
 int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, const mi_sim_links *lk, int ph,
                 int T, int T_logits, int ctx, uint64_t *rng, double *link_bytes, double *link_msgs,
-                mi_sim_pass_out *out, char *err);
+                mi_sim_cpu *cpu, mi_sim_pass_out *out, char *err);
 
 /* A re-placement's new plan: what planner.h mi_plan_remake makes for the
  * plan in force (cur) and need positions. Returns 0 with *np (the caller
@@ -136,7 +163,9 @@ typedef struct {
  * chord at an inner point is linear there), else both halves again; the
  * rest are interpolated (counted in out->interpolated). With draws (jitter,
  * loss, speculation) or a shared medium, whose order of transfers may
- * change with the context, every pass is walked. Returns 0 with *out (free
+ * change with the context, and with a device's CPU quota or message cost
+ * (mi_sim_cluster_cpu: a quota's state runs from one pass into the next),
+ * every pass is walked, in order. Returns 0 with *out (free
  * with mi_sim_result_free), or -1 with err: a request out of range (a
  * prompt or batch below 1, tokens past the context, KV slots fewer than the
  * batch), programs that do not compile, or a walk that fails. */

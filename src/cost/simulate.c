@@ -21,6 +21,46 @@ int mi_sim_links_exact(const mi_sim_links *lk)
     return lk->jitter_s <= 0 && lk->loss <= 0 && !lk->shared_medium && !lk->spec_draws;
 }
 
+int mi_sim_cluster_cpu(const mi_cluster *cl, int n)
+{
+    for (int r = 0; r < n && r < cl->n_devices; r++)
+        if (cl->dev[r].cpu_quota > 0 || cl->dev[r].msg_s > 0)
+            return 1;
+    return 0;
+}
+
+double mi_sim_cfs_run(double t, double work, double q, double P, long *period, double *used)
+{
+    if (!(q > 0) || q >= 1 || !(P > 0) || work <= 0) /* a whole core's quota never throttles one thread */
+        return t + work;
+    double B = q * P;
+    long k = (long)floor(t / P);
+    if (k != *period) { /* a new period: its quota is whole */
+        *period = k;
+        *used = 0;
+    }
+    /* each turn ends the work, the period's quota or the period; a 1 ns slack keeps rounding from
+     * leaving a sliver of work or quota for one more turn */
+    for (;;) {
+        double end = (double)(k + 1) * P, run = work;
+        if (run > B - *used)
+            run = B - *used;
+        if (run > end - t)
+            run = end - t;
+        if (run < 0)
+            run = 0;
+        t += run;
+        work -= run;
+        *used += run;
+        if (work <= 1e-12)
+            return t;
+        /* out of quota or at the period's end: the next period starts with its quota whole */
+        t = end > t ? end : t;
+        *period = ++k;
+        *used = 0;
+    }
+}
+
 /* ------------------------------------------------------------ events */
 
 enum { EV_RESUME = 0, EV_COMMAND, EV_ARRIVE, EV_POSTED };
@@ -116,7 +156,19 @@ typedef struct {
     unsigned char *posted;    /* [slots] the root's window post has reached the member */
     unsigned char *spec_ok;   /* [n_layers] this pass's draw per transition */
     double medium_free;       /* the shared medium is busy until then */
+    mi_sim_cpu *cpu;          /* the quotas' state (the caller's or own) */
+    int *owed;                /* [n] messages taken in by the op under way, their CPU not yet charged */
 } walk;
+
+/* When work seconds of CPU started at pass time t end on rank r (its quota). */
+static double run_cpu(walk *w, int r, double t, double work)
+{
+    const mi_device *d = &w->cl->dev[r];
+    if (d->cpu_quota <= 0)
+        return t + work;
+    mi_sim_cpu *c = w->cpu;
+    return mi_sim_cfs_run(c->t0 + t, work, d->cpu_quota, d->cpu_period_s, &c->period[r], &c->used[r]) - c->t0;
+}
 
 static double op_time(const walk *w, const mi_op *op, int r)
 {
@@ -167,10 +219,14 @@ static double msg_bytes(const walk *w, int xid, int i, int j)
     return npos * mi_exchange_bytes(w->p, xid, i, j);
 }
 
-static void xsend(walk *w, int xid, int i, int j, int round, double t, double bytes)
+/* Member i's message to j leaves once i's CPU has paid for it (*t: i's clock, advanced). */
+static void xsend(walk *w, int xid, int i, int j, int round, double *t, double bytes)
 {
     const mi_comm *cm = &w->p->comms[w->p->xchg[xid].comm];
-    send(w, cm->members[i], cm->members[j], t, bytes, EV_ARRIVE, xid, j, round);
+    int a = cm->members[i];
+    if (w->cl->dev[a].msg_s > 0)
+        *t = run_cpu(w, a, *t, w->cl->dev[a].msg_s);
+    send(w, a, cm->members[j], *t, bytes, EV_ARRIVE, xid, j, round);
 }
 
 /* The root of a PUT exposes its window: a notice to every origin. */
@@ -186,8 +242,10 @@ static void post(walk *w, int xid, double t)
 /* Member i has received what it needs in this round of xid; else rank r waits. */
 static int got(walk *w, int r, int xid, int i, int round, int need)
 {
-    if (w->cnt[round][w->off[xid] + i] >= need)
+    if (w->cnt[round][w->off[xid] + i] >= need) {
+        w->owed[r] += need;
         return 1;
+    }
     w->wait[r] = WAIT_MSGS;
     w->wait_xid[r] = xid;
     w->wait_round[r] = round;
@@ -195,9 +253,11 @@ static int got(walk *w, int r, int xid, int i, int round, int need)
     return 0;
 }
 
-/* Rank r at its communication op at time t: 1 when it is done with it, 0
- * when it waits (an arrival resumes it). Sends are eager: a sender goes on. */
-static int comm_step(walk *w, int r, double t)
+/* Rank r at its communication op at time *t: 1 when it is done with it
+ * (*t: when, after the CPU its messages cost), 0 when it waits (an arrival
+ * or, after sends' CPU, a resume event resumes it). Sends are eager: a
+ * sender goes on. */
+static int comm_step(walk *w, int r, double *t)
 {
     const mi_op *op = &w->prog[r].ops[w->pc[r]];
     int xid = op->xid;
@@ -243,6 +303,7 @@ static int comm_step(walk *w, int r, double t)
             int rounds = x->kind == MI_OP_ALLREDUCE && n > 2 && x->rounds != 1 ? 2 : 1;
             for (; w->round[r] < rounds; w->round[r]++, w->sent[r] = 0) {
                 int k = w->round[r], need = 0;
+                double t0 = *t;
                 for (int j = 0; j < n; j++)
                     if (j != i) {
                         need += mi_exchange_bytes(w->p, xid, j, i) > 0;
@@ -250,11 +311,19 @@ static int comm_step(walk *w, int r, double t)
                             xsend(w, xid, i, j, k, t, k == 0 ? msg_bytes(w, xid, i, j) : 0.0);
                     }
                 w->sent[r] = 1;
+                if (*t > t0) { /* the sends' CPU: look for arrivals once it is paid */
+                    push(&w->h, *t, EV_RESUME, r, -1, 0, 0);
+                    return 0;
+                }
                 if (!got(w, r, xid, i, k, need))
                     return 0;
             }
         }
         }
+    if (w->owed[r] > 0) { /* what it took in: its CPU before it goes on */
+        *t = run_cpu(w, r, *t, w->owed[r] * w->cl->dev[r].msg_s);
+        w->owed[r] = 0;
+    }
     w->pc[r]++;
     w->round[r] = 0;
     w->sent[r] = 0;
@@ -278,8 +347,13 @@ static void advance(walk *w, int r, double t)
             return;
         }
         if (is_comm(&pg->ops[w->pc[r]])) {
-            if (!comm_step(w, r, t))
+            double t1 = t;
+            if (!comm_step(w, r, &t1))
                 return;
+            if (t1 > t) { /* its messages' CPU: every arrival before t1 is counted when it resumes */
+                push(&w->h, t1, EV_RESUME, r, -1, 0, 0);
+                return;
+            }
             continue;
         }
         double acc = 0;
@@ -292,7 +366,7 @@ static void advance(walk *w, int r, double t)
         }
         if (acc > 0) {
             w->out->busy_s[r] += acc;
-            push(&w->h, t + acc, EV_RESUME, r, -1, 0, 0);
+            push(&w->h, run_cpu(w, r, t, acc), EV_RESUME, r, -1, 0, 0);
             return;
         }
     }
@@ -315,16 +389,24 @@ static void spec_plans(walk *w)
 
 int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, const mi_sim_links *lk, int ph,
                 int T, int T_logits, int ctx, uint64_t *rng, double *link_bytes, double *link_msgs,
-                mi_sim_pass_out *out, char *err)
+                mi_sim_cpu *cpu, mi_sim_pass_out *out, char *err)
 {
     int n = plan->n_ranks;
     memset(out, 0, sizeof *out);
+    mi_sim_cpu *own = NULL;
+    if (!cpu) { /* every quota whole, a period starting with the pass */
+        cpu = own = mi_malloc(sizeof *own, "simulator quotas");
+        own->t0 = 0;
+        for (int r = 0; r < MI_MAX_RANKS; r++)
+            own->period[r] = 0, own->used[r] = 0;
+    }
     walk w = {.plan = plan, .p = p, .prog = p->prog[ph], .cl = cl, .lk = lk, .n = n, .T = T,
               .T_logits = T_logits, .ctx = ctx, .rng = rng, .link_bytes = link_bytes, .link_msgs = link_msgs,
-              .out = out};
-    int *ints = mi_calloc(7 * (size_t)n + (size_t)p->n_xchg + 1, sizeof(int), "simulator ranks");
+              .out = out, .cpu = cpu};
+    int *ints = mi_calloc(8 * (size_t)n + (size_t)p->n_xchg + 1, sizeof(int), "simulator ranks");
     w.pc = ints, w.round = ints + n, w.sent = ints + 2 * n, w.wait = ints + 3 * n, w.wait_xid = ints + 4 * n;
-    w.wait_round = ints + 5 * n, w.wait_need = ints + 6 * n, w.off = ints + 7 * n;
+    w.wait_round = ints + 5 * n, w.wait_need = ints + 6 * n, w.owed = ints + 7 * n;
+    w.off = ints + 8 * n;
     for (int x = 0; x < p->n_xchg; x++)
         w.off[x + 1] = w.off[x] + p->comms[p->xchg[x].comm].n_members;
     size_t slots = (size_t)w.off[p->n_xchg] + 1;
@@ -353,10 +435,18 @@ int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
             }
         }
     free(has_post);
-    /* the pass's command reaches each worker over its link from rank 0 */
-    for (int r = 1; r < n; r++)
-        send(&w, 0, r, 0.0, 0, EV_COMMAND, -1, 0, 0);
-    advance(&w, 0, 0.0);
+    /* the pass's command reaches each worker over its link from rank 0 (each paid for on rank 0's
+     * CPU before it leaves, rank 0 going on after the last) */
+    double t0 = 0;
+    for (int r = 1; r < n; r++) {
+        if (cl->dev[0].msg_s > 0)
+            t0 = run_cpu(&w, 0, t0, cl->dev[0].msg_s);
+        send(&w, 0, r, t0, 0, EV_COMMAND, -1, 0, 0);
+    }
+    if (t0 > 0)
+        push(&w.h, t0, EV_RESUME, 0, -1, 0, 0);
+    else
+        advance(&w, 0, 0.0);
     event e;
     while (pop(&w.h, &e)) {
         out->events++;
@@ -367,7 +457,10 @@ int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
         }
         out->recvs++;
         if (e.kind == EV_COMMAND) {
-            advance(&w, r, e.t);
+            if (cl->dev[r].msg_s > 0) /* the command's CPU before the program starts */
+                push(&w.h, run_cpu(&w, r, e.t, cl->dev[r].msg_s), EV_RESUME, r, -1, 0, 0);
+            else
+                advance(&w, r, e.t);
             continue;
         }
         size_t s = (size_t)w.off[e.xid] + e.member;
@@ -407,5 +500,6 @@ int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
     free(w.posted);
     free(w.done);
     free(w.spec_ok);
+    free(own);
     return rc;
 }

@@ -5,8 +5,9 @@
  * received, the payload mi_programs_bytes) with and without draws; a
  * generation crossing a budget re-places at the token the memory account
  * predicts, and without re-placement stops there; jitter, loss and a shared
- * medium only slow a pass; the cluster file's simulator keys and the
- * cluster generator. Exit status: 0 when every test passed. */
+ * medium only slow a pass; a CPU quota's periods (a 3 ms burst at 40% of
+ * 5 ms ends at 6 ms) and a quota'd device's passes; a message cost; the
+ * cluster file's simulator keys and the cluster generator. Exit status: 0 when every test passed. */
 #define _POSIX_C_SOURCE 200809L
 
 #include "meshinfer/common.h"
@@ -124,7 +125,7 @@ static void test_passes_and_conservation(void)
         double lb[25] = {0}, lm[25] = {0};
         mi_sim_pass_out o;
         mi_prediction pr;
-        CU_ASSERT_EQUAL_FATAL(mi_sim_pass(&p, &prog, &cl, &lk, MI_PHASE_DECODE, 1, 1, 40, &rng, lb, lm, &o, err), 0);
+        CU_ASSERT_EQUAL_FATAL(mi_sim_pass(&p, &prog, &cl, &lk, MI_PHASE_DECODE, 1, 1, 40, &rng, lb, lm, NULL, &o, err), 0);
         mi_predict_pass(&p, &prog, &cl, MI_PHASE_DECODE, 1, 40, &pr);
         NEAR(o.token_s, pr.token_s, 1e-12);
         for (int r = 0; r < 5; r++)
@@ -141,7 +142,7 @@ static void test_passes_and_conservation(void)
         mi_sim_links d = lk;
         d.jitter_s = 1e-3, d.loss = 0.2, d.rto_s = 0.05, d.shared_medium = 1, d.spec_draws = 1;
         mi_sim_pass_out od;
-        CU_ASSERT_EQUAL_FATAL(mi_sim_pass(&p, &prog, &cl, &d, MI_PHASE_DECODE, 1, 1, 40, &rng, NULL, NULL, &od, err),
+        CU_ASSERT_EQUAL_FATAL(mi_sim_pass(&p, &prog, &cl, &d, MI_PHASE_DECODE, 1, 1, 40, &rng, NULL, NULL, NULL, &od, err),
                               0);
         CU_ASSERT_EQUAL(od.sends, od.recvs);
         CU_ASSERT_EQUAL(od.sends, o.sends);
@@ -150,7 +151,7 @@ static void test_passes_and_conservation(void)
         mi_sim_links sm = lk;
         sm.shared_medium = 1;
         mi_sim_pass_out os;
-        CU_ASSERT_EQUAL_FATAL(mi_sim_pass(&p, &prog, &cl, &sm, MI_PHASE_DECODE, 1, 1, 40, &rng, NULL, NULL, &os, err),
+        CU_ASSERT_EQUAL_FATAL(mi_sim_pass(&p, &prog, &cl, &sm, MI_PHASE_DECODE, 1, 1, 40, &rng, NULL, NULL, NULL, &os, err),
                               0);
         CU_ASSERT(os.token_s >= o.token_s * (1 - 1e-12));
         /* the generation: interpolated passes equal walked ones; bytes over the run add up */
@@ -164,7 +165,7 @@ static void test_passes_and_conservation(void)
             NEAR(a.token_s[k], b.token_s[k], 1e-9);
         NEAR(a.bytes, b.bytes, 1e-12);
         mi_sim_pass_out op;
-        CU_ASSERT_EQUAL_FATAL(mi_sim_pass(&p, &prog, &cl, &lk, MI_PHASE_PREFILL, 16, 1, 0, &rng, NULL, NULL, &op, err),
+        CU_ASSERT_EQUAL_FATAL(mi_sim_pass(&p, &prog, &cl, &lk, MI_PHASE_PREFILL, 16, 1, 0, &rng, NULL, NULL, NULL, &op, err),
                               0);
         CU_ASSERT_EQUAL(op.sends, op.recvs);
         NEAR(b.bytes, 39 * o.bytes + op.bytes, 1e-9);
@@ -328,6 +329,120 @@ static void test_request_errors(void)
     mi_cluster_free(&cl);
 }
 
+/* A CFS quota: full speed until quota * period is used in the period, then
+ * the next period (its quota whole, nothing carried over). */
+static void test_cfs_quota(void)
+{
+    const double q = 0.4, P = 5e-3; /* the testbed's: 2 ms of CPU per 5 ms */
+    long k = -1;
+    double used = 0;
+    /* 3 ms from a period's start: 2 ms, throttled until 5 ms, the last 1 ms */
+    NEAR(mi_sim_cfs_run(0, 3e-3, q, P, &k, &used), 6e-3, 1e-12);
+    NEAR(used, 1e-3, 1e-9);
+    k = -1;
+    NEAR(mi_sim_cfs_run(1e-3, 3e-3, q, P, &k, &used), 6e-3, 1e-12); /* 1-3 ms, 5-6 ms */
+    k = -1;
+    NEAR(mi_sim_cfs_run(4e-3, 3e-3, q, P, &k, &used), 7e-3, 1e-12); /* 4-5 ms: the period ends; 5-7 ms */
+    /* what a period has used stays used: 1 ms at 0, then 2 ms at 2 ms run 2-3 and 5-6 ms */
+    k = -1;
+    NEAR(mi_sim_cfs_run(0, 1e-3, q, P, &k, &used), 1e-3, 1e-12);
+    NEAR(mi_sim_cfs_run(2e-3, 2e-3, q, P, &k, &used), 6e-3, 1e-12);
+    /* unused quota does not carry over: idle through period 1, then 4 ms from 10 ms ends at 17 ms */
+    NEAR(mi_sim_cfs_run(10e-3, 4e-3, q, P, &k, &used), 17e-3, 1e-12);
+    /* 20 ms of CPU: 10 periods' quota, ending 2 ms into the tenth after the start (t = 45 + 2 ms) */
+    k = -1;
+    NEAR(mi_sim_cfs_run(0, 20e-3, q, P, &k, &used), 47e-3, 1e-12);
+    NEAR(mi_sim_cfs_run(3e-3, 1e-3, 0, P, &k, &used), 4e-3, 1e-15); /* no quota */
+}
+
+/* A one-device cluster with a quota: without one the simulator equals the
+ * cost model (test_one_device); with periods far shorter than a pass, a
+ * pass of c seconds of compute takes c / quota within a period either way;
+ * with a period far longer than the run, the run is the cost model's until
+ * the quota is spent, then waits for the next period. */
+static void test_quota_device(void)
+{
+    mi_config c = stories();
+    mi_cluster cl;
+    mi_cluster_default(&cl, 1, 4e9);
+    mi_plan p;
+    make_plan(&c, &cl, MI_PLANNER_GREEDY, 0, &p);
+    mi_programs prog;
+    char err[MI_ERRLEN];
+    CU_ASSERT_EQUAL_FATAL(mi_programs_compile(&p, &prog, err), 0);
+    mi_prediction pr;
+    mi_predict(&p, &prog, &cl, 10, &pr);
+    double t1 = pr.token_s; /* the first decode pass, at full speed */
+    mi_sim_request rq = request(&cl, 10, 10);
+    cl.dev[0].cpu_quota = 0.4;
+    cl.dev[0].cpu_period_s = t1 / 1000;
+    mi_sim_result r;
+    CU_ASSERT_EQUAL_FATAL(mi_simulate(&p, &cl, &rq, &r, err), 0);
+    CU_ASSERT_EQUAL(r.interpolated, 0); /* a quota's state runs on: every pass walked */
+    for (int k = 1; k < 10; k++) {
+        mi_predict(&p, &prog, &cl, 10 + k - 1, &pr);
+        CU_ASSERT(fabs(r.token_s[k] - pr.token_s / 0.4) <= cl.dev[0].cpu_period_s);
+        NEAR(r.busy_s[k], pr.busy_s[0], 1e-9); /* compute at full speed, stretched in time */
+    }
+    mi_sim_result_free(&r);
+    /* a period of 100 passes: the quota (40 passes' CPU) runs out inside token 40's pass or
+     * before (the prefill's CPU too), and that pass waits for the next period at 100 t1 */
+    cl.dev[0].cpu_period_s = 100 * t1;
+    rq = request(&cl, 10, 60);
+    CU_ASSERT_EQUAL_FATAL(mi_simulate(&p, &cl, &rq, &r, err), 0);
+    int slow = 0;
+    for (int k = 1; k < 60; k++)
+        if (r.token_s[k] > 2 * t1) {
+            slow++;
+            CU_ASSERT(r.t_s[k] > 100 * t1 && r.t_s[k] < 102 * t1);
+        }
+    CU_ASSERT_EQUAL(slow, 1);
+    mi_sim_result_free(&r);
+    mi_programs_free(&prog);
+    mi_plan_free(&p);
+    mi_cluster_free(&cl);
+}
+
+/* A message cost: the same messages and payload, conserved, every rank's
+ * compute unchanged; the pass slower, by at most every message's CPU
+ * twice (sender and receiver) on the critical path. */
+static void test_message_cost(void)
+{
+    mi_config c = stories();
+    mi_cluster cl;
+    cluster5(&cl, 4000);
+    mi_plan p;
+    make_plan(&c, &cl, MI_PLANNER_TP, 0, &p);
+    mi_programs prog;
+    char err[MI_ERRLEN];
+    CU_ASSERT_EQUAL_FATAL(mi_programs_compile(&p, &prog, err), 0);
+    mi_sim_links lk;
+    mi_sim_links_of(&cl, &lk);
+    uint64_t rng = 1;
+    mi_sim_pass_out a, b;
+    CU_ASSERT_EQUAL_FATAL(mi_sim_pass(&p, &prog, &cl, &lk, MI_PHASE_DECODE, 1, 1, 40, &rng, NULL, NULL, NULL, &a, err), 0);
+    for (int r = 0; r < 5; r++)
+        cl.dev[r].msg_s = 50e-6;
+    CU_ASSERT_EQUAL_FATAL(mi_sim_pass(&p, &prog, &cl, &lk, MI_PHASE_DECODE, 1, 1, 40, &rng, NULL, NULL, NULL, &b, err), 0);
+    CU_ASSERT_EQUAL(b.sends, a.sends);
+    CU_ASSERT_EQUAL(b.recvs, b.sends);
+    NEAR(b.bytes, a.bytes, 1e-12);
+    for (int r = 0; r < 5; r++)
+        NEAR(b.busy_s[r], a.busy_s[r], 1e-12);
+    CU_ASSERT(b.token_s > a.token_s + 2 * 50e-6);
+    CU_ASSERT(b.token_s <= a.token_s + 2 * 50e-6 * (double)b.sends + 1e-12);
+    /* with a quota as well, only slower */
+    for (int r = 0; r < 5; r++)
+        cl.dev[r].cpu_quota = 0.4, cl.dev[r].cpu_period_s = 5e-3;
+    mi_sim_pass_out q;
+    CU_ASSERT_EQUAL_FATAL(mi_sim_pass(&p, &prog, &cl, &lk, MI_PHASE_DECODE, 1, 1, 40, &rng, NULL, NULL, NULL, &q, err), 0);
+    CU_ASSERT(q.token_s >= b.token_s - 1e-12);
+    CU_ASSERT_EQUAL(q.recvs, q.sends);
+    mi_programs_free(&prog);
+    mi_plan_free(&p);
+    mi_cluster_free(&cl);
+}
+
 static void expect_error(const char *json, const char *word)
 {
     mi_cluster cl;
@@ -358,6 +473,35 @@ static void test_cluster_keys_and_generator(void)
     expect_error("{\"link\": {\"shared_medium\": true}, \"devices\": [{\"mem_mb\": 1}, {\"mem_mb\": 1}], "
                  "\"links\": {\"bandwidth_mbit\": [[0, 5], [5, 0]]}}", "contradicts");
     expect_error("{\"devices\": [{\"mem_mb\": 1, \"speed\": 0}]}", "speed");
+    /* a device's CPU quota, period and message cost; the rebuild costs */
+    CU_ASSERT_EQUAL_FATAL(mi_cluster_parse("{\"comm_setup_ms\": 12, \"win_setup_ms\": 7, \"devices\": [{\"mem_mb\": 1, "
+                                           "\"cpu_quota\": 0.4, \"cpu_period_ms\": 5, \"msg_us\": 30}, {\"mem_mb\": 1, "
+                                           "\"cpu_quota\": 1}, {\"mem_mb\": 1}]}", &cl, err), 0);
+    NEAR(cl.dev[0].cpu_quota, 0.4, 1e-15);
+    NEAR(cl.dev[0].cpu_period_s, 5e-3, 1e-15);
+    NEAR(cl.dev[0].msg_s, 30e-6, 1e-15);
+    NEAR(cl.dev[1].cpu_period_s, 0.1, 1e-15); /* the kernel's default period */
+    CU_ASSERT(cl.dev[2].cpu_quota == 0 && cl.dev[2].msg_s == 0);
+    NEAR(cl.comm_setup_s, 12e-3, 1e-15);
+    NEAR(cl.win_setup_s, 7e-3, 1e-15);
+    char qpath[4200];
+    tu_path(qpath, sizeof qpath, g_dir, "quota.json");
+    mi_cluster qb;
+    CU_ASSERT_EQUAL_FATAL(mi_cluster_save(&cl, NULL, NULL, qpath, err), 0);
+    CU_ASSERT_EQUAL_FATAL(mi_cluster_load(qpath, &qb, err), 0);
+    NEAR(qb.dev[0].cpu_period_s, 5e-3, 1e-12);
+    NEAR(qb.dev[0].msg_s, 30e-6, 1e-12);
+    NEAR(qb.win_setup_s, 7e-3, 1e-12);
+    CU_ASSERT(qb.dev[2].cpu_quota == 0);
+    mi_cluster_free(&qb);
+    mi_cluster_free(&cl);
+    expect_error("{\"devices\": [{\"mem_mb\": 1, \"cpu_quota\": 0}]}", "devices[0].cpu_quota must be a fraction");
+    expect_error("{\"devices\": [{\"mem_mb\": 1, \"cpu_quota\": 1.5}]}", "(got 1.5)");
+    expect_error("{\"devices\": [{\"mem_mb\": 1, \"cpu_quota\": \"40%\"}]}", "cpu_quota must be");
+    expect_error("{\"devices\": [{\"mem_mb\": 1, \"cpu_quota\": 0.4, \"cpu_period_ms\": 0}]}", "cpu_period_ms must be");
+    expect_error("{\"devices\": [{\"mem_mb\": 1, \"cpu_quota\": 0.4, \"cpu_period_ms\": -5}]}", "(got -5)");
+    expect_error("{\"devices\": [{\"mem_mb\": 1, \"cpu_period_ms\": 5}]}", "without cpu_quota");
+    expect_error("{\"devices\": [{\"mem_mb\": 1, \"msg_us\": -1}]}", "msg_us");
     /* the generator: seeded, within its ranges, symmetric links; its file parses back the same */
     mi_cluster_gen g;
     mi_cluster_gen_defaults(&g);
@@ -412,6 +556,9 @@ int main(void)
     CU_add_test(s, "jitter and loss: drawn, seeded", test_draws);
     CU_add_test(s, "re-placement at the predicted token; out of memory without", test_replacement);
     CU_add_test(s, "requests out of range", test_request_errors);
+    CU_add_test(s, "a CFS quota's periods", test_cfs_quota);
+    CU_add_test(s, "a quota'd device: slowed by its quota, compute unchanged", test_quota_device);
+    CU_add_test(s, "a message cost: conserved, slower within bounds", test_message_cost);
     CU_add_test(s, "cluster keys and generator", test_cluster_keys_and_generator);
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();
