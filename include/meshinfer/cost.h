@@ -81,6 +81,8 @@ typedef struct {
     int head_dim, group;  /* attention: query heads per KV head, head size */
     double min_seconds;   /* per measurement (the median of 5 runs of a fifth each) */
     double work_bytes;    /* weights one pass streams, at least (memory, not a cache) */
+    int cpu_clock;        /* 1: timed by the thread's CPU clock (a device under a CPU quota: its
+                             unthrottled speed; one compute thread); 0: the wall clock */
 } mi_calib_options;
 
 /* Shapes of model c (NULL: stories15M's; every width rounded up to whole
