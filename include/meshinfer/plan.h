@@ -64,8 +64,11 @@ typedef struct {
     double cpu_quota;    /* fraction of one core in (0, 1]; 0: no quota */
     double cpu_period_s; /* the period, seconds (0 without a quota) */
     double msg_s;        /* CPU seconds a message costs its sender and its receiver each (the MPI
-                            calls, TCP stack, the wait's polling): compute in the simulator, so a quota
-                            throttles it too; 0: none */
+                            calls, the TCP stack): compute in the simulator, so a quota throttles it
+                            too; 0: none */
+    double spin_s, poll; /* a wait for a message: it spins (full CPU) for spin_s, then polls, taking
+                            the fraction poll of the CPU (rt_waitall's naps between tests); under a
+                            quota that CPU is quota used while waiting. 0, 0: free waits */
 } mi_device;
 
 /* The devices of a job (device i runs rank i) and their links. */

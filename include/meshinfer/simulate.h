@@ -64,6 +64,9 @@ typedef struct {
     double t0;                     /* the pass's start, seconds since the run's start */
     long period[MI_MAX_RANKS];     /* index of the period each rank's quota was last used in */
     double used[MI_MAX_RANKS];     /* CPU seconds used in that period */
+    double idle_since[MI_MAX_RANKS]; /* when each worker finished its last pass and began to wait for the
+                                        next command (-1: before the first; set 0 in a new state only
+                                        if the workers are to be charged a wait from the run's start) */
 } mi_sim_cpu;
 
 /* When work seconds of CPU started at time t finish on a device with quota q
@@ -72,6 +75,14 @@ typedef struct {
  * quota is whole (none carries over). *period and *used: the state above
  * (updated). q = 0: no quota (t + work). */
 double mi_sim_cfs_run(double t, double work, double q, double P, long *period, double *used);
+
+/* A wait for a message from ts to its arrival ta on a quota'd device (q,
+ * P, the state as above) that spins for spin seconds at full CPU and then
+ * polls taking the fraction poll of it: that CPU uses the quota; when the
+ * period's quota is gone the rank is throttled (no polling) until the next
+ * period. Returns when the rank sees the message: ta, or the start of the
+ * next period when it was throttled at ta. */
+double mi_sim_cfs_wait(double ts, double ta, double spin, double poll, double q, double P, long *period, double *used);
 
 /* 1 when some device of cl has a quota or a message cost: the walk is then
  * no longer affine in the context, and every pass is walked in order. */
@@ -89,7 +100,9 @@ int mi_sim_cluster_cpu(const mi_cluster *cl, int n);
  * quota whole at the pass's start, a period starting with it. A device's
  * msg_s is CPU on its clock (throttled by its quota) for every data message
  * it sends, before the message leaves, and every one it takes in, and for
- * the pass's command on a worker. Returns 0, or -1 with err when the
+ * the pass's command on a worker; a quota'd device's waits (spin_s, poll)
+ * use its quota (mi_sim_cfs_wait), a worker's wait for the command counted
+ * from the end of its last pass (cpu->idle_since). Returns 0, or -1 with err when the
  * programs' exchanges do not match (a rank waits for a message no rank
  * sends). */
 int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, const mi_sim_links *lk, int ph,

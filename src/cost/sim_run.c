@@ -289,6 +289,8 @@ int mi_simulate(const mi_plan *plan, const mi_cluster *cl, const mi_sim_request 
     double *sw = mi_calloc((size_t)N, sizeof(double), "simulated re-placements");
     g.sw = sw;
     g.cpu_on = mi_sim_cluster_cpu(cl, n);
+    for (int r = 0; r < MI_MAX_RANKS; r++)
+        g.cpu.idle_since[r] = -1;
     int rc = prefill(&g, &sw[0], err), done = rc > 0 ? N : 0;
     for (int k = 1; rc > 0 && k < N; k++) {
         int ctx = rq->n_prompt + k - 1;

@@ -61,6 +61,38 @@ double mi_sim_cfs_run(double t, double work, double q, double P, long *period, d
     }
 }
 
+/* The CPU of a wait over [a, b): spin seconds from ts at full speed, then the fraction poll. */
+static double wait_cpu(double ts, double spin, double poll, double a, double b)
+{
+    double s0 = a > ts ? a : ts, s1 = b < ts + spin ? b : ts + spin, sp = s1 > s0 ? s1 - s0 : 0;
+    return sp + poll * (b - a - sp);
+}
+
+double mi_sim_cfs_wait(double ts, double ta, double spin, double poll, double q, double P, long *period, double *used)
+{
+    if (!(q > 0) || q >= 1 || !(P > 0) || ta <= ts)
+        return ta;
+    double B = q * P, t = ts;
+    long k = (long)floor(t / P);
+    if (k != *period)
+        *period = k, *used = 0;
+    while (t < ta) {
+        double pend = (double)(k + 1) * P, end = pend < ta ? pend : ta, c = wait_cpu(ts, spin, poll, t, end);
+        if (*used + c < B) {
+            *used += c;
+            t = end;
+        } else if (pend >= ta) { /* out of quota when the message comes: it is seen in the next period */
+            *period = k + 1, *used = 0;
+            return pend;
+        } else {
+            t = pend; /* throttled for the period's rest: no polling, no CPU */
+        }
+        if (t >= pend)
+            *period = ++k, *used = 0;
+    }
+    return ta;
+}
+
 /* ------------------------------------------------------------ events */
 
 enum { EV_RESUME = 0, EV_COMMAND, EV_ARRIVE, EV_POSTED };
@@ -158,6 +190,7 @@ typedef struct {
     double medium_free;       /* the shared medium is busy until then */
     mi_sim_cpu *cpu;          /* the quotas' state (the caller's or own) */
     int *owed;                /* [n] messages taken in by the op under way, their CPU not yet charged */
+    double *wait_t;           /* [n] when each rank began the wait it is in */
 } walk;
 
 /* When work seconds of CPU started at pass time t end on rank r (its quota). */
@@ -239,14 +272,15 @@ static void post(walk *w, int xid, double t)
             send(w, cm->members[root], cm->members[j], t, 0, EV_POSTED, xid, j, 0);
 }
 
-/* Member i has received what it needs in this round of xid; else rank r waits. */
-static int got(walk *w, int r, int xid, int i, int round, int need)
+/* Member i has received what it needs in this round of xid; else rank r waits from t. */
+static int got(walk *w, int r, int xid, int i, int round, int need, double t)
 {
     if (w->cnt[round][w->off[xid] + i] >= need) {
         w->owed[r] += need;
         return 1;
     }
     w->wait[r] = WAIT_MSGS;
+    w->wait_t[r] = t;
     w->wait_xid[r] = xid;
     w->wait_round[r] = round;
     w->wait_need[r] = need;
@@ -273,16 +307,17 @@ static int comm_step(walk *w, int r, double *t)
                 for (int j = 0; j < n; j++)
                     if (j != root)
                         xsend(w, xid, root, j, 0, t, msg_bytes(w, xid, root, j));
-            } else if (!got(w, r, xid, i, 0, 1)) {
+            } else if (!got(w, r, xid, i, 0, 1, *t)) {
                 return 0;
             }
             break;
         case MI_OP_PUT: /* an origin puts once the root's post has reached it */
             if (i == root) {
-                if (!got(w, r, xid, i, 0, n - 1))
+                if (!got(w, r, xid, i, 0, n - 1, *t))
                     return 0;
             } else if (!w->posted[w->off[xid] + i]) {
                 w->wait[r] = WAIT_POST;
+                w->wait_t[r] = *t;
                 w->wait_xid[r] = xid;
                 return 0;
             } else {
@@ -293,7 +328,7 @@ static int comm_step(walk *w, int r, double *t)
         case MI_OP_COMBINE:
             if (i != root)
                 xsend(w, xid, i, root, 0, t, msg_bytes(w, xid, i, root));
-            else if (!got(w, r, xid, i, 0, n - 1))
+            else if (!got(w, r, xid, i, 0, n - 1, *t))
                 return 0;
             break;
         default: {
@@ -315,7 +350,7 @@ static int comm_step(walk *w, int r, double *t)
                     push(&w->h, *t, EV_RESUME, r, -1, 0, 0);
                     return 0;
                 }
-                if (!got(w, r, xid, i, k, need))
+                if (!got(w, r, xid, i, k, need, *t))
                     return 0;
             }
         }
@@ -372,6 +407,21 @@ static void advance(walk *w, int r, double t)
     }
 }
 
+/* Rank r's wait from ts ends with an arrival at t: it goes on then, or,
+ * when its polling used up its quota, in the next period. */
+static void wake(walk *w, int r, double ts, double t)
+{
+    const mi_device *d = &w->cl->dev[r];
+    double go = t;
+    if (d->cpu_quota > 0 && (d->spin_s > 0 || d->poll > 0))
+        go = mi_sim_cfs_wait(w->cpu->t0 + ts, w->cpu->t0 + t, d->spin_s, d->poll, d->cpu_quota, d->cpu_period_s,
+                             &w->cpu->period[r], &w->cpu->used[r]) - w->cpu->t0;
+    if (go > t)
+        push(&w->h, go, EV_RESUME, r, -1, 0, 0);
+    else
+        advance(w, r, t);
+}
+
 /* The plans whose speculated transitions are all rejected or all accepted. */
 static void spec_plans(walk *w)
 {
@@ -398,7 +448,7 @@ int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
         cpu = own = mi_malloc(sizeof *own, "simulator quotas");
         own->t0 = 0;
         for (int r = 0; r < MI_MAX_RANKS; r++)
-            own->period[r] = 0, own->used[r] = 0;
+            own->period[r] = 0, own->used[r] = 0, own->idle_since[r] = -1;
     }
     walk w = {.plan = plan, .p = p, .prog = p->prog[ph], .cl = cl, .lk = lk, .n = n, .T = T,
               .T_logits = T_logits, .ctx = ctx, .rng = rng, .link_bytes = link_bytes, .link_msgs = link_msgs,
@@ -407,6 +457,7 @@ int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
     w.pc = ints, w.round = ints + n, w.sent = ints + 2 * n, w.wait = ints + 3 * n, w.wait_xid = ints + 4 * n;
     w.wait_round = ints + 5 * n, w.wait_need = ints + 6 * n, w.owed = ints + 7 * n;
     w.off = ints + 8 * n;
+    w.wait_t = mi_calloc((size_t)n, sizeof(double), "simulator waits");
     for (int x = 0; x < p->n_xchg; x++)
         w.off[x + 1] = w.off[x] + p->comms[p->xchg[x].comm].n_members;
     size_t slots = (size_t)w.off[p->n_xchg] + 1;
@@ -457,10 +508,16 @@ int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
         }
         out->recvs++;
         if (e.kind == EV_COMMAND) {
-            if (cl->dev[r].msg_s > 0) /* the command's CPU before the program starts */
-                push(&w.h, run_cpu(&w, r, e.t, cl->dev[r].msg_s), EV_RESUME, r, -1, 0, 0);
-            else
-                advance(&w, r, e.t);
+            /* the worker has waited for it since its last pass ended (polling: quota used) */
+            double since = cpu->idle_since[r] >= 0 ? cpu->idle_since[r] - cpu->t0 : e.t;
+            if (cl->dev[r].msg_s > 0) { /* the command's CPU before the program starts */
+                double go = since < e.t ? mi_sim_cfs_wait(cpu->t0 + since, cpu->t0 + e.t, cl->dev[r].spin_s,
+                                                          cl->dev[r].poll, cl->dev[r].cpu_quota, cl->dev[r].cpu_period_s,
+                                                          &cpu->period[r], &cpu->used[r]) - cpu->t0 : e.t;
+                push(&w.h, run_cpu(&w, r, go, cl->dev[r].msg_s), EV_RESUME, r, -1, 0, 0);
+            } else {
+                wake(&w, r, since < e.t ? since : e.t, e.t);
+            }
             continue;
         }
         size_t s = (size_t)w.off[e.xid] + e.member;
@@ -468,7 +525,7 @@ int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
             w.posted[s] = 1;
             if (w.wait[r] == WAIT_POST && w.wait_xid[r] == e.xid) {
                 w.wait[r] = WAIT_NONE;
-                advance(&w, r, e.t);
+                wake(&w, r, w.wait_t[r], e.t);
             }
             continue;
         }
@@ -476,7 +533,7 @@ int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
         if (w.wait[r] == WAIT_MSGS && w.wait_xid[r] == e.xid && w.wait_round[r] == e.round &&
             w.cnt[e.round][s] >= w.wait_need[r]) {
             w.wait[r] = WAIT_NONE;
-            advance(&w, r, e.t);
+            wake(&w, r, w.wait_t[r], e.t);
         }
     }
     int rc = 0;
@@ -492,6 +549,8 @@ int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
         if (w.done[r] - mi_cluster_latency(cl, 0, r) > end)
             end = w.done[r] - mi_cluster_latency(cl, 0, r);
     out->token_s = end;
+    for (int r = 1; r < n && !rc; r++) /* from here each worker waits for its next command */
+        cpu->idle_since[r] = cpu->t0 + w.done[r];
     if (lk->spec_draws)
         free(w.spec[0].layers), free(w.spec[1].layers);
     free(w.h.a);
@@ -501,5 +560,6 @@ int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
     free(w.done);
     free(w.spec_ok);
     free(own);
+    free(w.wait_t);
     return rc;
 }

@@ -31,8 +31,9 @@
  * A device may also give "cpu_quota": 0.4, "cpu_period_ms": 5 (a CFS CPU quota: full
  * speed until quota * period of CPU time is used in the current period, then idle until
  * the next; the period defaults to the kernel's 100 ms; speed and "compute" are then the
- * unthrottled figures) and "msg_us": 30 (CPU microseconds per message sent or received);
- * only the simulator models them. `meshinfer calibrate` writes them from the rank's
+ * unthrottled figures), "msg_us": 30 (CPU microseconds per message sent or received),
+ * "spin_us": 100 and "poll_pct": 3 (a wait for a message spins that long, then takes
+ * that share of the CPU while it polls); only the simulator models them. `meshinfer calibrate` writes them from the rank's
  * cgroup and a ping-pong. The top level may give "comm_setup_ms" and "win_setup_ms": what
  * creating one communicator and one one-sided window among the ranks takes (calibrate
  * measures both), charged to a re-placement's move per exchange rebuilt.
@@ -221,7 +222,7 @@ static int parse_compute(const cJSON *cp, mi_device *dev, const char *prefix, co
 static int parse_device(const cJSON *d, int i, mi_device *dev, const char *prefix, char *err)
 {
     static const char *const keys[] = {"name", "mem_mb", "speed", "host", "compute", "hwloc", "power", "emulate",
-                                       "cpu_quota", "cpu_period_ms", "msg_us", NULL};
+                                       "cpu_quota", "cpu_period_ms", "msg_us", "spin_us", "poll_pct", NULL};
     char where[32];
     snprintf(where, sizeof where, "devices[%d]", i);
     if (!cJSON_IsObject(d))

@@ -1,6 +1,6 @@
 /* The device blocks of a cluster file parsed apart from cluster.c (whose
  * top comment is the format): "power", "emulate" and the CPU keys the
- * simulator models (cpu_quota, cpu_period_ms, msg_us). */
+ * simulator models (cpu_quota, cpu_period_ms, msg_us, spin_us, poll_pct). */
 #include "cluster_internal.h"
 
 #include <math.h>
@@ -114,6 +114,15 @@ int mi_cl_parse_cpu(const cJSON *d, mi_device *dev, const char *prefix, const ch
                                  "device may compute)", prefix, where);
     if (m > 1e6)
         return mi_set_error(err, "%s: %s.msg_us must be at most 1e6 (got %g)", prefix, where, m);
+    double spin = 0, poll = 0;
+    if (mi_cl_get_number(d, "spin_us", 1, &spin, prefix, where, err) ||
+        mi_cl_get_number(d, "poll_pct", 1, &poll, prefix, where, err))
+        return -1;
+    if (spin > 1e6 || poll > 100)
+        return mi_set_error(err, "%s: %s: spin_us must be at most 1e6 and poll_pct at most 100 (got %g, %g)", prefix,
+                            where, spin, poll);
+    dev->spin_s = spin * 1e-6;
+    dev->poll = poll / 100;
     dev->cpu_quota = isnan(q) ? 0 : q;
     /* a quota without a period has the kernel's default period, 100 ms */
     dev->cpu_period_s = isnan(q) ? 0 : isnan(p) ? 0.1 : p * 1e-3;
@@ -129,4 +138,8 @@ void mi_cl_save_cpu(const mi_device *d, cJSON *o)
     }
     if (d->msg_s > 0)
         cJSON_AddNumberToObject(o, "msg_us", d->msg_s * 1e6);
+    if (d->spin_s > 0 || d->poll > 0) {
+        cJSON_AddNumberToObject(o, "spin_us", d->spin_s * 1e6);
+        cJSON_AddNumberToObject(o, "poll_pct", d->poll * 100);
+    }
 }

@@ -20,7 +20,7 @@ int mi_cl_parse_power(const cJSON *p, mi_device *dev, const char *prefix, const 
 /* A device's "emulate" block, checked (the hosts testbed reads it). */
 int mi_cl_check_emulate(const cJSON *e, const char *prefix, const char *where, char *err);
 
-/* A device's CPU keys (cpu_quota, cpu_period_ms, msg_us) into dev; absent
+/* A device's CPU keys (cpu_quota, cpu_period_ms, msg_us, spin_us, poll_pct) into dev; absent
  * ones leave no quota and no message cost. */
 int mi_cl_parse_cpu(const cJSON *d, mi_device *dev, const char *prefix, const char *where, char *err);
 

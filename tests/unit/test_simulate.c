@@ -353,6 +353,22 @@ static void test_cfs_quota(void)
     k = -1;
     NEAR(mi_sim_cfs_run(0, 20e-3, q, P, &k, &used), 47e-3, 1e-12);
     NEAR(mi_sim_cfs_run(3e-3, 1e-3, 0, P, &k, &used), 4e-3, 1e-15); /* no quota */
+    /* a wait that spins 1 ms, then polls at 50%: from 0 to 4 ms it would take 2.5 ms of CPU; the
+     * quota is gone at 3 ms (1 + 0.5 * 2), so the message that came at 4 ms is seen at 5 ms */
+    k = -1;
+    NEAR(mi_sim_cfs_wait(0, 4e-3, 1e-3, 0.5, q, P, &k, &used), 5e-3, 1e-12);
+    CU_ASSERT(k == 1 && used == 0);
+    /* to 2.5 ms: 1.75 ms used, then 1 ms of compute runs 2.5-2.75 and 5-5.75 ms */
+    k = -1;
+    NEAR(mi_sim_cfs_wait(0, 2.5e-3, 1e-3, 0.5, q, P, &k, &used), 2.5e-3, 1e-15);
+    NEAR(used, 1.75e-3, 1e-12);
+    NEAR(mi_sim_cfs_run(2.5e-3, 1e-3, q, P, &k, &used), 5.75e-3, 1e-12);
+    /* polling at 10% over 12 ms never runs out; 0.2 ms used 2 ms into the third period */
+    k = -1;
+    NEAR(mi_sim_cfs_wait(0, 12e-3, 0, 0.1, q, P, &k, &used), 12e-3, 1e-15);
+    CU_ASSERT_EQUAL(k, 2);
+    NEAR(used, 0.2e-3, 1e-9);
+    NEAR(mi_sim_cfs_wait(0, 12e-3, 1e-3, 1, 0, P, &k, &used), 12e-3, 1e-15); /* no quota: free */
 }
 
 /* A one-device cluster with a quota: without one the simulator equals the
