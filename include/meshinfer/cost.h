@@ -65,8 +65,10 @@ double mi_predict_tpot(const mi_plan *plan, const mi_programs *p, const mi_clust
  * cached (HeadSplit "Memory needs active management"'s move, used for seed
  * 003's phase switch), as the runtime does it (migrate.c): per rank, the weights it does
  * not already hold in the same layout read from storage at cl->storage_bw,
- * and the KV heads it newly owns received from their old owners; the
- * slowest rank's time. */
+ * and the KV heads it newly owns received from their old owners, and the
+ * communicators and windows of the new placement's exchanges it is a member
+ * of rebuilt (cl->comm_setup_s and win_setup_s each, as calibrate measures
+ * them; not counted when 0); the slowest rank's time. */
 double mi_plan_switch_s(const mi_plan *from, const mi_plan *to, const mi_cluster *cl, int n_pos);
 
 /* ------------------------------------------------------------ calibration

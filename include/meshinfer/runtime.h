@@ -180,7 +180,9 @@ const mi_rank_metrics *mi_runtime_metrics(mi_runtime *rt, mi_rank_metrics *all);
  * shard, passes added until they take min_seconds together or about 0.2 s
  * in all have gone, each after 10 ms idle, as a decoded token's compute
  * follows its wait (under a CPU quota a pass then starts a period whole,
- * not wherever back-to-back passes left it); on rank 0
+ * not wherever back-to-back passes left it; and under a quota of at most a
+ * core with one thread, timed by the thread's CPU clock: the unthrottled
+ * rate, hwinfo.h mi_cgroup_self_cpu); on rank 0
  * every rank's rate in all ([n_ranks]; may be NULL elsewhere). A rank that
  * holds no weights reports 0. */
 double mi_runtime_stream_rate(mi_runtime *rt, double min_seconds, double *all);
@@ -192,6 +194,28 @@ double mi_runtime_stream_rate(mi_runtime *rt, double min_seconds, double *all);
  * (rtt(big) - rtt(8)); both symmetric, 0 on the diagonal. Other ranks may
  * pass NULL. */
 void mi_calibrate_links(size_t big, double *rtt_s, double *bw);
+
+/* The spin a wait for a message makes before it naps between tests, for a
+ * job whose slowest round trip is rtt_max_s: 100 us on links slower than
+ * 1 ms round trip, else 0 (spin until the message comes: shared memory). */
+double mi_runtime_spin_for(double rtt_max_s);
+
+/* Collective: what messages cost the CPU, with waits that spin spin_s (0:
+ * until the message comes) and then nap as the runtime's do. Rank 0 with
+ * each other rank in turn: the CPU share a wait past its spin takes (each
+ * side waits 20 ms for a message), and a message's own CPU (a round trip of
+ * 8 bytes on this side's CPU clock, less its wait's, halved). On rank 0:
+ * msg_s[r] (seconds) and poll[r] (a fraction of the CPU; 1 with spin 0) per
+ * rank ([n_ranks]; rank 0's the median over its pairs); others may pass
+ * NULL. */
+void mi_calibrate_cpu_costs(double spin_s, double *msg_s, double *poll);
+
+/* Collective: seconds to create and free a communicator of ranks 0 and 1
+ * (MPI_Comm_create_group) and a one-sided window on it (MPI_Win_create,
+ * MPI_Win_free), the median of 5, as a re-placement rebuilds each
+ * exchange's (comms.c). On rank 0; 0 with one rank, and the window 0 when
+ * the transport has no one-sided support. */
+void mi_calibrate_setup(double *comm_s, double *win_s);
 
 /* Collective: this rank's index among the ranks of its host and their
  * number (0 and 1 without MPI), for calibrate (Voltron §4.2.1). */

@@ -8,6 +8,7 @@
 
 #include "internal.h"
 #include "meshinfer/common.h"
+#include "meshinfer/hwinfo.h"
 #include "meshinfer/kernels.h"
 
 /* One matrix-vector product over every weight matrix this rank holds (what
@@ -78,10 +79,16 @@ double mi_runtime_stream_rate(mi_runtime *rt, double min_seconds, double *all)
     double r[64], t0 = mi_now(), busy = 0;
     const double gap = 10e-3;
     int n = 0;
+    /* under a quota of at most a core with one compute thread, a pass is timed by the thread's CPU
+     * clock: the unthrottled rate, whatever the period did (the simulator models the quota; an
+     * emulated slowdown sleeps, so its factor is applied) */
+    double period, quota = mi_cgroup_self_cpu(&period);
+    int cpu = quota > 0 && quota <= 1 && mi_threads() == 1;
+    double (*clock)(void) = cpu ? mi_cpu_now : mi_now, stretch = cpu ? mi_slowdown() : 1;
     do {
         struct timespec ts = {0, (long)(gap * 1e9)};
         nanosleep(&ts, NULL);
-        double p0 = mi_now(), bytes = one_pass(rt, x, y), dt = mi_now() - p0;
+        double p0 = clock(), bytes = one_pass(rt, x, y), dt = (clock() - p0) * stretch;
         if (bytes <= 0 || dt <= 0)
             break;
         r[n++] = bytes / dt;
@@ -219,5 +226,113 @@ void mi_world_host_turns(void (*fn)(void *ctx), void *ctx)
             MPI_Ibarrier(g_host, &q);
             rt_waitall(1, &q);
         }
+    }
+}
+
+double mi_runtime_spin_for(double rtt_max_s)
+{
+    return rtt_max_s > 1e-3 ? 100e-6 : 0;
+}
+
+/* Rank `waiter` waits (rt_waitall) for 8 bytes its peer sends after a 20 ms
+ * sleep; returns the waiter's CPU seconds over wall seconds in *wall. */
+static double timed_wait(int peer, int me_waits, char *buf, double *wall)
+{
+    *wall = 0;
+    if (!me_waits) {
+        struct timespec ts = {0, 20000000L};
+        nanosleep(&ts, NULL);
+        MPI_Send(buf, 8, MPI_BYTE, peer, 14, MPI_COMM_WORLD);
+        return 0;
+    }
+    MPI_Request q;
+    MPI_Irecv(buf, 8, MPI_BYTE, peer, 14, MPI_COMM_WORLD, &q);
+    double c0 = mi_cpu_now(), w0 = mi_now();
+    rt_waitall(1, &q);
+    *wall = mi_now() - w0;
+    return mi_cpu_now() - c0;
+}
+
+void mi_calibrate_cpu_costs(double spin_s, double *msg_s, double *poll)
+{
+    int rank = mi_world_rank(), n = mi_world_size();
+    char buf[64] = {0};
+    double m[MI_MAX_RANKS], p[MI_MAX_RANKS], mine[2] = {0, 0};
+    int k = 0;
+    /* the runtime's waits: spin_s, then naps between tests (0: spin until the message comes) */
+    rt_set_spin(spin_s > 0 ? spin_s : -1);
+    for (int r = 1; r < n; r++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (rank != 0 && rank != r)
+            continue;
+        int peer = rank == 0 ? r : 0;
+        /* the share of the CPU a wait past its spin takes: each side waits once */
+        double duty = 1, wall = 0;
+        for (int turn = 0; turn < 2; turn++) {
+            double c = timed_wait(peer, (turn == 0) == (rank == 0), buf, &wall);
+            if (wall > 0)
+                duty = spin_s > 0 ? (c - (wall < spin_s ? wall : spin_s)) / (wall - spin_s) : 1;
+        }
+        duty = duty < 0 ? 0 : duty > 1 ? 1 : duty;
+        /* a message's own CPU: a round trip's CPU on this side, less its wait's, over its two messages */
+        const int reps = 20;
+        ping_pong(peer, rank == 0, buf, 8, 2); /* warm */
+        double c0 = mi_cpu_now(), w0 = mi_now();
+        for (int i = 0; i < reps; i++)
+            ping_pong(peer, rank == 0, buf, 8, 1);
+        /* (ping_pong runs a warm-up round trip too: 2 per call) */
+        double per = (mi_cpu_now() - c0) / (2.0 * reps), rt = (mi_now() - w0) / (2.0 * reps);
+        double waited = spin_s > 0 ? (rt < spin_s ? rt : spin_s + duty * (rt - spin_s)) : rt;
+        m[k] = per > waited ? (per - waited) / 2 : 0;
+        p[k++] = duty;
+    }
+    if (k > 0)
+        mine[0] = median(m, k), mine[1] = median(p, k);
+    rt_set_spin(20e-6);
+    double *all = rank == 0 ? mi_calloc(2 * (size_t)n, sizeof(double), "CPU costs") : NULL;
+    MPI_Gather(mine, 2, MPI_DOUBLE, all, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    for (int r = 0; rank == 0 && r < n; r++)
+        msg_s[r] = all[2 * r], poll[r] = all[2 * r + 1];
+    free(all);
+}
+
+void mi_calibrate_setup(double *comm_s, double *win_s)
+{
+    int rank = mi_world_rank(), n = mi_world_size();
+    *comm_s = *win_s = 0;
+    if (n < 2)
+        return;
+    MPI_Group world, g;
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    int members[2] = {0, 1};
+    MPI_Group_incl(world, 2, members, &g);
+    double tc[5], tw[5];
+    char slot[64];
+    int failed = 0;
+    for (int k = 0; k < 5; k++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (rank > 1)
+            continue;
+        MPI_Comm c;
+        double t0 = mi_now();
+        MPI_Comm_create_group(MPI_COMM_WORLD, g, 15, &c);
+        double t1 = mi_now();
+        MPI_Win win;
+        /* as rt_build_comms: a transport without one-sided support reports, not aborts */
+        MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+        if (MPI_Win_create(slot, rank == 0 ? (MPI_Aint)sizeof slot : 0, 1, MPI_INFO_NULL, c, &win) == MPI_SUCCESS)
+            MPI_Win_free(&win);
+        else
+            failed = 1;
+        double t2 = mi_now();
+        MPI_Comm_free(&c);
+        tc[k] = t1 - t0 + (mi_now() - t2);
+        tw[k] = t2 - t1;
+    }
+    MPI_Group_free(&g);
+    MPI_Group_free(&world);
+    if (rank == 0) {
+        *comm_s = median(tc, 5);
+        *win_s = failed ? 0 : median(tw, 5);
     }
 }

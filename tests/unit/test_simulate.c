@@ -459,6 +459,38 @@ static void test_message_cost(void)
     mi_cluster_free(&cl);
 }
 
+/* A re-placement's move also rebuilds the new placement's exchanges: each
+ * rank's communicators and windows at the measured set-up costs; the same
+ * placement moves no weights, so that is all it costs. */
+static void test_rebuild_cost(void)
+{
+    mi_config c = stories();
+    mi_cluster cl;
+    cluster5(&cl, 4000);
+    mi_plan p;
+    make_plan(&c, &cl, MI_PLANNER_GREEDY, 0, &p);
+    CU_ASSERT_EQUAL(mi_plan_switch_s(&p, &p, &cl, 40), 0);
+    cl.comm_setup_s = 10e-3, cl.win_setup_s = 4e-3;
+    mi_programs prog;
+    char err[MI_ERRLEN];
+    CU_ASSERT_EQUAL_FATAL(mi_programs_compile(&p, &prog, err), 0);
+    double worst = 0;
+    for (int r = 0; r < 5; r++) {
+        int nc = 0, nw = 0;
+        for (int i = 0; i < prog.n_comms; i++)
+            nc += prog.comms[i].n_members >= 2 && mi_comm_index(&prog.comms[i], r) >= 0;
+        for (int x = 0; x < prog.n_xchg; x++)
+            nw += prog.xchg[x].kind == MI_OP_PUT && mi_comm_index(&prog.comms[prog.xchg[x].comm], r) >= 0;
+        if (nc * 10e-3 + nw * 4e-3 > worst)
+            worst = nc * 10e-3 + nw * 4e-3;
+    }
+    CU_ASSERT(worst >= 10e-3);
+    NEAR(mi_plan_switch_s(&p, &p, &cl, 40), worst, 1e-12);
+    mi_programs_free(&prog);
+    mi_plan_free(&p);
+    mi_cluster_free(&cl);
+}
+
 static void expect_error(const char *json, const char *word)
 {
     mi_cluster cl;
@@ -575,6 +607,7 @@ int main(void)
     CU_add_test(s, "a CFS quota's periods", test_cfs_quota);
     CU_add_test(s, "a quota'd device: slowed by its quota, compute unchanged", test_quota_device);
     CU_add_test(s, "a message cost: conserved, slower within bounds", test_message_cost);
+    CU_add_test(s, "a move rebuilds communicators and windows", test_rebuild_cost);
     CU_add_test(s, "cluster keys and generator", test_cluster_keys_and_generator);
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();
