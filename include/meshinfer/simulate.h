@@ -57,11 +57,13 @@ typedef struct {
 
 /* A quota'd device's CPU time between passes (plan.h mi_device cpu_quota):
  * the CFS period each rank is in and the CPU it has used there, and when
- * the pass starts on the run's clock (periods are counted from time 0 of
- * the run, the same phase for every rank: cgroups' period timers run apart,
- * but nothing measured gives their phases). */
+ * the pass starts on the run's clock. Each device's periods start at its
+ * own phase: cgroups' period timers run apart, and nothing measured gives
+ * their phases, so mi_simulate draws each uniformly in [0, period) from the
+ * links' seed (unless the request aligns them). */
 typedef struct {
     double t0;                     /* the pass's start, seconds since the run's start */
+    double phase[MI_MAX_RANKS];    /* device r's periods are [phase + k P, phase + (k + 1) P) */
     long period[MI_MAX_RANKS];     /* index of the period each rank's quota was last used in */
     double used[MI_MAX_RANKS];     /* CPU seconds used in that period */
     double idle_since[MI_MAX_RANKS]; /* when each worker finished its last pass and began to wait for the
@@ -129,6 +131,8 @@ typedef struct {
     mi_sim_links links;
     int every_step;       /* 1: walk every decode pass; 0: with exact links, walk only as many as the
                              context-length dependence needs (below) */
+    int aligned_periods;  /* 1: every quota'd device's periods start with the run; 0: each at a phase
+                             drawn from links.seed (mi_sim_cpu) */
 } mi_sim_request;
 
 /* One re-placement during the run. */

@@ -13,8 +13,13 @@
 # against simulated TPOT, beside three other feeds: every link at the
 # emulator's delay; calibrate's file; and each device's speed set to the
 # compute its rank measured decoding (to tell the simulator's messages from
-# the device model). A planner refused on R ranks (somegather: R must divide
-# the 6 KV heads) is a row with the planner's reason.
+# the device model). A device's CPU quota is its rank's cgroup's as the run
+# reports it (cpu_quota, cpu_period_ms; the streaming rate is then measured
+# on the CPU clock: the unthrottled speed), its messages' and waits' CPU
+# (msg_us, spin_us, poll_pct) and the communicators' and windows' set-up
+# (comm_setup_ms, win_setup_ms) calibrate's. A planner refused on R ranks
+# (somegather: R must divide the 6 KV heads) is a row with the planner's
+# reason.
 # Last, a generation that outgrows its memory budgets (greedy, --replan, the
 # first placement made for --kv-positions, --replan-cluster's budgets,
 # calibrated on the testbed) runs on the testbed and in the simulator: the
@@ -111,7 +116,8 @@ calibrated() {
 # half the round trip the ranks measured (rank 0 to r: rtt_ms[r] / 2; r to
 # s: the mean of theirs, as the calibrated prediction takes them) or the
 # given latency (a rank that holds no weights measured nothing: rank 0's
-# rate); names, budgets and link bandwidths from calibrate's file.
+# rate); the run's CPU quotas; names, budgets, link bandwidths, messages' and
+# waits' CPU and the set-up costs from calibrate's file.
 measured_cluster() {
     node - "$@" <<'JS'
 const fs = require("fs");
@@ -120,11 +126,19 @@ const m = JSON.parse(fs.readFileSync(run)), c = JSON.parse(fs.readFileSync(cal))
 const n = m.n_ranks, half = (a, b) => a === b ? 0 : lat !== "rtt" ? +lat :
   a === 0 ? m.rtt_ms[b] / 2 : b === 0 ? m.rtt_ms[a] / 2 : (m.rtt_ms[a] + m.rtt_ms[b]) / 4;
 const ix = [...Array(n).keys()];
+const cpu = r => {
+  const d = c.devices[r], o = {}, q = (m.cpu_quota ?? [])[r];
+  if (q > 0 && q <= 1) { o.cpu_quota = q; o.cpu_period_ms = m.cpu_period_ms[r]; }
+  for (const k of ["msg_us", "spin_us", "poll_pct"]) if (d[k] !== undefined) o[k] = d[k];
+  return o;
+};
+const setup = {};
+for (const k of ["comm_setup_ms", "win_setup_ms"]) if (c[k] !== undefined) setup[k] = c[k];
 console.log(JSON.stringify({
   description: `measured by a ${m.plan.planner} run on ${n} ranks: stream_gbs and ${lat === "rtt" ? "rtt_ms / 2" : "latency " + lat + " ms"}`,
-  link: c.link, mem_bandwidth_gbs: 1, gflops: c.gflops ?? 10,
+  link: c.link, mem_bandwidth_gbs: 1, gflops: c.gflops ?? 10, ...setup,
   links: {latency_ms: ix.map(a => ix.map(b => half(a, b))), bandwidth_mbit: c.links.bandwidth_mbit},
-  devices: ix.map(r => ({name: c.devices[r].name, mem_mb: c.devices[r].mem_mb, speed: m.stream_gbs[r] > 0 ? m.stream_gbs[r] : m.stream_gbs[0]}))}, null, 1));
+  devices: ix.map(r => ({name: c.devices[r].name, mem_mb: c.devices[r].mem_mb, speed: m.stream_gbs[r] > 0 ? m.stream_gbs[r] : m.stream_gbs[0], ...cpu(r)}))}, null, 1));
 JS
 }
 
@@ -134,6 +148,8 @@ JS
 # inversely proportional to a roofline device's speed): the event walk on
 # the compute the run really had, to tell the simulator's messages from the
 # device model (args: the run's --json, the measured cluster, its simulation).
+# The measured compute is wall time, throttling included: no quota, messages'
+# or waits' CPU here.
 decode_cluster() {
     node - "$@" <<'JS'
 const fs = require("fs");
@@ -143,6 +159,7 @@ c.description = "the run's measured cluster, each speed scaled to the compute it
 c.devices.forEach((d, r) => {
   const t = m.ranks[r].seconds, meas = t.attention + t.projection + t.ffn + t.logits, sim = s.per_device[r].busy_s;
   if (meas > 0 && sim > 0) d.speed *= sim / meas;
+  for (const k of ["cpu_quota", "cpu_period_ms", "msg_us", "spin_us", "poll_pct"]) delete d[k];
 });
 console.log(JSON.stringify(c, null, 1));
 JS

@@ -289,8 +289,16 @@ int mi_simulate(const mi_plan *plan, const mi_cluster *cl, const mi_sim_request 
     double *sw = mi_calloc((size_t)N, sizeof(double), "simulated re-placements");
     g.sw = sw;
     g.cpu_on = mi_sim_cluster_cpu(cl, n);
-    for (int r = 0; r < MI_MAX_RANKS; r++)
+    uint64_t ph = rq->links.seed ^ 0x5157A5EEDull; /* the periods' phases, apart from the links' draws */
+    for (int r = 0; r < MI_MAX_RANKS; r++) {
         g.cpu.idle_since[r] = -1;
+        uint64_t z = (ph += 0x9E3779B97F4A7C15ull); /* splitmix64 */
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        g.cpu.phase[r] = r < cl->n_devices && !rq->aligned_periods
+                             ? (double)(z >> 11) * 0x1.0p-53 * cl->dev[r].cpu_period_s : 0;
+    }
     int rc = prefill(&g, &sw[0], err), done = rc > 0 ? N : 0;
     for (int k = 1; rc > 0 && k < N; k++) {
         int ctx = rq->n_prompt + k - 1;

@@ -200,7 +200,20 @@ static double run_cpu(walk *w, int r, double t, double work)
     if (d->cpu_quota <= 0)
         return t + work;
     mi_sim_cpu *c = w->cpu;
-    return mi_sim_cfs_run(c->t0 + t, work, d->cpu_quota, d->cpu_period_s, &c->period[r], &c->used[r]) - c->t0;
+    double o = c->t0 - c->phase[r]; /* pass time to the device's period clock */
+    return mi_sim_cfs_run(o + t, work, d->cpu_quota, d->cpu_period_s, &c->period[r], &c->used[r]) - o;
+}
+
+/* When rank r, waiting since ts, sees a message that arrived at t (its quota). */
+static double wait_end(walk *w, int r, double ts, double t)
+{
+    const mi_device *d = &w->cl->dev[r];
+    if (d->cpu_quota <= 0 || (d->spin_s <= 0 && d->poll <= 0) || ts >= t)
+        return t;
+    mi_sim_cpu *c = w->cpu;
+    double o = c->t0 - c->phase[r];
+    return mi_sim_cfs_wait(o + ts, o + t, d->spin_s, d->poll, d->cpu_quota, d->cpu_period_s, &c->period[r],
+                           &c->used[r]) - o;
 }
 
 static double op_time(const walk *w, const mi_op *op, int r)
@@ -411,11 +424,7 @@ static void advance(walk *w, int r, double t)
  * when its polling used up its quota, in the next period. */
 static void wake(walk *w, int r, double ts, double t)
 {
-    const mi_device *d = &w->cl->dev[r];
-    double go = t;
-    if (d->cpu_quota > 0 && (d->spin_s > 0 || d->poll > 0))
-        go = mi_sim_cfs_wait(w->cpu->t0 + ts, w->cpu->t0 + t, d->spin_s, d->poll, d->cpu_quota, d->cpu_period_s,
-                             &w->cpu->period[r], &w->cpu->used[r]) - w->cpu->t0;
+    double go = wait_end(w, r, ts, t);
     if (go > t)
         push(&w->h, go, EV_RESUME, r, -1, 0, 0);
     else
@@ -448,7 +457,7 @@ int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
         cpu = own = mi_malloc(sizeof *own, "simulator quotas");
         own->t0 = 0;
         for (int r = 0; r < MI_MAX_RANKS; r++)
-            own->period[r] = 0, own->used[r] = 0, own->idle_since[r] = -1;
+            own->period[r] = 0, own->used[r] = 0, own->idle_since[r] = -1, own->phase[r] = 0;
     }
     walk w = {.plan = plan, .p = p, .prog = p->prog[ph], .cl = cl, .lk = lk, .n = n, .T = T,
               .T_logits = T_logits, .ctx = ctx, .rng = rng, .link_bytes = link_bytes, .link_msgs = link_msgs,
@@ -511,10 +520,7 @@ int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
             /* the worker has waited for it since its last pass ended (polling: quota used) */
             double since = cpu->idle_since[r] >= 0 ? cpu->idle_since[r] - cpu->t0 : e.t;
             if (cl->dev[r].msg_s > 0) { /* the command's CPU before the program starts */
-                double go = since < e.t ? mi_sim_cfs_wait(cpu->t0 + since, cpu->t0 + e.t, cl->dev[r].spin_s,
-                                                          cl->dev[r].poll, cl->dev[r].cpu_quota, cl->dev[r].cpu_period_s,
-                                                          &cpu->period[r], &cpu->used[r]) - cpu->t0 : e.t;
-                push(&w.h, run_cpu(&w, r, go, cl->dev[r].msg_s), EV_RESUME, r, -1, 0, 0);
+                push(&w.h, run_cpu(&w, r, wait_end(&w, r, since, e.t), cl->dev[r].msg_s), EV_RESUME, r, -1, 0, 0);
             } else {
                 wake(&w, r, since < e.t ? since : e.t, e.t);
             }

@@ -405,6 +405,7 @@ static void test_quota_device(void)
      * before (the prefill's CPU too), and that pass waits for the next period at 100 t1 */
     cl.dev[0].cpu_period_s = 100 * t1;
     rq = request(&cl, 10, 60);
+    rq.aligned_periods = 1;
     CU_ASSERT_EQUAL_FATAL(mi_simulate(&p, &cl, &rq, &r, err), 0);
     int slow = 0;
     for (int k = 1; k < 60; k++)
