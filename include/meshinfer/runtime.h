@@ -205,10 +205,11 @@ double mi_runtime_spin_for(double rtt_max_s);
  * each other rank in turn: the CPU share a wait past its spin takes (each
  * side waits 20 ms for a message), and a message's own CPU (a round trip of
  * 8 bytes on this side's CPU clock, less its wait's, halved). On rank 0:
- * msg_s[r] (seconds) and poll[r] (a fraction of the CPU; 1 with spin 0) per
+ * msg_s[r] (seconds), poll[r] (a fraction of the CPU; 1 with spin 0) and
+ * rt_cpu_s[r] (the CPU seconds of a whole round trip, wait included) per
  * rank ([n_ranks]; rank 0's the median over its pairs); others may pass
  * NULL. */
-void mi_calibrate_cpu_costs(double spin_s, double *msg_s, double *poll);
+void mi_calibrate_cpu_costs(double spin_s, double *msg_s, double *poll, double *rt_cpu_s);
 
 /* Collective: seconds to create and free a communicator of ranks 0 and 1
  * (MPI_Comm_create_group) and a one-sided window on it (MPI_Win_create,

@@ -111,6 +111,25 @@ int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
                 int T, int T_logits, int ctx, uint64_t *rng, double *link_bytes, double *link_msgs,
                 mi_sim_cpu *cpu, mi_sim_pass_out *out, char *err);
 
+/* 1 when the runtime pipelines a batch's micro-batches on programs p
+ * (runtime.h mi_runtime_can_pipeline's rule: rank 0's program, in each
+ * phase, only roots broadcasts before one receive from another rank, and
+ * only computes after it: a chain, as layer-wise's). */
+int mi_sim_can_pipeline(const mi_programs *p);
+
+/* A pass of T rows (each with logits) in M micro-batches pipelined as the
+ * runtime's batch passes run them (runtime.c forward_micro): the rows split
+ * as it splits them, rank 0 computing and sending each micro-batch up to
+ * its first receive before it takes the first back, every worker carrying
+ * the micro-batches through in turn (a micro-batch of one row on the decode
+ * program, of more on the prefill one). One command per pass (the later
+ * micro-batches' commands are not walked: their data follows at once).
+ * When the programs do not pipeline, or M <= 1: mi_sim_pass of the T rows.
+ * Returns as mi_sim_pass. */
+int mi_sim_pass_micro(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, const mi_sim_links *lk, int T,
+                      int M, int ctx, uint64_t *rng, double *link_bytes, double *link_msgs, mi_sim_cpu *cpu,
+                      mi_sim_pass_out *out, char *err);
+
 /* A re-placement's new plan: what planner.h mi_plan_remake makes for the
  * plan in force (cur) and need positions. Returns 0 with *np (the caller
  * takes it over) and the positions it budgets in *horizon, or -1 with err
@@ -124,6 +143,8 @@ typedef struct {
     int batch;            /* B >= 1 sequences decoding together (batch.h): B prompts prefilled one after
                              another, then passes of B rows (mi_predict_batch_step's); the plan's config must
                              hold B KV slots (memory counts every slot at the same positions) */
+    int micro;            /* batch passes as this many pipelined micro-batches (mi_sim_pass_micro) where
+                             the plan pipelines; <= 1: one pass of B rows */
     int chunk;            /* prefill positions per pass (the runtime's: 64) */
     mi_sim_replan_fn replan; /* NULL: no re-placement: a device that would pass its whole budget stops the
                                 run (a result, not an error) */

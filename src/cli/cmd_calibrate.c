@@ -200,8 +200,9 @@ typedef struct {
     rank_result *all;
     char **hws;
     double *rtt, *bw;
-    double spin_s, *msg_s, *poll; /* the runtime's wait spin for these links; per rank, a message's CPU
-                                     and a wait's share of the CPU past the spin */
+    double spin_s, *msg_s, *poll, *rt_cpu; /* the runtime's wait spin for these links; per rank, a
+                                              message's CPU, a wait's share of the CPU past the spin and
+                                              an 8-byte round trip's CPU */
     double comm_s, win_s;         /* creating a communicator and a window */
 } gathered;
 
@@ -214,8 +215,9 @@ static void gather_and_measure_links(const rank_result *mine, const char *hwjson
     g->hws = rank == 0 ? mi_calloc((size_t)size, sizeof(char *), "calibration") : NULL;
     g->rtt = rank == 0 ? mi_calloc((size_t)size * size, sizeof(double), "calibration") : NULL;
     g->bw = rank == 0 ? mi_calloc((size_t)size * size, sizeof(double), "calibration") : NULL;
-    g->msg_s = rank == 0 ? mi_calloc(2 * (size_t)size, sizeof(double), "calibration") : NULL;
+    g->msg_s = rank == 0 ? mi_calloc(3 * (size_t)size, sizeof(double), "calibration") : NULL;
     g->poll = g->msg_s ? g->msg_s + size : NULL;
+    g->rt_cpu = g->msg_s ? g->msg_s + 2 * size : NULL;
     if (size > 1) {
         mi_world_gather(mine, sizeof *mine, g->all);
         char **got = mi_world_gather_strings(hwjson);
@@ -236,7 +238,7 @@ static void gather_and_measure_links(const rank_result *mine, const char *hwjson
         g->spin_s = mi_runtime_spin_for(rtt_max);
         if (rank == 0)
             fprintf(stderr, "calibrate: measuring messages' CPU and communicator set-up...\n");
-        mi_calibrate_cpu_costs(g->spin_s, g->msg_s, g->poll);
+        mi_calibrate_cpu_costs(g->spin_s, g->msg_s, g->poll, g->rt_cpu);
         mi_calibrate_setup(&g->comm_s, &g->win_s);
     } else {
         g->all[0] = *mine;
@@ -297,7 +299,8 @@ static int fill_cluster(mi_cluster *cl, const mi_cluster *in, gathered *g, int s
     return pairs;
 }
 
-static void print_cluster(const mi_cluster *cl, int size, int pairs, const mi_calib_options *co, const char *out)
+static void print_cluster(const mi_cluster *cl, int size, int pairs, const mi_calib_options *co, const double *rt_cpu,
+                          const char *out)
 {
     printf("rank  device                 host              fp32 GB/s  q4_0 GB/s  fp32 Gflop/s  attn ns/pos\n");
     for (int r = 0; r < size; r++) {
@@ -315,8 +318,9 @@ static void print_cluster(const mi_cluster *cl, int size, int pairs, const mi_ca
         if (d->cpu_quota > 0)
             snprintf(q, sizeof q, "%.0f%% of %.1f ms", d->cpu_quota * 100, d->cpu_period_s * 1e3);
         if (d->cpu_quota > 0 || d->msg_s > 0)
-            printf("rank %d: CPU quota %s, a message %.1f us of CPU, a wait %.0f us spinning then %.1f%% of the CPU\n",
-                   r, q, d->msg_s * 1e6, d->spin_s * 1e6, d->poll * 100);
+            printf("rank %d: CPU quota %s; a wait %.0f us spinning, then %.1f%% of the CPU; an 8-byte round trip %.1f "
+                   "us of CPU, a message %.1f us beyond its wait\n", r, q, d->spin_s * 1e6, d->poll * 100,
+                   rt_cpu ? rt_cpu[r] * 1e6 : 0, d->msg_s * 1e6);
     }
     if (cl->comm_setup_s > 0)
         printf("set-up: a communicator %.2f ms, a window %.2f ms\n", cl->comm_setup_s * 1e3, cl->win_setup_s * 1e3);
@@ -336,7 +340,7 @@ static int write_cluster(const calib_opts *op, const mi_cluster *in, const char 
              size, size > 1 ? "s" : "");
     int rc = mi_cluster_save(&cl, (const char *const *)g->hws, desc, op->out, err);
     if (!rc)
-        print_cluster(&cl, size, pairs, co, op->out);
+        print_cluster(&cl, size, pairs, co, g->rt_cpu, op->out);
     mi_cluster_free(&cl);
     for (int r = 0; r < size; r++)
         free(g->hws[r]);

@@ -41,8 +41,12 @@ static int walk(gen *g, int ph, int T, int T_logits, int ctx, int count, mi_sim_
     memset(g->pass_bytes, 0, nn * sizeof(double));
     memset(g->pass_msgs, 0, nn * sizeof(double));
     g->cpu.t0 = g->clock;
-    if (mi_sim_pass(g->plan, &g->prog, g->cl, &g->rq->links, ph, T, T_logits, ctx, &g->rng, g->pass_bytes,
-                    g->pass_msgs, &g->cpu, po, err))
+    /* a batch's decode pass (every row with logits) in the request's micro-batches */
+    int micro = T > 1 && T_logits == T && g->rq->micro > 1;
+    if (micro ? mi_sim_pass_micro(g->plan, &g->prog, g->cl, &g->rq->links, T, g->rq->micro, ctx, &g->rng,
+                                  g->pass_bytes, g->pass_msgs, &g->cpu, po, err)
+              : mi_sim_pass(g->plan, &g->prog, g->cl, &g->rq->links, ph, T, T_logits, ctx, &g->rng, g->pass_bytes,
+                            g->pass_msgs, &g->cpu, po, err))
         return -1;
     g->clock += po->token_s;
     mi_sim_result *o = g->out;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "meshinfer/common.h"
+#include "sim_internal.h"
 
 void mi_sim_links_of(const mi_cluster *cl, mi_sim_links *lk)
 {
@@ -119,6 +120,7 @@ typedef struct {
     mi_sim_cpu *cpu;          /* the quotas' state (the caller's or own) */
     int *owed;                /* [n] messages taken in by the op under way, their CPU not yet charged */
     double *wait_t;           /* [n] when each rank began the wait it is in */
+    const mi_sim_rows *rows;  /* pipelined micro-batches' rows per op and exchange, or NULL */
 } walk;
 
 /* When work seconds of CPU started at pass time t end on rank r (its quota). */
@@ -144,14 +146,16 @@ static double wait_end(walk *w, int r, double ts, double t)
                            &c->used[r]) - o;
 }
 
-static double op_time(const walk *w, const mi_op *op, int r)
+/* Op i of rank r's program (a micro-batch's rows, every one with logits, when pipelined). */
+static double op_time(const walk *w, const mi_op *op, int r, int i)
 {
     const mi_plan *pl = w->plan;
     if (w->lk->spec_draws && (op->flags & MI_OPF_IF_REJECTED) && op->layer > 0)
         pl = &w->spec[w->spec_ok[op->layer - 1]];
-    double t = mi_op_compute_s(pl, op, w->cl, r, w->T, w->ctx);
-    if (op->kind == MI_OP_LOGITS && w->T_logits > 1) /* every row's logits (cost.c's batch pass) */
-        t += (double)op->n * pl->cfg.dim * (w->T_logits - 1) * w->cl->dev[r].pos_s[pl->cfg.cls_dtype];
+    int T = w->rows ? w->rows->op_rows[r][i] : w->T, Tl = w->rows ? T : w->T_logits;
+    double t = mi_op_compute_s(pl, op, w->cl, r, T, w->ctx);
+    if (op->kind == MI_OP_LOGITS && Tl > 1) /* every row's logits (cost.c's batch pass) */
+        t += (double)op->n * pl->cfg.dim * (Tl - 1) * w->cl->dev[r].pos_s[pl->cfg.cls_dtype];
     return t;
 }
 
@@ -189,7 +193,7 @@ static void send(walk *w, int a, int b, double t, double bytes, int kind, int xi
 /* Payload of exchange xid's message from member i to member j. */
 static double msg_bytes(const walk *w, int xid, int i, int j)
 {
-    double npos = w->p->xchg[xid].buf == MI_BUF_LOGITS ? w->T_logits : w->T;
+    double npos = w->rows ? w->rows->x_rows[xid] : w->p->xchg[xid].buf == MI_BUF_LOGITS ? w->T_logits : w->T;
     return npos * mi_exchange_bytes(w->p, xid, i, j);
 }
 
@@ -338,7 +342,7 @@ static void advance(walk *w, int r, double t)
             if (op->kind == MI_OP_POST)
                 post(w, op->xid, t + acc);
             else
-                acc += op_time(w, op, r);
+                acc += op_time(w, op, r, w->pc[r]);
         }
         if (acc > 0) {
             w->out->busy_s[r] += acc;
@@ -378,6 +382,13 @@ int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
                 int T, int T_logits, int ctx, uint64_t *rng, double *link_bytes, double *link_msgs,
                 mi_sim_cpu *cpu, mi_sim_pass_out *out, char *err)
 {
+    return mi_sim_walk(plan, p, cl, lk, ph, T, T_logits, ctx, rng, link_bytes, link_msgs, cpu, NULL, out, err);
+}
+
+int mi_sim_walk(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, const mi_sim_links *lk, int ph,
+                int T, int T_logits, int ctx, uint64_t *rng, double *link_bytes, double *link_msgs,
+                mi_sim_cpu *cpu, const mi_sim_rows *rows, mi_sim_pass_out *out, char *err)
+{
     int n = plan->n_ranks;
     memset(out, 0, sizeof *out);
     mi_sim_cpu *own = NULL;
@@ -389,7 +400,7 @@ int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
     }
     walk w = {.plan = plan, .p = p, .prog = p->prog[ph], .cl = cl, .lk = lk, .n = n, .T = T,
               .T_logits = T_logits, .ctx = ctx, .rng = rng, .link_bytes = link_bytes, .link_msgs = link_msgs,
-              .out = out, .cpu = cpu};
+              .out = out, .cpu = cpu, .rows = rows};
     int *ints = mi_calloc(8 * (size_t)n + (size_t)p->n_xchg + 1, sizeof(int), "simulator ranks");
     w.pc = ints, w.round = ints + n, w.sent = ints + 2 * n, w.wait = ints + 3 * n, w.wait_xid = ints + 4 * n;
     w.wait_round = ints + 5 * n, w.wait_need = ints + 6 * n, w.owed = ints + 7 * n;

@@ -253,11 +253,11 @@ static double timed_wait(int peer, int me_waits, char *buf, double *wall)
     return mi_cpu_now() - c0;
 }
 
-void mi_calibrate_cpu_costs(double spin_s, double *msg_s, double *poll)
+void mi_calibrate_cpu_costs(double spin_s, double *msg_s, double *poll, double *rt_cpu_s)
 {
     int rank = mi_world_rank(), n = mi_world_size();
     char buf[64] = {0};
-    double m[MI_MAX_RANKS], p[MI_MAX_RANKS], mine[2] = {0, 0};
+    double m[MI_MAX_RANKS], p[MI_MAX_RANKS], u[MI_MAX_RANKS], mine[3] = {0, 0, 0};
     int k = 0;
     /* the runtime's waits: spin_s, then naps between tests (0: spin until the message comes) */
     rt_set_spin(spin_s > 0 ? spin_s : -1);
@@ -284,15 +284,16 @@ void mi_calibrate_cpu_costs(double spin_s, double *msg_s, double *poll)
         double per = (mi_cpu_now() - c0) / (2.0 * reps), rt = (mi_now() - w0) / (2.0 * reps);
         double waited = spin_s > 0 ? (rt < spin_s ? rt : spin_s + duty * (rt - spin_s)) : rt;
         m[k] = per > waited ? (per - waited) / 2 : 0;
+        u[k] = per;
         p[k++] = duty;
     }
     if (k > 0)
-        mine[0] = median(m, k), mine[1] = median(p, k);
+        mine[0] = median(m, k), mine[1] = median(p, k), mine[2] = median(u, k);
     rt_set_spin(20e-6);
-    double *all = rank == 0 ? mi_calloc(2 * (size_t)n, sizeof(double), "CPU costs") : NULL;
-    MPI_Gather(mine, 2, MPI_DOUBLE, all, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    double *all = rank == 0 ? mi_calloc(3 * (size_t)n, sizeof(double), "CPU costs") : NULL;
+    MPI_Gather(mine, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     for (int r = 0; rank == 0 && r < n; r++)
-        msg_s[r] = all[2 * r], poll[r] = all[2 * r + 1];
+        msg_s[r] = all[3 * r], poll[r] = all[3 * r + 1], rt_cpu_s[r] = all[3 * r + 2];
     free(all);
 }
 

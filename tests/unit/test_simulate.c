@@ -492,6 +492,52 @@ static void test_rebuild_cost(void)
     mi_cluster_free(&cl);
 }
 
+/* Pipelined micro-batches: layer-wise chains (tp does not: its passes are
+ * the one-pass walk's); one micro-batch is the one-pass walk; M of them move
+ * the same payload in M times the messages, and take at least one
+ * micro-batch's pass and at most M of them one after another. */
+static void test_micro_batches(void)
+{
+    mi_config c = stories();
+    c.kv_slots = 6;
+    mi_cluster cl;
+    cluster5(&cl, 4000);
+    char err[MI_ERRLEN];
+    mi_plan lw, tp;
+    make_plan(&c, &cl, MI_PLANNER_LAYERWISE, 0, &lw);
+    make_plan(&c, &cl, MI_PLANNER_TP, 0, &tp);
+    mi_programs pl, pt;
+    CU_ASSERT_EQUAL_FATAL(mi_programs_compile(&lw, &pl, err), 0);
+    CU_ASSERT_EQUAL_FATAL(mi_programs_compile(&tp, &pt, err), 0);
+    CU_ASSERT(mi_sim_can_pipeline(&pl));
+    CU_ASSERT(!mi_sim_can_pipeline(&pt));
+    mi_sim_links lk;
+    mi_sim_links_of(&cl, &lk);
+    uint64_t rng = 1;
+    mi_sim_pass_out one, m1, m3, row2, t1, t3;
+    CU_ASSERT_EQUAL_FATAL(mi_sim_pass(&lw, &pl, &cl, &lk, MI_PHASE_PREFILL, 6, 6, 20, &rng, NULL, NULL, NULL, &one, err), 0);
+    CU_ASSERT_EQUAL_FATAL(mi_sim_pass_micro(&lw, &pl, &cl, &lk, 6, 1, 20, &rng, NULL, NULL, NULL, &m1, err), 0);
+    NEAR(m1.token_s, one.token_s, 1e-15);
+    CU_ASSERT_EQUAL_FATAL(mi_sim_pass_micro(&lw, &pl, &cl, &lk, 6, 3, 20, &rng, NULL, NULL, NULL, &m3, err), 0);
+    CU_ASSERT_EQUAL(m3.recvs, m3.sends);
+    NEAR(m3.bytes, one.bytes, 1e-12);
+    CU_ASSERT_EQUAL(m3.sends - 4, 3 * (one.sends - 4)); /* (the 4 workers' commands: once a pass) */
+    CU_ASSERT_EQUAL_FATAL(mi_sim_pass(&lw, &pl, &cl, &lk, MI_PHASE_PREFILL, 2, 2, 20, &rng, NULL, NULL, NULL, &row2, err),
+                          0);
+    CU_ASSERT(m3.token_s >= row2.token_s - 1e-12);
+    CU_ASSERT(m3.token_s <= 3 * row2.token_s + 1e-12);
+    CU_ASSERT(m3.token_s < 3 * row2.token_s - 1e-6); /* the links' latencies overlap */
+    CU_ASSERT_EQUAL_FATAL(mi_sim_pass(&tp, &pt, &cl, &lk, MI_PHASE_PREFILL, 6, 6, 20, &rng, NULL, NULL, NULL, &t1, err), 0);
+    CU_ASSERT_EQUAL_FATAL(mi_sim_pass_micro(&tp, &pt, &cl, &lk, 6, 3, 20, &rng, NULL, NULL, NULL, &t3, err), 0);
+    NEAR(t3.token_s, t1.token_s, 1e-15);
+    CU_ASSERT_EQUAL(t3.sends, t1.sends);
+    mi_programs_free(&pl);
+    mi_programs_free(&pt);
+    mi_plan_free(&lw);
+    mi_plan_free(&tp);
+    mi_cluster_free(&cl);
+}
+
 static void expect_error(const char *json, const char *word)
 {
     mi_cluster cl;
@@ -609,6 +655,7 @@ int main(void)
     CU_add_test(s, "a quota'd device: slowed by its quota, compute unchanged", test_quota_device);
     CU_add_test(s, "a message cost: conserved, slower within bounds", test_message_cost);
     CU_add_test(s, "a move rebuilds communicators and windows", test_rebuild_cost);
+    CU_add_test(s, "pipelined micro-batches", test_micro_batches);
     CU_add_test(s, "cluster keys and generator", test_cluster_keys_and_generator);
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();
