@@ -180,12 +180,13 @@ const mi_rank_metrics *mi_runtime_metrics(mi_runtime *rt, mi_rank_metrics *all);
  * shard, passes added until they take min_seconds together or about 0.2 s
  * in all have gone, each after 10 ms idle, as a decoded token's compute
  * follows its wait (under a CPU quota a pass then starts a period whole,
- * not wherever back-to-back passes left it; and under a quota of at most a
- * core with one thread, timed by the thread's CPU clock: the unthrottled
- * rate, hwinfo.h mi_cgroup_self_cpu); on rank 0
- * every rank's rate in all ([n_ranks]; may be NULL elsewhere). A rank that
+ * not wherever back-to-back passes left it); on rank 0
+ * every rank's rate in all ([n_ranks]; may be NULL elsewhere), and in
+ * all_cpu ([n_ranks] or NULL) the same passes timed on the thread's CPU
+ * clock (one compute thread; else the wall rate): the unthrottled rate
+ * under a CPU quota, what the simulator's quota model takes. A rank that
  * holds no weights reports 0. */
-double mi_runtime_stream_rate(mi_runtime *rt, double min_seconds, double *all);
+double mi_runtime_stream_rate(mi_runtime *rt, double min_seconds, double *all, double *all_cpu);
 
 /* Collective: ping-pong between every pair of ranks, one
  * pair at a time so that no two share a medium. On rank 0, rtt_s[a*n+b] is

@@ -14,8 +14,8 @@
 # emulator's delay; calibrate's file; and each device's speed set to the
 # compute its rank measured decoding (to tell the simulator's messages from
 # the device model). A device's CPU quota is its rank's cgroup's as the run
-# reports it (cpu_quota, cpu_period_ms; the streaming rate is then measured
-# on the CPU clock: the unthrottled speed), its messages' and waits' CPU
+# reports it (cpu_quota, cpu_period_ms; its speed is then the streaming rate
+# on the CPU clock, stream_cpu_gbs: the unthrottled speed), its messages' and waits' CPU
 # (msg_us, spin_us, poll_pct) and the communicators' and windows' set-up
 # (comm_setup_ms, win_setup_ms) calibrate's. A planner refused on R ranks
 # (somegather: R must divide the 6 KV heads) is a row with the planner's
@@ -132,13 +132,17 @@ const cpu = r => {
   for (const k of ["msg_us", "spin_us", "poll_pct"]) if (d[k] !== undefined) o[k] = d[k];
   return o;
 };
+// under a quota, the unthrottled rate (stream_cpu_gbs; runs of the first sweep of the quota model had
+// their stream_gbs on the CPU clock already, without that key)
+const q = r => ((m.cpu_quota ?? [])[r] > 0 && m.stream_cpu_gbs) ? m.stream_cpu_gbs : m.stream_gbs;
+const rate = r => q(r)[r] > 0 ? q(r)[r] : q(0)[0];
 const setup = {};
 for (const k of ["comm_setup_ms", "win_setup_ms"]) if (c[k] !== undefined) setup[k] = c[k];
 console.log(JSON.stringify({
   description: `measured by a ${m.plan.planner} run on ${n} ranks: stream_gbs and ${lat === "rtt" ? "rtt_ms / 2" : "latency " + lat + " ms"}`,
   link: c.link, mem_bandwidth_gbs: 1, gflops: c.gflops ?? 10, ...setup,
   links: {latency_ms: ix.map(a => ix.map(b => half(a, b))), bandwidth_mbit: c.links.bandwidth_mbit},
-  devices: ix.map(r => ({name: c.devices[r].name, mem_mb: c.devices[r].mem_mb, speed: m.stream_gbs[r] > 0 ? m.stream_gbs[r] : m.stream_gbs[0], ...cpu(r)}))}, null, 1));
+  devices: ix.map(r => ({name: c.devices[r].name, mem_mb: c.devices[r].mem_mb, speed: rate(r), ...cpu(r)}))}, null, 1));
 JS
 }
 

@@ -617,7 +617,7 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
     /* what each device computes per second, for the calibrated prediction
      * (the cost model with measured rates and round trips, no margins) */
     if (ss->size > 1) {
-        mi_runtime_stream_rate(ss->rt, 0.03, ss->stream_rate);
+        mi_runtime_stream_rate(ss->rt, 0.03, ss->stream_rate, ss->stream_rate_cpu);
         double q[2];
         q[0] = mi_cgroup_self_cpu(&q[1]); /* reported beside the rate (the simulator's quota) */
         mi_world_gather(q, sizeof q, ss->cpu_quota);

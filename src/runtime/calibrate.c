@@ -50,7 +50,7 @@ static double median(double *v, int n)
     return v[n / 2];
 }
 
-double mi_runtime_stream_rate(mi_runtime *rt, double min_seconds, double *all)
+double mi_runtime_stream_rate(mi_runtime *rt, double min_seconds, double *all, double *all_cpu)
 {
     const mi_config *c = &rt->plan.cfg;
     size_t wide = (size_t)(c->hidden_dim > c->vocab_size ? c->hidden_dim : c->vocab_size);
@@ -76,32 +76,38 @@ double mi_runtime_stream_rate(mi_runtime *rt, double min_seconds, double *all)
      * same 37 MB, which decoding read in 3.1-5.0 ms a token every time
      * (results.md, the simulator against the testbed); after a gap of two
      * such periods a pass starts with its quota whole, as decoding does */
-    double r[64], t0 = mi_now(), busy = 0;
+    double r[64], rc[64], t0 = mi_now(), busy = 0;
     const double gap = 10e-3;
     int n = 0;
-    /* under a quota of at most a core with one compute thread, a pass is timed by the thread's CPU
-     * clock: the unthrottled rate, whatever the period did (the simulator models the quota; an
-     * emulated slowdown sleeps, so its factor is applied) */
-    double period, quota = mi_cgroup_self_cpu(&period);
-    int cpu = quota > 0 && quota <= 1 && mi_threads() == 1;
-    double (*clock)(void) = cpu ? mi_cpu_now : mi_now, stretch = cpu ? mi_slowdown() : 1;
+    /* the same passes on the thread's CPU clock too: the unthrottled rate under a CPU quota,
+     * whatever the periods did (what the simulator's quota model takes; an emulated slowdown
+     * sleeps, so its factor is applied); with more compute threads than this one, the wall rate */
+    double (*clock)(void) = mi_threads() == 1 ? mi_cpu_now : mi_now, stretch = mi_threads() == 1 ? mi_slowdown() : 1;
     do {
         struct timespec ts = {0, (long)(gap * 1e9)};
         nanosleep(&ts, NULL);
-        double p0 = clock(), bytes = one_pass(rt, x, y), dt = (clock() - p0) * stretch;
+        double c0 = clock(), p0 = mi_now(), bytes = one_pass(rt, x, y), dt = mi_now() - p0;
+        double dc = (clock() - c0) * stretch;
         if (bytes <= 0 || dt <= 0)
             break;
+        rc[n] = dc > 0 ? bytes / dc : bytes / dt;
         r[n++] = bytes / dt;
         busy += dt;
     } while (n < 64 && (n < 3 || (busy < min_seconds && mi_now() - t0 < 0.2)));
     free(x);
     free(y);
-    double rate = n > 0 ? median(r, n) : 0;
+    double rate[2] = {n > 0 ? median(r, n) : 0, n > 0 ? median(rc, n) : 0};
+    double *both = rt->size > 1 && rt->rank == 0 ? mi_calloc(2 * (size_t)rt->size, sizeof(double), "rates") : NULL;
     if (rt->size > 1)
-        MPI_Gather(&rate, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    else if (all)
-        all[0] = rate;
-    return rate;
+        MPI_Gather(rate, 2, MPI_DOUBLE, both, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    for (int i = 0; i < rt->size && (rt->size == 1 || both); i++) {
+        if (all)
+            all[i] = rt->size > 1 ? both[2 * i] : rate[0];
+        if (all_cpu)
+            all_cpu[i] = rt->size > 1 ? both[2 * i + 1] : rate[1];
+    }
+    free(both);
+    return rate[0];
 }
 
 /* Round trips of `bytes` between this rank and `peer` (the initiator when
