@@ -140,30 +140,6 @@ void mi_cluster_finish(mi_cluster *cl)
 
 /* ------------------------------------------------------------ parsing */
 
-/* Optional number of obj[key] that must be > 0 (or >= 0 when allow_zero).
- * Leaves *out untouched when the key is missing. */
-int mi_cl_get_number(const cJSON *obj, const char *key, int allow_zero, double *out, const char *prefix,
-                      const char *where, char *err)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!v)
-        return 0;
-    /* one rule, stated whole in every refusal: at most 1e9, far beyond any
-     * device or link, so that sums over 256 devices stay finite (speeds near
-     * 1e308 made the tp planner's sum NaN); and, when positive, at least 1e-6,
-     * so that every rate and time derived from it stays a normal number
-     * (1e-300 Mbit/s made predictions of 300 digits, 1e-320 became 0) */
-    const char *what = allow_zero ? "0 or a number from 1e-6 to 1e9" : "a number from 1e-6 to 1e9";
-    const char *dot = *where ? "." : "";
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-        return mi_set_error(err, "%s: %s%s%s must be %s", prefix, where, dot, key, what);
-    double d = v->valuedouble;
-    if (d < 0 || (!allow_zero && d == 0) || d > 1e9 || (d > 0 && d < 1e-6))
-        return mi_set_error(err, "%s: %s%s%s must be %s (got %g)", prefix, where, dot, key, what, d);
-    *out = d;
-    return 0;
-}
-
 /* A per-dtype table {"fp32": x, "fp16": x, "q8_0": x, "q4_0": x, "q4_K": x,
  * ...}, nanoseconds per weight element, positive. The 32-block dtypes are
  * required; a k-quant left out (files calibrated before they existed) takes

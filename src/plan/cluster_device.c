@@ -1,4 +1,5 @@
-/* The device blocks of a cluster file parsed apart from cluster.c (whose
+/* The number rule of a cluster file and its device blocks, parsed apart
+ * from cluster.c (whose
  * top comment is the format): "power", "emulate" and the CPU keys the
  * simulator models (cpu_quota, cpu_period_ms, msg_us, spin_us, poll_pct). */
 #include "cluster_internal.h"
@@ -9,6 +10,30 @@
 
 #include "meshinfer/common.h"
 #include "../util/json_keys.h"
+
+/* Optional number of obj[key] that must be > 0 (or >= 0 when allow_zero).
+ * Leaves *out untouched when the key is missing. */
+int mi_cl_get_number(const cJSON *obj, const char *key, int allow_zero, double *out, const char *prefix,
+                      const char *where, char *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v)
+        return 0;
+    /* one rule, stated whole in every refusal: at most 1e9, far beyond any
+     * device or link, so that sums over 256 devices stay finite (speeds near
+     * 1e308 made the tp planner's sum NaN); and, when positive, at least 1e-6,
+     * so that every rate and time derived from it stays a normal number
+     * (1e-300 Mbit/s made predictions of 300 digits, 1e-320 became 0) */
+    const char *what = allow_zero ? "0 or a number from 1e-6 to 1e9" : "a number from 1e-6 to 1e9";
+    const char *dot = *where ? "." : "";
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return mi_set_error(err, "%s: %s%s%s must be %s", prefix, where, dot, key, what);
+    double d = v->valuedouble;
+    if (d < 0 || (!allow_zero && d == 0) || d > 1e9 || (d > 0 && d < 1e-6))
+        return mi_set_error(err, "%s: %s%s%s must be %s (got %g)", prefix, where, dot, key, what, d);
+    *out = d;
+    return 0;
+}
 
 /* "power": {"idle_w", "active_w", "freq": [1, ...]} (see the top of the file). */
 int mi_cl_parse_power(const cJSON *p, mi_device *dev, const char *prefix, const char *where, char *err)
