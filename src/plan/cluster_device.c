@@ -1,7 +1,7 @@
 /* The number rule of a cluster file and its device blocks, parsed apart
- * from cluster.c (whose
- * top comment is the format): "power", "emulate" and the CPU keys the
- * simulator models (cpu_quota, cpu_period_ms, msg_us, spin_us, poll_pct). */
+ * from cluster.c (whose top comment is the format): "power", "emulate" and
+ * the CPU keys the simulator models (cpu_quota, cpu_period_ms, msg_us,
+ * spin_us, poll_pct). */
 #include "cluster_internal.h"
 
 #include <math.h>
