@@ -94,9 +94,10 @@ typedef struct {
     int shared_medium;    /* 1: every transfer shares one medium of `bandwidth` bytes/s (WiFi), one
                              transfer at a time; 0: each pair has its own link */
     /* What a re-placement pays to rebuild the runtime's exchanges (cost.h mi_plan_switch_s):
-     * seconds to create one communicator and one one-sided window among the job's ranks, as
-     * `meshinfer calibrate` measures them ("comm_setup_ms", "win_setup_ms"); 0: not charged. */
-    double comm_setup_s, win_setup_s;
+     * seconds to create (and free) one communicator and one one-sided window of two ranks and of
+     * all n_devices, as `meshinfer calibrate` measures them ("comm_setup_ms", "win_setup_ms":
+     * [two, all]); a group of m members costs in proportion between them; 0: not charged. */
+    double comm_setup_s, win_setup_s, comm_setup_all_s, win_setup_all_s;
 } mi_cluster;
 
 /* HeadSplit's Raspberry Pi 4 power figures (3.8 W idle, 4.9 W active) at one

@@ -212,11 +212,11 @@ double mi_runtime_spin_for(double rtt_max_s);
  * NULL. */
 void mi_calibrate_cpu_costs(double spin_s, double *msg_s, double *poll, double *rt_cpu_s);
 
-/* Collective: seconds to create and free a communicator of ranks 0 and 1
- * (MPI_Comm_create_group) and a one-sided window on it (MPI_Win_create,
- * MPI_Win_free), the median of 5, as a re-placement rebuilds each
- * exchange's (comms.c). On rank 0; 0 with one rank, and the window 0 when
- * the transport has no one-sided support. */
+/* Collective: seconds to create and free a communicator (MPI_Comm_create_group)
+ * and a one-sided window on it (MPI_Win_create, MPI_Win_free), the median
+ * of 5, as a re-placement rebuilds each exchange's (comms.c): [0] of ranks 0
+ * and 1, [1] of every rank. On rank 0 (comm_s[2], win_s[2]); 0 with one
+ * rank, and the windows 0 when the transport has no one-sided support. */
 void mi_calibrate_setup(double *comm_s, double *win_s);
 
 /* Collective: this rank's index among the ranks of its host and their

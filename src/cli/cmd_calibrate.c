@@ -203,7 +203,7 @@ typedef struct {
     double spin_s, *msg_s, *poll, *rt_cpu; /* the runtime's wait spin for these links; per rank, a
                                               message's CPU, a wait's share of the CPU past the spin and
                                               an 8-byte round trip's CPU */
-    double comm_s, win_s;         /* creating a communicator and a window */
+    double comm_s[2], win_s[2];   /* creating a communicator and a window of two ranks and of all */
 } gathered;
 
 /* Collects every rank's measurement on rank 0 (g is empty on the others)
@@ -239,7 +239,7 @@ static void gather_and_measure_links(const rank_result *mine, const char *hwjson
         if (rank == 0)
             fprintf(stderr, "calibrate: measuring messages' CPU and communicator set-up...\n");
         mi_calibrate_cpu_costs(g->spin_s, g->msg_s, g->poll, g->rt_cpu);
-        mi_calibrate_setup(&g->comm_s, &g->win_s);
+        mi_calibrate_setup(g->comm_s, g->win_s);
     } else {
         g->all[0] = *mine;
         g->hws[0] = strdup(hwjson);
@@ -294,8 +294,10 @@ static int fill_cluster(mi_cluster *cl, const mi_cluster *in, gathered *g, int s
         g->rtt = g->bw = NULL;
     }
     cl->calib_ranks = size;
-    cl->comm_setup_s = g->comm_s;
-    cl->win_setup_s = g->win_s;
+    cl->comm_setup_s = g->comm_s[0];
+    cl->win_setup_s = g->win_s[0];
+    cl->comm_setup_all_s = g->comm_s[1];
+    cl->win_setup_all_s = g->win_s[1];
     return pairs;
 }
 
@@ -323,7 +325,9 @@ static void print_cluster(const mi_cluster *cl, int size, int pairs, const mi_ca
                    rt_cpu ? rt_cpu[r] * 1e6 : 0, d->msg_s * 1e6);
     }
     if (cl->comm_setup_s > 0)
-        printf("set-up: a communicator %.2f ms, a window %.2f ms\n", cl->comm_setup_s * 1e3, cl->win_setup_s * 1e3);
+        printf("set-up: a communicator %.2f ms, a window %.2f ms (of two ranks); %.2f and %.2f ms of all %d\n",
+               cl->comm_setup_s * 1e3, cl->win_setup_s * 1e3, cl->comm_setup_all_s * 1e3, cl->win_setup_all_s * 1e3,
+               size);
     printf("wrote %s\n", out);
 }
 

@@ -318,16 +318,23 @@ double mi_predict_delays(const mi_plan *plan, const mi_programs *p)
 /* Rank r's share of rebuilding the exchanges of programs p (comms.c): the
  * communicators it is a member of and the windows of its PUT exchanges, each
  * at the cost calibrate measured (creation and freeing). */
+static double setup_of(double two, double all, int m, int n)
+{
+    return n > 2 ? two + (all - two) * (m - 2) / (double)(n - 2) : two;
+}
+
 static double rebuild_s(const mi_programs *p, const mi_cluster *cl, int r)
 {
     double t = 0;
+    int n = cl->n_devices;
     for (int i = 0; i < p->n_comms; i++)
         if (p->comms[i].n_members >= 2 && mi_comm_index(&p->comms[i], r) >= 0)
-            t += cl->comm_setup_s;
-    for (int x = 0; x < p->n_xchg; x++)
-        if (p->xchg[x].kind == MI_OP_PUT && p->comms[p->xchg[x].comm].n_members >= 2 &&
-            mi_comm_index(&p->comms[p->xchg[x].comm], r) >= 0)
-            t += cl->win_setup_s;
+            t += setup_of(cl->comm_setup_s, cl->comm_setup_all_s, p->comms[i].n_members, n);
+    for (int x = 0; x < p->n_xchg; x++) {
+        const mi_comm *cm = &p->comms[p->xchg[x].comm];
+        if (p->xchg[x].kind == MI_OP_PUT && cm->n_members >= 2 && mi_comm_index(cm, r) >= 0)
+            t += setup_of(cl->win_setup_s, cl->win_setup_all_s, cm->n_members, n);
+    }
     return t;
 }
 

@@ -35,8 +35,9 @@
  * "spin_us": 100 and "poll_pct": 3 (a wait for a message spins that long, then takes
  * that share of the CPU while it polls); only the simulator models them. `meshinfer calibrate` writes them from the rank's
  * cgroup and a ping-pong. The top level may give "comm_setup_ms" and "win_setup_ms": what
- * creating one communicator and one one-sided window among the ranks takes (calibrate
- * measures both), charged to a re-placement's move per exchange rebuilt.
+ * creating one communicator and one one-sided window takes, [of two ranks, of all] (or
+ * one number for both; calibrate measures them), charged to a re-placement's move per
+ * exchange rebuilt, a group of m members in proportion between the two.
  *
  * A device may also give "power": {"idle_w": 3.8, "active_w": 4.9,
  * "freq": [1, 0.8, 0.6]} (watts idle and computing at the top frequency;
@@ -423,12 +424,9 @@ static int parse_cluster(const char *json, size_t len, mi_cluster *cl, const cha
     if (mi_cl_get_number(root, "storage_mbs", 0, &smbs, prefix, "", err))
         goto done;
     tmp.storage_bw = smbs * 1e6;
-    double cms = 0, wms = 0;
-    if (mi_cl_get_number(root, "comm_setup_ms", 1, &cms, prefix, "", err) ||
-        mi_cl_get_number(root, "win_setup_ms", 1, &wms, prefix, "", err))
+    if (mi_cl_parse_setup(root, "comm_setup_ms", &tmp.comm_setup_s, &tmp.comm_setup_all_s, prefix, err) ||
+        mi_cl_parse_setup(root, "win_setup_ms", &tmp.win_setup_s, &tmp.win_setup_all_s, prefix, err))
         goto done;
-    tmp.comm_setup_s = cms * 1e-3;
-    tmp.win_setup_s = wms * 1e-3;
 
     const cJSON *devs = cJSON_GetObjectItemCaseSensitive(root, "devices");
     int n = cJSON_IsArray(devs) ? cJSON_GetArraySize(devs) : 0;
@@ -582,8 +580,10 @@ int mi_cluster_save(const mi_cluster *cl, const char *const *hw, const char *des
     cJSON_AddNumberToObject(root, "eager_bytes", cl->eager_bytes);
     cJSON_AddNumberToObject(root, "storage_mbs", cl->storage_bw / 1e6);
     if (cl->comm_setup_s > 0 || cl->win_setup_s > 0) {
-        cJSON_AddNumberToObject(root, "comm_setup_ms", cl->comm_setup_s * 1e3);
-        cJSON_AddNumberToObject(root, "win_setup_ms", cl->win_setup_s * 1e3);
+        double c[2] = {cl->comm_setup_s * 1e3, cl->comm_setup_all_s * 1e3};
+        double w[2] = {cl->win_setup_s * 1e3, cl->win_setup_all_s * 1e3};
+        cJSON_AddItemToObject(root, "comm_setup_ms", cJSON_CreateDoubleArray(c, 2));
+        cJSON_AddItemToObject(root, "win_setup_ms", cJSON_CreateDoubleArray(w, 2));
     }
     cJSON *devs = cJSON_AddArrayToObject(root, "devices");
     for (int i = 0; i < cl->n_devices; i++) {

@@ -105,6 +105,28 @@ int mi_cl_check_emulate(const cJSON *e, const char *prefix, const char *where, c
     return 0;
 }
 
+int mi_cl_parse_setup(const cJSON *root, const char *key, double *two, double *all, const char *prefix, char *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    *two = *all = 0;
+    if (!v)
+        return 0;
+    if (cJSON_IsNumber(v)) {
+        if (mi_cl_get_number(root, key, 1, two, prefix, "", err))
+            return -1;
+        *all = *two;
+    } else {
+        if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2 || !cJSON_IsNumber(v->child) ||
+            !cJSON_IsNumber(v->child->next) || !(v->child->valuedouble >= 0 && v->child->valuedouble <= 1e6) ||
+            !(v->child->next->valuedouble >= 0 && v->child->next->valuedouble <= 1e6))
+            return mi_set_error(err, "%s: %s must be milliseconds from 0 to 1e6, one number or [two ranks, all ranks]",
+                                prefix, key);
+        *two = v->child->valuedouble, *all = v->child->next->valuedouble;
+    }
+    *two *= 1e-3, *all *= 1e-3;
+    return 0;
+}
+
 /* A number of key that must satisfy ok(); NAN when absent; -1 (with err)
  * when not a number. */
 static int raw_number(const cJSON *d, const char *key, double *v, const char *prefix, const char *where,

@@ -24,6 +24,10 @@ int mi_cl_check_emulate(const cJSON *e, const char *prefix, const char *where, c
  * ones leave no quota and no message cost. */
 int mi_cl_parse_cpu(const cJSON *d, mi_device *dev, const char *prefix, const char *where, char *err);
 
+/* A top-level set-up time (ms) of root[key]: one number, or [two ranks, all
+ * ranks], into seconds (0 when absent). */
+int mi_cl_parse_setup(const cJSON *root, const char *key, double *two, double *all, const char *prefix, char *err);
+
 /* The same keys written back (a device without a quota or cost adds none). */
 void mi_cl_save_cpu(const mi_device *d, cJSON *o);
 

@@ -303,22 +303,22 @@ void mi_calibrate_cpu_costs(double spin_s, double *msg_s, double *poll, double *
     free(all);
 }
 
-void mi_calibrate_setup(double *comm_s, double *win_s)
+/* Set-up of a communicator of ranks [0, m) and a window on it (rank 0's figures). */
+static void setup_of(int m, double *comm_s, double *win_s)
 {
-    int rank = mi_world_rank(), n = mi_world_size();
-    *comm_s = *win_s = 0;
-    if (n < 2)
-        return;
+    int rank = mi_world_rank();
     MPI_Group world, g;
     MPI_Comm_group(MPI_COMM_WORLD, &world);
-    int members[2] = {0, 1};
-    MPI_Group_incl(world, 2, members, &g);
+    int members[MI_MAX_RANKS];
+    for (int i = 0; i < m; i++)
+        members[i] = i;
+    MPI_Group_incl(world, m, members, &g);
     double tc[5], tw[5];
     char slot[64];
     int failed = 0;
     for (int k = 0; k < 5; k++) {
         MPI_Barrier(MPI_COMM_WORLD);
-        if (rank > 1)
+        if (rank >= m)
             continue;
         MPI_Comm c;
         double t0 = mi_now();
@@ -342,4 +342,18 @@ void mi_calibrate_setup(double *comm_s, double *win_s)
         *comm_s = median(tc, 5);
         *win_s = failed ? 0 : median(tw, 5);
     }
+}
+
+void mi_calibrate_setup(double *comm_s, double *win_s)
+{
+    int n = mi_world_size();
+    comm_s[0] = comm_s[1] = win_s[0] = win_s[1] = 0;
+    if (n < 2)
+        return;
+    /* two members and all of them: a group's set-up grows with its members (collectives) */
+    setup_of(2, &comm_s[0], &win_s[0]);
+    if (n > 2)
+        setup_of(n, &comm_s[1], &win_s[1]);
+    else
+        comm_s[1] = comm_s[0], win_s[1] = win_s[0];
 }

@@ -471,19 +471,21 @@ static void test_rebuild_cost(void)
     mi_plan p;
     make_plan(&c, &cl, MI_PLANNER_GREEDY, 0, &p);
     CU_ASSERT_EQUAL(mi_plan_switch_s(&p, &p, &cl, 40), 0);
-    cl.comm_setup_s = 10e-3, cl.win_setup_s = 4e-3;
+    /* a group of m of the 5 devices: 10 ms at two, 16 ms at five: 10 + 2 (m - 2) */
+    cl.comm_setup_s = 10e-3, cl.win_setup_s = 4e-3, cl.comm_setup_all_s = 16e-3, cl.win_setup_all_s = 4e-3;
     mi_programs prog;
     char err[MI_ERRLEN];
     CU_ASSERT_EQUAL_FATAL(mi_programs_compile(&p, &prog, err), 0);
     double worst = 0;
     for (int r = 0; r < 5; r++) {
-        int nc = 0, nw = 0;
+        double t = 0;
         for (int i = 0; i < prog.n_comms; i++)
-            nc += prog.comms[i].n_members >= 2 && mi_comm_index(&prog.comms[i], r) >= 0;
+            if (prog.comms[i].n_members >= 2 && mi_comm_index(&prog.comms[i], r) >= 0)
+                t += 10e-3 + 2e-3 * (prog.comms[i].n_members - 2);
         for (int x = 0; x < prog.n_xchg; x++)
-            nw += prog.xchg[x].kind == MI_OP_PUT && mi_comm_index(&prog.comms[prog.xchg[x].comm], r) >= 0;
-        if (nc * 10e-3 + nw * 4e-3 > worst)
-            worst = nc * 10e-3 + nw * 4e-3;
+            t += 4e-3 * (prog.xchg[x].kind == MI_OP_PUT && mi_comm_index(&prog.comms[prog.xchg[x].comm], r) >= 0);
+        if (t > worst)
+            worst = t;
     }
     CU_ASSERT(worst >= 10e-3);
     NEAR(mi_plan_switch_s(&p, &p, &cl, 40), worst, 1e-12);
@@ -578,7 +580,9 @@ static void test_cluster_keys_and_generator(void)
     NEAR(cl.dev[1].cpu_period_s, 0.1, 1e-15); /* the kernel's default period */
     CU_ASSERT(cl.dev[2].cpu_quota == 0 && cl.dev[2].msg_s == 0);
     NEAR(cl.comm_setup_s, 12e-3, 1e-15);
+    NEAR(cl.comm_setup_all_s, 12e-3, 1e-15);
     NEAR(cl.win_setup_s, 7e-3, 1e-15);
+    cl.win_setup_all_s = 9e-3;
     char qpath[4200];
     tu_path(qpath, sizeof qpath, g_dir, "quota.json");
     mi_cluster qb;
@@ -587,6 +591,7 @@ static void test_cluster_keys_and_generator(void)
     NEAR(qb.dev[0].cpu_period_s, 5e-3, 1e-12);
     NEAR(qb.dev[0].msg_s, 30e-6, 1e-12);
     NEAR(qb.win_setup_s, 7e-3, 1e-12);
+    NEAR(qb.win_setup_all_s, 9e-3, 1e-12);
     CU_ASSERT(qb.dev[2].cpu_quota == 0);
     mi_cluster_free(&qb);
     mi_cluster_free(&cl);
@@ -597,6 +602,7 @@ static void test_cluster_keys_and_generator(void)
     expect_error("{\"devices\": [{\"mem_mb\": 1, \"cpu_quota\": 0.4, \"cpu_period_ms\": -5}]}", "(got -5)");
     expect_error("{\"devices\": [{\"mem_mb\": 1, \"cpu_period_ms\": 5}]}", "without cpu_quota");
     expect_error("{\"devices\": [{\"mem_mb\": 1, \"msg_us\": -1}]}", "msg_us");
+    expect_error("{\"win_setup_ms\": [1], \"devices\": [{\"mem_mb\": 1}]}", "win_setup_ms must be");
     /* the generator: seeded, within its ranges, symmetric links; its file parses back the same */
     mi_cluster_gen g;
     mi_cluster_gen_defaults(&g);
