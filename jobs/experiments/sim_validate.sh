@@ -181,7 +181,7 @@ JS
 }
 
 csv="$out/sim_validate.csv"
-echo "planner,ranks,delay_ms,measured_tpot_ms,simulated_tpot_ms,error_pct,sim_delay_latency_ms,sim_calibrate_file_ms,sim_decode_compute_ms,calibrated_token_ms,rtt_ms,note" > "$csv.partial"
+echo "planner,ranks,delay_ms,measured_tpot_ms,simulated_tpot_ms,error_pct,sim_delay_latency_ms,sim_calibrate_file_ms,sim_decode_compute_ms,calibrated_token_ms,rtt_ms,sim_phases_min_ms,sim_phases_max_ms,note" > "$csv.partial"
 for R in ${ranks//,/ }; do
     for D in ${delays//,/ }; do
         cl=$(calibrated "$R" "$D")
@@ -196,7 +196,7 @@ for R in ${ranks//,/ }; do
                 [[ -s $refused ]] || fail "plan $p on $R ranks at $D ms: $(tail -1 "$out/err")"
             fi
             if [[ -s $refused ]]; then
-                echo "$p,$R,$D,,,,,,,,,\"refused: $(tr -d '",' < "$refused")\"" >> "$csv.partial"
+                echo "$p,$R,$D,,,,,,,,,,,\"refused: $(tr -d '",' < "$refused")\"" >> "$csv.partial"
                 continue
             fi
             if [[ ! -s $run ]]; then
@@ -216,14 +216,23 @@ for R in ${ranks//,/ }; do
                 "$bin" simulate -m "$model" --cluster "$f" --plan-file "$plan" --prompt-tokens "$np" -n "$tokens" --json \
                     > "$base.sim-$c.json" 2> "$out/err" || fail "simulate $p on $R ranks at $D ms: $(tail -1 "$out/err")"
             done
+            # the quota periods' phases are not measured (each device's drawn from the seed): the same
+            # simulation with seeds 2-5 gives the spread they make
+            for s in 2 3 4 5; do
+                "$bin" simulate -m "$model" --cluster "$base.cluster.json" --plan-file "$plan" --prompt-tokens "$np" \
+                    -n "$tokens" --seed $s --json > "$base.sim-cluster-s$s.json" 2> "$out/err" ||
+                    fail "simulate $p on $R ranks at $D ms, seed $s: $(tail -1 "$out/err")"
+            done
             node - "$run" "$base" "$p" "$R" "$D" >> "$csv.partial" <<'JS'
 const fs = require("fs");
 const [run, base, p, R, D] = process.argv.slice(2);
 const m = JSON.parse(fs.readFileSync(run)), sim = c => JSON.parse(fs.readFileSync(`${base}.sim-${c}.json`)).tpot_ms;
 const s = sim("cluster"), err = 100 * (s / m.tpot_ms - 1);
+const ph = [s, ...[2, 3, 4, 5].map(k => sim(`cluster-s${k}`))];
 console.log([p, R, D, m.tpot_ms.toFixed(2), s.toFixed(2), err.toFixed(1), sim("cluster-delay").toFixed(2),
              sim("calibrate").toFixed(2), sim("cluster-decode").toFixed(2), m.calibrated_token_ms.toFixed(2),
-             m.rtt_ms.slice(1).map(x => x.toFixed(2)).join(" "), ""].join(","));
+             m.rtt_ms.slice(1).map(x => x.toFixed(2)).join(" "), Math.min(...ph).toFixed(2), Math.max(...ph).toFixed(2),
+             ""].join(","));
 JS
         done
     done
@@ -269,11 +278,11 @@ const fs = require("fs");
 const [csv, rcsv, cpu, tokens, kvpos] = process.argv.slice(2);
 const rows = fs.readFileSync(csv, "utf8").trim().split("\n").slice(1).map(l => l.match(/("[^"]*"|[^,]*)(,|$)/g).map(c => c.replace(/,$/, "").replace(/^"|"$/g, "")));
 let o = `stories15M, ${tokens} tokens, ${cpu}% of a core per rank, no jitter. Simulated: the run's placement on the devices and links the run measured (each rank's weight-streaming rate, half the round trips); also with every link at the emulator's delay, on meshinfer calibrate's file, and with each device's speed set to the compute its rank measured decoding\n\n`;
-o += "| planner | ranks | one-way delay | measured TPOT | simulated TPOT | error | within 15% | links at the delay | calibrate's file | compute as decoded |\n|---|---|---|---|---|---|---|---|---|---|\n";
+o += "| planner | ranks | one-way delay | measured TPOT | simulated TPOT | error | within 15% | periods' phases (5 draws) | links at the delay | calibrate's file | compute as decoded |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
 const pct = (a, b) => { const e = 100 * (a / b - 1); return `${e >= 0 ? "+" : ""}${e.toFixed(0)}%`; };
-for (const [p, R, D, m, s, e, sd, sc, sx, , , note] of rows)
-  o += note ? `| ${p} | ${R} | ${D} ms | ${note} | | | | | | |\n`
-            : `| ${p} | ${R} | ${D} ms | ${(+m).toFixed(1)} ms | ${(+s).toFixed(1)} ms | ${+e >= 0 ? "+" : ""}${(+e).toFixed(1)}% | ${Math.abs(+e) <= 15 ? "yes" : "**no**"} | ${(+sd).toFixed(1)} ms (${pct(+sd, +m)}) | ${(+sc).toFixed(1)} ms (${pct(+sc, +m)}) | ${(+sx).toFixed(1)} ms (${pct(+sx, +m)}) |\n`;
+for (const [p, R, D, m, s, e, sd, sc, sx, , , lo, hi, note] of rows)
+  o += note ? `| ${p} | ${R} | ${D} ms | ${note} | | | | | | | |\n`
+            : `| ${p} | ${R} | ${D} ms | ${(+m).toFixed(1)} ms | ${(+s).toFixed(1)} ms | ${+e >= 0 ? "+" : ""}${(+e).toFixed(1)}% | ${Math.abs(+e) <= 15 ? "yes" : "**no**"} | ${pct(+lo, +m)} to ${pct(+hi, +m)} | ${(+sd).toFixed(1)} ms (${pct(+sd, +m)}) | ${(+sc).toFixed(1)} ms (${pct(+sc, +m)}) | ${(+sx).toFixed(1)} ms (${pct(+sx, +m)}) |\n`;
 if (fs.existsSync(rcsv)) {
   const r = fs.readFileSync(rcsv, "utf8").trim().split("\n").slice(1).map(l => l.split(","));
   const by = src => r.filter(x => x[0] === src);
