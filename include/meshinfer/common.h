@@ -85,6 +85,10 @@ void *mi_calloc(size_t n, size_t size, const char *what);
 /* Wall-clock seconds from a monotonic clock. */
 double mi_now(void);
 
+/* CPU seconds the calling thread has run: under a CPU quota, the time its
+ * work takes at full speed (the throttled waits are not counted). */
+double mi_cpu_now(void);
+
 /* An emulated slower device (the testbed's --slowdown; Voltron's
  * heterogeneous devices): MESHINFER_SLOWDOWN=S
  * (a number >= 1, read once; absent: 1) makes every compute op take S times

@@ -207,6 +207,9 @@ typedef struct {
                                round trips and free memory), said in --metrics, --json and --explain */
     int max_T;              /* positions per forward pass */
     double stream_rate[MI_MAX_RANKS]; /* rank 0: each rank's measured weight-streaming rate, bytes/s */
+    double stream_rate_cpu[MI_MAX_RANKS]; /* the same passes on the CPU clock (unthrottled under a quota) */
+    double cpu_quota[2 * MI_MAX_RANKS]; /* rank 0: each rank's cgroup CPU quota (cores; 0: none) and its
+                                           period (seconds), interleaved */
     char (*hosts)[64];      /* rank 0: the host each rank runs on ([size]), to hold a calibration to */
     int loss_mode;          /* CATS emulated message loss (runtime options) */
     double loss;

@@ -65,8 +65,10 @@ double mi_predict_tpot(const mi_plan *plan, const mi_programs *p, const mi_clust
  * cached (HeadSplit "Memory needs active management"'s move, used for seed
  * 003's phase switch), as the runtime does it (migrate.c): per rank, the weights it does
  * not already hold in the same layout read from storage at cl->storage_bw,
- * and the KV heads it newly owns received from their old owners; the
- * slowest rank's time. */
+ * and the KV heads it newly owns received from their old owners, and the
+ * communicators and windows of the new placement's exchanges it is a member
+ * of rebuilt (cl->comm_setup_s and win_setup_s each, as calibrate measures
+ * them; not counted when 0); the slowest rank's time. */
 double mi_plan_switch_s(const mi_plan *from, const mi_plan *to, const mi_cluster *cl, int n_pos);
 
 /* ------------------------------------------------------------ calibration
@@ -81,6 +83,8 @@ typedef struct {
     int head_dim, group;  /* attention: query heads per KV head, head size */
     double min_seconds;   /* per measurement (the median of 5 runs of a fifth each) */
     double work_bytes;    /* weights one pass streams, at least (memory, not a cache) */
+    int cpu_clock;        /* 1: timed by the thread's CPU clock (a device under a CPU quota: its
+                             unthrottled speed; one compute thread); 0: the wall clock */
 } mi_calib_options;
 
 /* Shapes of model c (NULL: stories15M's; every width rounded up to whole

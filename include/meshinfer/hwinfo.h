@@ -35,6 +35,7 @@ typedef struct {
     long long mem_bytes;          /* what we may use: min(MemTotal, cgroup limit); hwloc's total if no MemTotal */
     int mem_disagree;             /* 1 when hwloc's total and MemTotal differ by more than 5% of MemTotal */
     double cpu_quota;             /* tightest cgroup CPU quota in cores (0.5 = half of one core); 0 = none */
+    double cpu_period_s;          /* that quota's CFS period, seconds (0 = no quota) */
     int bound;                    /* 1 when our binding is narrower than the cgroup's cpuset (pinned) */
     char cpuset[256];             /* our binding as a PU list, "0-1" or "0,2" (truncated if longer) */
 } mi_hwinfo;
@@ -82,6 +83,15 @@ long long mi_cgroup_mem_limit(const char *cgroup_root, const char *proc_self_cgr
  * ("quota period" or "max period") and v1's cpu/.../cpu.cfs_quota_us over
  * cpu.cfs_period_us (-1 is none). */
 double mi_cgroup_cpu_quota(const char *cgroup_root, const char *proc_self_cgroup);
+
+/* The period in seconds of the quota mi_cgroup_cpu_quota finds (v2's
+ * cpu.max second field, default 0.1 s; v1's cpu.cfs_period_us); 0 = no
+ * quota. */
+double mi_cgroup_cpu_period(const char *cgroup_root, const char *proc_self_cgroup);
+
+/* This process's tightest CPU quota in cores (0 = none) and its period in
+ * *period_s, from /proc/self/cgroup under /sys/fs/cgroup (no hwloc). */
+double mi_cgroup_self_cpu(double *period_s);
 
 /* One cgroup's quota in cores from v2's cpu.max text (or NULL) or v1's two
  * values (quota -1 = none); 0 = none. */

@@ -115,6 +115,8 @@ void mi_use_blas_matvec(int on);
 /* Threads per rank for the matrix products (ours, OpenMP, and BLAS's);
  * n >= 1. Process-wide. */
 void mi_set_threads(int n);
+/* The threads mi_set_threads gave (1 before any call). */
+int mi_threads(void);
 
 /* The kernel family in use ("scalar", "avx2", "avx512", "neon",
  * "neon-dotprod"): the best this CPU runs, unless the environment variable

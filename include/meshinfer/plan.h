@@ -56,6 +56,19 @@ typedef struct {
     int n_freq;
     double freq[MI_MAX_FREQ];
     int power_given;   /* the cluster file gave "power" (else the defaults) */
+    /* A CPU quota as Linux's CFS bandwidth control applies it (cgroup v2 cpu.max, v1
+     * cpu.cfs_quota_us / cpu.cfs_period_us): the device computes at full speed until it has used
+     * cpu_quota * cpu_period_s in the current period, then waits for the next one; unused quota
+     * does not carry over. speed and compute are then the unthrottled figures. Only the simulator
+     * (simulate.h) models it; the cost model and the planners do not. */
+    double cpu_quota;    /* fraction of one core in (0, 1]; 0: no quota */
+    double cpu_period_s; /* the period, seconds (0 without a quota) */
+    double msg_s;        /* CPU seconds a message costs its sender and its receiver each (the MPI
+                            calls, the TCP stack): compute in the simulator, so a quota throttles it
+                            too; 0: none */
+    double spin_s, poll; /* a wait for a message: it spins (full CPU) for spin_s, then polls, taking
+                            the fraction poll of the CPU (rt_waitall's naps between tests); under a
+                            quota that CPU is quota used while waiting. 0, 0: free waits */
 } mi_device;
 
 /* The devices of a job (device i runs rank i) and their links. */
@@ -80,6 +93,11 @@ typedef struct {
     double loss;          /* probability in [0, 1) that a message is lost and sent again */
     int shared_medium;    /* 1: every transfer shares one medium of `bandwidth` bytes/s (WiFi), one
                              transfer at a time; 0: each pair has its own link */
+    /* What a re-placement pays to rebuild the runtime's exchanges (cost.h mi_plan_switch_s):
+     * seconds to create (and free) one communicator and one one-sided window of two ranks and of
+     * all n_devices, as `meshinfer calibrate` measures them ("comm_setup_ms", "win_setup_ms":
+     * [two, all]); a group of m members costs in proportion between them; 0: not charged. */
+    double comm_setup_s, win_setup_s, comm_setup_all_s, win_setup_all_s;
 } mi_cluster;
 
 /* HeadSplit's Raspberry Pi 4 power figures (3.8 W idle, 4.9 W active) at one

@@ -181,9 +181,12 @@ const mi_rank_metrics *mi_runtime_metrics(mi_runtime *rt, mi_rank_metrics *all);
  * in all have gone, each after 10 ms idle, as a decoded token's compute
  * follows its wait (under a CPU quota a pass then starts a period whole,
  * not wherever back-to-back passes left it); on rank 0
- * every rank's rate in all ([n_ranks]; may be NULL elsewhere). A rank that
+ * every rank's rate in all ([n_ranks]; may be NULL elsewhere), and in
+ * all_cpu ([n_ranks] or NULL) the same passes timed on the thread's CPU
+ * clock (one compute thread; else the wall rate): the unthrottled rate
+ * under a CPU quota, what the simulator's quota model takes. A rank that
  * holds no weights reports 0. */
-double mi_runtime_stream_rate(mi_runtime *rt, double min_seconds, double *all);
+double mi_runtime_stream_rate(mi_runtime *rt, double min_seconds, double *all, double *all_cpu);
 
 /* Collective: ping-pong between every pair of ranks, one
  * pair at a time so that no two share a medium. On rank 0, rtt_s[a*n+b] is
@@ -192,6 +195,29 @@ double mi_runtime_stream_rate(mi_runtime *rt, double min_seconds, double *all);
  * (rtt(big) - rtt(8)); both symmetric, 0 on the diagonal. Other ranks may
  * pass NULL. */
 void mi_calibrate_links(size_t big, double *rtt_s, double *bw);
+
+/* The spin a wait for a message makes before it naps between tests, for a
+ * job whose slowest round trip is rtt_max_s: 100 us on links slower than
+ * 1 ms round trip, else 0 (spin until the message comes: shared memory). */
+double mi_runtime_spin_for(double rtt_max_s);
+
+/* Collective: what messages cost the CPU, with waits that spin spin_s (0:
+ * until the message comes) and then nap as the runtime's do. Rank 0 with
+ * each other rank in turn: the CPU share a wait past its spin takes (each
+ * side waits 20 ms for a message), and a message's own CPU (a round trip of
+ * 8 bytes on this side's CPU clock, less its wait's, halved). On rank 0:
+ * msg_s[r] (seconds), poll[r] (a fraction of the CPU; 1 with spin 0) and
+ * rt_cpu_s[r] (the CPU seconds of a whole round trip, wait included) per
+ * rank ([n_ranks]; rank 0's the median over its pairs); others may pass
+ * NULL. */
+void mi_calibrate_cpu_costs(double spin_s, double *msg_s, double *poll, double *rt_cpu_s);
+
+/* Collective: seconds to create and free a communicator (MPI_Comm_create_group)
+ * and a one-sided window on it (MPI_Win_create, MPI_Win_free), the median
+ * of 5, as a re-placement rebuilds each exchange's (comms.c): [0] of ranks 0
+ * and 1, [1] of every rank. On rank 0 (comm_s[2], win_s[2]); 0 with one
+ * rank, and the windows 0 when the transport has no one-sided support. */
+void mi_calibrate_setup(double *comm_s, double *win_s);
 
 /* Collective: this rank's index among the ranks of its host and their
  * number (0 and 1 without MPI), for calibrate (Voltron §4.2.1). */

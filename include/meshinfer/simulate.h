@@ -49,11 +49,46 @@ int mi_sim_links_exact(const mi_sim_links *lk);
 typedef struct {
     double token_s;                /* the pass's time, mi_predict_pass's rule: when rank 0 has its logits, or
                                       later if a worker would still be busy when its next command arrives */
-    double busy_s[MI_MAX_RANKS];   /* compute seconds per rank */
+    double busy_s[MI_MAX_RANKS];   /* compute seconds per rank (at full speed; messages' CPU not included) */
     double bytes;                  /* payload sent (every message's, commands and window posts 0) */
     long sends, recvs;             /* messages sent and received: equal once the walk is done */
     long events;                   /* events processed */
 } mi_sim_pass_out;
+
+/* A quota'd device's CPU time between passes (plan.h mi_device cpu_quota):
+ * the CFS period each rank is in and the CPU it has used there, and when
+ * the pass starts on the run's clock. Each device's periods start at its
+ * own phase: cgroups' period timers run apart, and nothing measured gives
+ * their phases, so mi_simulate draws each uniformly in [0, period) from the
+ * links' seed (unless the request aligns them). */
+typedef struct {
+    double t0;                     /* the pass's start, seconds since the run's start */
+    double phase[MI_MAX_RANKS];    /* device r's periods are [phase + k P, phase + (k + 1) P) */
+    long period[MI_MAX_RANKS];     /* index of the period each rank's quota was last used in */
+    double used[MI_MAX_RANKS];     /* CPU seconds used in that period */
+    double idle_since[MI_MAX_RANKS]; /* when each worker finished its last pass and began to wait for the
+                                        next command (-1: before the first; set 0 in a new state only
+                                        if the workers are to be charged a wait from the run's start) */
+} mi_sim_cpu;
+
+/* When work seconds of CPU started at time t finish on a device with quota q
+ * (in (0, 1]) of period P seconds: full speed until q * P is used in the
+ * current period [k P, (k + 1) P), then nothing until the next one, whose
+ * quota is whole (none carries over). *period and *used: the state above
+ * (updated). q = 0: no quota (t + work). */
+double mi_sim_cfs_run(double t, double work, double q, double P, long *period, double *used);
+
+/* A wait for a message from ts to its arrival ta on a quota'd device (q,
+ * P, the state as above) that spins for spin seconds at full CPU and then
+ * polls taking the fraction poll of it: that CPU uses the quota; when the
+ * period's quota is gone the rank is throttled (no polling) until the next
+ * period. Returns when the rank sees the message: ta, or the start of the
+ * next period when it was throttled at ta. */
+double mi_sim_cfs_wait(double ts, double ta, double spin, double poll, double q, double P, long *period, double *used);
+
+/* 1 when some device of cl has a quota or a message cost: the walk is then
+ * no longer affine in the context, and every pass is walked in order. */
+int mi_sim_cluster_cpu(const mi_cluster *cl, int n);
 
 /* The event walk of one forward pass of phase ph over T positions (T_logits
  * of them wanting logits: 1, or a batch's every row) at context position
@@ -62,12 +97,38 @@ typedef struct {
  * (sender-major) to add each message's payload and count to, or NULL. With
  * exact links it gives mi_predict_pass's token_s and busy_s but for
  * two-round reductions (prefill's allreduce over more than two ranks), whose
- * payload crosses each link once here and twice in the cost model. Returns
- * 0, or -1 with err when the programs' exchanges do not match (a rank waits
- * for a message no rank sends). */
+ * payload crosses each link once here and twice in the cost model. cpu: the
+ * quota'd devices' state from the pass before (updated), or NULL: every
+ * quota whole at the pass's start, a period starting with it. A device's
+ * msg_s is CPU on its clock (throttled by its quota) for every data message
+ * it sends, before the message leaves, and every one it takes in, and for
+ * the pass's command on a worker; a quota'd device's waits (spin_s, poll)
+ * use its quota (mi_sim_cfs_wait), a worker's wait for the command counted
+ * from the end of its last pass (cpu->idle_since). Returns 0, or -1 with err when the
+ * programs' exchanges do not match (a rank waits for a message no rank
+ * sends). */
 int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, const mi_sim_links *lk, int ph,
                 int T, int T_logits, int ctx, uint64_t *rng, double *link_bytes, double *link_msgs,
-                mi_sim_pass_out *out, char *err);
+                mi_sim_cpu *cpu, mi_sim_pass_out *out, char *err);
+
+/* 1 when the runtime pipelines a batch's micro-batches on programs p
+ * (runtime.h mi_runtime_can_pipeline's rule: rank 0's program, in each
+ * phase, only roots broadcasts before one receive from another rank, and
+ * only computes after it: a chain, as layer-wise's). */
+int mi_sim_can_pipeline(const mi_programs *p);
+
+/* A pass of T rows (each with logits) in M micro-batches pipelined as the
+ * runtime's batch passes run them (runtime.c forward_micro): the rows split
+ * as it splits them, rank 0 computing and sending each micro-batch up to
+ * its first receive before it takes the first back, every worker carrying
+ * the micro-batches through in turn (a micro-batch of one row on the decode
+ * program, of more on the prefill one). One command per pass (the later
+ * micro-batches' commands are not walked: their data follows at once).
+ * When the programs do not pipeline, or M <= 1: mi_sim_pass of the T rows.
+ * Returns as mi_sim_pass. */
+int mi_sim_pass_micro(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, const mi_sim_links *lk, int T,
+                      int M, int ctx, uint64_t *rng, double *link_bytes, double *link_msgs, mi_sim_cpu *cpu,
+                      mi_sim_pass_out *out, char *err);
 
 /* A re-placement's new plan: what planner.h mi_plan_remake makes for the
  * plan in force (cur) and need positions. Returns 0 with *np (the caller
@@ -82,6 +143,8 @@ typedef struct {
     int batch;            /* B >= 1 sequences decoding together (batch.h): B prompts prefilled one after
                              another, then passes of B rows (mi_predict_batch_step's); the plan's config must
                              hold B KV slots (memory counts every slot at the same positions) */
+    int micro;            /* batch passes as this many pipelined micro-batches (mi_sim_pass_micro) where
+                             the plan pipelines; <= 1: one pass of B rows */
     int chunk;            /* prefill positions per pass (the runtime's: 64) */
     mi_sim_replan_fn replan; /* NULL: no re-placement: a device that would pass its whole budget stops the
                                 run (a result, not an error) */
@@ -89,6 +152,8 @@ typedef struct {
     mi_sim_links links;
     int every_step;       /* 1: walk every decode pass; 0: with exact links, walk only as many as the
                              context-length dependence needs (below) */
+    int aligned_periods;  /* 1: every quota'd device's periods start with the run; 0: each at a phase
+                             drawn from links.seed (mi_sim_cpu) */
 } mi_sim_request;
 
 /* One re-placement during the run. */
@@ -136,7 +201,9 @@ typedef struct {
  * chord at an inner point is linear there), else both halves again; the
  * rest are interpolated (counted in out->interpolated). With draws (jitter,
  * loss, speculation) or a shared medium, whose order of transfers may
- * change with the context, every pass is walked. Returns 0 with *out (free
+ * change with the context, and with a device's CPU quota or message cost
+ * (mi_sim_cluster_cpu: a quota's state runs from one pass into the next),
+ * every pass is walked, in order. Returns 0 with *out (free
  * with mi_sim_result_free), or -1 with err: a request out of range (a
  * prompt or batch below 1, tokens past the context, KV slots fewer than the
  * batch), programs that do not compile, or a walk that fails. */

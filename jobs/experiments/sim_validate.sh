@@ -13,8 +13,13 @@
 # against simulated TPOT, beside three other feeds: every link at the
 # emulator's delay; calibrate's file; and each device's speed set to the
 # compute its rank measured decoding (to tell the simulator's messages from
-# the device model). A planner refused on R ranks (somegather: R must divide
-# the 6 KV heads) is a row with the planner's reason.
+# the device model). A device's CPU quota is its rank's cgroup's as the run
+# reports it (cpu_quota, cpu_period_ms; its speed is then the streaming rate
+# on the CPU clock, stream_cpu_gbs: the unthrottled speed), its messages' and waits' CPU
+# (msg_us, spin_us, poll_pct) and the communicators' and windows' set-up
+# (comm_setup_ms, win_setup_ms) calibrate's. A planner refused on R ranks
+# (somegather: R must divide the 6 KV heads) is a row with the planner's
+# reason.
 # Last, a generation that outgrows its memory budgets (greedy, --replan, the
 # first placement made for --kv-positions, --replan-cluster's budgets,
 # calibrated on the testbed) runs on the testbed and in the simulator: the
@@ -111,7 +116,8 @@ calibrated() {
 # half the round trip the ranks measured (rank 0 to r: rtt_ms[r] / 2; r to
 # s: the mean of theirs, as the calibrated prediction takes them) or the
 # given latency (a rank that holds no weights measured nothing: rank 0's
-# rate); names, budgets and link bandwidths from calibrate's file.
+# rate); the run's CPU quotas; names, budgets, link bandwidths, messages' and
+# waits' CPU and the set-up costs from calibrate's file.
 measured_cluster() {
     node - "$@" <<'JS'
 const fs = require("fs");
@@ -120,11 +126,23 @@ const m = JSON.parse(fs.readFileSync(run)), c = JSON.parse(fs.readFileSync(cal))
 const n = m.n_ranks, half = (a, b) => a === b ? 0 : lat !== "rtt" ? +lat :
   a === 0 ? m.rtt_ms[b] / 2 : b === 0 ? m.rtt_ms[a] / 2 : (m.rtt_ms[a] + m.rtt_ms[b]) / 4;
 const ix = [...Array(n).keys()];
+const cpu = r => {
+  const d = c.devices[r], o = {}, q = (m.cpu_quota ?? [])[r];
+  if (q > 0 && q <= 1) { o.cpu_quota = q; o.cpu_period_ms = m.cpu_period_ms[r]; }
+  for (const k of ["msg_us", "spin_us", "poll_pct"]) if (d[k] !== undefined) o[k] = d[k];
+  return o;
+};
+// under a quota, the unthrottled rate (stream_cpu_gbs; runs of the first sweep of the quota model had
+// their stream_gbs on the CPU clock already, without that key)
+const q = r => ((m.cpu_quota ?? [])[r] > 0 && m.stream_cpu_gbs) ? m.stream_cpu_gbs : m.stream_gbs;
+const rate = r => q(r)[r] > 0 ? q(r)[r] : q(0)[0];
+const setup = {};
+for (const k of ["comm_setup_ms", "win_setup_ms"]) if (c[k] !== undefined) setup[k] = c[k];
 console.log(JSON.stringify({
   description: `measured by a ${m.plan.planner} run on ${n} ranks: stream_gbs and ${lat === "rtt" ? "rtt_ms / 2" : "latency " + lat + " ms"}`,
-  link: c.link, mem_bandwidth_gbs: 1, gflops: c.gflops ?? 10,
+  link: c.link, mem_bandwidth_gbs: 1, gflops: c.gflops ?? 10, ...setup,
   links: {latency_ms: ix.map(a => ix.map(b => half(a, b))), bandwidth_mbit: c.links.bandwidth_mbit},
-  devices: ix.map(r => ({name: c.devices[r].name, mem_mb: c.devices[r].mem_mb, speed: m.stream_gbs[r] > 0 ? m.stream_gbs[r] : m.stream_gbs[0]}))}, null, 1));
+  devices: ix.map(r => ({name: c.devices[r].name, mem_mb: c.devices[r].mem_mb, speed: rate(r), ...cpu(r)}))}, null, 1));
 JS
 }
 
@@ -134,6 +152,8 @@ JS
 # inversely proportional to a roofline device's speed): the event walk on
 # the compute the run really had, to tell the simulator's messages from the
 # device model (args: the run's --json, the measured cluster, its simulation).
+# The measured compute is wall time, throttling included: no quota, messages'
+# or waits' CPU here.
 decode_cluster() {
     node - "$@" <<'JS'
 const fs = require("fs");
@@ -143,6 +163,7 @@ c.description = "the run's measured cluster, each speed scaled to the compute it
 c.devices.forEach((d, r) => {
   const t = m.ranks[r].seconds, meas = t.attention + t.projection + t.ffn + t.logits, sim = s.per_device[r].busy_s;
   if (meas > 0 && sim > 0) d.speed *= sim / meas;
+  for (const k of ["cpu_quota", "cpu_period_ms", "msg_us", "spin_us", "poll_pct"]) delete d[k];
 });
 console.log(JSON.stringify(c, null, 1));
 JS
@@ -160,7 +181,7 @@ JS
 }
 
 csv="$out/sim_validate.csv"
-echo "planner,ranks,delay_ms,measured_tpot_ms,simulated_tpot_ms,error_pct,sim_delay_latency_ms,sim_calibrate_file_ms,sim_decode_compute_ms,calibrated_token_ms,rtt_ms,note" > "$csv.partial"
+echo "planner,ranks,delay_ms,measured_tpot_ms,simulated_tpot_ms,error_pct,sim_delay_latency_ms,sim_calibrate_file_ms,sim_decode_compute_ms,calibrated_token_ms,rtt_ms,sim_phases_min_ms,sim_phases_max_ms,note" > "$csv.partial"
 for R in ${ranks//,/ }; do
     for D in ${delays//,/ }; do
         cl=$(calibrated "$R" "$D")
@@ -175,7 +196,7 @@ for R in ${ranks//,/ }; do
                 [[ -s $refused ]] || fail "plan $p on $R ranks at $D ms: $(tail -1 "$out/err")"
             fi
             if [[ -s $refused ]]; then
-                echo "$p,$R,$D,,,,,,,,,\"refused: $(tr -d '",' < "$refused")\"" >> "$csv.partial"
+                echo "$p,$R,$D,,,,,,,,,,,\"refused: $(tr -d '",' < "$refused")\"" >> "$csv.partial"
                 continue
             fi
             if [[ ! -s $run ]]; then
@@ -195,14 +216,23 @@ for R in ${ranks//,/ }; do
                 "$bin" simulate -m "$model" --cluster "$f" --plan-file "$plan" --prompt-tokens "$np" -n "$tokens" --json \
                     > "$base.sim-$c.json" 2> "$out/err" || fail "simulate $p on $R ranks at $D ms: $(tail -1 "$out/err")"
             done
+            # the quota periods' phases are not measured (each device's drawn from the seed): the same
+            # simulation with seeds 2-5 gives the spread they make
+            for s in 2 3 4 5; do
+                "$bin" simulate -m "$model" --cluster "$base.cluster.json" --plan-file "$plan" --prompt-tokens "$np" \
+                    -n "$tokens" --seed $s --json > "$base.sim-cluster-s$s.json" 2> "$out/err" ||
+                    fail "simulate $p on $R ranks at $D ms, seed $s: $(tail -1 "$out/err")"
+            done
             node - "$run" "$base" "$p" "$R" "$D" >> "$csv.partial" <<'JS'
 const fs = require("fs");
 const [run, base, p, R, D] = process.argv.slice(2);
 const m = JSON.parse(fs.readFileSync(run)), sim = c => JSON.parse(fs.readFileSync(`${base}.sim-${c}.json`)).tpot_ms;
 const s = sim("cluster"), err = 100 * (s / m.tpot_ms - 1);
+const ph = [s, ...[2, 3, 4, 5].map(k => sim(`cluster-s${k}`))];
 console.log([p, R, D, m.tpot_ms.toFixed(2), s.toFixed(2), err.toFixed(1), sim("cluster-delay").toFixed(2),
              sim("calibrate").toFixed(2), sim("cluster-decode").toFixed(2), m.calibrated_token_ms.toFixed(2),
-             m.rtt_ms.slice(1).map(x => x.toFixed(2)).join(" "), ""].join(","));
+             m.rtt_ms.slice(1).map(x => x.toFixed(2)).join(" "), Math.min(...ph).toFixed(2), Math.max(...ph).toFixed(2),
+             ""].join(","));
 JS
         done
     done
@@ -248,11 +278,11 @@ const fs = require("fs");
 const [csv, rcsv, cpu, tokens, kvpos] = process.argv.slice(2);
 const rows = fs.readFileSync(csv, "utf8").trim().split("\n").slice(1).map(l => l.match(/("[^"]*"|[^,]*)(,|$)/g).map(c => c.replace(/,$/, "").replace(/^"|"$/g, "")));
 let o = `stories15M, ${tokens} tokens, ${cpu}% of a core per rank, no jitter. Simulated: the run's placement on the devices and links the run measured (each rank's weight-streaming rate, half the round trips); also with every link at the emulator's delay, on meshinfer calibrate's file, and with each device's speed set to the compute its rank measured decoding\n\n`;
-o += "| planner | ranks | one-way delay | measured TPOT | simulated TPOT | error | within 15% | links at the delay | calibrate's file | compute as decoded |\n|---|---|---|---|---|---|---|---|---|---|\n";
+o += "| planner | ranks | one-way delay | measured TPOT | simulated TPOT | error | within 15% | periods' phases (5 draws) | links at the delay | calibrate's file | compute as decoded |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
 const pct = (a, b) => { const e = 100 * (a / b - 1); return `${e >= 0 ? "+" : ""}${e.toFixed(0)}%`; };
-for (const [p, R, D, m, s, e, sd, sc, sx, , , note] of rows)
-  o += note ? `| ${p} | ${R} | ${D} ms | ${note} | | | | | | |\n`
-            : `| ${p} | ${R} | ${D} ms | ${(+m).toFixed(1)} ms | ${(+s).toFixed(1)} ms | ${+e >= 0 ? "+" : ""}${(+e).toFixed(1)}% | ${Math.abs(+e) <= 15 ? "yes" : "**no**"} | ${(+sd).toFixed(1)} ms (${pct(+sd, +m)}) | ${(+sc).toFixed(1)} ms (${pct(+sc, +m)}) | ${(+sx).toFixed(1)} ms (${pct(+sx, +m)}) |\n`;
+for (const [p, R, D, m, s, e, sd, sc, sx, , , lo, hi, note] of rows)
+  o += note ? `| ${p} | ${R} | ${D} ms | ${note} | | | | | | | |\n`
+            : `| ${p} | ${R} | ${D} ms | ${(+m).toFixed(1)} ms | ${(+s).toFixed(1)} ms | ${+e >= 0 ? "+" : ""}${(+e).toFixed(1)}% | ${Math.abs(+e) <= 15 ? "yes" : "**no**"} | ${pct(+lo, +m)} to ${pct(+hi, +m)} | ${(+sd).toFixed(1)} ms (${pct(+sd, +m)}) | ${(+sc).toFixed(1)} ms (${pct(+sc, +m)}) | ${(+sx).toFixed(1)} ms (${pct(+sx, +m)}) |\n`;
 if (fs.existsSync(rcsv)) {
   const r = fs.readFileSync(rcsv, "utf8").trim().split("\n").slice(1).map(l => l.split(","));
   const by = src => r.filter(x => x[0] === src);

@@ -32,7 +32,11 @@ static void help(void)
            "1, 4, 16 and 64 positions (fitted as one pass plus a cost per further position), of\n"
            "attention per cached position, and per op; per pair of ranks the latency and\n"
            "bandwidth (ping-pong of 8 bytes and of --link-bytes). Ranks on one host measure in\n"
-           "turn, so that none measures another's load. Use the file on the same ranks and hosts.\n"
+           "turn, so that none measures another's load. Under a cgroup CPU quota of at most a core\n"
+           "(one thread) the compute is timed on the CPU clock (the unthrottled speed) and the quota\n"
+           "and its period are written beside it; with several ranks, also a wait's and a message's\n"
+           "CPU and the set-up of a communicator and a window (for meshinfer simulate). Use the file\n"
+           "on the same ranks and hosts.\n"
            "  -o, --out FILE        the cluster file to write (required)\n"
            "  --cluster FILE        names and memory budgets (mem_mb) of the devices, and what calibrate\n"
            "                        does not measure (description, gflops, eager_bytes, storage_mbs),\n"
@@ -179,6 +183,10 @@ static char *measure_rank(const mi_calib_options *co, const mi_hwinfo *hw, int l
     memset(mine, 0, sizeof *mine);
     measure_job job = {co, &mine->d};
     mi_world_host_turns(measure, &job);
+    if (co->cpu_clock) { /* measured unthrottled: the quota beside it (simulate.h models it) */
+        mine->d.cpu_quota = hw->cpu_quota;
+        mine->d.cpu_period_s = hw->cpu_period_s;
+    }
     snprintf(mine->d.host, sizeof mine->d.host, "%.63s", hw->hostname);
     mine->mem_bytes = (double)hw->mem_bytes;
     mine->local_size = local_size;
@@ -196,6 +204,10 @@ typedef struct {
     rank_result *all;
     char **hws;
     double *rtt, *bw;
+    double spin_s, *msg_s, *poll, *rt_cpu; /* the runtime's wait spin for these links; per rank, a
+                                              message's CPU, a wait's share of the CPU past the spin and
+                                              an 8-byte round trip's CPU */
+    double comm_s[2], win_s[2];   /* creating a communicator and a window of two ranks and of all */
 } gathered;
 
 /* Collects every rank's measurement on rank 0 (g is empty on the others)
@@ -207,6 +219,9 @@ static void gather_and_measure_links(const rank_result *mine, const char *hwjson
     g->hws = rank == 0 ? mi_calloc((size_t)size, sizeof(char *), "calibration") : NULL;
     g->rtt = rank == 0 ? mi_calloc((size_t)size * size, sizeof(double), "calibration") : NULL;
     g->bw = rank == 0 ? mi_calloc((size_t)size * size, sizeof(double), "calibration") : NULL;
+    g->msg_s = rank == 0 ? mi_calloc(3 * (size_t)size, sizeof(double), "calibration") : NULL;
+    g->poll = g->msg_s ? g->msg_s + size : NULL;
+    g->rt_cpu = g->msg_s ? g->msg_s + 2 * size : NULL;
     if (size > 1) {
         mi_world_gather(mine, sizeof *mine, g->all);
         char **got = mi_world_gather_strings(hwjson);
@@ -218,6 +233,17 @@ static void gather_and_measure_links(const rank_result *mine, const char *hwjson
             fprintf(stderr, "calibrate: measuring %d link%s (ping-pong of 8 and %ld bytes)...\n",
                     size * (size - 1) / 2, size * (size - 1) / 2 == 1 ? "" : "s", link_bytes);
         mi_calibrate_links((size_t)link_bytes, g->rtt, g->bw);
+        /* the waits' CPU as the runtime will wait on these links (its spin rule), and what a
+         * re-placement's rebuild of communicators and windows costs */
+        double rtt_max = 0;
+        for (int i = 0; rank == 0 && i < size * size; i++)
+            rtt_max = g->rtt[i] > rtt_max ? g->rtt[i] : rtt_max;
+        mi_world_bcast(&rtt_max, sizeof rtt_max);
+        g->spin_s = mi_runtime_spin_for(rtt_max);
+        if (rank == 0)
+            fprintf(stderr, "calibrate: measuring messages' CPU and communicator set-up...\n");
+        mi_calibrate_cpu_costs(g->spin_s, g->msg_s, g->poll, g->rt_cpu);
+        mi_calibrate_setup(g->comm_s, g->win_s);
     } else {
         g->all[0] = *mine;
         g->hws[0] = strdup(hwjson);
@@ -250,6 +276,11 @@ static int fill_cluster(mi_cluster *cl, const mi_cluster *in, gathered *g, int s
             snprintf(d->name, sizeof d->name, "%.40s-%d", all[r].d.host, r);
         d->mem_bytes = in ? in->dev[r].mem_bytes : all[r].mem_bytes / all[r].local_size;
         d->calibrated = 1;
+        if (size > 1) {
+            d->msg_s = g->msg_s[r];
+            d->spin_s = g->spin_s;
+            d->poll = g->poll[r];
+        }
         /* the HeadSplit planners weigh devices by speed: decode fp32 relative to rank 0 */
         d->speed = all[0].d.pass_s[MI_F32] / all[r].d.pass_s[MI_F32];
         for (int q = r + 1; q < size; q++) {
@@ -267,10 +298,15 @@ static int fill_cluster(mi_cluster *cl, const mi_cluster *in, gathered *g, int s
         g->rtt = g->bw = NULL;
     }
     cl->calib_ranks = size;
+    cl->comm_setup_s = g->comm_s[0];
+    cl->win_setup_s = g->win_s[0];
+    cl->comm_setup_all_s = g->comm_s[1];
+    cl->win_setup_all_s = g->win_s[1];
     return pairs;
 }
 
-static void print_cluster(const mi_cluster *cl, int size, int pairs, const mi_calib_options *co, const char *out)
+static void print_cluster(const mi_cluster *cl, int size, int pairs, const mi_calib_options *co, const double *rt_cpu,
+                          const char *out)
 {
     printf("rank  device                 host              fp32 GB/s  q4_0 GB/s  fp32 Gflop/s  attn ns/pos\n");
     for (int r = 0; r < size; r++) {
@@ -282,6 +318,20 @@ static void print_cluster(const mi_cluster *cl, int size, int pairs, const mi_ca
     if (pairs)
         printf("links: mean one-way latency %.3f ms, mean bandwidth %.1f Mbit/s (%d pairs)\n",
                cl->latency_s * 1e3, cl->bandwidth * 8 / 1e6, pairs);
+    for (int r = 0; r < size; r++) {
+        const mi_device *d = &cl->dev[r];
+        char q[48] = "none";
+        if (d->cpu_quota > 0)
+            snprintf(q, sizeof q, "%.0f%% of %.1f ms", d->cpu_quota * 100, d->cpu_period_s * 1e3);
+        if (d->cpu_quota > 0 || d->msg_s > 0)
+            printf("rank %d: CPU quota %s; a wait %.0f us spinning, then %.1f%% of the CPU; an 8-byte round trip %.1f "
+                   "us of CPU, a message %.1f us beyond its wait\n", r, q, d->spin_s * 1e6, d->poll * 100,
+                   rt_cpu ? rt_cpu[r] * 1e6 : 0, d->msg_s * 1e6);
+    }
+    if (cl->comm_setup_s > 0)
+        printf("set-up: a communicator %.2f ms, a window %.2f ms (of two ranks); %.2f and %.2f ms of all %d\n",
+               cl->comm_setup_s * 1e3, cl->win_setup_s * 1e3, cl->comm_setup_all_s * 1e3, cl->win_setup_all_s * 1e3,
+               size);
     printf("wrote %s\n", out);
 }
 
@@ -298,7 +348,7 @@ static int write_cluster(const calib_opts *op, const mi_cluster *in, const char 
              size, size > 1 ? "s" : "");
     int rc = mi_cluster_save(&cl, (const char *const *)g->hws, desc, op->out, err);
     if (!rc)
-        print_cluster(&cl, size, pairs, co, op->out);
+        print_cluster(&cl, size, pairs, co, g->rt_cpu, op->out);
     mi_cluster_free(&cl);
     for (int r = 0; r < size; r++)
         free(g->hws[r]);
@@ -332,6 +382,12 @@ int cmd_calibrate(int argc, char **argv)
     mi_hwinfo hw;
     probe_and_bind(op.bind, size, &hw, &local_size, err);
     mi_set_threads((int)op.threads);
+    /* under a CPU quota of at most a core, one compute thread: time by its CPU clock, so the file
+     * states the unthrottled speed and the quota beside it (the simulator throttles it) */
+    co.cpu_clock = hw.cpu_quota > 0 && hw.cpu_quota <= 1 && op.threads == 1;
+    if (hw.cpu_quota > 0 && hw.cpu_quota <= 1 && op.threads > 1 && rank == 0)
+        fprintf(stderr, "calibrate: a CPU quota of %.2f cores with %ld threads: measured by the wall clock, no "
+                        "quota written (the simulator models one thread under a quota)\n", hw.cpu_quota, op.threads);
 
     if (rank == 0)
         fprintf(stderr, "calibrate: %d rank%s; measuring devices (%s layer: dim %d, hidden %d; %.2g s each)...\n",
@@ -348,6 +404,7 @@ int cmd_calibrate(int argc, char **argv)
     free(g.all);
     free(g.rtt);
     free(g.bw);
+    free(g.msg_s);
     mi_cluster_free(&in);
     if (size > 1)
         mi_check_all(rc, err);

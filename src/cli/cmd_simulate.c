@@ -44,6 +44,9 @@ static void help(void)
            "                        pass each (as generate -n); prompt plus tokens within the context\n"
            "  --batch B             B sequences decoding together: B prompts prefilled in turn, then passes\n"
            "                        of B rows (B KV cache slots in every device's memory)\n"
+           "  --micro-batches M     with --batch: each pass as M micro-batches pipelined through the ranks\n"
+           "                        where the placement is a chain (layer-wise), as the runtime runs them\n"
+           "                        (default the number of ranks, the runtime's; 1: one pass of B rows)\n"
            "  --kv-positions N      positions the first placement budgets (default the context; with\n"
            "                        --replan a quarter of it)\n"
            "  --replan              HeadSplit's memory-triggered re-placement; without it a device that would\n"
@@ -78,7 +81,7 @@ static void help(void)
 typedef struct {
     const char *model, *shape, *cluster, *planner, *plan_file, *csv, *plot;
     cli_dtypes dt;
-    int ranks, n_prompt, n_tokens, batch, kvpos, replan, speculate, spec_draws, every_step, json, cw, split_vocab;
+    int ranks, n_prompt, n_tokens, batch, micro, kvpos, replan, speculate, spec_draws, every_step, json, cw, split_vocab;
     int wire, shared, seed_set, mem_set, accept_set, plan_seed_set;
     double mem_mb, acceptance, jitter_ms, loss_pct, rto_ms, exact_s;
     uint64_t seed, plan_seed;
@@ -92,6 +95,7 @@ static void parse(int argc, char **argv, sim_opts *o)
         {"mem-mb", required_argument, 0, 'M'},     {"planner", required_argument, 0, 'p'},
         {"plan-file", required_argument, 0, 'f'},  {"prompt-tokens", required_argument, 0, 'P'},
         {"tokens", required_argument, 0, 'n'},     {"batch", required_argument, 0, 'b'},
+        {"micro-batches", required_argument, 0, 'u'},
         {"kv-positions", required_argument, 0, 'K'}, {"replan", no_argument, 0, 'R'},
         {"speculate", no_argument, 0, 'S'},        {"acceptance", required_argument, 0, 'A'},
         {"spec-draws", no_argument, 0, 'D'},       {"controller-works", required_argument, 0, 'w'},
@@ -117,6 +121,7 @@ static void parse(int argc, char **argv, sim_opts *o)
         case 'P': o->n_prompt = (int)mi_parse_long("--prompt-tokens", optarg, 1, 1 << 24); break;
         case 'n': o->n_tokens = (int)mi_parse_long("--tokens", optarg, 1, 1 << 24); break;
         case 'b': o->batch = (int)mi_parse_long("--batch", optarg, 1, 4096); break;
+        case 'u': o->micro = (int)mi_parse_long("--micro-batches", optarg, 1, MI_MAX_RANKS); break;
         case 'K': o->kvpos = (int)mi_parse_long("--kv-positions", optarg, 1, 1 << 24); break;
         case 'R': o->replan = 1; break;
         case 'S': o->speculate = 1; break;
@@ -278,7 +283,10 @@ int cmd_simulate(int argc, char **argv)
                 exact.source != MI_PLANNER_EXACT ? "'s placement, which the search had not beaten" : "",
                 o.replan ? "; re-placements use the default limit" : "");
     }
+    if (o.micro > 0 && o.batch == 1)
+        mi_fatal("simulate: --micro-batches goes with --batch (a pass of one row is not split)");
     mi_sim_request rq = {.n_prompt = o.n_prompt, .n_tokens = o.n_tokens, .batch = o.batch, .chunk = 64,
+                         .micro = o.micro > 0 ? o.micro : plan.n_ranks,
                          .replan = o.replan ? replan_hook : NULL, .replan_ctx = &rx, .every_step = o.every_step};
     mi_sim_links_of(&cl, &rq.links);
     if (o.jitter_ms >= 0)

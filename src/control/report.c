@@ -146,6 +146,15 @@ void session_metrics_json(mi_session *ss, FILE *f)
             calibrated_token_s(ss) * 1e3, mi_predict_delays(&ss->plan, &ss->prog));
     for (int r = 0; r < ss->size; r++)
         fprintf(f, "%s%.3f", r ? ", " : "", ss->stream_rate[r] / 1e9);
+    fprintf(f, "], \"stream_cpu_gbs\": [");
+    for (int r = 0; r < ss->size; r++)
+        fprintf(f, "%s%.3f", r ? ", " : "", ss->stream_rate_cpu[r] / 1e9);
+    fprintf(f, "], \"cpu_quota\": [");
+    for (int r = 0; r < ss->size; r++)
+        fprintf(f, "%s%.4f", r ? ", " : "", ss->size > 1 ? ss->cpu_quota[2 * r] : 0);
+    fprintf(f, "], \"cpu_period_ms\": [");
+    for (int r = 0; r < ss->size; r++)
+        fprintf(f, "%s%.3f", r ? ", " : "", ss->size > 1 ? ss->cpu_quota[2 * r + 1] * 1e3 : 0);
     fprintf(f, "], ");
     if (ss->plan.planner == MI_PLANNER_SOMEGATHER) {
         fprintf(f, "\"somegather\": {\"prune_mode\": \"%s\", \"prune\": {",

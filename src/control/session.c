@@ -14,6 +14,7 @@
 
 #include "meshinfer/common.h"
 #include "meshinfer/output.h"
+#include "meshinfer/hwinfo.h"
 #include "meshinfer/kernels.h"
 #include "meshinfer/model_file.h"
 #include "meshinfer/runtime.h"
@@ -604,7 +605,7 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
     mi_world_bcast(&rtt_max, sizeof rtt_max);
     mi_runtime_options ro = {.model_path = path, .scatter = o->scatter, .max_T = chunk, .trace = o->trace != NULL,
                              .tolerance = o->tolerance, .loss_mode = o->loss_mode, .loss = o->loss,
-                             .loss_seed = o->loss_seed, .spin_s = rtt_max > 1e-3 ? 100e-6 : 0};
+                             .loss_seed = o->loss_seed, .spin_s = mi_runtime_spin_for(rtt_max)};
     ss->max_T = chunk < ss->cfg.seq_len ? chunk : ss->cfg.seq_len;
     ss->loss_mode = o->loss_mode;
     ss->loss = o->loss;
@@ -615,8 +616,12 @@ void session_open(mi_session *ss, const char *cmd, const char *path, const sessi
     mi_plan_free(&plan);
     /* what each device computes per second, for the calibrated prediction
      * (the cost model with measured rates and round trips, no margins) */
-    if (ss->size > 1)
-        mi_runtime_stream_rate(ss->rt, 0.03, ss->stream_rate);
+    if (ss->size > 1) {
+        mi_runtime_stream_rate(ss->rt, 0.03, ss->stream_rate, ss->stream_rate_cpu);
+        double q[2];
+        q[0] = mi_cgroup_self_cpu(&q[1]); /* reported beside the rate (the simulator's quota) */
+        mi_world_gather(q, sizeof q, ss->cpu_quota);
+    }
     ss->load_seconds = mi_now() - t0;
     if (ss->rank == 0 && ss->cfg.synthetic)
         fprintf(stderr, "meshinfer: %s: %s has synthetic weights (seeded random): %s are meaningless, speed "

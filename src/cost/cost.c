@@ -315,12 +315,40 @@ double mi_predict_delays(const mi_plan *plan, const mi_programs *p)
     return pr.token_s;
 }
 
+/* Rank r's share of rebuilding the exchanges of programs p (comms.c): the
+ * communicators it is a member of and the windows of its PUT exchanges, each
+ * at the cost calibrate measured (creation and freeing). */
+static double setup_of(double two, double all, int m, int n)
+{
+    return n > 2 ? two + (all - two) * (m - 2) / (double)(n - 2) : two;
+}
+
+static double rebuild_s(const mi_programs *p, const mi_cluster *cl, int r)
+{
+    double t = 0;
+    int n = cl->n_devices;
+    for (int i = 0; i < p->n_comms; i++)
+        if (p->comms[i].n_members >= 2 && mi_comm_index(&p->comms[i], r) >= 0)
+            t += setup_of(cl->comm_setup_s, cl->comm_setup_all_s, p->comms[i].n_members, n);
+    for (int x = 0; x < p->n_xchg; x++) {
+        const mi_comm *cm = &p->comms[p->xchg[x].comm];
+        if (p->xchg[x].kind == MI_OP_PUT && cm->n_members >= 2 && mi_comm_index(cm, r) >= 0)
+            t += setup_of(cl->win_setup_s, cl->win_setup_all_s, cm->n_members, n);
+    }
+    return t;
+}
+
 double mi_plan_switch_s(const mi_plan *from, const mi_plan *to, const mi_cluster *cl, int n_pos)
 {
     const mi_config *c = &to->cfg;
     int L = c->n_layers;
     mi_layer_spec *ls = mi_calloc(2 * (size_t)L, sizeof *ls, "layer specs");
     double worst = 0;
+    /* the new placement's communicators and windows, built anew (a plan that does not compile has
+     * none to build: its own error comes where it is installed) */
+    mi_programs prog;
+    char err[MI_ERRLEN];
+    int rebuild = (cl->comm_setup_s > 0 || cl->win_setup_s > 0) && !mi_programs_compile(to, &prog, err);
     for (int r = 0; r < to->n_ranks; r++) {
         mi_shard_spec a = {.layers = ls}, b = {.layers = ls + L};
         mi_plan_shard(from, r, &a);
@@ -345,9 +373,13 @@ double mi_plan_switch_s(const mi_plan *from, const mi_plan *to, const mi_cluster
                 if (to->layers[l].kv_rank[k] == r && o != r)
                     t += 2.0 * n_pos * c->head_dim * sizeof(float) / mi_cluster_bandwidth(cl, o, r);
             }
+        if (rebuild)
+            t += rebuild_s(&prog, cl, r);
         if (t > worst)
             worst = t;
     }
+    if (rebuild)
+        mi_programs_free(&prog);
     free(ls);
     return worst;
 }

@@ -25,6 +25,12 @@ typedef struct {
     double *pass_bytes, *pass_msgs; /* [n * n] one walk's */
     mi_sim_result *out;
     int cap_replans;
+    /* quota'd devices (mi_sim_cluster_cpu): every pass walked in order on the run's clock, each
+     * re-placement's move on it too, the quotas' state carried from pass to pass */
+    int cpu_on;
+    mi_sim_cpu cpu;
+    double clock;            /* when the next pass starts, seconds since the run's start */
+    double *sw;              /* [n_tokens] the moves charged before each token's passes */
 } gen;
 
 /* Walk one pass; add its links to the run's when `count` (else the caller
@@ -34,9 +40,15 @@ static int walk(gen *g, int ph, int T, int T_logits, int ctx, int count, mi_sim_
     size_t nn = (size_t)g->n * g->n;
     memset(g->pass_bytes, 0, nn * sizeof(double));
     memset(g->pass_msgs, 0, nn * sizeof(double));
-    if (mi_sim_pass(g->plan, &g->prog, g->cl, &g->rq->links, ph, T, T_logits, ctx, &g->rng, g->pass_bytes,
-                    g->pass_msgs, po, err))
+    g->cpu.t0 = g->clock;
+    /* a batch's decode pass (every row with logits) in the request's micro-batches */
+    int micro = T > 1 && T_logits == T && g->rq->micro > 1;
+    if (micro ? mi_sim_pass_micro(g->plan, &g->prog, g->cl, &g->rq->links, T, g->rq->micro, ctx, &g->rng,
+                                  g->pass_bytes, g->pass_msgs, &g->cpu, po, err)
+              : mi_sim_pass(g->plan, &g->prog, g->cl, &g->rq->links, ph, T, T_logits, ctx, &g->rng, g->pass_bytes,
+                            g->pass_msgs, &g->cpu, po, err))
         return -1;
+    g->clock += po->token_s;
     mi_sim_result *o = g->out;
     o->walks++;
     o->events += po->events;
@@ -56,6 +68,8 @@ static int decode_walk(gen *g, int k, int count, char *err)
 {
     mi_sim_pass_out po;
     int B = g->rq->batch;
+    if (g->cpu_on) /* (walked in order: the move before token k is on the clock first) */
+        g->clock += g->sw[k];
     if (walk(g, B == 1 ? MI_PHASE_DECODE : MI_PHASE_PREFILL, B, B, g->out->ctx[k], count, &po, err))
         return -1;
     g->out->token_s[k] = po.token_s;
@@ -95,7 +109,7 @@ static int flush(gen *g, int k0, int k1, char *err)
         return 0;
     mi_sim_result *o = g->out;
     size_t nn = (size_t)g->n * g->n;
-    if (g->rq->every_step || !mi_sim_links_exact(&g->rq->links)) {
+    if (g->rq->every_step || !mi_sim_links_exact(&g->rq->links) || g->cpu_on) {
         for (int k = k0; k < k1; k++)
             if (decode_walk(g, k, 1, err))
                 return -1;
@@ -215,9 +229,11 @@ static int prefill(gen *g, double *sw, char *err)
         for (int i = 0; i < rq->n_prompt; i += rq->chunk) {
             int T = rq->n_prompt - i < rq->chunk ? rq->n_prompt - i : rq->chunk;
             /* the account counts every slot at the fullest one's positions: the first prompt's */
+            double sw0 = *sw;
             int rc = b == 0 ? memory(g, 0, i, i + T, sw, err) : 1;
             if (rc <= 0)
                 return rc;
+            g->clock += *sw - sw0; /* a move before this chunk */
             mi_sim_pass_out po;
             if (walk(g, MI_PHASE_PREFILL, T, 1, i, 1, &po, err))
                 return -1;
@@ -275,6 +291,18 @@ int mi_simulate(const mi_plan *plan, const mi_cluster *cl, const mi_sim_request 
     g.pass_bytes = mi_calloc(2 * nn, sizeof(double), "simulated links");
     g.pass_msgs = g.pass_bytes + nn;
     double *sw = mi_calloc((size_t)N, sizeof(double), "simulated re-placements");
+    g.sw = sw;
+    g.cpu_on = mi_sim_cluster_cpu(cl, n);
+    uint64_t ph = rq->links.seed ^ 0x5157A5EEDull; /* the periods' phases, apart from the links' draws */
+    for (int r = 0; r < MI_MAX_RANKS; r++) {
+        g.cpu.idle_since[r] = -1;
+        uint64_t z = (ph += 0x9E3779B97F4A7C15ull); /* splitmix64 */
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        g.cpu.phase[r] = r < cl->n_devices && !rq->aligned_periods
+                             ? (double)(z >> 11) * 0x1.0p-53 * cl->dev[r].cpu_period_s : 0;
+    }
     int rc = prefill(&g, &sw[0], err), done = rc > 0 ? N : 0;
     for (int k = 1; rc > 0 && k < N; k++) {
         int ctx = rq->n_prompt + k - 1;

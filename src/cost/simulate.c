@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "meshinfer/common.h"
+#include "sim_internal.h"
 
 void mi_sim_links_of(const mi_cluster *cl, mi_sim_links *lk)
 {
@@ -116,16 +117,45 @@ typedef struct {
     unsigned char *posted;    /* [slots] the root's window post has reached the member */
     unsigned char *spec_ok;   /* [n_layers] this pass's draw per transition */
     double medium_free;       /* the shared medium is busy until then */
+    mi_sim_cpu *cpu;          /* the quotas' state (the caller's or own) */
+    int *owed;                /* [n] messages taken in by the op under way, their CPU not yet charged */
+    double *wait_t;           /* [n] when each rank began the wait it is in */
+    const mi_sim_rows *rows;  /* pipelined micro-batches' rows per op and exchange, or NULL */
 } walk;
 
-static double op_time(const walk *w, const mi_op *op, int r)
+/* When work seconds of CPU started at pass time t end on rank r (its quota). */
+static double run_cpu(walk *w, int r, double t, double work)
+{
+    const mi_device *d = &w->cl->dev[r];
+    if (d->cpu_quota <= 0)
+        return t + work;
+    mi_sim_cpu *c = w->cpu;
+    double o = c->t0 - c->phase[r]; /* pass time to the device's period clock */
+    return mi_sim_cfs_run(o + t, work, d->cpu_quota, d->cpu_period_s, &c->period[r], &c->used[r]) - o;
+}
+
+/* When rank r, waiting since ts, sees a message that arrived at t (its quota). */
+static double wait_end(walk *w, int r, double ts, double t)
+{
+    const mi_device *d = &w->cl->dev[r];
+    if (d->cpu_quota <= 0 || (d->spin_s <= 0 && d->poll <= 0) || ts >= t)
+        return t;
+    mi_sim_cpu *c = w->cpu;
+    double o = c->t0 - c->phase[r];
+    return mi_sim_cfs_wait(o + ts, o + t, d->spin_s, d->poll, d->cpu_quota, d->cpu_period_s, &c->period[r],
+                           &c->used[r]) - o;
+}
+
+/* Op i of rank r's program (a micro-batch's rows, every one with logits, when pipelined). */
+static double op_time(const walk *w, const mi_op *op, int r, int i)
 {
     const mi_plan *pl = w->plan;
     if (w->lk->spec_draws && (op->flags & MI_OPF_IF_REJECTED) && op->layer > 0)
         pl = &w->spec[w->spec_ok[op->layer - 1]];
-    double t = mi_op_compute_s(pl, op, w->cl, r, w->T, w->ctx);
-    if (op->kind == MI_OP_LOGITS && w->T_logits > 1) /* every row's logits (cost.c's batch pass) */
-        t += (double)op->n * pl->cfg.dim * (w->T_logits - 1) * w->cl->dev[r].pos_s[pl->cfg.cls_dtype];
+    int T = w->rows ? w->rows->op_rows[r][i] : w->T, Tl = w->rows ? T : w->T_logits;
+    double t = mi_op_compute_s(pl, op, w->cl, r, T, w->ctx);
+    if (op->kind == MI_OP_LOGITS && Tl > 1) /* every row's logits (cost.c's batch pass) */
+        t += (double)op->n * pl->cfg.dim * (Tl - 1) * w->cl->dev[r].pos_s[pl->cfg.cls_dtype];
     return t;
 }
 
@@ -163,14 +193,18 @@ static void send(walk *w, int a, int b, double t, double bytes, int kind, int xi
 /* Payload of exchange xid's message from member i to member j. */
 static double msg_bytes(const walk *w, int xid, int i, int j)
 {
-    double npos = w->p->xchg[xid].buf == MI_BUF_LOGITS ? w->T_logits : w->T;
+    double npos = w->rows ? w->rows->x_rows[xid] : w->p->xchg[xid].buf == MI_BUF_LOGITS ? w->T_logits : w->T;
     return npos * mi_exchange_bytes(w->p, xid, i, j);
 }
 
-static void xsend(walk *w, int xid, int i, int j, int round, double t, double bytes)
+/* Member i's message to j leaves once i's CPU has paid for it (*t: i's clock, advanced). */
+static void xsend(walk *w, int xid, int i, int j, int round, double *t, double bytes)
 {
     const mi_comm *cm = &w->p->comms[w->p->xchg[xid].comm];
-    send(w, cm->members[i], cm->members[j], t, bytes, EV_ARRIVE, xid, j, round);
+    int a = cm->members[i];
+    if (w->cl->dev[a].msg_s > 0)
+        *t = run_cpu(w, a, *t, w->cl->dev[a].msg_s);
+    send(w, a, cm->members[j], *t, bytes, EV_ARRIVE, xid, j, round);
 }
 
 /* The root of a PUT exposes its window: a notice to every origin. */
@@ -183,21 +217,26 @@ static void post(walk *w, int xid, double t)
             send(w, cm->members[root], cm->members[j], t, 0, EV_POSTED, xid, j, 0);
 }
 
-/* Member i has received what it needs in this round of xid; else rank r waits. */
-static int got(walk *w, int r, int xid, int i, int round, int need)
+/* Member i has received what it needs in this round of xid; else rank r waits from t. */
+static int got(walk *w, int r, int xid, int i, int round, int need, double t)
 {
-    if (w->cnt[round][w->off[xid] + i] >= need)
+    if (w->cnt[round][w->off[xid] + i] >= need) {
+        w->owed[r] += need;
         return 1;
+    }
     w->wait[r] = WAIT_MSGS;
+    w->wait_t[r] = t;
     w->wait_xid[r] = xid;
     w->wait_round[r] = round;
     w->wait_need[r] = need;
     return 0;
 }
 
-/* Rank r at its communication op at time t: 1 when it is done with it, 0
- * when it waits (an arrival resumes it). Sends are eager: a sender goes on. */
-static int comm_step(walk *w, int r, double t)
+/* Rank r at its communication op at time *t: 1 when it is done with it
+ * (*t: when, after the CPU its messages cost), 0 when it waits (an arrival
+ * or, after sends' CPU, a resume event resumes it). Sends are eager: a
+ * sender goes on. */
+static int comm_step(walk *w, int r, double *t)
 {
     const mi_op *op = &w->prog[r].ops[w->pc[r]];
     int xid = op->xid;
@@ -213,16 +252,17 @@ static int comm_step(walk *w, int r, double t)
                 for (int j = 0; j < n; j++)
                     if (j != root)
                         xsend(w, xid, root, j, 0, t, msg_bytes(w, xid, root, j));
-            } else if (!got(w, r, xid, i, 0, 1)) {
+            } else if (!got(w, r, xid, i, 0, 1, *t)) {
                 return 0;
             }
             break;
         case MI_OP_PUT: /* an origin puts once the root's post has reached it */
             if (i == root) {
-                if (!got(w, r, xid, i, 0, n - 1))
+                if (!got(w, r, xid, i, 0, n - 1, *t))
                     return 0;
             } else if (!w->posted[w->off[xid] + i]) {
                 w->wait[r] = WAIT_POST;
+                w->wait_t[r] = *t;
                 w->wait_xid[r] = xid;
                 return 0;
             } else {
@@ -233,7 +273,7 @@ static int comm_step(walk *w, int r, double t)
         case MI_OP_COMBINE:
             if (i != root)
                 xsend(w, xid, i, root, 0, t, msg_bytes(w, xid, i, root));
-            else if (!got(w, r, xid, i, 0, n - 1))
+            else if (!got(w, r, xid, i, 0, n - 1, *t))
                 return 0;
             break;
         default: {
@@ -243,6 +283,7 @@ static int comm_step(walk *w, int r, double t)
             int rounds = x->kind == MI_OP_ALLREDUCE && n > 2 && x->rounds != 1 ? 2 : 1;
             for (; w->round[r] < rounds; w->round[r]++, w->sent[r] = 0) {
                 int k = w->round[r], need = 0;
+                double t0 = *t;
                 for (int j = 0; j < n; j++)
                     if (j != i) {
                         need += mi_exchange_bytes(w->p, xid, j, i) > 0;
@@ -250,11 +291,19 @@ static int comm_step(walk *w, int r, double t)
                             xsend(w, xid, i, j, k, t, k == 0 ? msg_bytes(w, xid, i, j) : 0.0);
                     }
                 w->sent[r] = 1;
-                if (!got(w, r, xid, i, k, need))
+                if (*t > t0) { /* the sends' CPU: look for arrivals once it is paid */
+                    push(&w->h, *t, EV_RESUME, r, -1, 0, 0);
+                    return 0;
+                }
+                if (!got(w, r, xid, i, k, need, *t))
                     return 0;
             }
         }
         }
+    if (w->owed[r] > 0) { /* what it took in: its CPU before it goes on */
+        *t = run_cpu(w, r, *t, w->owed[r] * w->cl->dev[r].msg_s);
+        w->owed[r] = 0;
+    }
     w->pc[r]++;
     w->round[r] = 0;
     w->sent[r] = 0;
@@ -278,8 +327,13 @@ static void advance(walk *w, int r, double t)
             return;
         }
         if (is_comm(&pg->ops[w->pc[r]])) {
-            if (!comm_step(w, r, t))
+            double t1 = t;
+            if (!comm_step(w, r, &t1))
                 return;
+            if (t1 > t) { /* its messages' CPU: every arrival before t1 is counted when it resumes */
+                push(&w->h, t1, EV_RESUME, r, -1, 0, 0);
+                return;
+            }
             continue;
         }
         double acc = 0;
@@ -288,14 +342,25 @@ static void advance(walk *w, int r, double t)
             if (op->kind == MI_OP_POST)
                 post(w, op->xid, t + acc);
             else
-                acc += op_time(w, op, r);
+                acc += op_time(w, op, r, w->pc[r]);
         }
         if (acc > 0) {
             w->out->busy_s[r] += acc;
-            push(&w->h, t + acc, EV_RESUME, r, -1, 0, 0);
+            push(&w->h, run_cpu(w, r, t, acc), EV_RESUME, r, -1, 0, 0);
             return;
         }
     }
+}
+
+/* Rank r's wait from ts ends with an arrival at t: it goes on then, or,
+ * when its polling used up its quota, in the next period. */
+static void wake(walk *w, int r, double ts, double t)
+{
+    double go = wait_end(w, r, ts, t);
+    if (go > t)
+        push(&w->h, go, EV_RESUME, r, -1, 0, 0);
+    else
+        advance(w, r, t);
 }
 
 /* The plans whose speculated transitions are all rejected or all accepted. */
@@ -315,16 +380,32 @@ static void spec_plans(walk *w)
 
 int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, const mi_sim_links *lk, int ph,
                 int T, int T_logits, int ctx, uint64_t *rng, double *link_bytes, double *link_msgs,
-                mi_sim_pass_out *out, char *err)
+                mi_sim_cpu *cpu, mi_sim_pass_out *out, char *err)
+{
+    return mi_sim_walk(plan, p, cl, lk, ph, T, T_logits, ctx, rng, link_bytes, link_msgs, cpu, NULL, out, err);
+}
+
+int mi_sim_walk(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl, const mi_sim_links *lk, int ph,
+                int T, int T_logits, int ctx, uint64_t *rng, double *link_bytes, double *link_msgs,
+                mi_sim_cpu *cpu, const mi_sim_rows *rows, mi_sim_pass_out *out, char *err)
 {
     int n = plan->n_ranks;
     memset(out, 0, sizeof *out);
+    mi_sim_cpu *own = NULL;
+    if (!cpu) { /* every quota whole, a period starting with the pass */
+        cpu = own = mi_malloc(sizeof *own, "simulator quotas");
+        own->t0 = 0;
+        for (int r = 0; r < MI_MAX_RANKS; r++)
+            own->period[r] = 0, own->used[r] = 0, own->idle_since[r] = -1, own->phase[r] = 0;
+    }
     walk w = {.plan = plan, .p = p, .prog = p->prog[ph], .cl = cl, .lk = lk, .n = n, .T = T,
               .T_logits = T_logits, .ctx = ctx, .rng = rng, .link_bytes = link_bytes, .link_msgs = link_msgs,
-              .out = out};
-    int *ints = mi_calloc(7 * (size_t)n + (size_t)p->n_xchg + 1, sizeof(int), "simulator ranks");
+              .out = out, .cpu = cpu, .rows = rows};
+    int *ints = mi_calloc(8 * (size_t)n + (size_t)p->n_xchg + 1, sizeof(int), "simulator ranks");
     w.pc = ints, w.round = ints + n, w.sent = ints + 2 * n, w.wait = ints + 3 * n, w.wait_xid = ints + 4 * n;
-    w.wait_round = ints + 5 * n, w.wait_need = ints + 6 * n, w.off = ints + 7 * n;
+    w.wait_round = ints + 5 * n, w.wait_need = ints + 6 * n, w.owed = ints + 7 * n;
+    w.off = ints + 8 * n;
+    w.wait_t = mi_calloc((size_t)n, sizeof(double), "simulator waits");
     for (int x = 0; x < p->n_xchg; x++)
         w.off[x + 1] = w.off[x] + p->comms[p->xchg[x].comm].n_members;
     size_t slots = (size_t)w.off[p->n_xchg] + 1;
@@ -353,10 +434,18 @@ int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
             }
         }
     free(has_post);
-    /* the pass's command reaches each worker over its link from rank 0 */
-    for (int r = 1; r < n; r++)
-        send(&w, 0, r, 0.0, 0, EV_COMMAND, -1, 0, 0);
-    advance(&w, 0, 0.0);
+    /* the pass's command reaches each worker over its link from rank 0 (each paid for on rank 0's
+     * CPU before it leaves, rank 0 going on after the last) */
+    double t0 = 0;
+    for (int r = 1; r < n; r++) {
+        if (cl->dev[0].msg_s > 0)
+            t0 = run_cpu(&w, 0, t0, cl->dev[0].msg_s);
+        send(&w, 0, r, t0, 0, EV_COMMAND, -1, 0, 0);
+    }
+    if (t0 > 0)
+        push(&w.h, t0, EV_RESUME, 0, -1, 0, 0);
+    else
+        advance(&w, 0, 0.0);
     event e;
     while (pop(&w.h, &e)) {
         out->events++;
@@ -367,7 +456,13 @@ int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
         }
         out->recvs++;
         if (e.kind == EV_COMMAND) {
-            advance(&w, r, e.t);
+            /* the worker has waited for it since its last pass ended (polling: quota used) */
+            double since = cpu->idle_since[r] >= 0 ? cpu->idle_since[r] - cpu->t0 : e.t;
+            if (cl->dev[r].msg_s > 0) { /* the command's CPU before the program starts */
+                push(&w.h, run_cpu(&w, r, wait_end(&w, r, since, e.t), cl->dev[r].msg_s), EV_RESUME, r, -1, 0, 0);
+            } else {
+                wake(&w, r, since < e.t ? since : e.t, e.t);
+            }
             continue;
         }
         size_t s = (size_t)w.off[e.xid] + e.member;
@@ -375,7 +470,7 @@ int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
             w.posted[s] = 1;
             if (w.wait[r] == WAIT_POST && w.wait_xid[r] == e.xid) {
                 w.wait[r] = WAIT_NONE;
-                advance(&w, r, e.t);
+                wake(&w, r, w.wait_t[r], e.t);
             }
             continue;
         }
@@ -383,7 +478,7 @@ int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
         if (w.wait[r] == WAIT_MSGS && w.wait_xid[r] == e.xid && w.wait_round[r] == e.round &&
             w.cnt[e.round][s] >= w.wait_need[r]) {
             w.wait[r] = WAIT_NONE;
-            advance(&w, r, e.t);
+            wake(&w, r, w.wait_t[r], e.t);
         }
     }
     int rc = 0;
@@ -399,6 +494,8 @@ int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
         if (w.done[r] - mi_cluster_latency(cl, 0, r) > end)
             end = w.done[r] - mi_cluster_latency(cl, 0, r);
     out->token_s = end;
+    for (int r = 1; r < n && !rc; r++) /* from here each worker waits for its next command */
+        cpu->idle_since[r] = cpu->t0 + w.done[r];
     if (lk->spec_draws)
         free(w.spec[0].layers), free(w.spec[1].layers);
     free(w.h.a);
@@ -407,5 +504,7 @@ int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
     free(w.posted);
     free(w.done);
     free(w.spec_ok);
+    free(own);
+    free(w.wait_t);
     return rc;
 }

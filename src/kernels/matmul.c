@@ -20,6 +20,11 @@ void mi_set_threads(int n)
     openblas_set_num_threads(g_threads);
 }
 
+int mi_threads(void)
+{
+    return g_threads;
+}
+
 void mi_use_blas_matvec(int on)
 {
     g_blas_matvec = on;

@@ -28,6 +28,17 @@
  * a slowdown of every compute op, and its link's one-way delay, jitter, loss
  * and bandwidth (0: unlimited); every key optional. Checked, never planned with.
  *
+ * A device may also give "cpu_quota": 0.4, "cpu_period_ms": 5 (a CFS CPU quota: full
+ * speed until quota * period of CPU time is used in the current period, then idle until
+ * the next; the period defaults to the kernel's 100 ms; speed and "compute" are then the
+ * unthrottled figures), "msg_us": 30 (CPU microseconds per message sent or received),
+ * "spin_us": 100 and "poll_pct": 3 (a wait for a message spins that long, then takes
+ * that share of the CPU while it polls); only the simulator models them. `meshinfer calibrate` writes them from the rank's
+ * cgroup and a ping-pong. The top level may give "comm_setup_ms" and "win_setup_ms": what
+ * creating one communicator and one one-sided window takes, [of two ranks, of all] (or
+ * one number for both; calibrate measures them), charged to a re-placement's move per
+ * exchange rebuilt, a group of m members in proportion between the two.
+ *
  * A device may also give "power": {"idle_w": 3.8, "active_w": 4.9,
  * "freq": [1, 0.8, 0.6]} (watts idle and computing at the top frequency;
  * the DVFS levels as fractions of the top frequency, descending from 1;
@@ -64,6 +75,7 @@
 #include "meshinfer/common.h"
 #include "meshinfer/output.h"
 #include "../util/json_keys.h"
+#include "cluster_internal.h"
 
 #include <cjson/cJSON.h>
 
@@ -129,31 +141,6 @@ void mi_cluster_finish(mi_cluster *cl)
 
 /* ------------------------------------------------------------ parsing */
 
-/* 1-based line and column of byte offset pos in text. */
-/* Optional number of obj[key] that must be > 0 (or >= 0 when allow_zero).
- * Leaves *out untouched when the key is missing. */
-static int get_number(const cJSON *obj, const char *key, int allow_zero, double *out, const char *prefix,
-                      const char *where, char *err)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!v)
-        return 0;
-    /* one rule, stated whole in every refusal: at most 1e9, far beyond any
-     * device or link, so that sums over 256 devices stay finite (speeds near
-     * 1e308 made the tp planner's sum NaN); and, when positive, at least 1e-6,
-     * so that every rate and time derived from it stays a normal number
-     * (1e-300 Mbit/s made predictions of 300 digits, 1e-320 became 0) */
-    const char *what = allow_zero ? "0 or a number from 1e-6 to 1e9" : "a number from 1e-6 to 1e9";
-    const char *dot = *where ? "." : "";
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-        return mi_set_error(err, "%s: %s%s%s must be %s", prefix, where, dot, key, what);
-    double d = v->valuedouble;
-    if (d < 0 || (!allow_zero && d == 0) || d > 1e9 || (d > 0 && d < 1e-6))
-        return mi_set_error(err, "%s: %s%s%s must be %s (got %g)", prefix, where, dot, key, what, d);
-    *out = d;
-    return 0;
-}
-
 /* A per-dtype table {"fp32": x, "fp16": x, "q8_0": x, "q4_0": x, "q4_K": x,
  * ...}, nanoseconds per weight element, positive. The 32-block dtypes are
  * required; a k-quant left out (files calibrated before they existed) takes
@@ -173,7 +160,7 @@ static int parse_dtype_table(const cJSON *o, const char *key, double *out, const
         return -1;
     for (int d = 0; d < MI_N_DTYPES; d++) {
         double v = -1;
-        if (get_number(t, mi_dtype_name(d), 0, &v, prefix, w, err))
+        if (mi_cl_get_number(t, mi_dtype_name(d), 0, &v, prefix, w, err))
             return -1;
         if (v < 0 && mi_dtype_kquant(d)) {
             out[d] = out[MI_Q4_0] * (double)mi_dtype_row_bytes(d, MI_QK_K) / (double)mi_dtype_row_bytes(MI_Q4_0, MI_QK_K);
@@ -197,8 +184,8 @@ static int parse_compute(const cJSON *cp, mi_device *dev, const char *prefix, co
         parse_dtype_table(cp, "pos_ns", dev->pos_s, prefix, where, err))
         return -1;
     double kv = -1, op = 0, vec = 0;
-    if (get_number(cp, "kv_ns", 0, &kv, prefix, w, err) || get_number(cp, "op_us", 1, &op, prefix, w, err) ||
-        get_number(cp, "vec_ns", 1, &vec, prefix, w, err))
+    if (mi_cl_get_number(cp, "kv_ns", 0, &kv, prefix, w, err) || mi_cl_get_number(cp, "op_us", 1, &op, prefix, w, err) ||
+        mi_cl_get_number(cp, "vec_ns", 1, &vec, prefix, w, err))
         return -1;
     dev->vec_s = vec * 1e-9;
     if (kv < 0)
@@ -209,80 +196,10 @@ static int parse_compute(const cJSON *cp, mi_device *dev, const char *prefix, co
     return 0;
 }
 
-/* "power": {"idle_w", "active_w", "freq": [1, ...]} (see the top of the file). */
-static int parse_power(const cJSON *p, mi_device *dev, const char *prefix, const char *where, char *err)
-{
-    static const char *const keys[] = {"idle_w", "active_w", "freq", NULL};
-    char w[48];
-    snprintf(w, sizeof w, "%s.power", where);
-    if (!cJSON_IsObject(p))
-        return mi_set_error(err, "%s: %s must be an object like {\"idle_w\": 3.8, \"active_w\": 4.9, \"freq\": [1, 0.6]}",
-                            prefix, w);
-    if (mi_json_check_keys(p, keys, prefix, w, err) || get_number(p, "idle_w", 1, &dev->idle_w, prefix, w, err) ||
-        get_number(p, "active_w", 0, &dev->active_w, prefix, w, err))
-        return -1;
-    if (dev->active_w < dev->idle_w)
-        return mi_set_error(err, "%s: %s.active_w (%g W) is below idle_w (%g W)", prefix, w, dev->active_w,
-                            dev->idle_w);
-    const cJSON *f = cJSON_GetObjectItemCaseSensitive(p, "freq");
-    if (f) {
-        int n = cJSON_IsArray(f) ? cJSON_GetArraySize(f) : 0;
-        if (n < 1 || n > MI_MAX_FREQ)
-            return mi_set_error(err, "%s: %s.freq must be a list of 1 to %d DVFS levels (fractions of the top "
-                                "frequency, descending from 1)", prefix, w, MI_MAX_FREQ);
-        int i = 0;
-        for (const cJSON *v = f->child; v; v = v->next, i++) {
-            if (!cJSON_IsNumber(v) || !(v->valuedouble > 0.01 && v->valuedouble <= 1) ||
-                (i == 0 && v->valuedouble != 1) || (i > 0 && v->valuedouble >= dev->freq[i - 1]))
-                return mi_set_error(err, "%s: %s.freq[%d] must be %s", prefix, w, i,
-                                    i == 0 ? "1 (the top frequency)" : "in (0.01, 1) and below the level before it");
-            dev->freq[i] = v->valuedouble;
-        }
-        dev->n_freq = n;
-    }
-    dev->power_given = 1;
-    return 0;
-}
-
-/* A device's "emulate" block is read by the hosts testbed (jobs/testbed/hosts.sh), not
- * by the planners: they see the device through "speed", "compute" and the
- * links. It is checked here all the same, so that a file the planners accept
- * is never one the testbed then refuses, and a typo is never silently the
- * testbed's default. */
-static int check_emulate(const cJSON *e, const char *prefix, const char *where, char *err)
-{
-    static const char *const keys[] = {"cpu_pct", "slowdown", "delay_ms", "jitter_ms", "loss_pct", "rate_mbit", NULL};
-    char w[48];
-    snprintf(w, sizeof w, "%s.emulate", where);
-    if (!cJSON_IsObject(e))
-        return mi_set_error(err, "%s: %s must be an object like {\"cpu_pct\": 40, \"delay_ms\": 5, \"rate_mbit\": 50}",
-                            prefix, w);
-    if (mi_json_check_keys(e, keys, prefix, w, err))
-        return -1;
-    double cpu = 100, slow = 1, delay = 0, jitter = 0, loss = 0, rate = 0;
-    if (get_number(e, "cpu_pct", 0, &cpu, prefix, w, err) || get_number(e, "slowdown", 0, &slow, prefix, w, err) ||
-        get_number(e, "delay_ms", 1, &delay, prefix, w, err) || get_number(e, "jitter_ms", 1, &jitter, prefix, w, err) ||
-        get_number(e, "loss_pct", 1, &loss, prefix, w, err) || get_number(e, "rate_mbit", 1, &rate, prefix, w, err))
-        return -1;
-    if (cpu < 1 || cpu > 100)
-        return mi_set_error(err, "%s: %s.cpu_pct must be in [1, 100] (%% of one core; got %g)", prefix, w, cpu);
-    if (slow < 1 || slow > 1000)
-        return mi_set_error(err, "%s: %s.slowdown must be in [1, 1000] (got %g)", prefix, w, slow);
-    if (delay > 10000 || jitter > delay)
-        return mi_set_error(err, "%s: %s: delay_ms must be at most 10000 and jitter_ms at most delay_ms (got %g, %g)",
-                            prefix, w, delay, jitter);
-    if (loss >= 100)
-        return mi_set_error(err, "%s: %s.loss_pct must be below 100 (got %g)", prefix, w, loss);
-    /* tc's tbf takes whole kbit/s */
-    if (rate != 0 && (rate < 0.01 || rate > 100000))
-        return mi_set_error(err, "%s: %s.rate_mbit must be 0 (unlimited) or in [0.01, 100000] (got %g)", prefix, w, rate);
-    return 0;
-}
-
 static int parse_device(const cJSON *d, int i, mi_device *dev, const char *prefix, char *err)
 {
     static const char *const keys[] = {"name", "mem_mb", "speed", "host", "compute", "hwloc", "power", "emulate",
-                                       NULL};
+                                       "cpu_quota", "cpu_period_ms", "msg_us", "spin_us", "poll_pct", NULL};
     char where[32];
     snprintf(where, sizeof where, "devices[%d]", i);
     if (!cJSON_IsObject(d))
@@ -311,14 +228,14 @@ static int parse_device(const cJSON *d, int i, mi_device *dev, const char *prefi
     if (!cJSON_GetObjectItemCaseSensitive(d, "mem_mb"))
         return mi_set_error(err, "%s: %s.mem_mb is missing (the memory budget in MB, a number from 1e-6 to 1e9)",
                             prefix, where);
-    if (get_number(d, "mem_mb", 0, &mem_mb, prefix, where, err))
+    if (mi_cl_get_number(d, "mem_mb", 0, &mem_mb, prefix, where, err))
         return -1;
     dev->mem_bytes = mem_mb * 1e6;
     if (!isfinite(dev->mem_bytes))
         return mi_set_error(err, "%s: %s.mem_mb is too large (%g)", prefix, where, mem_mb);
 
     dev->speed = 1.0;
-    if (get_number(d, "speed", 0, &dev->speed, prefix, where, err))
+    if (mi_cl_get_number(d, "speed", 0, &dev->speed, prefix, where, err))
         return -1;
 
     const cJSON *host = cJSON_GetObjectItemCaseSensitive(d, "host");
@@ -330,13 +247,15 @@ static int parse_device(const cJSON *d, int i, mi_device *dev, const char *prefi
     }
     mi_device_power_defaults(dev);
     const cJSON *pw = cJSON_GetObjectItemCaseSensitive(d, "power");
-    if (pw && parse_power(pw, dev, prefix, where, err))
+    if (pw && mi_cl_parse_power(pw, dev, prefix, where, err))
         return -1;
     const cJSON *hw = cJSON_GetObjectItemCaseSensitive(d, "hwloc");
     if (hw && !cJSON_IsObject(hw))
         return mi_set_error(err, "%s: %s.hwloc must be an object (the device's description)", prefix, where);
     const cJSON *em = cJSON_GetObjectItemCaseSensitive(d, "emulate");
-    if (em && check_emulate(em, prefix, where, err))
+    if (em && mi_cl_check_emulate(em, prefix, where, err))
+        return -1;
+    if (mi_cl_parse_cpu(d, dev, prefix, where, err))
         return -1;
     const cJSON *cp = cJSON_GetObjectItemCaseSensitive(d, "compute");
     if (cp)
@@ -405,8 +324,8 @@ static int parse_links(const cJSON *root, mi_cluster *cl, const char *prefix, ch
 static int parse_link_sim(const cJSON *link, mi_cluster *cl, const char *prefix, char *err)
 {
     double jitter = 0, loss = 0;
-    if (get_number(link, "jitter_ms", 1, &jitter, prefix, "link", err) ||
-        get_number(link, "loss_pct", 1, &loss, prefix, "link", err))
+    if (mi_cl_get_number(link, "jitter_ms", 1, &jitter, prefix, "link", err) ||
+        mi_cl_get_number(link, "loss_pct", 1, &loss, prefix, "link", err))
         return -1;
     if (jitter > 10000)
         return mi_set_error(err, "%s: link.jitter_ms must be at most 10000 (got %g)", prefix, jitter);
@@ -444,7 +363,8 @@ static int parse_calibration(const cJSON *root, mi_cluster *cl, const char *pref
 static int parse_cluster(const char *json, size_t len, mi_cluster *cl, const char *prefix, char *err)
 {
     static const char *const top_keys[] = {"description", "link", "mem_bandwidth_gbs", "gflops", "devices",
-                                           "links", "calibration", "eager_bytes", "storage_mbs", NULL};
+                                           "links", "calibration", "eager_bytes", "storage_mbs", "comm_setup_ms",
+                                           "win_setup_ms", NULL};
     static const char *const link_keys[] = {"latency_ms", "bandwidth_mbit", "jitter_ms", "loss_pct", "shared_medium",
                                             NULL};
     memset(cl, 0, sizeof *cl);
@@ -480,8 +400,8 @@ static int parse_cluster(const char *json, size_t len, mi_cluster *cl, const cha
         if (mi_json_check_keys(link, link_keys, prefix, "link", err))
             goto done;
         double lat_ms = tmp.latency_s * 1e3, mbit = tmp.bandwidth * 8 / 1e6;
-        if (get_number(link, "latency_ms", 1, &lat_ms, prefix, "link", err) ||
-            get_number(link, "bandwidth_mbit", 0, &mbit, prefix, "link", err))
+        if (mi_cl_get_number(link, "latency_ms", 1, &lat_ms, prefix, "link", err) ||
+            mi_cl_get_number(link, "bandwidth_mbit", 0, &mbit, prefix, "link", err))
             goto done;
         tmp.latency_s = lat_ms * 1e-3;
         tmp.bandwidth = mbit * 1e6 / 8;
@@ -490,20 +410,23 @@ static int parse_cluster(const char *json, size_t len, mi_cluster *cl, const cha
     }
 
     double gbs = tmp.mem_bw / 1e9;
-    if (get_number(root, "mem_bandwidth_gbs", 0, &gbs, prefix, "", err))
+    if (mi_cl_get_number(root, "mem_bandwidth_gbs", 0, &gbs, prefix, "", err))
         goto done;
     tmp.mem_bw = gbs * 1e9;
-    if (get_number(root, "gflops", 0, &tmp.gflops, prefix, "", err) ||
-        get_number(root, "eager_bytes", 1, &tmp.eager_bytes, prefix, "", err))
+    if (mi_cl_get_number(root, "gflops", 0, &tmp.gflops, prefix, "", err) ||
+        mi_cl_get_number(root, "eager_bytes", 1, &tmp.eager_bytes, prefix, "", err))
         goto done;
     if (tmp.eager_bytes != floor(tmp.eager_bytes)) { /* a message size: whole bytes */
         mi_set_error(err, "%s: eager_bytes must be a whole number of bytes (got %g)", prefix, tmp.eager_bytes);
         goto done;
     }
     double smbs = tmp.storage_bw / 1e6;
-    if (get_number(root, "storage_mbs", 0, &smbs, prefix, "", err))
+    if (mi_cl_get_number(root, "storage_mbs", 0, &smbs, prefix, "", err))
         goto done;
     tmp.storage_bw = smbs * 1e6;
+    if (mi_cl_parse_setup(root, "comm_setup_ms", &tmp.comm_setup_s, &tmp.comm_setup_all_s, prefix, err) ||
+        mi_cl_parse_setup(root, "win_setup_ms", &tmp.win_setup_s, &tmp.win_setup_all_s, prefix, err))
+        goto done;
 
     const cJSON *devs = cJSON_GetObjectItemCaseSensitive(root, "devices");
     int n = cJSON_IsArray(devs) ? cJSON_GetArraySize(devs) : 0;
@@ -656,6 +579,12 @@ int mi_cluster_save(const mi_cluster *cl, const char *const *hw, const char *des
     cJSON_AddNumberToObject(root, "gflops", cl->gflops);
     cJSON_AddNumberToObject(root, "eager_bytes", cl->eager_bytes);
     cJSON_AddNumberToObject(root, "storage_mbs", cl->storage_bw / 1e6);
+    if (cl->comm_setup_s > 0 || cl->win_setup_s > 0) {
+        double c[2] = {cl->comm_setup_s * 1e3, cl->comm_setup_all_s * 1e3};
+        double w[2] = {cl->win_setup_s * 1e3, cl->win_setup_all_s * 1e3};
+        cJSON_AddItemToObject(root, "comm_setup_ms", cJSON_CreateDoubleArray(c, 2));
+        cJSON_AddItemToObject(root, "win_setup_ms", cJSON_CreateDoubleArray(w, 2));
+    }
     cJSON *devs = cJSON_AddArrayToObject(root, "devices");
     for (int i = 0; i < cl->n_devices; i++) {
         const mi_device *d = &cl->dev[i];
@@ -665,6 +594,7 @@ int mi_cluster_save(const mi_cluster *cl, const char *const *hw, const char *des
         cJSON_AddNumberToObject(o, "speed", d->speed);
         if (d->host[0])
             cJSON_AddStringToObject(o, "host", d->host);
+        mi_cl_save_cpu(d, o);
         if (d->power_given) {
             cJSON *p = cJSON_AddObjectToObject(o, "power");
             cJSON_AddNumberToObject(p, "idle_w", d->idle_w);

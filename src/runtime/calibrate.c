@@ -8,6 +8,7 @@
 
 #include "internal.h"
 #include "meshinfer/common.h"
+#include "meshinfer/hwinfo.h"
 #include "meshinfer/kernels.h"
 
 /* One matrix-vector product over every weight matrix this rank holds (what
@@ -49,7 +50,7 @@ static double median(double *v, int n)
     return v[n / 2];
 }
 
-double mi_runtime_stream_rate(mi_runtime *rt, double min_seconds, double *all)
+double mi_runtime_stream_rate(mi_runtime *rt, double min_seconds, double *all, double *all_cpu)
 {
     const mi_config *c = &rt->plan.cfg;
     size_t wide = (size_t)(c->hidden_dim > c->vocab_size ? c->hidden_dim : c->vocab_size);
@@ -75,26 +76,38 @@ double mi_runtime_stream_rate(mi_runtime *rt, double min_seconds, double *all)
      * same 37 MB, which decoding read in 3.1-5.0 ms a token every time
      * (results.md, the simulator against the testbed); after a gap of two
      * such periods a pass starts with its quota whole, as decoding does */
-    double r[64], t0 = mi_now(), busy = 0;
+    double r[64], rc[64], t0 = mi_now(), busy = 0;
     const double gap = 10e-3;
     int n = 0;
+    /* the same passes on the thread's CPU clock too: the unthrottled rate under a CPU quota,
+     * whatever the periods did (what the simulator's quota model takes; an emulated slowdown
+     * sleeps, so its factor is applied); with more compute threads than this one, the wall rate */
+    double (*clock)(void) = mi_threads() == 1 ? mi_cpu_now : mi_now, stretch = mi_threads() == 1 ? mi_slowdown() : 1;
     do {
         struct timespec ts = {0, (long)(gap * 1e9)};
         nanosleep(&ts, NULL);
-        double p0 = mi_now(), bytes = one_pass(rt, x, y), dt = mi_now() - p0;
+        double c0 = clock(), p0 = mi_now(), bytes = one_pass(rt, x, y), dt = mi_now() - p0;
+        double dc = (clock() - c0) * stretch;
         if (bytes <= 0 || dt <= 0)
             break;
+        rc[n] = dc > 0 ? bytes / dc : bytes / dt;
         r[n++] = bytes / dt;
         busy += dt;
     } while (n < 64 && (n < 3 || (busy < min_seconds && mi_now() - t0 < 0.2)));
     free(x);
     free(y);
-    double rate = n > 0 ? median(r, n) : 0;
+    double rate[2] = {n > 0 ? median(r, n) : 0, n > 0 ? median(rc, n) : 0};
+    double *both = rt->size > 1 && rt->rank == 0 ? mi_calloc(2 * (size_t)rt->size, sizeof(double), "rates") : NULL;
     if (rt->size > 1)
-        MPI_Gather(&rate, 1, MPI_DOUBLE, all, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    else if (all)
-        all[0] = rate;
-    return rate;
+        MPI_Gather(rate, 2, MPI_DOUBLE, both, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    for (int i = 0; i < rt->size && (rt->size == 1 || both); i++) {
+        if (all)
+            all[i] = rt->size > 1 ? both[2 * i] : rate[0];
+        if (all_cpu)
+            all_cpu[i] = rt->size > 1 ? both[2 * i + 1] : rate[1];
+    }
+    free(both);
+    return rate[0];
 }
 
 /* Round trips of `bytes` between this rank and `peer` (the initiator when
@@ -220,4 +233,127 @@ void mi_world_host_turns(void (*fn)(void *ctx), void *ctx)
             rt_waitall(1, &q);
         }
     }
+}
+
+double mi_runtime_spin_for(double rtt_max_s)
+{
+    return rtt_max_s > 1e-3 ? 100e-6 : 0;
+}
+
+/* Rank `waiter` waits (rt_waitall) for 8 bytes its peer sends after a 20 ms
+ * sleep; returns the waiter's CPU seconds over wall seconds in *wall. */
+static double timed_wait(int peer, int me_waits, char *buf, double *wall)
+{
+    *wall = 0;
+    if (!me_waits) {
+        struct timespec ts = {0, 20000000L};
+        nanosleep(&ts, NULL);
+        MPI_Send(buf, 8, MPI_BYTE, peer, 14, MPI_COMM_WORLD);
+        return 0;
+    }
+    MPI_Request q;
+    MPI_Irecv(buf, 8, MPI_BYTE, peer, 14, MPI_COMM_WORLD, &q);
+    double c0 = mi_cpu_now(), w0 = mi_now();
+    rt_waitall(1, &q);
+    *wall = mi_now() - w0;
+    return mi_cpu_now() - c0;
+}
+
+void mi_calibrate_cpu_costs(double spin_s, double *msg_s, double *poll, double *rt_cpu_s)
+{
+    int rank = mi_world_rank(), n = mi_world_size();
+    char buf[64] = {0};
+    double m[MI_MAX_RANKS], p[MI_MAX_RANKS], u[MI_MAX_RANKS], mine[3] = {0, 0, 0};
+    int k = 0;
+    /* the runtime's waits: spin_s, then naps between tests (0: spin until the message comes) */
+    rt_set_spin(spin_s > 0 ? spin_s : -1);
+    for (int r = 1; r < n; r++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (rank != 0 && rank != r)
+            continue;
+        int peer = rank == 0 ? r : 0;
+        /* the share of the CPU a wait past its spin takes: each side waits once */
+        double duty = 1, wall = 0;
+        for (int turn = 0; turn < 2; turn++) {
+            double c = timed_wait(peer, (turn == 0) == (rank == 0), buf, &wall);
+            if (wall > 0)
+                duty = spin_s > 0 ? (c - (wall < spin_s ? wall : spin_s)) / (wall - spin_s) : 1;
+        }
+        duty = duty < 0 ? 0 : duty > 1 ? 1 : duty;
+        /* a message's own CPU: a round trip's CPU on this side, less its wait's, over its two messages */
+        const int reps = 20;
+        ping_pong(peer, rank == 0, buf, 8, 2); /* warm */
+        double c0 = mi_cpu_now(), w0 = mi_now();
+        for (int i = 0; i < reps; i++)
+            ping_pong(peer, rank == 0, buf, 8, 1);
+        /* (ping_pong runs a warm-up round trip too: 2 per call) */
+        double per = (mi_cpu_now() - c0) / (2.0 * reps), rt = (mi_now() - w0) / (2.0 * reps);
+        double waited = spin_s > 0 ? (rt < spin_s ? rt : spin_s + duty * (rt - spin_s)) : rt;
+        m[k] = per > waited ? (per - waited) / 2 : 0;
+        u[k] = per;
+        p[k++] = duty;
+    }
+    if (k > 0)
+        mine[0] = median(m, k), mine[1] = median(p, k), mine[2] = median(u, k);
+    rt_set_spin(20e-6);
+    double *all = rank == 0 ? mi_calloc(3 * (size_t)n, sizeof(double), "CPU costs") : NULL;
+    MPI_Gather(mine, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    for (int r = 0; rank == 0 && r < n; r++)
+        msg_s[r] = all[3 * r], poll[r] = all[3 * r + 1], rt_cpu_s[r] = all[3 * r + 2];
+    free(all);
+}
+
+/* Set-up of a communicator of ranks [0, m) and a window on it (rank 0's figures). */
+static void setup_of(int m, double *comm_s, double *win_s)
+{
+    int rank = mi_world_rank();
+    MPI_Group world, g;
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    int members[MI_MAX_RANKS];
+    for (int i = 0; i < m; i++)
+        members[i] = i;
+    MPI_Group_incl(world, m, members, &g);
+    double tc[5], tw[5];
+    char slot[64];
+    int failed = 0;
+    for (int k = 0; k < 5; k++) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (rank >= m)
+            continue;
+        MPI_Comm c;
+        double t0 = mi_now();
+        MPI_Comm_create_group(MPI_COMM_WORLD, g, 15, &c);
+        double t1 = mi_now();
+        MPI_Win win;
+        /* as rt_build_comms: a transport without one-sided support reports, not aborts */
+        MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+        if (MPI_Win_create(slot, rank == 0 ? (MPI_Aint)sizeof slot : 0, 1, MPI_INFO_NULL, c, &win) == MPI_SUCCESS)
+            MPI_Win_free(&win);
+        else
+            failed = 1;
+        double t2 = mi_now();
+        MPI_Comm_free(&c);
+        tc[k] = t1 - t0 + (mi_now() - t2);
+        tw[k] = t2 - t1;
+    }
+    MPI_Group_free(&g);
+    MPI_Group_free(&world);
+    if (rank == 0) {
+        *comm_s = median(tc, 5);
+        *win_s = failed ? 0 : median(tw, 5);
+    }
+}
+
+void mi_calibrate_setup(double *comm_s, double *win_s)
+{
+    int n = mi_world_size();
+    comm_s[0] = comm_s[1] = win_s[0] = win_s[1] = 0;
+    if (n < 2)
+        return;
+    /* two members and all of them: a group's set-up grows with its members (collectives) */
+    setup_of(2, &comm_s[0], &win_s[0]);
+    if (n > 2)
+        setup_of(n, &comm_s[1], &win_s[1]);
+    else
+        comm_s[1] = comm_s[0], win_s[1] = win_s[0];
 }

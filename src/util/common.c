@@ -330,6 +330,13 @@ double mi_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+double mi_cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static double g_slowdown = -1, g_owed = 0, g_freq_stretch = 1;
 
 void mi_slowdown_set_freq(double f)

@@ -62,8 +62,9 @@ double mi_cgroup_cpu_quota_parse(const char *v2_cpu_max, long long v1_quota_us, 
 }
 
 /* One cgroup directory's memory limit in bytes, or 0 for none. */
-static double mem_level(const char *dir, int v2)
+static double mem_level(const char *dir, int v2, double *aux)
 {
+    (void)aux;
     char p[4400], buf[64];
     snprintf(p, sizeof p, "%s/%s", dir, v2 ? "memory.max" : "memory.limit_in_bytes");
     if (!slurp(p, buf, sizeof buf) || strncmp(buf, "max", 3) == 0)
@@ -74,18 +75,27 @@ static double mem_level(const char *dir, int v2)
     return end == buf || errno || v <= 0 || v >= HUGE_LIMIT ? 0 : (double)v;
 }
 
-/* One cgroup directory's CPU quota in cores, or 0 for none. */
-static double cpu_level(const char *dir, int v2)
+/* One cgroup directory's CPU quota in cores, or 0 for none; *period: its
+ * period in seconds. */
+static double cpu_level(const char *dir, int v2, double *period)
 {
     char p[4400], buf[64], buf2[64];
     if (v2) {
         snprintf(p, sizeof p, "%s/cpu.max", dir);
-        return slurp(p, buf, sizeof buf) ? mi_cgroup_cpu_quota_parse(buf, -1, 0) : 0;
+        long long q, us = 100000; /* the kernel's default period */
+        if (!slurp(p, buf, sizeof buf))
+            return 0;
+        if (sscanf(buf, "%lld %lld", &q, &us) < 1)
+            us = 100000;
+        *period = us * 1e-6;
+        return mi_cgroup_cpu_quota_parse(buf, -1, 0);
     }
     char p2[4400];
     snprintf(p, sizeof p, "%s/cpu.cfs_quota_us", dir);
     snprintf(p2, sizeof p2, "%s/cpu.cfs_period_us", dir);
     int ok = slurp(p, buf, sizeof buf) && slurp(p2, buf2, sizeof buf2);
+    if (ok)
+        *period = atoll(buf2) * 1e-6;
     return ok ? mi_cgroup_cpu_quota_parse(NULL, atoll(buf), atoll(buf2)) : 0;
 }
 
@@ -93,15 +103,20 @@ static double cpu_level(const char *dir, int v2)
  * parent's limit binds its children too, and in a container the path seen in
  * /proc/self/cgroup may not exist under its own mount, whose root is then
  * the container's cgroup. */
-static double walk(const char *base, const char *path, int v2, double (*level)(const char *, int), double best)
+typedef double (*level_fn)(const char *dir, int v2, double *aux);
+
+/* (*aux: the level's aux figure where best was taken) */
+static double walk(const char *base, const char *path, int v2, level_fn level, double best, double *aux)
 {
     char dir[4400];
     size_t len = strcmp(path, "/") == 0 ? 0 : strlen(path);
     for (;;) {
         snprintf(dir, sizeof dir, "%s%.*s", base, (int)len, path);
-        double v = level(dir, v2);
-        if (v > 0 && (best == 0 || v < best))
+        double a = 0, v = level(dir, v2, &a);
+        if (v > 0 && (best == 0 || v < best)) {
             best = v;
+            *aux = a;
+        }
         if (len == 0)
             return best;
         while (len > 0 && path[len - 1] != '/')
@@ -113,7 +128,7 @@ static double walk(const char *base, const char *path, int v2, double (*level)(c
 
 /* Tightest value over the v2 hierarchy (at the root or, on a hybrid host,
  * under unified/) and the v1 hierarchy of controller ctl. */
-static double cgroup_min(const char *root, const char *text, const char *ctl, double (*level)(const char *, int))
+static double cgroup_min(const char *root, const char *text, const char *ctl, level_fn level, double *aux)
 {
     double best = 0;
     char base[4400];
@@ -131,9 +146,9 @@ static double cgroup_min(const char *root, const char *text, const char *ctl, do
         memcpy(ctls, c1 + 1, (size_t)(c2 - c1 - 1));
         ctls[c2 - c1 - 1] = '\0';
         if (ctls[0] == '\0' && strncmp(l, "0:", 2) == 0) { /* v2: "0::/path" */
-            best = walk(root, path, 1, level, best);
+            best = walk(root, path, 1, level, best, aux);
             snprintf(base, sizeof base, "%s/unified", root);
-            best = walk(base, path, 1, level, best);
+            best = walk(base, path, 1, level, best, aux);
             continue;
         }
         char list[260], want[64]; /* v1: "4:cpu,cpuacct:/path", mounted at root/cpu,cpuacct */
@@ -141,7 +156,7 @@ static double cgroup_min(const char *root, const char *text, const char *ctl, do
         snprintf(want, sizeof want, ",%s,", ctl);
         if (strstr(list, want)) {
             snprintf(base, sizeof base, "%s/%s", root, ctls);
-            best = walk(base, path, 0, level, best);
+            best = walk(base, path, 0, level, best, aux);
         }
     }
     return best;
@@ -149,12 +164,28 @@ static double cgroup_min(const char *root, const char *text, const char *ctl, do
 
 long long mi_cgroup_mem_limit(const char *cgroup_root, const char *proc_self_cgroup)
 {
-    return (long long)cgroup_min(cgroup_root, proc_self_cgroup, "memory", mem_level);
+    double aux = 0;
+    return (long long)cgroup_min(cgroup_root, proc_self_cgroup, "memory", mem_level, &aux);
 }
 
 double mi_cgroup_cpu_quota(const char *cgroup_root, const char *proc_self_cgroup)
 {
-    return cgroup_min(cgroup_root, proc_self_cgroup, "cpu", cpu_level);
+    double period = 0;
+    return cgroup_min(cgroup_root, proc_self_cgroup, "cpu", cpu_level, &period);
+}
+
+double mi_cgroup_cpu_period(const char *cgroup_root, const char *proc_self_cgroup)
+{
+    double period = 0;
+    return cgroup_min(cgroup_root, proc_self_cgroup, "cpu", cpu_level, &period) > 0 ? period : 0;
+}
+
+double mi_cgroup_self_cpu(double *period_s)
+{
+    char buf[16384];
+    const char *cg = slurp("/proc/self/cgroup", buf, sizeof buf);
+    *period_s = cg ? mi_cgroup_cpu_period("/sys/fs/cgroup", cg) : 0;
+    return cg ? mi_cgroup_cpu_quota("/sys/fs/cgroup", cg) : 0;
 }
 
 static int topo_load(hwloc_topology_t *t, unsigned long flags, char *err)
@@ -231,6 +262,7 @@ int mi_hwinfo_probe(mi_hwinfo *h, char *err)
     if (cg) {
         h->cgroup_mem_limit_bytes = mi_cgroup_mem_limit("/sys/fs/cgroup", cg);
         h->cpu_quota = mi_cgroup_cpu_quota("/sys/fs/cgroup", cg);
+        h->cpu_period_s = mi_cgroup_cpu_period("/sys/fs/cgroup", cg);
     }
     h->mem_bytes = h->kernel_mem_bytes ? h->kernel_mem_bytes : h->hwloc_mem_bytes;
     if (h->cgroup_mem_limit_bytes > 0 && (h->mem_bytes == 0 || h->cgroup_mem_limit_bytes < h->mem_bytes))
@@ -289,7 +321,7 @@ static const struct {
     F(hostname, F_STR), F(cpu_model, F_STR), F(packages, F_INT), F(cores, F_INT), F(pus, F_INT),
     F(allowed_pus, F_INT), F(allowed_cores, F_INT), F(l1d_bytes, F_LL), F(l2_bytes, F_LL), F(l3_bytes, F_LL),
     F(numa_nodes, F_INT), F(hwloc_mem_bytes, F_LL), F(kernel_mem_bytes, F_LL), F(kernel_avail_bytes, F_LL),
-    F(cgroup_mem_limit_bytes, F_LL), F(mem_bytes, F_LL), F(mem_disagree, F_INT), F(cpu_quota, F_DBL),
+    F(cgroup_mem_limit_bytes, F_LL), F(mem_bytes, F_LL), F(mem_disagree, F_INT), F(cpu_quota, F_DBL), F(cpu_period_s, F_DBL),
     F(bound, F_INT), F(cpuset, F_STR),
 #undef F
 };

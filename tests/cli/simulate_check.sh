@@ -95,6 +95,7 @@ runs=(
   "--ranks 3 -n 8 --planner random --plan-seed 7 --json"
   "--ranks 3 -n 8 --shared-medium yes --controller-works no --json"
   "--ranks 3 -n 8 --mem-mb 4000 --batch 4 --every-step --json"
+  "--ranks 3 -n 8 --mem-mb 4000 --batch 4 --micro-batches 2 --planner layerwise --json"
   "--ranks 2 -n 8 --split-vocab --dtype q8_0 --json"
   "--ranks 2 -n 8 --planner exact --exact-seconds 1 --json"
 )
@@ -120,6 +121,7 @@ refusals=(
   "--ranks 2 -n 8 --exact-seconds 1"
   "--ranks 2 --cluster x.json -n 8"
   "--ranks 2 -n 8 --bogus"
+  "--ranks 2 -n 8 --micro-batches 2"
   "--ranks 2 -n 8 extra"
 )
 for r in "${refusals[@]}"; do

@@ -204,6 +204,11 @@ static void test_cgroup_files(void)
     const char *v1 = "11:pids:/a/b\n4:memory:/a/b\n2:cpu,cpuacct:/a/b\n0::/\n";
     CU_ASSERT_EQUAL(mi_cgroup_mem_limit(root, v1), 536870912LL);
     CU_ASSERT_DOUBLE_EQUAL(mi_cgroup_cpu_quota(root, v1), 0.5, 1e-12); /* the parent's quota binds */
+    CU_ASSERT_DOUBLE_EQUAL(mi_cgroup_cpu_period(root, v1), 0.1, 1e-12); /* and its period */
+    put("v1/cpu,cpuacct/a/b/cpu.cfs_quota_us", "2000\n"); /* the testbed's: 40% of 5 ms */
+    put("v1/cpu,cpuacct/a/b/cpu.cfs_period_us", "5000\n");
+    CU_ASSERT_DOUBLE_EQUAL(mi_cgroup_cpu_quota(root, v1), 0.4, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(mi_cgroup_cpu_period(root, v1), 5e-3, 1e-12);
     put("v1/memory/a/b/memory.limit_in_bytes", "9223372036854771712\n");
     CU_ASSERT_EQUAL(mi_cgroup_mem_limit(root, v1), 1073741824LL);
     put("v1/memory/a/memory.limit_in_bytes", "9223372036854771712\n");
@@ -222,6 +227,9 @@ static void test_cgroup_files(void)
     put("v2/emu/dev1/cpu.max", "150000 100000\n");
     CU_ASSERT_EQUAL(mi_cgroup_mem_limit(root, v2), 268435456LL);
     CU_ASSERT_DOUBLE_EQUAL(mi_cgroup_cpu_quota(root, v2), 1.5, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(mi_cgroup_cpu_period(root, v2), 0.1, 1e-12);
+    put("v2/emu/dev1/cpu.max", "20000 50000\n");
+    CU_ASSERT_DOUBLE_EQUAL(mi_cgroup_cpu_period(root, v2), 0.05, 1e-12);
     CU_ASSERT_EQUAL(mi_cgroup_mem_limit(root, "0::/\n"), 0); /* the root cgroup has no memory.max */
 
     /* a hybrid host: v2 under unified/, v1 memory unlimited */
@@ -236,6 +244,7 @@ static void test_cgroup_files(void)
     snprintf(p, sizeof p, "%s/none", g_dir);
     CU_ASSERT_EQUAL(mi_cgroup_mem_limit(p, v1), 0);
     CU_ASSERT_DOUBLE_EQUAL(mi_cgroup_cpu_quota(p, v2), 0, 1e-12);
+    CU_ASSERT_DOUBLE_EQUAL(mi_cgroup_cpu_period(p, v2), 0, 1e-12);
     CU_ASSERT_EQUAL(mi_cgroup_mem_limit(p, ""), 0);
 
     CU_ASSERT_DOUBLE_EQUAL(mi_cgroup_cpu_quota_parse("50000 100000\n", -1, 0), 0.5, 1e-12);
@@ -334,7 +343,7 @@ static void test_json(void)
     const char *keys[] = {"hostname", "cpu_model", "packages", "cores", "pus", "allowed_pus", "allowed_cores",
                           "l1d_bytes", "l2_bytes", "l3_bytes", "numa_nodes", "hwloc_mem_bytes", "kernel_mem_bytes",
                           "kernel_avail_bytes", "cgroup_mem_limit_bytes", "mem_bytes", "mem_disagree",
-                          "cpu_quota", "bound", "cpuset"};
+                          "cpu_quota", "cpu_period_s", "bound", "cpuset"};
     CU_ASSERT_EQUAL(cJSON_GetArraySize(o), (int)(sizeof keys / sizeof keys[0]));
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         CU_ASSERT_PTR_NOT_NULL(cJSON_GetObjectItemCaseSensitive(o, keys[i]));

@@ -6,7 +6,8 @@
  * generation crossing a budget re-places at the token the memory account
  * predicts, and without re-placement stops there; jitter, loss and a shared
  * medium only slow a pass; the cluster file's simulator keys and the
- * cluster generator. Exit status: 0 when every test passed. */
+ * cluster generator; and the device model's tests (test_sim_device.c: CPU
+ * quotas, message costs, rebuilds, micro-batches). Exit status: 0 when every test passed. */
 #define _POSIX_C_SOURCE 200809L
 
 #include "meshinfer/common.h"
@@ -17,6 +18,7 @@
 #include "meshinfer/planner.h"
 #include "meshinfer/simulate.h"
 #include "test_util.h"
+#include "sim_fixtures.h"
 
 #include <CUnit/Basic.h>
 #include <CUnit/CUnit.h>
@@ -28,9 +30,8 @@
 
 static char g_dir[4096];
 
-#define NEAR(a, b, rel) CU_ASSERT(fabs((double)(a) - (double)(b)) <= (rel) * fabs((double)(b)) + 1e-15)
 
-static mi_config stories(void)
+mi_config stories(void)
 {
     mi_config c;
     CU_ASSERT_EQUAL_FATAL(mi_config_from_shape("stories15M", &c), 0);
@@ -38,7 +39,7 @@ static mi_config stories(void)
 }
 
 /* 5 devices, WiFi-like per-pair links (HeadSplit's 8-12 ms RTT), speeds apart. */
-static void cluster5(mi_cluster *cl, double mem_mb)
+void cluster5(mi_cluster *cl, double mem_mb)
 {
     mi_cluster_gen g;
     mi_cluster_gen_defaults(&g);
@@ -51,7 +52,7 @@ static void cluster5(mi_cluster *cl, double mem_mb)
     CU_ASSERT_EQUAL_FATAL(mi_cluster_generate(&g, cl, err), 0);
 }
 
-static void make_plan(const mi_config *c, const mi_cluster *cl, mi_planner which, int kvpos, mi_plan *p)
+void make_plan(const mi_config *c, const mi_cluster *cl, mi_planner which, int kvpos, mi_plan *p)
 {
     mi_plan_options po = {which, 1, -1, 0, NULL, 0.7, kvpos, 0, 0, 0, 0, NULL, 0, 1};
     char err[MI_ERRLEN] = "";
@@ -60,7 +61,7 @@ static void make_plan(const mi_config *c, const mi_cluster *cl, mi_planner which
     CU_ASSERT_EQUAL_FATAL(mi_plan_make(c, cl, &po, p, err), 0);
 }
 
-static mi_sim_request request(const mi_cluster *cl, int n_prompt, int n_tokens)
+mi_sim_request request(const mi_cluster *cl, int n_prompt, int n_tokens)
 {
     mi_sim_request rq = {.n_prompt = n_prompt, .n_tokens = n_tokens, .batch = 1, .chunk = 64};
     mi_sim_links_of(cl, &rq.links);
@@ -124,7 +125,7 @@ static void test_passes_and_conservation(void)
         double lb[25] = {0}, lm[25] = {0};
         mi_sim_pass_out o;
         mi_prediction pr;
-        CU_ASSERT_EQUAL_FATAL(mi_sim_pass(&p, &prog, &cl, &lk, MI_PHASE_DECODE, 1, 1, 40, &rng, lb, lm, &o, err), 0);
+        CU_ASSERT_EQUAL_FATAL(mi_sim_pass(&p, &prog, &cl, &lk, MI_PHASE_DECODE, 1, 1, 40, &rng, lb, lm, NULL, &o, err), 0);
         mi_predict_pass(&p, &prog, &cl, MI_PHASE_DECODE, 1, 40, &pr);
         NEAR(o.token_s, pr.token_s, 1e-12);
         for (int r = 0; r < 5; r++)
@@ -141,7 +142,7 @@ static void test_passes_and_conservation(void)
         mi_sim_links d = lk;
         d.jitter_s = 1e-3, d.loss = 0.2, d.rto_s = 0.05, d.shared_medium = 1, d.spec_draws = 1;
         mi_sim_pass_out od;
-        CU_ASSERT_EQUAL_FATAL(mi_sim_pass(&p, &prog, &cl, &d, MI_PHASE_DECODE, 1, 1, 40, &rng, NULL, NULL, &od, err),
+        CU_ASSERT_EQUAL_FATAL(mi_sim_pass(&p, &prog, &cl, &d, MI_PHASE_DECODE, 1, 1, 40, &rng, NULL, NULL, NULL, &od, err),
                               0);
         CU_ASSERT_EQUAL(od.sends, od.recvs);
         CU_ASSERT_EQUAL(od.sends, o.sends);
@@ -150,7 +151,7 @@ static void test_passes_and_conservation(void)
         mi_sim_links sm = lk;
         sm.shared_medium = 1;
         mi_sim_pass_out os;
-        CU_ASSERT_EQUAL_FATAL(mi_sim_pass(&p, &prog, &cl, &sm, MI_PHASE_DECODE, 1, 1, 40, &rng, NULL, NULL, &os, err),
+        CU_ASSERT_EQUAL_FATAL(mi_sim_pass(&p, &prog, &cl, &sm, MI_PHASE_DECODE, 1, 1, 40, &rng, NULL, NULL, NULL, &os, err),
                               0);
         CU_ASSERT(os.token_s >= o.token_s * (1 - 1e-12));
         /* the generation: interpolated passes equal walked ones; bytes over the run add up */
@@ -164,7 +165,7 @@ static void test_passes_and_conservation(void)
             NEAR(a.token_s[k], b.token_s[k], 1e-9);
         NEAR(a.bytes, b.bytes, 1e-12);
         mi_sim_pass_out op;
-        CU_ASSERT_EQUAL_FATAL(mi_sim_pass(&p, &prog, &cl, &lk, MI_PHASE_PREFILL, 16, 1, 0, &rng, NULL, NULL, &op, err),
+        CU_ASSERT_EQUAL_FATAL(mi_sim_pass(&p, &prog, &cl, &lk, MI_PHASE_PREFILL, 16, 1, 0, &rng, NULL, NULL, NULL, &op, err),
                               0);
         CU_ASSERT_EQUAL(op.sends, op.recvs);
         NEAR(b.bytes, 39 * o.bytes + op.bytes, 1e-9);
@@ -358,6 +359,39 @@ static void test_cluster_keys_and_generator(void)
     expect_error("{\"link\": {\"shared_medium\": true}, \"devices\": [{\"mem_mb\": 1}, {\"mem_mb\": 1}], "
                  "\"links\": {\"bandwidth_mbit\": [[0, 5], [5, 0]]}}", "contradicts");
     expect_error("{\"devices\": [{\"mem_mb\": 1, \"speed\": 0}]}", "speed");
+    /* a device's CPU quota, period and message cost; the rebuild costs */
+    CU_ASSERT_EQUAL_FATAL(mi_cluster_parse("{\"comm_setup_ms\": 12, \"win_setup_ms\": 7, \"devices\": [{\"mem_mb\": 1, "
+                                           "\"cpu_quota\": 0.4, \"cpu_period_ms\": 5, \"msg_us\": 30}, {\"mem_mb\": 1, "
+                                           "\"cpu_quota\": 1}, {\"mem_mb\": 1}]}", &cl, err), 0);
+    NEAR(cl.dev[0].cpu_quota, 0.4, 1e-15);
+    NEAR(cl.dev[0].cpu_period_s, 5e-3, 1e-15);
+    NEAR(cl.dev[0].msg_s, 30e-6, 1e-15);
+    NEAR(cl.dev[1].cpu_period_s, 0.1, 1e-15); /* the kernel's default period */
+    CU_ASSERT(cl.dev[2].cpu_quota == 0 && cl.dev[2].msg_s == 0);
+    NEAR(cl.comm_setup_s, 12e-3, 1e-15);
+    NEAR(cl.comm_setup_all_s, 12e-3, 1e-15);
+    NEAR(cl.win_setup_s, 7e-3, 1e-15);
+    cl.win_setup_all_s = 9e-3;
+    char qpath[4200];
+    tu_path(qpath, sizeof qpath, g_dir, "quota.json");
+    mi_cluster qb;
+    CU_ASSERT_EQUAL_FATAL(mi_cluster_save(&cl, NULL, NULL, qpath, err), 0);
+    CU_ASSERT_EQUAL_FATAL(mi_cluster_load(qpath, &qb, err), 0);
+    NEAR(qb.dev[0].cpu_period_s, 5e-3, 1e-12);
+    NEAR(qb.dev[0].msg_s, 30e-6, 1e-12);
+    NEAR(qb.win_setup_s, 7e-3, 1e-12);
+    NEAR(qb.win_setup_all_s, 9e-3, 1e-12);
+    CU_ASSERT(qb.dev[2].cpu_quota == 0);
+    mi_cluster_free(&qb);
+    mi_cluster_free(&cl);
+    expect_error("{\"devices\": [{\"mem_mb\": 1, \"cpu_quota\": 0}]}", "devices[0].cpu_quota must be a fraction");
+    expect_error("{\"devices\": [{\"mem_mb\": 1, \"cpu_quota\": 1.5}]}", "(got 1.5)");
+    expect_error("{\"devices\": [{\"mem_mb\": 1, \"cpu_quota\": \"40%\"}]}", "cpu_quota must be");
+    expect_error("{\"devices\": [{\"mem_mb\": 1, \"cpu_quota\": 0.4, \"cpu_period_ms\": 0}]}", "cpu_period_ms must be");
+    expect_error("{\"devices\": [{\"mem_mb\": 1, \"cpu_quota\": 0.4, \"cpu_period_ms\": -5}]}", "(got -5)");
+    expect_error("{\"devices\": [{\"mem_mb\": 1, \"cpu_period_ms\": 5}]}", "without cpu_quota");
+    expect_error("{\"devices\": [{\"mem_mb\": 1, \"msg_us\": -1}]}", "msg_us");
+    expect_error("{\"win_setup_ms\": [1], \"devices\": [{\"mem_mb\": 1}]}", "win_setup_ms must be");
     /* the generator: seeded, within its ranges, symmetric links; its file parses back the same */
     mi_cluster_gen g;
     mi_cluster_gen_defaults(&g);
@@ -412,6 +446,11 @@ int main(void)
     CU_add_test(s, "jitter and loss: drawn, seeded", test_draws);
     CU_add_test(s, "re-placement at the predicted token; out of memory without", test_replacement);
     CU_add_test(s, "requests out of range", test_request_errors);
+    CU_add_test(s, "a CFS quota's periods", test_cfs_quota);
+    CU_add_test(s, "a quota'd device: slowed by its quota, compute unchanged", test_quota_device);
+    CU_add_test(s, "a message cost: conserved, slower within bounds", test_message_cost);
+    CU_add_test(s, "a move rebuilds communicators and windows", test_rebuild_cost);
+    CU_add_test(s, "pipelined micro-batches", test_micro_batches);
     CU_add_test(s, "cluster keys and generator", test_cluster_keys_and_generator);
     CU_basic_set_mode(CU_BRM_VERBOSE);
     CU_basic_run_tests();
