@@ -115,6 +115,8 @@ expect_error "model missing on every rank" "cannot open model file" -np 3 "$bin"
 expect_error "model missing, --weights scatter" "cannot open model file" \
     -np 3 "$bin" generate -m "$tmp/none.h5" --weights scatter
 expect_error "unknown planner" "unknown planner 'best'" -np 2 "$bin" generate -m "$model" --planner best
+expect_error "ranks started as different commands" "rank 1 was started as another command than rank 0's 'generate'" \
+    -np 1 "$bin" generate -m "$model" -n 3 : -np 1 "$bin" perplexity -m "$model" --text "$model"
 expect_error "prompt past the context on 3 ranks" "context is 256 tokens" \
     -np 3 "$bin" generate -m "$model" -p "$(for i in $(seq 300); do printf 'word '; done)"
 expect_error "steps past the context on 3 ranks" "exceeds the context" -np 3 "$bin" generate -m "$model" -n 1000

@@ -33,6 +33,12 @@ void mi_set_fatal_hook(void (*hook)(void));
 /* Print "meshinfer: warning: <msg>" on stderr and continue. */
 void mi_warn(const char *fmt, ...) MI_PRINTF(1, 2);
 
+/* Text streamed to stdout that does not end a line (generated tokens): say
+ * so with the bytes just written, and a fatal error (mi_fatal) on the same
+ * terminal or file starts its line after a newline instead of gluing onto
+ * the text. */
+void mi_stdout_wrote(const char *bytes, size_t n);
+
 /* Error message buffer used by functions that report failure instead of
  * aborting (library code that tests call): returns -1 after formatting. */
 #define MI_ERRLEN 512

@@ -56,6 +56,7 @@ static void on_token(void *ctx, int token, int prev, uint64_t rng, int replayed)
     r->text[r->len] = 0;
     fwrite(piece, 1, (size_t)len, stdout);
     fflush(stdout);
+    mi_stdout_wrote(piece, (size_t)len);
 }
 
 typedef struct {
@@ -145,6 +146,7 @@ static int turn(chat_args *a, mi_session *ss, mi_chat_msg *msgs, int *n_msgs, in
     mi_gen_result res;
     session_generate(ss, &rq, &hk, &res);
     fputc('\n', stdout);
+    mi_stdout_wrote("\n", 1);
     /* the cache now holds the prompt and every reply token run through it */
     int run = strcmp(res.stop, "eos") == 0 ? res.n : res.n - 1;
     *cached = realloc(*cached, (size_t)(n + res.n + 1) * sizeof(int));

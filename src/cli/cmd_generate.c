@@ -548,6 +548,7 @@ static void on_token(void *ctx, int token, int prev, uint64_t rng, int replayed)
     if (!g->json) {
         fwrite(piece, 1, (size_t)len, stdout);
         fflush(stdout);
+        mi_stdout_wrote(piece, (size_t)len);
     }
     if (g->jr && !replayed) {
         char msg[MI_ERRLEN];
@@ -679,6 +680,7 @@ static void print_summary(const gen_args *a, const mi_session *ss, int n_prompt,
     double ttft = res->t_first - res->t0, tpot = n_decode > 0 ? (res->t_end - res->t_first) / n_decode : 0.0;
     printf("\n");
     fflush(stdout);
+    mi_stdout_wrote("\n", 1);
     char tp[64] = "TPOT n/a (one token)";
     if (n_decode > 0)
         snprintf(tp, sizeof tp, "TPOT %.2f ms, %.1f tokens/s", tpot * 1e3, 1.0 / tpot);
@@ -731,6 +733,7 @@ static void run(gen_args *a, mi_session *ss, gen_journal *jr, const int *ids, in
     if (!a->json) {
         fputs(a->prompt, stdout);
         fflush(stdout);
+        mi_stdout_wrote(a->prompt, strlen(a->prompt));
     }
     mi_gen_hooks hk = {on_token, &g, on_end};
     mi_gen_result res;

@@ -47,7 +47,7 @@ int mi_world_launched(void)
  * between hosts: every host's 127.0.0.1 is itself) waits forever. A rank that
  * cannot reach its peers, or not within MESHINFER_PROBE_TIMEOUT seconds
  * (default 60), says so in one line and aborts the job, so no rank waits. */
-static void world_probe(void)
+static void world_probe(const char *cmd)
 {
     int size = 1, rank = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -60,11 +60,15 @@ static void world_probe(void)
     /* on the world itself: duplicating it would already communicate */
     MPI_Comm c = MPI_COMM_WORLD;
     MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
-    int *out = mi_malloc((size_t)size * sizeof *out, "probe"), *in = mi_malloc((size_t)size * sizeof *in, "probe");
+    /* with each rank's number its command's: ranks started as different commands
+     * (mpirun -np 1 meshinfer generate : -np 1 meshinfer serve) would wait on each
+     * other's first collective for good */
+    int *out = mi_malloc(2 * (size_t)size * sizeof *out, "probe"), *in = mi_malloc(2 * (size_t)size * sizeof *in, "probe");
+    int mine = (int)(mi_hash64(cmd, strlen(cmd), MI_HASH_SEED) & 0x7fffffff);
     for (int i = 0; i < size; i++)
-        out[i] = rank;
+        out[2 * i] = rank, out[2 * i + 1] = mine;
     MPI_Request q = MPI_REQUEST_NULL;
-    int rc = MPI_Ialltoall(out, 1, MPI_INT, in, 1, MPI_INT, c, &q), done = 0, late = 0;
+    int rc = MPI_Ialltoall(out, 2, MPI_INT, in, 2, MPI_INT, c, &q), done = 0, late = 0;
     double t0 = mi_now();
     while (rc == MPI_SUCCESS && !done) {
         rc = MPI_Test(&q, &done, MPI_STATUS_IGNORE);
@@ -78,8 +82,24 @@ static void world_probe(void)
         }
     }
     for (int i = 0; rc == MPI_SUCCESS && !late && i < size; i++)
-        if (in[i] != i)
+        if (in[2 * i] != i)
             rc = MPI_ERR_OTHER;
+    int other = -1; /* the first rank whose command differs (every rank sees the same) */
+    for (int i = 0; rc == MPI_SUCCESS && !late && i < size && other < 0; i++)
+        if (in[2 * i + 1] != in[1])
+            other = i;
+    if (other >= 0) {
+        if (rank == 0) {
+            fprintf(stderr, "meshinfer: error: rank %d was started as another command than rank 0's '%s': every "
+                            "rank of a job runs the same meshinfer command (mpirun -np N meshinfer %s ...)\n",
+                    other, cmd, cmd);
+            fflush(stderr);
+        }
+        free(out);
+        free(in);
+        MPI_Finalize();
+        exit(1);
+    }
     if (rc != MPI_SUCCESS || late) {
         char host[MPI_MAX_PROCESSOR_NAME] = "?", why[MPI_MAX_ERROR_STRING] = "";
         int n = 0;
@@ -112,7 +132,7 @@ void mi_world_init(int *argc, char ***argv)
         MPI_Init(argc, argv);
     if (mpi_running()) {
         mi_set_fatal_hook(fatal_stop_world);
-        world_probe();
+        world_probe(*argc > 0 && (*argv)[0] ? (*argv)[0] : "");
     }
 }
 

@@ -22,6 +22,22 @@ void mi_set_fatal_hook(void (*hook)(void))
     fatal_hook = hook;
 }
 
+static int stdout_mid_line;
+
+void mi_stdout_wrote(const char *bytes, size_t n)
+{
+    if (n)
+        stdout_mid_line = bytes[n - 1] != '\n';
+}
+
+/* stdout ends mid-line on the file stderr writes to (a terminal, 2>&1). */
+static int glued_to_stdout(void)
+{
+    struct stat a, b;
+    return stdout_mid_line && fstat(1, &a) == 0 && fstat(2, &b) == 0 && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino;
+}
+
 void mi_fatal(const char *fmt, ...)
 {
     char msg[1024];
@@ -34,8 +50,9 @@ void mi_fatal(const char *fmt, ...)
     const char *launcher_rank = getenv("OMPI_COMM_WORLD_RANK");
     if (!launcher_rank)
         launcher_rank = getenv("PMI_RANK");
+    fflush(stdout);
     if (fatal_hook || !launcher_rank || atoi(launcher_rank) == 0)
-        fprintf(stderr, "meshinfer: error: %s\n", msg);
+        fprintf(stderr, "%smeshinfer: error: %s\n", glued_to_stdout() ? "\n" : "", msg);
     fflush(stderr);
     fflush(stdout);
     if (fatal_hook) {

@@ -47,6 +47,18 @@ expect_error "model file missing"       "no-such.h5.*cannot open" "$bin" generat
 out=$("$bin" check -m "$model" 2>&1); rc=$?
 [[ $rc == 0 && "$out" == "check: $model: ok: stories15M, 6 layers"*"all finite; tokenizer of 32000 pieces"* ]] &&
     { echo "ok: check passes the real model"; pass=$((pass+1)); } || { echo "FAIL: check on the real model: $rc $out"; fail=$((fail+1)); }
+# weights that make the logits NaN: the error line starts a line of its own, not glued onto the
+# streamed text, when stdout and stderr are one file (2>&1, a terminal)
+cp "$model" "$tmp/nan.h5"
+/usr/bin/python3 -c 'import h5py, sys; f = h5py.File(sys.argv[1], "r+"); f["layers/005/ffn_norm"][3] = float("nan")' \
+    "$tmp/nan.h5" 2>/dev/null
+if [[ $? == 0 ]]; then
+    "$bin" generate -m "$tmp/nan.h5" -p "Once upon" -n 5 > "$tmp/both" 2>&1; rc=$?
+    [[ $rc == 1 ]] && grep -q '^meshinfer: error: the model produced a non-finite logit' "$tmp/both" &&
+        [[ "$(head -c 9 "$tmp/both")" == "Once upon" ]] &&
+        { echo "ok: non-finite logits: the error on its own line after the prompt"; pass=$((pass+1)); } ||
+        { echo "FAIL: non-finite logits: exit $rc, output:"; cat -A "$tmp/both"; fail=$((fail+1)); }
+fi
 # a FIFO with no writer: refused before any open (a sniffed format once blocked on it for good)
 mkfifo "$tmp/fifo"
 for args in "generate -m $tmp/fifo -n 2" "info -m $tmp/fifo" "quantize -m $tmp/fifo --dtype q8_0 --out $tmp/q.h5" \
