@@ -168,6 +168,11 @@ mi_model_file *mi_model_open(const char *path, mi_config *cfg, char *err)
         H5Tclose(t);
         H5Aclose(a);
     }
+    /* a name is printed (info, generate's summary, serve's model id): control characters in a
+     * damaged or hand-made file become '?', so none reaches a terminal as an escape sequence */
+    for (char *q = c->name; *q; q++)
+        if ((unsigned char)*q < 0x20 || *q == 0x7F)
+            *q = '?';
     char cerr[MI_ERRLEN];
     if (mi_config_validate(c, cerr)) {
         mi_set_error(err, "%s: %s", path, cerr);

@@ -59,6 +59,15 @@ if [[ $? == 0 ]]; then
         { echo "ok: non-finite logits: the error on its own line after the prompt"; pass=$((pass+1)); } ||
         { echo "FAIL: non-finite logits: exit $rc, output:"; cat -A "$tmp/both"; fail=$((fail+1)); }
 fi
+# a name attribute with an escape sequence (a hand-made file): printed with '?' for control characters
+cp "$model" "$tmp/esc.h5"
+if /usr/bin/python3 -c 'import h5py, sys; f = h5py.File(sys.argv[1], "r+"); del f.attrs["name"]; f.attrs["name"] = b"a\x1b[31mb"' \
+    "$tmp/esc.h5" 2>/dev/null; then
+    out=$("$bin" check -m "$tmp/esc.h5" 2>&1)
+    [[ "$out" == *"ok: a?[31mb,"* && "$out" != *$'\x1b'* ]] &&
+        { echo "ok: a control character in the model's name is printed as '?'"; pass=$((pass+1)); } ||
+        { echo "FAIL: model name with an escape: $out" | cat -A; fail=$((fail+1)); }
+fi
 # a FIFO with no writer: refused before any open (a sniffed format once blocked on it for good)
 mkfifo "$tmp/fifo"
 for args in "generate -m $tmp/fifo -n 2" "info -m $tmp/fifo" "quantize -m $tmp/fifo --dtype q8_0 --out $tmp/q.h5" \
