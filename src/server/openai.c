@@ -207,6 +207,8 @@ static int parse_messages(const cJSON *v, srv_params *p, srv_error *e)
             else if (strcmp(k->string, "name"))
                 return BAD(e, param, "'%s' has the field '%s': only role, content and name are supported", param,
                            k->string);
+            else if (!cJSON_IsString(k))
+                return BAD(e, param, "'%s.name' must be a string, not %s", param, type_name(k));
         }
         if (!cJSON_IsString(role))
             return BAD(e, param, "'%s.role' must be a string", param);
@@ -249,7 +251,7 @@ static int parse_field(const char *k, const cJSON *v, int route, const srv_limit
     if (!strcmp(k, "max_tokens") || !strcmp(k, "max_completion_tokens")) {
         if (cJSON_IsNull(v))
             return 0;
-        if (get_int(v, k, -1e18, 1e18, &d, e))
+        if (get_int(v, k, -INFINITY, INFINITY, &d, e)) /* the range below names this server's cap */
             return -1;
         if (d < 1 || d > lim->max_tokens)
             return BAD(e, k, "'%s' is %.0f; it must be within [1, %d] (this server's --max-tokens)", k, d,
@@ -262,9 +264,12 @@ static int parse_field(const char *k, const cJSON *v, int route, const srv_limit
     if (!strcmp(k, "top_p")) {
         if (cJSON_IsNull(v))
             return 0;
-        if (get_num(v, k, 0, 1, &p->top_p, e))
-            return -1;
-        return p->top_p > 0 ? 0 : BAD(e, k, "'top_p' must be above 0");
+        if (!cJSON_IsNumber(v))
+            return BAD(e, k, "'top_p' must be a number, not %s", type_name(v));
+        if (!(v->valuedouble > 0 && v->valuedouble <= 1))
+            return BAD(e, k, "'top_p' is %g; it must be within (0, 1]", v->valuedouble);
+        p->top_p = v->valuedouble;
+        return 0;
     }
     if (!strcmp(k, "top_k")) {
         if (cJSON_IsNull(v))

@@ -196,7 +196,11 @@ static void test_parse(void)
     refused("{\"prompt\": \"x\", \"max_tokens\": 101}", SRV_COMPLETIONS, 400, "max_tokens", "--max-tokens");
     refused("{\"prompt\": \"x\", \"temperature\": 2.5}", SRV_COMPLETIONS, 400, "temperature", "within [0, 2]");
     refused("{\"prompt\": \"x\", \"temperature\": \"hot\"}", SRV_COMPLETIONS, 400, "temperature", "must be a number");
-    refused("{\"prompt\": \"x\", \"top_p\": 0}", SRV_COMPLETIONS, 400, "top_p", "above 0");
+    refused("{\"prompt\": \"x\", \"top_p\": 0}", SRV_COMPLETIONS, 400, "top_p", "within (0, 1]");
+    refused("{\"prompt\": \"x\", \"top_p\": 2}", SRV_COMPLETIONS, 400, "top_p", "within (0, 1]");
+    refused("{\"prompt\": \"x\", \"max_tokens\": 1e30}", SRV_COMPLETIONS, 400, "max_tokens", "[1, 100]");
+    refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\", \"name\": 5}]}", SRV_CHAT, 400,
+            "messages[0]", "'messages[0].name' must be a string");
     refused("{\"prompt\": \"x\", \"stream\": 1}", SRV_COMPLETIONS, 400, "stream", "must be a boolean");
     refused("{\"prompt\": \"x\", \"stop\": [\"a\", 3]}", SRV_COMPLETIONS, 400, "stop", "stop[1]");
     refused("{\"prompt\": \"x\", \"stop\": [\"a\", \"b\", \"c\", \"d\", \"e\"]}", SRV_COMPLETIONS, 400, "stop",
