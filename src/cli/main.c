@@ -78,7 +78,7 @@ int main(int argc, char **argv)
     char kerr[128];
     if (kf && *kf && mi_kernels_use(kf, kerr) != 0) {
         fprintf(stderr, "meshinfer: error: MESHINFER_KERNELS=%s: %s (%s)\n", kf, kerr, mi_kernels_list());
-        return 2;
+        return 1; /* as every other bad environment variable (mi_fatal) */
     }
     mi_slowdown(); /* checked before any work or output: one error line, from the first rank only */
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)

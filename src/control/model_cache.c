@@ -89,6 +89,8 @@ int session_resolve_model(const char *path, int ctx, char *out, size_t n, char *
             if (!c)
                 break;
         }
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return mi_set_error(err, "the model cache %s is not a directory (set MESHINFER_CACHE to one)", dir);
     /* the import names source and output when it starts writing (after its checks) */
     mi_import_options io = {ctx, NULL, stderr, stderr};
     return mi_import(path, out, &io, err);

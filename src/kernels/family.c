@@ -64,6 +64,14 @@ int mi_kernels_use(const char *name, char *err)
             active = families[i];
             return 0;
         }
+    /* a family of the other architecture is named as such, not as unknown */
+    static const char *const elsewhere[] = {"avx2", "avx512", "neon", "neon-dotprod"};
+    for (size_t i = 0; i < sizeof elsewhere / sizeof elsewhere[0]; i++)
+        if (!strcmp(elsewhere[i], name)) {
+            if (err)
+                strcpy(err, "that kernel family is not built for this CPU's architecture");
+            return -1;
+        }
     if (err)
         strcpy(err, "unknown kernel family");
     return -1;

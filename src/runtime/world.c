@@ -126,8 +126,11 @@ void mi_world_init(int *argc, char ***argv)
 {
     const char *force = getenv("MESHINFER_MPI");
     int launched = mi_world_launched();
-    if (force && *force)
-        launched = atoi(force) != 0;
+    if (force && *force) {
+        if (strcmp(force, "0") && strcmp(force, "1"))
+            mi_fatal("MESHINFER_MPI=%s: give 1 (initialise MPI) or 0 (run as one process)", force);
+        launched = force[0] == '1';
+    }
     if (launched && !mpi_running())
         MPI_Init(argc, argv);
     if (mpi_running()) {
