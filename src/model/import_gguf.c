@@ -244,8 +244,11 @@ int im_gguf_open(im_ctx *x, const char *path, char *err)
     x->gguf = 1;
     x->find = gguf_find;
     char arch[64] = "";
-    if (mi_gguf_get_str_copy(g, "general.architecture", arch, sizeof arch, err) != 0)
+    int rc = mi_gguf_get_str_copy(g, "general.architecture", arch, sizeof arch, err);
+    if (rc == 1)
         return mi_set_error(err, "%s: general.architecture is missing", path);
+    if (rc) /* not a string, or too long: err names it */
+        return -1;
     int family = -1;
     for (size_t i = 0; i < sizeof archs / sizeof archs[0]; i++)
         if (!strcmp(arch, archs[i].arch))
