@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "import_internal.h"
+#include "meshinfer/gguf.h"
 #include "meshinfer/common.h"
 #include "meshinfer/model_file.h"
 #include "meshinfer/tensor.h"
@@ -590,6 +591,24 @@ static int write_all(im_ctx *x, const item *items, int n, const char *out, char 
     return mi_model_writer_commit(w, err);
 }
 
+/* A GGUF's tensors that no part of the model read (a stray blk.5.* in a
+ * 2-layer file, a family's tensor meshinfer does not use): said, not an
+ * error, so that a file with an extra tensor still converts. */
+static void unused_note(const im_ctx *x, FILE *f)
+{
+    if (!x->gguf || !x->used)
+        return;
+    const mi_gguf *g = x->h;
+    int64_t n = 0, first = -1;
+    for (int64_t i = 0; i < mi_gguf_n_tensors(g); i++)
+        if (!x->used[i] && (first < 0 ? (first = i) : 1) >= 0)
+            n++;
+    if (n)
+        fprintf(f, "convert: note: %lld tensor%s of %s not used by the %s model (%s%s)\n", (long long)n,
+                n > 1 ? "s" : "", x->src, mi_family_name(x->cfg.family), mi_gguf_tensor_at(g, first)->name,
+                n > 1 ? ", ..." : "");
+}
+
 int mi_import(const char *src, const char *out, const mi_import_options *o, char *err)
 {
     im_ctx x;
@@ -631,9 +650,11 @@ int mi_import(const char *src, const char *out, const mi_import_options *o, char
             fprintf(o->summary, "; bf16 matrices: %d as fp16 (every value exact), %d as fp32 (values outside fp16)",
                     x.n_bf16_f16, x.n_bf16_f32);
         fputc('\n', o->summary);
+        unused_note(&x, o->summary);
     }
     if (items)
         free_items(items, n);
+    free(x.used);
     if (kind == MI_IMPORT_GGUF)
         im_gguf_close(&x);
     else

@@ -16,9 +16,12 @@
 static int gguf_find(const im_ctx *x, const char *name, im_tensor *t, char *err)
 {
     (void)err;
-    const mi_gguf_tensor *g = mi_gguf_find_tensor((const mi_gguf *)x->h, name);
+    const mi_gguf *gg = x->h;
+    const mi_gguf_tensor *g = mi_gguf_find_tensor(gg, name);
     if (!g)
         return 1;
+    if (x->used) /* tensors are one array: the index is the offset from the first */
+        x->used[g - mi_gguf_tensor_at(gg, 0)] = 1;
     memset(t, 0, sizeof *t);
     t->n_dims = g->n_dims;
     for (int i = 0; i < g->n_dims; i++) /* ggml's dims run innermost first */
@@ -243,6 +246,7 @@ int im_gguf_open(im_ctx *x, const char *path, char *err)
     x->h = g;
     x->gguf = 1;
     x->find = gguf_find;
+    x->used = mi_calloc((size_t)mi_gguf_n_tensors(g) + 1, 1, "tensor use flags");
     char arch[64] = "";
     int rc = mi_gguf_get_str_copy(g, "general.architecture", arch, sizeof arch, err);
     if (rc == 1)

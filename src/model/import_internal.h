@@ -43,6 +43,7 @@ struct im_ctx {
     char *chat_template;   /* malloc'd, or NULL */
     float *rope_freqs;     /* [head_dim/2] computed from a Hugging Face rope_scaling (malloc'd), or NULL */
     int n_bf16_f16, n_bf16_f32; /* BF16 tensors stored as fp16 (exactly) and as fp32 */
+    unsigned char *used;   /* GGUF: per source tensor, 1 once find() returned it (malloc'd) */
 };
 
 /* Front-ends: open the source, fill x->cfg (family, traits, sizes; seq_len

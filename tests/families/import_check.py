@@ -355,6 +355,16 @@ def check_bad(mi, fx, tmp):
     struct.pack_into("<I", b, k + 4, 1)
     open(g4, "wb").write(b)
     bad(mi, g4, out, ["blk.1.attn_norm.weight", "1 layers"], "a GGUF block_count below its layers")
+    # a tensor no part of the model reads (rope_freqs renamed): converted, with one note naming it
+    g7 = os.path.join(tmp, "extra.gguf")
+    open(g7, "wb").write(open(os.path.join(fx, "llama3", "model-f32.gguf"), "rb").read().replace(
+        b"rope_freqs.weight", b"rope_freqX.weight", 1))
+    r = run([mi, "convert", "--input", g7, "--out", out])
+    notes = [l for l in (r.stdout + r.stderr).splitlines() if "not used" in l]
+    check(r.returncode == 0 and len(notes) == 1 and "1 tensor of" in notes[0] and "rope_freqX.weight" in notes[0],
+          "a GGUF tensor nothing reads: converted, one note: %s" % (notes or r.stderr.strip()[-200:]))
+    if os.path.exists(out):
+        os.remove(out)
     # a context length of 0 (it once became 4096 without a word)
     g6 = os.path.join(tmp, "ctx.gguf")
     b = bytearray(open(os.path.join(fx, "gpt2", "model-f32.gguf"), "rb").read())
