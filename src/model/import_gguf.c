@@ -223,10 +223,13 @@ static int gguf_tokenizer(im_ctx *x, const mi_gguf *g, char *err)
         s.add_bos = b;
     if (!rc && mi_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &b, err) == 0)
         s.add_space_prefix = b;
-    if (!rc && mi_tokenizer_init_spec(&x->tok, &s, err) == 0)
+    if (!rc && mi_tokenizer_init_spec(&x->tok, &s, err) == 0) {
         x->has_tok = 1;
-    else if (!rc)
-        rc = -1;
+    } else if (!rc) { /* the tokenizer's own line, with the file it came from */
+        char why[MI_ERRLEN];
+        snprintf(why, sizeof why, "%s", err);
+        rc = mi_set_error(err, "%s: %s", x->src, why);
+    }
     free(pieces), free(lens), free(scores), free(types), free(merges), free(mlen);
     const char *tmpl;
     size_t tl;

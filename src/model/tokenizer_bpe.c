@@ -392,7 +392,8 @@ int tok_finalize(mi_tokenizer *t, const char *what, char *err)
     for (int i = 0; i < bp->n_prefix + bp->n_suffix; i++) {
         const int id = i < bp->n_prefix ? bp->prefix[i] : bp->suffix[i - bp->n_prefix];
         if (id < 0 || id >= t->vocab_size)
-            return mi_set_error(err, "%s: template token id %d outside the vocabulary", what, id);
+            return mi_set_error(err, "%s: token id %d, put around every text (BOS or EOS), is outside the vocabulary "
+                                     "of %d", what, id, t->vocab_size);
     }
     if (t->bos_id >= t->vocab_size || t->eos_id >= t->vocab_size)
         return mi_set_error(err, "%s: bos id %d or eos id %d outside the vocabulary", what, t->bos_id, t->eos_id);
