@@ -140,11 +140,11 @@ if ((testbed)); then
 fi
 
 node "$root/jobs/lib/batch_table.js" "$rows" "$out" "$cluster"
-how="bench --batch"
-((http)) && how="meshinfer serve over HTTP, $tokens tokens a request"
+title="stories15M: aggregate decode tokens/s against concurrent clients (bench --batch; testbed: $(basename "$cluster"))"
+((http)) && title="stories15M, meshinfer serve over HTTP ($tokens tokens a request): aggregate tokens/s (testbed: $(basename "$cluster"))"
 plot_png "$out/throughput.png" 1100,620 << PLOT
 set datafile separator ","
-set title "stories15M: aggregate decode tokens/s against concurrent clients ($how; testbed: $(basename "$cluster"))"
+set title "$title"
 set xlabel "concurrent clients$( ((http)) || echo " (sequences decoded together)")"
 set ylabel "tokens/s, all clients together"
 set logscale x 2
