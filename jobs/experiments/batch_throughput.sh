@@ -18,7 +18,7 @@
 # sends), then in each round, for C = 1 and each of --batches (the order reversed every other
 # round), C concurrent clients (jobs/lib/serve_load.js) each send --per-client streamed completions
 # of --tokens tokens one after another (serve_load's prompts; half greedy, half sampled with a fixed
-# seed). tokens/s counts every request's completion tokens over the wall time of the C clients
+# seed), after one untimed request each (the clients' own first-request costs are not the server's). tokens/s counts every request's completion tokens over the wall time of the C clients
 # (prefill, HTTP and the last requests' tail included); TPOT is each stream's (last - first event) /
 # (tokens - 1), the median over requests (then over rounds); "x 1 client" is each round's ratio to
 # that round's 1-client tokens/s (median and range). Into results/batch_throughput_http/.

@@ -89,7 +89,7 @@ session_body() {
         fi
         for C in "${order[@]}"; do
             say "$where, $np rank(s), $pl, round $r/$rounds: $C client(s), $((C * perclient)) requests of $tokens tokens"
-            j=$(timeout 3600 node "$root/jobs/lib/serve_load.js" "$serve_url" $((C * perclient)) "$C" 100 0 "$tokens" "$tokens" 1 \
+            j=$(timeout 3600 node "$root/jobs/lib/serve_load.js" "$serve_url" $((C * perclient)) "$C" 100 0 "$tokens" "$tokens" 1 1 \
                 9>&-) || fail "the clients failed ($C clients on $serve_url): $(tail -1 "$tmp/log")"
             node -e 'const j = JSON.parse(process.argv[1]); const bad = Object.keys(j.status).filter(s => s !== "200");
                 if (bad.length) { console.error(`statuses ${JSON.stringify(j.status)}`); process.exit(1); }' "$j" ||
