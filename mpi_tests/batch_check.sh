@@ -4,7 +4,8 @@
 # steps give the same tokens (bench exits 1 naming the first difference), and the first two equal
 # generate's token loop; on 1 rank, every planner at 2 and 3 ranks, layer-wise pipelined as micro-batches
 # at 3 and 4, and the MoE (sparse expert
-# dispatch), Gemma 3 (sliding-window layers, one KV head) and GPT-2 (learned positions) families.
+# dispatch), Gemma 3 (sliding-window layers, one KV head) and GPT-2 (learned positions) families;
+# the runtime's decode and prompt counters of a batched round (1 rank, and 3 pipelined).
 # The aggregate speed is printed, not judged (a benchmark's job). Bad --batch values refused.
 # usage: batch_check.sh MESHINFER MODEL.h5
 set -u
@@ -34,6 +35,20 @@ for pl in greedy somegather hybrid; do check 3 "$pl" "$model" 4 48; done
 # layer-wise: decode passes pipelined as micro-batches through the chain of ranks (deferred sends on rank 0)
 check 3 layerwise "$model" 7 48 3
 check 4 layerwise "$model" 5 40 4
+# the runtime's counters classify rows by what they are: a batch's decode pass (one row per running
+# sequence) is a decode pass whatever its size, its rows decode rows, the prompts' rows prompt rows.
+# batch 4, 40 positions: prompts of 4, 7, 10 and 13 tokens (34 rows, each in passes of its own), 20 tokens
+# each, the first from the prompt's pass: 19 decode passes of 4 rows (76); on a worker each of the 3
+# pipelined micro-batches is a pass (57)
+counters() { # NP PLANNER MICRO-BATCHES EXPECTED
+    local out
+    out=$(run -np "$1" "$bin" bench -m "$model" --batch 4 --repeat 1 --steps 40 --planner "$2" --micro-batches "$3" --json 2> "$tmp/err")
+    out=$(grep -o '"counters": {[^}]*}' <<< "$out")
+    [[ $out == "\"counters\": {$4}" ]] && ok "counters of a batched decode, $1 rank(s) $2: $4" ||
+        bad "counters of a batched decode, $1 rank(s) $2: ${out:-none: $(tail -1 "$tmp/err")}, not {$4}"
+}
+counters 1 greedy 1 '"decode_passes": [19], "decode_rows": [76], "prompt_rows": [34]'
+counters 3 layerwise 3 '"decode_passes": [57, 57, 57], "decode_rows": [76, 76, 76], "prompt_rows": [34, 34, 34]'
 for sh in tiny-qwen2moe tiny-gemma3 tiny-gpt2; do
     "$bin" synth --shape "$sh" --dtype q8_0 --out "$tmp/$sh.h5" > /dev/null 2>&1 || bad "synth $sh"
 done

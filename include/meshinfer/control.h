@@ -242,10 +242,11 @@ float *session_forward(mi_session *ss, const int *tokens, int T, int pos0, int a
 
 /* Rank 0: the same for a pass over rows of several sequences (runtime.h
  * mi_runtime_forward_at: row t at position pos[t] of KV slot slot[t], in
- * n_micro pipelined micro-batches where the plan allows); the memory check
- * takes every slot as full as the fullest row's. */
+ * n_micro pipelined micro-batches where the plan allows; the last n_decode
+ * rows decode rows, for the counters); the memory check takes every slot as
+ * full as the fullest row's. */
 float *session_forward_at(mi_session *ss, const int *tokens, int T, const int *pos, const int *slot, int T_logits,
-                          int n_micro);
+                          int n_decode, int n_micro);
 
 /* Rank 0: install the plan of a phase (prefill = 1 or decode) with n_pos
  * positions cached: with a hybrid plan whose phases differ this is a

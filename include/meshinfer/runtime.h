@@ -29,12 +29,17 @@ typedef struct {
     double msgs_recv, msgs_lost;    /* CATS allgather messages (one per sender and position) received,
                                        and of them lost to the emulated message loss */
     long forwards, positions;       /* forward passes and positions processed */
-    /* Decode passes (one position: the decode program) and the bytes of
-     * them alone: bytes per token is decode_bytes_sent summed over ranks /
-     * decode_forwards, the quantity partition.h mi_programs_bytes predicts
-     * for MI_PHASE_DECODE. The totals above also hold prefill passes, whose
-     * T positions each move a position's bytes. */
-    long decode_forwards;
+    /* Decode rows: each one new token of a running sequence (generate's
+     * one-position steps; every row of a batch's decode pass, batch.h), as
+     * opposed to prompt rows (prefill). decode_forwards counts the passes
+     * whose rows are all decode rows (on a worker each micro-batch is a
+     * pass), decode_rows the decode rows of every pass, and the decode bytes
+     * a pass's bytes times its share of decode rows: bytes per token is
+     * decode_bytes_sent / decode_rows summed over ranks, the quantity
+     * partition.h mi_programs_bytes predicts for MI_PHASE_DECODE. The totals
+     * above also hold prefill passes, whose T positions each move a
+     * position's bytes. */
+    long decode_forwards, decode_rows;
     double decode_bytes_sent, decode_bytes_recv;
     double weight_bytes, kv_bytes;  /* held by this rank */
     double rss_weights;             /* resident memory growth while loading the shard */
@@ -102,7 +107,8 @@ mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_programs *prog, cons
 
 /* Rank 0 only: run tokens[T] at positions pos0.. (T <= max_T). Returns the
  * logits of the last position ([vocab_size]), or of all T positions
- * ([T, vocab_size]) when all_logits. When the plan asks only for candidates
+ * ([T, vocab_size]) when all_logits. A one-position pass counts as a decode
+ * row (mi_rank_metrics decode_rows), a longer one as prompt rows. When the plan asks only for candidates
  * (plan.h logits_k = K > 0) and the classifier is split, each row holds
  * every slice's K best logits (sampler.h candidate order) and -INFINITY
  * elsewhere: greedy and top-k sampling give what the whole row gives. */
@@ -111,7 +117,9 @@ float *mi_runtime_forward(mi_runtime *rt, const int *tokens, int T, int pos0, in
 /* Rank 0 only: a pass over the rows of several sequences (batch.h): row t is
  * tokens[t] at position pos[t] of KV cache slot slot[t] (config.h kv_slots),
  * 1 <= T <= max_T. Returns the logits of the last T_logits rows ([T_logits,
- * vocab_size]; candidates as above). Each row's logits are bit for bit those
+ * vocab_size]; candidates as above). The last n_decode rows (0 <= n_decode
+ * <= T_logits) are decode rows (a running sequence's next token), the
+ * others prompt rows: only the counters (mi_rank_metrics decode_*) use it. Each row's logits are bit for bit those
  * of the same row run alone. With n_micro > 1, T_logits = T and a plan whose
  * programs are a chain through rank 0 (mi_runtime_can_pipeline: layer-wise),
  * the rows go as n_micro micro-batches (at most T, at most MI_MAX_RANKS)
@@ -119,7 +127,7 @@ float *mi_runtime_forward(mi_runtime *rt, const int *tokens, int T, int pos0, in
  * next works on the one before; otherwise as one pass. mi_fatal for a row
  * outside the context or the slots, or a time-series model. */
 float *mi_runtime_forward_at(mi_runtime *rt, const int *tokens, int T, const int *pos, const int *slot,
-                             int T_logits, int n_micro);
+                             int T_logits, int n_decode, int n_micro);
 /* 1 if the current plan's passes can go as pipelined micro-batches. */
 int mi_runtime_can_pipeline(const mi_runtime *rt);
 

@@ -52,21 +52,14 @@ meshinfer_bin
 real_model
 [[ -n "$name" ]] || name="$(basename "$model" .h5)-np$np-b$batch"
 out_dir "$root/results"
+. "$root/jobs/lib/serve_session.sh"
 tmp=$(mktemp -d)
-launcher=""
-trap '[[ -n "$launcher" ]] && kill -KILL "$launcher" 2>/dev/null; rm -rf "$tmp"' EXIT
-args=(serve -m "$model" --port 0 --pid-file "$tmp/pid" --max-batch "$batch" --max-queue "$requests"
-      --max-tokens "$maxtok")
-if ((np == 1)); then "$bin" "${args[@]}" 2> "$tmp/log" & else mpi -np "$np" --mca btl self,vader "$bin" "${args[@]}" 2> "$tmp/log" & fi
-launcher=$!
-for _ in $(seq 1200); do
-    [[ -s "$tmp/pid" ]] && grep -q "listening on" "$tmp/log" && break
-    kill -0 "$launcher" 2> /dev/null || fail "the server did not start: $(tail -2 "$tmp/log")"
-    sleep 0.1
-done
-[[ -s "$tmp/pid" ]] || fail "the server did not start within 120 s: $(tail -2 "$tmp/log")"
-url=$(grep -o "http://127.0.0.1:[0-9]*" "$tmp/log" | head -1)
-rank0=$(cat "$tmp/pid")
+trap '[[ -n "$serve_launcher" ]] && kill -KILL "$serve_launcher" 2>/dev/null; rm -rf "$tmp"' EXIT
+where=local
+((np == 1)) || where=mpi
+serve_start "$where" "$np" "$tmp/log" "$tmp/pid" "" -- -m "$model" --port 0 --max-batch "$batch" --max-queue "$requests" \
+    --max-tokens "$maxtok" || fail "the server did not start: $(tail -2 "$tmp/log")"
+url=$serve_url rank0=$serve_rank0 launcher=$serve_launcher
 # every rank's pid: rank 0, then the other meshinfer processes below the launcher (mpirun's children)
 descendants() { local p; for p in $(pgrep -P "$1"); do echo "$p"; descendants "$p"; done; }
 pids=("$rank0")
@@ -84,10 +77,8 @@ node "$root/jobs/lib/serve_load.js" "$url" "$requests" "$conc" "$stream" "$cance
 sleep 1 # the cancelled sequences stop at their next step
 after=$(rss)
 curl -s -m 10 "$url/metrics" > "$tmp/metrics"
-kill -TERM "$rank0"
 rc=0
-wait "$launcher" || rc=$?
-launcher=""
+serve_stop || rc=$?
 ((rc == 0)) || fail "the server exited $rc after SIGTERM: $(tail -2 "$tmp/log")"
 metric() { awk -v k="$1" '$1 == k {print $2}' "$tmp/metrics"; }
 node -e '

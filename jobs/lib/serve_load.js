@@ -3,9 +3,11 @@
 // midway (after its first event, or a moment into a whole one). Prints one JSON object: statuses,
 // tokens, aggregate tokens/s, TTFT (streams: to the first text event), TPOT (streams: the time after the
 // first event per later token, from the usage chunk) and latency percentiles.
-// usage: node serve_load.js BASE_URL REQUESTS CONCURRENCY STREAM_PCT CANCEL_PCT MIN_TOKENS MAX_TOKENS SEED
+// WARM 1: before the clock starts, every client sends one untimed request of one token, so that the
+// client's own first-request costs (node compiling fetch, connecting: tens of ms) are not counted.
+// usage: node serve_load.js BASE_URL REQUESTS CONCURRENCY STREAM_PCT CANCEL_PCT MIN_TOKENS MAX_TOKENS SEED [WARM]
 "use strict";
-const [base, nReq, conc, streamPct, cancelPct, minTok, maxTok, seed] = process.argv.slice(2).map(
+const [base, nReq, conc, streamPct, cancelPct, minTok, maxTok, seed, warm] = process.argv.slice(2).map(
     (v, i) => i === 0 ? v : Number(v));
 let rng = BigInt(seed) || 1n;
 function rand() { // xorshift64*: the same mix for the same seed
@@ -89,6 +91,12 @@ function pct(a) {
 }
 
 (async () => {
+    if (warm)
+        await Promise.all(Array.from({ length: conc }, async () => {
+            const r = await fetch(base + "/v1/completions", { method: "POST", headers: { "Content-Type": "application/json" },
+                body: JSON.stringify({ prompt: "Once upon a time", max_tokens: 1, temperature: 0 }) });
+            await r.text();
+        }));
     const t0 = performance.now();
     let next = 0;
     await Promise.all(Array.from({ length: conc }, async () => {

@@ -152,8 +152,13 @@ void bench_batch(mi_session *ss, const int *story, int n_story, int B, int micro
         if (!json)
             fprintf(stderr, "bench: round %d/%d...\n", r + 1, repeat);
         ta[r] = run(ss, b, story, n_story, B, gen, 1, 0, alone);
+        if (r == repeat - 1)
+            mi_runtime_reset_metrics(ss->rt); /* the counters report the last batched round */
         tb[r] = run(ss, b, story, n_story, B, gen, 0, 0, batched);
     }
+    mi_runtime_stop(ss->rt);
+    mi_rank_metrics *m = mi_calloc((size_t)ss->size, sizeof *m, "metrics");
+    mi_runtime_metrics(ss->rt, m);
     double ra[repeat];
     for (int r = 0; r < repeat; r++)
         ra[r] = ta[r] / tb[r];
@@ -177,7 +182,7 @@ void bench_batch(mi_session *ss, const int *story, int n_story, int B, int micro
         printf("{\"model\": \"%s\", \"synthetic_weights\": %s, \"n_ranks\": %d, \"batch\": %d, \"tokens_per_sequence\": "
                "%d, \"rounds\": %d, \"alone_tokens_per_s\": %.2f, \"batch_tokens_per_s\": %.2f, \"ratio\": %.4f, "
                "\"ratio_min\": %.4f, \"ratio_max\": %.4f, \"micro_batches\": %d, \"predicted_alone_tokens_per_s\": %s, "
-               "\"predicted_batch_tokens_per_s\": %s, \"identical\": true}\n",
+               "\"predicted_batch_tokens_per_s\": %s, \"counters\": ",
                ss->cfg.name, ss->cfg.synthetic ? "true" : "false", ss->size, B, gen, repeat, a, bt, ra[repeat / 2],
                ra[0], ra[repeat - 1], mi_batch_micro(b), p1, pB);
     else {
@@ -198,7 +203,20 @@ void bench_batch(mi_session *ss, const int *story, int n_story, int B, int micro
             printf("predicted        - (the cost model needs measured devices: meshinfer calibrate, then "
                    "--cluster FILE)\n");
         printf("identical        yes: every sequence's tokens alone = in a batch joined at different steps = generate's\n");
+        printf("counters         last batched round, per rank: ");
     }
+    /* the runtime's counters of that round, per rank: passes with decode rows only, decode and prompt rows */
+    const char *keys[3] = {"decode_passes", "decode_rows", "prompt_rows"};
+    for (int k = 0; k < 3; k++) {
+        printf(json ? "%s\"%s\": [" : "%s%s ", k ? (json ? ", " : "; ") : (json ? "{" : ""), keys[k]);
+        for (int r = 0; r < ss->size; r++) {
+            long v = k == 0 ? m[r].decode_forwards : k == 1 ? m[r].decode_rows : m[r].positions - m[r].decode_rows;
+            printf(r ? (json ? ", %ld" : "/%ld") : "%ld", v);
+        }
+        printf(json ? "]" : "");
+    }
+    printf(json ? "}, \"identical\": true}\n" : "\n");
+    free(m);
     for (int i = 0; i < 2 * B; i++)
         free(alone[i].tok);
     free(alone);

@@ -37,7 +37,8 @@ static void help(void)
            "  --batch B        instead: B sequences (prompts of different lengths, greedy and sampled)\n"
            "                   decoded one at a time and together in a batch (serve's continuous\n"
            "                   batching), aggregate tokens/s of both in alternating rounds, and a check\n"
-           "                   that batching changes no sequence's tokens (exit 1 if it does)\n"
+           "                   that batching changes no sequence's tokens (exit 1 if it does); with the\n"
+           "                   last batched round's counters per rank: decode passes, decode and prompt rows\n"
            "  --micro-batches M  with --batch: decode passes as M micro-batches pipelined through the\n"
            "                   ranks where the plan is a chain (layer-wise; default: the rank count;\n"
            "                   1: one pass)\n"
@@ -359,9 +360,9 @@ int cmd_bench(int argc, char **argv)
         if (rank == 0) {
             story = bench_batch_story(&ss, op.steps, &n_story);
             bench_batch(&ss, story, n_story, op.batch, op.micro, op.steps, op.repeat, op.json);
-            mi_runtime_stop(ss.rt);
         } else {
             mi_runtime_serve(ss.rt);
+            mi_runtime_metrics(ss.rt, NULL); /* bench_batch gathers the counters */
         }
         free(story);
         session_close(&ss, &op.so);

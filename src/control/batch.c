@@ -178,7 +178,7 @@ static void prefill(mi_batch *b, int i)
         int T = q->n_prompt - p < ss->max_T ? q->n_prompt - p : ss->max_T;
         for (int t = 0; t < T; t++)
             b->pos[t] = p + t, b->slot[t] = i;
-        logits = session_forward_at(ss, q->prompt + p, T, b->pos, b->slot, 1, 1);
+        logits = session_forward_at(ss, q->prompt + p, T, b->pos, b->slot, 1, 0, 1); /* prompt rows */
         p += T;
     }
     q->prefilled = 1;
@@ -207,7 +207,8 @@ int mi_batch_step(mi_batch *b)
     }
     if (T > 0) {
         session_phase(ss, 0, positions_held(b));
-        float *logits = session_forward_at(ss, b->tok, T, b->pos, b->slot, T, b->micro);
+        /* every row a decode row: each running sequence's next token */
+        float *logits = session_forward_at(ss, b->tok, T, b->pos, b->slot, T, T, b->micro);
         for (int t = 0; t < T; t++)
             choose(b, &b->s[b->row_seq[t]], logits + (size_t)t * ss->cfg.vocab_size);
     }

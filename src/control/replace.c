@@ -152,7 +152,7 @@ float *session_forward(mi_session *ss, const int *tokens, int T, int pos0, int a
 }
 
 float *session_forward_at(mi_session *ss, const int *tokens, int T, const int *pos, const int *slot, int T_logits,
-                          int n_micro)
+                          int n_decode, int n_micro)
 {
     /* the account counts every slot at the fullest one's positions: the
      * cache a re-placement moves (runtime.h) */
@@ -163,7 +163,7 @@ float *session_forward_at(mi_session *ss, const int *tokens, int T, const int *p
     memory_check(ss, hi, 1);
     if (hi + 1 > ss->memory.pos_hi)
         ss->memory.pos_hi = hi + 1;
-    return mi_runtime_forward_at(ss->rt, tokens, T, pos, slot, T_logits, n_micro);
+    return mi_runtime_forward_at(ss->rt, tokens, T, pos, slot, T_logits, n_decode, n_micro);
 }
 
 double session_phase(mi_session *ss, int prefill, int n_pos)

@@ -89,16 +89,16 @@ static void json_string(FILE *f, const char *s)
     fputc('"', f);
 }
 
-/* Bytes per token measured: every rank's bytes sent in decode passes over
- * its decode passes, summed (runtime.h decode_bytes_sent); what the plan's
- * mi_programs_bytes(decode) predicts. 0 when no decode pass ran. */
+/* Bytes per token measured: every rank's bytes sent for decode rows over
+ * its decode rows, summed (runtime.h decode_bytes_sent); what the plan's
+ * mi_programs_bytes(decode) predicts. 0 when no decode row ran. */
 static double measured_bytes_per_token(const mi_session *ss, const mi_rank_metrics *all, long *passes)
 {
     double b = 0;
     *passes = all[0].decode_forwards;
     for (int r = 0; r < ss->size; r++)
-        if (all[r].decode_forwards > 0)
-            b += all[r].decode_bytes_sent / (double)all[r].decode_forwards;
+        if (all[r].decode_rows > 0)
+            b += all[r].decode_bytes_sent / (double)all[r].decode_rows;
     return b;
 }
 
@@ -203,9 +203,9 @@ void session_metrics_json(mi_session *ss, FILE *f)
     for (int r = 0; r < ss->size; r++) {
         const mi_rank_metrics *m = &all[r];
         double fw = m->forwards > 0 ? (double)m->forwards : 1.0;
-        double dp = m->decode_forwards > 0 ? (double)m->decode_forwards : 1.0;
+        double dp = m->decode_rows > 0 ? (double)m->decode_rows : 1.0;
         fprintf(f, "%s{\"rank\": %d, \"weight_bytes\": %.0f, \"kv_cache_bytes\": %.0f, \"rss_growth_bytes\": %.0f, "
-                   "\"predicted_weight_bytes\": %zu, \"forwards\": %ld, \"positions\": %ld, \"decode_forwards\": %ld, "
+                   "\"predicted_weight_bytes\": %zu, \"forwards\": %ld, \"positions\": %ld, \"decode_forwards\": %ld, \"decode_rows\": %ld, "
                    "\"bytes_sent_per_token\": %.1f, \"bytes_recv_per_token\": %.1f, "
                    "\"bytes_sent\": %.0f, \"bytes_recv\": %.0f, \"bytes_sent_per_forward\": %.1f, "
                    "\"bytes_recv_per_forward\": %.1f, \"seconds\": {\"attention\": %.6f, \"projection\": %.6f, "
@@ -213,7 +213,7 @@ void session_metrics_json(mi_session *ss, FILE *f)
                    "\"replan\": %.6f, \"emulated_slowdown\": %.6f}, \"kv_bytes_moved_sent\": %.0f, \"kv_bytes_moved_recv\": %.0f, "
                    "\"messages_received\": %.0f, \"messages_lost\": %.0f",
                 r ? ", " : "", r, m->weight_bytes, m->kv_bytes, m->rss_weights, ss->pred.weight_bytes[r],
-                m->forwards, m->positions, m->decode_forwards, m->decode_bytes_sent / dp, m->decode_bytes_recv / dp,
+                m->forwards, m->positions, m->decode_forwards, m->decode_rows, m->decode_bytes_sent / dp, m->decode_bytes_recv / dp,
                 m->bytes_sent, m->bytes_recv, m->bytes_sent / fw, m->bytes_recv / fw,
                 m->attn, m->proj, m->ffn, m->logits, m->comm, m->idle, m->replan_s, m->slowdown, m->moved_bytes_sent,
                 m->moved_bytes_recv, m->msgs_recv, m->msgs_lost);
@@ -284,7 +284,7 @@ void session_metrics_table(mi_session *ss)
     for (int r = 0; r < ss->size; r++) {
         const mi_rank_metrics *m = &all[r];
         double fw = m->forwards > 0 ? (double)m->forwards : 1.0;
-        double dp = m->decode_forwards > 0 ? (double)m->decode_forwards : 1.0;
+        double dp = m->decode_rows > 0 ? (double)m->decode_rows : 1.0;
         fprintf(stderr, "%4d  %10.2f  %5.1f  %10.0f  %10.0f  %7.4f  %7.4f  %7.4f  %8.4f  %7.4f  %7.4f  %10.0f\n", r,
                 m->weight_bytes / 1e6, m->kv_bytes / 1e6, m->bytes_sent / fw, m->bytes_recv / fw, m->attn, m->proj,
                 m->ffn, m->logits, m->comm, m->idle, m->decode_bytes_sent / dp);

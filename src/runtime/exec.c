@@ -407,10 +407,14 @@ void rt_pass_done(mi_runtime *rt, const fwd *f, double sent0, double recv0)
     rt->m.comm += rt_complete_pending(rt);
     rt->m.forwards++;
     rt->m.positions += f->T;
-    if (f->T == 1) {
-        rt->m.decode_forwards++;
-        rt->m.decode_bytes_sent += rt->m.bytes_sent - sent0;
-        rt->m.decode_bytes_recv += rt->m.bytes_recv - recv0;
+    /* by what the rows are, not by the pass's size: a batch's decode pass
+     * has many rows, a prompt's last chunk may have one */
+    if (f->n_decode > 0) {
+        double share = (double)f->n_decode / f->T;
+        rt->m.decode_forwards += f->n_decode == f->T;
+        rt->m.decode_rows += f->n_decode;
+        rt->m.decode_bytes_sent += share * (rt->m.bytes_sent - sent0);
+        rt->m.decode_bytes_recv += share * (rt->m.bytes_recv - recv0);
     }
 }
 

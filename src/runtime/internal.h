@@ -103,10 +103,12 @@ struct mi_runtime {
 
 /* What the current forward pass runs on: T rows at positions pos0.. of KV
  * slot 0, or (pos set: a batch of sequences, batch.h) row t at position
- * pos[t] of slot slot[t]; logits of the last T_logits rows. */
+ * pos[t] of slot slot[t]; logits of the last T_logits rows; the last
+ * n_decode rows are decode rows (for the counters; runtime.h decode_rows). */
 typedef struct {
     int T, pos0, T_logits;
     const int *pos, *slot;
+    int n_decode;
 } fwd;
 
 /* Row t's position. */

@@ -123,7 +123,8 @@ float *mi_runtime_forward(mi_runtime *rt, const int *tokens, int T, int pos0, in
                  rt->max_T);
     double t0 = mi_now();
     rt->m.idle += t0 - rt->idle_since;
-    fwd f = {T, pos0, all_logits ? T : 1, NULL, NULL};
+    /* one sequence's one-position pass is its decode step (generate's token loop) */
+    fwd f = {T, pos0, all_logits ? T : 1, NULL, NULL, T == 1};
     rt_send_cmd(rt, CMD_FORWARD, T, pos0, f.T_logits, tokens);
     memcpy(rt->tokens, tokens, (size_t)T * sizeof(int));
     rt_run_program(rt, &f);
@@ -163,11 +164,13 @@ int mi_runtime_can_pipeline(const mi_runtime *rt)
     return 1;
 }
 
-/* The command of a pass over rows (CMD_FORWARD_AT) to every worker. */
-static void send_rows_cmd(mi_runtime *rt, const int *tokens, int T, const int *pos, const int *slot, int T_logits)
+/* The command of a pass over rows (CMD_FORWARD_AT) to every worker: its
+ * third word, a position in CMD_FORWARD, is the count of decode rows here. */
+static void send_rows_cmd(mi_runtime *rt, const int *tokens, int T, const int *pos, const int *slot, int T_logits,
+                          int n_decode)
 {
     int *m = rt->cmd, n = 4;
-    m[0] = CMD_FORWARD_AT, m[1] = T, m[2] = 0, m[3] = T_logits;
+    m[0] = CMD_FORWARD_AT, m[1] = T, m[2] = n_decode, m[3] = T_logits;
     if (rt->prog.embed_all) {
         memcpy(m + 4, tokens, (size_t)T * sizeof(int));
         n += T;
@@ -181,7 +184,8 @@ static void send_rows_cmd(mi_runtime *rt, const int *tokens, int T, const int *p
 /* n_micro micro-batches of the rows, pipelined (see pipeline_split): rank 0
  * runs each one's ops up to its first receive, sends deferred, then each
  * one's rest, collecting the logits. Every row is computed as in one pass. */
-static float *forward_micro(mi_runtime *rt, const int *tokens, int T, const int *pos, const int *slot, int n_micro)
+static float *forward_micro(mi_runtime *rt, const int *tokens, int T, const int *pos, const int *slot, int n_decode,
+                            int n_micro)
 {
     int V = rt->width[MI_BUF_LOGITS];
     if (!rt->logits_all)
@@ -192,9 +196,12 @@ static float *forward_micro(mi_runtime *rt, const int *tokens, int T, const int 
     double sent0 = rt->m.bytes_sent, recv0 = rt->m.bytes_recv;
     for (int k = 0; k < n_micro; k++) {
         int a = at[k], Tk = at[k + 1] - a;
-        fwd f = {Tk, 0, Tk, pos + a, slot + a};
+        /* micro-batch k's decode rows: those of [a, a + Tk) among the last n_decode */
+        int dk = a + Tk - (T - n_decode);
+        dk = dk < 0 ? 0 : dk > Tk ? Tk : dk;
+        fwd f = {Tk, 0, Tk, pos + a, slot + a, dk};
         split[k] = pipeline_split(rt, rt_program_of(rt, &f));
-        send_rows_cmd(rt, tokens + a, Tk, pos + a, slot + a, Tk);
+        send_rows_cmd(rt, tokens + a, Tk, pos + a, slot + a, Tk, dk);
         memcpy(rt->tokens, tokens + a, (size_t)Tk * sizeof(int));
         rt->defer = 1;
         rt_run_ops(rt, &f, 0, split[k]);
@@ -202,23 +209,26 @@ static float *forward_micro(mi_runtime *rt, const int *tokens, int T, const int 
     }
     for (int k = 0; k < n_micro; k++) {
         int a = at[k], Tk = at[k + 1] - a;
-        fwd f = {Tk, 0, Tk, pos + a, slot + a};
+        fwd f = {Tk, 0, Tk, pos + a, slot + a, 0}; /* (its counters: rt_pass_done below, for all rows) */
         rt_run_ops(rt, &f, split[k], rt_program_of(rt, &f)->n_ops);
         memcpy(rt->logits_all + (size_t)a * V, rt->buf[MI_BUF_LOGITS], (size_t)Tk * V * sizeof(float));
     }
     rt->m.comm += rt_complete_deferred(rt);
-    fwd all = {T, 0, T, pos, slot};
+    fwd all = {T, 0, T, pos, slot, n_decode};
     rt_pass_done(rt, &all, sent0, recv0);
     rt->m.forwards += n_micro - 1; /* each micro-batch is a pass on the workers */
+    rt->m.decode_forwards += n_decode == T ? n_micro - 1 : 0;
     return rt->logits_all;
 }
 
 float *mi_runtime_forward_at(mi_runtime *rt, const int *tokens, int T, const int *pos, const int *slot,
-                             int T_logits, int n_micro)
+                             int T_logits, int n_decode, int n_micro)
 {
     const mi_config *c = &rt->plan.cfg;
     if (T < 1 || T > rt->max_T || T_logits < 1 || T_logits > T || c->family == MI_FAMILY_PATCHTST)
         mi_fatal("forward of %d rows (%d with logits) does not fit the chunk (%d)", T, T_logits, rt->max_T);
+    if (n_decode < 0 || n_decode > T_logits)
+        mi_fatal("forward of %d rows: %d decode rows, not 0 to the %d with logits", T, n_decode, T_logits);
     for (int t = 0; t < T; t++)
         if (pos[t] < 0 || pos[t] >= c->seq_len || slot[t] < 0 || slot[t] >= mi_config_kv_slots(c))
             mi_fatal("forward row %d at position %d of KV slot %d is outside the context (%d) or the slots (%d)", t,
@@ -231,11 +241,11 @@ float *mi_runtime_forward_at(mi_runtime *rt, const int *tokens, int T, const int
     if (n_micro > MI_MAX_RANKS)
         n_micro = MI_MAX_RANKS;
     if (n_micro > 1 && T_logits == T && mi_runtime_can_pipeline(rt)) {
-        logits = forward_micro(rt, tokens, T, pos, slot, n_micro);
+        logits = forward_micro(rt, tokens, T, pos, slot, n_decode, n_micro);
     } else {
         /* the command carries the positions and slots every rank's attention needs */
-        send_rows_cmd(rt, tokens, T, pos, slot, T_logits);
-        fwd f = {T, 0, T_logits, pos, slot};
+        send_rows_cmd(rt, tokens, T, pos, slot, T_logits, n_decode);
+        fwd f = {T, 0, T_logits, pos, slot, n_decode};
         memcpy(rt->tokens, tokens, (size_t)T * sizeof(int));
         rt_run_program(rt, &f);
         logits = rt->buf[MI_BUF_LOGITS];
@@ -253,7 +263,7 @@ float *mi_runtime_forecast(mi_runtime *rt, const float *patches)
         mi_fatal("forecast: needs a time-series model and a chunk of all %d patches (have %d)", T, rt->max_T);
     double t0 = mi_now();
     rt->m.idle += t0 - rt->idle_since;
-    fwd f = {T, 0, 1, NULL, NULL};
+    fwd f = {T, 0, 1, NULL, NULL, 0};
     /* the patches travel as the command's words, bit for bit */
     memcpy(rt->tokens, patches, (size_t)T * (size_t)c->patch_len * sizeof(float));
     rt_send_cmd(rt, CMD_FORWARD, T, 0, 1, rt->tokens);
@@ -351,7 +361,7 @@ void mi_runtime_serve(mi_runtime *rt)
         } else if (hdr[0] == CMD_RESET_METRICS) {
             rt_reset_metrics_local(rt);
         } else if (hdr[0] == CMD_FORWARD) {
-            fwd f = {hdr[1], hdr[2], hdr[3], NULL, NULL};
+            fwd f = {hdr[1], hdr[2], hdr[3], NULL, NULL, hdr[1] == 1};
             if (rt->prog.embed_all)
                 memcpy(rt->tokens, hdr + 4, (size_t)f.T * (size_t)rt->in_words * sizeof(int));
             rt_run_program(rt, &f);
@@ -361,7 +371,7 @@ void mi_runtime_serve(mi_runtime *rt)
                 memcpy(rt->tokens, hdr + 4, (size_t)T * sizeof(int));
                 n += T;
             }
-            fwd f = {T, 0, hdr[3], hdr + n, hdr + n + T};
+            fwd f = {T, 0, hdr[3], hdr + n, hdr + n + T, hdr[2]};
             rt_run_program(rt, &f);
         } else if (hdr[0] == CMD_REPLAN) {
             int *buf = mi_malloc((size_t)hdr[2] * sizeof(int), "plan buffer");

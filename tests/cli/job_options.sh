@@ -98,6 +98,7 @@ check $E/bench_gguf.sh "" "" --rounds:int:1001 --gen:int:1025 --convert-rounds:i
     --seed:int:1000000000 --port:int:65536 --llamacpp:str --dllama:str --out:str --work:str
 check $E/batch_throughput.sh "" "" --model:file --cluster:file --ranks:int:65 --batches:int:65 --steps:int:100001 \
     --rounds:int:101 --planners:word:Best --lock:str
+check $E/batch_throughput.sh "--http" "" --tokens:int:4097 --per-client:int:1001 --ranks:int:65 --batches:int:1
 check $E/serve_reference.sh "" "" --model:file --rounds:int:101 --requests:int:101 --max-tokens:int:201 \
     --planner:word:Best --port:int:65535 --prompt:str --lock:str --work:str --dllama:str
 check $E/bench_reference.sh "" "" --rounds:int:1001 --steps:int:257 --tinyllama-rounds:int:1001 \
