@@ -219,6 +219,17 @@ const char *mi_op_name(int kind);
 /* 1 for the communication kinds. */
 int mi_op_is_comm(int kind);
 
+/* Where rank 0's program g (of programs p) splits for pipelined
+ * micro-batches: the index of its one receive, when every communication
+ * before it is a broadcast rank 0 roots, that receive is a broadcast from
+ * another rank, and only compute follows (a chain through rank 0, as
+ * layer-wise's); -1 otherwise. The runtime pipelines by it and the
+ * simulator models the same rule. */
+int mi_program_chain_split(const mi_programs *p, const mi_program *g);
+/* 1 when p has at least 2 ranks and rank 0's program of every phase splits
+ * so (mi_program_chain_split >= 0). */
+int mi_programs_can_pipeline(const mi_programs *p);
+
 /* Member index of world rank `rank` in communicator comm, -1 if not a member. */
 int mi_comm_index(const mi_comm *comm, int rank);
 

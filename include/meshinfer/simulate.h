@@ -111,11 +111,6 @@ int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
                 int T, int T_logits, int ctx, uint64_t *rng, double *link_bytes, double *link_msgs,
                 mi_sim_cpu *cpu, mi_sim_pass_out *out, char *err);
 
-/* 1 when the runtime pipelines a batch's micro-batches on programs p
- * (runtime.h mi_runtime_can_pipeline's rule: rank 0's program, in each
- * phase, only roots broadcasts before one receive from another rank, and
- * only computes after it: a chain, as layer-wise's). */
-int mi_sim_can_pipeline(const mi_programs *p);
 
 /* A pass of T rows (each with logits) in M micro-batches pipelined as the
  * runtime's batch passes run them (runtime.c forward_micro): the rows split

@@ -11,36 +11,6 @@
 #include "meshinfer/common.h"
 #include "sim_internal.h"
 
-/* Where rank 0's program g splits (runtime.c pipeline_split): its first
- * receive, when every communication before it is a broadcast rank 0 roots,
- * that receive is a broadcast from another rank, and only compute follows;
- * else -1. */
-static int split_of(const mi_programs *p, const mi_program *g)
-{
-    int split = -1;
-    for (int i = 0; i < g->n_ops; i++) {
-        const mi_op *op = &g->ops[i];
-        if (!mi_op_is_comm(op->kind))
-            continue;
-        if (split >= 0 || op->kind != MI_OP_BCAST)
-            return -1;
-        const mi_exchange *x = &p->xchg[op->xid];
-        if (p->comms[x->comm].members[x->root] != 0)
-            split = i;
-    }
-    return split;
-}
-
-int mi_sim_can_pipeline(const mi_programs *p)
-{
-    if (p->n_ranks < 2)
-        return 0;
-    for (int ph = 0; ph < MI_N_PHASES; ph++)
-        if (split_of(p, &p->prog[ph][0]) < 0)
-            return 0;
-    return 1;
-}
-
 /* Append ops [i0, i1) of g to out as micro-batch k (xid + k * nx), its rows noted. */
 static void append(mi_program *out, int *rows, const mi_program *g, int i0, int i1, int k, int nx, int Tk)
 {
@@ -59,7 +29,7 @@ int mi_sim_pass_micro(const mi_plan *plan, const mi_programs *p, const mi_cluste
 {
     if (M > T)
         M = T;
-    if (M <= 1 || !mi_sim_can_pipeline(p)) /* one pass of the T rows, as the runtime then runs it */
+    if (M <= 1 || !mi_programs_can_pipeline(p)) /* one pass of the T rows, as the runtime then runs it */
         return mi_sim_pass(plan, p, cl, lk, T > 1 ? MI_PHASE_PREFILL : MI_PHASE_DECODE, T, T, ctx, rng, link_bytes,
                            link_msgs, cpu, out, err);
     int n = p->n_ranks, nx = p->n_xchg;
@@ -89,7 +59,7 @@ int mi_sim_pass_micro(const mi_plan *plan, const mi_programs *p, const mi_cluste
             for (int k = 0; k < M; k++) {
                 int Tk = at[k + 1] - at[k];
                 const mi_program *g = &p->prog[Tk == 1 ? MI_PHASE_DECODE : MI_PHASE_PREFILL][r];
-                int s = r == 0 ? split_of(p, g) : 0;
+                int s = r == 0 ? mi_program_chain_split(p, g) : 0;
                 if (r != 0)
                     append(&chain[r], rows.op_rows[r], g, 0, g->n_ops, k, nx, Tk);
                 else

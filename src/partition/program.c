@@ -47,6 +47,32 @@ int mi_op_is_comm(int kind)
     return kind >= MI_OP_BCAST && kind <= MI_OP_COMBINE;
 }
 
+int mi_program_chain_split(const mi_programs *p, const mi_program *g)
+{
+    int split = -1;
+    for (int i = 0; i < g->n_ops; i++) {
+        const mi_op *op = &g->ops[i];
+        if (!mi_op_is_comm(op->kind))
+            continue;
+        if (split >= 0 || op->kind != MI_OP_BCAST)
+            return -1;
+        const mi_exchange *x = &p->xchg[op->xid];
+        if (p->comms[x->comm].members[x->root] != 0)
+            split = i;
+    }
+    return split;
+}
+
+int mi_programs_can_pipeline(const mi_programs *p)
+{
+    if (p->n_ranks < 2)
+        return 0;
+    for (int ph = 0; ph < MI_N_PHASES; ph++)
+        if (mi_program_chain_split(p, &p->prog[ph][0]) < 0)
+            return 0;
+    return 1;
+}
+
 int mi_comm_index(const mi_comm *comm, int rank)
 {
     for (int i = 0; i < comm->n_members; i++)

@@ -133,35 +133,9 @@ float *mi_runtime_forward(mi_runtime *rt, const int *tokens, int T, int pos0, in
     return rt->buf[MI_BUF_LOGITS];
 }
 
-/* Where rank 0's program g splits for pipelining: the index of its first
- * receive, when every communication before it is a broadcast rank 0 roots,
- * that receive is a broadcast from one other rank, and only compute follows
- * (a chain: layer-wise, and hybrid placements of that shape); else -1. Then
- * the workers can carry a micro-batch through to rank 0 while rank 0 sends
- * the next, and no rank waits for a message rank 0 has not sent yet. */
-static int pipeline_split(const mi_runtime *rt, const mi_program *g)
-{
-    int split = -1;
-    for (int i = 0; i < g->n_ops; i++) {
-        const mi_op *op = &g->ops[i];
-        if (!mi_op_is_comm(op->kind))
-            continue;
-        if (split >= 0 || op->kind != MI_OP_BCAST)
-            return -1;
-        if (rt->xr[op->xid].me != rt->prog.xchg[op->xid].root)
-            split = i;
-    }
-    return split;
-}
-
 int mi_runtime_can_pipeline(const mi_runtime *rt)
 {
-    if (rt->size < 2)
-        return 0;
-    for (int ph = 0; ph < MI_N_PHASES; ph++)
-        if (pipeline_split(rt, &rt->prog.prog[ph][0]) < 0)
-            return 0;
-    return 1;
+    return mi_programs_can_pipeline(&rt->prog);
 }
 
 /* The command of a pass over rows (CMD_FORWARD_AT) to every worker: its
@@ -181,7 +155,7 @@ static void send_rows_cmd(mi_runtime *rt, const int *tokens, int T, const int *p
         send_words(rt, n + 2 * T);
 }
 
-/* n_micro micro-batches of the rows, pipelined (see pipeline_split): rank 0
+/* n_micro micro-batches of the rows, pipelined (partition.h mi_program_chain_split): rank 0
  * runs each one's ops up to its first receive, sends deferred, then each
  * one's rest, collecting the logits. Every row is computed as in one pass. */
 static float *forward_micro(mi_runtime *rt, const int *tokens, int T, const int *pos, const int *slot, int n_decode,
@@ -200,7 +174,7 @@ static float *forward_micro(mi_runtime *rt, const int *tokens, int T, const int 
         int dk = a + Tk - (T - n_decode);
         dk = dk < 0 ? 0 : dk > Tk ? Tk : dk;
         fwd f = {Tk, 0, Tk, pos + a, slot + a, dk};
-        split[k] = pipeline_split(rt, rt_program_of(rt, &f));
+        split[k] = mi_program_chain_split(&rt->prog, rt_program_of(rt, &f));
         send_rows_cmd(rt, tokens + a, Tk, pos + a, slot + a, Tk, dk);
         memcpy(rt->tokens, tokens + a, (size_t)Tk * sizeof(int));
         rt->defer = 1;

@@ -197,8 +197,8 @@ void test_micro_batches(void)
     mi_programs pl, pt;
     CU_ASSERT_EQUAL_FATAL(mi_programs_compile(&lw, &pl, err), 0);
     CU_ASSERT_EQUAL_FATAL(mi_programs_compile(&tp, &pt, err), 0);
-    CU_ASSERT(mi_sim_can_pipeline(&pl));
-    CU_ASSERT(!mi_sim_can_pipeline(&pt));
+    CU_ASSERT(mi_programs_can_pipeline(&pl));
+    CU_ASSERT(!mi_programs_can_pipeline(&pt));
     mi_sim_links lk;
     mi_sim_links_of(&cl, &lk);
     uint64_t rng = 1;
