@@ -63,7 +63,8 @@ opt_ints --batches "$batches" 2 64
 opt_int --rounds "$rounds" 1 100
 opt_file --cluster "$cluster"
 [[ -z $model ]] || opt_file --model "$model"
-[[ $planners =~ ^[a-z]+(,[a-z]+)*$ ]] || arg_fail "--planners '$planners' is not a comma list of planner names"
+opt_planners --planners "$planners" layerwise roundrobin random greedy tp somegather hybrid exact auto
+planners=${planners// /,}
 if ((http)); then
     [[ -z $steps ]] || arg_fail "--steps is bench --batch's; with --http give --tokens (tokens a request)"
     tokens=${tokens:-24} perclient=${perclient:-2}
@@ -78,10 +79,7 @@ else
     opt_int --steps "$steps" 10 100000
 fi
 ((local || testbed)) || arg_fail "--no-local and --no-testbed leave nothing to measure"
-if [[ -n $lock ]]; then
-    command -v flock > /dev/null || fail "--lock needs flock (util-linux)"
-    [[ ! -d $lock ]] || arg_fail "--lock '$lock' is a folder, not a lock file"
-fi
+opt_lock --lock "$lock"
 meshinfer_bin
 real_model
 out="$root/results/batch_throughput$( ((http)) && echo _http)"

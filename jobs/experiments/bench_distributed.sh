@@ -40,10 +40,7 @@ done
 case "$wire" in fp32|fp16|q8_0) ;; *) arg_fail "--wire-dtype '$wire' is not fp32, fp16 or q8_0" ;; esac
 opt_ints --ranks "$ranks" 1 256
 ranks=${ranks//,/ }
-[[ -n $planners ]] || arg_fail "--planners is an empty list"
-for p in $planners; do
-    [[ $p =~ ^(layerwise|roundrobin|random|greedy|tp)$ ]] || arg_fail "--planners: unknown planner '$p' (layerwise roundrobin random greedy tp)"
-done
+opt_planners --planners "$planners" layerwise roundrobin random greedy tp
 opt_int --steps "$steps" 1 1000000
 opt_int --repeat "$repeat" 1 1000000
 # (the default model is written on first use; one named must be a file)

@@ -73,21 +73,14 @@ done
 opt_ints --ranks "$ranks" 2 9
 opt_nums --delays "$delays" 0 1000
 opt_pct --cpu-pct "$cpu" 1
-for p in ${planners//,/ }; do
-    case "$p" in layerwise|roundrobin|random|greedy|tp|somegather|hybrid) ;;
-        *) arg_fail "--planners: unknown planner '$p' (layerwise roundrobin random greedy tp somegather hybrid)" ;;
-    esac
-done
+opt_planners --planners "$planners" layerwise roundrobin random greedy tp somegather hybrid
 [[ -n ${planners//[ ,]/} ]] || arg_fail "--planners is an empty list"
 opt_int --tokens "$tokens" 2 200
 opt_file --replan-cluster "$rp_cluster"
 opt_num --replan-delay "$rp_delay" 0 1000
 opt_int --replan-tokens "$rp_tokens" 2 240
 opt_int --kv-positions "$kvpos" 1 256
-if [[ -n $lock ]]; then
-    command -v flock > /dev/null || arg_fail "--lock needs flock (util-linux)"
-    [[ ! -d $lock ]] || arg_fail "--lock '$lock' is a folder, not a lock file"
-fi
+opt_lock --lock "$lock"
 ((EUID == 0)) || fail "the testbed needs root (network namespaces, cgroups, NFQUEUE)"
 meshinfer_bin
 real_model

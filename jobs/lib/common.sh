@@ -84,6 +84,24 @@ opt_file() {
     [[ ! -d $2 ]] || arg_fail "$1 '$2' is a directory, not a file"
     [[ -f $2 && -r $2 ]] || arg_fail "$1 '$2' is not a readable file"
 }
+# a --lock FILE (may be empty: no lock): a file, and flock to take it
+opt_lock() {
+    [[ -n $2 ]] || return 0
+    [[ ! -d $2 ]] || arg_fail "$1 '$2' is a folder, not a lock file"
+    command -v flock > /dev/null || arg_fail "$1 needs flock (util-linux)"
+}
+# a comma or space list of planner names, each one of the allowed ones ($3...)
+opt_planners() {
+    local opt=$1 p ps ok; shift
+    local list=$1; shift
+    read -r -a ps <<< "${list//,/ }"
+    ((${#ps[@]})) || arg_fail "$opt is an empty list"
+    for p in "${ps[@]}"; do
+        ok=0
+        for a in "$@"; do [[ $p == "$a" ]] && ok=1; done
+        ((ok)) || arg_fail "$opt: unknown planner '$p' ($*)"
+    done
+}
 # (the caller's arguments are still "$@" while it sources this file)
 if [[ "${1:-}" == "-h" || "${1:-}" == "--help" ]]; then usage; exit 0; fi
 
