@@ -45,7 +45,8 @@
 #   --no-replan           no re-placement run
 #   --lock FILE           every testbed run under `flock FILE` (the machine's shared
 #                         measurement lock, e.g. /tmp/measure.lock; default none)
-#   --out DIR             output folder (default results/sim_validate)
+#   --out DIR             output folder (default results/sim_validate); its runs are kept and
+#                         reused, so an invocation with other settings than theirs is refused
 set -euo pipefail
 . "$(dirname "$0")/../lib/common.sh"
 model="" out="$root/results/sim_validate" lock=""
@@ -85,6 +86,15 @@ opt_lock --lock "$lock"
 meshinfer_bin
 real_model
 out_dir "$out" "$out/runs"
+# runs are kept and reused by name (planner, ranks, delay): they must have been made with these
+# settings, so a later invocation with others is refused rather than mixed with them
+settings="cpu-pct $cpu tokens $tokens replan-tokens $rp_tokens kv-positions $kvpos replan-cluster $(sha256sum < "$rp_cluster" | cut -c1-16)"
+if [[ -s $out/runs/settings ]]; then
+    [[ "$(cat "$out/runs/settings")" == "$settings" ]] ||
+        fail "$out/runs holds runs made with other settings ($(cat "$out/runs/settings")); use another --out or remove it"
+else
+    echo "$settings" > "$out/runs/settings"
+fi
 out=$(cd "$out" && pwd) # (the testbed's ranks write the calibration)
 locked() { if [[ -n $lock ]]; then flock "$lock" "$@"; else "$@"; fi; }
 testbed() { locked "$root/jobs/testbed/testbed.sh" --ranks "$1" --cpu-pct "$cpu" --delay-ms "$2" --jitter-ms 0 -- "${@:3}"; }
