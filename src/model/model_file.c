@@ -110,7 +110,7 @@ static int read_family(hid_t f, mi_config *c, const char *path, char *err)
     return 0;
 }
 
-mi_model_file *mi_model_open(const char *path, mi_config *cfg, char *err)
+static mi_model_file *model_open(const char *path, mi_config *cfg, char *err)
 {
     mf_quiet_hdf5();
     if (mi_foreign_format(path, err) || mi_check_input_file(path, "model file", err))
@@ -192,12 +192,25 @@ fail:
     return NULL;
 }
 
+/* The fault guard spans the file's whole open life: libhdf5 reads lazily
+ * (headers at open, chunks and attributes at each read), and any of them can
+ * be where a damaged file makes it fault. */
+mi_model_file *mi_model_open(const char *path, mi_config *cfg, char *err)
+{
+    mi_fault_file_enter(path);
+    mi_model_file *mf = model_open(path, cfg, err);
+    if (!mf)
+        mi_fault_file_leave();
+    return mf;
+}
+
 void mi_model_close(mi_model_file *mf)
 {
     if (!mf)
         return;
     H5Fclose(mf->file);
     free(mf);
+    mi_fault_file_leave();
 }
 
 /* ---------------------------------------------------------------- reading */

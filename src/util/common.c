@@ -475,6 +475,75 @@ void mi_temp_file_clear(void)
     g_temp_set = 0;
 }
 
+/* ------------------------------------------------ faults while reading a file */
+
+#if defined(__SANITIZE_ADDRESS__)
+#define MI_FAULT_GUARD 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define MI_FAULT_GUARD 0
+#endif
+#endif
+#ifndef MI_FAULT_GUARD
+#define MI_FAULT_GUARD 1
+#endif
+
+#define MI_FAULT_DEPTH 8
+static volatile sig_atomic_t g_fault_depth = 0;
+static char g_fault_msg[MI_FAULT_DEPTH][4400];
+static size_t g_fault_len[MI_FAULT_DEPTH];
+static struct sigaction g_fault_old[2];
+static const int g_fault_sigs[2] = {SIGSEGV, SIGBUS};
+
+static void fault_on_signal(int sig)
+{
+    int d = g_fault_depth;
+    if (d <= 0) { /* left the file between the fault and here: die as before */
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    if (g_temp_set)
+        unlink(g_temp_path); /* nothing partial left */
+    ssize_t w = write(2, g_fault_msg[d - 1], g_fault_len[d - 1]);
+    (void)w;
+    _exit(1);
+}
+
+void mi_fault_file_enter(const char *path)
+{
+    int d = g_fault_depth;
+    if (!MI_FAULT_GUARD || d >= MI_FAULT_DEPTH) {
+        g_fault_depth = d + 1; /* counted so that leave pairs; deeper files keep the outer message */
+        return;
+    }
+    int n = snprintf(g_fault_msg[d], sizeof g_fault_msg[d],
+                     "meshinfer: error: %s: the HDF5 library crashed reading it; the file is damaged "
+                     "(convert or copy it again)\n",
+                     path);
+    g_fault_len[d] = n < 0 ? 0 : (size_t)n >= sizeof g_fault_msg[d] ? sizeof g_fault_msg[d] - 1 : (size_t)n;
+    if (d == 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = fault_on_signal;
+        sigemptyset(&sa.sa_mask);
+        for (int i = 0; i < 2; i++)
+            sigaction(g_fault_sigs[i], &sa, &g_fault_old[i]);
+    }
+    g_fault_depth = d + 1;
+}
+
+void mi_fault_file_leave(void)
+{
+    int d = g_fault_depth;
+    if (d <= 0)
+        return;
+    g_fault_depth = d - 1;
+    if (d == 1 && MI_FAULT_GUARD)
+        for (int i = 0; i < 2; i++)
+            sigaction(g_fault_sigs[i], &g_fault_old[i], NULL); /* Open MPI's or ASan's again */
+}
+
 char *mi_read_text_nonempty(const char *path, size_t *len, char *err)
 {
     char *buf = mi_read_text_file(path, "text file", (size_t)1 << 32, len, err);
