@@ -5,7 +5,8 @@
 # generate's token loop; on 1 rank, every planner at 2 and 3 ranks, layer-wise pipelined as micro-batches
 # at 3 and 4, and the MoE (sparse expert
 # dispatch), Gemma 3 (sliding-window layers, one KV head) and GPT-2 (learned positions) families;
-# the runtime's decode and prompt counters of a batched round (1 rank, and 3 pipelined).
+# the runtime's decode and prompt counters of a batched round (1 rank, and 3 pipelined) and of
+# generate's one-sequence passes.
 # The aggregate speed is printed, not judged (a benchmark's job). Bad --batch values refused.
 # usage: batch_check.sh MESHINFER MODEL.h5
 set -u
@@ -49,6 +50,14 @@ counters() { # NP PLANNER MICRO-BATCHES EXPECTED
 }
 counters 1 greedy 1 '"decode_passes": [19], "decode_rows": [76], "prompt_rows": [34]'
 counters 3 layerwise 3 '"decode_passes": [57, 57, 57], "decode_rows": [76, 76, 76], "prompt_rows": [34, 34, 34]'
+# generate's decode steps are its decode rows, its prompt's chunks prompt rows even of one row: a
+# prompt of 65 tokens (BOS and "the cat" 32 times) runs as chunks of 64 and 1, then 9 decode steps
+prompt65=$(printf 'the cat %.0s' {1..32})
+out=$(run -np 2 "$bin" generate -m "$model" -p "${prompt65% }" -n 10 --planner layerwise --json 2> "$tmp/err" |
+      grep -o '"forwards": [0-9]*, "positions": [0-9]*, "decode_forwards": [0-9]*, "decode_rows": [0-9]*' | sort -u)
+want='"forwards": 11, "positions": 74, "decode_forwards": 9, "decode_rows": 9'
+[[ $out == "$want" ]] && ok "generate's counters, 2 ranks: a one-row prompt chunk is not a decode row" ||
+    bad "generate's counters, 2 ranks: ${out:-none: $(tail -1 "$tmp/err")}, not $want"
 for sh in tiny-qwen2moe tiny-gemma3 tiny-gpt2; do
     "$bin" synth --shape "$sh" --dtype q8_0 --out "$tmp/$sh.h5" > /dev/null 2>&1 || bad "synth $sh"
 done

@@ -50,11 +50,12 @@ typedef struct {
     int n_decode;
 } pass_result;
 
-typedef float *(*fwd_fn)(void *ctx, const int *tokens, int T, int pos0);
+/* decode: a decode step, not a prompt chunk (the runtime's row counters) */
+typedef float *(*fwd_fn)(void *ctx, const int *tokens, int T, int pos0, int decode);
 
-static float *fwd_dist(void *ctx, const int *tokens, int T, int pos0)
+static float *fwd_dist(void *ctx, const int *tokens, int T, int pos0, int decode)
 {
-    return mi_runtime_forward(ctx, tokens, T, pos0, 0);
+    return mi_runtime_forward(ctx, tokens, T, pos0, decode ? MI_FORWARD_DECODE : 0);
 }
 
 typedef struct {
@@ -62,8 +63,9 @@ typedef struct {
     mi_scratch s;
 } single;
 
-static float *fwd_single(void *ctx, const int *tokens, int T, int pos0)
+static float *fwd_single(void *ctx, const int *tokens, int T, int pos0, int decode)
 {
+    (void)decode;
     single *sg = ctx;
     float *l = NULL;
     for (int i = 0; i < T; i += sg->s.max_T) {
@@ -85,7 +87,7 @@ static pass_result run_pass(fwd_fn f, void *ctx, mi_session *ss, int vocab, cons
     float *logits = NULL;
     for (int i = 0; i < n_prompt; i += chunk) {
         int T = n_prompt - i < chunk ? n_prompt - i : chunk;
-        logits = f(ctx, prompt + i, T, i);
+        logits = f(ctx, prompt + i, T, i, 0);
     }
     int next = mi_argmax(logits, vocab);
     double t_first = mi_now();
@@ -93,7 +95,7 @@ static pass_result run_pass(fwd_fn f, void *ctx, mi_session *ss, int vocab, cons
         session_phase(ss, 0, n_prompt); /* the logits were read: a re-placement may replace them */
     double t1 = mi_now();
     for (int pos = n_prompt; pos < steps; pos++) {
-        logits = f(ctx, &next, 1, pos);
+        logits = f(ctx, &next, 1, pos, 1);
         next = mi_argmax(logits, vocab);
     }
     double t2 = mi_now();

@@ -110,7 +110,7 @@ int cmd_perplexity(int argc, char **argv)
             /* the last position predicts nothing inside the window */
             for (int i = 0; i < T_total - 1; i += chunk) {
                 int T = T_total - 1 - i < chunk ? T_total - 1 - i : chunk;
-                float *lg = session_forward(&ss, win + i, T, i, 1);
+                float *lg = session_forward(&ss, win + i, T, i, MI_FORWARD_ALL_LOGITS);
                 session_check_logits(lg, T * c->vocab_size, start + i);
                 for (int t = 0; t < T; t++) {
                     nll += mi_nll(lg + (size_t)t * c->vocab_size, c->vocab_size, win[i + t + 1]);

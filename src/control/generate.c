@@ -73,7 +73,7 @@ void session_generate(mi_session *ss, const mi_gen_request *rq, const mi_gen_hoo
             continue;
         }
         double ts = mi_now();
-        float *logits = session_forward(ss, &next, 1, rq->n_prompt + n - 1, 0);
+        float *logits = session_forward(ss, &next, 1, rq->n_prompt + n - 1, MI_FORWARD_DECODE);
         check(ss, logits, rq->n_prompt + n - 1);
         if (n < n_forced) {
             next = forced[n];

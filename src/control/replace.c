@@ -143,12 +143,12 @@ static void memory_check(mi_session *ss, int pos0, int T)
     record_replan(ss, &ev);
 }
 
-float *session_forward(mi_session *ss, const int *tokens, int T, int pos0, int all_logits)
+float *session_forward(mi_session *ss, const int *tokens, int T, int pos0, int flags)
 {
     memory_check(ss, pos0, T);
     if (pos0 + T > ss->memory.pos_hi)
         ss->memory.pos_hi = pos0 + T;
-    return mi_runtime_forward(ss->rt, tokens, T, pos0, all_logits);
+    return mi_runtime_forward(ss->rt, tokens, T, pos0, flags);
 }
 
 float *session_forward_at(mi_session *ss, const int *tokens, int T, const int *pos, const int *slot, int T_logits,

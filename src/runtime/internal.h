@@ -17,7 +17,7 @@
 #include "meshinfer/runtime.h"
 
 enum { CMD_FORWARD = 1, CMD_RESET = 2, CMD_STOP = 3, CMD_RESET_METRICS = 4, CMD_REPLAN = 5, CMD_POLL = 6,
-       CMD_POLL_RSS = 7, CMD_FORWARD_AT = 8 };
+       CMD_POLL_RSS = 7, CMD_FORWARD_AT = 8, CMD_DECODE = 9 /* CMD_FORWARD of a decode step */ };
 enum { TAG_KV_MOVE = 77, TAG_XCHG = 78, TAG_CMD = 79, TAG_CLOCK = 80 };
 
 typedef struct {

@@ -102,7 +102,7 @@ void rt_send_cmd(mi_runtime *rt, int cmd, int T, int pos0, int T_logits, const i
         return;
     int *m = rt->cmd, n = 4;
     m[0] = cmd, m[1] = T, m[2] = pos0, m[3] = T_logits;
-    if (cmd == CMD_FORWARD && rt->prog.embed_all) {
+    if ((cmd == CMD_FORWARD || cmd == CMD_DECODE) && rt->prog.embed_all) {
         memcpy(m + 4, tokens, (size_t)T * (size_t)rt->in_words * sizeof(int));
         n += T * rt->in_words;
     }
@@ -115,7 +115,7 @@ void mi_runtime_reset_metrics(mi_runtime *rt)
     rt_reset_metrics_local(rt);
 }
 
-float *mi_runtime_forward(mi_runtime *rt, const int *tokens, int T, int pos0, int all_logits)
+float *mi_runtime_forward(mi_runtime *rt, const int *tokens, int T, int pos0, int flags)
 {
     const mi_config *c = &rt->plan.cfg;
     if (T < 1 || T > rt->max_T || pos0 < 0 || pos0 + T > c->seq_len)
@@ -123,9 +123,10 @@ float *mi_runtime_forward(mi_runtime *rt, const int *tokens, int T, int pos0, in
                  rt->max_T);
     double t0 = mi_now();
     rt->m.idle += t0 - rt->idle_since;
-    /* one sequence's one-position pass is its decode step (generate's token loop) */
-    fwd f = {T, pos0, all_logits ? T : 1, NULL, NULL, T == 1};
-    rt_send_cmd(rt, CMD_FORWARD, T, pos0, f.T_logits, tokens);
+    /* the caller says what the rows are: a prompt's last chunk may have one */
+    int decode = (flags & MI_FORWARD_DECODE) != 0;
+    fwd f = {T, pos0, flags & MI_FORWARD_ALL_LOGITS ? T : 1, NULL, NULL, decode ? T : 0};
+    rt_send_cmd(rt, decode ? CMD_DECODE : CMD_FORWARD, T, pos0, f.T_logits, tokens);
     memcpy(rt->tokens, tokens, (size_t)T * sizeof(int));
     rt_run_program(rt, &f);
     rt->idle_since = mi_now();
@@ -334,8 +335,8 @@ void mi_runtime_serve(mi_runtime *rt)
             MPI_Gather(&mine, 1, MPI_DOUBLE, NULL, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
         } else if (hdr[0] == CMD_RESET_METRICS) {
             rt_reset_metrics_local(rt);
-        } else if (hdr[0] == CMD_FORWARD) {
-            fwd f = {hdr[1], hdr[2], hdr[3], NULL, NULL, hdr[1] == 1};
+        } else if (hdr[0] == CMD_FORWARD || hdr[0] == CMD_DECODE) {
+            fwd f = {hdr[1], hdr[2], hdr[3], NULL, NULL, hdr[0] == CMD_DECODE ? hdr[1] : 0};
             if (rt->prog.embed_all)
                 memcpy(rt->tokens, hdr + 4, (size_t)f.T * (size_t)rt->in_words * sizeof(int));
             rt_run_program(rt, &f);
