@@ -40,8 +40,8 @@ static void help(void)
            "                   that batching changes no sequence's tokens (exit 1 if it does); with the\n"
            "                   last batched round's counters per rank: decode passes, decode and prompt rows\n"
            "  --micro-batches M  with --batch: decode passes as M micro-batches pipelined through the\n"
-           "                   ranks where the plan is a chain (layer-wise; default: of 1 to the rank\n"
-           "                   count, the one the simulator predicts fastest on what the job measured)\n"
+           "                   ranks where the plan is a chain (layer-wise; default: the rank count;\n"
+           "                   1: one pass)\n"
            "%s", SESSION_HELP);
 }
 

@@ -9,11 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
 #include "meshinfer/batch.h"
 #include "meshinfer/common.h"
 #include "meshinfer/sampler.h"
-#include "meshinfer/simulate.h"
 
 typedef struct {
     int running;        /* added, on_done not yet called */
@@ -38,42 +36,6 @@ struct mi_batch {
     int *pos, *slot;    /* [max_T] a pass's rows: positions, KV slots */
 };
 
-/* The micro-batches decode passes of `rows` rows go as by default: of 1 to
- * the rank count, the count the simulator (simulate.h) predicts fastest on
- * the devices, links and CPU quotas this job measured at start-up. Each
- * micro-batch pays every hop's latency and wakes every rank again, so on
- * slow links one pass can win: 5 micro-batches of 8 rows ran at 0.63x of one
- * pass on the emulated testbed, 0.58x simulated (results.md). The rank
- * count when nothing was measured (one rank) or a simulation fails. */
-static int default_micro(mi_session *ss, int rows)
-{
-    int n = ss->size < rows ? ss->size : rows;
-    mi_cluster cl;
-    if (n <= 1 || session_measured_cluster(ss, 1, &cl))
-        return ss->size;
-    int best = ss->size;
-    double best_s = INFINITY;
-    for (int m = 1; m <= n; m++) {
-        /* a few decode passes at a short context, every one walked (the quotas' state carries over) */
-        mi_sim_request rq = {.n_prompt = 16, .n_tokens = 6, .batch = rows, .micro = m, .chunk = ss->max_T,
-                             .every_step = 1};
-        mi_sim_links_of(&cl, &rq.links);
-        mi_sim_result res;
-        char err[MI_ERRLEN];
-        if (mi_simulate(&ss->plan, &cl, &rq, &res, err)) {
-            best = ss->size;
-            break;
-        }
-        /* more micro-batches only for a clear gain: the walk does not see everything a rank does */
-        if (!res.stopped && res.tpot_s < best_s * 0.97)
-            best = m, best_s = res.tpot_s;
-        mi_sim_result_free(&res);
-    }
-    free(cl.rtt_s);
-    free(cl.dev);
-    return best;
-}
-
 mi_batch *mi_batch_create(mi_session *ss, int max_batch, char *err)
 {
     int slots = mi_config_kv_slots(&ss->cfg);
@@ -88,7 +50,7 @@ mi_batch *mi_batch_create(mi_session *ss, int max_batch, char *err)
     mi_batch *b = mi_calloc(1, sizeof *b, "batch");
     b->ss = ss;
     b->max = max_batch;
-    b->micro = mi_runtime_can_pipeline(ss->rt) ? default_micro(ss, max_batch) : 1;
+    b->micro = mi_runtime_can_pipeline(ss->rt) ? ss->size : 1;
     b->s = mi_calloc((size_t)max_batch, sizeof *b->s, "batch sequences");
     b->tok = mi_malloc((2 * (size_t)max_batch + 2 * (size_t)ss->max_T) * sizeof(int), "batch rows");
     b->row_seq = b->tok + max_batch;

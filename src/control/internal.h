@@ -12,14 +12,6 @@ void session_memory_of_plan(mi_session *ss);
  * lists leave out (0 without send lists). */
 double session_unsent_fraction(const mi_plan *plan, int x);
 
-/* Rank 0: the cluster as this job measured it at start-up: each rank's
- * weight-streaming rate as its device's speed (mem_bw 1), links at half the
- * round trips (no margin), names, budgets and bandwidths from the session's
- * cluster; with_quota: each rank's CPU quota too (its speed then the rate on
- * the CPU clock, which the simulator's quota model throttles). Free cl->dev
- * and cl->rtt_s. Returns -1 when nothing was measured (one rank). */
-int session_measured_cluster(const mi_session *ss, int with_quota, mi_cluster *cl);
-
 /* Rank 0: the model file to open for path. A GGUF file or a Hugging Face
  * folder is converted once (import.h, context ctx; 0: the model's, at most
  * 4096) into the model cache (MESHINFER_CACHE, else ./models/cache when it

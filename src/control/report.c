@@ -12,47 +12,32 @@
 #include "meshinfer/control.h"
 #include "meshinfer/runtime.h"
 
-int session_measured_cluster(const mi_session *ss, int with_quota, mi_cluster *cl)
-{
-    if (ss->size < 2 || ss->stream_rate[0] <= 0)
-        return -1;
-    int n = ss->size;
-    *cl = ss->cl;
-    cl->dev = mi_malloc((size_t)n * sizeof *cl->dev, "devices");
-    memcpy(cl->dev, ss->cl.dev, (size_t)n * sizeof *cl->dev);
-    cl->rtt_s = NULL;
-    cl->bw = NULL;
-    cl->mem_bw = 1.0;
-    for (int r = 0; r < n; r++) {
-        mi_device *d = &cl->dev[r];
-        double q = ss->cpu_quota[2 * r], P = ss->cpu_quota[2 * r + 1];
-        int quota = with_quota && q > 0 && q < 1 && P > 0;
-        /* under a quota the unthrottled rate, the quota model throttles it */
-        const double *rate = quota && ss->stream_rate_cpu[r] > 0 ? ss->stream_rate_cpu : ss->stream_rate;
-        d->speed = rate[r] > 0 ? rate[r] : ss->stream_rate[0];
-        d->calibrated = 0;
-        d->cpu_quota = quota ? q : 0;
-        d->cpu_period_s = quota ? P : 0;
-    }
-    mi_cluster_finish(cl);
-    double *rtt = mi_calloc((size_t)n * n, sizeof(double), "RTT matrix");
-    for (int a = 0; a < n; a++)
-        for (int b = 0; b < n; b++)
-            rtt[a * n + b] = a == b ? 0.0 : a == 0 ? ss->rtt_s[b] : b == 0 ? ss->rtt_s[a]
-                                                 : 0.5 * (ss->rtt_s[a] + ss->rtt_s[b]);
-    mi_cluster_set_rtt(cl, rtt, 0.0);
-    free(rtt);
-    return 0;
-}
-
 /* The cost model with what this job measured instead of what the plan
  * assumed: each rank's weight-streaming rate and the round trips halved
  * (no margin), at the run's mean context. 0 when not measured (one rank). */
 static double calibrated_token_s(const mi_session *ss)
 {
-    mi_cluster cl;
-    if (session_measured_cluster(ss, 0, &cl))
+    if (ss->size < 2 || ss->stream_rate[0] <= 0)
         return 0;
+    int n = ss->size;
+    mi_cluster cl = ss->cl;
+    cl.dev = mi_malloc((size_t)n * sizeof *cl.dev, "devices");
+    memcpy(cl.dev, ss->cl.dev, (size_t)n * sizeof *cl.dev);
+    cl.rtt_s = NULL;
+    cl.bw = NULL;
+    cl.mem_bw = 1.0;
+    for (int r = 0; r < n; r++) {
+        cl.dev[r].speed = ss->stream_rate[r] > 0 ? ss->stream_rate[r] : ss->stream_rate[0];
+        cl.dev[r].calibrated = 0;
+    }
+    mi_cluster_finish(&cl);
+    double *rtt = mi_calloc((size_t)n * n, sizeof(double), "RTT matrix");
+    for (int a = 0; a < n; a++)
+        for (int b = 0; b < n; b++)
+            rtt[a * n + b] = a == b ? 0.0 : a == 0 ? ss->rtt_s[b] : b == 0 ? ss->rtt_s[a]
+                                                 : 0.5 * (ss->rtt_s[a] + ss->rtt_s[b]);
+    mi_cluster_set_rtt(&cl, rtt, 0.0);
+    free(rtt);
     mi_prediction pr;
     mi_predict(&ss->plan, &ss->prog, &cl, ss->memory.pos_hi / 2, &pr);
     free(cl.rtt_s);
