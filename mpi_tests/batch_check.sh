@@ -31,6 +31,11 @@ check() { # NP PLANNER MODEL BATCH STEPS [MICRO-BATCHES EXPECTED]
 }
 
 check 1 greedy "$model" 8 64
+# the decode passes timed apart from the prompts' (decode_*): a batch of 8 decodes faster than one
+out=$("$bin" bench -m "$model" --batch 8 --repeat 1 --steps 40 --json 2> "$tmp/err")
+dr=$(grep -o '"decode_ratio": [0-9.]*' <<< "$out" | cut -d' ' -f2)
+[[ -n $dr ]] && awk "BEGIN {exit !($dr > 1)}" && ok "decode passes alone and batched timed apart: ${dr}x" ||
+    bad "decode_ratio ${dr:-missing} is not above 1: $(tail -1 "$tmp/err")"
 for pl in tp layerwise; do check 2 "$pl" "$model" 4 48; done
 for pl in greedy somegather hybrid; do check 3 "$pl" "$model" 4 48; done
 # layer-wise: decode passes pipelined as micro-batches through the chain of ranks (deferred sends on rank 0)

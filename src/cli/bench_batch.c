@@ -56,10 +56,14 @@ static mi_gen_request request(const int *story, int n_story, int i, int gen, int
 }
 
 /* Runs B sequences: alone (one after another), or batched with sequence i
- * joining at step i * stagger. Returns the wall time. */
+ * joining at step i * stagger. Returns the wall time; *decode_tps (unless
+ * NULL): the decode passes' tokens per second of wall time, prefill excluded. */
 static double run(mi_session *ss, mi_batch *b, const int *story, int n_story, int B, int gen, int alone, int stagger,
-                  seq_out *out)
+                  seq_out *out, double *decode_tps)
 {
+    double d0;
+    long n0;
+    mi_batch_decode_totals(b, &d0, &n0);
     char err[MI_ERRLEN];
     int *prompt = mi_malloc((size_t)n_story * sizeof(int), "prompt");
     mi_runtime_reset(ss->rt);
@@ -79,7 +83,11 @@ static double run(mi_session *ss, mi_batch *b, const int *story, int n_story, in
         }
         mi_batch_step(b);
     }
-    double t = mi_now() - t0;
+    double t = mi_now() - t0, d1;
+    long n1;
+    mi_batch_decode_totals(b, &d1, &n1);
+    if (decode_tps)
+        *decode_tps = d1 > d0 ? (double)(n1 - n0) / (d1 - d0) : 0;
     free(prompt);
     return t;
 }
@@ -121,8 +129,8 @@ void bench_batch(mi_session *ss, const int *story, int n_story, int B, int micro
     /* the check: alone, then joining one per step */
     if (!json)
         fprintf(stderr, "bench: %d sequences of %d tokens alone, then batched joining at different steps...\n", B, gen);
-    run(ss, b, story, n_story, B, gen, 1, 0, alone);
-    run(ss, b, story, n_story, B, gen, 0, 1, batched);
+    run(ss, b, story, n_story, B, gen, 1, 0, alone, NULL);
+    run(ss, b, story, n_story, B, gen, 0, 1, batched, NULL);
     for (int i = 0; i < B; i++) {
         if (alone[i].n != gen || batched[i].n != gen)
             mi_fatal("bench --batch: sequence %d gave %d tokens alone and %d batched, not %d", i, alone[i].n,
@@ -147,14 +155,16 @@ void bench_batch(mi_session *ss, const int *story, int n_story, int B, int micro
     }
     free(prompt);
     /* the timing: alternating rounds, all B at once when batched */
-    double *ta = mi_malloc(2 * (size_t)repeat * sizeof(double), "timings"), *tb = ta + repeat;
+    double *ta = mi_malloc(5 * (size_t)repeat * sizeof(double), "timings"), *tb = ta + repeat;
+    double *da = tb + repeat, *db = da + repeat, *rd = db + repeat; /* decode passes only */
     for (int r = 0; r < repeat; r++) {
         if (!json)
             fprintf(stderr, "bench: round %d/%d...\n", r + 1, repeat);
-        ta[r] = run(ss, b, story, n_story, B, gen, 1, 0, alone);
+        ta[r] = run(ss, b, story, n_story, B, gen, 1, 0, alone, &da[r]);
         if (r == repeat - 1)
             mi_runtime_reset_metrics(ss->rt); /* the counters report the last batched round */
-        tb[r] = run(ss, b, story, n_story, B, gen, 0, 0, batched);
+        tb[r] = run(ss, b, story, n_story, B, gen, 0, 0, batched, &db[r]);
+        rd[r] = da[r] > 0 ? db[r] / da[r] : 0;
     }
     mi_runtime_stop(ss->rt);
     mi_rank_metrics *m = mi_calloc((size_t)ss->size, sizeof *m, "metrics");
@@ -165,6 +175,9 @@ void bench_batch(mi_session *ss, const int *story, int n_story, int B, int micro
     qsort(ta, (size_t)repeat, sizeof(double), cmp_double);
     qsort(tb, (size_t)repeat, sizeof(double), cmp_double);
     qsort(ra, (size_t)repeat, sizeof(double), cmp_double);
+    qsort(da, (size_t)repeat, sizeof(double), cmp_double);
+    qsort(db, (size_t)repeat, sizeof(double), cmp_double);
+    qsort(rd, (size_t)repeat, sizeof(double), cmp_double);
     double tokens = (double)B * gen, a = tokens / ta[repeat / 2], bt = tokens / tb[repeat / 2];
     /* the cost model's view of the same (decode steps at the sequences' mean position), on measured
      * devices only: the defaults' one Gflop/s figure for every dtype says nothing of how the rows of
@@ -182,9 +195,12 @@ void bench_batch(mi_session *ss, const int *story, int n_story, int B, int micro
         printf("{\"model\": \"%s\", \"synthetic_weights\": %s, \"n_ranks\": %d, \"batch\": %d, \"tokens_per_sequence\": "
                "%d, \"rounds\": %d, \"alone_tokens_per_s\": %.2f, \"batch_tokens_per_s\": %.2f, \"ratio\": %.4f, "
                "\"ratio_min\": %.4f, \"ratio_max\": %.4f, \"micro_batches\": %d, \"predicted_alone_tokens_per_s\": %s, "
-               "\"predicted_batch_tokens_per_s\": %s, \"counters\": ",
+               "\"predicted_batch_tokens_per_s\": %s, \"decode_alone_tokens_per_s\": %.2f, "
+               "\"decode_batch_tokens_per_s\": %.2f, \"decode_ratio\": %.4f, \"decode_ratio_min\": %.4f, "
+               "\"decode_ratio_max\": %.4f, \"counters\": ",
                ss->cfg.name, ss->cfg.synthetic ? "true" : "false", ss->size, B, gen, repeat, a, bt, ra[repeat / 2],
-               ra[0], ra[repeat - 1], mi_batch_micro(b), p1, pB);
+               ra[0], ra[repeat - 1], mi_batch_micro(b), p1, pB, da[repeat / 2], db[repeat / 2], rd[repeat / 2],
+               rd[0], rd[repeat - 1]);
     else {
         printf("model            %s%s, %d rank%s, planner %s\n", ss->cfg.name,
                ss->cfg.synthetic ? " [synthetic weights]" : "", ss->size, ss->size > 1 ? "s" : "",
@@ -196,6 +212,8 @@ void bench_batch(mi_session *ss, const int *story, int n_story, int B, int micro
         printf("alone            %.1f tokens/s (one sequence at a time; median of %d rounds)\n", a, repeat);
         printf("batch of %-7d %.1f tokens/s aggregate: %.2fx (per round %.2f-%.2fx)\n", B, bt, ra[repeat / 2], ra[0],
                ra[repeat - 1]);
+        printf("decode only      %.1f tokens/s alone, %.1f batched: %.2fx (per round %.2f-%.2fx; prefill "
+               "excluded)\n", da[repeat / 2], db[repeat / 2], rd[repeat / 2], rd[0], rd[repeat - 1]);
         if (measured)
             printf("predicted        %s tokens/s alone, %s batched (cost model, decode steps as one pass)\n", p1,
                    pB);

@@ -34,6 +34,8 @@ struct mi_batch {
     seq *s;             /* [max]: sequence i in KV slot i */
     int *tok, *row_seq; /* [max] a decode pass's rows: tokens, their sequences */
     int *pos, *slot;    /* [max_T] a pass's rows: positions, KV slots */
+    double decode_s;    /* wall time of decode passes (forward and sampling) since creation */
+    long decode_tokens; /* tokens those passes chose */
 };
 
 mi_batch *mi_batch_create(mi_session *ss, int max_batch, char *err)
@@ -57,6 +59,12 @@ mi_batch *mi_batch_create(mi_session *ss, int max_batch, char *err)
     b->pos = b->row_seq + max_batch;
     b->slot = b->pos + ss->max_T;
     return b;
+}
+
+void mi_batch_decode_totals(const mi_batch *b, double *seconds, long *tokens)
+{
+    *seconds = b->decode_s;
+    *tokens = b->decode_tokens;
 }
 
 void mi_batch_pipeline(mi_batch *b, int n_micro) { b->micro = n_micro > 1 ? n_micro : 1; }
@@ -207,10 +215,13 @@ int mi_batch_step(mi_batch *b)
     }
     if (T > 0) {
         session_phase(ss, 0, positions_held(b));
+        double t0 = mi_now();
         /* every row a decode row: each running sequence's next token */
         float *logits = session_forward_at(ss, b->tok, T, b->pos, b->slot, T, T, b->micro);
         for (int t = 0; t < T; t++)
             choose(b, &b->s[b->row_seq[t]], logits + (size_t)t * ss->cfg.vocab_size);
+        b->decode_s += mi_now() - t0;
+        b->decode_tokens += T;
     }
     return mi_batch_active(b);
 }
