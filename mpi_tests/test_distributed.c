@@ -193,7 +193,7 @@ static void spec_run(const char *path, const mi_config *c, const mi_plan *plan, 
             int next = mi_argmax(lg, c->vocab_size);
             out->tokens[N_PROMPT + k] = next;
             if (k < N_DECODE)
-                lg = mi_runtime_forward(rt, &next, 1, N_PROMPT + k, 0);
+                lg = mi_runtime_forward(rt, &next, 1, N_PROMPT + k, MI_FORWARD_DECODE);
         }
         mi_runtime_stop(rt);
     } else {
@@ -263,7 +263,7 @@ static void run_plan(const mi_plan *plan, const mi_runtime_options *ro_in, const
             int next = mi_argmax(lg, c->vocab_size);
             out->tokens[N_PROMPT + k] = next;
             if (k < N_DECODE)
-                lg = mi_runtime_forward(rt, &next, 1, N_PROMPT + k, 0);
+                lg = mi_runtime_forward(rt, &next, 1, N_PROMPT + k, MI_FORWARD_DECODE);
         }
         mi_runtime_stop(rt);
     } else {
@@ -511,7 +511,7 @@ static void check_hybrid(const char *path, const mi_config *c, const int *prompt
             int next = mi_argmax(lg, c->vocab_size);
             same &= next == ref->tokens[N_PROMPT + k];
             if (k < N_DECODE)
-                lg = mi_runtime_forward(rt, &next, 1, N_PROMPT + k, 0);
+                lg = mi_runtime_forward(rt, &next, 1, N_PROMPT + k, MI_FORWARD_DECODE);
         }
         mi_runtime_stop(rt);
         free(first);
@@ -615,7 +615,7 @@ static void check_cls_move(const char *path, const mi_config *c, const int *prom
             if (k == N_DECODE / 2)
                 mi_runtime_replan(rt, &a, NULL, N_PROMPT + k - 1);
             if (k > 0)
-                lg = mi_runtime_forward(rt, &ref->tokens[N_PROMPT + k - 1], 1, N_PROMPT + k - 1, 0);
+                lg = mi_runtime_forward(rt, &ref->tokens[N_PROMPT + k - 1], 1, N_PROMPT + k - 1, MI_FORWARD_DECODE);
             for (size_t i = 0; i < V; i++)
                 worst = fmax(worst, fabs((double)lg[i] - ref->logits[(size_t)k * V + i]));
         }
@@ -688,7 +688,7 @@ static void check_lowering(const char *path, const mi_config *c, const int *prom
         mi_runtime_replan(rt, &low, NULL, N_PROMPT);
         for (int k = 0; k <= N_DECODE; k++) {
             if (k > 0)
-                lg = mi_runtime_forward(rt, &ref->tokens[N_PROMPT + k - 1], 1, N_PROMPT + k - 1, 0);
+                lg = mi_runtime_forward(rt, &ref->tokens[N_PROMPT + k - 1], 1, N_PROMPT + k - 1, MI_FORWARD_DECODE);
             for (size_t i = 0; i < V; i++)
                 worst_low = fmax(worst_low, fabs((double)lg[i] - want[(size_t)k * V + i]));
         }
@@ -698,7 +698,7 @@ static void check_lowering(const char *path, const mi_config *c, const int *prom
         lg = mi_runtime_prefill(rt, prompt, N_PROMPT, 0);
         for (int k = 0; k <= N_DECODE; k++) {
             if (k > 0)
-                lg = mi_runtime_forward(rt, &ref->tokens[N_PROMPT + k - 1], 1, N_PROMPT + k - 1, 0);
+                lg = mi_runtime_forward(rt, &ref->tokens[N_PROMPT + k - 1], 1, N_PROMPT + k - 1, MI_FORWARD_DECODE);
             for (size_t i = 0; i < V; i++)
                 worst_back = fmax(worst_back, fabs((double)lg[i] - ref->logits[(size_t)k * V + i]));
         }
@@ -835,7 +835,7 @@ static void check_model(const char *path, const mi_config *c, int real, int wire
                 got.tokens[N_PROMPT + k] = mi_argmax(lg, c->vocab_size);
                 int next = ref.tokens[N_PROMPT + k];
                 if (k < N_DECODE)
-                    lg = mi_runtime_forward(rt, &next, 1, N_PROMPT + k, 0);
+                    lg = mi_runtime_forward(rt, &next, 1, N_PROMPT + k, MI_FORWARD_DECODE);
             }
             mi_runtime_stop(rt);
             double worst = 0, worst_decode = 0;
@@ -1011,7 +1011,7 @@ static void check_moe(const char *path, const mi_config *c)
                     worst = fmax(worst, fabs((double)lg[v] - ref.logits[(size_t)k * V + v]));
                 int next = ref.tokens[N_PROMPT + k];
                 if (k < N_DECODE)
-                    lg = mi_runtime_forward(rt, &next, 1, N_PROMPT + k, 0);
+                    lg = mi_runtime_forward(rt, &next, 1, N_PROMPT + k, MI_FORWARD_DECODE);
             }
             mi_runtime_stop(rt);
         } else {

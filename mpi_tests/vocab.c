@@ -86,7 +86,7 @@ static void run_sampled(const char *path, const mi_plan *plan, const mi_programs
             int next = mi_sample(&smp, lg);
             tokens[N_PROMPT + k] = next;
             if (k < N_DECODE)
-                lg = mi_runtime_forward(rt, &next, 1, N_PROMPT + k, 0);
+                lg = mi_runtime_forward(rt, &next, 1, N_PROMPT + k, MI_FORWARD_DECODE);
         }
         mi_sampler_free(&smp);
         mi_runtime_stop(rt);

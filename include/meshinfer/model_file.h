@@ -110,9 +110,9 @@ int mi_foreign_format(const char *path, char *err);
  * weight matrix's dtype in cfg (norms must be float32).
  * Returns NULL with one line in err for a missing, truncated or corrupt file,
  * a wrong format version, an invalid config, a tensor of the wrong shape or
- * type, or a block format whose parts do not match. Until mi_model_close, a
- * fault inside libhdf5 on a damaged file ends the process with one line
- * naming it (mi_fault_file_enter). */
+ * type, or a block format whose parts do not match. In this and every read
+ * below, a fault inside libhdf5 on a damaged file ends the process with one
+ * line naming it (common.h mi_fault_file_enter). */
 mi_model_file *mi_model_open(const char *path, mi_config *cfg, char *err);
 void mi_model_close(mi_model_file *mf);
 

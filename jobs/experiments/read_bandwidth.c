@@ -6,6 +6,8 @@
  *   cc -O3 -march=native -o /tmp/read_bandwidth jobs/experiments/read_bandwidth.c
  *   taskset -c 1 /tmp/read_bandwidth [MB]      (default 704: a 1B-parameter Q4_0 model's weights)
  * Needs AVX-512F. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, CLOCK_MONOTONIC under -std=c11 */
+#define _DEFAULT_SOURCE           /* madvise */
 #include <immintrin.h>
 #include <stdio.h>
 #include <stdlib.h>

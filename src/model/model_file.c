@@ -192,15 +192,16 @@ fail:
     return NULL;
 }
 
-/* The fault guard spans the file's whole open life: libhdf5 reads lazily
- * (headers at open, chunks and attributes at each read), and any of them can
- * be where a damaged file makes it fault. */
+/* Each public function that has libhdf5 read the file runs inside the fault
+ * guard (mi_fault_file_enter): libhdf5 reads lazily (headers at open, chunks
+ * and attributes at each read), and any of them can be where a damaged file
+ * makes it fault. Only those calls: a fault in the callers' own work between
+ * reads (quantizing, converting, sending) is not the file's. */
 mi_model_file *mi_model_open(const char *path, mi_config *cfg, char *err)
 {
     mi_fault_file_enter(path);
     mi_model_file *mf = model_open(path, cfg, err);
-    if (!mf)
-        mi_fault_file_leave();
+    mi_fault_file_leave();
     return mf;
 }
 
@@ -208,9 +209,10 @@ void mi_model_close(mi_model_file *mf)
 {
     if (!mf)
         return;
+    mi_fault_file_enter(mf->path);
     H5Fclose(mf->file);
-    free(mf);
     mi_fault_file_leave();
+    free(mf);
 }
 
 /* ---------------------------------------------------------------- reading */
@@ -218,8 +220,8 @@ void mi_model_close(mi_model_file *mf)
 /* Stored rows [row0, row0+nrows) of dataset `name` into out, as floats
  * (as_float: HDF5 converts any float type) or as the file's own bytes, whose
  * row size must then be row_bytes. */
-static int read_rows(mi_model_file *mf, const char *name, size_t row0, size_t nrows, int as_float, size_t row_bytes,
-                     size_t byte0, size_t nbytes, void *out, size_t out_bytes, char *err)
+static int read_rows_in(mi_model_file *mf, const char *name, size_t row0, size_t nrows, int as_float, size_t row_bytes,
+                        size_t byte0, size_t nbytes, void *out, size_t out_bytes, char *err)
 {
     hid_t d = H5Lexists(mf->file, name, H5P_DEFAULT) > 0 ? H5Dopen2(mf->file, name, H5P_DEFAULT) : -1;
     if (d < 0)
@@ -260,6 +262,15 @@ static int read_rows(mi_model_file *mf, const char *name, size_t row0, size_t nr
     return rc;
 }
 
+static int read_rows(mi_model_file *mf, const char *name, size_t row0, size_t nrows, int as_float, size_t row_bytes,
+                     size_t byte0, size_t nbytes, void *out, size_t out_bytes, char *err)
+{
+    mi_fault_file_enter(mf->path);
+    int rc = read_rows_in(mf, name, row0, nrows, as_float, row_bytes, byte0, nbytes, out, out_bytes, err);
+    mi_fault_file_leave();
+    return rc;
+}
+
 int mi_model_read_rows(mi_model_file *mf, const char *name, size_t row0, size_t nrows, float *out, size_t out_cap,
                        char *err)
 {
@@ -278,8 +289,8 @@ int mi_model_read_raw_cols(mi_model_file *mf, const char *name, size_t row0, siz
     return read_rows(mf, name, row0, nrows, 0, row_bytes, byte0, nbytes, out, (size_t)-1, err);
 }
 
-int mi_model_read_masks(mi_model_file *mf, unsigned char *mask[4], double *ratio, int *magnitude, int *ranks,
-                        char *err)
+static int read_masks(mi_model_file *mf, unsigned char *mask[4], double *ratio, int *magnitude, int *ranks,
+                      char *err)
 {
     const mi_config *c = &mf->cfg;
     if (H5Lexists(mf->file, "somegather", H5P_DEFAULT) <= 0)
@@ -325,7 +336,16 @@ int mi_model_read_masks(mi_model_file *mf, unsigned char *mask[4], double *ratio
     return 1;
 }
 
-int mi_model_read_t(mi_model_file *mf, const char *name, size_t row0, size_t nrows, float *out, char *err)
+int mi_model_read_masks(mi_model_file *mf, unsigned char *mask[4], double *ratio, int *magnitude, int *ranks,
+                        char *err)
+{
+    mi_fault_file_enter(mf->path);
+    int rc = read_masks(mf, mask, ratio, magnitude, ranks, err);
+    mi_fault_file_leave();
+    return rc;
+}
+
+static int read_t(mi_model_file *mf, const char *name, size_t row0, size_t nrows, float *out, char *err)
 {
     hid_t d = H5Dopen2(mf->file, name, H5P_DEFAULT);
     if (d < 0)
@@ -343,6 +363,14 @@ int mi_model_read_t(mi_model_file *mf, const char *name, size_t row0, size_t nro
             for (size_t j = 0; j < n; j++)
                 out[j * nrows + i] = tmp[i * n + j];
     free(tmp);
+    return rc;
+}
+
+int mi_model_read_t(mi_model_file *mf, const char *name, size_t row0, size_t nrows, float *out, char *err)
+{
+    mi_fault_file_enter(mf->path);
+    int rc = read_t(mf, name, row0, nrows, out, err);
+    mi_fault_file_leave();
     return rc;
 }
 
@@ -415,11 +443,13 @@ static int check_tokenizer_ids(mi_model_file *mf, const mi_tokenizer *tok, char 
 
 int mi_model_read_tokenizer(mi_model_file *mf, mi_tokenizer *tok, char *err)
 {
+    mi_fault_file_enter(mf->path);
     int rc = model_read_tokenizer(mf, tok, err);
     if (!rc && check_tokenizer_ids(mf, tok, err)) {
         mi_tokenizer_free(tok);
         rc = -1;
     }
+    mi_fault_file_leave();
     return rc;
 }
 
@@ -489,7 +519,7 @@ out:
     return rc;
 }
 
-int mi_model_read_text(mi_model_file *mf, const char *name, char **out, char *err)
+static int read_text(mi_model_file *mf, const char *name, char **out, char *err)
 {
     *out = NULL;
     if (H5Lexists(mf->file, name, H5P_DEFAULT) <= 0)
@@ -519,4 +549,12 @@ int mi_model_read_text(mi_model_file *mf, const char *name, char **out, char *er
     }
     *out = buf;
     return 0;
+}
+
+int mi_model_read_text(mi_model_file *mf, const char *name, char **out, char *err)
+{
+    mi_fault_file_enter(mf->path);
+    int rc = read_text(mf, name, out, err);
+    mi_fault_file_leave();
+    return rc;
 }

@@ -505,6 +505,7 @@ static void fault_on_signal(int sig)
     }
     if (g_temp_set)
         unlink(g_temp_path); /* nothing partial left */
+    d = d > MI_FAULT_DEPTH ? MI_FAULT_DEPTH : d; /* deeper files kept the outer message */
     ssize_t w = write(2, g_fault_msg[d - 1], g_fault_len[d - 1]);
     (void)w;
     _exit(1);

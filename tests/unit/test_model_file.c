@@ -608,11 +608,13 @@ static void test_bad_spec(void)
     mi_model_close(mf);
 }
 
-/* A fault while a model file is open (libhdf5 on a damaged file) ends the
- * process with one line naming the file, status 1, the temporary output
- * removed; once the file is closed a fault is a crash again. Run in a child
- * per case. Off under AddressSanitizer, which reports such faults itself. */
-static int fault_child(int close_first, const char *temp, char *out, size_t n)
+/* A fault while libhdf5 reads a model file (a damaged file) ends the process
+ * with one line naming the file, status 1, the temporary output removed;
+ * between reads, with the file open, a fault is a crash as before. Run in a
+ * child per case: mode 0 faults inside the guard, 1 with the model open
+ * between reads, 2 inside ten nested guards (past the eight kept lines). Off
+ * under AddressSanitizer, which reports such faults itself. */
+static int fault_child(int mode, const char *temp, char *out, size_t n)
 {
     int fd[2];
     if (pipe(fd))
@@ -621,19 +623,18 @@ static int fault_child(int close_first, const char *temp, char *out, size_t n)
     if (pid == 0) {
         dup2(fd[1], 2);
         close(fd[0]);
-        char err[MI_ERRLEN];
-        mi_config c;
-        mi_model_file *mf = mi_model_open(g_model, &c, err);
-        if (!mf)
-            _exit(3);
         if (temp)
             mi_temp_file_set(temp);
-        if (close_first)
-            mi_model_close(mf);
-        if (close_first)
+        if (mode == 1) {
+            char err[MI_ERRLEN];
+            mi_config c;
+            if (!mi_model_open(g_model, &c, err))
+                _exit(3);
             raise(SIGSEGV);
-        else
-            raise(SIGBUS);
+        }
+        for (int i = 0; i < (mode == 2 ? 10 : 1); i++)
+            mi_fault_file_enter(g_model);
+        raise(SIGBUS);
         _exit(5);
     }
     close(fd[1]);
@@ -658,16 +659,18 @@ static void test_fault_named(void)
 #endif
     char out[8192], temp[4300];
     tu_path(temp, sizeof temp, g_dir, "partial.h5.tmp");
-    CU_ASSERT_EQUAL_FATAL(tu_write_text(temp, "half written"), 0);
-    int st = fault_child(0, temp, out, sizeof out);
-    CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 1);
-    CU_ASSERT_PTR_NOT_NULL(strstr(out, "meshinfer: error: "));
-    CU_ASSERT_PTR_NOT_NULL(strstr(out, g_model));
-    CU_ASSERT_PTR_NOT_NULL(strstr(out, "HDF5 library crashed"));
-    CU_ASSERT_PTR_NOT_NULL(strchr(out, '\n'));
-    CU_ASSERT_PTR_NULL(strchr(out, '\n') ? strchr(strchr(out, '\n') + 1, '\n') : NULL); /* one line */
-    CU_ASSERT_FALSE(tu_file_exists(temp));
-    st = fault_child(1, NULL, out, sizeof out);
+    for (int mode = 0; mode <= 2; mode += 2) {
+        CU_ASSERT_EQUAL_FATAL(tu_write_text(temp, "half written"), 0);
+        int st = fault_child(mode, temp, out, sizeof out);
+        CU_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 1);
+        CU_ASSERT_PTR_NOT_NULL(strstr(out, "meshinfer: error: "));
+        CU_ASSERT_PTR_NOT_NULL(strstr(out, g_model));
+        CU_ASSERT_PTR_NOT_NULL(strstr(out, "HDF5 library crashed"));
+        CU_ASSERT_PTR_NOT_NULL(strchr(out, '\n'));
+        CU_ASSERT_PTR_NULL(strchr(out, '\n') ? strchr(strchr(out, '\n') + 1, '\n') : NULL); /* one line */
+        CU_ASSERT_FALSE(tu_file_exists(temp));
+    }
+    int st = fault_child(1, NULL, out, sizeof out);
     CU_ASSERT(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
     CU_ASSERT_PTR_NULL(strstr(out, "HDF5 library crashed"));
 }
@@ -1536,7 +1539,7 @@ int main(void)
         {"pruning FFN shards: kept rows and columns exact, same logits as zeroed channels", test_prune_ffn},
         {"quantize refuses NaN weights, quantized input, output over input, bad specs", test_quantize_refusals},
         {"bad file: damaged block-format parts named at open", test_damaged_blocks},
-        {"a fault inside libhdf5 while a file is open: one line naming it, status 1, temp removed",
+        {"a fault inside libhdf5's reads: one line naming the file, status 1, temp removed; between reads a crash",
          test_fault_named},
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
