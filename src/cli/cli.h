@@ -80,4 +80,10 @@ const char *cli_first_line(char *s);
 #include <stdio.h>
 void cli_json_string(FILE *f, const char *s, size_t n);
 
+/* The exact planner's search on stderr in one line: a note when it proved
+ * its placement optimal, a warning when the time limit stopped it (the best
+ * found, the bound, whose placement was kept); extra (may be "") ends it. */
+#include "meshinfer/planner.h"
+void cli_exact_report(const mi_exact_info *e, const mi_plan *plan, const char *extra);
+
 #endif

@@ -193,3 +193,16 @@ const char *cli_shell_word(const char *s, char *buf, size_t n)
     buf[o < n ? o : n - 1] = 0;
     return buf;
 }
+
+void cli_exact_report(const mi_exact_info *e, const mi_plan *plan, const char *extra)
+{
+    char bound[48] = "no bound: the limit came first"; /* NAN (planner.h) */
+    if (!isnan(e->bound_s))
+        snprintf(bound, sizeof bound, "bound %.3f ms", e->bound_s * 1e3);
+    int kept = e->source != MI_PLANNER_EXACT;
+    fprintf(stderr, "meshinfer: %sexact planner: %s in %.2f s (%d rows, %d columns), predicted step %.3f ms (%s) at "
+                    "context %d%s%s%s%s\n",
+            e->optimal ? "" : "warning: ", e->optimal ? "proven optimal" : "its best when the time limit stopped the search",
+            e->seconds, e->rows, e->cols, e->objective_s * 1e3, bound, plan->kv_positions / 2, kept ? "; kept " : "",
+            kept ? mi_planner_name(e->source) : "", kept ? "'s placement, which the search had not beaten" : "", extra);
+}

@@ -39,6 +39,8 @@ static void help(void)
            "                        program (GLPK) minimising the predicted decode step at half the KV\n"
            "                        positions budgeted;\n"
            "                        at most 8 devices, dense language models, 20 s (then the best found).\n"
+           "  --exact-seconds S     the exact planner's time limit (default 20); a search it stops warns\n"
+           "                        with the best placement found and the bound\n"
            "                        hybrid (Voltron) chooses model or\n"
            "                        tensor parallelism per layer and sublayer, for prefill and decode\n"
            "                        apart; all prints every plan (but exact), then a table of every scheme's\n"
@@ -343,6 +345,7 @@ typedef struct {
     double temperature;
     long max_tokens;
     double ppl_budget, ttft_ms, tpot_ms, mem_mb;
+    double exact_s;                    /* --exact-seconds (0: MI_EXACT_TIME_S) */
     mi_dtype wire;
     uint64_t seed;
     mem_opts mo;
@@ -367,7 +370,7 @@ static int parse_opts(int argc, char **argv, plan_opts *o)
         {"planner", required_argument, 0, 'p'},   {"mem-mb", required_argument, 0, 'M'},
         {"plan-seed", required_argument, 0, 'S'}, {"controller-works", required_argument, 0, 'w'},
         {"ctx", required_argument, 0, 'x'},       {"out", required_argument, 0, 'o'},
-        {"kv-positions", required_argument, 0, 'K'},
+        {"kv-positions", required_argument, 0, 'K'}, {"exact-seconds", required_argument, 0, 3040},
         {"json", no_argument, 0, 'j'},            {"help", no_argument, 0, 'h'},
         {"wire-dtype", required_argument, 0, 'W'}, CLI_DTYPE_LONG_OPTS,
         {"memory-model", no_argument, 0, 3000},   {"max-devices", required_argument, 0, 3001},
@@ -446,6 +449,7 @@ static int parse_opts(int argc, char **argv, plan_opts *o)
         case 'x': o->ctx = (int)mi_parse_long("--ctx", optarg, 0, 1 << 24); break;
         case 'o': o->out = optarg; break;
         case 'K': o->kvpos = (int)mi_parse_long("--kv-positions", optarg, 1, 1 << 24); break;
+        case 3040: o->exact_s = mi_parse_double("--exact-seconds", optarg, 0.01, 1e6); break;
         case 'j': o->json = 1; break;
         case 'W': o->wire = cli_wire_dtype(optarg); break;
         case 'h': help(); return 1;
@@ -479,6 +483,8 @@ static void plan_setup(plan_opts *o, plan_ctx *x)
     if (o->seed_set && strcmp(o->planner, "random") && strcmp(o->planner, "all"))
         mi_fatal("plan: --plan-seed seeds --planner random (or all, which includes it); --planner %s draws nothing",
                  o->planner);
+    if (o->exact_s > 0 && strcmp(o->planner, "exact"))
+        mi_fatal("plan: --exact-seconds limits --planner exact's search; --planner %s has none", o->planner);
     if (o->top_k_set && o->temperature <= 0)
         mi_fatal("plan: --top-k shapes sampling: greedy decoding (--temperature 0, the default) sends rank 0 one "
                  "candidate per slice whatever N is (give --temperature T > 0)");
@@ -694,7 +700,12 @@ static int one_plan_make(const plan_opts *o, const plan_ctx *x, mi_planner pl, o
     memset(op, 0, sizeof *op);
     mi_plan_options po = {pl, o->seed, o->cw, o->speculate, NULL, 0.7, o->kvpos, o->wire, 0, 0, x->sg_r, o->model,
                           o->split_vocab, mi_logit_candidates((float)o->temperature, o->top_k)};
-    if (mi_plan_make(&x->c, &x->cl, &po, &op->p, err)) {
+    mi_exact_info exact = {0};
+    int failed = pl == MI_PLANNER_EXACT ? mi_plan_exact(&x->c, &x->cl, &po, o->exact_s, &op->p, &exact, err)
+                                        : mi_plan_make(&x->c, &x->cl, &po, &op->p, err);
+    if (!failed && pl == MI_PLANNER_EXACT)
+        cli_exact_report(&exact, &op->p, "");
+    if (failed) {
         if (x->all) {
             fprintf(stderr, "plan: %s skipped: %s\n", mi_planner_name(pl), err);
             return -1;

@@ -270,19 +270,8 @@ int cmd_simulate(int argc, char **argv)
                                          : mi_plan_make(&c, &cl, &rx.po, &plan, err)) {
         mi_fatal("simulate: %s", err);
     }
-    if (which == MI_PLANNER_EXACT && !o.plan_file) {
-        char bound[48] = "no bound: the limit came first"; /* NAN (planner.h) */
-        if (!isnan(exact.bound_s))
-            snprintf(bound, sizeof bound, "bound %.3f ms", exact.bound_s * 1e3);
-        fprintf(stderr, "meshinfer: exact planner: %s in %.2f s (%d rows, %d columns), predicted step %.3f ms "
-                        "(%s) at context %d%s%s%s%s\n",
-                exact.optimal ? "proven optimal" : "its best when the time limit stopped the search", exact.seconds,
-                exact.rows, exact.cols, exact.objective_s * 1e3, bound, plan.kv_positions / 2,
-                exact.source != MI_PLANNER_EXACT ? "; kept " : "",
-                exact.source != MI_PLANNER_EXACT ? mi_planner_name(exact.source) : "",
-                exact.source != MI_PLANNER_EXACT ? "'s placement, which the search had not beaten" : "",
-                o.replan ? "; re-placements use the default limit" : "");
-    }
+    if (which == MI_PLANNER_EXACT && !o.plan_file)
+        cli_exact_report(&exact, &plan, o.replan ? "; re-placements use the default limit" : "");
     if (o.micro > 0 && o.batch == 1)
         mi_fatal("simulate: --micro-batches goes with --batch (a pass of one row is not split)");
     mi_sim_request rq = {.n_prompt = o.n_prompt, .n_tokens = o.n_tokens, .batch = o.batch, .chunk = 64,

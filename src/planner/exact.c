@@ -407,8 +407,11 @@ int mi_plan_exact_fill(mi_plan *plan, const mi_cluster *cl, double time_limit_s,
             info->cols = ncol;
         }
         if (ms != GLP_OPT && ms != GLP_FEAS)
-            rc = mi_set_error(err, "plan does not fit: the exact planner found no placement within the budgets%s",
-                              st == GLP_ETMLIM ? " before its time limit" : "");
+            rc = st == GLP_ETMLIM
+                     ? mi_set_error(err, "the exact planner's time limit (%.2f s) ran out before it found any "
+                                         "placement within the budgets: give it more time (--exact-seconds)",
+                                    time_limit_s > 0 ? time_limit_s : MI_EXACT_TIME_S)
+                     : mi_set_error(err, "plan does not fit: the exact planner found no placement within the budgets");
     }
     for (int l = 0; l < L && !rc; l++) {
         mi_layer_plan *lp = &plan->layers[l];

@@ -113,6 +113,13 @@ done
     $py -c 'import json,sys; e=json.load(open(sys.argv[1]))["exact"]; assert e["optimal"] and e["bound_ms"] == e["objective_ms"] > 0 and e["source"] == "exact", e' "$tmp/ex.json" &&
     grep -q "proven optimal.*(bound [0-9.]* ms)" "$tmp/err" &&
     ok "exact: optimal, bound and source in the JSON and on stderr" || bad "exact's JSON: $(cat "$tmp/err" | head -2; grep -o '"exact": {[^}]*}' "$tmp/ex.json")"
+# plan's exact search stopped by its limit: one warning line with the best found and the bound, exit 0
+# (8 devices of 10-60 MB: the program has 1418 rows, far from proven in a second)
+"$bin" cluster-gen --devices 8 --seed 3 --mem-mb 10:60 --controller-mem-mb 100 --out "$tmp/c8.json" > /dev/null 2>&1
+"$bin" plan --shape stories15M --cluster "$tmp/c8.json" --planner exact --exact-seconds 1 > /dev/null 2> "$tmp/err" &&
+    [[ $(wc -l < "$tmp/err") == 1 ]] &&
+    grep -q "^meshinfer: warning: exact planner: its best when the time limit stopped the search in 1\.[0-9]* s .*(bound [0-9.]* ms)" "$tmp/err" &&
+    ok "plan --exact-seconds: the stopped search warns once, best and bound" || bad "plan --exact-seconds: $(head -2 "$tmp/err")"
 refusals=(
   "--ranks 2 -n 8 --controller-works maybe"
   "--ranks 2 -n 8 --shared-medium maybe"
