@@ -24,8 +24,22 @@ void sim_check_dir(const char *dir, const char *opt, const char *const *inputs, 
     if (stat(dir, &st) == 0) {
         if (!S_ISDIR(st.st_mode))
             mi_fatal("simulate: %s %s is not a directory", opt, dir);
-    } else if (errno != ENOENT || mkdir(dir, 0777)) {
-        mi_fatal("simulate: %s %s: cannot make the directory (%s)", opt, dir, strerror(errno));
+    } else if (errno == ENOENT) {
+        /* made when the results are written (sim_write_csv): a run that fails leaves nothing */
+        char parent[PATH_MAX];
+        snprintf(parent, sizeof parent, "%s", dir);
+        for (size_t n = strlen(parent); n > 1 && parent[n - 1] == '/'; n--)
+            parent[n - 1] = 0;
+        char *slash = strrchr(parent, '/');
+        if (slash)
+            slash == parent ? (void)(parent[1] = 0) : (void)(*slash = 0);
+        else
+            snprintf(parent, sizeof parent, ".");
+        if (stat(parent, &st) || !S_ISDIR(st.st_mode))
+            mi_fatal("simulate: %s %s: cannot make the directory (%s is not a directory)", opt, dir, parent);
+        return;
+    } else {
+        mi_fatal("simulate: %s %s: %s", opt, dir, strerror(errno));
     }
     char path[PATH_MAX], err[MI_ERRLEN];
     for (int i = 0; i < 4 + 3 * !strcmp(opt, "--plot"); i++) {
@@ -285,6 +299,8 @@ void sim_write_csv(const sim_report *s, const char *dir)
     const mi_cluster *cl = s->cl;
     int n = r->n_ranks, N = r->n_tokens;
     mi_output o;
+    if (mkdir(dir, 0777) && errno != EEXIST)
+        mi_fatal("simulate: %s: cannot make the directory (%s)", dir, strerror(errno));
     FILE *f = open_in(&o, dir, "tokens.csv");
     fprintf(f, "token,time_s,latency_ms,ctx,replaced,move_ms\n");
     for (int k = 0; k < N; k++) {

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -135,7 +136,8 @@ static enum MHD_Result start_stream(srv_req *r)
 /* The key compared in time independent of where it differs. */
 static int key_ok(const char *want, const char *auth)
 {
-    if (!auth || strncmp(auth, "Bearer ", 7))
+    /* the scheme's name is case-insensitive (RFC 9110 11.1) */
+    if (!auth || strncasecmp(auth, "Bearer ", 7))
         return 0;
     const char *got = auth + 7;
     size_t n = strlen(want), m = strlen(got);
@@ -143,6 +145,15 @@ static int key_ok(const char *want, const char *auth)
     for (size_t i = 0; i < n; i++)
         d |= (unsigned char)(want[i] ^ (i < m ? got[i] : 0));
     return d == 0;
+}
+
+/* MHD_get_connection_values' walk: counts the Content-Length headers. */
+static enum MHD_Result count_length(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind, (void)value;
+    if (!strcasecmp(key, "Content-Length"))
+        ++*(int *)cls;
+    return MHD_YES;
 }
 
 static srv_req *new_req(srv *s, struct MHD_Connection *c, const char *url, const char *method)
@@ -225,6 +236,13 @@ static enum MHD_Result first_call(srv *s, srv_req *r, const char *url, const cha
                     "the header 'Authorization: Bearer KEY' with the server's --api-key");
     if (r->route < 0)
         return get_route(s, r, url);
+    /* two lengths make the body's end ambiguous: a request smuggled behind a proxy that takes the
+     * other one (RFC 9112 6.3) */
+    int n_length = 0;
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_length, &n_length);
+    if (n_length > 1)
+        return fail(r, 400, "invalid_request_error", "invalid_content_length", "%s", "The request has "
+                    "more than one Content-Length header");
     const char *cl = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Content-Length");
     if (cl && strtoull(cl, NULL, 10) > s->o.max_body) {
         char n[64];

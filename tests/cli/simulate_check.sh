@@ -113,6 +113,11 @@ done
     $py -c 'import json,sys; e=json.load(open(sys.argv[1]))["exact"]; assert e["optimal"] and e["bound_ms"] == e["objective_ms"] > 0 and e["source"] == "exact", e' "$tmp/ex.json" &&
     grep -q "proven optimal.*(bound [0-9.]* ms)" "$tmp/err" &&
     ok "exact: optimal, bound and source in the JSON and on stderr" || bad "exact's JSON: $(cat "$tmp/err" | head -2; grep -o '"exact": {[^}]*}' "$tmp/ex.json")"
+# a run that fails writes nothing: not even the --csv directory it would have made
+echo '{"devices": [{"name": "a", "mem_mb": 1}, {"name": "b", "mem_mb": 1}]}' > "$tmp/tiny.json"
+"${S[@]}" --cluster "$tmp/tiny.json" -n 4 --csv "$tmp/csv-failed" > /dev/null 2> "$tmp/err"
+[[ $? == 1 && ! -e $tmp/csv-failed && $(grep -c . "$tmp/err") == 1 ]] &&
+    ok "a run that does not fit: one line, no --csv directory made" || bad "failed run with --csv: $(head -2 "$tmp/err"); $(ls -d "$tmp/csv-failed" 2>&1)"
 # plan's exact search stopped by its limit: one warning line with the best found and the bound, exit 0
 # (8 devices of 10-60 MB: the program has 1418 rows, far from proven in a second)
 "$bin" cluster-gen --devices 8 --seed 3 --mem-mb 10:60 --controller-mem-mb 100 --out "$tmp/c8.json" > /dev/null 2>&1

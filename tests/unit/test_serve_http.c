@@ -309,6 +309,7 @@ static void test_routes(void)
     CU_ASSERT_EQUAL(http("GET", "/v1/models", NULL, "", &b), 401);
     CU_ASSERT_PTR_NOT_NULL(strstr(b.p, "invalid_api_key"));
     CU_ASSERT_EQUAL(http("GET", "/v1/models", NULL, "Authorization: Bearer sesam\r\n", &b), 401);
+    CU_ASSERT_EQUAL(http("GET", "/v1/models", NULL, "Authorization: bearer sesame\r\n", &b), 200); /* scheme: any case */
     CU_ASSERT_EQUAL(http("GET", "/v1/nothing", NULL, NULL, &b), 404);
     CU_ASSERT_PTR_NOT_NULL(strstr(b.p, "Invalid URL (GET /v1/nothing)"));
     CU_ASSERT_EQUAL(http("GET", "/v1/completions", NULL, NULL, &b), 405);
@@ -369,6 +370,13 @@ static void test_limits(void)
     send(fd, big, strlen(big), MSG_NOSIGNAL);
     CU_ASSERT_EQUAL(read_resp(fd, &b), 413);
     CU_ASSERT_PTR_NOT_NULL(strstr(b.p, "--max-body"));
+    /* two Content-Lengths: where the body ends is ambiguous (request smuggling), 400 */
+    fd = dial();
+    const char *two = "POST /v1/completions HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer sesame\r\n"
+                      "Content-Length: 16\r\nContent-Length: 5\r\n\r\n{\"prompt\": \"a\"}";
+    send(fd, two, strlen(two), MSG_NOSIGNAL);
+    CU_ASSERT_EQUAL(read_resp(fd, &b), 400);
+    CU_ASSERT_PTR_NOT_NULL(strstr(b.p, "more than one Content-Length"));
     /* 408: a body a byte at a time, past the 1 s timeout */
     fd = dial();
     const char *slow = "POST /v1/completions HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer sesame\r\n"
