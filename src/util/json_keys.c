@@ -52,7 +52,21 @@ cJSON *mi_json_parse(const char *json, size_t len, const char *prefix, char *err
         size_t pos = end && end >= json ? (size_t)(end - json) : 0;
         int line, col;
         line_col(json, pos, &line, &col);
-        mi_set_error(err, "%s: JSON syntax error at byte %zu (line %d, column %d)", prefix, pos, line, col);
+        /* cJSON stops at CJSON_NESTING_LIMIT open arrays and objects: say so, not "syntax" */
+        long depth = 0;
+        for (size_t i = 0, in_str = 0; i < pos && i < len; i++) {
+            if (in_str)
+                json[i] == '\\' ? (void)i++ : (void)(in_str = json[i] != '"');
+            else if (json[i] == '"')
+                in_str = 1;
+            else
+                depth += json[i] == '[' || json[i] == '{' ? 1 : json[i] == ']' || json[i] == '}' ? -1 : 0;
+        }
+        if (depth >= CJSON_NESTING_LIMIT)
+            mi_set_error(err, "%s: JSON nested deeper than %d arrays and objects at byte %zu (line %d, column %d)",
+                         prefix, CJSON_NESTING_LIMIT, pos, line, col);
+        else
+            mi_set_error(err, "%s: JSON syntax error at byte %zu (line %d, column %d)", prefix, pos, line, col);
     }
     return root;
 }

@@ -186,6 +186,13 @@ static void test_parse(void)
     srv_params_free(&p);
 
     refused("{\"prompt\": \"x\",", SRV_COMPLETIONS, 400, "", "JSON syntax error at byte");
+    { /* past cJSON's nesting limit: said so; the same brackets inside a string are text */
+        char deep[3100], text[3100];
+        memset(deep, '[', 3000), deep[3000] = 0;
+        CU_ASSERT_FATAL(snprintf(text, sizeof text, "{\"prompt\": \"%s\",", deep) > 0);
+        refused(deep, SRV_COMPLETIONS, 400, "", "JSON nested deeper than 1000 arrays and objects at byte 1000");
+        refused(text, SRV_COMPLETIONS, 400, "", "JSON syntax error at byte 3014");
+    }
     refused("", SRV_COMPLETIONS, 400, "", "no body");
     refused("[1]", SRV_COMPLETIONS, 400, "", "must be a JSON object");
     refused("{\"prompt\": 5}", SRV_COMPLETIONS, 400, "prompt", "must be a string");
