@@ -60,7 +60,8 @@ static int get_int(const cJSON *v, const char *name, double lo, double hi, doubl
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
         return BAD(e, name, "'%s' must be an integer, not %s", name, cJSON_IsNumber(v) ? "a fraction" : type_name(v));
     if (v->valuedouble < lo || v->valuedouble > hi)
-        return BAD(e, name, "'%s' is %.17g; it must be within [%.17g, %.17g]", name, v->valuedouble, lo, hi);
+        /* whole numbers as integers: a seed's bounds are 2^64 - 1 and -2^63, not 1.8446744073709552e+19 */
+        return BAD(e, name, "'%s' is %.17g; it must be within [%.0f, %.0f]", name, v->valuedouble, lo, hi);
     *out = v->valuedouble;
     return 0;
 }
@@ -282,7 +283,8 @@ static int parse_field(const char *k, const cJSON *v, int route, const srv_limit
     if (!strcmp(k, "seed")) {
         if (cJSON_IsNull(v))
             return 0;
-        if (get_int(v, k, -9223372036854775808.0, 18446744073709551615.0, &d, e))
+        /* the largest double below 2^64 (2^64 - 1 rounds up to 2^64, past a uint64_t) */
+        if (get_int(v, k, -9223372036854775808.0, 18446744073709549568.0, &d, e))
             return -1;
         p->seed = d < 0 ? (uint64_t)(int64_t)d : (uint64_t)d;
         p->seed_set = 1;

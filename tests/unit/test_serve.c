@@ -186,6 +186,8 @@ static void test_parse(void)
     srv_params_free(&p);
 
     refused("{\"prompt\": \"x\",", SRV_COMPLETIONS, 400, "", "JSON syntax error at byte");
+    refused("{\"prompt\": \"x\", \"seed\": 18446744073709551616}", SRV_COMPLETIONS, 400, "seed",
+            "within [-9223372036854775808, 18446744073709549568]"); /* 2^64: past a uint64_t */
     { /* past cJSON's nesting limit: said so; the same brackets inside a string are text */
         char deep[3100], text[3100];
         memset(deep, '[', 3000), deep[3000] = 0;
