@@ -1,5 +1,6 @@
 /* Error handling, strict option parsing and small utilities (see common.h). */
 #define _POSIX_C_SOURCE 200809L
+#define _XOPEN_SOURCE 700 /* sigaltstack, SA_ONSTACK */
 #include "meshinfer/common.h"
 
 #include <errno.h>
@@ -494,6 +495,10 @@ static char g_fault_msg[MI_FAULT_DEPTH][4400];
 static size_t g_fault_len[MI_FAULT_DEPTH];
 static struct sigaction g_fault_old[2];
 static const int g_fault_sigs[2] = {SIGSEGV, SIGBUS};
+/* the handler's own stack: a damaged file can send libhdf5's recursion past
+ * the thread's stack, where no handler could run on it */
+static char g_fault_stack[1 << 16];
+static stack_t g_fault_old_stack;
 
 static void fault_on_signal(int sig)
 {
@@ -527,7 +532,10 @@ void mi_fault_file_enter(const char *path)
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = fault_on_signal;
+        sa.sa_flags = SA_ONSTACK;
         sigemptyset(&sa.sa_mask);
+        stack_t ss = {.ss_sp = g_fault_stack, .ss_size = sizeof g_fault_stack, .ss_flags = 0};
+        sigaltstack(&ss, &g_fault_old_stack);
         for (int i = 0; i < 2; i++)
             sigaction(g_fault_sigs[i], &sa, &g_fault_old[i]);
     }
@@ -540,9 +548,12 @@ void mi_fault_file_leave(void)
     if (d <= 0)
         return;
     g_fault_depth = d - 1;
-    if (d == 1 && MI_FAULT_GUARD)
+    if (d == 1 && MI_FAULT_GUARD) {
         for (int i = 0; i < 2; i++)
             sigaction(g_fault_sigs[i], &g_fault_old[i], NULL); /* Open MPI's or ASan's again */
+        g_fault_old_stack.ss_flags &= SS_DISABLE;            /* (SS_ONSTACK is a report, not a request) */
+        sigaltstack(&g_fault_old_stack, NULL);
+    }
 }
 
 char *mi_read_text_nonempty(const char *path, size_t *len, char *err)
