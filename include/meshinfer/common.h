@@ -130,9 +130,9 @@ void mi_temp_file_set(const char *path);
 void mi_temp_file_clear(void);
 
 /* While libhdf5 reads a model file (model_file.h wraps each public read,
- * mi_model_open and mi_model_close in these), a segmentation fault or bus
- * error, a stack overflow included (the handler has a stack of its own),
- * ends the process with one line naming
+ * mi_model_open and mi_model_close in these), a segmentation fault, bus
+ * error, arithmetic fault or abort, a stack overflow included (the handler
+ * has a stack of its own), ends the process with one line naming
  * PATH, exit status 1 and the registered temporary output removed, instead
  * of a crash: Debian's libhdf5 can fault on a damaged file, which no caller
  * can check beforehand. Calls nest (up to 8 files keep their own line) and

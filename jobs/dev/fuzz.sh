@@ -78,12 +78,12 @@ fuzz_one() {
         input=$(ls "$dir"/crash-"$h"-* "$dir"/timeout-"$h"-* "$dir"/oom-"$h"-* 2>/dev/null | head -1)
         where=$(first_frame "$dir/fuzz-$h.log" any)
         ours=$(first_frame "$dir/fuzz-$h.log" ours)
-        # only a memory fault (what meshinfer's guard turns into one line naming the file,
+        # only a fault signal (what meshinfer's guard turns into one line naming the file,
         # include/meshinfer/common.h mi_fault_file_enter), raised inside libhdf5; a timeout or an
         # out-of-memory there still fails. A bad buffer meshinfer hands libhdf5 could fault there
         # too: the frame of meshinfer's call is printed to look at.
         if [[ $h == hdf5 && $where == *libhdf5* ]] &&
-           grep -q -E 'ERROR: AddressSanitizer: (SEGV|BUS)' "$dir/fuzz-$h.log"; then
+           grep -q -E 'ERROR: AddressSanitizer: (SEGV|BUS|FPE|ABRT)' "$dir/fuzz-$h.log"; then
             echo "ok: hdf5: libhdf5 faulted inside itself: $where, called from ${ours:-?} (input: $input)"
             return 0
         fi

@@ -493,8 +493,11 @@ void mi_temp_file_clear(void)
 static volatile sig_atomic_t g_fault_depth = 0;
 static char g_fault_msg[MI_FAULT_DEPTH][4400];
 static size_t g_fault_len[MI_FAULT_DEPTH];
-static struct sigaction g_fault_old[2];
-static const int g_fault_sigs[2] = {SIGSEGV, SIGBUS};
+/* what libhdf5 on a damaged file can die of: a bad pointer or mapping, an integer division by a
+ * corrupt zero size, glibc's abort on a heap it overran */
+#define MI_FAULT_NSIGS 4
+static struct sigaction g_fault_old[MI_FAULT_NSIGS];
+static const int g_fault_sigs[MI_FAULT_NSIGS] = {SIGSEGV, SIGBUS, SIGFPE, SIGABRT};
 /* the handler's own stack: a damaged file can send libhdf5's recursion past
  * the thread's stack, where no handler could run on it */
 static char g_fault_stack[1 << 16];
@@ -536,7 +539,7 @@ void mi_fault_file_enter(const char *path)
         sigemptyset(&sa.sa_mask);
         stack_t ss = {.ss_sp = g_fault_stack, .ss_size = sizeof g_fault_stack, .ss_flags = 0};
         sigaltstack(&ss, &g_fault_old_stack);
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < MI_FAULT_NSIGS; i++)
             sigaction(g_fault_sigs[i], &sa, &g_fault_old[i]);
     }
     g_fault_depth = d + 1;
@@ -549,7 +552,7 @@ void mi_fault_file_leave(void)
         return;
     g_fault_depth = d - 1;
     if (d == 1 && MI_FAULT_GUARD) {
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < MI_FAULT_NSIGS; i++)
             sigaction(g_fault_sigs[i], &g_fault_old[i], NULL); /* Open MPI's or ASan's again */
         g_fault_old_stack.ss_flags &= SS_DISABLE;            /* (SS_ONSTACK is a report, not a request) */
         sigaltstack(&g_fault_old_stack, NULL);
