@@ -38,12 +38,12 @@ mi_batch *mi_batch_create(mi_session *ss, int max_batch, char *err);
  * mi_batch_micro: what decode passes use now (1 where the plan does not
  * allow it). */
 void mi_batch_pipeline(mi_batch *b, int n_micro);
+int mi_batch_micro(const mi_batch *b);
 
 /* Since mi_batch_create: the wall seconds of decode passes (each pass's
  * forward and its rows' sampling; prompts' prefill passes excluded) and
  * the tokens they chose (one per running sequence a pass). */
 void mi_batch_decode_totals(const mi_batch *b, double *seconds, long *tokens);
-int mi_batch_micro(const mi_batch *b);
 
 /* Sequences that could be added now (max_batch less those running). */
 int mi_batch_free_slots(const mi_batch *b);

@@ -111,7 +111,6 @@ int mi_sim_pass(const mi_plan *plan, const mi_programs *p, const mi_cluster *cl,
                 int T, int T_logits, int ctx, uint64_t *rng, double *link_bytes, double *link_msgs,
                 mi_sim_cpu *cpu, mi_sim_pass_out *out, char *err);
 
-
 /* A pass of T rows (each with logits) in M micro-batches pipelined as the
  * runtime's batch passes run them (runtime.c forward_micro): the rows split
  * as it splits them, rank 0 computing and sending each micro-batch up to

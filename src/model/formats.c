@@ -48,11 +48,12 @@ int mi_foreign_format(const char *path, char *err)
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
         char cfg[4200];
         snprintf(cfg, sizeof cfg, "%s/config.json", path);
-        if (hf_folder(path) && stat(cfg, &st) != 0)
-            return mi_set_error(err, "%s is a folder of safetensors without its config.json: a Hugging Face model "
-                                     "folder needs config.json (and tokenizer.json) to be converted", path), 1;
-        if (hf_folder(path))
+        if (hf_folder(path)) {
+            if (stat(cfg, &st) != 0)
+                return mi_set_error(err, "%s is a folder of safetensors without its config.json: a Hugging Face "
+                                         "model folder needs config.json (and tokenizer.json) to be converted", path), 1;
             what = "a Hugging Face model folder (config.json, safetensors)";
+        }
     } else {
         unsigned char b[16] = {0};
         size_t n = mi_read_head(path, b, sizeof b);

@@ -601,8 +601,11 @@ static void unused_note(const im_ctx *x, FILE *f)
     const mi_gguf *g = x->h;
     int64_t n = 0, first = -1;
     for (int64_t i = 0; i < mi_gguf_n_tensors(g); i++)
-        if (!x->used[i] && (first < 0 ? (first = i) : 1) >= 0)
+        if (!x->used[i]) {
+            if (first < 0)
+                first = i;
             n++;
+        }
     if (n)
         fprintf(f, "convert: note: %lld tensor%s of %s not used by the %s model (%s%s)\n", (long long)n,
                 n > 1 ? "s" : "", x->src, mi_family_name(x->cfg.family), mi_gguf_tensor_at(g, first)->name,

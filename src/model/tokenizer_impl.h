@@ -34,7 +34,6 @@
 
 /* ------------------------------------------------------------ utilities */
 
-/* Length of the well-formed UTF-8 sequence at s[0..n) (RFC 3629), 0 if none. */
 /* A NUL-terminated copy of s[0..n) (cJSON reads one byte past its length),
  * or NULL when out of memory. */
 char *tok_strndup(const char *s, size_t n);

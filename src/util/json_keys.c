@@ -54,13 +54,21 @@ cJSON *mi_json_parse(const char *json, size_t len, const char *prefix, char *err
         line_col(json, pos, &line, &col);
         /* cJSON stops at CJSON_NESTING_LIMIT open arrays and objects: say so, not "syntax" */
         long depth = 0;
-        for (size_t i = 0, in_str = 0; i < pos && i < len; i++) {
-            if (in_str)
-                json[i] == '\\' ? (void)i++ : (void)(in_str = json[i] != '"');
-            else if (json[i] == '"')
+        int in_str = 0;
+        for (size_t i = 0; i < pos && i < len; i++) {
+            const char ch = json[i];
+            if (in_str) {
+                if (ch == '\\')
+                    i++; /* the escaped character, a quote included */
+                else if (ch == '"')
+                    in_str = 0;
+            } else if (ch == '"') {
                 in_str = 1;
-            else
-                depth += json[i] == '[' || json[i] == '{' ? 1 : json[i] == ']' || json[i] == '}' ? -1 : 0;
+            } else if (ch == '[' || ch == '{') {
+                depth++;
+            } else if (ch == ']' || ch == '}') {
+                depth--;
+            }
         }
         if (depth >= CJSON_NESTING_LIMIT)
             mi_set_error(err, "%s: JSON nested deeper than %d arrays and objects at byte %zu (line %d, column %d)",
