@@ -74,33 +74,17 @@ fuzz_one() {
             -artifact_prefix="$dir/crash-$h-" "$dir/corpus/$h" "$root/fuzz/corpus/$h" "${seeds[@]}" > "$dir/fuzz-$h.log" 2>&1); then
         echo "ok: $h: $(grep -o 'Done [0-9]* runs' "$dir/fuzz-$h.log" | tail -1) without a finding"
     else
-        local input where ours
+        local input verdict
         input=$(ls "$dir"/crash-"$h"-* "$dir"/timeout-"$h"-* "$dir"/oom-"$h"-* 2>/dev/null | head -1)
-        where=$(first_frame "$dir/fuzz-$h.log" any)
-        ours=$(first_frame "$dir/fuzz-$h.log" ours)
-        # only a fault signal (what meshinfer's guard turns into one line naming the file,
-        # include/meshinfer/common.h mi_fault_file_enter), raised inside libhdf5; a timeout or an
-        # out-of-memory there still fails. A bad buffer meshinfer hands libhdf5 could fault there
-        # too: the frame of meshinfer's call is printed to look at.
-        if [[ $h == hdf5 && $where == *libhdf5* ]] &&
-           grep -q -E 'ERROR: AddressSanitizer: (SEGV|BUS|FPE|ABRT)' "$dir/fuzz-$h.log"; then
-            echo "ok: hdf5: libhdf5 faulted inside itself: $where, called from ${ours:-?} (input: $input)"
+        # a fault raised inside libhdf5 itself does not fail the run (jobs/dev/fuzz_finding.sh)
+        if verdict=$("$root/jobs/dev/fuzz_finding.sh" "$h" "$dir/fuzz-$h.log"); then
+            echo "ok: hdf5: $verdict (input: $input)"
             return 0
         fi
-        echo "FAIL: $h: $(grep -m1 -E 'ERROR: |runtime error|deadly signal' "$dir/fuzz-$h.log") at $where (input: $input)"
-        grep -m1 -A8 -E '^ *#0 ' "$dir/fuzz-$h.log" | sed 's/^/    /'
+        echo "FAIL: $h: ${verdict%%$'\n'*} (input: $input)"
+        [[ $verdict == *$'\n'* ]] && echo "${verdict#*$'\n'}"
         return 1
     fi
-}
-# The innermost frame of a finding's first stack that is neither libc nor the
-# sanitizers' or libFuzzer's own (any): whose code the fault is in; or (ours)
-# the innermost in meshinfer's sources.
-first_frame() {
-    awk -v want="$2" '/^ *#[0-9]+ / {
-             if ($0 ~ /libc\.so|in __(asan|interceptor|sanitizer|ubsan|msan)|in ___interceptor|fuzzer::|libgcc/) next
-             if ($0 ~ / in (malloc|calloc|realloc|free|memcpy|memmove|memset|strlen|memcmp) /) next
-             if (want == "ours" && $0 !~ /\/(src|fuzz)\/[A-Za-z0-9_\/]*\.c:/) next
-             sub(/^ *#[0-9]+ 0x[0-9a-f]+ /, ""); print; exit }' "$1"
 }
 fail=0
 # harnesses in parallel (--jobs), each verdict in a file, printed in order
