@@ -8,8 +8,8 @@
 # else prints `finding <ASan's or libFuzzer's error line> at <innermost frame>`
 # and the first frames, and exits 1.
 #
-# libhdf5's own means: the hdf5 harness, an ASan SEGV, BUS, FPE or ABRT (the
-# signals meshinfer's guard turns into one line naming the file,
+# libhdf5's own means: the hdf5 harness, an ASan SEGV, BUS, FPE, ABRT or stack
+# overflow (the faults meshinfer's guard turns into one line naming the file,
 # include/meshinfer/common.h mi_fault_file_enter), and the innermost frame that
 # is not glibc's, the sanitizers' or libFuzzer's is in libhdf5. A timeout or an
 # out-of-memory there still fails, as does any report on our own code.
@@ -35,7 +35,7 @@ frame() {
 }
 where=$(frame any) ours=$(frame ours)
 if [[ $harness == hdf5 && $where == *libhdf5* ]] &&
-   grep -q -E 'ERROR: AddressSanitizer: (SEGV|BUS|FPE|ABRT)' "$log"; then
+   grep -q -E 'ERROR: AddressSanitizer: (SEGV|BUS|FPE|ABRT|stack-overflow)' "$log"; then
     echo "libhdf5 $where called from ${ours:-?}"
     exit 0
 fi
