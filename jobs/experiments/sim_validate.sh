@@ -24,6 +24,12 @@
 # first placement made for --kv-positions, --replan-cluster's budgets,
 # calibrated on the testbed) runs on the testbed and in the simulator: the
 # tokens where each re-placed, and how many KV heads moved.
+# With --repeat N every planner, rank count and delay runs N times: a
+# device's speed on this VM varies from one run of the same command to the
+# next (hybrid putting the model on one rank: 8.1 to 12.9 ms TPOT over 13
+# runs), so one run's error is partly that run's draw. The row then compares
+# the median measured TPOT with the median of the runs' simulations, and
+# gives the range of the runs' own errors.
 # Writes DIR/sim_validate.csv (one row per planner, ranks and delay),
 # DIR/replan.csv (both runs' re-placements) and DIR/sim_validate.md, and
 # prints the tables. An interrupted run resumes: the calibrations and
@@ -35,6 +41,7 @@
 #   --cpu-pct P           CPU quota per rank, % of one core (default 40: the Pi emulation)
 #   --planners LIST       default "layerwise roundrobin random greedy tp somegather hybrid"
 #   --tokens N            tokens generated per run (default 48)
+#   --repeat N            runs of each planner, rank count and delay (default 1)
 #   --replan-cluster FILE the re-placement run's devices: names and memory budgets, one
 #                         device per rank (default mpi_tests/cluster-tight.json: 4 ranks
 #                         whose budgets hold stories15M's KV cache for the whole context
@@ -50,17 +57,18 @@
 set -euo pipefail
 . "$(dirname "$0")/../lib/common.sh"
 model="" out="$root/results/sim_validate" lock=""
-ranks="3 5" delays="2 8" cpu=40 tokens=48 planners="layerwise roundrobin random greedy tp somegather hybrid"
+ranks="3 5" delays="2 8" cpu=40 tokens=48 repeat=1 planners="layerwise roundrobin random greedy tp somegather hybrid"
 rp_cluster="$root/mpi_tests/cluster-tight.json" rp=1 rp_delay=2 rp_tokens=200 kvpos=32
 while (($#)); do
     case "$1" in
-        --ranks|--delays|--cpu-pct|--planners|--tokens|--replan-cluster|--replan-delay|--replan-tokens|--kv-positions|--lock|--out)
+        --ranks|--delays|--cpu-pct|--planners|--tokens|--repeat|--replan-cluster|--replan-delay|--replan-tokens|--kv-positions|--lock|--out)
             need_value "$@" ;;&
         --ranks) ranks=$2; shift 2 ;;
         --delays) delays=$2; shift 2 ;;
         --cpu-pct) cpu=$2; shift 2 ;;
         --planners) planners=$2; shift 2 ;;
         --tokens) tokens=$2; shift 2 ;;
+        --repeat) repeat=$2; shift 2 ;;
         --replan-cluster) rp_cluster=$2; shift 2 ;;
         --no-replan) rp=0; shift ;;
         --replan-delay) rp_delay=$2; shift 2 ;;
@@ -77,6 +85,7 @@ opt_pct --cpu-pct "$cpu" 1
 opt_planners --planners "$planners" layerwise roundrobin random greedy tp somegather hybrid
 [[ -n ${planners//[ ,]/} ]] || arg_fail "--planners is an empty list"
 opt_int --tokens "$tokens" 2 200
+opt_int --repeat "$repeat" 1 20
 opt_file --replan-cluster "$rp_cluster"
 opt_num --replan-delay "$rp_delay" 0 1000
 opt_int --replan-tokens "$rp_tokens" 2 240
@@ -183,8 +192,39 @@ process.exit(a.length === b.length && a.every((x, i) => x === b[i]) ? 0 : 1);
 JS
 }
 
+# One run of planner p on R ranks at D ms (the loop's variables) into B.json (kept: an interrupted
+# sweep does not run it again), and its simulations on the four feeds and four more seeds into
+# B.sim-*.json (args: B, the run's number).
+one_run() {
+    local b=$1 k=$2 run="$1.json" np f c s
+    if [[ ! -s $run ]]; then
+        say "$p on $R ranks, $D ms one way$( ((repeat == 1)) || echo ", run $k of $repeat")..."
+        testbed "$R" "$D" generate -m "$model" -n "$tokens" --planner "$p" --cluster "$cl" --ignore-eos \
+            --json > "$run.partial" 2> "$out/err" || fail "$p on $R ranks at $D ms: $(tail -1 "$out/err")"
+        mv "$run.partial" "$run"
+    fi
+    same_placement "$run" "$plan" || fail "$p on $R ranks at $D ms: the run placed otherwise than $plan"
+    np=$(json "$run" j.prompt_tokens)
+    measured_cluster "$run" "$cl" rtt > "$b.cluster.json"
+    measured_cluster "$run" "$cl" "$D" > "$b.cluster-delay.json"
+    for c in cluster cluster-delay calibrate cluster-decode; do
+        f="$b.$c.json"
+        [[ $c != calibrate ]] || f=$cl
+        [[ $c != cluster-decode ]] || decode_cluster "$run" "$b.cluster.json" "$b.sim-cluster.json" > "$f"
+        "$bin" simulate -m "$model" --cluster "$f" --plan-file "$plan" --prompt-tokens "$np" -n "$tokens" --json \
+            > "$b.sim-$c.json" 2> "$out/err" || fail "simulate $p on $R ranks at $D ms: $(tail -1 "$out/err")"
+    done
+    # the quota periods' phases are not measured (each device's drawn from the seed): the same
+    # simulation with seeds 2-5 gives the spread they make
+    for s in 2 3 4 5; do
+        "$bin" simulate -m "$model" --cluster "$b.cluster.json" --plan-file "$plan" --prompt-tokens "$np" \
+            -n "$tokens" --seed $s --json > "$b.sim-cluster-s$s.json" 2> "$out/err" ||
+            fail "simulate $p on $R ranks at $D ms, seed $s: $(tail -1 "$out/err")"
+    done
+}
+
 csv="$out/sim_validate.csv"
-echo "planner,ranks,delay_ms,measured_tpot_ms,simulated_tpot_ms,error_pct,sim_delay_latency_ms,sim_calibrate_file_ms,sim_decode_compute_ms,calibrated_token_ms,rtt_ms,sim_phases_min_ms,sim_phases_max_ms,note" > "$csv.partial"
+echo "planner,ranks,delay_ms,measured_tpot_ms,simulated_tpot_ms,error_pct,sim_delay_latency_ms,sim_calibrate_file_ms,sim_decode_compute_ms,calibrated_token_ms,rtt_ms,sim_phases_min_ms,sim_phases_max_ms,note,runs,measured_min_ms,measured_max_ms,run_error_min_pct,run_error_max_pct" > "$csv.partial"
 for R in ${ranks//,/ }; do
     for D in ${delays//,/ }; do
         cl=$(calibrated "$R" "$D")
@@ -199,43 +239,33 @@ for R in ${ranks//,/ }; do
                 [[ -s $refused ]] || fail "plan $p on $R ranks at $D ms: $(tail -1 "$out/err")"
             fi
             if [[ -s $refused ]]; then
-                echo "$p,$R,$D,,,,,,,,,,,\"refused: $(tr -d '",' < "$refused")\"" >> "$csv.partial"
+                echo "$p,$R,$D,,,,,,,,,,,\"refused: $(tr -d '",' < "$refused")\",,,,," >> "$csv.partial"
                 continue
             fi
-            if [[ ! -s $run ]]; then
-                say "$p on $R ranks, $D ms one way..."
-                testbed "$R" "$D" generate -m "$model" -n "$tokens" --planner "$p" --cluster "$cl" --ignore-eos \
-                    --json > "$run.partial" 2> "$out/err" || fail "$p on $R ranks at $D ms: $(tail -1 "$out/err")"
-                mv "$run.partial" "$run"
-            fi
-            same_placement "$run" "$plan" || fail "$p on $R ranks at $D ms: the run placed otherwise than $plan"
-            np=$(json "$run" j.prompt_tokens)
-            measured_cluster "$run" "$cl" rtt > "$base.cluster.json"
-            measured_cluster "$run" "$cl" "$D" > "$base.cluster-delay.json"
-            for c in cluster cluster-delay calibrate cluster-decode; do
-                f="$base.$c.json"
-                [[ $c != calibrate ]] || f=$cl
-                [[ $c != cluster-decode ]] || decode_cluster "$run" "$base.cluster.json" "$base.sim-cluster.json" > "$f"
-                "$bin" simulate -m "$model" --cluster "$f" --plan-file "$plan" --prompt-tokens "$np" -n "$tokens" --json \
-                    > "$base.sim-$c.json" 2> "$out/err" || fail "simulate $p on $R ranks at $D ms: $(tail -1 "$out/err")"
+            # run k's files: BASE.json and BASE.sim-*.json for the first, BASE.kK.* for the others
+            for ((k = 1; k <= repeat; k++)); do
+                b=$base
+                ((k == 1)) || b="$base.k$k"
+                one_run "$b" "$k"
             done
-            # the quota periods' phases are not measured (each device's drawn from the seed): the same
-            # simulation with seeds 2-5 gives the spread they make
-            for s in 2 3 4 5; do
-                "$bin" simulate -m "$model" --cluster "$base.cluster.json" --plan-file "$plan" --prompt-tokens "$np" \
-                    -n "$tokens" --seed $s --json > "$base.sim-cluster-s$s.json" 2> "$out/err" ||
-                    fail "simulate $p on $R ranks at $D ms, seed $s: $(tail -1 "$out/err")"
-            done
-            node - "$run" "$base" "$p" "$R" "$D" >> "$csv.partial" <<'JS'
+            node - "$base" "$p" "$R" "$D" "$repeat" >> "$csv.partial" <<'JS'
 const fs = require("fs");
-const [run, base, p, R, D] = process.argv.slice(2);
-const m = JSON.parse(fs.readFileSync(run)), sim = c => JSON.parse(fs.readFileSync(`${base}.sim-${c}.json`)).tpot_ms;
-const s = sim("cluster"), err = 100 * (s / m.tpot_ms - 1);
-const ph = [s, ...[2, 3, 4, 5].map(k => sim(`cluster-s${k}`))];
-console.log([p, R, D, m.tpot_ms.toFixed(2), s.toFixed(2), err.toFixed(1), sim("cluster-delay").toFixed(2),
-             sim("calibrate").toFixed(2), sim("cluster-decode").toFixed(2), m.calibrated_token_ms.toFixed(2),
+const [base, p, R, D, n] = process.argv.slice(2);
+const med = a => { const v = [...a].sort((x, y) => x - y), h = v.length >> 1; return v.length % 2 ? v[h] : (v[h - 1] + v[h]) / 2; };
+const runs = [...Array(+n).keys()].map(i => {
+  const b = i ? `${base}.k${i + 1}` : base, sim = c => JSON.parse(fs.readFileSync(`${b}.sim-${c}.json`)).tpot_ms;
+  return {m: JSON.parse(fs.readFileSync(`${b}.json`)), sim};
+});
+const mt = med(runs.map(r => r.m.tpot_ms)), col = c => med(runs.map(r => r.sim(c)));
+const s = col("cluster"), err = 100 * (s / mt - 1);
+const ph = runs.flatMap(r => [r.sim("cluster"), ...[2, 3, 4, 5].map(k => r.sim(`cluster-s${k}`))]);
+const errs = runs.map(r => 100 * (r.sim("cluster") / r.m.tpot_ms - 1)), tp = runs.map(r => r.m.tpot_ms);
+const m = runs[0].m;
+console.log([p, R, D, mt.toFixed(2), s.toFixed(2), err.toFixed(1), col("cluster-delay").toFixed(2),
+             col("calibrate").toFixed(2), col("cluster-decode").toFixed(2), m.calibrated_token_ms.toFixed(2),
              m.rtt_ms.slice(1).map(x => x.toFixed(2)).join(" "), Math.min(...ph).toFixed(2), Math.max(...ph).toFixed(2),
-             ""].join(","));
+             "", n, Math.min(...tp).toFixed(2), Math.max(...tp).toFixed(2), Math.min(...errs).toFixed(1),
+             Math.max(...errs).toFixed(1)].join(","));
 JS
         done
     done
@@ -280,12 +310,13 @@ node - "$csv" "$rcsv" "$cpu" "$tokens" "$kvpos" > "$out/sim_validate.md" <<'JS'
 const fs = require("fs");
 const [csv, rcsv, cpu, tokens, kvpos] = process.argv.slice(2);
 const rows = fs.readFileSync(csv, "utf8").trim().split("\n").slice(1).map(l => l.match(/("[^"]*"|[^,]*)(,|$)/g).map(c => c.replace(/,$/, "").replace(/^"|"$/g, "")));
-let o = `stories15M, ${tokens} tokens, ${cpu}% of a core per rank, no jitter. Simulated: the run's placement on the devices and links the run measured (each rank's weight-streaming rate, half the round trips); also with every link at the emulator's delay, on meshinfer calibrate's file, and with each device's speed set to the compute its rank measured decoding\n\n`;
-o += "| planner | ranks | one-way delay | measured TPOT | simulated TPOT | error | within 15% | periods' phases (5 draws) | links at the delay | calibrate's file | compute as decoded |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+let o = `stories15M, ${tokens} tokens, ${cpu}% of a core per rank, no jitter. With several runs of a row, its measured TPOT is their median and its simulated TPOT the median of their simulations. Simulated: the run's placement on the devices and links the run measured (each rank's weight-streaming rate, half the round trips); also with every link at the emulator's delay, on meshinfer calibrate's file, and with each device's speed set to the compute its rank measured decoding\n\n`;
+o += "| planner | ranks | one-way delay | measured TPOT | simulated TPOT | error | within 15% | runs: measured, their own errors | periods' phases (5 draws) | links at the delay | calibrate's file | compute as decoded |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
 const pct = (a, b) => { const e = 100 * (a / b - 1); return `${e >= 0 ? "+" : ""}${e.toFixed(0)}%`; };
-for (const [p, R, D, m, s, e, sd, sc, sx, , , lo, hi, note] of rows)
-  o += note ? `| ${p} | ${R} | ${D} ms | ${note} | | | | | | | |\n`
-            : `| ${p} | ${R} | ${D} ms | ${(+m).toFixed(1)} ms | ${(+s).toFixed(1)} ms | ${+e >= 0 ? "+" : ""}${(+e).toFixed(1)}% | ${Math.abs(+e) <= 15 ? "yes" : "**no**"} | ${pct(+lo, +m)} to ${pct(+hi, +m)} | ${(+sd).toFixed(1)} ms (${pct(+sd, +m)}) | ${(+sc).toFixed(1)} ms (${pct(+sc, +m)}) | ${(+sx).toFixed(1)} ms (${pct(+sx, +m)}) |\n`;
+const sg = x => `${+x >= 0 ? "+" : ""}${(+x).toFixed(1)}%`;
+for (const [p, R, D, m, s, e, sd, sc, sx, , , lo, hi, note, n, mlo, mhi, elo, ehi] of rows)
+  o += note ? `| ${p} | ${R} | ${D} ms | ${note} | | | | | | | | |\n`
+            : `| ${p} | ${R} | ${D} ms | ${(+m).toFixed(1)} ms${+n > 1 ? " (median)" : ""} | ${(+s).toFixed(1)} ms | ${sg(e)} | ${Math.abs(+e) <= 15 ? "yes" : "**no**"} | ${+n > 1 ? `${n}: ${(+mlo).toFixed(1)}-${(+mhi).toFixed(1)} ms, ${sg(elo)} to ${sg(ehi)}` : "1"} | ${pct(+lo, +m)} to ${pct(+hi, +m)} | ${(+sd).toFixed(1)} ms (${pct(+sd, +m)}) | ${(+sc).toFixed(1)} ms (${pct(+sc, +m)}) | ${(+sx).toFixed(1)} ms (${pct(+sx, +m)}) |\n`;
 if (fs.existsSync(rcsv)) {
   const r = fs.readFileSync(rcsv, "utf8").trim().split("\n").slice(1).map(l => l.split(","));
   const by = src => r.filter(x => x[0] === src);

@@ -121,7 +121,7 @@ check $E/somegather_testbed.sh "" "" --out:str
 check $E/sim_study.sh "" "" --devices:int:257 --tokens:int:2001 --seed:int:1000000000 --exact-seconds:num:100001 \
     --out:str
 check $E/sim_validate.sh "" "" --ranks:int:10 --delays:num:1001 --cpu-pct:num:101 --planners:word:best \
-    --tokens:int:201 --replan-cluster:file --replan-delay:num:1001 --replan-tokens:int:241 --kv-positions:int:257 \
+    --tokens:int:201 --repeat:int:21 --replan-cluster:file --replan-delay:num:1001 --replan-tokens:int:241 --kv-positions:int:257 \
     --lock:str --out:str
 check $E/voltron.sh "" "" --steps:int:1000001 --out:str
 check $D/coverage.sh "" "" --min-command:num:101 --build-dir:str
