@@ -16,8 +16,14 @@
  *          the fewest float operations a row keeping the row kernel's order
  *          can do;
  *   q8_0   the q8_0 tile's inner loop (|w| and signs, 4 vpdpbusd, 4 sign
- *          flips, 4 conversions, 4 permutes, 4 FMAs per row and 8 blocks).
+ *          flips, 4 conversions, 4 permutes, 4 FMAs per row and 8 blocks);
+ *   q8_0u  q8_0 with the weights offset to unsigned bytes once per group and
+ *          each row's lane sums started from -128 * (its four activations),
+ *          computed beforehand: the same int32 sums without the sign flips
+ *          (a kernel built on it was no faster from memory: results.md).
  * Medians of 7 runs of about 0.2 s each, on the CPU clock of this thread.
+ * GROUPS sets the activations' size (16: 4 KB a row); the ratios held at 8
+ * to 44 (up to 11 KB a row, past L1).
  *
  *   cc -O2 -march=native -I src/kernels -I include -o /tmp/tile_ceiling jobs/experiments/tile_ceiling.c
  *   taskset -c 1 /tmp/tile_ceiling
@@ -180,6 +186,49 @@ static double run_q8(long iters)
     return (double)iters * ROWS * 256;
 }
 
+/* q8_0 with the weights offset to unsigned (w + 128, one xor per weight
+ * vector) and each row's -128 * (sum of 4 activations) per lane computed
+ * beforehand as the accumulators' start: the same lane sums, without the
+ * per-row sign flips */
+static int32_t xc[ROWS][GROUPS * 64] __attribute__((aligned(64)));
+static double run_q8u(long iters)
+{
+    const __m512i idx[4] = {
+        _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
+        _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
+        _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
+        _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6),
+    };
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    __m512 acc[ROWS], acc1[ROWS];
+    for (int t = 0; t < ROWS; t++)
+        acc[t] = acc1[t] = _mm512_setzero_ps();
+    for (long it = 0; it < iters; it++) {
+        const int g = (int)(it % GROUPS);
+        __m256 dw8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw + g * 8)));
+        __m512i uw[4];
+        for (int i = 0; i < 4; i++)
+            uw[i] = _mm512_xor_si512(_mm512_load_si512(w8 + g * 256 + 64 * i), bias);
+        for (int t = 0; t < ROWS; t++) {
+            __m512 s16 = _mm512_castps256_ps512(_mm256_mul_ps(dw8, _mm256_loadu_ps(xd[t] + g * 8)));
+            const int8_t *x = xq[t] + g * 256;
+            const int32_t *c = xc[t] + g * 64;
+            for (int i = 0; i < 4; i += 2) {
+                __m512i d0 = _mm512_dpbusd_epi32(_mm512_load_si512(c + 16 * i), uw[i], _mm512_load_si512(x + 64 * i));
+                __m512i d1 = _mm512_dpbusd_epi32(_mm512_load_si512(c + 16 * i + 16), uw[i + 1],
+                                                 _mm512_load_si512(x + 64 * i + 64));
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_permutexvar_ps(idx[i], s16), acc[t]);
+                acc1[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_permutexvar_ps(idx[i + 1], s16), acc1[t]);
+            }
+        }
+    }
+    float s = 0;
+    for (int t = 0; t < ROWS; t++)
+        s += _mm512_reduce_add_ps(_mm512_add_ps(acc[t], acc1[t]));
+    sink = s;
+    return (double)iters * ROWS * 256;
+}
+
 static int cmp(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -196,7 +245,8 @@ static double gmacs(int which)
         case 0: macs = run_peak(iters / 16); break;
         case 1: macs = run_q4(iters, 0); break;
         case 2: macs = run_q4(iters, 1); break;
-        default: macs = run_q8(iters); break;
+        case 3: macs = run_q8(iters); break;
+        default: macs = run_q8u(iters); break;
         }
         r[k] = macs / (cpu_now() - t0) * 1e-9;
     }
@@ -207,11 +257,12 @@ static double gmacs(int which)
 int main(void)
 {
     fill();
-    const char *names[] = {"peak", "q4_0", "q4_0x", "q8_0"};
+    const char *names[] = {"peak", "q4_0", "q4_0x", "q8_0", "q8_0u"};
     const char *what[] = {"vpdpbusd alone, 16 chains", "the q4_0 tile's loop, 8 rows",
-                          "q4_0 with pre-expanded scales, 8 rows", "the q8_0 tile's loop, 8 rows"};
+                          "q4_0 with pre-expanded scales, 8 rows", "the q8_0 tile's loop, 8 rows",
+                          "q8_0 with unsigned weights, corrections beforehand, 8 rows"};
     printf("loop   G MAC/s  what\n");
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         printf("%-6s %7.1f  %s\n", names[i], gmacs(i), what[i]);
     return 0;
 }
