@@ -15,10 +15,10 @@
  * The weights of a call are a tile of about 32 KB (matmul.c). With more
  * activation rows than the tile height the later groups find it in cache;
  * the first group, and a batch of 8 (one group) wholly, read it from memory,
- * where the q8_0 and q4_0 tiles prefetch the weights TILE_AHEAD_* bytes
- * ahead (each weight vector's line: 1.16-1.34x the tile at T = 8 from
- * memory, results.md; the fp and k-quant tiles were not measured with it). */
-#define TILE_AHEAD_Q8 4096
+ * so every tile prefetches each line of its weights TILE_AHEAD bytes ahead
+ * (q4_0 TILE_AHEAD_Q4): 1.1-1.34x the tiles at T = 8 from memory, every
+ * dtype (results.md); 2 to 16 KB ahead measured alike. */
+#define TILE_AHEAD 4096
 #define TILE_AHEAD_Q4 8192
 #include <immintrin.h>
 #include <string.h>
@@ -57,6 +57,10 @@ INLINE void fp_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, const
         for (int t = 0; t < n; t++)
             a0[t] = a1[t] = _mm512_setzero_ps();
         for (int j = 0; j < n32; j += 32) {
+            const char *pw = (const char *)w + (size_t)j * (half ? 2 : 4) + TILE_AHEAD;
+            _mm_prefetch(pw, _MM_HINT_T0);
+            if (!half)
+                _mm_prefetch(pw + 64, _MM_HINT_T0);
             __m512 w0 = wload(w, j, half), w1 = wload(w, j + 16, half);
             for (int t = 0; t < n; t++) {
                 a0[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x[t] + j), a0[t]);
@@ -104,7 +108,7 @@ INLINE void q8_0_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, con
             __m512i aw[4];
             __mmask64 neg[4];
             for (int i = 0; i < 4; i++) {
-                _mm_prefetch((const char *)(w + b * MI_QK + 64 * i) + TILE_AHEAD_Q8, _MM_HINT_T0);
+                _mm_prefetch((const char *)(w + b * MI_QK + 64 * i) + TILE_AHEAD, _MM_HINT_T0);
                 __m512i v = _mm512_loadu_si512(w + b * MI_QK + 64 * i);
                 aw[i] = _mm512_abs_epi8(v);
                 neg[i] = _mm512_movepi8_mask(v);
@@ -188,6 +192,8 @@ INLINE void q45_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, cons
         for (int t = 0; t < n; t++)
             acc[t][0] = acc[t][1] = acc[t][2] = _mm512_setzero_ps();
         for (int k = 0; k < ns; k++) {
+            for (int l = 0; l < bb; l += 64)
+                _mm_prefetch((const char *)(w + (size_t)k * bb) + TILE_AHEAD + l, _MM_HINT_T0);
             q45_w d;
             q45_decode(w + (size_t)k * bb, &d, five);
             for (int t = 0; t < n; t++)
@@ -207,6 +213,8 @@ INLINE void q6_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, const
         for (int t = 0; t < n; t++)
             acc[t][0] = acc[t][1] = _mm512_setzero_ps();
         for (int k = 0; k < ns; k++) {
+            for (int l = 0; l < bb; l += 64)
+                _mm_prefetch((const char *)(w + (size_t)k * bb) + TILE_AHEAD + l, _MM_HINT_T0);
             q6_w d;
             q6_decode(w + (size_t)k * bb, &d);
             for (int t = 0; t < n; t++)
