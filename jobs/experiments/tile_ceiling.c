@@ -37,6 +37,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "x86_avx512.h" /* the kernels' scale permutations */
+
 #define ROWS 8
 #define GROUPS 16 /* groups of 8 blocks (256 weights) in the weight buffer */
 
@@ -100,8 +102,7 @@ static double run_peak(long iters)
 
 static double run_q4(long iters, int expanded)
 {
-    const __m512i idx0 = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-    const __m512i idx1 = _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 5, 5, 5, 5, 4, 4, 4, 4);
+    const __m512i idx[2] = MI_Q4_SCALE_IDX, idx0 = idx[0], idx1 = idx[1];
     const __m512i lowmask = _mm512_set1_epi8(0x0f);
     __m512 acc[ROWS];
     __m256 corr[ROWS];
@@ -149,12 +150,7 @@ static double run_q4(long iters, int expanded)
 
 static double run_q8(long iters)
 {
-    const __m512i idx[4] = {
-        _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
-        _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
-        _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
-        _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6),
-    };
+    const __m512i idx[4] = MI_Q8_SCALE_IDX;
     const __m512i zero = _mm512_setzero_si512();
     __m512 acc[ROWS], acc1[ROWS];
     for (int t = 0; t < ROWS; t++)
@@ -195,12 +191,7 @@ static double run_q8(long iters)
 static int32_t xc[ROWS][GROUPS * 64] __attribute__((aligned(64)));
 static double run_q8u(long iters)
 {
-    const __m512i idx[4] = {
-        _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0),
-        _mm512_set_epi32(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2),
-        _mm512_set_epi32(5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4),
-        _mm512_set_epi32(7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6),
-    };
+    const __m512i idx[4] = MI_Q8_SCALE_IDX;
     const __m512i bias = _mm512_set1_epi8((char)0x80);
     __m512 acc[ROWS], acc1[ROWS];
     for (int t = 0; t < ROWS; t++)
