@@ -143,7 +143,10 @@ remove_testbed() {
     for ((r = 0; r < ranks; r++)); do
         g="$cgroot/$tag-rank$r"
         [[ -d "$g" ]] || continue
-        while read -r p; do echo "$p" > "$cgroot/cgroup.procs"; done < "$g/cgroup.procs" 2>/dev/null
+        # what is still in a rank's cgroup is that rank: killed, as hosts.sh does (moved out
+        # alive, a rank whose mpirun was killed inside MPI_Init waits for it forever)
+        while read -r p; do kill -KILL "$p" 2>/dev/null; done < "$g/cgroup.procs" 2>/dev/null
+        for _ in 1 2 3 4 5 6 7 8 9 10; do [[ -n "$(cat "$g/cgroup.procs" 2>/dev/null)" ]] || break; sleep 0.1; done
         rmdir "$g" 2>/dev/null
     done
     return 0
