@@ -78,7 +78,7 @@ fuzz_one() {
         input=$(ls "$dir"/crash-"$h"-* "$dir"/timeout-"$h"-* "$dir"/oom-"$h"-* 2>/dev/null | head -1)
         # a fault raised inside libhdf5 itself does not fail the run (jobs/dev/fuzz_finding.sh)
         if verdict=$("$root/jobs/dev/fuzz_finding.sh" "$h" "$dir/fuzz-$h.log"); then
-            echo "ok: hdf5: $verdict (input: $input)"
+            echo "ok: $h: $verdict (input: $input)"
             return 0
         fi
         echo "FAIL: $h: ${verdict%%$'\n'*} (input: $input)"

@@ -230,7 +230,7 @@ for R in ${ranks//,/ }; do
         cl=$(calibrated "$R" "$D")
         for p in ${planners//,/ }; do
             base="$out/runs/$p-r$R-d$D"
-            run="$base.json" refused="$base.refused" plan="$base.plan.json"
+            refused="$base.refused" plan="$base.plan.json"
             # the placement, as the run will make it from the same cluster file; one the planner
             # refuses here (somegather's heads) is refused before the testbed
             if [[ ! -s $refused ]] &&

@@ -148,51 +148,16 @@ static double run_q4(long iters, int expanded)
     return (double)iters * ROWS * 256;
 }
 
-static double run_q8(long iters)
-{
-    const __m512i idx[4] = MI_Q8_SCALE_IDX;
-    const __m512i zero = _mm512_setzero_si512();
-    __m512 acc[ROWS], acc1[ROWS];
-    for (int t = 0; t < ROWS; t++)
-        acc[t] = acc1[t] = _mm512_setzero_ps();
-    for (long it = 0; it < iters; it++) {
-        const int g = (int)(it % GROUPS);
-        __m256 dw8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw + g * 8)));
-        __m512i aw[4];
-        __mmask64 neg[4];
-        for (int i = 0; i < 4; i++) {
-            __m512i v = _mm512_load_si512(w8 + g * 256 + 64 * i);
-            aw[i] = _mm512_abs_epi8(v);
-            neg[i] = _mm512_movepi8_mask(v);
-        }
-        for (int t = 0; t < ROWS; t++) {
-            __m512 s16 = _mm512_castps256_ps512(_mm256_mul_ps(dw8, _mm256_loadu_ps(xd[t] + g * 8)));
-            const int8_t *x = xq[t] + g * 256;
-            for (int i = 0; i < 4; i += 2) {
-                __m512i x0 = _mm512_load_si512(x + 64 * i), x1 = _mm512_load_si512(x + 64 * i + 64);
-                __m512i d0 = _mm512_dpbusd_epi32(zero, aw[i], _mm512_mask_sub_epi8(x0, neg[i], zero, x0));
-                __m512i d1 = _mm512_dpbusd_epi32(zero, aw[i + 1], _mm512_mask_sub_epi8(x1, neg[i + 1], zero, x1));
-                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_permutexvar_ps(idx[i], s16), acc[t]);
-                acc1[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_permutexvar_ps(idx[i + 1], s16), acc1[t]);
-            }
-        }
-    }
-    float s = 0;
-    for (int t = 0; t < ROWS; t++)
-        s += _mm512_reduce_add_ps(_mm512_add_ps(acc[t], acc1[t]));
-    sink = s;
-    return (double)iters * ROWS * 256;
-}
-
-/* q8_0 with the weights offset to unsigned (w + 128, one xor per weight
- * vector) and each row's -128 * (sum of 4 activations) per lane computed
- * beforehand as the accumulators' start: the same lane sums, without the
- * per-row sign flips */
+/* q8_0, as the tile has it (offset 0: |w| and its signs moved onto each
+ * row's activations), or with the weights offset to unsigned (w + 128, one
+ * xor per weight vector) and each row's -128 * (sum of 4 activations) per
+ * lane, computed beforehand, as the accumulators' start: the same lane sums
+ * without the per-row sign flips */
 static int32_t xc[ROWS][GROUPS * 64] __attribute__((aligned(64)));
-static double run_q8u(long iters)
+static double run_q8(long iters, const int offset)
 {
     const __m512i idx[4] = MI_Q8_SCALE_IDX;
-    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    const __m512i zero = _mm512_setzero_si512(), bias = _mm512_set1_epi8((char)0x80);
     __m512 acc[ROWS], acc1[ROWS];
     for (int t = 0; t < ROWS; t++)
         acc[t] = acc1[t] = _mm512_setzero_ps();
@@ -200,18 +165,22 @@ static double run_q8u(long iters)
         const int g = (int)(it % GROUPS);
         __m256 dw8 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dw + g * 8)));
         __m512i uw[4];
-        for (int i = 0; i < 4; i++)
-            uw[i] = _mm512_xor_si512(_mm512_load_si512(w8 + g * 256 + 64 * i), bias);
+        __mmask64 neg[4];
+        for (int i = 0; i < 4; i++) {
+            __m512i v = _mm512_load_si512(w8 + g * 256 + 64 * i);
+            uw[i] = offset ? _mm512_xor_si512(v, bias) : _mm512_abs_epi8(v);
+            neg[i] = offset ? 0 : _mm512_movepi8_mask(v);
+        }
         for (int t = 0; t < ROWS; t++) {
             __m512 s16 = _mm512_castps256_ps512(_mm256_mul_ps(dw8, _mm256_loadu_ps(xd[t] + g * 8)));
             const int8_t *x = xq[t] + g * 256;
             const int32_t *c = xc[t] + g * 64;
-            for (int i = 0; i < 4; i += 2) {
-                __m512i d0 = _mm512_dpbusd_epi32(_mm512_load_si512(c + 16 * i), uw[i], _mm512_load_si512(x + 64 * i));
-                __m512i d1 = _mm512_dpbusd_epi32(_mm512_load_si512(c + 16 * i + 16), uw[i + 1],
-                                                 _mm512_load_si512(x + 64 * i + 64));
-                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d0), _mm512_permutexvar_ps(idx[i], s16), acc[t]);
-                acc1[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d1), _mm512_permutexvar_ps(idx[i + 1], s16), acc1[t]);
+            for (int i = 0; i < 4; i++) {
+                __m512i xi = _mm512_load_si512(x + 64 * i);
+                __m512i d = offset ? _mm512_dpbusd_epi32(_mm512_load_si512(c + 16 * i), uw[i], xi)
+                                   : _mm512_dpbusd_epi32(zero, uw[i], _mm512_mask_sub_epi8(xi, neg[i], zero, xi));
+                __m512 *a = i % 2 ? &acc1[t] : &acc[t];
+                *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_permutexvar_ps(idx[i], s16), *a);
             }
         }
     }
@@ -238,8 +207,8 @@ static double gmacs(int which)
         case 0: macs = run_peak(iters / 16); break;
         case 1: macs = run_q4(iters, 0); break;
         case 2: macs = run_q4(iters, 1); break;
-        case 3: macs = run_q8(iters); break;
-        default: macs = run_q8u(iters); break;
+        case 3: macs = run_q8(iters, 0); break;
+        default: macs = run_q8(iters, 1); break;
         }
         r[k] = macs / (cpu_now() - t0) * 1e-9;
     }
