@@ -114,8 +114,8 @@ INLINE void q8_0_tile(float *y, int ldy, const mi_tensor *W, int r0, int r1, con
                 neg[i] = _mm512_movepi8_mask(v);
             }
             /* unrolled, so that the 16 accumulators stay in registers (GCC 12 keeps them in
-             * memory otherwise): 1.09x batch-8 decode in q8_0 (results.md); the q4_0 and fp
-             * tiles measured no gain from it */
+             * memory otherwise): 1.11x batch-8 decode in q8_0 before the prefetch (results.md);
+             * the q4_0 and fp tiles measured no gain from it */
 #pragma GCC unroll 8
             for (int t = 0; t < n; t++) {
                 __m512 s16 = _mm512_castps256_ps512(_mm256_mul_ps(dw8, _mm256_loadu_ps(a[t].d + b)));
