@@ -235,10 +235,12 @@ if MESHINFER_SLOWDOWN=10 start 3 "$tmp/dies.log" -m "$model"; then
     wait "$launcher" || rc=$?
     wait "$c1" "$c2"
     launcher=""
+    pid_left=no
+    [[ -e "$tmp/pid" ]] && pid_left=yes
     rm -f "$tmp/pid"
-    check '((rc != 0 && SECONDS - t0 < 15)) && grep -q "\"text\": " "$tmp/dies.s" && grep -q "cluster_lost" "$tmp/dies.s" && grep -q "data: \[DONE\]" "$tmp/dies.s" && [[ "$(cat "$tmp/dies.qst")" == 503 ]] && grep -q cluster_lost "$tmp/dies.q" && grep -q "serve: error: the launcher is ending the job" "$tmp/dies.log"' \
-        "3 ranks: a worker killed: tokens then an error event, the queued request 503, one log line, mpirun exit $rc after $((SECONDS - t0)) s" \
-        "rc $rc victim $victim, stream: $(tail -c 200 "$tmp/dies.s"), queued: $(cat "$tmp/dies.qst") $(head -c 200 "$tmp/dies.q"), log: $(tail -2 "$tmp/dies.log")"
+    check '((rc != 0 && SECONDS - t0 < 15)) && [[ $pid_left == no ]] && grep -q "\"text\": " "$tmp/dies.s" && grep -q "cluster_lost" "$tmp/dies.s" && grep -q "data: \[DONE\]" "$tmp/dies.s" && [[ "$(cat "$tmp/dies.qst")" == 503 ]] && grep -q cluster_lost "$tmp/dies.q" && grep -q "serve: error: the launcher is ending the job" "$tmp/dies.log"' \
+        "3 ranks: a worker killed: tokens then an error event, the queued request 503, one log line, the pid file removed, mpirun exit $rc after $((SECONDS - t0)) s" \
+        "rc $rc victim $victim, pid file left: $pid_left, stream: $(tail -c 200 "$tmp/dies.s"), queued: $(cat "$tmp/dies.qst") $(head -c 200 "$tmp/dies.q"), log: $(tail -2 "$tmp/dies.log")"
 fi
 
 # the command line: --help; refusals in one error line, exit 1, every rank ended
@@ -260,6 +262,7 @@ refused "--port 70000" "--port: 70000 is outside" "$bin" serve -m "$model" --por
 refused "--max-batch 65" "--max-batch: 65 is outside" "$bin" serve -m "$model" --max-batch 65
 refused "--tpot-ms" "apply to generate" "$bin" serve -m "$model" --tpot-ms 5
 refused "an empty --api-key" "--api-key is empty" "$bin" serve -m "$model" --api-key ""
+refused "an empty MESHINFER_API_KEY" "MESHINFER_API_KEY is set but empty" env MESHINFER_API_KEY= "$bin" serve -m "$model"
 refused "--pid-file over the model" "the --pid-file is the same file as the input" \
     "$bin" serve -m "$model" --pid-file "$model"
 refused "a chat template the vocabulary cannot mark" "--chat-template llama3: .*one token" \

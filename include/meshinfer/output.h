@@ -15,7 +15,9 @@
  * exclusively and never through a link (a planted symlink cannot redirect
  * it), and renamed over the destination only when complete, so a failure or
  * an interruption (exit, SIGINT, SIGTERM, SIGHUP, SIGQUIT) leaves nothing and
- * an input is never damaged. A destination that is a symlink is written
+ * an input is never damaged. What a writer killed outright (SIGKILL) left,
+ * the next writer of the same path on the same host removes (with a note on
+ * stderr) once its process is gone. A destination that is a symlink is written
  * through: its target gets the content and the link stays; the file keeps
  * the mode it had.
  *
@@ -27,7 +29,7 @@
 
 typedef struct {
     char path[4096]; /* the destination */
-    char tmp[4200];  /* "<path>.partial.<pid>", in the destination's directory */
+    char tmp[4200];  /* "<path>.partial.<host>.<pid>", in the destination's directory */
     FILE *f;         /* open on tmp after mi_output_open, else NULL */
     int fd;          /* tmp's descriptor after mi_output_begin (-1 once f owns it) */
 } mi_output;

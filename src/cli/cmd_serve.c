@@ -106,12 +106,15 @@ static int parse(int argc, char **argv, serve_args *a)
         mi_fatal("serve: --model is required (see meshinfer serve --help)");
     if (!a->o.host[0])
         mi_fatal("serve: --host is empty");
-    if (!a->o.api_key) {
-        const char *k = getenv("MESHINFER_API_KEY");
-        a->o.api_key = k && *k ? k : NULL;
-    }
     if (a->o.api_key && !a->o.api_key[0])
         mi_fatal("serve: --api-key is empty (leave it out for a server without a key)");
+    if (!a->o.api_key) {
+        /* set but empty is a mistake (a variable that expanded to nothing), not a wish for an open server */
+        const char *k = getenv("MESHINFER_API_KEY");
+        if (k && !*k)
+            mi_fatal("serve: MESHINFER_API_KEY is set but empty (unset it for a server without a key)");
+        a->o.api_key = k;
+    }
     if (a->o.alias && (!a->o.alias[0] || strlen(a->o.alias) > 200))
         mi_fatal("serve: --alias must have 1 to 200 characters");
     /* the requests run without Voltron's runtime scaling (generate's) */

@@ -620,9 +620,9 @@ int mi_import(const char *src, const char *out, const mi_import_options *o, char
     x.src = src;
     int kind = mi_import_kind(src), rc;
     struct stat st;
-    if (kind == MI_IMPORT_NONE && stat(src, &st) == 0 && !S_ISDIR(st.st_mode) &&
+    if (kind == MI_IMPORT_NONE && (stat(src, &st) != 0 || !S_ISDIR(st.st_mode)) &&
         mi_check_input_file(src, "input", err))
-        return -1; /* a FIFO or device: said as such */
+        return -1; /* missing, a FIFO or a device: said as such */
     if (kind == MI_IMPORT_NONE)
         return mi_set_error(err, "%s: neither a GGUF file nor a Hugging Face folder (config.json with safetensors)",
                             src);

@@ -30,7 +30,7 @@
  * activation messages: fp32, fp16 or q8_0; default fp32) are optional;
  * everything else is required.
  *
- * Saving writes PATH.partial.<pid> and renames it over PATH, so readers never
+ * Saving writes PATH.partial.<host>.<pid> (output.h) and renames it over PATH, so readers never
  * see a half-written plan; the temporary file is removed on failure. Save
  * does not validate: it writes what it is given, and load checks it. */
 #define _POSIX_C_SOURCE 200809L

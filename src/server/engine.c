@@ -82,7 +82,9 @@ int mi_server_run(mi_session *ss, const mi_server_opts *o, const char *model_id,
     snprintf(s->model_id, sizeof s->model_id, "%s", model_id);
     s->eng = (srv_engine){.ctx = &g, .encode = encode, .decode = decode, .free_slots = free_slots, .add = add,
                           .cancel = cancel, .step = step, .seq_len = ss->cfg.seq_len};
-    s->lim = (srv_limits){.model_id = s->model_id, .seq_len = ss->cfg.seq_len, .max_tokens = o->max_tokens,
+    /* a completion needs one prompt token: the cap never passes the context less one */
+    int cap = o->max_tokens < ss->cfg.seq_len - 1 ? o->max_tokens : ss->cfg.seq_len - 1;
+    s->lim = (srv_limits){.model_id = s->model_id, .seq_len = ss->cfg.seq_len, .max_tokens = cap,
                           .has_chat = has_chat};
     /* what the cost model expects of the batch (decode steps at a quarter of the context) */
     int ctx = ss->cfg.seq_len / 4;
@@ -95,6 +97,11 @@ int mi_server_run(mi_session *ss, const mi_server_opts *o, const char *model_id,
     if (!has_chat)
         snprintf(s->note, sizeof s->note, "%s has no chat template: /v1/chat/completions answers 400 (%s)", model_id,
                  cerr);
+    if (cap < o->max_tokens) {
+        size_t used = strlen(s->note);
+        snprintf(s->note + used, sizeof s->note - used, "%s--max-tokens %d is past the model's context of %d tokens: "
+                 "max_tokens may be at most %d", used ? "; " : "", o->max_tokens, ss->cfg.seq_len, cap);
+    }
     int rc = srv_run(s, err);
     mi_batch_free(g.b);
     srv_destroy(s);

@@ -91,6 +91,7 @@ typedef struct {
     char **roles, **contents;/* chat: [n_msgs] */
     int n_msgs;
     int max_tokens;          /* 0: not given (completions 16, chat: up to the context and the cap) */
+    int max_tokens_keys;     /* which of max_tokens (1) and max_completion_tokens (2) gave it */
     double temperature;      /* default 1 (OpenAI's); 0 is greedy */
     double top_p;            /* default 1 */
     int top_k;               /* an extension (vLLM, llama.cpp): 0 off */
@@ -205,6 +206,7 @@ typedef struct srv_req {
     int status;              /* the HTTP status answered */
     srv_error err;
     int failed;              /* err holds the answer */
+    int stream_failed;       /* a stream under way ended with err as an error event (logged as err's status) */
     srv_buf text;            /* not streaming: the text so far */
     srv_buf sse;             /* streaming: bytes not yet sent */
     size_t sse_off;

@@ -255,8 +255,13 @@ static int parse_field(const char *k, const cJSON *v, int route, const srv_limit
         if (get_int(v, k, -INFINITY, INFINITY, &d, e)) /* the range below names this server's cap */
             return -1;
         if (d < 1 || d > lim->max_tokens)
-            return BAD(e, k, "'%s' is %.0f; it must be within [1, %d] (this server's --max-tokens)", k, d,
-                       lim->max_tokens);
+            return BAD(e, k, "'%s' is %.0f; it must be within [1, %d] (this server's --max-tokens, at most the "
+                       "model's context less one prompt token)", k, d, lim->max_tokens);
+        int key = !strcmp(k, "max_tokens") ? 1 : 2;
+        if (p->max_tokens_keys && !(p->max_tokens_keys & key) && p->max_tokens != (int)d) /* two names, one limit */
+            return BAD(e, k, "'max_tokens' and 'max_completion_tokens' name one limit and were given %d and %.0f: "
+                       "give one", p->max_tokens, d);
+        p->max_tokens_keys |= key;
         p->max_tokens = (int)d;
         return 0;
     }

@@ -94,8 +94,9 @@ int srv_submit(srv *s, srv_req *r)
     if (s->stopping)
         rc = srv_fail(&r->err, 503, "server_error", "shutting_down", NULL, "The server is shutting down");
     else if (s->n_queued >= s->o.max_queue + (free_slots > 0 ? free_slots : 0))
-        rc = srv_fail(&r->err, 503, "server_error", "queue_full", NULL, "The server is busy: %d requests are "
-                      "waiting (--max-queue %d); retry later", s->n_queued, s->o.max_queue);
+        rc = srv_fail(&r->err, 503, "server_error", "queue_full", NULL, "The server is busy: %d requests running "
+                      "and %d not yet started (--max-batch %d, --max-queue %d); retry later", s->n_running, s->n_queued,
+                      s->o.max_batch, s->o.max_queue);
     if (rc == 0) {
         r->state = SRV_QUEUED;
         r->t_submit = mi_now();
@@ -121,8 +122,9 @@ void srv_req_release(srv_req *r)
     pthread_mutex_unlock(&s->mu);
     if (!last)
         return;
-    /* a client that left before its answer was whole: 499, nginx's "client closed request" */
-    int status = r->gone ? 499 : r->responded ? r->status : 500;
+    /* a client that left before its answer was whole: 499, nginx's "client closed request"; a stream
+     * that began 200 and ended in an error event: the error's status, for the log and the metrics */
+    int status = r->gone ? 499 : r->stream_failed ? r->err.status : r->responded ? r->status : 500;
     int gen_route = r->route >= 0;
     if (gen_route || status >= 400) {
         char timing[96] = "";

@@ -22,6 +22,7 @@ static void set_failed(srv_req *r, const srv_error *e)
     r->err = *e;
     r->failed = !r->p.stream || r->state < SRV_READY; /* a stream under way ends with an error event */
     if (!r->failed) {
+        r->stream_failed = 1;
         srv_buf_str(&r->sse, "data: ");
         srv_json_error(&r->sse, e);
         srv_buf_str(&r->sse, "\n\ndata: [DONE]\n\n");
@@ -360,6 +361,8 @@ static void *ending_watch(void *arg)
     }
     free(go.r);
     free(wake_now.r);
+    if (s->o.pid_file) /* as a drained server's exit does: the file names a live server only */
+        unlink(s->o.pid_file);
     s->exit_fn(1);
     return NULL;
 }
@@ -398,9 +401,9 @@ int srv_run(srv *s, char *err)
 {
     if (srv_http_start(s, err))
         return -1;
-    fprintf(stderr, "serve: listening on http://%s%s%s:%d (model %s, pid %ld, max batch %d, queue %d)\n",
+    fprintf(stderr, "serve: listening on http://%s%s%s:%d (model %s, pid %ld, max batch %d, queue %d, %s)\n",
             strchr(s->o.host, ':') ? "[" : "", s->o.host, strchr(s->o.host, ':') ? "]" : "", s->port, s->model_id,
-            (long)getpid(), s->o.max_batch, s->o.max_queue);
+            (long)getpid(), s->o.max_batch, s->o.max_queue, s->o.api_key ? "API key required" : "no API key");
     if (s->plan_note[0])
         fprintf(stderr, "serve: %s\n", s->plan_note);
     if (s->note[0])

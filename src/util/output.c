@@ -2,8 +2,10 @@
 #define _GNU_SOURCE /* O_NOFOLLOW, O_CLOEXEC, realpath */
 #include "meshinfer/output.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +99,57 @@ int mi_output_check(const char *path, const char *what, const char *const *input
     return 0;
 }
 
+/* This host's name as it goes into a temporary name: letters, digits and '-' (others as '_'). */
+static void host_tag(char *h, size_t n)
+{
+    if (gethostname(h, n) != 0)
+        snprintf(h, n, "host");
+    h[n - 1] = '\0';
+    for (char *c = h; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-'))
+            *c = '_';
+}
+
+/* Remove what earlier writers of `real` on this host left when they were
+ * killed outright (SIGKILL, a crash: no handler ran): PATH.partial.HOST.PID
+ * and PATH.partial.HOST.PID.K whose PID is no process here, regular files of
+ * ours. A writer on another host (a shared folder) names its own host, and a
+ * live process here keeps its file, so no write under way is touched. */
+static void remove_stale(const char *real, const char *host)
+{
+    char dir[4096], prefix[512];
+    mi_output_dir(real, dir, sizeof dir);
+    const char *base = strrchr(real, '/');
+    base = base ? base + 1 : real;
+    int np = snprintf(prefix, sizeof prefix, "%s.partial.%s.", base, host);
+    if (np <= 0 || (size_t)np >= sizeof prefix)
+        return;
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, prefix, (size_t)np))
+            continue;
+        char *end;
+        long pid = strtol(e->d_name + np, &end, 10);
+        if (end == e->d_name + np || pid <= 0 || (*end && *end != '.'))
+            continue;
+        for (const char *c = *end ? end + 1 : end; *c; c++)
+            if (*c < '0' || *c > '9')
+                pid = 0; /* not one of our names */
+        if (pid <= 0 || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char full[8192];
+        struct stat st;
+        if ((size_t)snprintf(full, sizeof full, "%s/%s", dir, e->d_name) >= sizeof full ||
+            lstat(full, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid())
+            continue;
+        if (unlink(full) == 0)
+            fprintf(stderr, "note: removed %s, left by a writer that was killed (pid %ld)\n", full, pid);
+    }
+    closedir(d);
+}
+
 int mi_output_begin(mi_output *o, const char *path, char *err)
 {
     memset(o, 0, sizeof *o);
@@ -105,9 +158,12 @@ int mi_output_begin(mi_output *o, const char *path, char *err)
     resolve(path, real, sizeof real);
     if ((size_t)snprintf(o->path, sizeof o->path, "%s", real) >= sizeof o->path)
         return mi_set_error(err, "%s: path too long", path);
+    char host[64];
+    host_tag(host, sizeof host);
+    remove_stale(o->path, host);
     /* a fresh name each try: an existing file (or planted link) is never opened */
     for (int k = 0; k < 100; k++) {
-        if ((size_t)snprintf(o->tmp, sizeof o->tmp, k ? "%s.partial.%ld.%d" : "%s.partial.%ld", o->path,
+        if ((size_t)snprintf(o->tmp, sizeof o->tmp, k ? "%s.partial.%s.%ld.%d" : "%s.partial.%s.%ld", o->path, host,
                              (long)getpid(), k) >= sizeof o->tmp)
             return mi_set_error(err, "%s: path too long", path);
         o->fd = create_new(o->tmp);

@@ -58,6 +58,12 @@ if [[ $? == 0 ]]; then
         [[ "$(head -c 9 "$tmp/both")" == "Once upon" ]] &&
         { echo "ok: non-finite logits: the error on its own line after the prompt"; pass=$((pass+1)); } ||
         { echo "FAIL: non-finite logits: exit $rc, output:"; cat -A "$tmp/both"; fail=$((fail+1)); }
+    # bench times no such model: the same error, not timings and exit 0
+    "$bin" bench -m "$tmp/nan.h5" --steps 12 --repeat 1 > "$tmp/bench.out" 2> "$tmp/bench.err"; rc=$?
+    [[ $rc == 1 ]] && grep -q '^meshinfer: error: the model produced a non-finite logit' "$tmp/bench.err" &&
+        ! grep -q "tokens/s" "$tmp/bench.out" &&
+        { echo "ok: bench on non-finite logits: one error line, exit 1"; pass=$((pass+1)); } ||
+        { echo "FAIL: bench on non-finite logits: exit $rc: $(tail -2 "$tmp/bench.err")"; fail=$((fail+1)); }
 fi
 # a name attribute with an escape sequence (a hand-made file): printed with '?' for control characters
 cp "$model" "$tmp/esc.h5"
@@ -161,6 +167,8 @@ expect_error "synth: unknown shape"     "unknown shape 'gpt5'"   "$bin" synth --
 expect_error "convert: missing args"    "required"               "$bin" convert --checkpoint "$ckpt"
 expect_error "convert: missing checkpoint" "cannot open checkpoint" \
     "$bin" convert --checkpoint "$tmp/none.bin" --tokenizer "$tokbin" --out "$tmp/o1.h5"
+expect_error "convert: missing --input" "no-such.gguf: cannot open input \(no such file\)" \
+    "$bin" convert --input "$tmp/no-such.gguf" --out "$tmp/c.h5"
 expect_error "convert: truncated checkpoint" "truncated" \
     "$bin" convert --checkpoint "$tmp/trunc.bin" --tokenizer "$tokbin" --out "$tmp/o2.h5"
 expect_error "convert: trailing data"   "trailing data" \

@@ -12,6 +12,9 @@
  *     a read-only destination keeps its mode, a symlink planted at the
  *     temporary name is never followed, and /proc, /dev and dangling links
  *     are refused;
+ *   - what a killed writer left on this host (its pid gone) is removed by the
+ *     next writer of the path; a live pid's, another host's and other names
+ *     are kept;
  *   - UTF-8 (src/util/utf8.c): whole sequences, the maximal subpart of a
  *     malformed one, and a character cut short.
  *
@@ -23,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "meshinfer/common.h"
@@ -31,6 +35,17 @@
 #include "test_util.h"
 
 static char g_dir[512];
+
+/* This host's name as the temporary names carry it (output.c's rule, written again). */
+static void host_tag(char *h, size_t n)
+{
+    if (gethostname(h, n) != 0)
+        snprintf(h, n, "host");
+    h[n - 1] = '\0';
+    for (char *c = h; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-'))
+            *c = '_';
+}
 
 static int has(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
 
@@ -143,6 +158,41 @@ static void test_commit_and_abort(void)
     CU_ASSERT_STRING_EQUAL(buf, "png");
 }
 
+/* A writer killed outright leaves its temporary file; the next writer of the path removes it. */
+static void test_stale_partials(void)
+{
+    char out[600], host[64], dead[700], dead_k[700], live[700], other[700], alien[700], err[MI_ERRLEN];
+    tu_path(out, sizeof out, g_dir, "stale.json");
+    host_tag(host, sizeof host);
+    pid_t child = fork(); /* a pid that is surely gone once reaped */
+    CU_ASSERT_FATAL(child >= 0);
+    if (child == 0)
+        _exit(0);
+    waitpid(child, NULL, 0);
+    snprintf(dead, sizeof dead, "%s.partial.%s.%ld", out, host, (long)child);
+    snprintf(dead_k, sizeof dead_k, "%s.partial.%s.%ld.3", out, host, (long)child);
+    snprintf(live, sizeof live, "%s.partial.%s.%ld", out, host, (long)getppid());
+    snprintf(other, sizeof other, "%s.partial.%s-elsewhere.%ld", out, host, (long)child);
+    snprintf(alien, sizeof alien, "%s.partial.%s.%ldx", out, host, (long)child);
+    const char *all[] = {dead, dead_k, live, other, alien};
+    for (int i = 0; i < 5; i++)
+        CU_ASSERT_EQUAL_FATAL(tu_write_text(all[i], "half"), 0);
+    mi_output o;
+    FILE *f = mi_output_open(&o, out, err);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fputs("whole", f);
+    CU_ASSERT_EQUAL(mi_output_commit(&o, err), 0);
+    struct stat st;
+    CU_ASSERT_NOT_EQUAL(stat(dead, &st), 0);   /* the killed writer's: gone */
+    CU_ASSERT_NOT_EQUAL(stat(dead_k, &st), 0); /* ... and its retry name */
+    CU_ASSERT_EQUAL(stat(live, &st), 0);       /* a live process's: kept */
+    CU_ASSERT_EQUAL(stat(other, &st), 0);      /* another host's: kept */
+    CU_ASSERT_EQUAL(stat(alien, &st), 0);      /* not one of our names: kept */
+    for (int i = 0; i < 5; i++)
+        unlink(all[i]);
+    unlink(out);
+}
+
 static void test_links_and_modes(void)
 {
     char err[MI_ERRLEN], target[600], lnk[600], tmpname[700], victim[600], buf[64];
@@ -173,7 +223,9 @@ static void test_links_and_modes(void)
     CU_ASSERT_EQUAL_FATAL(tu_write_text(victim, "precious"), 0);
     char out[600];
     tu_path(out, sizeof out, g_dir, "out.json");
-    snprintf(tmpname, sizeof tmpname, "%s.partial.%ld", out, (long)getpid());
+    char host[64];
+    host_tag(host, sizeof host);
+    snprintf(tmpname, sizeof tmpname, "%s.partial.%s.%ld", out, host, (long)getpid());
     CU_ASSERT_EQUAL_FATAL(symlink(victim, tmpname), 0);
     f = mi_output_open(&o, out, err);
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
@@ -240,6 +292,7 @@ int main(void)
     CU_add_test(s, "committed whole, aborted without a trace", test_commit_and_abort);
     CU_add_test(s, "a model is replaced only by a model writer", test_models_kept);
     CU_add_test(s, "symlinks written through, modes kept, planted temporary links ignored", test_links_and_modes);
+    CU_add_test(s, "a killed writer's temporary file removed by the next writer", test_stale_partials);
     CU_add_test(s, "UTF-8: whole sequences, maximal subparts, characters cut short", test_utf8);
     CU_basic_set_mode(CU_BRM_NORMAL);
     CU_basic_run_tests();

@@ -203,6 +203,13 @@ static void test_parse(void)
     refused("{\"prompt\": \"x\", \"max_tokens\": 2.5}", SRV_COMPLETIONS, 400, "max_tokens", "not a fraction");
     refused("{\"prompt\": \"x\", \"max_tokens\": 0}", SRV_COMPLETIONS, 400, "max_tokens", "[1, 100]");
     refused("{\"prompt\": \"x\", \"max_tokens\": 101}", SRV_COMPLETIONS, 400, "max_tokens", "--max-tokens");
+    /* max_tokens and max_completion_tokens: one limit under two names, the same value or refused */
+    CU_ASSERT_EQUAL(parse("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"max_tokens\": 4, "
+                          "\"max_completion_tokens\": 4}", SRV_CHAT, &p, &e), 0);
+    CU_ASSERT_EQUAL(p.max_tokens, 4);
+    srv_params_free(&p);
+    refused("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"max_tokens\": 3, "
+            "\"max_completion_tokens\": 4}", SRV_CHAT, 400, "max_completion_tokens", "given 3 and 4: give one");
     refused("{\"prompt\": \"x\", \"temperature\": 2.5}", SRV_COMPLETIONS, 400, "temperature", "within [0, 2]");
     refused("{\"prompt\": \"x\", \"temperature\": \"hot\"}", SRV_COMPLETIONS, 400, "temperature", "must be a number");
     refused("{\"prompt\": \"x\", \"top_p\": 0}", SRV_COMPLETIONS, 400, "top_p", "within (0, 1]");

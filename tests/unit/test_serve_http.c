@@ -164,13 +164,6 @@ static void start(int max_batch, int max_queue, double drain_s)
         usleep(2000);
 }
 
-static void stop(void)
-{
-    srv_request_stop();
-    pthread_join(th, NULL);
-    srv_destroy(&S);
-}
-
 /* ---- a plain HTTP/1.1 client ---- */
 static int dial(void)
 {
@@ -511,17 +504,32 @@ static void test_drain(void)
     CU_ASSERT_EQUAL(strlen(j.text) > 20, 1);
     pthread_join(th, NULL);
     srv_destroy(&S);
-    /* past the drain's deadline a running request is answered 503 */
-    start(1, 4, 0.2);
+    /* past the drain's deadline a running request is answered 503, a stream under way gets an error
+     * event after its 200; both are logged and counted as 503 */
+    start(2, 4, 0.2);
     STORE(F.step_us, 10000);
     job k = {.body = "{\"prompt\": \"p\", \"max_tokens\": 900}"};
+    job ks = {.body = "{\"prompt\": \"p\", \"max_tokens\": 900, \"stream\": true}"};
+    pthread_t ts;
     pthread_create(&t, NULL, run_job, &k);
+    pthread_create(&ts, NULL, run_job, &ks);
     usleep(100000);
     double t0 = mi_now();
-    stop();
+    srv_request_stop();
+    pthread_join(th, NULL);
     pthread_join(t, NULL);
+    pthread_join(ts, NULL);
     CU_ASSERT_EQUAL(k.status, 503);
+    CU_ASSERT_EQUAL(ks.status, 200);
     CU_ASSERT(mi_now() - t0 < 2);
+    uint64_t n503 = 0, n200 = 0;
+    for (int i = 0; i < S.m.n_status; i++) {
+        n503 += S.m.status[i] == 503 ? S.m.by_status[i] : 0;
+        n200 += S.m.status[i] == 200 ? S.m.by_status[i] : 0;
+    }
+    CU_ASSERT_EQUAL(n503, 2);
+    CU_ASSERT_EQUAL(n200, 0);
+    srv_destroy(&S);
 }
 
 static void test_launcher_ending(void)
