@@ -75,8 +75,6 @@ static float *fwd_single(void *ctx, const int *tokens, int T, int pos0, int deco
     return l;
 }
 
-/* ss: the distributed session, whose hybrid placements change between the
- * phases (the re-placement is outside both timings); NULL for one device. */
 /* Timings of a model that computes NaN are no timings: the logits of the prompt and of the last
  * step are checked as generate checks every step's (outside the timed spans; a split classifier's
  * candidates leave -inf for the rest). */
@@ -88,6 +86,8 @@ static void check_pass(const mi_session *ss, const float *logits, int vocab, int
         session_check_logits(logits, vocab, pos);
 }
 
+/* ss: the distributed session, whose hybrid placements change between the
+ * phases (the re-placement is outside both timings); NULL for one device. */
 static pass_result run_pass(fwd_fn f, void *ctx, mi_session *ss, int vocab, const int *prompt, int n_prompt, int steps,
                             int chunk)
 {
