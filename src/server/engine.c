@@ -86,14 +86,25 @@ int mi_server_run(mi_session *ss, const mi_server_opts *o, const char *model_id,
     int cap = o->max_tokens < ss->cfg.seq_len - 1 ? o->max_tokens : ss->cfg.seq_len - 1;
     s->lim = (srv_limits){.model_id = s->model_id, .seq_len = ss->cfg.seq_len, .max_tokens = cap,
                           .has_chat = has_chat};
-    /* what the cost model expects of the batch (decode steps at a quarter of the context) */
-    int ctx = ss->cfg.seq_len / 4;
-    double t1 = mi_predict_batch_step(&ss->plan, &ss->prog, &ss->cl, ctx, 1);
-    double tb = mi_predict_batch_step(&ss->plan, &ss->prog, &ss->cl, ctx, o->max_batch);
-    snprintf(s->plan_note, sizeof s->plan_note,
-             "predicted decode: %.1f tokens/s for one sequence, %.1f for %d together (TPOT %.2f ms); decode passes "
-             "in %d micro-batch%s", 1.0 / t1, o->max_batch / tb, o->max_batch, tb * 1e3, mi_batch_micro(g.b),
-             mi_batch_micro(g.b) > 1 ? "es, pipelined" : "");
+    /* what the cost model expects of the batch (decode steps at a quarter of the context), on measured
+     * devices only, as bench --batch: the defaults' one figure per dtype says nothing of how the rows
+     * of a batch share the reading of a weight */
+    int ctx = ss->cfg.seq_len / 4, measured = 1;
+    for (int r = 0; r < ss->size; r++)
+        measured &= ss->cl.dev[r].calibrated;
+    if (measured) {
+        double t1 = mi_predict_batch_step(&ss->plan, &ss->prog, &ss->cl, ctx, 1);
+        double tb = mi_predict_batch_step(&ss->plan, &ss->prog, &ss->cl, ctx, o->max_batch);
+        snprintf(s->plan_note, sizeof s->plan_note,
+                 "predicted decode: %.1f tokens/s for one sequence, %.1f for %d together (TPOT %.2f ms); decode "
+                 "passes in %d micro-batch%s", 1.0 / t1, o->max_batch / tb, o->max_batch, tb * 1e3,
+                 mi_batch_micro(g.b), mi_batch_micro(g.b) > 1 ? "es, pipelined" : "");
+    } else {
+        snprintf(s->plan_note, sizeof s->plan_note,
+                 "decode passes in %d micro-batch%s (no prediction: the cost model needs measured devices, "
+                 "meshinfer calibrate, then --cluster FILE)", mi_batch_micro(g.b),
+                 mi_batch_micro(g.b) > 1 ? "es, pipelined" : "");
+    }
     if (!has_chat)
         snprintf(s->note, sizeof s->note, "%s has no chat template: /v1/chat/completions answers 400 (%s)", model_id,
                  cerr);
