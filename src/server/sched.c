@@ -428,8 +428,9 @@ int srv_run(srv *s, char *err)
             pthread_mutex_unlock(&s->mu);
             srv_http_quiesce(s);
             deadline = now + s->o.drain_s;
-            fprintf(stderr, "serve: stopping: no new connections; draining %d running and %d queued requests "
-                    "(at most %g s)\n", n, q, s->o.drain_s);
+            if (!srv_ending()) /* the launcher's teardown is the watcher's to say (ending_watch) */
+                fprintf(stderr, "serve: stopping: no new connections; draining %d running and %d queued requests "
+                        "(at most %g s)\n", n, q, s->o.drain_s);
         }
         prepare_new(s);
         check_gone(s);
