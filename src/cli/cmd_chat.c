@@ -179,15 +179,33 @@ int cmd_chat(int argc, char **argv)
         if (a.no_think && kind != MI_CHAT_QWEN3)
             mi_fatal("chat: --no-think turns off Qwen3's thinking block; the %s template has none",
                      mi_chat_kind_name(kind));
+        if (a.system) { /* its faults are said once, now, not blamed on every message */
+            int n = (int)strlen(a.system) + 4, *probe = mi_malloc((size_t)n * sizeof(int), "system prompt");
+            int k = mi_tokenizer_encode_n(&ss.tok, a.system, 0, probe, n, err);
+            free(probe);
+            if (k < 0)
+                mi_fatal("chat: --system: %s", err);
+            if (k >= ss.cfg.seq_len)
+                mi_fatal("chat: --system is %d tokens; the model's context is %d, which leaves no room for a message",
+                         k, ss.cfg.seq_len);
+        }
         int cap = 256, n_msgs = 0, n_cached = 0, *cached = NULL, refused = 0;
         mi_chat_msg *msgs = mi_calloc((size_t)cap, sizeof *msgs, "conversation");
         if (a.system)
             msgs[n_msgs++] = (mi_chat_msg){"system", strdup(a.system)};
-        char line[16384];
+        char *line = NULL; /* a line of any length is one message (getline) */
+        size_t line_cap = 0;
         for (;;) {
             fputs("> ", stderr);
-            if (!fgets(line, sizeof line, stdin))
+            ssize_t got = getline(&line, &line_cap, stdin);
+            if (got < 0)
                 break;
+            if (strlen(line) < (size_t)got) { /* the text after a NUL would be dropped unseen */
+                fprintf(stderr, "meshinfer: error: chat: your message was not sent: it holds a NUL byte (at byte "
+                        "%zu)\n", strlen(line));
+                refused = 1;
+                continue;
+            }
             line[strcspn(line, "\r\n")] = 0;
             if (!line[0] || !strcmp(line, "/exit"))
                 break;
@@ -205,6 +223,7 @@ int cmd_chat(int argc, char **argv)
             msgs[n_msgs++] = (mi_chat_msg){"user", strdup(line)};
             refused |= turn(&a, &ss, msgs, &n_msgs, &cached, &n_cached) != 0;
         }
+        free(line);
         for (int i = 0; i < n_msgs; i++)
             free((char *)msgs[i].content);
         free(msgs);

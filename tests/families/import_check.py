@@ -280,6 +280,21 @@ def check_chat(mi, fx):
     check(r.returncode == 1 and first is not None and out.startswith(first + "\n") and len(errs) == 1 and
           "not valid UTF-8 (byte offset 0)" in errs[0],
           "chat: a message not in UTF-8 refused, the talk goes on as without it, exit 1 (%s)" % errs)
+    # a line longer than any buffer is one message (refused whole: past the context), a NUL byte is
+    # refused (the text after it would be lost), and the talk goes on as without them
+    r = subprocess.run([mi, "chat", "-m", m, "--system", "Be brief.", "-n", "6"], capture_output=True,
+                       input=b"word " * 8000 + b"\na\x00b\nHello there\n")
+    out = r.stdout.decode("utf-8", "replace")
+    errs = [l for l in r.stderr.decode("utf-8", "replace").splitlines() if "error" in l]
+    check(r.returncode == 1 and first is not None and out.startswith(first + "\n") and len(errs) == 2 and
+          "context" in errs[0] and "NUL byte" in errs[1],
+          "chat: a 40 KB line refused as one message, a NUL refused, the talk goes on (%s)" % errs)
+    # a --system prompt that cannot be sent: refused once, before any message
+    r = subprocess.run([mi, "chat", "-m", m, "--system", b"bad \xff byte", "-n", "6"], capture_output=True,
+                       input=b"hi\nhello\n")
+    errs = r.stderr.decode("utf-8", "replace").strip().splitlines()
+    check(r.returncode == 1 and r.stdout == b"" and len(errs) == 1 and "--system" in errs[0],
+          "chat: a --system not in UTF-8 refused in one line before any message (%s)" % errs)
     # options and templates that cannot apply: refused before any message
     r = run([mi, "chat", "-m", os.path.join(fx, "llama3", "hf.h5"), "--no-think"], input="hi\n")
     check(r.returncode == 1 and "--no-think" in r.stderr and r.stdout == "",
