@@ -298,6 +298,16 @@ if [[ -s "$q3tok/tokenizer.json" ]]; then
         stop; rc=$?
         check '((rc == 0))' "qwen3 fixture: SIGTERM, exit 0" "rc $rc"
     fi
+    # chat on 3 ranks with a message it refuses: rank 0 says so once, and every rank exits 1
+    printf '"$@"; rc=$?; echo $rc > "%s/rank.$OMPI_COMM_WORLD_RANK"; exit $rc\n' "$tmp" > "$tmp/rc.sh"
+    rm -f "$tmp"/rank.*
+    # (mpirun would otherwise kill the ranks left once one exits non-zero: each rank's own status is asked)
+    printf 'hi \xff\n' | timeout 120 "${mpi[@]}" --mca orte_abort_on_non_zero_status 0 -np 3 bash "$tmp/rc.sh" \
+        "$bin" chat -m "$tmp/q3.h5" -n 2 > /dev/null 2> "$tmp/chat3.err"
+    ranks=$(cat "$tmp"/rank.0 "$tmp"/rank.1 "$tmp"/rank.2 2>/dev/null | tr '\n' ' ')
+    check '[[ "$ranks" == "1 1 1 " ]] && [[ $(grep -c "error" "$tmp/chat3.err") == 1 ]]' \
+        "chat on 3 ranks: a refused message: one error line, every rank exits 1" \
+        "exit codes by rank: $ranks; $(head -3 "$tmp/chat3.err")"
 else
     echo "skip: chat on the qwen3 fixture: no Qwen3 tokenizer in $tokdir (run jobs/dev/fetch_tokenizers.sh)"
 fi

@@ -268,7 +268,11 @@ void mi_runtime_free(mi_runtime *rt);
  *   aborting or hanging inside its first collective.
  * mi_world_rank/size: this process's rank and the job's size (0 and 1
  * without MPI; they also see an MPI_Init made by the caller, as in tests).
- * mi_world_finalize: MPI_Finalize if MPI is running. */
+ * mi_world_finalize: MPI_Finalize if MPI is running.
+ * mi_world_finish: every rank's exit status from rank 0's rc (a broadcast;
+ *   all ranks must call it, the workers with any rc), then mi_world_finalize:
+ *   a command whose rank 0 ends in an error it has already said (a refused
+ *   chat message, a server that could not start) exits non-zero everywhere. */
 void mi_world_init(int *argc, char ***argv);
 int mi_world_rank(void);
 int mi_world_size(void);
@@ -276,6 +280,7 @@ int mi_world_size(void);
  * stderr are then forwarded separately and may interleave. */
 int mi_world_launched(void);
 void mi_world_finalize(void);
+int mi_world_finish(int rc);
 
 /* The job size and this process's rank as the launcher announced them
  * (Open MPI's environment), before and without MPI_Init: 1 and rank 0 when

@@ -233,6 +233,5 @@ int cmd_chat(int argc, char **argv)
             exit_code = 1;
     }
     session_close(&ss, &a.so);
-    mi_world_finalize();
-    return exit_code;
+    return mi_world_finish(exit_code);
 }

@@ -183,6 +183,5 @@ int cmd_serve(int argc, char **argv)
             fprintf(stderr, "meshinfer: error: %s\n", err);
     }
     session_close(&ss, &a.so);
-    mi_world_finalize();
-    return rc;
+    return mi_world_finish(rc);
 }

@@ -162,6 +162,14 @@ void mi_world_finalize(void)
         MPI_Finalize();
 }
 
+int mi_world_finish(int rc)
+{
+    if (mpi_running() && mi_world_size() > 1)
+        MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    mi_world_finalize();
+    return rc;
+}
+
 void mi_check_all(int failed, const char *msg)
 {
     int rank = mi_world_rank(), size = mi_world_size();
