@@ -138,8 +138,8 @@ static int read_inputs(const calib_opts *op, int size, mi_cluster *in, char *des
         if (!failed)
             read_description(op->cluster, desc, desc_n);
         if (!failed && in->n_devices != size)
-            failed = mi_set_error(err, "cluster file %s lists %d devices but the job has %d ranks (one rank "
-                                       "per device)", op->cluster, in->n_devices, size);
+            failed = mi_set_error(err, "cluster file %s lists %d devices but the job has %d rank%s (one rank "
+                                       "per device)", op->cluster, in->n_devices, size, size == 1 ? "" : "s");
     }
     if (!failed && op->model) {
         mi_config c;

@@ -333,6 +333,8 @@ static void tokenize_lines(const mi_tokenizer *tok, const char *path, int bos)
             k++;
         if (k == n)
             mi_fatal("%s: the line is blank: every line must be one JSON string (\"\" for an empty text)", where);
+        if (strstr(p, "\\u0000")) /* a C string would end there: the text after it lost unseen */
+            mi_fatal("%s: the line holds \\u0000: NUL characters are not supported", where);
         cJSON *s = mi_json_parse(p, n, where, err);
         if (!s || !cJSON_IsString(s))
             mi_fatal("%s%s", s ? where : err, s ? ": not one JSON string" : "");

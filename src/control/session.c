@@ -210,8 +210,8 @@ static int job_cluster(mi_session *ss, const session_opts *o, mi_cluster *cl, ch
                 mi_set_error(err, "cluster file %s was calibrated on %d ranks but the job has %d: run meshinfer "
                                   "calibrate on this job's ranks and hosts", o->cluster, cl->calib_ranks, ss->size);
             else
-                mi_set_error(err, "cluster file %s lists %d devices but the job has %d ranks (one rank per device)",
-                             o->cluster, cl->n_devices, ss->size);
+                mi_set_error(err, "cluster file %s lists %d devices but the job has %d rank%s (one rank per device)",
+                             o->cluster, cl->n_devices, ss->size, ss->size == 1 ? "" : "s");
             mi_cluster_free(cl);
             return -1;
         }

@@ -65,9 +65,12 @@ int mi_output_check(const char *path, const char *what, const char *const *input
     struct stat st;
     if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode) && stat(path, &st) != 0)
         return mi_set_error(err, "%s: the %s is a symbolic link to nothing; give a file name", path, what);
-    if (!strncmp(real, "/proc/", 6) || !strncmp(real, "/sys/", 5) || !strncmp(real, "/dev/", 5))
+    if (!strncmp(real, "/proc/", 6) || !strncmp(real, "/sys/", 5) || !strncmp(real, "/dev/", 5)) {
+        char where[4096];
+        mi_output_dir(real, where, sizeof where);
         return mi_set_error(err, "%s: the %s would be written into %s, which holds no ordinary files", path, what,
-                            real);
+                            where);
+    }
     int exists = stat(real, &st) == 0;
     if (exists && S_ISDIR(st.st_mode))
         return mi_set_error(err, "%s: the %s is a directory; give a file name", path, what);

@@ -208,6 +208,9 @@ refused "tokenize --lines with a bare word" "bare.lines:3: JSON syntax error" \
 printf '"Once upon"\n["a time"]\n' > "$tmp/array.lines"
 refused "tokenize --lines with an array" "array.lines:2: not one JSON string" \
     "$bin" tokenize -m "$model" --lines "$tmp/array.lines"
+printf '"Once upon"\n"a\\u0000b"\n' > "$tmp/nul.lines"
+refused "tokenize --lines with an escaped NUL" "nul.lines:2: the line holds .u0000: NUL characters are not supported" \
+    "$bin" tokenize -m "$model" --lines "$tmp/nul.lines"
 printf '"Once upon"\r\n""\n"a\\ntime"\n' > "$tmp/good.lines"
 out=$("$bin" tokenize -m "$model" --lines "$tmp/good.lines" 2>&1)
 [[ "$out" == $'1 9038 2501\n1\n1 263 13 2230' ]] && { echo "ok: tokenize --lines: CRLF, an empty text, an escaped newline"; pass=$((pass+1)); } ||
