@@ -389,6 +389,16 @@ void session_check_logits(const float *logits, int n, int pos);
  * +infinity anywhere, or no finite logit at all, stops the run. */
 void session_check_candidates(const float *logits, int n, int pos);
 
+/* Rank 0: the check that fits a pass's n logits: session_check_candidates
+ * when ss's plan rebuilds them from candidates, else session_check_logits
+ * (ss NULL: one device's whole logits). */
+void session_check_output(const mi_session *ss, const float *logits, int n, int pos);
+
+/* 1 when every rank's device in ss's cluster was measured (calibrate, then
+ * --cluster): only then can the cost model say how a batch's rows share a
+ * weight's reading (the uncalibrated defaults have one speed per dtype). */
+int session_devices_measured(const mi_session *ss);
+
 /* Collective: gather every rank's metrics and, on rank 0, print them as a
  * JSON array (key "ranks") to f, per forward pass averages included. */
 void session_metrics_json(mi_session *ss, FILE *f);

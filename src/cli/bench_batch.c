@@ -183,9 +183,7 @@ void bench_batch(mi_session *ss, const int *story, int n_story, int B, int micro
      * devices only: the defaults' one Gflop/s figure for every dtype says nothing of how the rows of
      * a batch share the reading of a weight (for q4_0 on an AVX-512 core it predicted a batch of 8
      * 6x slower than one sequence) */
-    int ctx = n_story / 2 + gen / 2, measured = 1;
-    for (int r = 0; r < ss->size; r++)
-        measured &= ss->cl.dev[r].calibrated;
+    int ctx = n_story / 2 + gen / 2, measured = session_devices_measured(ss);
     char p1[32] = "null", pB[32] = "null";
     if (measured) {
         snprintf(p1, sizeof p1, "%.2f", 1.0 / mi_predict_batch_step(&ss->plan, &ss->prog, &ss->cl, ctx, 1));

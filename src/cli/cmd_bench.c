@@ -75,17 +75,6 @@ static float *fwd_single(void *ctx, const int *tokens, int T, int pos0, int deco
     return l;
 }
 
-/* Timings of a model that computes NaN are no timings: the logits of the prompt and of the last
- * step are checked as generate checks every step's (outside the timed spans; a split classifier's
- * candidates leave -inf for the rest). */
-static void check_pass(const mi_session *ss, const float *logits, int vocab, int pos)
-{
-    if (ss && ss->plan.logits_k > 0)
-        session_check_candidates(logits, vocab, pos);
-    else
-        session_check_logits(logits, vocab, pos);
-}
-
 /* ss: the distributed session, whose hybrid placements change between the
  * phases (the re-placement is outside both timings); NULL for one device. */
 static pass_result run_pass(fwd_fn f, void *ctx, mi_session *ss, int vocab, const int *prompt, int n_prompt, int steps,
@@ -102,7 +91,9 @@ static pass_result run_pass(fwd_fn f, void *ctx, mi_session *ss, int vocab, cons
     }
     int next = mi_argmax(logits, vocab);
     double t_first = mi_now();
-    check_pass(ss, logits, vocab, n_prompt - 1);
+    /* timings of a model that computes NaN are no timings: the prompt's and the last step's logits
+     * are checked as generate checks every step's, outside the timed spans */
+    session_check_output(ss, logits, vocab, n_prompt - 1);
     if (ss)
         session_phase(ss, 0, n_prompt); /* the logits were read: a re-placement may replace them */
     double t1 = mi_now();
@@ -112,7 +103,7 @@ static pass_result run_pass(fwd_fn f, void *ctx, mi_session *ss, int vocab, cons
     }
     double t2 = mi_now();
     if (steps > n_prompt)
-        check_pass(ss, logits, vocab, steps - 1);
+        session_check_output(ss, logits, vocab, steps - 1);
     r.ttft = t_first - t0;
     r.n_decode = steps - n_prompt;
     r.tpot = r.n_decode > 0 ? (t2 - t1) / r.n_decode : 0.0;

@@ -159,6 +159,16 @@ static int turn(chat_args *a, mi_session *ss, mi_chat_msg *msgs, int *n_msgs, in
     return 0;
 }
 
+/* The tokens of text alone (no BOS), or -1 with err naming its fault (not UTF-8, ...): a text's own
+ * faults said as its own, not as the rendered template's. */
+static int count_tokens(const mi_tokenizer *tok, const char *text, char *err)
+{
+    int n = (int)strlen(text) + 4, *ids = mi_malloc((size_t)n * sizeof(int), "chat text");
+    int k = mi_tokenizer_encode_n(tok, text, 0, ids, n, err);
+    free(ids);
+    return k;
+}
+
 int cmd_chat(int argc, char **argv)
 {
     chat_args a;
@@ -180,9 +190,7 @@ int cmd_chat(int argc, char **argv)
             mi_fatal("chat: --no-think turns off Qwen3's thinking block; the %s template has none",
                      mi_chat_kind_name(kind));
         if (a.system) { /* its faults are said once, now, not blamed on every message */
-            int n = (int)strlen(a.system) + 4, *probe = mi_malloc((size_t)n * sizeof(int), "system prompt");
-            int k = mi_tokenizer_encode_n(&ss.tok, a.system, 0, probe, n, err);
-            free(probe);
+            int k = count_tokens(&ss.tok, a.system, err);
             if (k < 0)
                 mi_fatal("chat: --system: %s", err);
             if (k >= ss.cfg.seq_len)
@@ -212,10 +220,7 @@ int cmd_chat(int argc, char **argv)
             if (n_msgs + 2 > cap)
                 mi_fatal("chat: the conversation has %d messages, the most one chat keeps", cap);
             /* a fault of the line named in the line (not in the rendered template) */
-            int *probe = mi_malloc((strlen(line) + 4) * sizeof(int), "chat message");
-            int ok = mi_tokenizer_encode_n(&ss.tok, line, 0, probe, (int)strlen(line) + 4, err) >= 0;
-            free(probe);
-            if (!ok) {
+            if (count_tokens(&ss.tok, line, err) < 0) {
                 fprintf(stderr, "meshinfer: error: chat: your message was not sent: %s\n", err);
                 refused = 1;
                 continue;

@@ -17,16 +17,6 @@ static int end_token(const mi_session *ss)
     return ss->tok.eos_id >= 0 ? ss->tok.eos_id : ss->tok.n_eog > 0 ? ss->tok.eog_ids[0] : 0;
 }
 
-/* Logits rebuilt from the classifier slices' candidates hold -INFINITY for
- * the tokens none sent (plan.h logits_k). */
-static void check(const mi_session *ss, const float *logits, int pos)
-{
-    if (ss->plan.logits_k > 0)
-        session_check_candidates(logits, ss->cfg.vocab_size, pos);
-    else
-        session_check_logits(logits, ss->cfg.vocab_size, pos);
-}
-
 void session_generate(mi_session *ss, const mi_gen_request *rq, const mi_gen_hooks *hk, mi_gen_result *res)
 {
     const mi_config *c = &ss->cfg;
@@ -46,7 +36,7 @@ void session_generate(mi_session *ss, const mi_gen_request *rq, const mi_gen_hoo
         next = n_forced > 0 ? forced[0] : end_token(ss);
     } else {
         float *logits = session_prefill(ss, rq->prompt + rq->n_cached, rq->n_prompt - rq->n_cached, rq->n_cached);
-        check(ss, logits, rq->n_prompt - 1);
+        session_check_output(ss, logits, ss->cfg.vocab_size, rq->n_prompt - 1);
         next = n_forced > 0 ? forced[0] : mi_sample(&smp, logits);
     }
     res->t_first = mi_now();
@@ -74,7 +64,7 @@ void session_generate(mi_session *ss, const mi_gen_request *rq, const mi_gen_hoo
         }
         double ts = mi_now();
         float *logits = session_forward(ss, &next, 1, rq->n_prompt + n - 1, MI_FORWARD_DECODE);
-        check(ss, logits, rq->n_prompt + n - 1);
+        session_check_output(ss, logits, ss->cfg.vocab_size, rq->n_prompt + n - 1);
         if (n < n_forced) {
             next = forced[n];
         } else {

@@ -856,6 +856,22 @@ void session_check_candidates(const float *logits, int n, int pos)
         mi_fatal("the model produced no finite logit at position %d: the weights are corrupt or overflow fp32", pos);
 }
 
+void session_check_output(const mi_session *ss, const float *logits, int n, int pos)
+{
+    if (ss && ss->plan.logits_k > 0)
+        session_check_candidates(logits, n, pos);
+    else
+        session_check_logits(logits, n, pos);
+}
+
+int session_devices_measured(const mi_session *ss)
+{
+    int measured = 1;
+    for (int r = 0; r < ss->size; r++)
+        measured &= ss->cl.dev[r].calibrated;
+    return measured;
+}
+
 void session_check_logits(const float *logits, int n, int pos)
 {
     for (int i = 0; i < n; i++)

@@ -89,10 +89,8 @@ int mi_server_run(mi_session *ss, const mi_server_opts *o, const char *model_id,
     /* what the cost model expects of the batch (decode steps at a quarter of the context), on measured
      * devices only, as bench --batch: the defaults' one figure per dtype says nothing of how the rows
      * of a batch share the reading of a weight */
-    int ctx = ss->cfg.seq_len / 4, measured = 1;
-    for (int r = 0; r < ss->size; r++)
-        measured &= ss->cl.dev[r].calibrated;
-    if (measured) {
+    int ctx = ss->cfg.seq_len / 4;
+    if (session_devices_measured(ss)) {
         double t1 = mi_predict_batch_step(&ss->plan, &ss->prog, &ss->cl, ctx, 1);
         double tb = mi_predict_batch_step(&ss->plan, &ss->prog, &ss->cl, ctx, o->max_batch);
         snprintf(s->plan_note, sizeof s->plan_note,
